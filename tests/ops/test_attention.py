@@ -1,0 +1,179 @@
+"""The attention core against jax.nn and flax.linen, and its masking and causality properties."""
+import functools
+
+import flax.linen as flax_nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from transformer import ops
+
+BATCH, HEADS, DIM = 2, 3, 4
+# Stated tolerances for outputs and gradients: float32 agrees to rounding; bfloat16 (8-bit mantissa, and
+# flax's softmax runs in bfloat16) to about 2^-6. Observed: <5e-7 (float32), <8e-3 (bfloat16).
+TOLERANCE = {jnp.float32: dict(atol=1e-5, rtol=1e-5), jnp.bfloat16: dict(atol=2e-2, rtol=2e-2)}
+
+
+def _qkv(seed, q_length, kv_length, dtype=jnp.float32):
+  rng = np.random.default_rng(seed)
+  shapes = [(BATCH, q_length, HEADS, DIM), (BATCH, kv_length, HEADS, DIM), (BATCH, kv_length, HEADS, DIM)]
+  return [jnp.asarray(rng.normal(size=shape), dtype) for shape in shapes]
+
+
+def _mask(kind, q_length, kv_length):
+  """A padding and/or causal mask; every query row keeps at least one key (references differ on empty rows)."""
+  query_valid = np.ones((BATCH, q_length), bool)
+  key_valid = np.ones((BATCH, kv_length), bool)
+  if "padding" in kind:
+    query_valid[1, -2:] = False
+    key_valid[0, -1] = False
+    key_valid[1, -3:] = False
+  mask = ops.make_attention_mask(query_valid, key_valid)
+  if "causal" in kind:
+    mask = ops.combine_masks(mask, ops.make_causal_mask(q_length, kv_length))
+  return mask, query_valid
+
+
+def _as_f32(x):
+  return np.asarray(x, np.float32)
+
+
+def _ours(query, key, value, mask):
+  return ops.dot_product_attention(query, key, value, mask=mask)
+
+
+def _jax_nn(query, key, value, mask):
+  return jax.nn.dot_product_attention(query, key, value, mask=mask)
+
+
+def _flax(query, key, value, mask):
+  return flax_nn.dot_product_attention(query, key, value, mask=mask)
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _value_and_grads(attention, query, key, value, mask, cotangent):
+  """Output, and gradients w.r.t. q, k, v of ``sum(output * cotangent)``."""
+  loss = lambda q, k, v: jnp.sum((attention(q, k, v, mask) * cotangent).astype(jnp.float32))
+  return attention(query, key, value, mask), jax.grad(loss, argnums=(0, 1, 2))(query, key, value)
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16], ids=["float32", "bfloat16"])
+@pytest.mark.parametrize("kind, q_length, kv_length", [("padding", 5, 7), ("causal", 5, 7), ("causal", 6, 6),
+                                                       ("padding+causal", 6, 6)])
+def test_dot_product_attention_matches_jax_nn_and_flax(kind, q_length, kv_length, dtype):
+  query, key, value = _qkv(0, q_length, kv_length, dtype)
+  mask, query_valid = _mask(kind, q_length, kv_length)
+  # Gradients are taken of a random projection of the real rows: padding queries are exactly 0 here,
+  # while the references average over all keys there.
+  real = query_valid[:, :, None, None]
+  cotangent = jnp.asarray(np.random.default_rng(1).normal(size=query.shape) * real, dtype)
+  output, ours = _value_and_grads(_ours, query, key, value, mask, cotangent)
+  assert output.shape == query.shape and output.dtype == dtype
+  np.testing.assert_array_equal(_as_f32(output)[~query_valid], 0.0)
+  for name, reference in (("jax.nn", _jax_nn), ("flax.linen", _flax)):
+    expected, theirs = _value_and_grads(reference, query, key, value, mask, cotangent)
+    np.testing.assert_allclose(_as_f32(output) * real, _as_f32(expected) * real, err_msg=name,
+                               **TOLERANCE[dtype])
+    for grad_name, a, b in zip("qkv", ours, theirs):
+      np.testing.assert_allclose(_as_f32(a), _as_f32(b), err_msg=f"{name} d{grad_name}",
+                                 **TOLERANCE[dtype])
+
+
+def test_bias_and_unscaled_logits_match_jax_nn():
+  query, key, value = _qkv(2, 4, 5)
+  bias = jnp.asarray(np.random.default_rng(3).normal(size=(1, HEADS, 4, 5)), jnp.float32)
+  np.testing.assert_allclose(ops.dot_product_attention(query, key, value, bias=bias),
+                             jax.nn.dot_product_attention(query, key, value, bias=bias), atol=1e-5, rtol=1e-5)
+  np.testing.assert_allclose(ops.dot_product_attention(query, key, value, scale=False),
+                             jax.nn.dot_product_attention(query, key, value, scale=1.0), atol=1e-5, rtol=1e-5)
+
+
+def test_weights_rows_sum_to_one_and_respect_the_mask():
+  query, key, value = _qkv(4, 6, 6)
+  mask, _ = _mask("padding+causal", 6, 6)
+  _, weights = ops.dot_product_attention(query, key, value, mask=mask, return_weights=True)
+  weights = np.asarray(weights)
+  assert weights.shape == (BATCH, HEADS, 6, 6)
+  assert (weights[~np.broadcast_to(mask, weights.shape)] == 0).all()
+  row_has_key = np.broadcast_to(np.asarray(mask).any(-1), weights.shape[:3])
+  np.testing.assert_allclose(weights.sum(-1)[row_has_key], 1.0, rtol=1e-6)
+
+
+def test_fully_masked_rows_are_zero_with_finite_gradients():
+  query, key, value = _qkv(5, 3, 4)
+  mask = np.ones((BATCH, 1, 3, 4), bool)
+  mask[0, :, 1] = False  # query 1 of batch 0 sees no key
+  mask[1] = False  # batch 1 sees nothing at all
+  output = np.asarray(jax.jit(ops.dot_product_attention)(query, key, value, mask=mask))
+  assert np.isfinite(output).all()
+  np.testing.assert_array_equal(output[0, 1], 0.0)
+  np.testing.assert_array_equal(output[1], 0.0)
+  assert np.abs(output[0, 0]).min() > 0
+
+  grads = jax.jit(jax.grad(lambda q, k, v: jnp.sum(ops.dot_product_attention(q, k, v, mask=mask) ** 2),
+                           argnums=(0, 1, 2)))(query, key, value)
+  for grad in grads:
+    assert np.isfinite(np.asarray(grad)).all()
+  # Nothing flows through a row that attends to nothing.
+  np.testing.assert_array_equal(grads[0][0, 1], 0.0)
+  np.testing.assert_array_equal(grads[0][1], 0.0)
+  np.testing.assert_array_equal(grads[2][1], 0.0)
+
+
+def test_appending_padding_keys_leaves_outputs_unchanged():
+  query, key, value = _qkv(6, 4, 5)
+  key_valid = np.array([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]], bool)
+  mask = ops.make_attention_mask(np.ones((BATCH, 4), bool), key_valid)
+  output = ops.dot_product_attention(query, key, value, mask=mask)
+  # Three more keys with large random contents, all marked as padding.
+  extra_key, extra_value = [jnp.asarray(np.random.default_rng(7).normal(size=(BATCH, 3, HEADS, DIM)) * 50,
+                                        jnp.float32) for _ in range(2)]
+  longer_valid = np.concatenate([key_valid, np.zeros((BATCH, 3), bool)], axis=1)
+  longer_mask = ops.make_attention_mask(np.ones((BATCH, 4), bool), longer_valid)
+  longer_output = ops.dot_product_attention(query, jnp.concatenate([key, extra_key], 1),
+                                            jnp.concatenate([value, extra_value], 1), mask=longer_mask)
+  np.testing.assert_allclose(longer_output, output, atol=1e-6, rtol=1e-6)
+
+
+def test_causal_attention_output_does_not_depend_on_later_positions():
+  """d output[i] / d input[j] is exactly zero for j > i (and not for j <= i)."""
+  length = 5
+  query, key, value = _qkv(8, length, length)
+  mask = ops.make_causal_mask(length)
+
+  def attend(x):  # self attention: the same sequence gives queries, keys and values
+    return ops.dot_product_attention(x, x * 0.5 + key, x * 2.0 + value, mask=mask)
+
+  jacobian = np.asarray(jax.jit(jax.jacrev(attend))(query))  # [b, i, h, d, b', j, h', d']
+  # Sum of |d out[b, i] / d in[b, j]| over the other axes: [batch, i, j].
+  influence = np.abs(jacobian).sum(axis=(2, 3, 6, 7))[np.arange(BATCH), :, np.arange(BATCH)]
+  future = np.triu(np.ones((length, length), bool), k=1)
+  assert (influence[:, future] == 0).all()
+  assert (influence[:, ~future] > 0).all()
+
+
+def test_shape_errors_name_the_shapes():
+  query, key, value = _qkv(9, 2, 3)
+  with pytest.raises(ValueError, match=r"\[batch, length, heads, head_dim\]"):
+    ops.dot_product_attention(query[0], key, value)
+  with pytest.raises(ValueError, match="head_dim differ"):
+    ops.dot_product_attention(query[..., :2], key, value)
+  with pytest.raises(ValueError, match="key and value"):
+    ops.dot_product_attention(query, key, value[:, :2])
+
+
+def test_attention_dropout_shares_one_mask_over_batch_and_heads():
+  query, key, value = _qkv(10, 4, 4)
+
+  @jax.jit
+  def dropped(rng):
+    weights = [ops.dot_product_attention(query, key, value, dropout_rate=0.5, dropout_rng=rng,
+                                         broadcast_dropout=broadcast, return_weights=True)[1] == 0
+               for broadcast in (True, False)]
+    return weights
+
+  shared, independent = [np.asarray(x) for x in dropped(jax.random.key(0))]
+  assert shared.any() and not shared.all()
+  assert (shared == shared[:1, :1]).all()
+  assert not (independent == independent[:1, :1]).all()

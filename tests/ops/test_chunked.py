@@ -1,0 +1,107 @@
+"""Chunked (memory-efficient) attention computes the dense function: outputs and gradients."""
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from transformer import ops
+
+BATCH, HEADS, DIM = 2, 2, 4
+
+
+def _inputs(seed, q_length, kv_length, padding, dtype=jnp.float32):
+  rng = np.random.default_rng(seed)
+  query = jnp.asarray(rng.normal(size=(BATCH, q_length, HEADS, DIM)), dtype)
+  key = jnp.asarray(rng.normal(size=(BATCH, kv_length, HEADS, DIM)), dtype)
+  value = jnp.asarray(rng.normal(size=(BATCH, kv_length, HEADS, DIM + 1)), dtype)  # head_dim_v != head_dim
+  query_valid = np.ones((BATCH, q_length), bool)
+  key_valid = np.ones((BATCH, kv_length), bool)
+  if padding:
+    query_valid[1, -2:] = False
+    key_valid[0, -1] = False
+    key_valid[1, -3:] = False
+  cotangent = jnp.asarray(rng.normal(size=(BATCH, q_length, HEADS, DIM + 1)), dtype)
+  return query, key, value, query_valid, key_valid, cotangent
+
+
+def _dense(query, key, value, query_valid, key_valid, causal, scale, *_):
+  mask = ops.make_attention_mask(query_valid, key_valid)
+  if causal:
+    mask = ops.combine_masks(mask, ops.make_causal_mask(query.shape[1], key.shape[1]))
+  return ops.dot_product_attention(query, key, value, mask=mask, scale=scale)
+
+
+def _chunked(query, key, value, query_valid, key_valid, causal, scale, query_chunk_size, key_chunk_size):
+  return ops.chunked_dot_product_attention(query, key, value, query_valid, key_valid, causal=causal, scale=scale,
+                                           query_chunk_size=query_chunk_size, key_chunk_size=key_chunk_size)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 7, 8, 9, 10))
+def _value_and_grads(attention, query, key, value, query_valid, key_valid, cotangent, causal, scale,
+                     query_chunk_size, key_chunk_size):
+  """Output, and gradients w.r.t. q, k, v of ``sum(output * cotangent)``."""
+  def loss(q, k, v):
+    output = attention(q, k, v, query_valid, key_valid, causal, scale, query_chunk_size, key_chunk_size)
+    return jnp.sum((output * cotangent).astype(jnp.float32))
+  output = attention(query, key, value, query_valid, key_valid, causal, scale, query_chunk_size, key_chunk_size)
+  return output, jax.grad(loss, argnums=(0, 1, 2))(query, key, value)
+
+
+CASES = [
+    # q_length, kv_length, query_chunk, key_chunk, causal, padding
+    pytest.param(7, 7, 3, 2, True, True, id="self-causal-padding-ragged-chunks"),
+    pytest.param(5, 9, 2, 4, False, True, id="cross-padding-q<kv"),
+    pytest.param(9, 5, 4, 3, True, False, id="cross-causal-q>kv"),
+    pytest.param(6, 6, 512, 512, True, True, id="one-block"),
+]
+
+
+@pytest.mark.parametrize("q_length, kv_length, query_chunk, key_chunk, causal, padding", CASES)
+def test_chunked_equals_dense_outputs_and_gradients(q_length, kv_length, query_chunk, key_chunk, causal, padding):
+  query, key, value, query_valid, key_valid, cotangent = _inputs(0, q_length, kv_length, padding)
+  args = (query, key, value, query_valid, key_valid, cotangent, causal, True, query_chunk, key_chunk)
+  output, grads = _value_and_grads(_chunked, *args)
+  expected, expected_grads = _value_and_grads(_dense, *args)
+  assert output.shape == (BATCH, q_length, HEADS, DIM + 1)
+  np.testing.assert_allclose(output, expected, atol=1e-5, rtol=1e-5)
+  np.testing.assert_array_equal(np.asarray(output)[~query_valid], 0.0)
+  for name, grad, expected_grad in zip("qkv", grads, expected_grads):
+    np.testing.assert_allclose(grad, expected_grad, atol=1e-5, rtol=1e-5, err_msg=f"d{name}")
+
+
+def test_chunked_handles_rows_without_keys_and_unscaled_logits():
+  """A batch element whose keys are all padding gives zeros and finite (zero) gradients."""
+  query, key, value, query_valid, _, cotangent = _inputs(1, 5, 6, padding=True)
+  key_valid = np.ones((BATCH, 6), bool)
+  key_valid[1] = False
+  args = (query, key, value, query_valid, key_valid, cotangent, True, False, 2, 4)
+  output, grads = _value_and_grads(_chunked, *args)
+  expected, expected_grads = _value_and_grads(_dense, *args)
+  np.testing.assert_array_equal(np.asarray(output)[1], 0.0)
+  np.testing.assert_allclose(output, expected, atol=1e-5, rtol=1e-5)
+  for grad, expected_grad in zip(grads, expected_grads):
+    assert np.isfinite(np.asarray(grad)).all()
+    np.testing.assert_allclose(grad, expected_grad, atol=1e-5, rtol=1e-5)
+  np.testing.assert_array_equal(np.asarray(grads[0])[1], 0.0)
+
+
+def test_chunked_in_bfloat16_matches_dense():
+  query, key, value, query_valid, key_valid, cotangent = _inputs(2, 7, 7, True, jnp.bfloat16)
+  args = (query, key, value, query_valid, key_valid, cotangent, True, True, 3, 2)
+  output, grads = _value_and_grads(_chunked, *args)
+  expected, expected_grads = _value_and_grads(_dense, *args)
+  assert output.dtype == jnp.bfloat16
+  as_f32 = lambda x: np.asarray(x, np.float32)
+  np.testing.assert_allclose(as_f32(output), as_f32(expected), atol=2e-2, rtol=2e-2)
+  for grad, expected_grad in zip(grads, expected_grads):
+    assert grad.dtype == jnp.bfloat16
+    np.testing.assert_allclose(as_f32(grad), as_f32(expected_grad), atol=2e-2, rtol=2e-2)
+
+
+def test_chunked_defaults_mean_no_mask():
+  query, key, value, *_ = _inputs(3, 4, 6, padding=False)
+  chunked = jax.jit(functools.partial(ops.chunked_dot_product_attention, key_chunk_size=4))
+  np.testing.assert_allclose(chunked(query, key, value),
+                             ops.dot_product_attention(query, key, value), atol=1e-5, rtol=1e-5)

@@ -1,0 +1,46 @@
+"""Inverted dropout: zero rate is the identity, the expectation is kept, masks broadcast as asked."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from transformer import ops
+
+
+def test_zero_rate_is_identity_without_a_key():
+  x = jnp.arange(6.0).reshape(2, 3)
+  assert ops.dropout(x, 0.0, None) is x
+
+
+def test_dropout_keeps_expectation_and_drops_at_the_rate():
+  rate = 0.3
+  x = jnp.ones((200, 500), jnp.float32)
+  y = np.asarray(ops.dropout(x, rate, jax.random.key(0)))
+  kept = y != 0
+  # Survivors are scaled by exactly 1 / (1 - rate).
+  np.testing.assert_allclose(y[kept], 1.0 / (1.0 - rate), rtol=1e-6)
+  # 100k Bernoulli draws: the standard error of the kept fraction is ~0.0015.
+  assert abs(kept.mean() - (1.0 - rate)) < 0.01
+  assert abs(y.mean() - 1.0) < 0.015
+
+
+def test_dropout_is_a_function_of_the_key():
+  x = jnp.ones((8, 8))
+  a = ops.dropout(x, 0.5, jax.random.key(1))
+  np.testing.assert_array_equal(a, ops.dropout(x, 0.5, jax.random.key(1)))
+  assert not np.array_equal(a, ops.dropout(x, 0.5, jax.random.key(2)))
+
+
+def test_broadcast_dims_share_one_mask():
+  y = np.asarray(ops.dropout(jnp.ones((3, 4, 50)), 0.5, jax.random.key(3), broadcast_dims=(0, 1)))
+  for b in range(3):
+    for h in range(4):
+      np.testing.assert_array_equal(y[b, h], y[0, 0])
+  assert 0 < (y[0, 0] == 0).sum() < 50
+
+
+def test_bad_rate_or_missing_key_is_an_error():
+  with pytest.raises(ValueError, match=r"\[0, 1\)"):
+    ops.dropout(jnp.ones(3), 1.0, jax.random.key(0))
+  with pytest.raises(ValueError, match="dropout_rng"):
+    ops.dropout(jnp.ones(3), 0.1, None)

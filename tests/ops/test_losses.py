@@ -1,0 +1,75 @@
+"""Label-smoothed cross entropy against numpy, and the weighted-sum helper."""
+import jax
+import numpy as np
+import pytest
+
+from transformer import ops
+
+
+def _numpy_smoothed_targets(targets, vocab, label_smoothing):
+  """``1 - ls`` on the true class, ``ls / (vocab - 1)`` on each other class."""
+  distribution = np.full(targets.shape + (vocab,), label_smoothing / (vocab - 1))
+  np.put_along_axis(distribution, targets[..., None], 1.0 - label_smoothing, axis=-1)
+  return distribution
+
+
+def _numpy_log_softmax(logits):
+  logits = logits.astype(np.float64)
+  shifted = logits - logits.max(-1, keepdims=True)
+  return shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
+
+
+def _numpy_loss(logits, targets, label_smoothing):
+  """Cross entropy minus the target entropy: KL(smoothed targets || softmax(logits))."""
+  q = _numpy_smoothed_targets(targets, logits.shape[-1], label_smoothing)
+  cross_entropy = -(q * _numpy_log_softmax(logits)).sum(-1)
+  entropy = -(q * np.log(np.where(q > 0, q, 1.0))).sum(-1)
+  return cross_entropy - entropy
+
+
+@pytest.mark.parametrize("label_smoothing", [0.0, 0.1, 0.3])
+def test_cross_entropy_matches_numpy_label_smoothing(label_smoothing):
+  rng = np.random.default_rng(0)
+  logits = rng.normal(size=(2, 3, 7)).astype(np.float32) * 3
+  targets = rng.integers(0, 7, (2, 3))
+  loss = ops.softmax_cross_entropy(logits, targets, label_smoothing)
+  assert loss.shape == (2, 3) and loss.dtype == np.float32
+  np.testing.assert_allclose(loss, _numpy_loss(logits, targets, label_smoothing), rtol=1e-5, atol=1e-5)
+
+
+def test_unsmoothed_cross_entropy_is_negative_log_probability():
+  logits = np.array([[2.0, 0.0, -1.0]], np.float32)
+  expected = -np.log(np.exp(2.0) / (np.exp(2.0) + 1 + np.exp(-1.0)))
+  np.testing.assert_allclose(ops.softmax_cross_entropy(logits, np.array([0])), [expected], rtol=1e-6)
+
+
+def test_smoothed_loss_is_zero_and_minimal_at_the_smoothed_distribution():
+  vocab, label_smoothing = 6, 0.2
+  targets = np.array([1, 4])
+  optimum = np.log(_numpy_smoothed_targets(targets, vocab, label_smoothing)).astype(np.float32)
+  loss_fn = lambda logits: ops.softmax_cross_entropy(logits, targets, label_smoothing).sum()
+  np.testing.assert_allclose(loss_fn(optimum), 0.0, atol=1e-5)
+  np.testing.assert_allclose(jax.grad(loss_fn)(optimum), 0.0, atol=1e-6)
+  # Any other prediction, including the one-hot one, costs more.
+  rng = np.random.default_rng(1)
+  for _ in range(5):
+    assert loss_fn(optimum + rng.normal(size=optimum.shape).astype(np.float32)) > 1e-3
+  assert loss_fn(np.eye(vocab, dtype=np.float32)[targets] * 20) > 0.1
+
+
+def test_cross_entropy_computes_in_float32_for_bfloat16_logits():
+  rng = np.random.default_rng(2)
+  logits = rng.normal(size=(4, 5)).astype(np.float32)
+  targets = rng.integers(0, 5, (4,))
+  loss = ops.softmax_cross_entropy(jax.numpy.asarray(logits, jax.numpy.bfloat16), targets, 0.1)
+  assert loss.dtype == np.float32
+  np.testing.assert_allclose(loss, _numpy_loss(logits, targets, 0.1), atol=3e-2)
+
+
+def test_weighted_sum_returns_numerator_and_denominator():
+  values = np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]], np.float32)
+  weights = np.array([[1, 1, 0], [1, 0, 0]])
+  total, count = ops.weighted_sum(values, weights)
+  assert (float(total), float(count)) == (7.0, 3.0)
+  total, count = ops.weighted_sum(values)
+  assert (float(total), float(count)) == (21.0, 6.0)

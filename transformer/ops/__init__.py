@@ -1,0 +1,26 @@
+"""Pure JAX functions for Transformers: no Flax, no global state, randomness only through explicit keys.
+
+    from transformer import ops
+    out = ops.dot_product_attention(q, k, v, mask=ops.make_causal_mask(q.shape[1]))
+"""
+from transformer.ops.attention import MASK_VALUE, attention_weights, dot_product_attention, weighted_values
+from transformer.ops.chunked import chunked_dot_product_attention
+from transformer.ops.dropout import dropout
+from transformer.ops.feed_forward import ACTIVATIONS, feed_forward
+from transformer.ops.losses import softmax_cross_entropy, weighted_sum
+from transformer.ops.masks import combine_masks, make_attention_mask, make_causal_mask, make_padding_mask
+from transformer.ops.metrics import sequence_exact_match, token_accuracy
+from transformer.ops.norms import layer_norm, rms_norm
+from transformer.ops.positional import apply_rotary_embedding, scale_embeddings, sinusoidal_position_encoding
+from transformer.ops.scores import (additive_scores, cosine_scores, dot_product_scores, general_scores,
+                                    luong_dot_scores)
+from transformer.ops.sequence import shift_right
+
+__all__ = [
+    "MASK_VALUE", "ACTIVATIONS", "attention_weights", "dot_product_attention", "weighted_values",
+    "chunked_dot_product_attention", "dropout", "feed_forward", "softmax_cross_entropy", "weighted_sum",
+    "combine_masks", "make_attention_mask", "make_causal_mask", "make_padding_mask",
+    "sequence_exact_match", "token_accuracy", "layer_norm", "rms_norm", "apply_rotary_embedding",
+    "scale_embeddings", "sinusoidal_position_encoding", "additive_scores", "cosine_scores",
+    "dot_product_scores", "general_scores", "luong_dot_scores", "shift_right",
+]

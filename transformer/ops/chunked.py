@@ -1,0 +1,208 @@
+"""Memory-efficient attention: online softmax over key blocks (Rabe & Staats 2021; Dao et al. 2022).
+
+Computes exactly the function of ``attention.dot_product_attention`` with a padding and/or causal mask,
+but never materialises the ``[q_length, kv_length]`` weights: queries are processed in blocks with
+``lax.map``, keys in blocks with ``lax.scan`` while a running maximum and normaliser are kept per query.
+The backward pass is a custom VJP that recomputes each block's weights from the saved log-sum-exp, so
+peak memory is ``O(length * chunk)`` in both directions rather than ``O(length^2)``.
+
+A dense ``[batch, heads, q, k]`` mask would itself be quadratic, so masks are given per position:
+``query_valid`` ``[batch, q_length]``, ``key_valid`` ``[batch, kv_length]`` and ``causal``.
+"""
+from __future__ import annotations
+
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+
+from transformer.ops.attention import MASK_VALUE
+from transformer.ops.scores import dot_product_scores
+
+
+def chunked_dot_product_attention(query, key, value, query_valid=None, key_valid=None, *,
+                                  causal: bool = False, scale: bool | float = True,
+                                  query_chunk_size: int = 512, key_chunk_size: int = 512):
+  """Block-wise scaled dot-product attention with O(length * chunk) memory.
+
+  Args:
+    query: ``[batch, q_length, heads, head_dim]``.
+    key: ``[batch, kv_length, heads, head_dim]``.
+    value: ``[batch, kv_length, heads, head_dim_v]``.
+    query_valid: ``[batch, q_length]`` bool; invalid (padding) queries return zeros. Default: all valid.
+    key_valid: ``[batch, kv_length]`` bool; invalid keys get no weight. Default: all valid.
+    causal: query ``i`` sees only keys ``j <= i``.
+    scale: as ``dot_product_scores``.
+    query_chunk_size, key_chunk_size: block sizes; lengths need not be multiples of them.
+
+  Returns:
+    ``[batch, q_length, heads, head_dim_v]`` in the query's dtype. Equal (to float rounding) to
+    ``dot_product_attention`` with the mask ``make_attention_mask(query_valid, key_valid)`` (and causal).
+  """
+  batch, q_length = query.shape[:2]
+  kv_length = key.shape[1]
+  if query_valid is None:
+    query_valid = jnp.ones((batch, q_length), bool)
+  if key_valid is None:
+    key_valid = jnp.ones((batch, kv_length), bool)
+  if scale is True:
+    scale = query.shape[-1] ** -0.5
+  elif scale is False:
+    scale = 1.0
+  query_chunk_size = min(query_chunk_size, q_length)
+  key_chunk_size = min(key_chunk_size, kv_length)
+  return _chunked_attention(query, key, value, jnp.asarray(query_valid, bool), jnp.asarray(key_valid, bool),
+                            causal, float(scale), query_chunk_size, key_chunk_size)
+
+
+def _split_blocks(x, chunk_size):
+  """``[batch, length, ...]`` -> ``[num_blocks, batch, chunk_size, ...]``, zero-padded at the end."""
+  length = x.shape[1]
+  num_blocks = math.ceil(length / chunk_size)
+  padding = [(0, 0)] * x.ndim
+  padding[1] = (0, num_blocks * chunk_size - length)
+  x = jnp.pad(x, padding)
+  x = x.reshape(x.shape[0], num_blocks, chunk_size, *x.shape[2:])
+  return jnp.moveaxis(x, 1, 0)
+
+
+def _merge_blocks(x, length):
+  """Inverse of ``_split_blocks``: ``[num_blocks, batch, chunk, ...]`` -> ``[batch, length, ...]``."""
+  x = jnp.moveaxis(x, 0, 1)
+  x = x.reshape(x.shape[0], -1, *x.shape[3:])
+  return x[:, :length]
+
+
+def _block_positions(length, chunk_size):
+  return jnp.arange(math.ceil(length / chunk_size) * chunk_size).reshape(-1, chunk_size)
+
+
+def _block_mask(query_valid, key_valid, query_position, key_position, causal):
+  """``[batch, 1, q_chunk, k_chunk]`` bool mask of one (query block, key block) pair."""
+  mask = query_valid[:, None, :, None] & key_valid[:, None, None, :]
+  if causal:
+    mask = mask & (key_position[None, None, None, :] <= query_position[None, None, :, None])
+  return mask
+
+
+def _block_probabilities(query, key, mask, log_normaliser, scale):
+  """Softmax weights of one block from the saved log-sum-exp: ``[batch, heads, q_chunk, k_chunk]``."""
+  logits = dot_product_scores(query, key, scale=scale)
+  return jnp.where(mask, jnp.exp(logits - log_normaliser[..., None]), 0.0)
+
+
+def _forward(query, key, value, query_valid, key_valid, causal, scale, query_chunk_size, key_chunk_size):
+  q_length, kv_length = query.shape[1], key.shape[1]
+  key_blocks = (_split_blocks(key, key_chunk_size), _split_blocks(value, key_chunk_size),
+                _split_blocks(key_valid, key_chunk_size), _block_positions(kv_length, key_chunk_size))
+
+  def one_query_block(query_block_inputs):
+    query_block, query_valid_block, query_position = query_block_inputs
+    batch, chunk, heads, _ = query_block.shape
+
+    def one_key_block(carry, key_block_inputs):
+      accumulator, running_max, running_sum = carry
+      key_block, value_block, key_valid_block, key_position = key_block_inputs
+      mask = _block_mask(query_valid_block, key_valid_block, query_position, key_position, causal)
+      logits = jnp.where(mask, dot_product_scores(query_block, key_block, scale=scale), MASK_VALUE)
+      new_max = jnp.maximum(running_max, jnp.max(logits, axis=-1))  # [batch, heads, q_chunk]
+      correction = jnp.exp(running_max - new_max)
+      probabilities = jnp.where(mask, jnp.exp(logits - new_max[..., None]), 0.0)
+      running_sum = running_sum * correction + jnp.sum(probabilities, axis=-1)
+      # [batch, q_chunk, heads, head_dim_v]
+      accumulator = (accumulator * jnp.swapaxes(correction, 1, 2)[..., None]
+                     + jnp.einsum("bhqk,bkhd->bqhd", probabilities, value_block.astype(jnp.float32)))
+      return (accumulator, new_max, running_sum), None
+
+    initial = (jnp.zeros((batch, chunk, heads, value.shape[-1]), jnp.float32),
+               jnp.full((batch, heads, chunk), MASK_VALUE, jnp.float32),
+               jnp.zeros((batch, heads, chunk), jnp.float32))
+    (accumulator, running_max, running_sum), _ = jax.lax.scan(one_key_block, initial, key_blocks)
+    has_keys = running_sum > 0
+    normaliser = jnp.where(has_keys, running_sum, 1.0)
+    output = accumulator / jnp.swapaxes(normaliser, 1, 2)[..., None]
+    log_normaliser = jnp.where(has_keys, running_max + jnp.log(normaliser), 0.0)
+    return output, log_normaliser
+
+  outputs, log_normalisers = jax.lax.map(one_query_block, (
+      _split_blocks(query, query_chunk_size), _split_blocks(query_valid, query_chunk_size),
+      _block_positions(q_length, query_chunk_size)))
+  output = _merge_blocks(outputs, q_length).astype(query.dtype)
+  # [num_q_blocks, batch, heads, q_chunk] -> [batch, heads, q_length]
+  log_normaliser = jnp.moveaxis(log_normalisers, 0, 2).reshape(query.shape[0], query.shape[2], -1)
+  return output, log_normaliser[:, :, :q_length]
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6, 7, 8))
+def _chunked_attention(query, key, value, query_valid, key_valid, causal, scale, query_chunk_size,
+                       key_chunk_size):
+  output, _ = _forward(query, key, value, query_valid, key_valid, causal, scale, query_chunk_size,
+                       key_chunk_size)
+  return output
+
+
+def _chunked_attention_fwd(query, key, value, query_valid, key_valid, causal, scale, query_chunk_size,
+                           key_chunk_size):
+  output, log_normaliser = _forward(query, key, value, query_valid, key_valid, causal, scale,
+                                    query_chunk_size, key_chunk_size)
+  return output, (query, key, value, query_valid, key_valid, output, log_normaliser)
+
+
+def _chunked_attention_bwd(causal, scale, query_chunk_size, key_chunk_size, residuals, output_cotangent):
+  query, key, value, query_valid, key_valid, output, log_normaliser = residuals
+  q_length, kv_length = query.shape[1], key.shape[1]
+  output_cotangent = output_cotangent.astype(jnp.float32)
+  # D_i = sum_d dO_i * O_i, the softmax-gradient correction term (Dao et al. 2022, alg. 2). [batch, heads, q]
+  correction = jnp.einsum("bqhd,bqhd->bhq", output_cotangent, output.astype(jnp.float32))
+
+  def split_query_side(x, axis_is_length_last=False):
+    if axis_is_length_last:  # [batch, heads, q] -> [num_blocks, batch, heads, chunk]
+      return jnp.moveaxis(_split_blocks(jnp.swapaxes(x, 1, 2), query_chunk_size), 3, 2)
+    return _split_blocks(x, query_chunk_size)
+
+  query_blocks = (split_query_side(query), split_query_side(query_valid),
+                  _block_positions(q_length, query_chunk_size), split_query_side(output_cotangent),
+                  split_query_side(log_normaliser, True), split_query_side(correction, True))
+  key_blocks = (_split_blocks(key, key_chunk_size), _split_blocks(value, key_chunk_size),
+                _split_blocks(key_valid, key_chunk_size), _block_positions(kv_length, key_chunk_size))
+
+  def block_gradients(query_block_inputs, key_block_inputs):
+    """Probabilities and logit cotangents of one (query block, key block) pair."""
+    query_block, query_valid_block, query_position, d_output, log_norm, corr = query_block_inputs
+    key_block, value_block, key_valid_block, key_position = key_block_inputs
+    mask = _block_mask(query_valid_block, key_valid_block, query_position, key_position, causal)
+    probabilities = _block_probabilities(query_block, key_block, mask, log_norm, scale)
+    d_probabilities = jnp.einsum("bqhd,bkhd->bhqk", d_output, value_block.astype(jnp.float32))
+    d_logits = probabilities * (d_probabilities - corr[..., None])
+    return probabilities, d_logits
+
+  def query_gradient(query_block_inputs):
+    def one_key_block(d_query, key_block_inputs):
+      _, d_logits = block_gradients(query_block_inputs, key_block_inputs)
+      d_query = d_query + scale * jnp.einsum("bhqk,bkhd->bqhd", d_logits,
+                                             key_block_inputs[0].astype(jnp.float32))
+      return d_query, None
+    d_query, _ = jax.lax.scan(one_key_block, jnp.zeros(query_block_inputs[0].shape, jnp.float32), key_blocks)
+    return d_query
+
+  def key_value_gradient(key_block_inputs):
+    def one_query_block(carry, query_block_inputs):
+      d_key, d_value = carry
+      probabilities, d_logits = block_gradients(query_block_inputs, key_block_inputs)
+      d_value = d_value + jnp.einsum("bhqk,bqhd->bkhd", probabilities, query_block_inputs[3])
+      d_key = d_key + scale * jnp.einsum("bhqk,bqhd->bkhd", d_logits,
+                                         query_block_inputs[0].astype(jnp.float32))
+      return (d_key, d_value), None
+    initial = (jnp.zeros(key_block_inputs[0].shape, jnp.float32),
+               jnp.zeros(key_block_inputs[1].shape, jnp.float32))
+    (d_key, d_value), _ = jax.lax.scan(one_query_block, initial, query_blocks)
+    return d_key, d_value
+
+  d_query = _merge_blocks(jax.lax.map(query_gradient, query_blocks), q_length)
+  d_key, d_value = jax.lax.map(key_value_gradient, key_blocks)
+  d_key, d_value = _merge_blocks(d_key, kv_length), _merge_blocks(d_value, kv_length)
+  return (d_query.astype(query.dtype), d_key.astype(key.dtype), d_value.astype(value.dtype), None, None)
+
+
+_chunked_attention.defvjp(_chunked_attention_fwd, _chunked_attention_bwd)

@@ -1,0 +1,39 @@
+"""Position-wise feed-forward network (Vaswani et al. 2017, eq. 2)."""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from transformer.ops.dropout import dropout
+
+ACTIVATIONS = {
+    "relu": jax.nn.relu,
+    "gelu": jax.nn.gelu,
+}
+
+
+def feed_forward(x, kernel_in, bias_in, kernel_out, bias_out, activation: str = "relu",
+                 dropout_rate: float = 0.0, dropout_rng=None, precision=None):
+  """``FFN(x) = act(x W_1 + b_1) W_2 + b_2``, applied to each position alike.
+
+  Args:
+    x: ``[batch, length, d_model]``.
+    kernel_in: ``W_1``, ``[d_model, d_ff]``;  bias_in: ``[d_ff]`` or None.
+    kernel_out: ``W_2``, ``[d_ff, d_model]``;  bias_out: ``[d_model]`` or None.
+    activation: one of ``ACTIVATIONS`` ("relu" as in the paper, or "gelu").
+    dropout_rate, dropout_rng: dropout on the hidden activations.
+
+  Returns:
+    ``[batch, length, d_model]``.
+  """
+  if activation not in ACTIVATIONS:
+    raise ValueError(f"unknown activation {activation!r}; choose one of {sorted(ACTIVATIONS)}")
+  hidden = jnp.einsum("bld,df->blf", x, kernel_in, precision=precision)
+  if bias_in is not None:
+    hidden = hidden + bias_in
+  hidden = ACTIVATIONS[activation](hidden)
+  hidden = dropout(hidden, dropout_rate, dropout_rng)
+  output = jnp.einsum("blf,fd->bld", hidden, kernel_out, precision=precision)
+  if bias_out is not None:
+    output = output + bias_out
+  return output

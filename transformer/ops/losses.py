@@ -1,0 +1,47 @@
+"""Losses: label-smoothed cross entropy with padding weights."""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+
+def softmax_cross_entropy(logits, targets, label_smoothing: float = 0.0):
+  """Per-position cross entropy against label-smoothed one-hot targets (Szegedy et al. 2016).
+
+  The target distribution puts ``1 - label_smoothing`` on the true class and spreads ``label_smoothing``
+  evenly over the other ``vocab - 1`` classes. The entropy of that distribution is subtracted, so a
+  perfect prediction of the smoothed distribution has loss 0 and values are comparable across settings.
+
+  Args:
+    logits: ``[..., vocab]`` (any float dtype; computed in float32).
+    targets: ``[...]`` int class ids.
+    label_smoothing: in ``[0, 1)``.
+
+  Returns:
+    ``[...]`` float32 losses.
+  """
+  vocab_size = logits.shape[-1]
+  confidence = 1.0 - label_smoothing
+  low_confidence = label_smoothing / (vocab_size - 1)
+  log_probs = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
+  true_log_prob = jnp.take_along_axis(log_probs, targets[..., None], axis=-1)[..., 0]
+  loss = -confidence * true_log_prob
+  if label_smoothing > 0.0:
+    # Sum over the wrong classes = sum over all classes minus the true one.
+    loss = loss - low_confidence * (jnp.sum(log_probs, axis=-1) - true_log_prob)
+    minimum = -(confidence * jnp.log(confidence) + (vocab_size - 1) * low_confidence
+                * jnp.log(low_confidence + 1e-20))
+    loss = loss - minimum
+  return loss
+
+
+def weighted_sum(values, weights=None):
+  """``(sum(values * weights), sum(weights))``: the pieces of a mean over non-padding positions.
+
+  Returning both lets callers sum across devices and steps first and divide once, so the loss is
+  normalised by the number of real tokens in the global batch, not per device.
+  """
+  if weights is None:
+    weights = jnp.ones_like(values)
+  weights = weights.astype(jnp.float32)
+  return jnp.sum(values * weights), jnp.sum(weights)

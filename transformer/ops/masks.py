@@ -1,0 +1,74 @@
+"""Attention masks.
+
+Convention: a mask is boolean, ``True`` where a query may attend to a key, with shape
+``[batch, heads, q_length, kv_length]`` (any of the leading axes may be 1 and broadcast).
+This is the convention of ``jax.nn.dot_product_attention`` and ``flax.linen.attention``.
+"""
+from __future__ import annotations
+
+import jax.numpy as jnp
+
+
+def make_attention_mask(query_valid, key_valid):
+  """Pairwise mask from per-position validity.
+
+  Args:
+    query_valid: ``[batch, q_length]`` bool (or 0/1), True at real query positions.
+    key_valid: ``[batch, kv_length]`` bool (or 0/1), True at real key positions.
+
+  Returns:
+    ``[batch, 1, q_length, kv_length]`` bool mask, True where both are valid.
+  """
+  query_valid = jnp.asarray(query_valid, bool)
+  key_valid = jnp.asarray(key_valid, bool)
+  return (query_valid[:, None, :, None] & key_valid[:, None, None, :])
+
+
+def make_padding_mask(query_tokens, key_tokens=None, pad_id: int = 0):
+  """Mask that hides padding tokens (``pad_id``) on either side.
+
+  Args:
+    query_tokens: ``[batch, q_length]`` int token ids.
+    key_tokens: ``[batch, kv_length]`` int token ids; defaults to ``query_tokens`` (self attention).
+    pad_id: the padding id.
+
+  Returns:
+    ``[batch, 1, q_length, kv_length]`` bool mask.
+  """
+  if key_tokens is None:
+    key_tokens = query_tokens
+  return make_attention_mask(query_tokens != pad_id, key_tokens != pad_id)
+
+
+def make_causal_mask(length: int, kv_length: int | None = None, offset: int = 0):
+  """Lower-triangular mask: query ``i`` sees keys ``j <= i + offset``.
+
+  Args:
+    length: number of queries.
+    kv_length: number of keys (defaults to ``length``).
+    offset: position of the first query among the keys (used by cached decoding).
+
+  Returns:
+    ``[1, 1, length, kv_length]`` bool mask.
+  """
+  kv_length = length if kv_length is None else kv_length
+  query_position = jnp.arange(length)[:, None] + offset
+  key_position = jnp.arange(kv_length)[None, :]
+  return (key_position <= query_position)[None, None]
+
+
+def combine_masks(*masks):
+  """Logical AND of masks, ignoring ``None``; ``None`` if all are ``None``.
+
+  Every mask is broadcast to a common ``[batch, heads, q_length, kv_length]`` shape.
+  """
+  masks = [m for m in masks if m is not None]
+  if not masks:
+    return None
+  for m in masks:
+    if m.ndim != masks[0].ndim:
+      raise ValueError(f"masks must have the same rank, got shapes {[m.shape for m in masks]}")
+  combined = jnp.asarray(masks[0], bool)
+  for m in masks[1:]:
+    combined = jnp.logical_and(combined, jnp.asarray(m, bool))
+  return combined

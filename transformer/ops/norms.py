@@ -1,0 +1,37 @@
+"""Normalisation layers as pure functions; statistics are computed in float32."""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+
+def layer_norm(x, scale=None, bias=None, epsilon: float = 1e-6):
+  """LayerNorm (Ba et al. 2016) over the last axis.
+
+  Args:
+    x: ``[..., features]``.
+    scale: ``[features]`` gain (None for 1).
+    bias: ``[features]`` offset (None for 0).
+    epsilon: added to the variance.
+
+  Returns:
+    ``[..., features]`` in ``x``'s dtype.
+  """
+  x32 = x.astype(jnp.float32)
+  mean = jnp.mean(x32, axis=-1, keepdims=True)
+  variance = jnp.mean(jnp.square(x32 - mean), axis=-1, keepdims=True)
+  y = (x32 - mean) * jax.lax.rsqrt(variance + epsilon)
+  if scale is not None:
+    y = y * scale.astype(jnp.float32)
+  if bias is not None:
+    y = y + bias.astype(jnp.float32)
+  return y.astype(x.dtype)
+
+
+def rms_norm(x, scale=None, epsilon: float = 1e-6):
+  """RMSNorm (Zhang & Sennrich 2019): ``x / sqrt(mean(x^2) + eps) * scale`` over the last axis."""
+  x32 = x.astype(jnp.float32)
+  y = x32 * jax.lax.rsqrt(jnp.mean(jnp.square(x32), axis=-1, keepdims=True) + epsilon)
+  if scale is not None:
+    y = y * scale.astype(jnp.float32)
+  return y.astype(x.dtype)

@@ -1,0 +1,70 @@
+"""Positional information: sinusoidal encoding, rotary embedding, embedding scaling.
+
+A learned position table is a parameter, so it lives in ``transformer.nn`` (``PositionEmbedding``), which
+simply indexes it; "none" adds nothing (the ablation).
+"""
+from __future__ import annotations
+
+import jax.numpy as jnp
+
+
+def sinusoidal_position_encoding(positions, d_model: int, max_timescale: float = 10000.0, dtype=jnp.float32):
+  """The paper's encoding (Vaswani et al. 2017, section 3.5).
+
+  ``PE(pos, 2i) = sin(pos / 10000^(2i/d_model))`` and ``PE(pos, 2i+1) = cos(pos / 10000^(2i/d_model))``:
+  sine on even features, cosine on odd ones, so each (2i, 2i+1) pair rotates with position and
+  ``PE(pos + k)`` is a fixed linear map (2x2 rotation blocks) of ``PE(pos)``.
+
+  Args:
+    positions: an int (meaning ``range(positions)``) or an int array of any shape ``[...]``.
+    d_model: feature size (odd sizes drop the last cosine).
+    max_timescale: the 10000 of the formula.
+
+  Returns:
+    ``[..., d_model]`` (``[length, d_model]`` for an int).
+  """
+  if isinstance(positions, int):
+    positions = jnp.arange(positions)
+  positions = jnp.asarray(positions, jnp.float32)
+  num_frequencies = (d_model + 1) // 2
+  frequencies = max_timescale ** (-2.0 * jnp.arange(num_frequencies, dtype=jnp.float32) / d_model)
+  angles = positions[..., None] * frequencies  # [..., d_model / 2]
+  interleaved = jnp.stack([jnp.sin(angles), jnp.cos(angles)], axis=-1)  # [..., d_model / 2, 2]
+  return interleaved.reshape(*angles.shape[:-1], 2 * num_frequencies)[..., :d_model].astype(dtype)
+
+
+def apply_rotary_embedding(x, positions, max_timescale: float = 10000.0):
+  """Rotary position embedding (Su et al. 2021), applied to queries or keys.
+
+  Feature ``i`` and ``i + head_dim/2`` form a pair rotated by ``position * 10000^(-2i/head_dim)``, so
+  ``rotary(q, m) . rotary(k, n)`` depends on positions only through ``m - n``.
+
+  Args:
+    x: ``[batch, length, heads, head_dim]`` with an even ``head_dim``.
+    positions: ``[batch, length]`` or ``[length]`` int positions.
+
+  Returns:
+    ``[batch, length, heads, head_dim]`` in ``x``'s dtype.
+  """
+  head_dim = x.shape[-1]
+  if head_dim % 2:
+    raise ValueError(f"rotary embedding needs an even head_dim, got {head_dim}")
+  half = head_dim // 2
+  frequencies = max_timescale ** (-2.0 * jnp.arange(half, dtype=jnp.float32) / head_dim)
+  positions = jnp.asarray(positions, jnp.float32)
+  if positions.ndim == 1:
+    positions = positions[None]
+  angles = positions[:, :, None, None] * frequencies  # [batch, length, 1, half]
+  sin, cos = jnp.sin(angles), jnp.cos(angles)
+  first, second = x[..., :half].astype(jnp.float32), x[..., half:].astype(jnp.float32)
+  rotated = jnp.concatenate([first * cos - second * sin, first * sin + second * cos], axis=-1)
+  return rotated.astype(x.dtype)
+
+
+def scale_embeddings(embeddings, d_model: int):
+  """Multiply embeddings by ``sqrt(d_model)`` (Vaswani et al., section 3.4).
+
+  With embeddings initialised at scale ``1/sqrt(d_model)`` (as when shared with the output projection),
+  this brings them to unit scale, comparable to the positional encoding added next.
+  """
+  return embeddings * jnp.asarray(d_model ** 0.5, embeddings.dtype)

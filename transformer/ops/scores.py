@@ -1,0 +1,93 @@
+"""Score (compatibility) functions: unnormalised attention logits.
+
+Every score function maps queries ``[batch, q_length, heads, d]`` and keys ``[batch, kv_length, heads, d]``
+to logits ``[batch, heads, q_length, kv_length]``, which ``attention.masked_softmax`` turns into weights.
+Single-head users (e.g. the RNN baselines) pass ``heads = 1``.
+
+References: Vaswani et al. 2017 (scaled dot product), Luong et al. 2015 (dot, general, and a cosine
+variant as in Graves et al. 2014), Bahdanau et al. 2015 (additive).
+"""
+from __future__ import annotations
+
+import jax.numpy as jnp
+
+
+def dot_product_scores(query, key, scale: bool | float = True, precision=None):
+  """Scaled dot product ``q . k / sqrt(d_k)`` (Vaswani et al., eq. 1).
+
+  The scale keeps the logits' variance near 1 when q and k have unit-variance entries: without it the
+  variance of ``q . k`` grows like ``d_k`` and the softmax saturates.
+
+  Args:
+    query: ``[batch, q_length, heads, d_k]``.
+    key: ``[batch, kv_length, heads, d_k]``.
+    scale: True for ``1/sqrt(d_k)``, False for none (Luong "dot" and the ablation), or a float.
+    precision: passed to ``jnp.einsum``.
+
+  Returns:
+    ``[batch, heads, q_length, kv_length]`` float32 logits.
+  """
+  if scale is True:
+    scale = query.shape[-1] ** -0.5
+  elif scale is False:
+    scale = None
+  # Logits accumulate and stay in float32 (as jax.nn does) so bfloat16 inputs lose nothing before softmax.
+  logits = jnp.einsum("bqhd,bkhd->bhqk", query, key, precision=precision,
+                      preferred_element_type=jnp.float32)
+  return logits if scale is None else logits * scale
+
+
+def luong_dot_scores(query, key, precision=None):
+  """Luong "dot": ``q . k`` without scaling.  Shapes as ``dot_product_scores``."""
+  return dot_product_scores(query, key, scale=False, precision=precision)
+
+
+def general_scores(query, key, weight, precision=None):
+  """Luong "general" (bilinear): ``q^T W k``.
+
+  Args:
+    query: ``[batch, q_length, heads, d_q]``.
+    key: ``[batch, kv_length, heads, d_k]``.
+    weight: ``[d_q, d_k]`` (shared by all heads) or ``[heads, d_q, d_k]``.
+
+  Returns:
+    ``[batch, heads, q_length, kv_length]`` logits.
+  """
+  if weight.ndim == 2:
+    projected = jnp.einsum("bqhd,de->bqhe", query, weight, precision=precision)
+  else:
+    projected = jnp.einsum("bqhd,hde->bqhe", query, weight, precision=precision)
+  return dot_product_scores(projected, key, scale=False, precision=precision)
+
+
+def cosine_scores(query, key, temperature: float = 1.0, epsilon: float = 1e-8, precision=None):
+  """Cosine similarity ``q . k / (|q| |k|)``, divided by ``temperature``.
+
+  Shapes as ``dot_product_scores``. Logits lie in ``[-1/temperature, 1/temperature]``.
+  """
+  query_norm = jnp.sqrt(jnp.sum(jnp.square(query), axis=-1, keepdims=True) + epsilon)
+  key_norm = jnp.sqrt(jnp.sum(jnp.square(key), axis=-1, keepdims=True) + epsilon)
+  scores = dot_product_scores(query / query_norm, key / key_norm, scale=False, precision=precision)
+  return scores / temperature
+
+
+def additive_scores(query, key, query_weight, key_weight, score_vector, precision=None):
+  """Bahdanau additive score ``v^T tanh(W q + U k)``.
+
+  Memory is ``O(batch * heads * q_length * kv_length * d_attn)``: fine for the RNN baselines it serves.
+
+  Args:
+    query: ``[batch, q_length, heads, d_q]``.
+    key: ``[batch, kv_length, heads, d_k]``.
+    query_weight: ``W``, ``[d_q, d_attn]``.
+    key_weight: ``U``, ``[d_k, d_attn]``.
+    score_vector: ``v``, ``[d_attn]``.
+
+  Returns:
+    ``[batch, heads, q_length, kv_length]`` logits.
+  """
+  projected_query = jnp.einsum("bqhd,da->bhqa", query, query_weight, precision=precision)
+  projected_key = jnp.einsum("bkhd,da->bhka", key, key_weight, precision=precision)
+  # [batch, heads, q_length, kv_length, d_attn]
+  hidden = jnp.tanh(projected_query[:, :, :, None, :] + projected_key[:, :, None, :, :])
+  return jnp.einsum("bhqka,a->bhqk", hidden, score_vector, precision=precision)
