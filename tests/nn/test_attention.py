@@ -1,0 +1,99 @@
+"""MultiHeadAttention against the numpy reference, and its dense, chunked and cached paths against each other."""
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from tests.nn import reference
+from transformer.nn import ModelConfig, MultiHeadAttention
+
+CONFIG = ModelConfig(vocab_size=11, d_model=8, num_heads=2, d_ff=16, dropout_rate=0.0, attention_dropout_rate=0.0,
+                     deterministic=True, attention_chunk_size=2)
+BATCH, Q_LENGTH, KV_LENGTH = 2, 5, 6
+
+
+def _inputs(seed=0):
+  rng = np.random.default_rng(seed)
+  inputs_q = rng.normal(size=(BATCH, Q_LENGTH, CONFIG.d_model)).astype(np.float32)
+  inputs_kv = rng.normal(size=(BATCH, KV_LENGTH, CONFIG.d_model)).astype(np.float32)
+  query_valid = np.array([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]], bool)
+  key_valid = np.array([[1, 1, 1, 1, 1, 0], [1, 1, 0, 0, 0, 0]], bool)
+  return inputs_q, inputs_kv, query_valid, key_valid
+
+
+@pytest.mark.parametrize("implementation", ["dense", "chunked"])
+@pytest.mark.parametrize("positional_encoding", ["sinusoidal", "rotary"])
+def test_self_and_cross_attention_match_numpy(positional_encoding, implementation):
+  config = CONFIG.replace(positional_encoding=positional_encoding, attention_implementation=implementation)
+  inputs_q, inputs_kv, query_valid, key_valid = _inputs()
+  rotary = positional_encoding == "rotary"
+  params = reference.perturbed_params(MultiHeadAttention(config), inputs_q, inputs_kv, query_valid, key_valid)
+  numpy_params = reference.as_numpy(params)
+
+  @functools.partial(jax.jit, static_argnames=("causal", "cross_attention"))
+  def apply(*args, causal=False, cross_attention=False):
+    return MultiHeadAttention(config, cross_attention).apply({"params": params}, *args, causal=causal)
+
+  padded_self = apply(inputs_kv, inputs_kv, key_valid, key_valid)
+  expected = reference.multi_head_attention(numpy_params, inputs_kv, inputs_kv, key_valid, key_valid,
+                                            config.num_heads, rotary=rotary)
+  np.testing.assert_allclose(padded_self, expected, atol=1e-5, rtol=1e-5)
+
+  causal_self = apply(inputs_q, inputs_q, query_valid, query_valid, causal=True)
+  expected = reference.multi_head_attention(numpy_params, inputs_q, inputs_q, query_valid, query_valid,
+                                            config.num_heads, causal=True, rotary=rotary)
+  np.testing.assert_allclose(causal_self, expected, atol=1e-5, rtol=1e-5)
+
+  # Cross attention carries no rotary positions: a target and a source position have no offset to encode.
+  cross = apply(inputs_q, inputs_kv, query_valid, key_valid, cross_attention=True)
+  expected = reference.multi_head_attention(numpy_params, inputs_q, inputs_kv, query_valid, key_valid,
+                                            config.num_heads)
+  np.testing.assert_allclose(cross, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_cached_decoding_equals_full_causal_attention():
+  """One position per call through the cache gives the full causal self attention (rotary positions too)."""
+  config = CONFIG.replace(positional_encoding="rotary")
+  inputs, _, _, _ = _inputs(1)
+  valid = np.ones((BATCH, Q_LENGTH), bool)
+  module = MultiHeadAttention(config)
+  params = reference.perturbed_params(module, inputs, inputs, valid, valid, causal=True)
+  full = module.apply({"params": params}, inputs, inputs, valid, valid, causal=True)
+
+  decoder = MultiHeadAttention(config.replace(decode=True))
+  cache = decoder.init(jax.random.key(0), inputs, inputs, valid, valid, causal=True)["cache"]
+  assert cache["cached_key"].shape == (BATCH, Q_LENGTH, config.num_heads, config.head_dim)
+
+  @jax.jit
+  def step(cache, x):
+    output, variables = decoder.apply({"params": params, "cache": cache}, x, x, valid[:, :1], valid[:, :1],
+                                      causal=True, mutable=["cache"])
+    return output, variables["cache"]
+
+  outputs = []
+  for position in range(Q_LENGTH):
+    output, cache = step(cache, inputs[:, position:position + 1])
+    outputs.append(output)
+  np.testing.assert_allclose(jnp.concatenate(outputs, axis=1), full, atol=1e-5, rtol=1e-5)
+  assert int(cache["cache_index"]) == Q_LENGTH
+
+
+def test_attention_weights_are_sown_for_plots():
+  inputs_q, inputs_kv, query_valid, key_valid = _inputs()
+  module = MultiHeadAttention(CONFIG)
+  params = reference.perturbed_params(module, inputs_q, inputs_kv, query_valid, key_valid)
+  _, state = module.apply({"params": params}, inputs_q, inputs_kv, query_valid, key_valid,
+                          mutable=["intermediates"])
+  (weights,) = state["intermediates"]["attention_weights"]
+  assert weights.shape == (BATCH, CONFIG.num_heads, Q_LENGTH, KV_LENGTH)
+  np.testing.assert_array_equal(np.asarray(weights)[1, :, :, 2:], 0.0)  # padding keys of example 1
+
+
+def test_decode_takes_one_position_per_call():
+  inputs, _, _, _ = _inputs(2)
+  decoder = MultiHeadAttention(CONFIG.replace(decode=True))
+  variables = decoder.init(jax.random.key(0), inputs, inputs, causal=True)
+  with pytest.raises(ValueError, match="one position per call, got 2"):
+    decoder.apply(variables, inputs[:, :2], inputs[:, :2], causal=True, mutable=["cache"])

@@ -1,0 +1,105 @@
+"""Layers: a whole EncoderLayer against numpy with the module's own weights; decoder-layer causality."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from tests.nn import reference
+from transformer import ops
+from transformer.nn import DecoderLayer, EncoderLayer, ModelConfig, Norm, PositionalEncoding
+
+CONFIG = ModelConfig(vocab_size=11, d_model=8, num_heads=2, d_ff=16, dropout_rate=0.0, attention_dropout_rate=0.0,
+                     max_length=16, deterministic=True)
+BATCH, LENGTH = 2, 5
+
+
+def _sequence(seed=0, length=LENGTH):
+  rng = np.random.default_rng(seed)
+  x = rng.normal(size=(BATCH, length, CONFIG.d_model)).astype(np.float32)
+  valid = np.ones((BATCH, length), bool)
+  valid[1, 3:] = False
+  return x, valid
+
+
+@pytest.mark.parametrize("norm_position, norm", [("post", "layer_norm"), ("pre", "layer_norm"), ("pre", "rms_norm")])
+def test_encoder_layer_matches_numpy(norm_position, norm):
+  config = CONFIG.replace(norm_position=norm_position, norm=norm)
+  x, valid = _sequence()
+  layer = EncoderLayer(config)
+  params = reference.perturbed_params(layer, x, valid)
+  output = layer.apply({"params": params}, x, valid)
+  numpy_norm = reference.rms_norm if norm == "rms_norm" else reference.layer_norm
+  expected = reference.encoder_layer(reference.as_numpy(params), x.astype(np.float64), valid, config.num_heads,
+                                     norm_position, numpy_norm, config.norm_epsilon)
+  # Padding positions are computed too (they attend to nothing, so only the residual path and the FFN
+  # act); they match as well.
+  np.testing.assert_allclose(output, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_norm_module_is_the_configured_norm():
+  x, _ = _sequence(1)
+  for norm in ("layer_norm", "rms_norm"):
+    module = Norm(CONFIG.replace(norm=norm, norm_epsilon=1e-3))
+    params = reference.perturbed_params(module, x)
+    expected = (reference.rms_norm if norm == "rms_norm" else reference.layer_norm)(
+        x.astype(np.float64), reference.as_numpy(params), 1e-3)
+    np.testing.assert_allclose(module.apply({"params": params}, x), expected, atol=1e-5, rtol=1e-5)
+  assert set(Norm(CONFIG.replace(norm="rms_norm")).init(jax.random.key(0), x)["params"]) == {"scale"}
+
+
+def test_decoder_layer_is_causal():
+  """d output[i] / d input[j] is exactly zero for j > i (cross attention over a padded source included)."""
+  x, _ = _sequence(2)
+  valid = np.ones((BATCH, LENGTH), bool)
+  encoded = np.random.default_rng(3).normal(size=(BATCH, 3, CONFIG.d_model)).astype(np.float32)
+  encoded_valid = np.array([[1, 1, 1], [1, 1, 0]], bool)
+  layer = DecoderLayer(CONFIG)
+  params = reference.perturbed_params(layer, x, valid, encoded, encoded_valid)
+  jacobian = jax.jit(jax.jacrev(lambda inputs: layer.apply({"params": params}, inputs, valid, encoded,
+                                                           encoded_valid)))(x)
+  # [batch, i, d, batch', j, d'] -> [batch, i, j]
+  influence = np.abs(np.asarray(jacobian)).sum(axis=(2, 5))[np.arange(BATCH), :, np.arange(BATCH)]
+  future = np.triu(np.ones((LENGTH, LENGTH), bool), k=1)
+  assert (influence[:, future] == 0).all()
+  assert (influence[:, ~future] > 0).all()
+
+
+def test_positional_encoding_module_adds_the_encoding():
+  x, _ = _sequence(4)
+  sinusoidal = PositionalEncoding(CONFIG)
+  np.testing.assert_allclose(sinusoidal.apply({}, x), x + ops.sinusoidal_position_encoding(LENGTH, 8)[None],
+                             atol=1e-6)
+  learned = PositionalEncoding(CONFIG.replace(positional_encoding="learned"))
+  params = learned.init(jax.random.key(0), x)["params"]
+  assert params["position_table"].shape == (CONFIG.max_length, CONFIG.d_model)
+  np.testing.assert_allclose(learned.apply({"params": params}, x), x + params["position_table"][:LENGTH][None],
+                             atol=1e-6)
+  for name in ("rotary", "none"):
+    np.testing.assert_array_equal(PositionalEncoding(CONFIG.replace(positional_encoding=name)).apply({}, x), x)
+
+
+def test_positional_encoding_continues_from_the_cache_when_decoding():
+  x, _ = _sequence(5)
+  module = PositionalEncoding(CONFIG.replace(decode=True))
+  cache = module.init(jax.random.key(0), x)["cache"]
+  outputs = []
+  for position in range(LENGTH):
+    output, variables = module.apply({"cache": cache}, x[:, position:position + 1], mutable=["cache"])
+    cache = variables["cache"]
+    outputs.append(output)
+  np.testing.assert_allclose(jnp.concatenate(outputs, 1), PositionalEncoding(CONFIG).apply({}, x), atol=1e-6)
+
+
+def test_dropout_is_active_only_when_not_deterministic():
+  x, valid = _sequence(6)
+  config = CONFIG.replace(dropout_rate=0.5, attention_dropout_rate=0.5, feed_forward_dropout_rate=0.5)
+  layer = EncoderLayer(config)
+  params = reference.perturbed_params(layer, x, valid)
+  without = EncoderLayer(CONFIG).apply({"params": params}, x, valid)
+  np.testing.assert_allclose(layer.apply({"params": params}, x, valid), without, atol=1e-6)
+  training = EncoderLayer(config.replace(deterministic=False))
+  apply = jax.jit(lambda rng: training.apply({"params": params}, x, valid, rngs={"dropout": rng}))
+  first = apply(jax.random.key(1))
+  np.testing.assert_array_equal(first, apply(jax.random.key(1)))
+  assert np.abs(first - without).max() > 1e-2
+  assert np.abs(first - apply(jax.random.key(2))).max() > 1e-2

@@ -1,0 +1,173 @@
+"""Models: cached decoding equals teacher forcing, chunked equals dense, causality, padding invariance."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from transformer import ops
+from transformer.nn import Encoder, EncoderClassifier, EncoderDecoder, ModelConfig, TransformerLM
+
+# One layer each keeps compilation short; decoding uses two decoder layers, so that a cached layer feeds
+# another cached layer.
+CONFIG = ModelConfig(vocab_size=13, d_model=16, num_heads=2, d_ff=32, num_encoder_layers=1, num_decoder_layers=1,
+                     dropout_rate=0.0, attention_dropout_rate=0.0, max_length=16, deterministic=True)
+DECODING_CONFIG = CONFIG.replace(num_decoder_layers=2, attention_chunk_size=2)
+BATCH = 2
+
+
+def _tokens(seed, length, padding_from=None):
+  """Random non-special tokens ``[BATCH, length]``; example 1 is padded from ``padding_from`` on."""
+  tokens = np.random.default_rng(seed).integers(3, CONFIG.vocab_size, (BATCH, length))
+  if padding_from is not None:
+    tokens[1, padding_from:] = CONFIG.pad_id
+  return jnp.asarray(tokens, jnp.int32)
+
+
+def _decode_step_by_step(step, cache, decoder_inputs):
+  logits = []
+  for position in range(decoder_inputs.shape[1]):
+    step_logits, cache = step(cache, decoder_inputs[:, position:position + 1])
+    logits.append(step_logits)
+  return jnp.concatenate(logits, axis=1)
+
+
+DECODING_CASES = [pytest.param("sinusoidal", "dense", id="sinusoidal"), pytest.param("learned", "dense", id="learned"),
+                  pytest.param("rotary", "dense", id="rotary")]
+
+
+@pytest.mark.parametrize("positional_encoding, implementation", DECODING_CASES)
+def test_encoder_decoder_cached_decoding_equals_teacher_forcing(positional_encoding, implementation):
+  config = DECODING_CONFIG.replace(positional_encoding=positional_encoding, attention_implementation=implementation)
+  source, targets = _tokens(0, 6, padding_from=4), _tokens(1, 5)
+  model = EncoderDecoder(config)
+  params = model.init(jax.random.key(0), source, targets)["params"]
+  full = jax.jit(model.apply)({"params": params}, source, targets)
+
+  decoding = EncoderDecoder(config.replace(decode=True))
+  encoded = decoding.apply({"params": params}, source, method=EncoderDecoder.encode)
+  np.testing.assert_allclose(encoded, model.apply({"params": params}, source, method=EncoderDecoder.encode),
+                             atol=1e-6)
+  cache = decoding.init(jax.random.key(0), encoded, source, jnp.zeros_like(targets),
+                        method=EncoderDecoder.decode)["cache"]
+  assert "encoder" not in cache  # the source is encoded whole, with no cache
+
+  @jax.jit
+  def step(cache, token):
+    logits, variables = decoding.apply({"params": params, "cache": cache}, encoded, source, token,
+                                       method=EncoderDecoder.decode, mutable=["cache"])
+    return logits, variables["cache"]
+
+  stepwise = _decode_step_by_step(step, cache, ops.shift_right(targets, config.bos_id))
+  np.testing.assert_allclose(stepwise, full, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("positional_encoding, implementation",
+                         DECODING_CASES + [pytest.param("rotary", "chunked", id="rotary-chunked")])
+def test_language_model_cached_decoding_equals_teacher_forcing(positional_encoding, implementation):
+  config = DECODING_CONFIG.replace(positional_encoding=positional_encoding, attention_implementation=implementation)
+  tokens = _tokens(2, 6)
+  model = TransformerLM(config)
+  params = model.init(jax.random.key(0), tokens)["params"]
+  full = jax.jit(model.apply)({"params": params}, tokens)
+  assert full.shape == (BATCH, 6, config.vocab_size) and full.dtype == jnp.float32
+
+  decoding = TransformerLM(config.replace(decode=True))
+  cache = decoding.init(jax.random.key(0), jnp.zeros_like(tokens))["cache"]
+
+  @jax.jit
+  def step(cache, token):
+    logits, variables = decoding.apply({"params": params, "cache": cache}, token, mutable=["cache"])
+    return logits, variables["cache"]
+
+  stepwise = _decode_step_by_step(step, cache, ops.shift_right(tokens, config.bos_id))
+  np.testing.assert_allclose(stepwise, full, atol=1e-5, rtol=1e-5)
+
+
+def test_chunked_attention_gives_the_dense_model():
+  """Ragged chunks (2 into lengths 5 and 7) with padding on both sides: same logits as dense attention."""
+  source, targets = _tokens(3, 7, padding_from=4), _tokens(4, 5, padding_from=3)
+  dense, chunked = (EncoderDecoder(CONFIG.replace(attention_implementation=name, attention_chunk_size=2))
+                    for name in ("dense", "chunked"))
+  params = dense.init(jax.random.key(0), source, targets)["params"]
+  expected = jax.jit(dense.apply)({"params": params}, source, targets)
+  np.testing.assert_allclose(jax.jit(chunked.apply)({"params": params}, source, targets), expected,
+                             atol=1e-5, rtol=1e-5)
+
+
+def _influence_of_positions(model, params, tokens):
+  """``[batch, i, j]``: sum |d logits[i] / d position_table[j]| for the decoder's learned positions.
+
+  A learned position row ``j`` is added at decoder input position ``j`` only, so this is the gradient of
+  output ``i`` w.r.t. input position ``j``.
+  """
+  def logits_of_table(table):
+    new_params = jax.tree_util.tree_map(lambda x: x, params)
+    new_params["decoder"]["embedder"]["positions"]["position_table"] = table
+    return model(new_params)
+
+  table = params["decoder"]["embedder"]["positions"]["position_table"]
+  jacobian = np.asarray(jax.jit(jax.jacrev(logits_of_table))(table))  # [batch, i, vocab, max_length, d]
+  return np.abs(jacobian).sum(axis=(2, 4))[:, :, :tokens.shape[1]]
+
+
+def test_language_model_and_decoder_are_causal():
+  """d logits[i] / d input[j] is exactly zero for j > i: nothing leaks from later positions."""
+  config = CONFIG.replace(positional_encoding="learned")
+  tokens = _tokens(5, 5)
+  future = np.triu(np.ones((5, 5), bool), k=1)
+
+  lm = TransformerLM(config)
+  params = lm.init(jax.random.key(0), tokens)["params"]
+  influence = _influence_of_positions(lambda p: lm.apply({"params": p}, tokens), params, tokens)
+  assert (influence[:, future] == 0).all() and (influence[:, ~future] > 0).all()
+
+  translation = EncoderDecoder(config)
+  source = _tokens(6, 4, padding_from=2)
+  params = translation.init(jax.random.key(0), source, tokens)["params"]
+  influence = _influence_of_positions(lambda p: translation.apply({"params": p}, source, tokens), params, tokens)
+  assert (influence[:, future] == 0).all() and (influence[:, ~future] > 0).all()
+
+
+def test_appending_source_padding_leaves_outputs_unchanged():
+  source, targets = _tokens(7, 5, padding_from=3), _tokens(8, 4)
+  longer_source = jnp.concatenate([source, jnp.full((BATCH, 3), CONFIG.pad_id, jnp.int32)], axis=1)
+  model = EncoderDecoder(CONFIG)
+  params = model.init(jax.random.key(0), source, targets)["params"]
+
+  @jax.jit
+  def encoded_and_logits(source):
+    encoded = model.apply({"params": params}, source, method=EncoderDecoder.encode)
+    return encoded, model.apply({"params": params}, encoded, source, ops.shift_right(targets, CONFIG.bos_id),
+                                method=EncoderDecoder.decode)
+
+  encoded, logits = encoded_and_logits(source)
+  longer_encoded, longer_logits = encoded_and_logits(longer_source)
+  real = np.asarray(source != CONFIG.pad_id)
+  np.testing.assert_allclose(np.asarray(longer_encoded)[:, :5][real], np.asarray(encoded)[real], atol=1e-5)
+  np.testing.assert_allclose(longer_logits, logits, atol=1e-5)
+
+
+def test_encoder_classifier_shape_and_mean_pooling_ignores_padding():
+  config = CONFIG.replace(num_classes=3)
+  tokens = _tokens(9, 6, padding_from=2)
+  classifier = EncoderClassifier(config)
+  params = classifier.init(jax.random.key(0), tokens)["params"]
+  apply = jax.jit(classifier.apply)
+  logits = apply({"params": params}, tokens)
+  assert logits.shape == (BATCH, 3) and logits.dtype == jnp.float32
+
+  # Reference: the mean of the encoder outputs over real tokens only, then the linear classifier.
+  encoded = np.asarray(Encoder(config).apply({"params": params["encoder"]}, tokens), np.float64)
+  real = np.asarray(tokens != config.pad_id)
+  pooled = np.stack([encoded[b][real[b]].mean(0) for b in range(BATCH)])
+  expected = pooled @ np.asarray(params["classifier"]["kernel"]) + np.asarray(params["classifier"]["bias"])
+  np.testing.assert_allclose(logits, expected, atol=1e-5, rtol=1e-5)
+
+  # More padding changes nothing; the same tokens with padding counted in the mean would.
+  longer = jnp.concatenate([tokens, jnp.full((BATCH, 4), config.pad_id, jnp.int32)], axis=1)
+  np.testing.assert_allclose(apply({"params": params}, longer), logits, atol=1e-5)
+  assert np.abs(encoded[1].mean(0) - pooled[1]).max() > 1e-3
+
+  first = EncoderClassifier(config.replace(pooling="first"))
+  expected = encoded[:, 0] @ np.asarray(params["classifier"]["kernel"]) + np.asarray(params["classifier"]["bias"])
+  np.testing.assert_allclose(first.apply({"params": params}, tokens), expected, atol=1e-5, rtol=1e-5)

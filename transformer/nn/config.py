@@ -1,0 +1,141 @@
+"""The one model configuration: a frozen dataclass, validated when built."""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+
+import jax.numpy as jnp
+
+POSITIONAL_ENCODINGS = ("sinusoidal", "learned", "rotary", "none")
+NORMS = ("layer_norm", "rms_norm")
+NORM_POSITIONS = ("post", "pre")
+ACTIVATIONS = ("relu", "gelu")
+ATTENTION_IMPLEMENTATIONS = ("dense", "chunked")
+POOLINGS = ("mean", "first")
+DTYPES = ("float32", "bfloat16")
+
+
+class ValidatedConfig:
+  """Shared behaviour of the frozen model configs: ``replace`` and ``from_dict`` reject unknown fields with
+  a "did you mean" hint, and ``check_*`` helpers word every error the same way (field, bad value, fix)."""
+
+  @classmethod
+  def field_names(cls) -> tuple[str, ...]:
+    return tuple(field.name for field in dataclasses.fields(cls))
+
+  @classmethod
+  def unknown_field_message(cls, name: str) -> str:
+    close = difflib.get_close_matches(name, cls.field_names(), n=1)
+    hint = f" Did you mean {close[0]!r}?" if close else f" Valid fields: {', '.join(cls.field_names())}."
+    return f"{cls.__name__} has no field {name!r}.{hint}"
+
+  def replace(self, **changes):
+    unknown = [name for name in changes if name not in self.field_names()]
+    if unknown:
+      raise ValueError(self.unknown_field_message(unknown[0]))
+    return dataclasses.replace(self, **changes)
+
+  @classmethod
+  def from_dict(cls, values):
+    """Build from a mapping (e.g. an ``ml_collections.ConfigDict``), rejecting unknown keys."""
+    values = dict(values)
+    unknown = [name for name in values if name not in cls.field_names()]
+    if unknown:
+      raise ValueError(cls.unknown_field_message(unknown[0]))
+    return cls(**values)
+
+  def check_choice(self, name: str, allowed) -> None:
+    value = getattr(self, name)
+    if value not in allowed:
+      raise ValueError(f"{type(self).__name__}.{name}={value!r} is not supported; choose one of {list(allowed)}.")
+
+  def check_positive_int(self, name: str, or_none: bool = False) -> None:
+    value = getattr(self, name)
+    if or_none and value is None:
+      return
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+      allowed = "a positive integer or None" if or_none else "a positive integer"
+      raise ValueError(f"{type(self).__name__}.{name} must be {allowed}, got {value!r}.")
+
+  def check_rate(self, name: str) -> None:
+    value = getattr(self, name)
+    if not 0.0 <= value < 1.0:
+      raise ValueError(f"{type(self).__name__}.{name}={value} is outside [0, 1); use 0.0 to disable dropout.")
+
+  @property
+  def output_vocab_size(self) -> int:
+    return self.vocab_size if self.target_vocab_size is None else self.target_vocab_size
+
+  @property
+  def compute_dtype(self):
+    return jnp.dtype(self.dtype)
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig(ValidatedConfig):
+  """Hyper-parameters of every Transformer model in ``transformer.nn``.
+
+  Defaults are the paper's base model (Vaswani et al. 2017, table 3). Switch to inference with
+  ``config.replace(deterministic=True)`` and to cached autoregressive decoding with ``decode=True``.
+  """
+  vocab_size: int = 32000  # source vocabulary (the shared one when share_embeddings)
+  target_vocab_size: int | None = None  # None: same as vocab_size
+  share_embeddings: bool = True  # one embedding table for source and target (needs equal vocabularies)
+  tie_output_embedding: bool = True  # output logits = decoder states @ target embedding^T
+  d_model: int = 512  # residual stream width
+  num_heads: int = 8  # attention heads; must divide d_model
+  d_ff: int = 2048  # hidden width of the position-wise feed-forward network
+  num_encoder_layers: int = 6
+  num_decoder_layers: int = 6
+  dropout_rate: float = 0.1  # on embeddings + positions and on every sublayer output (P_drop)
+  attention_dropout_rate: float = 0.1  # on attention weights
+  feed_forward_dropout_rate: float = 0.0  # on the feed-forward hidden layer
+  max_length: int = 512  # longest sequence (learned position table size and decode cache length)
+  positional_encoding: str = "sinusoidal"  # one of POSITIONAL_ENCODINGS
+  scale_embeddings: bool = True  # multiply embeddings by sqrt(d_model) (paper section 3.4)
+  scale_attention: bool = True  # divide q.k by sqrt(d_k) (paper eq. 1); False for the ablation
+  norm: str = "layer_norm"  # one of NORMS
+  norm_position: str = "post"  # "post" (paper: LN(x + sublayer(x))) or "pre" (x + sublayer(LN(x)))
+  norm_epsilon: float = 1e-6
+  activation: str = "relu"  # feed-forward activation, one of ACTIVATIONS
+  attention_implementation: str = "dense"  # "dense" or "chunked" (memory-efficient, same function)
+  attention_chunk_size: int = 512  # block size of the chunked implementation
+  dtype: str = "float32"  # compute dtype; parameters stay float32
+  pad_id: int = 0
+  bos_id: int = 1
+  eos_id: int = 2
+  num_classes: int = 2  # EncoderClassifier outputs
+  pooling: str = "mean"  # EncoderClassifier pooling, one of POOLINGS
+  deterministic: bool = False  # True disables dropout (eval and inference)
+  decode: bool = False  # True: one token per call with a key/value cache
+
+  def __post_init__(self):
+    for name, allowed in (("positional_encoding", POSITIONAL_ENCODINGS), ("norm", NORMS),
+                          ("norm_position", NORM_POSITIONS), ("activation", ACTIVATIONS),
+                          ("attention_implementation", ATTENTION_IMPLEMENTATIONS), ("pooling", POOLINGS),
+                          ("dtype", DTYPES)):
+      self.check_choice(name, allowed)
+    for name in ("vocab_size", "d_model", "num_heads", "d_ff", "max_length", "attention_chunk_size",
+                 "num_classes"):
+      self.check_positive_int(name)
+    self.check_positive_int("target_vocab_size", or_none=True)
+    for name in ("num_encoder_layers", "num_decoder_layers"):
+      if not isinstance(getattr(self, name), int) or getattr(self, name) < 0:
+        raise ValueError(f"ModelConfig.{name} must be a non-negative integer, got {getattr(self, name)!r}.")
+    if self.d_model % self.num_heads:
+      divisors = [h for h in range(1, min(self.d_model, 64) + 1) if self.d_model % h == 0]
+      raise ValueError(f"ModelConfig.num_heads={self.num_heads} does not divide d_model={self.d_model}; "
+                       f"choose num_heads from {divisors} or change d_model.")
+    for name in ("dropout_rate", "attention_dropout_rate", "feed_forward_dropout_rate"):
+      self.check_rate(name)
+    if self.positional_encoding == "rotary" and self.head_dim % 2:
+      raise ValueError(f"ModelConfig.positional_encoding='rotary' needs an even head_dim "
+                       f"(d_model / num_heads), got {self.head_dim}.")
+    if self.share_embeddings and self.target_vocab_size not in (None, self.vocab_size):
+      raise ValueError(f"ModelConfig.share_embeddings=True needs target_vocab_size == vocab_size "
+                       f"({self.target_vocab_size} != {self.vocab_size}); set share_embeddings=False or "
+                       f"target_vocab_size=None.")
+
+  @property
+  def head_dim(self) -> int:
+    return self.d_model // self.num_heads

@@ -1,0 +1,132 @@
+"""Transformer layers: norms, feed-forward, positions, residual sublayers, encoder and decoder layers."""
+from __future__ import annotations
+
+from typing import Callable
+
+import flax.linen as nn
+import jax.numpy as jnp
+
+from transformer import ops
+from transformer.nn.attention import MultiHeadAttention
+from transformer.nn.config import ModelConfig
+
+
+def module_dropout(module: nn.Module, x, rate: float):
+  """``ops.dropout`` with the module's ``dropout`` key; identity when the config is deterministic."""
+  if module.config.deterministic or rate == 0.0:
+    return x
+  return ops.dropout(x, rate, module.make_rng("dropout"))
+
+
+class Norm(nn.Module):
+  """LayerNorm or RMSNorm over the last axis (``config.norm``), with a learned gain (and bias for LN)."""
+  config: ModelConfig
+
+  @nn.compact
+  def __call__(self, x):
+    features = x.shape[-1]
+    scale = self.param("scale", nn.initializers.ones, (features,))
+    if self.config.norm == "rms_norm":
+      return ops.rms_norm(x, scale, epsilon=self.config.norm_epsilon)
+    bias = self.param("bias", nn.initializers.zeros, (features,))
+    return ops.layer_norm(x, scale, bias, epsilon=self.config.norm_epsilon)
+
+
+class FeedForward(nn.Module):
+  """Position-wise feed-forward network, ``act(x W_1 + b_1) W_2 + b_2`` (paper eq. 2)."""
+  config: ModelConfig
+
+  @nn.compact
+  def __call__(self, x):
+    """``[batch, length, d_model] -> [batch, length, d_model]``."""
+    config = self.config
+    dtype = config.compute_dtype
+    init = nn.initializers.xavier_uniform()
+    kernel_in = self.param("kernel_in", init, (config.d_model, config.d_ff))
+    bias_in = self.param("bias_in", nn.initializers.zeros, (config.d_ff,))
+    kernel_out = self.param("kernel_out", init, (config.d_ff, config.d_model))
+    bias_out = self.param("bias_out", nn.initializers.zeros, (config.d_model,))
+    rate = 0.0 if config.deterministic else config.feed_forward_dropout_rate
+    return ops.feed_forward(
+        x.astype(dtype), kernel_in.astype(dtype), bias_in.astype(dtype), kernel_out.astype(dtype),
+        bias_out.astype(dtype), activation=config.activation, dropout_rate=rate,
+        dropout_rng=self.make_rng("dropout") if rate > 0.0 else None)
+
+
+class PositionalEncoding(nn.Module):
+  """Adds sinusoidal or learned position information to ``[batch, length, d_model]`` embeddings.
+
+  "rotary" is applied inside attention and "none" adds nothing (both return the input). With
+  ``config.decode`` the current position is kept in the ``cache`` collection.
+  """
+  config: ModelConfig
+
+  @nn.compact
+  def __call__(self, x):
+    config = self.config
+    if config.positional_encoding in ("rotary", "none"):
+      return x
+    length = x.shape[1]
+    positions = jnp.arange(length)
+    if config.decode:
+      initialized = self.has_variable("cache", "position")
+      position = self.variable("cache", "position", lambda: jnp.array(0, jnp.int32))
+      if initialized:
+        positions = position.value + positions
+        position.value = position.value + length
+    if config.positional_encoding == "sinusoidal":
+      encoding = ops.sinusoidal_position_encoding(positions, config.d_model)
+    else:
+      table = self.param("position_table", nn.initializers.normal(stddev=0.02),
+                         (config.max_length, config.d_model))
+      encoding = table[positions]
+    return x + encoding[None].astype(x.dtype)
+
+
+def residual(module: nn.Module, x, sublayer: Callable, norm: Norm):
+  """One residual sublayer: post-LN ``LN(x + Dropout(f(x)))`` (paper) or pre-LN ``x + Dropout(f(LN(x)))``."""
+  rate = module.config.dropout_rate
+  if module.config.norm_position == "pre":
+    return x + module_dropout(module, sublayer(norm(x)), rate)
+  return norm(x + module_dropout(module, sublayer(x), rate))
+
+
+class EncoderLayer(nn.Module):
+  """Self attention then feed-forward, each in a residual sublayer (paper section 3.1)."""
+  config: ModelConfig
+
+  @nn.compact
+  def __call__(self, x, valid):
+    """``x``: ``[batch, length, d_model]``; ``valid``: ``[batch, length]`` bool. Returns ``x``'s shape."""
+    attention = MultiHeadAttention(self.config, name="self_attention")
+    x = residual(self, x, lambda h: attention(h, h, valid, valid), Norm(self.config, name="attention_norm"))
+    return residual(self, x, FeedForward(self.config, name="feed_forward"),
+                    Norm(self.config, name="feed_forward_norm"))
+
+
+class DecoderLayer(nn.Module):
+  """Masked self attention, cross attention over the encoder output (if given), then feed-forward."""
+  config: ModelConfig
+
+  @nn.compact
+  def __call__(self, x, valid, encoded=None, encoded_valid=None):
+    """Decoder layer.
+
+    Args:
+      x: ``[batch, target_length, d_model]``.
+      valid: ``[batch, target_length]`` bool.
+      encoded: ``[batch, source_length, d_model]`` encoder output, or None (decoder-only model).
+      encoded_valid: ``[batch, source_length]`` bool.
+
+    Returns:
+      ``[batch, target_length, d_model]``.
+    """
+    config = self.config
+    self_attention = MultiHeadAttention(config, name="self_attention")
+    x = residual(self, x, lambda h: self_attention(h, h, valid, valid, causal=True),
+                 Norm(config, name="self_attention_norm"))
+    if encoded is not None:
+      cross_attention = MultiHeadAttention(config, cross_attention=True, name="cross_attention")
+      x = residual(self, x, lambda h: cross_attention(h, encoded, valid, encoded_valid),
+                   Norm(config, name="cross_attention_norm"))
+    return residual(self, x, FeedForward(config, name="feed_forward"), Norm(config, name="feed_forward_norm"))

@@ -1,0 +1,160 @@
+"""Transformer models: encoder, decoder, encoder-decoder, decoder-only LM, encoder classifier."""
+from __future__ import annotations
+
+import flax.linen as nn
+import jax.numpy as jnp
+
+from transformer import ops
+from transformer.nn.config import ModelConfig
+from transformer.nn.layers import DecoderLayer, EncoderLayer, Norm, PositionalEncoding, module_dropout
+
+
+def make_embedding(config: ModelConfig, vocab_size: int, name: str) -> nn.Embed:
+  # std 1/sqrt(d_model): unit scale after the sqrt(d_model) multiplication, and well-scaled logits
+  # when the table doubles as the output projection.
+  return nn.Embed(vocab_size, config.d_model, embedding_init=nn.initializers.normal(config.d_model ** -0.5),
+                  name=name)
+
+
+class Embedder(nn.Module):
+  """Token embedding (optionally scaled by sqrt(d_model)), plus positions, plus dropout."""
+  config: ModelConfig
+  embedding: nn.Embed
+
+  @nn.compact
+  def __call__(self, tokens):
+    """``[batch, length]`` int -> ``[batch, length, d_model]`` in the compute dtype."""
+    config = self.config
+    x = self.embedding(tokens).astype(config.compute_dtype)
+    if config.scale_embeddings:
+      x = ops.scale_embeddings(x, config.d_model)
+    x = PositionalEncoding(config, name="positions")(x)
+    return module_dropout(self, x, config.dropout_rate)
+
+
+class Encoder(nn.Module):
+  """A stack of ``EncoderLayer`` over embedded source tokens (paper section 3.1)."""
+  config: ModelConfig
+  embedding: nn.Embed | None = None
+
+  @nn.compact
+  def __call__(self, tokens):
+    """``tokens``: ``[batch, source_length]`` int (``pad_id`` = padding). Returns ``[batch, source_length, d_model]``."""
+    # The source is read whole in one call even when decoding: ``decode`` (one position per call, positions
+    # kept in the ``cache``) concerns the decoder only.
+    config = self.config.replace(decode=False)
+    embedding = self.embedding or make_embedding(config, config.vocab_size, "embedding")
+    valid = tokens != config.pad_id
+    x = Embedder(config, embedding, name="embedder")(tokens)
+    for index in range(config.num_encoder_layers):
+      x = EncoderLayer(config, name=f"layer_{index}")(x, valid)
+    if config.norm_position == "pre":
+      x = Norm(config, name="final_norm")(x)
+    return x
+
+
+class Decoder(nn.Module):
+  """A stack of ``DecoderLayer`` and the output projection to target-vocabulary logits."""
+  config: ModelConfig
+  embedding: nn.Embed | None = None
+
+  @nn.compact
+  def __call__(self, decoder_inputs, target_valid=None, encoded=None, encoded_valid=None):
+    """Decode.
+
+    Args:
+      decoder_inputs: ``[batch, target_length]`` int, the right-shifted targets (teacher forcing), or
+        ``[batch, 1]`` the previous token when ``config.decode``.
+      target_valid: ``[batch, target_length]`` bool, True at real target positions (default: all).
+      encoded: ``[batch, source_length, d_model]`` or None for a decoder-only model.
+      encoded_valid: ``[batch, source_length]`` bool.
+
+    Returns:
+      ``[batch, target_length, output_vocab_size]`` float32 logits.
+    """
+    config = self.config
+    embedding = self.embedding or make_embedding(config, config.output_vocab_size, "embedding")
+    if target_valid is None:
+      target_valid = jnp.ones(decoder_inputs.shape, bool)
+    x = Embedder(config, embedding, name="embedder")(decoder_inputs)
+    for index in range(config.num_decoder_layers):
+      x = DecoderLayer(config, name=f"layer_{index}")(x, target_valid, encoded, encoded_valid)
+    if config.norm_position == "pre":
+      x = Norm(config, name="final_norm")(x)
+    if config.tie_output_embedding:
+      logits = embedding.attend(x.astype(jnp.float32))
+    else:
+      logits = nn.Dense(config.output_vocab_size, dtype=config.compute_dtype, name="logits")(x)
+    return logits.astype(jnp.float32)
+
+
+class EncoderDecoder(nn.Module):
+  """The Transformer of Vaswani et al. 2017: ``encode`` the source, ``decode`` the shifted target."""
+  config: ModelConfig
+
+  def setup(self):
+    config = self.config
+    if config.share_embeddings:
+      source_embedding = target_embedding = make_embedding(config, config.vocab_size, "shared_embedding")
+    else:
+      source_embedding = make_embedding(config, config.vocab_size, "source_embedding")
+      target_embedding = make_embedding(config, config.output_vocab_size, "target_embedding")
+    self.encoder = Encoder(config, source_embedding)
+    self.decoder = Decoder(config, target_embedding)
+
+  def encode(self, source_tokens):
+    """``[batch, source_length]`` -> ``[batch, source_length, d_model]``."""
+    return self.encoder(source_tokens)
+
+  def decode(self, encoded, source_tokens, decoder_inputs, target_valid=None):
+    """Logits ``[batch, target_length, vocab]`` for decoder inputs ``[batch, target_length]``."""
+    return self.decoder(decoder_inputs, target_valid, encoded, source_tokens != self.config.pad_id)
+
+  def __call__(self, source_tokens, target_tokens):
+    """Teacher-forced logits.
+
+    Args:
+      source_tokens: ``[batch, source_length]`` int.
+      target_tokens: ``[batch, target_length]`` int, the targets themselves (shifted right inside).
+
+    Returns:
+      ``[batch, target_length, vocab]`` float32 logits; position ``i`` predicts ``target_tokens[:, i]``.
+    """
+    encoded = self.encode(source_tokens)
+    decoder_inputs = ops.shift_right(target_tokens, self.config.bos_id)
+    return self.decode(encoded, source_tokens, decoder_inputs, target_tokens != self.config.pad_id)
+
+
+class TransformerLM(nn.Module):
+  """Decoder-only language model: causal self attention, no encoder."""
+  config: ModelConfig
+
+  @nn.compact
+  def __call__(self, tokens):
+    """``[batch, length]`` targets -> ``[batch, length, vocab]`` logits; position ``i`` predicts ``tokens[:, i]``.
+
+    With ``config.decode``, ``tokens`` is ``[batch, 1]``: the previous token (start with ``bos_id``).
+    """
+    config = self.config
+    decoder = Decoder(config, name="decoder")
+    if config.decode:
+      return decoder(tokens)
+    return decoder(ops.shift_right(tokens, config.bos_id), tokens != config.pad_id)
+
+
+class EncoderClassifier(nn.Module):
+  """Encoder, then mean (over real tokens) or first-token pooling, then a linear classifier."""
+  config: ModelConfig
+
+  @nn.compact
+  def __call__(self, tokens):
+    """``[batch, length]`` int -> ``[batch, num_classes]`` float32 logits."""
+    config = self.config
+    encoded = Encoder(config, name="encoder")(tokens)
+    if config.pooling == "first":
+      pooled = encoded[:, 0]
+    else:
+      valid = (tokens != config.pad_id).astype(encoded.dtype)[..., None]
+      pooled = jnp.sum(encoded * valid, axis=1) / jnp.maximum(jnp.sum(valid, axis=1), 1.0)
+    pooled = module_dropout(self, pooled, config.dropout_rate)
+    return nn.Dense(config.num_classes, name="classifier")(pooled.astype(jnp.float32))
