@@ -1,0 +1,59 @@
+"""load_translation_data end to end on the tiny Multi30k and IWSLT fixtures."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from data_fixtures import IWSLT_SIZES, MULTI30K_SIZES
+from transformer.data import batching, tokenizers, translation
+
+
+def test_multi30k_both_directions_share_prepared_data_and_tokenizer(raw_root, tmp_path):
+  data_dir = os.fspath(tmp_path / "tfds")
+  data = translation.load_translation_data(
+      "multi30k", "en-de", data_dir=data_dir, source_dir=raw_root, vocab_size=64)
+  assert (data.source_language, data.target_language) == ("en", "de")
+  assert data.source_tokenizer is data.target_tokenizer
+  assert data.source_tokenizer.vocab_size == 64
+  assert data.dataset_dir.startswith(data_dir)  # tokenizer cached next to the prepared data
+  assert data.source_tokenizer.path.startswith(os.path.join(data.dataset_dir, "sentencepiece"))
+  assert len(data.train) == MULTI30K_SIZES["train"]
+  assert set(data.eval) == set(data.split_sizes) - {"train"}
+  for split, examples in data.eval.items():
+    assert len(examples) == len(data.eval_reference_text[split]) == data.split_sizes[split]
+    for i in range(len(examples)):  # ids, source text and reference line up
+      source, target = examples[i]
+      assert data.source_tokenizer.decode(source) == data.eval_source_text[split][i]
+      assert data.target_tokenizer.decode(target) == data.eval_reference_text[split][i]
+      assert source.dtype == np.int32 and source[-1] == target[-1] == tokenizers.EOS_ID
+
+  reverse = translation.load_translation_data(
+      "multi30k", "de-en", data_dir=data_dir, source_dir=raw_root / "missing-but-unused",
+      vocab_size=64, eval_splits=["validation"])  # already prepared: no source needed
+  assert reverse.source_tokenizer.path == data.source_tokenizer.path  # cached, not retrained
+  assert reverse.eval_source_text["validation"] == data.eval_reference_text["validation"]
+  assert list(reverse.eval) == ["validation"]
+  batches = list(batching.TokenBatcher(reverse.train, max_tokens=1024, max_length=128)
+                 .iterator(num_epochs=1))
+  assert sum(int((b["source"][:, 0] != 0).sum()) for b in batches) == len(reverse.train)
+
+
+def test_iwslt_separate_vocabularies(raw_root, tmp_path):
+  data = translation.load_translation_data(
+      "iwslt15_en_vi", "en-vi", data_dir=os.fspath(tmp_path / "tfds"),
+      source_dir=raw_root / "iwslt15_en_vi", vocab_size=40, shared_vocab=False)
+  assert data.source_tokenizer is not data.target_tokenizer
+  assert data.split_sizes == {"train": IWSLT_SIZES["train.10k"],
+                              "validation": IWSLT_SIZES["tst2012"], "test": IWSLT_SIZES["tst2013"]}
+  assert os.path.basename(data.source_tokenizer.path).startswith("en.")
+  assert os.path.basename(data.target_tokenizer.path).startswith("vi.")
+
+
+def test_unknown_pair_or_split_is_a_clear_error(raw_root, tmp_path):
+  with pytest.raises(ValueError, match="choose one of .*'de-en'"):
+    translation.prepare_dataset("multi30k", "en-vi", data_dir=os.fspath(tmp_path))
+  with pytest.raises(ValueError, match="no split"):
+    translation.load_translation_data("iwslt15_en_vi", "vi-en", data_dir=os.fspath(tmp_path),
+                                      source_dir=raw_root, vocab_size=40, eval_splits=["tst2013"])

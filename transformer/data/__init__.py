@@ -1,0 +1,17 @@
+"""Data layer: TFDS builders, SentencePiece tokenizers, batching by tokens with restorable iterators.
+
+Imports numpy, tensorflow_datasets and sentencepiece only (never flax or training code); no
+TensorFlow is needed: datasets are written as ``array_record`` and read with
+``builder.as_data_source(split)``.
+
+| module | holds |
+| --- | --- |
+| ``multi30k/``, ``iwslt15_en_vi/`` | one TFDS builder per dataset (``Builder``), TFDS folder style |
+| ``parallel_text`` | their shared base: raw-file lookup (``source_dir``, ``$TRANSFORMER_DATA_DIR``, download), ``MissingDataError`` |
+| ``tokenizers`` | ``SentencePieceTokenizer`` (pad 0, bos 1, eos 2, unk 3), training and on-disk cache |
+| ``batching`` | ``TokenizedExamples``, ``TokenBatcher`` (buckets, token budget), ``BatchIterator``, ``PrefetchIterator`` |
+| ``translation`` | ``load_translation_data(name, pair, ...)``: the above tied together for translation |
+
+Submodules are imported explicitly (``from transformer.data import batching``), so that using
+the batching alone does not import TFDS.
+"""

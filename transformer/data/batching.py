@@ -1,0 +1,403 @@
+"""Batching by token count with length buckets; iterators whose position saves and restores.
+
+Pieces, each usable alone:
+
+* :class:`TokenizedExamples`: parallel ``(source ids, target ids)`` pairs in flat arrays.
+* :class:`TokenBatcher`: which examples go into which batch in each epoch (a pure function of
+  ``seed`` and ``epoch``), and how a batch of them is padded.
+* :class:`BatchIterator`: walks the epochs; ``get_state()`` / ``set_state()`` save and restore
+  its position as a small JSON-serialisable dict.
+* :class:`PrefetchIterator`: builds the next batches on a background thread, with the same state
+  semantics (the state counts the batches handed out, not the ones prefetched).
+
+A batch is ``{"source": int32 [batch_size, length], "target": int32 [batch_size, length]}`` padded
+with 0 (``tokenizers.PAD_ID``), plus ``"index": int32 [batch_size]`` (the example's position in
+the :class:`TokenizedExamples`, -1 on filler rows) when ``include_index``.
+
+Bucketing: an example's length is ``max(len(source), len(target))`` (EOS included); it goes to
+the first bucket whose boundary is ``>= length`` and both its sides are padded to that boundary.
+Bucket ``b`` holds ``batch_size_b = max_tokens // boundary_b`` rows (rounded down to a multiple
+of ``batch_size_multiple``), so ``batch_size * length <= max_tokens`` for each of source and
+target. With ``fill_partial_batches`` (default) the last, partial batch of a bucket is filled
+with all-padding rows, so every batch of a bucket has the same shape and the set of shapes a
+jitted step sees is :attr:`TokenBatcher.batch_shapes`, one per bucket. ``fixed_shape=True``
+uses a single bucket, ``[max_tokens // max_length, max_length]`` for every batch.
+
+Training (``train=True``) drops examples longer than ``max_length`` and shuffles: in epoch
+``e`` the examples are permuted with ``numpy.random.default_rng([seed, e])``, cut into batches
+within their buckets, and the batches permuted again. Every kept example is in exactly one
+batch per epoch. Evaluation keeps the order of the examples within each bucket, never drops or
+truncates: an example longer than ``max_length`` gets its own ``[1, L]`` batch, ``L`` rounded up
+to a multiple of ``max_length`` (so over-long examples add few extra shapes).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import queue
+import threading
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+
+PAD_ID = 0  # == tokenizers.PAD_ID; not imported so that batching needs numpy only
+
+
+class TokenizedExamples:
+  """Parallel token sequences stored flat: example ``i`` is ``(source[i], target[i])``.
+
+  Args:
+    source_tokens: int32 ``[total_source_tokens]``, all source sequences concatenated.
+    source_offsets: int64 ``[num_examples + 1]``; source ``i`` is
+      ``source_tokens[source_offsets[i]:source_offsets[i + 1]]``.
+    target_tokens, target_offsets: the same for the targets.
+  """
+
+  def __init__(self, source_tokens, source_offsets, target_tokens, target_offsets):
+    self.source_tokens = np.asarray(source_tokens, np.int32)
+    self.source_offsets = np.asarray(source_offsets, np.int64)
+    self.target_tokens = np.asarray(target_tokens, np.int32)
+    self.target_offsets = np.asarray(target_offsets, np.int64)
+    if len(self.source_offsets) != len(self.target_offsets) or len(self.source_offsets) < 1:
+      raise ValueError(f"source_offsets ({len(self.source_offsets)}) and target_offsets "
+                       f"({len(self.target_offsets)}) must both have num_examples + 1 entries.")
+
+  @classmethod
+  def from_sequences(cls, source: Sequence[Sequence[int]],
+                     target: Sequence[Sequence[int]]) -> TokenizedExamples:
+    """From two equally long lists of id sequences (lists or 1-D arrays)."""
+    if len(source) != len(target):
+      raise ValueError(f"{len(source)} source but {len(target)} target sequences.")
+    def flatten(sequences):
+      lengths = np.fromiter((len(sequence) for sequence in sequences), np.int64, len(sequences))
+      offsets = np.concatenate([[0], np.cumsum(lengths)])
+      tokens = (np.concatenate([np.asarray(sequence, np.int32) for sequence in sequences])
+                if len(sequences) else np.zeros([0], np.int32))
+      return tokens, offsets
+    return cls(*flatten(source), *flatten(target))
+
+  @classmethod
+  def from_pairs(cls, pairs: Sequence[tuple[Sequence[int], Sequence[int]]]) -> TokenizedExamples:
+    return cls.from_sequences([pair[0] for pair in pairs], [pair[1] for pair in pairs])
+
+  def __len__(self) -> int:
+    return len(self.source_offsets) - 1
+
+  def __getitem__(self, index: int) -> tuple[np.ndarray, np.ndarray]:
+    return self.source(index), self.target(index)
+
+  def source(self, index: int) -> np.ndarray:
+    return self.source_tokens[self.source_offsets[index]:self.source_offsets[index + 1]]
+
+  def target(self, index: int) -> np.ndarray:
+    return self.target_tokens[self.target_offsets[index]:self.target_offsets[index + 1]]
+
+  @property
+  def source_lengths(self) -> np.ndarray:
+    return np.diff(self.source_offsets)
+
+  @property
+  def target_lengths(self) -> np.ndarray:
+    return np.diff(self.target_offsets)
+
+  def select(self, indices: Sequence[int]) -> TokenizedExamples:
+    """A new :class:`TokenizedExamples` holding ``indices``, in that order."""
+    return TokenizedExamples.from_sequences([self.source(i) for i in indices],
+                                            [self.target(i) for i in indices])
+
+
+def make_bucket_boundaries(max_length: int, min_length: int = 8, growth: float = 1.2,
+                           multiple: int = 8) -> list[int]:
+  """Geometric bucket boundaries, multiples of ``multiple``, ending exactly at ``max_length``.
+
+  ``growth=1.2`` bounds the padding inside a bucket by about 1/6 of its length while keeping
+  the count small (14 boundaries up to 256), each boundary being one compiled shape.
+  """
+  if max_length < 1:
+    raise ValueError(f"max_length must be >= 1, got {max_length}.")
+  boundaries = []
+  boundary = min(max(min_length, multiple), max_length)
+  while boundary < max_length:
+    boundaries.append(boundary)
+    boundary = max(boundary + multiple, math.ceil(boundary * growth / multiple) * multiple)
+  return boundaries + [max_length]
+
+
+@dataclasses.dataclass(frozen=True)
+class Bucket:
+  length: int  # padded length of source and target
+  batch_size: int  # rows of a full batch
+
+
+class TokenBatcher:
+  """Plans batches of examples by token count; see the module docstring for the rules.
+
+  Args:
+    examples: :class:`TokenizedExamples` (or a sequence of ``(source_ids, target_ids)`` pairs).
+    max_tokens: bound on ``batch_size * padded_length`` of each of source and target.
+    max_length: longest example kept in training, and the last bucket boundary.
+    bucket_boundaries: increasing lengths; those below ``max_length`` are used, with
+      ``max_length`` appended. Default: :func:`make_bucket_boundaries`.
+    train: shuffle and drop over-long examples (True), or keep order and every example (False).
+    seed: shuffling seed (training).
+    fixed_shape: a single bucket, so every batch is ``[max_tokens // max_length, max_length]``.
+    batch_size_multiple: batch sizes are multiples of this (e.g. the number of devices).
+    fill_partial_batches: fill a bucket's last batch with padding rows to its full batch size.
+    include_index: add ``"index"`` (int32 ``[batch_size]``, -1 on filler rows) to each batch.
+  """
+
+  def __init__(self, examples, *, max_tokens: int, max_length: int = 256,
+               bucket_boundaries: Sequence[int] | None = None, train: bool = True, seed: int = 0,
+               fixed_shape: bool = False, batch_size_multiple: int = 1,
+               fill_partial_batches: bool = True, include_index: bool = False):
+    if not isinstance(examples, TokenizedExamples):
+      examples = TokenizedExamples.from_pairs(examples)
+    self.examples = examples
+    self.max_tokens = int(max_tokens)
+    self.max_length = int(max_length)
+    self.train = bool(train)
+    self.seed = int(seed)
+    self.fill_partial_batches = bool(fill_partial_batches)
+    self.include_index = bool(include_index)
+    if fixed_shape:
+      boundaries = [self.max_length]
+    elif bucket_boundaries is None:
+      boundaries = make_bucket_boundaries(self.max_length)
+    else:
+      boundaries = sorted({int(b) for b in bucket_boundaries if 0 < b < self.max_length})
+      boundaries.append(self.max_length)
+    if self.max_tokens < self.max_length * batch_size_multiple:
+      raise ValueError(
+          f"max_tokens={self.max_tokens} is too small for max_length={self.max_length} with "
+          f"batch_size_multiple={batch_size_multiple}: a batch of the longest bucket needs "
+          f"max_tokens >= {self.max_length * batch_size_multiple}; raise max_tokens or lower "
+          f"max_length.")
+    self.buckets = [
+        Bucket(boundary, (self.max_tokens // boundary) // batch_size_multiple * batch_size_multiple)
+        for boundary in boundaries]
+
+    # [num_examples] the length that decides the bucket, and the bucket (-1: over-long).
+    self.lengths = np.maximum(examples.source_lengths, examples.target_lengths)
+    boundary_array = np.array(boundaries)
+    self.bucket_ids = np.searchsorted(boundary_array, self.lengths, side="left")
+    self.bucket_ids[self.lengths > self.max_length] = -1
+    self.num_dropped = int(np.sum(self.bucket_ids < 0)) if self.train else 0
+    if self.train and self.num_dropped == len(examples):
+      raise ValueError(f"No training example is at most max_length={self.max_length} tokens long "
+                       f"({len(examples)} examples, longest {self.lengths.max(initial=0)}).")
+    self._plan_cache: tuple[int, list[np.ndarray]] | None = None
+
+  @property
+  def batch_shapes(self) -> list[tuple[int, int]]:
+    """``(batch_size, length)`` of the batches, one per bucket, shortest first.
+
+    Exact with ``fill_partial_batches``; in evaluation an example longer than ``max_length``
+    adds ``(1, k * max_length)``.
+    """
+    return [(bucket.batch_size, bucket.length) for bucket in self.buckets]
+
+  def epoch_batches(self, epoch: int) -> list[np.ndarray]:
+    """The example indices of each batch of ``epoch``, in order (a pure function of seed, epoch)."""
+    if self._plan_cache is not None and self._plan_cache[0] == epoch:
+      return self._plan_cache[1]
+    batches = []
+    if self.train:
+      rng = np.random.default_rng([self.seed, epoch])
+      order = rng.permutation(len(self.examples))
+    else:
+      order = np.arange(len(self.examples))
+    bucket_of_order = self.bucket_ids[order]
+    for bucket_id, bucket in enumerate(self.buckets):
+      members = order[bucket_of_order == bucket_id]
+      batches.extend(members[start:start + bucket.batch_size]
+                     for start in range(0, len(members), bucket.batch_size))
+    if self.train:
+      batches = [batches[i] for i in rng.permutation(len(batches))]
+    else:
+      batches.extend(order[bucket_of_order < 0, None])  # over-long: one example per batch
+    self._plan_cache = (epoch, batches)
+    return batches
+
+  def num_batches(self, epoch: int = 0) -> int:
+    return len(self.epoch_batches(epoch))
+
+  def make_batch(self, indices: np.ndarray) -> dict[str, np.ndarray]:
+    """Pads the examples ``indices`` into a batch (see the module docstring)."""
+    bucket_id = self.bucket_ids[indices[0]]
+    if bucket_id >= 0:
+      bucket = self.buckets[bucket_id]
+      length = bucket.length
+      rows = bucket.batch_size if self.fill_partial_batches else len(indices)
+    else:  # an over-long evaluation example, alone in its batch
+      length = -(-int(self.lengths[indices[0]]) // self.max_length) * self.max_length
+      rows = 1
+    batch = {"source": np.full([rows, length], PAD_ID, np.int32),
+             "target": np.full([rows, length], PAD_ID, np.int32)}
+    for row, index in enumerate(indices):
+      source, target = self.examples[index]
+      batch["source"][row, :len(source)] = source
+      batch["target"][row, :len(target)] = target
+    if self.include_index:
+      batch["index"] = np.full([rows], -1, np.int32)
+      batch["index"][:len(indices)] = indices
+    return batch
+
+  def padding_fraction(self, epoch: int = 0) -> float:
+    """Fraction of the positions of ``epoch``'s batches (source and target) that are padding."""
+    source_lengths = self.examples.source_lengths
+    target_lengths = self.examples.target_lengths
+    real = padded = 0
+    for indices in self.epoch_batches(epoch):
+      rows, length = self._batch_shape(indices)
+      padded += 2 * rows * length
+      real += int(source_lengths[indices].sum() + target_lengths[indices].sum())
+    return 1.0 - real / padded if padded else 0.0
+
+  def _batch_shape(self, indices: np.ndarray) -> tuple[int, int]:
+    bucket_id = self.bucket_ids[indices[0]]
+    if bucket_id < 0:
+      return 1, -(-int(self.lengths[indices[0]]) // self.max_length) * self.max_length
+    bucket = self.buckets[bucket_id]
+    return (bucket.batch_size if self.fill_partial_batches else len(indices)), bucket.length
+
+  def iterator(self, num_epochs: int | None = None) -> BatchIterator:
+    """A :class:`BatchIterator` over ``num_epochs`` epochs (None: forever)."""
+    return BatchIterator(self, num_epochs=num_epochs)
+
+
+class BatchIterator:
+  """Iterates a :class:`TokenBatcher` epoch after epoch; its position saves and restores.
+
+  ``get_state()`` is ``{"epoch": e, "batch": i, "seed": s, "num_examples": n}``: the next batch
+  is batch ``i`` of epoch ``e``. A fresh iterator over the same examples and settings, given
+  that state with ``set_state``, yields exactly the batches that would have followed.
+  """
+
+  def __init__(self, batcher: TokenBatcher, num_epochs: int | None = None):
+    self.batcher = batcher
+    self.num_epochs = num_epochs
+    self._epoch = 0
+    self._batch = 0
+
+  def __iter__(self) -> Iterator[dict[str, np.ndarray]]:
+    return self
+
+  def __next__(self) -> dict[str, np.ndarray]:
+    while self.num_epochs is None or self._epoch < self.num_epochs:
+      plan = self.batcher.epoch_batches(self._epoch)
+      if self._batch < len(plan):
+        batch = self.batcher.make_batch(plan[self._batch])
+        self._batch += 1
+        return batch
+      if not plan:
+        raise StopIteration  # nothing to batch at all; also ends an endless iterator
+      self._epoch, self._batch = self._epoch + 1, 0
+    raise StopIteration
+
+  def get_state(self) -> dict[str, Any]:
+    return {"epoch": self._epoch, "batch": self._batch, "seed": self.batcher.seed,
+            "num_examples": len(self.batcher.examples)}
+
+  def set_state(self, state: dict[str, Any]) -> None:
+    expected = {"seed": self.batcher.seed, "num_examples": len(self.batcher.examples)}
+    found = {key: state.get(key) for key in expected}
+    if found != expected:
+      raise ValueError(f"Iterator state {state} was saved for {found}, but this iterator has "
+                       f"{expected}: restore it into an iterator over the same data and seed.")
+    self._epoch, self._batch = int(state["epoch"]), int(state["batch"])
+
+
+_END = object()
+
+
+class PrefetchIterator:
+  """Runs ``iterator`` ``buffer_size`` batches ahead on a background thread.
+
+  ``get_state()`` describes the batches handed out by ``__next__``, not those waiting in the
+  buffer, so saving it with a checkpoint and restoring it (here or into a fresh
+  ``PrefetchIterator(BatchIterator(...))``) continues exactly after the last consumed batch.
+  An exception in the thread is re-raised by ``__next__``. Call ``close()`` (or use ``with``)
+  to stop the thread early.
+  """
+
+  def __init__(self, iterator: BatchIterator, buffer_size: int = 2):
+    self._iterator = iterator
+    self._buffer_size = buffer_size
+    self._state = iterator.get_state()
+    self._thread = None
+    self._start()
+
+  def _start(self) -> None:
+    self._queue = queue.Queue(maxsize=self._buffer_size)
+    self._stop = threading.Event()
+    self._finished = False
+    self._thread = threading.Thread(target=self._produce, args=(self._queue, self._stop),
+                                    daemon=True, name="PrefetchIterator")
+    self._thread.start()
+
+  def _produce(self, buffer: queue.Queue, stop: threading.Event) -> None:
+    def put(item) -> bool:
+      while not stop.is_set():
+        try:
+          buffer.put(item, timeout=0.05)
+          return True
+        except queue.Full:
+          pass
+      return False
+    try:
+      while not stop.is_set():
+        try:
+          batch = next(self._iterator)
+        except StopIteration:
+          put((_END, None))
+          return
+        if not put((batch, self._iterator.get_state())):
+          return
+    except BaseException as error:  # pylint: disable=broad-except
+      put((error, None))
+
+  def _shutdown(self) -> None:
+    if self._thread is None:
+      return
+    self._stop.set()
+    while self._thread.is_alive():
+      try:  # make room so that a blocked put() sees the stop flag
+        self._queue.get(timeout=0.05)
+      except queue.Empty:
+        pass
+    self._thread.join()
+    self._thread = None
+
+  def __iter__(self) -> Iterator[dict[str, np.ndarray]]:
+    return self
+
+  def __next__(self) -> dict[str, np.ndarray]:
+    if self._finished or self._thread is None:
+      raise StopIteration
+    item, state = self._queue.get()
+    if item is _END:
+      self._finished = True
+      raise StopIteration
+    if isinstance(item, BaseException):
+      self._finished = True
+      raise item
+    self._state = state
+    return item
+
+  def get_state(self) -> dict[str, Any]:
+    return dict(self._state)
+
+  def set_state(self, state: dict[str, Any]) -> None:
+    self._shutdown()
+    self._iterator.set_state(state)
+    self._state = self._iterator.get_state()
+    self._start()
+
+  def close(self) -> None:
+    self._shutdown()
+
+  def __enter__(self) -> PrefetchIterator:
+    return self
+
+  def __exit__(self, *exc_info) -> None:
+    self.close()

@@ -1,0 +1,223 @@
+"""Shared base of the TFDS builders for line-aligned parallel text (Multi30k, IWSLT'15 en-vi).
+
+Both corpora ship one plain (or gzipped) text file per split and language, one sentence per line,
+line ``i`` of every language of a split being translations of each other. Everything that is the
+same for such corpora lives here, once: where the raw files come from, the error when they are
+missing, reading and checking the lines, the features and the split generators. A dataset folder
+(``transformer/data/multi30k/``, ``transformer/data/iwslt15_en_vi/``) only says which files make
+which split and where they are downloaded from.
+
+Where the raw files come from, first match wins:
+
+1. the builder argument ``source_dir=...``;
+2. ``download_config=tfds.download.DownloadConfig(manual_dir=...)`` of ``download_and_prepare``;
+3. the environment variable ``TRANSFORMER_DATA_DIR`` (a folder holding ``multi30k/``,
+   ``iwslt15_en_vi/``, ...);
+4. otherwise the official URLs are downloaded (by TFDS, into ``<data_dir>/downloads``).
+
+A local folder given in 1-3 may hold the files itself or in a sub-folder named after the dataset
+(``<folder>/multi30k/train.en.gz``). When a local folder is given nothing is downloaded: a missing
+file raises :class:`MissingDataError`. The local folder is only read, never written; the prepared
+data goes to the TFDS ``data_dir`` (default ``$TFDS_DATA_DIR`` or ``~/tensorflow_datasets``).
+
+Features: language-keyed text, ``{"en": str, "de": str}`` (``tfds.features.Translation``), so
+one prepared dataset serves both directions; ``supervised_keys`` is ``(first, second)`` language
+of the config. Examples keep the order of the source files (``disable_shuffling``), so
+``as_data_source(split)[i]`` is line ``i`` of the split, which keeps BLEU references aligned
+with the official files. Surrounding whitespace of every line is stripped.
+"""
+from __future__ import annotations
+
+import abc
+import dataclasses
+import gzip
+import inspect
+import logging
+import os
+from typing import Callable, Iterator, Mapping
+
+from etils import epath
+import tensorflow_datasets as tfds
+
+ENV_VAR = "TRANSFORMER_DATA_DIR"
+
+logger = logging.getLogger(__name__)
+
+# split name -> language -> file name (relative to the source folder or the download URL base).
+SplitFiles = Mapping[str, Mapping[str, str]]
+
+
+class MissingDataError(FileNotFoundError):
+  """A raw data folder or file that the builder needs is not there."""
+
+
+@dataclasses.dataclass(eq=False)
+class ParallelTextConfig(tfds.core.BuilderConfig):
+  """A language pair: ``name`` is ``"<first>-<second>"`` and ``languages`` the two codes."""
+  languages: tuple[str, str] = ("", "")
+
+
+def pair_config(first: str, second: str, description: str = "") -> ParallelTextConfig:
+  return ParallelTextConfig(
+      name=f"{first}-{second}", languages=(first, second),
+      description=description or f"{first}-{second} parallel text")
+
+
+def resolve_source_dir(dataset_name: str, source_dir: epath.PathLike | None,
+                       manual_dir: epath.PathLike | None) -> tuple[epath.Path | None, str]:
+  """Returns ``(folder, where_it_came_from)``; ``(None, "download")`` when no folder is given.
+
+  Raises:
+    MissingDataError: a folder was named (argument, ``manual_dir`` or environment variable) but
+      does not exist.
+  """
+  candidates = (("source_dir argument", source_dir),
+                ("download_config.manual_dir", manual_dir),
+                (f"${ENV_VAR}", os.environ.get(ENV_VAR) or None))
+  for origin, value in candidates:
+    if not value:
+      continue
+    folder = epath.Path(os.path.expanduser(os.fspath(value)))
+    if not folder.is_dir():
+      raise MissingDataError(
+          f"{dataset_name}: the {origin} points at {folder}, which is not a directory. Give the "
+          f"folder holding the raw files of {dataset_name} (or its parent, holding "
+          f"{dataset_name}/), or unset it to download the data.")
+    if (folder / dataset_name).is_dir():
+      folder = folder / dataset_name
+    return folder, origin
+  return None, "download"
+
+
+class ParallelTextBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
+  """Base builder: one text file per (split, language), lines aligned across languages.
+
+  Subclasses set ``VERSION``, ``BUILDER_CONFIGS`` (of :class:`ParallelTextConfig`), ``HOMEPAGE``,
+  ``DOWNLOAD_HINT`` (one line saying where the files come from) and implement
+  :meth:`_split_files` and :meth:`_url`.
+
+  Args (beyond those of ``tfds.core.GeneratorBasedBuilder``: ``data_dir``, ``config``,
+  ``file_format``, ...):
+    source_dir: folder holding the raw files (or a sub-folder named after the dataset). Only
+      read. See the module docstring for the other ways to give it.
+  """
+  HOMEPAGE = ""
+  DOWNLOAD_HINT = ""
+
+  def __init__(self, *, source_dir: epath.PathLike | None = None, **kwargs):
+    self._source_dir_argument = source_dir
+    self._local_dir: epath.Path | None = None
+    self._local_files: SplitFiles | None = None
+    super().__init__(**kwargs)
+    self._original_state["source_dir"] = source_dir  # so that the builder pickles
+
+  @tfds.core.utils.classproperty
+  @classmethod
+  def code_path(cls) -> epath.Path:
+    # TFDS 4.9.10's own lookup imports `importlib_resources`, which it only installs on
+    # Python < 3.9; the file of the class is what it computes anyway (README.md, checksums.tsv
+    # and CITATIONS.bib are read next to it).
+    return epath.Path(inspect.getfile(cls))
+
+  @abc.abstractmethod
+  def _split_files(self, exists: Callable[[str], bool]) -> SplitFiles:
+    """The files of each split for the current config.
+
+    Args:
+      exists: tells whether a file name is present in the source (always True when downloading);
+        lets a builder choose between alternatives (IWSLT: ``train.*`` or ``train.10k.*``).
+    """
+
+  @abc.abstractmethod
+  def _url(self, file_name: str) -> str:
+    """The official download URL of ``file_name``."""
+
+  @property
+  def languages(self) -> tuple[str, str]:
+    return self.builder_config.languages
+
+  def _info(self) -> tfds.core.DatasetInfo:
+    return self.dataset_info_from_configs(
+        features=tfds.features.Translation(languages=list(self.languages)),
+        supervised_keys=self.languages,
+        homepage=self.HOMEPAGE,
+        disable_shuffling=True,
+        metadata=tfds.core.MetadataDict(),
+    )
+
+  def download_and_prepare(self, *, download_config=None, **kwargs):
+    """As TFDS's; first finds the raw files so that a missing one fails here, plainly."""
+    if not self.is_prepared():
+      manual_dir = download_config.manual_dir if download_config is not None else None
+      self._local_dir, origin = resolve_source_dir(
+          self.name, self._source_dir_argument, manual_dir)
+      if self._local_dir is not None:
+        self._local_files = self.check_source_files(self._local_dir, origin)
+        logger.info("%s/%s: reading raw files from %s (%s)", self.name, self.builder_config.name,
+                    self._local_dir, origin)
+    return super().download_and_prepare(download_config=download_config, **kwargs)
+
+  def check_source_files(self, folder: epath.Path,
+                         origin: str = "source_dir argument") -> SplitFiles:
+    """The files of each split in ``folder``.
+
+    Raises:
+      MissingDataError: naming every missing file and how to provide it.
+    """
+    split_files = self._split_files(lambda name: (folder / name).exists())
+    expected = [name for files in split_files.values() for name in files.values()]
+    missing = [name for name in expected if not (folder / name).exists()]
+    if missing:
+      raise MissingDataError(
+          f"{self.name} ({self.builder_config.name}): {len(missing)} of {len(expected)} raw files "
+          f"missing in {folder} (given by the {origin}).\n"
+          f"  missing: {' '.join(missing)}\n"
+          f"  expected: {' '.join(expected)}\n"
+          f"Put the files in one folder and pass it as source_dir=..., or set {ENV_VAR} to a "
+          f"folder holding {self.name}/. {self.DOWNLOAD_HINT} With none of source_dir, manual_dir "
+          f"and ${ENV_VAR} set, the files are downloaded from their official URLs (e.g. "
+          f"{self._url(expected[0])}).")
+    return split_files
+
+  def _split_generators(self, dl_manager: tfds.download.DownloadManager):
+    if self._local_dir is not None:
+      split_files = self._local_files
+      paths = {split: {lang: self._local_dir / name for lang, name in files.items()}
+               for split, files in split_files.items()}
+    else:
+      split_files = self._split_files(lambda name: True)
+      urls = {f"{split}.{lang}": self._url(name)
+              for split, files in split_files.items() for lang, name in files.items()}
+      downloaded = dl_manager.download(urls)
+      paths = {split: {lang: epath.Path(downloaded[f"{split}.{lang}"]) for lang in files}
+               for split, files in split_files.items()}
+    # Saved with the prepared data: which raw file made which split.
+    self.info.metadata["source_files"] = {
+        split: dict(files) for split, files in split_files.items()}
+    return {split: self._generate_examples(split_paths) for split, split_paths in paths.items()}
+
+  def _generate_examples(self, paths: Mapping[str, epath.Path]) -> Iterator[tuple[int, dict]]:
+    lines = {lang: read_lines(path) for lang, path in paths.items()}
+    counts = {lang: len(lang_lines) for lang, lang_lines in lines.items()}
+    if len(set(counts.values())) != 1:
+      described = ", ".join(f"{paths[lang]}: {count}" for lang, count in counts.items())
+      raise ValueError(f"{self.name}: the files of one split must have the same number of lines "
+                       f"(line i of each is one translation pair); got {described}.")
+    for index, texts in enumerate(zip(*lines.values())):
+      yield index, dict(zip(lines.keys(), texts))
+
+
+def read_lines(path: epath.PathLike) -> list[str]:
+  """The lines of a UTF-8 text file (gzipped or not), each stripped of surrounding whitespace.
+
+  Gzip is recognised by its magic bytes, not the name: TFDS's download cache renames files.
+  Lines are split on ``\\n`` only (``str.splitlines`` would also split inside a line at
+  characters such as U+2028 or form feed, breaking the alignment between languages).
+  """
+  data = epath.Path(path).read_bytes()
+  if data[:2] == b"\x1f\x8b":
+    data = gzip.decompress(data)
+  lines = data.decode("utf-8").split("\n")
+  if lines and not lines[-1]:
+    lines.pop()  # the final newline ends the last line; it does not start an empty one
+  return [line.strip() for line in lines]

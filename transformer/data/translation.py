@@ -1,0 +1,172 @@
+"""Machine-translation data in one call: prepared TFDS dataset, SentencePiece, token ids, raw text.
+
+    data = load_translation_data("multi30k", "en-de", data_dir="/tmp/tfds",
+                                 source_dir="../shared/data/multi30k", vocab_size=8000)
+    batcher = batching.TokenBatcher(data.train, max_tokens=4096, seed=0)
+    eval_batcher = batching.TokenBatcher(data.eval["validation"], max_tokens=4096, train=False,
+                                         include_index=True)
+    # BLEU: data.eval_reference_text["validation"][i] is the reference of eval example i.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Mapping, Sequence
+
+from etils import epath
+import tensorflow_datasets as tfds
+
+from transformer.data import batching
+from transformer.data import iwslt15_en_vi
+from transformer.data import multi30k
+from transformer.data import tokenizers
+
+logger = logging.getLogger(__name__)
+
+# name -> TFDS builder class; each config is one language pair, usable in both directions.
+BUILDERS = {"multi30k": multi30k.Builder, "iwslt15_en_vi": iwslt15_en_vi.Builder}
+
+
+@dataclasses.dataclass(frozen=True)
+class TranslationData:
+  """Tokenized splits of one language pair, in one direction.
+
+  Attributes:
+    source_language, target_language: language codes, e.g. ``"en"``, ``"de"``.
+    source_tokenizer, target_tokenizer: the same object when the vocabulary is shared.
+    train: training pairs, ids ending with EOS (pairs with an empty side removed).
+    eval: split name -> every pair of that split, in file order; ``eval[s][i]`` is
+      ``(source int32 [source_length_i], target int32 [target_length_i])``.
+    eval_source_text, eval_reference_text: split name -> the raw texts, aligned with ``eval``;
+      the references are what BLEU is computed against.
+    split_sizes: split name -> number of pairs in the prepared dataset.
+    dataset_dir: the prepared TFDS dataset (its ``sentencepiece/`` holds the tokenizers).
+  """
+  source_language: str
+  target_language: str
+  source_tokenizer: tokenizers.SentencePieceTokenizer
+  target_tokenizer: tokenizers.SentencePieceTokenizer
+  train: batching.TokenizedExamples
+  eval: Mapping[str, batching.TokenizedExamples]
+  eval_source_text: Mapping[str, list[str]]
+  eval_reference_text: Mapping[str, list[str]]
+  split_sizes: Mapping[str, int]
+  dataset_dir: str
+
+
+def prepare_dataset(name: str, pair: str, *, data_dir: epath.PathLike | None = None,
+                    source_dir: epath.PathLike | None = None
+                    ) -> tuple[tfds.core.DatasetBuilder, str, str]:
+  """Prepares (once) and returns the TFDS builder of ``name`` holding ``pair``.
+
+  Args:
+    name: a key of :data:`BUILDERS`.
+    pair: ``"<source>-<target>"``, either direction of a config (``"en-de"`` or ``"de-en"``).
+    data_dir: TFDS data dir for the prepared data (default ``$TFDS_DATA_DIR`` or
+      ``~/tensorflow_datasets``).
+    source_dir: folder of raw files; default ``$TRANSFORMER_DATA_DIR``, else download.
+
+  Returns:
+    ``(builder, source_language, target_language)``; read with ``builder.as_data_source(split)``.
+  """
+  if name not in BUILDERS:
+    raise ValueError(f"Unknown translation dataset {name!r}; known: {sorted(BUILDERS)}.")
+  builder_class = BUILDERS[name]
+  source_language, _, target_language = pair.partition("-")
+  configs = {frozenset(config.languages): config.name for config in builder_class.BUILDER_CONFIGS}
+  config = configs.get(frozenset((source_language, target_language)))
+  if config is None or source_language == target_language:
+    directions = sorted(f"{a}-{b}" for c in builder_class.BUILDER_CONFIGS
+                        for a, b in (c.languages, c.languages[::-1]))
+    raise ValueError(f"{name} has no language pair {pair!r}; choose one of {directions}.")
+  builder = builder_class(config=config, data_dir=data_dir, source_dir=source_dir,
+                          file_format="array_record")
+  builder.download_and_prepare()
+  return builder, source_language, target_language
+
+
+def read_split_text(builder: tfds.core.DatasetBuilder, split: str,
+                    languages: Sequence[str]) -> dict[str, list[str]]:
+  """language -> the texts of ``split``, in the prepared dataset's (file) order."""
+  source = builder.as_data_source(split)
+  rows = source.__getitems__(list(range(len(source))))  # one batched read
+  return {language: [row[language].decode("utf-8") for row in rows] for language in languages}
+
+
+def load_translation_data(
+    name: str, pair: str = "en-de", *,
+    data_dir: epath.PathLike | None = None,
+    source_dir: epath.PathLike | None = None,
+    vocab_size: int = 8000,
+    shared_vocab: bool = True,
+    eval_splits: Sequence[str] | None = None,
+    tokenizer_options: tokenizers.SentencePieceOptions | None = None,
+) -> TranslationData:
+  """Prepares the dataset, trains or loads SentencePiece on its train split, tokenizes.
+
+  Args:
+    name: ``"multi30k"`` or ``"iwslt15_en_vi"``.
+    pair: ``"<source>-<target>"``, e.g. ``"en-de"``, ``"de-en"``, ``"en-vi"``.
+    data_dir: TFDS data dir for the prepared data and the cached tokenizers.
+    source_dir: folder of raw files (default ``$TRANSFORMER_DATA_DIR``, else download).
+    vocab_size: SentencePiece vocabulary size (4 special ids included).
+    shared_vocab: one tokenizer for both languages (True), or one per language.
+    eval_splits: splits to tokenize for evaluation; default every split but ``train``.
+    tokenizer_options: other SentencePiece options; its ``vocab_size`` is replaced by
+      ``vocab_size``.
+
+  Returns:
+    :class:`TranslationData`: tokenizers, ``train`` and ``eval`` token ids, raw eval text.
+  """
+  builder, source_language, target_language = prepare_dataset(
+      name, pair, data_dir=data_dir, source_dir=source_dir)
+  split_sizes = {split: info.num_examples for split, info in builder.info.splits.items()}
+  languages = (source_language, target_language)
+  if eval_splits is None:
+    eval_splits = [split for split in split_sizes if split != "train"]
+  unknown = [split for split in eval_splits if split not in split_sizes]
+  if unknown:
+    raise ValueError(f"{name}/{builder.builder_config.name} has no split {unknown}; "
+                     f"splits: {sorted(split_sizes)}.")
+  logger.info("%s/%s: splits %s; training files %s", name, builder.builder_config.name,
+              split_sizes, builder.info.metadata.get("source_files", {}).get("train"))
+
+  train_text = read_split_text(builder, "train", languages)
+  options = dataclasses.replace(tokenizer_options or tokenizers.SentencePieceOptions(),
+                                vocab_size=vocab_size)
+  cache_dir = epath.Path(builder.data_dir) / "sentencepiece"
+  if shared_vocab:
+    shared = tokenizers.load_or_train_sentencepiece(
+        cache_dir, builder.builder_config.name,
+        lambda: train_text[builder.languages[0]] + train_text[builder.languages[1]], options)
+    source_tokenizer = target_tokenizer = shared
+  else:
+    source_tokenizer, target_tokenizer = (
+        tokenizers.load_or_train_sentencepiece(cache_dir, language, train_text[language], options)
+        for language in languages)
+
+  def tokenize(texts: Mapping[str, list[str]]) -> batching.TokenizedExamples:
+    return batching.TokenizedExamples.from_sequences(
+        source_tokenizer.encode_batch(texts[source_language]),
+        target_tokenizer.encode_batch(texts[target_language]))
+
+  nonempty = [i for i, (source, target) in enumerate(zip(*(train_text[l] for l in languages)))
+              if source and target]
+  if len(nonempty) < split_sizes["train"]:
+    logger.info("%s: %d training pairs with an empty side removed.", name,
+                split_sizes["train"] - len(nonempty))
+  train = tokenize({language: [train_text[language][i] for i in nonempty]
+                    for language in languages})
+  eval_text = {split: read_split_text(builder, split, languages) for split in eval_splits}
+  return TranslationData(
+      source_language=source_language,
+      target_language=target_language,
+      source_tokenizer=source_tokenizer,
+      target_tokenizer=target_tokenizer,
+      train=train,
+      eval={split: tokenize(texts) for split, texts in eval_text.items()},
+      eval_source_text={split: texts[source_language] for split, texts in eval_text.items()},
+      eval_reference_text={split: texts[target_language] for split, texts in eval_text.items()},
+      split_sizes=split_sizes,
+      dataset_dir=str(builder.data_dir),
+  )
