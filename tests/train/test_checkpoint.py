@@ -1,0 +1,147 @@
+"""Checkpoints: exact resume after SIGKILL, a final save on SIGTERM, fallback from a corrupt checkpoint."""
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import orbax.checkpoint as ocp
+import pytest
+
+from tests.train.conftest import REPO, TINY_FLAGS
+from transformer.train import run
+from transformer.train.checkpoint import CheckpointRestoreError
+
+TIMING = ("train/steps_per_second", "train/tokens_per_second", "wall_seconds")
+LONG_RUN = TINY_FLAGS + ["--config.num_train_steps=400", "--config.checkpoint_every=50", "--config.log_every=10",
+                         "--config.eval_every=200", "--config.async_checkpointing=True"]
+
+
+def launch(workdir, extra=(), wait=True):
+  command = [sys.executable, "launch.py", "--config=experiments/synthetic.py:copy", f"--workdir={workdir}",
+             *LONG_RUN, *extra]
+  process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+  if wait:
+    output, _ = process.communicate(timeout=300)
+    assert process.returncode == 0, output
+    return output
+  return process
+
+
+def wait_for_checkpoint(workdir, step, process, timeout=120):
+  path = os.path.join(workdir, "checkpoints", str(step))
+  deadline = time.time() + timeout
+  while not os.path.isdir(path):
+    assert process.poll() is None, process.stdout.read()
+    assert time.time() < deadline, "no checkpoint appeared"
+    time.sleep(0.02)
+
+
+def metrics_without_timing(workdir):
+  with open(os.path.join(workdir, "metrics.jsonl")) as f:
+    return [{k: v for k, v in json.loads(line).items() if k not in TIMING} for line in f]
+
+
+def final_params(workdir, step=400):
+  restored = ocp.StandardCheckpointer().restore(os.path.join(workdir, "checkpoints", str(step), "state"))
+  return restored["params"]
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+  workdir = str(tmp_path_factory.mktemp("uninterrupted"))
+  launch(workdir)
+  return workdir
+
+
+def assert_identical_runs(workdir, reference):
+  assert metrics_without_timing(workdir) == metrics_without_timing(reference)  # bitwise: floats compared exactly
+  reference_params = final_params(reference)
+  for name, value in ocp.tree.to_flat_dict(final_params(workdir)).items():
+    np.testing.assert_array_equal(value, ocp.tree.to_flat_dict(reference_params)[name])
+
+
+def test_sigkill_then_rerun_is_bit_identical(tmp_path, uninterrupted):
+  workdir = str(tmp_path)
+  process = launch(workdir, wait=False)
+  wait_for_checkpoint(workdir, 100, process)
+  process.send_signal(signal.SIGKILL)
+  process.wait()
+  steps = sorted(int(s) for s in os.listdir(os.path.join(workdir, "checkpoints")) if s.isdigit())
+  assert steps and steps[-1] < 400, "the run was not interrupted mid-training"
+  output = launch(workdir)
+  assert "resumed from step" in output
+  assert_identical_runs(workdir, uninterrupted)
+
+
+def test_sigterm_saves_a_checkpoint_then_resumes_identically(tmp_path, uninterrupted):
+  workdir = str(tmp_path)
+  process = launch(workdir, wait=False)
+  wait_for_checkpoint(workdir, 50, process)
+  time.sleep(0.3)  # land between checkpoints
+  process.send_signal(signal.SIGTERM)
+  output, _ = process.communicate(timeout=120)
+  assert process.returncode == 0, output
+  assert "SIGTERM: saved a checkpoint at step" in output
+  saved = int(output.split("SIGTERM: saved a checkpoint at step ")[1].split(";")[0])
+  assert os.path.isdir(os.path.join(workdir, "checkpoints", str(saved)))
+  launch(workdir)
+  assert_identical_runs(workdir, uninterrupted)
+
+
+def test_corrupt_latest_checkpoint_falls_back_with_a_warning(make_config, tmp_path, caplog):
+  run(make_config(), str(tmp_path))  # checkpoints at 10 and 20
+  state_dir = tmp_path / "checkpoints" / "20" / "state"
+  for path in state_dir.rglob("*"):
+    if path.is_file():
+      path.write_bytes(b"garbage")
+  with caplog.at_level(logging.WARNING):
+    resumed = run(make_config(num_train_steps=30), str(tmp_path))
+  assert "cannot restore checkpoint step 20" in caplog.text
+  assert resumed.step == 30
+  with open(tmp_path / "metrics.jsonl") as f:
+    steps = [json.loads(line)["step"] for line in f]
+  assert steps == sorted(steps) and steps.count(15) == 1  # lines after step 10 were rewritten, not duplicated
+
+
+def test_all_checkpoints_corrupt_refuses_to_start_from_scratch(make_config, tmp_path):
+  run(make_config(), str(tmp_path))
+  for path in (tmp_path / "checkpoints").rglob("*"):
+    if path.is_file() and "state" in str(path):
+      path.write_bytes(b"garbage")
+  with pytest.raises(CheckpointRestoreError, match="Refusing to start from scratch"):
+    run(make_config(num_train_steps=30), str(tmp_path))
+
+
+def test_workdir_of_another_model_is_refused(make_config, tmp_path):
+  run(make_config(num_train_steps=10), str(tmp_path))
+  with pytest.raises(ValueError, match="different model .*d_model: 32 -> 64"):
+    run(make_config(model__d_model=64), str(tmp_path))
+
+
+def test_restore_from_starts_from_another_runs_parameters(make_config, tmp_path):
+  pretrained = run(make_config(num_train_steps=10), str(tmp_path / "pretrained"))
+  # A different seed: the initialisation must come from the checkpoint, not from the seed.
+  finetuned = run(make_config(num_train_steps=1, checkpoint_every=1, eval_every=1, seed=1,
+                              restore_from=str(tmp_path / "pretrained")), str(tmp_path / "finetuned"))
+  assert finetuned.step == 1
+  # One Adam step moves each parameter by at most about the learning rate.
+  before = ocp.tree.to_flat_dict(pretrained.state.params)
+  after = ocp.tree.to_flat_dict(finetuned.state.params)
+  assert max(float(np.max(np.abs(np.asarray(after[k]) - np.asarray(before[k])))) for k in before) < 1e-2
+  fresh = run(make_config(num_train_steps=1, checkpoint_every=1, eval_every=1, seed=1), str(tmp_path / "fresh"))
+  fresh_params = ocp.tree.to_flat_dict(fresh.state.params)
+  assert max(float(np.max(np.abs(np.asarray(fresh_params[k]) - np.asarray(before[k])))) for k in before) > 1e-1
+
+
+def test_keeps_the_last_checkpoints_and_the_best(make_config, tmp_path):
+  run(make_config(num_train_steps=20, checkpoint_every=5, eval_every=5, keep_checkpoints=2,
+                  best_metric="eval/loss", best_mode="min"), str(tmp_path))
+  assert sorted(int(s) for s in os.listdir(tmp_path / "checkpoints") if s.isdigit()) == [15, 20]
+  best = [int(s) for s in os.listdir(tmp_path / "best") if s.isdigit()]
+  with open(tmp_path / "metrics.jsonl") as f:
+    evals = [json.loads(line) for line in f if "eval/loss" in line]
+  assert best == [min(evals, key=lambda r: r["eval/loss"])["step"]]

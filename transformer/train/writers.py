@@ -1,0 +1,60 @@
+"""Metric outputs: ``metrics.jsonl`` (one JSON object per logging step), TensorBoard, and a progress bar."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+
+import tqdm
+
+
+class MetricWriter:
+  """Appends ``{"step": ..., name: value}`` lines to ``workdir/metrics.jsonl`` and TensorBoard scalars.
+
+  On resume, lines for steps after the restored checkpoint (written before a crash) are dropped, so the
+  file of a resumed run equals that of an uninterrupted one.
+  """
+
+  def __init__(self, workdir: str, resume_step: int = 0, enabled: bool = True, tensorboard: bool = True):
+    self.enabled = enabled
+    self.path = os.path.join(workdir, "metrics.jsonl")
+    self._tensorboard = None
+    if not enabled:
+      return
+    if os.path.exists(self.path):
+      with open(self.path) as f:
+        kept = [line for line in f if line.strip() and json.loads(line)["step"] <= resume_step]
+      with open(self.path, "w") as f:
+        f.writelines(kept)
+    if tensorboard:
+      from tensorboardX import SummaryWriter  # imported lazily: optional at read time
+      self._tensorboard = SummaryWriter(os.path.join(workdir, "tensorboard"))
+
+  def write(self, step: int, metrics: dict) -> None:
+    if not self.enabled:
+      return
+    record = {"step": int(step), **{k: float(v) for k, v in metrics.items()}}
+    with open(self.path, "a") as f:
+      f.write(json.dumps(record) + "\n")
+    if self._tensorboard is not None:
+      for name, value in metrics.items():
+        if math.isfinite(float(value)):
+          self._tensorboard.add_scalar(name, float(value), step)
+      self._tensorboard.flush()
+
+  def close(self) -> None:
+    if self._tensorboard is not None:
+      self._tensorboard.close()
+
+
+def read_metrics(workdir: str) -> list[dict]:
+  """All records of ``workdir/metrics.jsonl``."""
+  with open(os.path.join(workdir, "metrics.jsonl")) as f:
+    return [json.loads(line) for line in f if line.strip()]
+
+
+def progress_bar(total: int, initial: int, quiet: bool):
+  """tqdm bar with step, loss, throughput and ETA; silent when quiet or when stderr is not a terminal."""
+  return tqdm.tqdm(total=total, initial=initial, unit="step", dynamic_ncols=True,
+                   disable=quiet or not sys.stderr.isatty())
