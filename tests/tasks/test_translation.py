@@ -1,0 +1,70 @@
+"""The translation task end to end on a tiny Multi30k-format fixture: train, eval (BLEU, hypotheses), translate."""
+import os
+
+import pytest
+
+from tests.data.data_fixtures import write_multi30k
+from tests.train.conftest import load_experiment_config
+from transformer.data.parallel_text import MissingDataError
+from transformer.tasks.translation import corpus_bleu
+from transformer.train import run
+
+SIZES = {"train": 400, "val": 16, "test_2016_flickr": 12, "test_2017_flickr": 2, "test_2017_mscoco": 2,
+         "test_2018_flickr": 2}
+
+
+def tiny_translation_config(raw_dir, data_dir, variant="transformer_small", **overrides):
+  config = load_experiment_config("multi30k", variant)
+  settings = {
+      "task.source_dir": str(raw_dir), "task.data_dir": str(data_dir), "task.vocab_size": 64,
+      "task.max_tokens": 512, "task.max_length": 32, "task.test_splits": ("test_2016_flickr",),
+      "task.beam_size": 2, "model.d_model": 32, "model.num_heads": 2, "model.d_ff": 64,
+      "model.num_encoder_layers": 1, "model.num_decoder_layers": 1, "model.dropout_rate": 0.0,
+      "rnn.embedding_dim": 16, "rnn.hidden_dim": 32, "rnn.dropout_rate": 0.0,
+      "optimizer.learning_rate": 3e-3, "optimizer.warmup_steps": 10, "num_train_steps": 60, "log_every": 20,
+      "eval_every": 60, "checkpoint_every": 60, "quiet": True, "tensorboard": False, **overrides}
+  for key, value in settings.items():
+    node = config
+    *parents, leaf = key.split(".")
+    for parent in parents:
+      node = node[parent]
+    node[leaf] = value
+  return config
+
+
+@pytest.fixture(scope="module")
+def raw_dir(tmp_path_factory):
+  return write_multi30k(tmp_path_factory.mktemp("raw") / "multi30k", sizes=SIZES)
+
+
+@pytest.mark.parametrize("variant", ["transformer_small", "gru_bahdanau"])
+def test_train_eval_and_translate(raw_dir, tmp_path, variant):
+  data_dir, workdir = tmp_path / "tfds", str(tmp_path / "run")
+  trained = run(tiny_translation_config(raw_dir, data_dir, variant), workdir)
+  assert {"eval/bleu", "eval/bleu_lowercase", "eval/loss"} <= set(trained.metrics)
+
+  evaluated = run(tiny_translation_config(raw_dir, data_dir, variant), workdir, mode="eval")
+  assert evaluated.metrics["test_2016_flickr/sentences"] == 12
+  assert evaluated.metrics["test_2016_flickr/bleu_signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a")
+  with open(os.path.join(workdir, "test_2016_flickr.hyp.de")) as f:
+    assert len(f.read().splitlines()) == 12  # one hypothesis per reference line, none dropped
+
+  source = tmp_path / "input.en"
+  source.write_text("a dog runs in the park\n\nthe small man sits near the water\n")
+  output = tmp_path / "output.de"
+  run(tiny_translation_config(raw_dir, data_dir, variant, translate_input=str(source),
+                              translate_output=str(output)), workdir, mode="translate")
+  assert len(output.read_text().splitlines()) == 3
+
+
+def test_missing_data_names_the_files_and_where_to_put_them(tmp_path):
+  (tmp_path / "empty").mkdir()
+  with pytest.raises(MissingDataError, match=r"train\.en\.gz"):
+    run(tiny_translation_config(tmp_path / "empty", tmp_path / "tfds"), str(tmp_path / "run"))
+
+
+def test_bleu_of_the_reference_against_itself_is_100():
+  references = ["Ein Mann fährt Fahrrad .", "Zwei Hunde spielen im Schnee ."]
+  assert corpus_bleu(references, references)[0] == pytest.approx(100.0)
+  assert corpus_bleu(references, references, tokenize="none", lowercase=True)[0] == pytest.approx(100.0)
+  assert corpus_bleu(["Ein Hund"] * 2, references)[0] < 20.0

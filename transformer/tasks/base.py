@@ -1,0 +1,75 @@
+"""The task interface: everything that differs between experiments, behind one small API.
+
+The training system (``transformer.train``) asks a task for its model, its data and the loss of a batch;
+it never looks inside batches. A new experiment is a config, plus a task only if its data or loss is new.
+"""
+from __future__ import annotations
+
+import abc
+from typing import Any, Iterator, Protocol
+
+import flax.linen as nn
+import ml_collections
+
+from transformer.nn import ModelConfig
+
+Batch = dict[str, Any]  # name -> numpy array with a leading batch axis
+Metrics = dict[str, tuple[Any, Any]]  # name -> (sum, weight): summed over batches and devices, divided once
+
+
+class ResumableIterator(Protocol):
+  """A batch iterator whose position can be saved in a checkpoint and restored exactly."""
+
+  def __iter__(self) -> Iterator[Batch]: ...
+
+  def __next__(self) -> Batch: ...
+
+  def get_state(self) -> dict: ...  # JSON-serialisable
+
+  def set_state(self, state: dict) -> None: ...
+
+
+class Task(abc.ABC):
+  """One experiment's data, model and loss."""
+
+  def __init__(self, config: ml_collections.ConfigDict):
+    self.config = config
+
+  @abc.abstractmethod
+  def model_config(self) -> ModelConfig:
+    """The model's hyper-parameters (``config.model`` plus what the data decides, e.g. vocab size)."""
+
+  @abc.abstractmethod
+  def build_model(self, model_config: ModelConfig) -> nn.Module:
+    """The Flax module; the same call with ``model_config.replace(deterministic=True)`` builds eval models."""
+
+  @abc.abstractmethod
+  def train_iterator(self, batch_size: int, seed: int, shard_index: int = 0,
+                     shard_count: int = 1) -> ResumableIterator:
+    """Endless training batches for this host's shard (``batch_size`` is this host's share)."""
+
+  @abc.abstractmethod
+  def eval_batches(self, batch_size: int) -> list[Batch]:
+    """The validation set as a list of batches of identical shapes (padding rows have zero weight)."""
+
+  @abc.abstractmethod
+  def init_inputs(self, batch: Batch) -> tuple:
+    """Positional inputs of ``model.init`` / ``model.apply`` for a batch."""
+
+  @abc.abstractmethod
+  def loss_and_metrics(self, model: nn.Module, params, batch: Batch, dropout_rng) -> tuple[Any, Any, Metrics]:
+    """``(loss_sum, weight_sum, metrics)`` of one batch; the loss minimised is ``loss_sum / weight_sum``
+    over the global batch, e.g. the number of non-padding target tokens."""
+
+  def evaluate(self, model_config: ModelConfig, params, batches: list[Batch]) -> tuple[dict, list[str]]:
+    """Host-side evaluation beyond the loss (e.g. decoding): ``(metrics, example lines to print)``."""
+    return {}, []
+
+  def write_test_outputs(self, model_config: ModelConfig, params, workdir: str) -> dict:
+    """``--mode=eval``: score the test splits and write their outputs into ``workdir``; metrics by split."""
+    return {}
+
+  def translate_lines(self, model_config: ModelConfig, params, lines: list[str]) -> list[str]:
+    """``--mode=translate``: one output line per input line."""
+    raise ValueError(f"--mode=translate is not supported by the {type(self).__name__}; it needs a "
+                     "translation task (config.task.name='translation').")

@@ -1,0 +1,136 @@
+"""Sequence-to-sequence tasks on an ``EncoderDecoder``: teacher-forced loss, greedy/beam search, exact match.
+
+Batches: ``{"source": int32 [batch, source_length], "target": int32 [batch, target_length]}``, padded with
+``pad_id`` = 0; targets end with EOS. Synthetic tasks and translation differ only in their data.
+"""
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from transformer import ops
+from transformer.decode import beam_search, expand_to_beams, greedy_search
+from transformer.nn import EncoderDecoder, ModelConfig, RNNConfig, RNNEncoderDecoder
+from transformer.tasks.base import Task
+
+# config.architecture -> (hyper-parameter dataclass, its config section, model class). Both models share
+# the EncoderDecoder interface (encode, decode, teacher-forced __call__, a decode cache), so loss and
+# search code is the same for both.
+ARCHITECTURES = {
+    "transformer": (ModelConfig, "model", EncoderDecoder),
+    "rnn": (RNNConfig, "rnn", RNNEncoderDecoder),
+}
+
+
+def model_class(model_config) -> type[EncoderDecoder]:
+  return next(cls for config_cls, _, cls in ARCHITECTURES.values() if isinstance(model_config, config_cls))
+
+
+class Seq2SeqTask(Task):
+  """Base class: subclasses provide data (``train_iterator``, ``eval_batches``) and ``model_config``."""
+
+  def make_model_config(self, **data_fields):
+    """The ``config.architecture`` model's hyper-parameters: its config section plus what the data decides
+    (vocabulary sizes, special ids; fields the architecture lacks, like ``share_embeddings`` for RNNs, are
+    dropped)."""
+    architecture = self.config.get("architecture", "transformer")
+    if architecture not in ARCHITECTURES:
+      raise ValueError(f"config.architecture={architecture!r} is not supported; choose one of "
+                       f"{sorted(ARCHITECTURES)}.")
+    config_class, section, _ = ARCHITECTURES[architecture]
+    fields = {k: v for k, v in data_fields.items() if k in config_class.field_names()}
+    return config_class.from_dict({**self.config[section].to_dict(), **fields})
+
+  def build_model(self, model_config) -> EncoderDecoder:
+    return model_class(model_config)(model_config)
+
+  def init_inputs(self, batch):
+    return batch["source"], batch["target"]
+
+  def loss_and_metrics(self, model, params, batch, dropout_rng):
+    logits = model.apply({"params": params}, batch["source"], batch["target"],
+                         rngs={"dropout": dropout_rng} if dropout_rng is not None else None)
+    weights = (batch["target"] != model.config.pad_id).astype(jnp.float32)
+    losses = ops.softmax_cross_entropy(logits, batch["target"], self.config.get("label_smoothing", 0.0))
+    loss_sum, weight_sum = ops.weighted_sum(losses, weights)
+    # The unsmoothed loss is what perplexity and comparisons across label_smoothing settings need.
+    nll_sum, _ = ops.weighted_sum(ops.softmax_cross_entropy(logits, batch["target"]), weights)
+    metrics = {
+        "loss": (loss_sum, weight_sum),
+        "nll": (nll_sum, weight_sum),
+        "token_accuracy": ops.token_accuracy(logits, batch["target"], weights),
+    }
+    return loss_sum, weight_sum, metrics
+
+  def decode_batch(self, model_config: ModelConfig, params, source, max_length: int, beam_size: int = 1,
+                   length_penalty: float = 0.6):
+    """Decode ``[batch, source_length]`` sources into ``[batch, max_length]`` tokens: greedy when
+    ``beam_size`` is 1, else beam search ranked with the GNMT ``length_penalty`` (alpha)."""
+    model_config = model_config.replace(deterministic=True)
+    if beam_size == 1:
+      return _greedy_decode(model_config, params, source, max_length)
+    sequences, _ = _beam_decode(model_config, params, source, max_length, beam_size, length_penalty)
+    return sequences
+
+  def evaluate(self, model_config, params, batches):
+    """Greedy-decode every eval batch; exact-match sequence accuracy and a few examples."""
+    matches = sequences = 0.0
+    examples = []
+    for batch in batches:
+      target = np.asarray(batch["target"])
+      predictions = np.asarray(self.decode_batch(model_config, params, batch["source"], target.shape[1]))
+      match, count = ops.sequence_exact_match(predictions, target, target != model_config.pad_id)
+      matches += float(match)
+      sequences += float(count)
+      for row in range(min(3 - len(examples), len(target))):
+        examples.append(self.format_example(batch["source"][row], target[row], predictions[row]))
+    return {"exact_match": matches / max(sequences, 1.0)}, examples
+
+  def format_example(self, source, target, prediction) -> str:
+    def show(tokens):
+      return " ".join(str(int(t)) for t in tokens if t != 0)
+    return f"source: {show(source)}\n  target:     {show(target)}\n  prediction: {show(prediction)}"
+
+
+def _cached_decoder(model_config: ModelConfig, params, source, max_length: int, beam_size: int = 1):
+  """Encode ``source`` ``[batch, source_length]`` once; return ``(step_fn, cache)`` for the searches.
+
+  ``step_fn`` maps the previous tokens ``[batch * beam_size, 1]`` and the cache to logits
+  ``[batch * beam_size, 1, vocab]``: it attends to the encoder output repeated per beam. The cache is the
+  empty key/value cache for ``batch`` sequences of ``max_length`` tokens (``beam_search`` repeats it).
+  """
+  model = model_class(model_config)(model_config)
+  decoder = model_class(model_config)(model_config.replace(decode=True))
+  batch_size = source.shape[0]
+  encoded = model.apply({"params": params}, source, method=EncoderDecoder.encode)
+  # The cache's shapes come from an abstract init with a full-length dummy target; its values start at 0.
+  cache_shapes = jax.eval_shape(
+      lambda: decoder.init(jax.random.PRNGKey(0), source, jnp.zeros((batch_size, max_length), jnp.int32)))
+  cache = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), cache_shapes["cache"])
+  encoded, source = expand_to_beams(encoded, beam_size), expand_to_beams(source, beam_size)
+
+  def step_fn(tokens, cache):
+    logits, variables = decoder.apply({"params": params, "cache": cache}, encoded, source, tokens,
+                                      method=EncoderDecoder.decode, mutable=["cache"])
+    return logits, variables["cache"]
+
+  return step_fn, cache
+
+
+@functools.partial(jax.jit, static_argnums=(0, 3))
+def _greedy_decode(model_config: ModelConfig, params, source, max_length: int):
+  step_fn, cache = _cached_decoder(model_config, params, source, max_length)
+  return greedy_search(step_fn, cache, source.shape[0], max_length, model_config.bos_id, model_config.eos_id,
+                       model_config.pad_id)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 3, 4, 5, 6))
+def _beam_decode(model_config: ModelConfig, params, source, max_length: int, beam_size: int,
+                 length_penalty: float = 0.6, return_all_beams: bool = False):
+  """Beam search: ``([batch, max_length] tokens, [batch] scores)``, or all beams (see ``beam_search``)."""
+  step_fn, cache = _cached_decoder(model_config, params, source, max_length, beam_size)
+  return beam_search(step_fn, cache, source.shape[0], beam_size, max_length, model_config.bos_id,
+                     model_config.eos_id, model_config.pad_id, length_penalty, return_all_beams)

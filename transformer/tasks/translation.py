@@ -1,0 +1,129 @@
+"""Machine translation: TFDS parallel text, SentencePiece, token-bucketed batches, beam search and BLEU.
+
+``config.task`` fields: dataset (``multi30k`` | ``iwslt15_en_vi``), pair (``en-de``...), source_dir (raw
+files; default ``$TRANSFORMER_DATA_DIR``, else the official download), data_dir (TFDS data dir; default
+``$TFDS_DATA_DIR`` or ``~/tensorflow_datasets``), vocab_size, shared_vocab, max_tokens (per batch, each side),
+max_length (training filter only: evaluation never drops or truncates), batch_size_multiple (devices),
+eval_split (checkpoint selection), test_splits, beam_size, length_penalty, bleu_tokenize (sacreBLEU
+tokenizer: ``13a`` on detokenised text, ``none`` for pre-tokenised references like IWSLT's),
+num_eval_sentences (0 = all: BLEU on a prefix during training keeps evaluations short).
+"""
+from __future__ import annotations
+
+import functools
+import logging
+import os
+
+import numpy as np
+
+from transformer.data import batching
+from transformer.data.translation import load_translation_data
+from transformer.tasks.seq2seq import Seq2SeqTask
+
+log = logging.getLogger(__name__)
+
+
+def corpus_bleu(hypotheses: list[str], references: list[str], tokenize: str = "13a",
+                lowercase: bool = False) -> tuple[float, str]:
+  """sacreBLEU corpus BLEU and its signature (e.g. ``nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0``)."""
+  import sacrebleu  # the "data" extra
+  metric = sacrebleu.BLEU(tokenize=tokenize, lowercase=lowercase)
+  score = metric.corpus_score(hypotheses, [references])
+  return score.score, str(metric.get_signature())
+
+
+class TranslationTask(Seq2SeqTask):
+  """Translation with an ``EncoderDecoder``: label-smoothed teacher forcing, beam search, sacreBLEU."""
+
+  @functools.cached_property
+  def data(self):
+    task = self.config.task
+    return load_translation_data(
+        task.dataset, task.pair, data_dir=task.data_dir or None, source_dir=task.source_dir or None,
+        vocab_size=task.vocab_size, shared_vocab=task.shared_vocab,
+        eval_splits=[task.eval_split, *[s for s in task.test_splits if s != task.eval_split]])
+
+  def model_config(self):
+    data = self.data
+    return self.make_model_config(
+        vocab_size=data.source_tokenizer.vocab_size, target_vocab_size=data.target_tokenizer.vocab_size,
+        share_embeddings=self.config.model.share_embeddings and self.config.task.shared_vocab,
+        pad_id=0, bos_id=1, eos_id=2)
+
+  def _batcher(self, examples, train: bool, seed: int = 0) -> batching.TokenBatcher:
+    task = self.config.task
+    return batching.TokenBatcher(examples, max_tokens=task.max_tokens, max_length=task.max_length, train=train,
+                                 seed=seed, batch_size_multiple=task.batch_size_multiple,
+                                 include_index=not train)
+
+  def train_iterator(self, batch_size, seed, shard_index=0, shard_count=1):
+    del batch_size  # batches are sized by config.task.max_tokens
+    examples = self.data.train
+    if shard_count > 1:  # each host batches its own examples
+      examples = examples.select(np.arange(shard_index, len(examples), shard_count))
+    batcher = self._batcher(examples, train=True, seed=seed)
+    if shard_index == 0:
+      log.info("training batches: %d per epoch, padding fraction %.3f, shapes %s", batcher.num_batches(),
+               batcher.padding_fraction(), batcher.batch_shapes)
+    return batching.PrefetchIterator(batcher.iterator())
+
+  def eval_batches(self, batch_size, split: str | None = None):
+    del batch_size
+    split = split or self.config.task.eval_split
+    batcher = self._batcher(self.data.eval[split], train=False)
+    return [batcher.make_batch(indices) for indices in batcher.epoch_batches(0)]
+
+  def translate_batches(self, model_config, params, batches, count: int) -> list[str]:
+    """Decode batches (with ``index``) into ``count`` detokenised hypotheses in the original order."""
+    task = self.config.task
+    hypotheses = [""] * count
+    for batch in batches:
+      index = np.asarray(batch["index"])
+      if not np.any((index >= 0) & (index < count)):
+        continue
+      # Room for targets longer than their sources (German is ~10% longer than English).
+      max_length = int(batch["source"].shape[1] * 1.5) + 10
+      tokens = np.asarray(self.decode_batch(model_config, params, batch["source"], max_length,
+                                            task.beam_size, task.length_penalty))
+      for row, example in enumerate(index):
+        if 0 <= example < count:
+          hypotheses[example] = self.data.target_tokenizer.decode(tokens[row])
+    return hypotheses
+
+  def bleu(self, model_config, params, split: str, count: int | None = None):
+    """``(metrics, hypotheses)`` on ``split`` (its first ``count`` sentences if given)."""
+    references = self.data.eval_reference_text[split]
+    count = len(references) if not count else min(count, len(references))
+    hypotheses = self.translate_batches(model_config, params, self.eval_batches(0, split), count)
+    tokenize = self.config.task.bleu_tokenize
+    bleu, signature = corpus_bleu(hypotheses, references[:count], tokenize)
+    bleu_lowercase, signature_lowercase = corpus_bleu(hypotheses, references[:count], tokenize, lowercase=True)
+    return {"bleu": bleu, "bleu_lowercase": bleu_lowercase, "bleu_signature": signature,
+            "bleu_lowercase_signature": signature_lowercase, "sentences": count}, hypotheses
+
+  def evaluate(self, model_config, params, batches):
+    task = self.config.task
+    metrics, hypotheses = self.bleu(model_config, params, task.eval_split, task.num_eval_sentences)
+    sources = self.data.eval_source_text[task.eval_split]
+    references = self.data.eval_reference_text[task.eval_split]
+    examples = [f"source:     {sources[i]}\n  reference:  {references[i]}\n  hypothesis: {hypotheses[i]}"
+                for i in range(min(3, len(hypotheses)))]
+    return {k: v for k, v in metrics.items() if isinstance(v, float)}, examples
+
+  def translate_lines(self, model_config, params, lines: list[str]) -> list[str]:
+    """Translate raw source sentences (``--mode=translate``)."""
+    encoded = self.data.source_tokenizer.encode_batch(lines)
+    examples = batching.TokenizedExamples.from_sequences(encoded, [np.array([2], np.int32)] * len(lines))
+    batcher = self._batcher(examples, train=False)
+    batches = [batcher.make_batch(indices) for indices in batcher.epoch_batches(0)]
+    return self.translate_batches(model_config, params, batches, len(lines))
+
+  def write_test_outputs(self, model_config, params, workdir: str) -> dict:
+    """Hypotheses of every test split as ``workdir/<split>.hyp`` (one line per reference line), with BLEU."""
+    results = {}
+    for split in self.config.task.test_splits:
+      metrics, hypotheses = self.bleu(model_config, params, split)
+      with open(os.path.join(workdir, f"{split}.hyp.{self.data.target_language}"), "w") as f:
+        f.write("\n".join(hypotheses) + "\n")
+      results[split] = metrics
+    return results
