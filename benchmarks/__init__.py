@@ -1,0 +1,1 @@
+"""Benchmarks: one script per performance question, ``python -m benchmarks.<name>`` (see README.md)."""

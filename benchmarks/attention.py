@@ -1,0 +1,106 @@
+"""Question 1: is our dense attention as fast as the stock ones?
+
+    python -m benchmarks.attention            # full size, writes benchmarks/RESULTS.md
+    python -m benchmarks.attention --smoke    # seconds, prints only
+
+``transformer.ops.dot_product_attention`` against ``jax.nn.dot_product_attention`` (XLA; also cuDNN on GPU)
+and ``flax.linen.dot_product_attention``, forward and forward+backward (gradients of q, k, v), float32 and
+bfloat16, self attention without a mask at lengths 128..4096 with the base model's 8 heads of 64. Each
+batch holds ``--tokens`` tokens (batch = tokens / length, at least 1), so short lengths are not all
+dispatch overhead. Target: ours at most 1.1x the fastest reference at every size.
+"""
+from __future__ import annotations
+
+import functools
+import sys
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from benchmarks import common
+from transformer import ops
+
+TARGET = 1.1
+
+
+def add_arguments(parser):
+  parser.add_argument("--lengths", type=int, nargs="+", default=None, help="sequence lengths")
+  parser.add_argument("--tokens", type=int, default=None, help="tokens per batch (batch = tokens / length)")
+  parser.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"])
+  parser.add_argument("--budget_s", type=float, default=60.0, help="time budget per measurement")
+
+
+def implementations() -> dict:
+  """name -> ``f(q, k, v) -> out``, all on ``[batch, length, heads, head_dim]``; ours first."""
+  found = {
+      "ours": ops.dot_product_attention,
+      "jax.nn (xla)": functools.partial(jax.nn.dot_product_attention, implementation="xla"),
+      "flax": nn.dot_product_attention,  # stock defaults: softmax in the input dtype
+  }
+  if jax.default_backend() == "gpu":
+    found["jax.nn (cudnn)"] = functools.partial(jax.nn.dot_product_attention, implementation="cudnn")
+  return found
+
+
+def forward_backward(attention):
+  """Gradients of ``sum(out * cotangent)`` w.r.t. q, k and v: one forward and one full backward pass."""
+  def loss(q, k, v, cotangent):
+    return jnp.sum(attention(q, k, v).astype(jnp.float32) * cotangent)
+  return jax.grad(loss, argnums=(0, 1, 2))
+
+
+def main(argv=None) -> common.Report:
+  args = common.parse_args(__doc__.splitlines()[0], argv, add_arguments)
+  machine = common.machine_description()
+  heads, head_dim = (2, 8) if args.smoke else (8, 64)
+  lengths = args.lengths or ([32] if args.smoke else [128, 256, 512, 1024, 2048, 4096])
+  tokens = args.tokens or (64 if args.smoke else 4096)
+  dtypes = args.dtypes[:1] if args.smoke and args.dtypes == ["float32", "bfloat16"] else args.dtypes
+  candidates = implementations()
+  names = list(candidates)
+  report = common.Report(
+      "attention", "Attention: ours vs jax.nn.dot_product_attention and flax (benchmarks/attention.py)",
+      ["dtype", "pass", "length", "batch"] + [f"{name} ms" for name in names] + ["ours / fastest reference"])
+
+  for dtype in dtypes:
+    for pass_name in ("forward", "forward+backward"):
+      for length in lengths:
+        batch = max(1, tokens // length)
+        keys = jax.random.split(jax.random.PRNGKey(length), 4)
+        shape = (batch, length, heads, head_dim)
+        q, k, v = (jax.random.normal(key, shape, jnp.float32).astype(dtype) for key in keys[:3])
+        cotangent = jax.random.normal(keys[3], shape, jnp.float32)
+        milliseconds = {}
+        for name, attention in candidates.items():
+          fn = jax.jit(attention if pass_name == "forward" else forward_backward(attention))
+          inputs = (q, k, v) if pass_name == "forward" else (q, k, v, cotangent)
+          try:
+            timing = common.time_fn(fn, *inputs, warmup=args.warmup, repeats=args.repeats,
+                                    budget_s=args.budget_s)
+          except Exception as error:  # e.g. cuDNN refusing float32: report, keep measuring the others
+            report.notes.append(f"{name} {dtype} {pass_name} L={length}: not run ({type(error).__name__}).")
+            continue
+          milliseconds[name] = 1e3 * timing.median
+        references = [ms for name, ms in milliseconds.items() if name != "ours"]
+        fastest = min(references) if references else None
+        value = common.ratio(milliseconds.get("ours"), fastest)
+        report.ratios[f"{dtype} {pass_name} L={length}"] = value
+        report.rows.append([dtype, pass_name, length, batch] + [milliseconds.get(name) for name in names]
+                           + [value])
+
+  measured = [value for value in report.ratios.values() if value == value]
+  worst = max(measured) if measured else float("nan")
+  report.notes += [
+      f"{heads} heads of {head_dim}, self attention without a mask, {tokens} tokens per batch; median of up to "
+      f"{args.repeats} calls after {args.warmup} warm-up; forward+backward = gradients of q, k and v.",
+      "flax runs with its stock defaults (softmax in the input dtype); ours and jax.nn take the softmax in "
+      "float32.",
+      f"Target: ours at most {TARGET}x the fastest reference at every size; worst ratio {common.fmt(worst)} "
+      f"({'met' if worst <= TARGET else 'not met'}).",
+  ]
+  return common.finish(report, args, argv, machine)
+
+
+if __name__ == "__main__":
+  main(sys.argv[1:])

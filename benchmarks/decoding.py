@@ -1,0 +1,163 @@
+"""Question 4: how much does the key/value cache speed up greedy and beam search?
+
+    python -m benchmarks.decoding            # writes benchmarks/RESULTS.md
+    python -m benchmarks.decoding --smoke    # seconds, prints only
+
+Cached: the task's own ``_greedy_decode`` / ``_beam_decode`` (``transformer.tasks.seq2seq``), one new
+position per step through the decoder's key/value cache. Baseline without a cache: the same
+``greedy_search`` / ``beam_search`` over a step function that keeps the tokens generated so far and re-runs
+the full teacher-forced decoder (``EncoderDecoder.decode``, output projection included) on the prefix at
+every step. Shapes must be static under ``jit``, so the prefix is rounded up to one of ``--buckets`` lengths
+(``lax.switch`` picks the shortest that holds it): the baseline does at most ``max_length / buckets`` extra
+positions per step, not the whole buffer. Both encode the source once.
+
+Every sequence runs to ``max_length`` (no EOS can be produced), so both paths do the same number of steps;
+tokens/s counts output tokens (``batch * max_length``, beams not counted). Target: cache >= 5x at 256 tokens.
+"""
+from __future__ import annotations
+
+import functools
+import math
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from benchmarks import common
+from benchmarks.train_step import experiment_config
+from transformer.decode import beam_search, expand_to_beams, greedy_search
+from transformer.nn import EncoderDecoder
+from transformer.tasks import seq2seq
+
+TARGET = 5.0
+TARGET_LENGTH = 256
+NO_EOS = -1  # an id the argmax never returns: every sequence runs to max_length
+
+
+def add_arguments(parser):
+  parser.add_argument("--config", default="transformer_small", choices=["transformer_small", "transformer_base"])
+  parser.add_argument("--batch_sizes", type=int, nargs="+", default=[1, 64])
+  parser.add_argument("--lengths", type=int, nargs="+", default=[64, 256], help="output tokens")
+  parser.add_argument("--source_length", type=int, default=32)
+  parser.add_argument("--beam_size", type=int, default=4)
+  parser.add_argument("--buckets", type=int, default=8, help="prefix lengths of the no-cache baseline")
+  parser.add_argument("--budget_s", type=float, default=120.0, help="time budget per measurement")
+
+
+def prefix_lengths(max_length: int, buckets: int) -> list[int]:
+  """Increasing prefix lengths ending at ``max_length``, about ``max_length / buckets`` apart."""
+  return sorted({math.ceil(max_length * (i + 1) / buckets) for i in range(buckets)})
+
+
+def recompute_step_fn(model, params, encoded, source, max_length: int, buckets: int):
+  """A step function without a key/value cache: its "cache" is the decoder input so far.
+
+  ``cache["tokens"]`` ``[batch, max_length]`` holds BOS and the tokens generated so far (the right-shifted
+  target); each step writes the previous token at ``cache["index"]`` and runs the teacher-forced decoder
+  over the shortest bucketed prefix that holds it, returning the logits ``[batch, 1, vocab]`` there.
+  The token buffer has a leading batch axis, so ``beam_search`` re-gathers it from the parent beams.
+  """
+  lengths = prefix_lengths(max_length, buckets)
+
+  def decode_prefix(length):
+    def run(tokens, index):
+      logits = model.apply({"params": params}, encoded, source, tokens[:, :length],
+                           method=EncoderDecoder.decode)  # [batch, length, vocab]
+      return jax.lax.dynamic_slice_in_dim(logits, index, 1, axis=1)
+    return run
+
+  def step_fn(previous_tokens, cache):
+    index = cache["index"]
+    tokens = jax.lax.dynamic_update_slice(cache["tokens"], previous_tokens.astype(jnp.int32), (0, index))
+    bucket = jnp.searchsorted(jnp.asarray(lengths), index + 1)  # first prefix length > index
+    logits = jax.lax.switch(bucket, [decode_prefix(length) for length in lengths], tokens, index)
+    return logits, {"tokens": tokens, "index": index + 1}
+
+  return step_fn
+
+
+@functools.partial(jax.jit, static_argnums=(0, 3, 4, 5))
+def recompute_decode(model_config, params, source, max_length: int, beam_size: int, buckets: int):
+  """Greedy (``beam_size`` 1) or beam search without a cache; returns ``[batch, max_length]`` tokens."""
+  model = seq2seq.model_class(model_config)(model_config)
+  batch_size = source.shape[0]
+  encoded = model.apply({"params": params}, source, method=EncoderDecoder.encode)
+  encoded, beam_source = expand_to_beams(encoded, beam_size), expand_to_beams(source, beam_size)
+  step_fn = recompute_step_fn(model, params, encoded, beam_source, max_length, buckets)
+  # One row per example: beam_search repeats the batch-leading leaves per beam itself.
+  cache = {"tokens": jnp.zeros((batch_size, max_length), jnp.int32), "index": jnp.array(0, jnp.int32)}
+  if beam_size == 1:
+    return greedy_search(step_fn, cache, batch_size, max_length, model_config.bos_id, model_config.eos_id,
+                         model_config.pad_id)
+  sequences, _ = beam_search(step_fn, cache, batch_size, beam_size, max_length, model_config.bos_id,
+                             model_config.eos_id, model_config.pad_id)
+  return sequences
+
+
+def cached_decode(model_config, params, source, max_length: int, beam_size: int):
+  if beam_size == 1:
+    return seq2seq._greedy_decode(model_config, params, source, max_length)
+  return seq2seq._beam_decode(model_config, params, source, max_length, beam_size)[0]
+
+
+def main(argv=None) -> common.Report:
+  args = common.parse_args(__doc__.splitlines()[0], argv, add_arguments)
+  machine = common.machine_description()
+  batch_sizes = [2] if args.smoke else args.batch_sizes
+  lengths = [8] if args.smoke else args.lengths
+  source_length = 6 if args.smoke else args.source_length
+  beam_size = 2 if args.smoke else args.beam_size
+  buckets = 2 if args.smoke else args.buckets
+  _, model_config = experiment_config(args.config, smoke=args.smoke)
+  model_config = model_config.replace(deterministic=True, eos_id=NO_EOS,
+                                      max_length=max(model_config.max_length, max(lengths)))
+  model = EncoderDecoder(model_config)
+
+  report = common.Report(
+      "decoding", "Decoding: key/value cache vs recomputing the prefix (benchmarks/decoding.py)",
+      ["search", "batch", "output tokens", "cached ms", "no-cache ms", "cached tokens/s", "no-cache tokens/s",
+       "cache speed-up", "same output %"])
+  params = None
+  for search, beam in (("greedy", 1), (f"beam {beam_size}", beam_size)):
+    for batch_size in batch_sizes:
+      for max_length in lengths:
+        rng = np.random.default_rng(batch_size)
+        source = jnp.asarray(rng.integers(3, model_config.vocab_size, (batch_size, source_length)), jnp.int32)
+        if params is None:
+          params = model.init(jax.random.PRNGKey(0), source, source)["params"]
+        # Compile outside the timed calls; the static arguments are bound by lower().
+        options = common.SMOKE_COMPILER_OPTIONS if args.smoke else None
+        cached, _ = common.compile_timed(jax.jit(cached_decode, static_argnums=(0, 3, 4)), model_config, params,
+                                         source, max_length, beam, compiler_options=options)
+        recomputed, _ = common.compile_timed(recompute_decode, model_config, params, source, max_length, beam,
+                                             buckets, compiler_options=options)
+        seconds = {}
+        outputs = {}
+        for name, fn in (("cached", cached), ("no-cache", recomputed)):
+          outputs[name] = np.asarray(fn(params, source))
+          seconds[name] = common.time_fn(fn, params, source, warmup=args.warmup, repeats=args.repeats,
+                                         budget_s=args.budget_s).median
+        tokens = batch_size * max_length
+        speedup = common.ratio(seconds["no-cache"], seconds["cached"])  # = cached / no-cache tokens/s
+        same = 100 * np.mean(np.all(outputs["cached"] == outputs["no-cache"], axis=-1))
+        report.ratios[f"{search} batch={batch_size} tokens={max_length} speed-up"] = speedup
+        report.rows.append([search, batch_size, max_length, 1e3 * seconds["cached"], 1e3 * seconds["no-cache"],
+                            tokens / seconds["cached"], tokens / seconds["no-cache"], speedup, same])
+
+  at_target = [value for key, value in report.ratios.items() if key.endswith(f"tokens={TARGET_LENGTH} speed-up")]
+  verdict = (f"smallest speed-up at {TARGET_LENGTH} tokens {common.fmt(min(at_target))} "
+             f"({'met' if min(at_target) >= TARGET else 'not met'})" if at_target
+             else f"no row at {TARGET_LENGTH} tokens in this run")
+  report.notes += [
+      f"{args.config}{' (smoke size)' if args.smoke else ''} model, random parameters, source of "
+      f"{source_length} random tokens; no-cache prefix lengths {prefix_lengths(max(lengths), buckets)} "
+      f"(for {max(lengths)} tokens). Median of up to {args.repeats} calls after {args.warmup} warm-up.",
+      "same output %: sequences identical between the two paths (they differ only by float rounding).",
+      f"Target: cache speed-up >= {TARGET}x at {TARGET_LENGTH} output tokens; {verdict}.",
+  ]
+  return common.finish(report, args, argv, machine)
+
+
+if __name__ == "__main__":
+  main(sys.argv[1:])

@@ -1,0 +1,358 @@
+"""Attention heatmaps of a trained translation model, with a generated README index.
+
+    python -m experiments.attention_plots --config=experiments/multi30k.py:transformer_small \\
+        --workdir=/tmp/multi30k_small --output_dir=experiments/multi30k/attention --num_sentences=3 \\
+        [--split=test_2016_flickr] [--checkpoint=best] [--config.task.source_dir=...]
+
+Restores the run's checkpoint (the latest, or ``--checkpoint=best``), decodes the first ``--num_sentences`` of
+``--split`` (the config's beam search, or ``--beam_size``), then runs the model teacher-forced on (source,
+hypothesis) with ``mutable=['intermediates']`` and plots every sown ``attention_weights``:
+
+* Transformer: ``<split>_<i>_encoder_self_layer<l>.png``, ``..._decoder_self_layer<l>.png`` and
+  ``..._cross_layer<l>.png``, one panel per head plus the head average; layers numbered from 0 as in the
+  parameter tree (``layer_0``).
+* RNN encoder-decoder: ``<split>_<i>_alignment.png``, the single-head alignment of Bahdanau/Luong attention.
+
+Rows (queries) are the hypothesis pieces the decoder outputs (``</s>`` included): row ``t`` is the attention
+used to produce piece ``t``. Columns (keys) are the source pieces for encoder and cross attention, and the
+decoder *inputs* (``<s>`` then the hypothesis shifted right) for decoder self attention, which is therefore
+lower-triangular. Padding is cropped away: every row sums to 1 over the plotted keys.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import shlex
+import sys
+
+import numpy as np
+
+KINDS = ("encoder_self", "decoder_self", "cross", "alignment")
+
+
+@dataclasses.dataclass
+class SentenceAttention:
+  """One sentence's attention maps and what labels them.
+
+  Attributes:
+    index: the sentence's position in its split.
+    source_text, reference_text, hypothesis_text: raw source, reference and detokenised hypothesis.
+    source_pieces: SentencePiece pieces of the source, ``</s>`` included (the encoder's positions).
+    target_pieces: pieces of the hypothesis, ``</s>`` included (the decoder's outputs, the query axis).
+    maps: ``(kind, layer)`` -> float32 ``[heads, q_length, kv_length]`` weights cropped to the real lengths;
+      ``kind`` is one of ``KINDS``, ``layer`` None for the RNN alignment.
+    files: the PNG file names written for this sentence (relative to the output folder).
+  """
+  index: int
+  source_text: str
+  reference_text: str
+  hypothesis_text: str
+  source_pieces: list[str]
+  target_pieces: list[str]
+  maps: dict[tuple[str, int | None], np.ndarray]
+  files: list[str] = dataclasses.field(default_factory=list)
+
+  @property
+  def decoder_input_pieces(self) -> list[str]:
+    """Keys of decoder self attention: ``<s>`` then the hypothesis without its last piece."""
+    return ["<s>", *self.target_pieces[:-1]]
+
+
+def restore_params(task, workdir: str, best: bool = False):
+  """``(step, params)`` of the run in ``workdir``: its latest (or best) checkpoint, restored onto the train
+  state of ``transformer.train.run`` (built from ``task.config``); nothing in ``workdir`` is written.
+
+  With ``config.num_seeds > 1`` the parameters of the first replica (seed ``config.seed``) are returned.
+  """
+  import jax
+  import jax.numpy as jnp
+
+  from transformer.train.checkpoint import Checkpointer, CheckpointRestoreError
+  from transformer.train.optimizer import make_optimizer
+  from transformer.train.parallel import make_strategy
+  from transformer.train.state import create_train_state
+
+  config = task.config
+  model = task.build_model(task.model_config())
+  optimizer = make_optimizer(config.optimizer, config.num_train_steps)
+  # Parameter shapes do not depend on the lengths of the init inputs: a 1 x 2 dummy batch suffices.
+  init_inputs = (jnp.ones((1, 2), jnp.int32), jnp.ones((1, 2), jnp.int32))
+
+  def create(key):
+    return create_train_state(model, optimizer, init_inputs, key)
+
+  if config.num_seeds > 1:
+    keys = jnp.stack([jax.random.PRNGKey(config.seed + i) for i in range(config.num_seeds)])
+    shapes = jax.eval_shape(jax.vmap(create), keys)
+  else:
+    shapes = jax.eval_shape(create, jax.random.PRNGKey(config.seed))
+  abstract_state = make_strategy("jit").abstract_canonical(shapes)
+  if not os.path.isdir(os.path.join(workdir, "checkpoints")):
+    raise ValueError(f"--workdir={workdir} holds no checkpoints/ folder; train first.")
+  if best and not config.best_metric:
+    raise ValueError("--checkpoint=best needs config.best_metric, the metric the run kept its best checkpoint by.")
+  checkpointer = Checkpointer(workdir, asynchronous=False, best_metric=config.best_metric if best else None,
+                              best_mode=config.best_mode)
+  try:
+    restored = checkpointer.restore(abstract_state, best=best)
+  except CheckpointRestoreError as error:
+    raise ValueError(f"{error} Does --config (with its overrides) match {workdir}/config.json?") from error
+  finally:
+    checkpointer.close()
+  if restored is None:
+    raise ValueError(f"--workdir={workdir} holds no {'best ' if best else ''}checkpoint; train first.")
+  step, state, _ = restored
+  params = jax.device_get(state.params)
+  if config.num_seeds > 1:
+    params = jax.tree.map(lambda x: x[0], params)
+  return step, params
+
+
+def _pad(sequences: list[np.ndarray], pad_id: int) -> np.ndarray:
+  """Right-pad 1-D int sequences into ``[batch, max_length]`` int32."""
+  batch = np.full((len(sequences), max(len(s) for s in sequences)), pad_id, np.int32)
+  for row, sequence in enumerate(sequences):
+    batch[row, :len(sequence)] = sequence
+  return batch
+
+
+def _until_eos(tokens: np.ndarray, eos_id: int) -> np.ndarray:
+  """The decoded tokens up to and including the first EOS (all of them if there is none)."""
+  ends = np.flatnonzero(tokens == eos_id)
+  return tokens[: ends[0] + 1] if len(ends) else tokens
+
+
+def _kind_and_layer(path: tuple[str, ...]) -> tuple[str, int | None]:
+  """Classify a sown ``attention_weights`` by its module path, e.g.
+  ``('decoder', 'layer_1', 'cross_attention', 'attention_weights')`` -> ``('cross', 1)``."""
+  layers = [int(name[len("layer_"):]) for name in path if name.startswith("layer_") and name[6:].isdigit()]
+  layer = layers[0] if layers else None
+  if "cross_attention" in path:
+    return "cross", layer
+  if "self_attention" in path:
+    return ("encoder_self" if path[0] == "encoder" else "decoder_self"), layer
+  if path == ("decoder", "attention_weights"):  # RNNDecoder: [batch, heads=1, target_length, source_length]
+    return "alignment", None
+  raise ValueError(f"attention_weights sown at an unknown place {'/'.join(path)}; teach _kind_and_layer.")
+
+
+def collect_attention(model, params, sources: list[np.ndarray], targets: list[np.ndarray]
+                      ) -> list[dict[tuple[str, int | None], np.ndarray]]:
+  """Teacher-forced attention weights of each (source, target) pair, padding cropped away.
+
+  Args:
+    model: an ``EncoderDecoder`` (or ``RNNEncoderDecoder``) built with ``deterministic=True`` and the dense
+      attention implementation (the chunked one never materialises, hence never sows, its weights).
+    params: its parameters.
+    sources, targets: 1-D int token arrays (without padding); targets end with EOS.
+
+  Returns:
+    Per pair, ``(kind, layer)`` -> float32 ``[heads, q_length, kv_length]``: ``[S, S]`` for encoder self
+    attention, ``[T, T]`` for decoder self attention, ``[T, S]`` for cross attention and the RNN alignment,
+    where ``S`` and ``T`` are the pair's source and target lengths.
+  """
+  import jax
+  from flax import traverse_util
+
+  pad_id = model.config.pad_id
+  # Jitted: one compile costs less than dispatching the model op by op.
+  apply = jax.jit(lambda params, source, target: model.apply({"params": params}, source, target,
+                                                             mutable=["intermediates"]))
+  _, variables = apply(params, _pad(sources, pad_id), _pad(targets, pad_id))
+  collected = [{} for _ in sources]
+  for path, sown in traverse_util.flatten_dict(variables["intermediates"]).items():
+    if path[-1] != "attention_weights":
+      continue
+    kind, layer = _kind_and_layer(path)
+    weights = np.asarray(sown[0], np.float32)  # [batch, heads, q_length, kv_length]
+    for row, (source, target) in enumerate(zip(sources, targets)):
+      queries = len(source) if kind == "encoder_self" else len(target)
+      keys = len(target) if kind == "decoder_self" else len(source)
+      collected[row][kind, layer] = weights[row, :, :queries, :keys]
+  return collected
+
+
+def _pieces(tokenizer, ids) -> list[str]:
+  """SentencePiece pieces of ``ids`` (``▁`` marks a word start), read from the tokenizer's model bytes."""
+  import sentencepiece as spm
+  processor = spm.SentencePieceProcessor(model_proto=tokenizer.model_proto)
+  return [processor.id_to_piece(int(token)) for token in ids]
+
+
+def attention_for_sentences(task, model_config, params, split: str, indices: list[int],
+                            beam_size: int | None = None) -> list[SentenceAttention]:
+  """Decode sentences ``indices`` of ``split`` and collect their attention maps on (source, hypothesis).
+
+  ``beam_size`` None uses ``config.task.beam_size`` (1 is greedy).
+  """
+  settings = task.config.task
+  beam_size = settings.beam_size if beam_size is None else beam_size
+  data = task.data
+  sources = [data.eval[split].source(i) for i in indices]
+  source_batch = _pad(sources, model_config.pad_id)
+  # The length budget of TranslationTask.translate_batches: targets may be longer than their sources.
+  max_length = int(source_batch.shape[1] * 1.5) + 10
+  decoded = np.asarray(task.decode_batch(model_config, params, source_batch, max_length, beam_size,
+                                         settings.length_penalty))
+  hypotheses = [_until_eos(row, model_config.eos_id) for row in decoded]
+  dense_config = model_config.replace(deterministic=True)
+  if hasattr(model_config, "attention_implementation"):
+    dense_config = dense_config.replace(attention_implementation="dense")
+  maps = collect_attention(task.build_model(dense_config), params, sources, hypotheses)
+  return [SentenceAttention(index=index, source_text=data.eval_source_text[split][index],
+                            reference_text=data.eval_reference_text[split][index],
+                            hypothesis_text=data.target_tokenizer.decode(hypothesis),
+                            source_pieces=_pieces(data.source_tokenizer, source),
+                            target_pieces=_pieces(data.target_tokenizer, hypothesis), maps=sentence_maps)
+          for index, source, hypothesis, sentence_maps in zip(indices, sources, hypotheses, maps)]
+
+
+def plot_attention(weights: np.ndarray, query_labels: list[str], key_labels: list[str], title: str,
+                   path: str) -> None:
+  """One heatmap panel per head plus their average (when there is more than one head).
+
+  Args:
+    weights: ``[heads, q_length, kv_length]``.
+    query_labels, key_labels: ``q_length`` and ``kv_length`` tick labels (rows and columns).
+  """
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+
+  heads, queries, keys = weights.shape
+  panels = [(f"head {h}" if heads > 1 else "weights", weights[h]) for h in range(heads)]
+  if heads > 1:
+    panels.append(("average of heads", weights.mean(axis=0)))
+  columns = min(len(panels), 3)
+  rows = -(-len(panels) // columns)
+  cell = 0.22  # inches per token: room for a rotated piece label
+  panel_width, panel_height = 1.6 + cell * keys, 1.4 + cell * queries
+  figure, axes = plt.subplots(rows, columns, figsize=(columns * panel_width + 1.0, rows * panel_height + 0.6),
+                              squeeze=False, layout="constrained")
+  # One colour scale for the whole figure so heads can be compared.
+  vmax = max(float(weights.max()), 1e-6)
+  image = None
+  for axis, (name, matrix) in zip(axes.flat, panels):
+    image = axis.imshow(matrix, cmap="viridis", vmin=0.0, vmax=vmax, aspect="auto", interpolation="nearest")
+    axis.set_title(name, fontsize=9)
+    axis.set_xticks(range(keys), key_labels, rotation=90, fontsize=7)
+    axis.set_yticks(range(queries), query_labels, fontsize=7)
+  for axis in list(axes.flat)[len(panels):]:
+    axis.axis("off")
+  figure.suptitle(title, fontsize=10)
+  figure.colorbar(image, ax=axes, shrink=0.8, label="attention weight")
+  figure.savefig(path, dpi=100)
+  plt.close(figure)
+
+
+def plot_sentence(sentence: SentenceAttention, split: str, output_dir: str) -> list[str]:
+  """Write every map of ``sentence`` as ``<split>_<i>_<kind>_layer<l>.png`` (RNN: ``<split>_<i>_alignment.png``)."""
+  labels = {"encoder_self": (sentence.source_pieces, sentence.source_pieces),
+            "decoder_self": (sentence.target_pieces, sentence.decoder_input_pieces),
+            "cross": (sentence.target_pieces, sentence.source_pieces),
+            "alignment": (sentence.target_pieces, sentence.source_pieces)}
+  files = []
+  for (kind, layer), weights in sorted(sentence.maps.items(), key=lambda item: (KINDS.index(item[0][0]),
+                                                                              item[0][1] or 0)):
+    suffix = kind if layer is None else f"{kind}_layer{layer}"
+    name = f"{split}_{sentence.index}_{suffix}.png"
+    query_labels, key_labels = labels[kind]
+    title = f"{split} #{sentence.index}: {kind.replace('_', ' ')}" + ("" if layer is None else f", layer {layer}")
+    plot_attention(weights, query_labels, key_labels, title, os.path.join(output_dir, name))
+    files.append(name)
+  sentence.files = files
+  return files
+
+
+def write_readme(output_dir: str, sentences: list[SentenceAttention], split: str, step: int, command: str,
+                 beam_size: int) -> str:
+  """``output_dir/README.md``: the command, then per sentence its texts, pieces and plot files."""
+  decoding = "greedy search" if beam_size == 1 else f"beam search (beam {beam_size})"
+  lines = [
+      "# Attention maps", "",
+      f"Generated by `experiments/attention_plots.py` from the checkpoint at step {step}, hypotheses by "
+      f"{decoding}, then the model run teacher-forced on (source, hypothesis):", "",
+      "```", command, "```", "",
+      "Rows are the hypothesis pieces the decoder outputs (`</s>` included); columns are the source pieces "
+      "(encoder self attention, cross attention, RNN alignment) or the decoder inputs `<s>` + hypothesis "
+      "(decoder self attention). Padding is cropped; each row sums to 1. Layers are numbered from 0. Each "
+      "figure has one panel per head and the head average.", ""]
+  for sentence in sentences:
+    lines += [f"## {split} #{sentence.index}", "",
+              f"- source: {sentence.source_text}",
+              f"- reference: {sentence.reference_text}",
+              f"- hypothesis: {sentence.hypothesis_text}",
+              f"- source pieces: `{' '.join(sentence.source_pieces)}`",
+              f"- hypothesis pieces: `{' '.join(sentence.target_pieces)}`",
+              "- plots: " + ", ".join(f"[{name}]({name})" for name in sentence.files), ""]
+  path = os.path.join(output_dir, "README.md")
+  with open(path, "w") as f:
+    f.write("\n".join(lines))
+  return path
+
+
+def write_attention_plots(task, model_config, params, split: str, indices: list[int], output_dir: str,
+                          step: int, command: str, beam_size: int | None = None) -> list[SentenceAttention]:
+  """Decode, collect and plot ``indices`` of ``split`` into ``output_dir``, with its README; returns the maps."""
+  if split not in task.data.eval:
+    raise ValueError(f"--split={split!r} is not loaded; splits: {sorted(task.data.eval)}.")
+  size = len(task.data.eval[split])
+  if not indices or min(indices) < 0 or max(indices) >= size:
+    raise ValueError(f"sentences {indices} are outside {split}, which has {size} sentences.")
+  beam_size = task.config.task.beam_size if beam_size is None else beam_size
+  os.makedirs(output_dir, exist_ok=True)
+  sentences = attention_for_sentences(task, model_config, params, split, indices, beam_size)
+  for sentence in sentences:
+    plot_sentence(sentence, split, output_dir)
+  write_readme(output_dir, sentences, split, step, command, beam_size)
+  return sentences
+
+
+def main(argv):
+  from absl import app
+  from absl import logging as absl_logging
+
+  absl_logging.set_verbosity(absl_logging.WARNING)  # orbax logs every restore step at INFO
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+  from transformer.tasks import build_task
+
+  config = _CONFIG.value
+  if config.task.name != "translation":
+    raise app.UsageError(f"attention plots need a translation config; config.task.name={config.task.name!r}.")
+  split = _SPLIT.value or config.task.test_splits[0]
+  if split != config.task.eval_split and split not in config.task.test_splits:
+    config.task.test_splits = (*config.task.test_splits, split)  # so that task.data tokenizes it
+  if _NUM_SENTENCES.value < 1 or _FIRST_SENTENCE.value < 0:
+    raise app.UsageError("--num_sentences must be >= 1 and --first_sentence >= 0.")
+  try:
+    task = build_task(config)
+    step, params = restore_params(task, _WORKDIR.value, best=_CHECKPOINT.value == "best")
+    indices = list(range(_FIRST_SENTENCE.value, _FIRST_SENTENCE.value + _NUM_SENTENCES.value))
+    command = "python -m experiments.attention_plots " + " ".join(shlex.quote(arg) for arg in sys.argv[1:])
+    sentences = write_attention_plots(task, task.model_config(), params, split, indices, _OUTPUT_DIR.value,
+                                      step, command, _BEAM_SIZE.value or None)
+  except (ValueError, FileNotFoundError) as error:
+    sys.exit(f"error: {error}")
+  print(f"step {step}: wrote {sum(len(s.files) for s in sentences)} plots and README.md to {_OUTPUT_DIR.value}")
+
+
+if __name__ == "__main__":
+  # Flags are defined only when run as a script: the tests import this module next to launch.py, whose
+  # --config and --workdir flags would otherwise be defined twice.
+  from absl import app, flags
+  from ml_collections import config_flags
+
+  _CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file, optionally :variant.",
+                                            lock_config=True)
+  _WORKDIR = flags.DEFINE_string("workdir", None, "The run's directory (its checkpoints are read, nothing written).")
+  _OUTPUT_DIR = flags.DEFINE_string("output_dir", None, "Folder for the PNG files and README.md.")
+  _SPLIT = flags.DEFINE_string("split", "", "Evaluation split; default: the config's first test split.")
+  _NUM_SENTENCES = flags.DEFINE_integer("num_sentences", 3, "How many sentences to plot.")
+  _FIRST_SENTENCE = flags.DEFINE_integer("first_sentence", 0, "Index of the first sentence in the split.")
+  _BEAM_SIZE = flags.DEFINE_integer("beam_size", 0, "Beam size of the hypotheses; 0: config.task.beam_size, "
+                                    "1: greedy.")
+  _CHECKPOINT = flags.DEFINE_enum("checkpoint", "latest", ["latest", "best"],
+                                  "latest, or best (by config.best_metric).")
+  flags.mark_flags_as_required(["config", "workdir", "output_dir"])
+  app.run(main)

@@ -1,0 +1,31 @@
+"""IWSLT'15 English-Vietnamese (Luong & Manning 2015), Stanford's pre-tokenised release.
+
+    python launch.py --config=experiments/iwslt15_en_vi.py:transformer_small --workdir=/tmp/iwslt_small \\
+        --config.task.source_dir=../shared/data/iwslt15_en_vi
+    python launch.py --config=experiments/iwslt15_en_vi.py:transformer_small --workdir=/tmp/iwslt_small --mode=eval
+
+The builder uses whichever training files the source folder holds: the full train.{en,vi} (133,317 pairs) or
+the first 10,000 (train.10k.*); results state which. Validation is tst2012 (checkpoint selection), test is
+tst2013. The files are Moses-tokenised, so hypotheses stay in that form and BLEU uses sacreBLEU's
+``tokenize="none"`` against tst2013.vi as distributed, comparable to the published tokenised BLEU.
+Variants: ``transformer_small``, ``transformer_base`` (full data, accelerator), and the RNN-attention
+baselines of experiments/multi30k.py. Results: experiments/iwslt15_en_vi/RESULTS.md.
+"""
+from experiments import multi30k
+
+VARIANTS = multi30k.VARIANTS
+
+
+def get_config(variant: str = "transformer_small"):
+  if variant not in VARIANTS:
+    raise ValueError(f"unknown variant {variant!r} of experiments/iwslt15_en_vi.py; choose one of "
+                     f"{list(VARIANTS)}.")
+  config = multi30k.get_config(variant)
+  task = config.task
+  task.dataset = "iwslt15_en_vi"
+  task.pair = "en-vi"
+  task.vocab_size = 8000 if variant == "transformer_base" else 4000  # 10k pairs support a smaller vocabulary
+  task.max_length = 128
+  task.test_splits = ("test",)
+  task.bleu_tokenize = "none"  # the references are already tokenised
+  return config

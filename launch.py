@@ -1,0 +1,80 @@
+"""Entry point: pick an experiment config, override any field from flags, run it.
+
+    python launch.py --config=experiments/synthetic.py:copy --workdir=/tmp/copy --config.num_train_steps=300
+    python launch.py --config=experiments/synthetic.py:copy --workdir=/tmp/copy --mode=eval
+
+Multi-host: add --coordinator_address=HOST:PORT --num_processes=N --process_id=I on every host (or set the
+TRANSFORMER_* environment variables; SLURM and TPU VMs are detected). See the README.
+"""
+import glob
+import importlib.util
+import logging
+import os
+import sys
+
+from absl import app, flags
+from absl import logging as absl_logging
+from ml_collections import config_flags
+
+_CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file, optionally :variant.",
+                                          lock_config=True)
+_WORKDIR = flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics and the resolved config.")
+_MODE = flags.DEFINE_enum("mode", "train", ["train", "eval", "predict", "translate"],
+                          "train (resumes), eval (validation and test scores of the latest checkpoint), "
+                          "predict (decoded validation examples), translate (stdin or "
+                          "--config.translate_input to stdout or --config.translate_output).")
+_COORDINATOR = flags.DEFINE_string("coordinator_address", None, "Multi-host: host:port of process 0.")
+_NUM_PROCESSES = flags.DEFINE_integer("num_processes", None, "Multi-host: number of processes.")
+_PROCESS_ID = flags.DEFINE_integer("process_id", None, "Multi-host: this process's index.")
+flags.mark_flags_as_required(["config", "workdir"])
+
+
+def _check_config_argument(argv):
+  """Fail early and clearly on a missing config file or an unknown variant (before flag parsing)."""
+  values = [arg.split("=", 1)[1] for arg in argv if arg.startswith("--config=")]
+  values += [argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg == "--config"]
+  if not values:
+    return
+  path, _, variant = values[-1].partition(":")
+  if not os.path.isfile(path):
+    here = os.path.dirname(os.path.abspath(__file__))
+    candidates = glob.glob(os.path.join(here, "experiments", "**", "*.py"), recursive=True)
+    available = sorted(os.path.relpath(p, here) for p in candidates if "def get_config" in open(p).read())
+    sys.exit(f"error: --config file {path!r} does not exist. Experiments: {', '.join(available)}")
+  spec = importlib.util.spec_from_file_location("_experiment_config", path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  try:
+    module.get_config(*([variant] if variant else []))
+  except (ValueError, TypeError) as error:
+    sys.exit(f"error: {error}")
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+  logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+  absl_logging.set_verbosity(absl_logging.WARNING)  # orbax logs every save step at INFO
+  from transformer.train import distributed, run  # after flag parsing: imports JAX
+  distributed.initialize(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
+  try:
+    run(_CONFIG.value, _WORKDIR.value, _MODE.value)
+  except (ValueError, FileNotFoundError) as error:  # bad input or missing data: one clear line, no trace
+    sys.exit(f"error: {error}")
+
+
+def _parse_flags_or_exit(argv):
+  """Parse flags once up front so that bad values and misspelled config fields get one clear line."""
+  try:
+    return flags.FLAGS(argv)
+  except flags.Error as error:
+    sys.exit(f"error: {error}")
+  except (AttributeError, KeyError) as error:  # ml_collections: unknown field, with a suggestion
+    text = str(error.args[0] if error.args else error).replace("\\n", "\n").replace("\\'", "'")
+    name, _, hint = text.strip("'\"").partition("\n")
+    sys.exit(f"error: unknown config field {name.strip(chr(39))!r}. {hint.strip()}")
+
+
+if __name__ == "__main__":
+  _check_config_argument(sys.argv)
+  app.run(main, flags_parser=_parse_flags_or_exit)

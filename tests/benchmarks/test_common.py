@@ -1,0 +1,47 @@
+"""The benchmark helpers whose numbers end up in tables: the FLOP count, the line fit, RESULTS.md sections."""
+import jax
+import numpy as np
+import pytest
+
+from benchmarks import common
+from benchmarks.sequence_length import fit_linear
+from transformer.nn import EncoderDecoder, ModelConfig
+
+
+def test_encoder_decoder_flops_match_xla_count_of_forward_pass():
+  """The analytic matmul count is at most XLA's count of the whole forward pass and within 5% of it (XLA also
+  counts the non-matmul FLOPs: softmax, norms, residuals); source and target lengths differ so that cross
+  attention is checked too."""
+  config = ModelConfig(vocab_size=300, d_model=64, num_heads=4, d_ff=128, num_encoder_layers=2,
+                       num_decoder_layers=1, deterministic=True)
+  source = np.ones((2, 24), np.int32)
+  target = np.ones((2, 16), np.int32)
+  model = EncoderDecoder(config)
+  params = model.init(jax.random.PRNGKey(0), source, target)
+  analysis = jax.jit(model.apply).lower(params, source, target).compile().cost_analysis()
+  analysis = analysis[0] if isinstance(analysis, (list, tuple)) else analysis
+  ours = common.encoder_decoder_flops(config, 2, 24, 16, train=False)
+  assert ours["total"] <= analysis["flops"]
+  assert ours["total"] == pytest.approx(analysis["flops"], rel=0.05)
+  assert common.encoder_decoder_flops(config, 2, 24, 16)["total"] == pytest.approx(3 * ours["total"])
+
+
+def test_fit_linear_recovers_a_line():
+  a, b = fit_linear([64, 128, 512], [1.0 + 0.01 * length for length in (64, 128, 512)])
+  assert (a, b) == (pytest.approx(1.0), pytest.approx(0.01))
+
+
+def test_update_results_replaces_own_section_and_keeps_others_in_question_order(tmp_path):
+  path = str(tmp_path / "RESULTS.md")
+
+  def report(script, value):
+    return common.Report(script, f"{script} title", ["name", "value"], rows=[["x", value]])
+
+  common.update_results(report("train_step", 1.5), ["--a"], "machine", path)
+  common.update_results(report("attention", 2.5), [], "machine", path)
+  common.update_results(report("train_step", 3.5), ["--b"], "machine", path)
+  text = open(path).read()
+  assert text.startswith(common.RESULTS_HEADER)
+  assert text.index("attention title") < text.index("train_step title")  # SCRIPTS order
+  assert "| x | 3.50 |" in text and "| x | 1.50 |" not in text and "| x | 2.50 |" in text
+  assert "`python -m benchmarks.train_step --b`" in text and text.count("<!-- benchmarks.train_step -->") == 1

@@ -1,0 +1,35 @@
+"""Every benchmark script runs at ``--smoke`` size: it prints its table, its ratios are finite numbers, and it
+leaves ``benchmarks/RESULTS.md`` alone (only full-size runs write it).
+
+The scripts run in this process (one JAX start-up for all), each through its ``main(argv)``.
+"""
+import importlib
+import math
+import os
+
+import pytest
+
+from benchmarks import common
+
+
+def _results_snapshot():
+  if not os.path.exists(common.RESULTS_PATH):
+    return None
+  with open(common.RESULTS_PATH) as f:
+    return f.read()
+
+
+@pytest.mark.parametrize("script", common.SCRIPTS)
+def test_smoke_run_prints_table_with_finite_ratios(script, capsys):
+  before = _results_snapshot()
+  report = importlib.import_module(f"benchmarks.{script}").main(["--smoke"])
+  printed = capsys.readouterr().out
+
+  assert report.script == script
+  assert f"## {report.title}" in printed
+  assert "| " + " | ".join(report.header) + " |" in printed
+  assert report.rows and all(len(row) == len(report.header) for row in report.rows)
+  assert report.ratios, "a benchmark must report at least one ours / reference ratio"
+  for name, value in report.ratios.items():
+    assert isinstance(value, float) and math.isfinite(value), f"{script}: ratio {name!r} is {value!r}"
+  assert _results_snapshot() == before, "--smoke must not write benchmarks/RESULTS.md"

@@ -1,0 +1,61 @@
+"""launch.py: bad input gets one clear line naming the problem and the fix, never a stack trace."""
+import subprocess
+import sys
+
+import pytest
+
+from tests.train.conftest import REPO, TINY_FLAGS
+
+
+def launch(*args):
+  return subprocess.run([sys.executable, "launch.py", *args], cwd=REPO, capture_output=True, text=True,
+                        timeout=300)
+
+
+@pytest.mark.parametrize("args,expected", [
+    (["--config=experiments/nope.py"], "does not exist. Experiments: "),
+    (["--config=experiments/synthetic.py:rotate"], "unknown variant 'rotate'"),
+    (["--config=experiments/synthetic.py", "--config.num_train_stpes=3"], 'Did you mean "num_train_steps"'),
+    (["--config=experiments/synthetic.py", "--config.model.num_head=3"], 'Did you mean "num_heads"'),
+    (["--config=experiments/synthetic.py", "--config.batch_size=abc"], "--config.batch_size=abc"),
+    (["--config=experiments/synthetic.py", "--config.batch_size=0"], "config.batch_size must be a positive"),
+    (["--config=experiments/synthetic.py", "--config.model.num_heads=5"], "num_heads=5 does not divide d_model=64"),
+    (["--config=experiments/synthetic.py", "--config.model.norm=batch_norm"], "choose one of ['layer_norm', 'rms_norm']"),
+    (["--config=experiments/synthetic.py", "--config.parallelism=tpu"], "choose one of ['jit', 'pmap', 'mesh']"),
+    (["--config=experiments/synthetic.py", "--mode=fly"], "--mode=fly"),
+])
+def test_bad_input_gets_a_clear_error(tmp_path, args, expected):
+  result = launch(f"--workdir={tmp_path}", *args)
+  assert result.returncode != 0
+  assert expected in result.stderr, result.stderr
+  assert "Traceback" not in result.stderr
+
+
+def test_missing_config_lists_the_experiments(tmp_path):
+  result = launch(f"--workdir={tmp_path}", "--config=experiments/nope.py")
+  listed = result.stderr.split("Experiments: ")[1].strip().split(", ")
+  assert "experiments/synthetic.py" in listed and "experiments/multi30k.py" in listed
+  assert "experiments/report.py" not in listed  # helpers without get_config are not experiments
+
+
+def test_unwritable_workdir(tmp_path):
+  blocker = tmp_path / "file"
+  blocker.write_text("")
+  result = launch("--config=experiments/synthetic.py", f"--workdir={blocker}/run")
+  assert result.returncode != 0 and "is not writable" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_train_then_eval_and_predict_modes(tmp_path):
+  result = launch("--config=experiments/synthetic.py:reverse", f"--workdir={tmp_path}", *TINY_FLAGS)
+  assert result.returncode == 0, result.stderr
+  assert "examples:" in result.stdout and "eval/exact_match=" in result.stdout
+  for mode in ("eval", "predict"):
+    result = launch("--config=experiments/synthetic.py:reverse", f"--workdir={tmp_path}", f"--mode={mode}",
+                    *TINY_FLAGS)
+    assert result.returncode == 0, result.stderr
+    assert '"step": 20' in result.stdout and (tmp_path / f"{mode}_results.json").exists()
+
+
+def test_eval_without_checkpoint_is_an_error(tmp_path):
+  result = launch("--config=experiments/synthetic.py", f"--workdir={tmp_path}", "--mode=eval", *TINY_FLAGS)
+  assert result.returncode != 0 and "needs a checkpoint" in result.stderr
