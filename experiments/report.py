@@ -51,15 +51,17 @@ def markdown_table(header: list[str], rows: list[list]) -> str:
   return "\n".join(lines)
 
 
-def plot_curves(runs: dict[str, str], metrics: list[str], path: str, title: str) -> None:
-  """One panel per metric, one line per run (``name -> workdir``)."""
+def plot_curves(runs: dict[str, list[dict]], metrics: list[str], path: str, title: str) -> None:
+  """One panel per metric, one line per run (``name -> metric records``, as read by ``read_metrics``)."""
   import matplotlib
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
   figure, axes = plt.subplots(1, len(metrics), figsize=(5 * len(metrics), 3.6))
   for axis, metric in zip(axes, metrics):
-    for name, workdir in runs.items():
-      steps, values = series(read_metrics(workdir), metric)
+    for name, records in runs.items():
+      steps, values = series(records, metric)
+      if not steps:
+        continue
       axis.plot(steps, values, marker="." if len(steps) < 30 else None, label=name)
     axis.set_xlabel("step")
     axis.set_title(metric)

@@ -27,7 +27,7 @@ def main(argv):
     workdir = os.path.join(_ROOT.value, variant)
     command = report.launch(f"experiments/synthetic.py:{variant}", workdir)
     records = read_metrics(workdir)
-    runs[variant] = workdir
+    runs[variant] = records
     final = [r for r in records if "eval/exact_match" in r][-1]
     reached = report.first_reaching(records, "eval/exact_match", 0.99)
     speeds = [r["train/steps_per_second"] for r in records if "train/steps_per_second" in r][1:]

@@ -6,12 +6,15 @@
 
 Each ``--run=VARIANT:WORKDIR`` is a finished (or interrupted) run of ``experiments/<experiment>.py:VARIANT``.
 Its best checkpoint (chosen on validation) is scored with ``launch.py --mode=eval`` unless
-``WORKDIR/eval_results.json`` is already newer than its checkpoints. The row with the best validation BLEU
-gives the committed test hypotheses.
+``WORKDIR/eval_results.json`` is already newer than its checkpoints. Each run's row and curves are kept in
+``experiments/<experiment>/runs.json`` (one entry per variant, replaced when that variant is reported again),
+so runs made on different days or machines end up in one table. The row with the best validation BLEU gives
+the committed test hypotheses.
 """
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -27,6 +30,7 @@ _RUNS = flags.DEFINE_multi_string("run", [], "VARIANT:WORKDIR of a run to report
 _SOURCE_DIR = flags.DEFINE_string("source_dir", "", "Raw data folder (as --config.task.source_dir).")
 _DATA_DIR = flags.DEFINE_string("data_dir", "", "TFDS data dir (as --config.task.data_dir).")
 _HARDWARE = flags.DEFINE_string("hardware", "", "Where the runs trained (default: this machine).")
+_NOTE = flags.DEFINE_string("note", "", "A remark stored with the rows of this invocation (e.g. shared CPU).")
 
 # Published full-data results, quoted for reference (not reproduced here).
 PUBLISHED = {
@@ -39,6 +43,7 @@ PUBLISHED = {
 }
 TEST_SPLIT = {"multi30k": "test_2016_flickr", "iwslt15_en_vi": "test"}
 TARGET_LANGUAGE = {"multi30k": "de", "iwslt15_en_vi": "vi"}
+CURVES = ("train/nll", "eval/nll", "eval/bleu")
 
 
 def evaluate(variant: str, workdir: str) -> dict:
@@ -57,58 +62,99 @@ def evaluate(variant: str, workdir: str) -> dict:
     return json.load(f)
 
 
+def training_pairs(experiment: str, config: dict) -> int:
+  """How many training pairs the run's prepared dataset holds (results must say)."""
+  from transformer.data.translation import prepare_dataset
+  task = config["task"]
+  builder, _, _ = prepare_dataset(experiment, task["pair"], data_dir=task["data_dir"] or _DATA_DIR.value or None,
+                                  source_dir=task["source_dir"] or _SOURCE_DIR.value or None)
+  return builder.info.splits["train"].num_examples
+
+
+def summarize(experiment: str, variant: str, workdir: str) -> dict:
+  """The table row and curves of one run, scoring its best checkpoint on the test split if needed."""
+  test = TEST_SPLIT[experiment]
+  results = evaluate(variant, workdir)
+  records = read_metrics(workdir)
+  with open(os.path.join(workdir, "config.json")) as f:
+    config = json.load(f)
+  with open(os.path.join(workdir, "model_config.json")) as f:
+    model_config = json.load(f)
+  trained = [r for r in records if "wall_seconds" in r]
+  size = (f"{model_config['num_encoder_layers']}+{model_config['num_decoder_layers']} layers, "
+          f"d_model {model_config['d_model']}" if "d_model" in model_config else
+          f"{model_config['cell']}, {model_config['attention']}, hidden {model_config['hidden_dim']}")
+  return {
+      "size": size,
+      "training_pairs": training_pairs(experiment, config),
+      "best_step": results["step"],
+      "steps_trained": trained[-1]["step"] if trained else 0,
+      "steps_planned": config["num_train_steps"],
+      "wall_hours": trained[-1]["wall_seconds"] / 3600 if trained else math.nan,
+      "validation_bleu": results["eval/bleu"],
+      "test_bleu": results[f"{test}/bleu"],
+      "test_bleu_lowercase": results[f"{test}/bleu_lowercase"],
+      "signature": results[f"{test}/bleu_signature"],
+      "command": (f"python launch.py --config=experiments/{experiment}.py:{variant} --workdir=WORKDIR "
+                  f"--config.task.source_dir={_SOURCE_DIR.value or '$TRANSFORMER_DATA_DIR'}"),
+      "hardware": _HARDWARE.value or report.machine_description(),
+      "note": _NOTE.value,
+      "curves": [{k: v for k, v in r.items() if k == "step" or k in CURVES}
+                 for r in records if any(k in r for k in CURVES)],
+  }
+
+
+def row(variant: str, run: dict) -> list:
+  stopped = (f" (stopped early of {run['steps_planned']})" if run["steps_trained"] < run["steps_planned"]
+             else "")
+  return [variant, run["size"], f"{run['training_pairs']:,}", f"{run['best_step']} of {run['steps_trained']}{stopped}",
+          f"{run['wall_hours']:.2f} h", f"{run['validation_bleu']:.2f}", f"{run['test_bleu']:.2f}",
+          f"{run['test_bleu_lowercase']:.2f}", run["hardware"] + (f"; {run['note']}" if run["note"] else ""),
+          f"`{run['signature']}`", f"`{run['command']}`"]
+
+
 def main(argv):
   del argv
   experiment = _EXPERIMENT.value
   output = os.path.join(report.REPO, "experiments", experiment)
   os.makedirs(output, exist_ok=True)
   test = TEST_SPLIT[experiment]
-  rows, runs, best = [], {}, None
+  hypothesis_name = f"{test}.hyp.{TARGET_LANGUAGE[experiment]}"
+  runs_path = os.path.join(output, "runs.json")
+  runs = {}
+  if os.path.exists(runs_path):
+    with open(runs_path) as f:
+      runs = json.load(f)
+  best_before = max((run["validation_bleu"] for run in runs.values()), default=-math.inf)
   for spec in _RUNS.value:
     variant, _, workdir = spec.partition(":")
-    results = evaluate(variant, workdir)
-    records = read_metrics(workdir)
-    runs[variant] = workdir
-    with open(os.path.join(workdir, "config.json")) as f:
-      config = json.load(f)
-    trained = [r for r in records if "wall_seconds" in r]
-    wall = trained[-1]["wall_seconds"] if trained else float("nan")
-    last_step = trained[-1]["step"] if trained else 0
-    pairs = ""
-    with open(os.path.join(workdir, "model_config.json")) as f:
-      model_config = json.load(f)
-    size = (f"{model_config.get('num_encoder_layers')}+{model_config.get('num_decoder_layers')} layers, "
-            f"d_model {model_config.get('d_model')}" if "d_model" in model_config else
-            f"{model_config.get('cell')}, {model_config.get('attention')}, hidden {model_config.get('hidden_dim')}")
-    command = (f"python launch.py --config=experiments/{experiment}.py:{variant} --workdir=WORKDIR "
-               f"--config.task.source_dir={_SOURCE_DIR.value or '$TRANSFORMER_DATA_DIR'}")
-    rows.append([variant, size, f"{results['step']} of {last_step}", f"{wall / 3600:.2f} h",
-                 f"{results['eval/bleu']:.2f}", f"{results[f'{test}/bleu']:.2f}",
-                 f"{results[f'{test}/bleu_lowercase']:.2f}", f"`{results[f'{test}/bleu_signature']}`",
-                 f"`{command}`"])
-    if best is None or results["eval/bleu"] > best[1]["eval/bleu"]:
-      best = (variant, results, workdir)
-  if not rows:
+    if not workdir:
+      raise app.UsageError(f"--run={spec!r}: give VARIANT:WORKDIR")
+    runs[variant] = summarize(experiment, variant, workdir)
+    if runs[variant]["validation_bleu"] > best_before:  # the best model so far: its test output is committed
+      best_before = runs[variant]["validation_bleu"]
+      shutil.copy(os.path.join(workdir, hypothesis_name), os.path.join(output, hypothesis_name))
+  if not runs:
     raise app.UsageError("give at least one --run=VARIANT:WORKDIR")
-  hypothesis_name = f"{test}.hyp.{TARGET_LANGUAGE[experiment]}"
-  shutil.copy(os.path.join(best[2], hypothesis_name), os.path.join(output, hypothesis_name))
-  report.plot_curves(runs, ["train/nll", "eval/nll", "eval/bleu"], os.path.join(output, "curves.png"),
-                     f"{experiment}: training curves")
+  with open(runs_path, "w") as f:
+    json.dump(runs, f, indent=1)
+  best = max(runs, key=lambda variant: runs[variant]["validation_bleu"])
+  report.plot_curves({variant: run["curves"] for variant, run in runs.items()}, list(CURVES),
+                     os.path.join(output, "curves.png"), f"{experiment}: training curves")
   table = report.markdown_table(
-      ["model", "size", "checkpoint step (best on validation) of steps trained", "training wall time",
-       "validation BLEU", f"{test} BLEU", f"{test} BLEU lowercased", "sacreBLEU signature", "command"], rows)
+      ["model", "size", "training pairs", "checkpoint step (best on validation) of steps trained",
+       "training wall time", "validation BLEU", f"{test} BLEU", f"{test} BLEU lowercased", "hardware",
+       "sacreBLEU signature", "command"], [row(variant, run) for variant, run in runs.items()])
   published = report.markdown_table(["published result", f"{test} BLEU"], PUBLISHED[experiment])
   with open(os.path.join(output, "RESULTS.md"), "w") as f:
     f.write(f"""# {experiment}: translation results
 
-Written by `python -m experiments.translation_results --experiment={experiment} {' '.join('--run=' + r.split(':')[0] + ':WORKDIR' for r in _RUNS.value)}`;
-do not edit by hand.
-
-Hardware: {_HARDWARE.value or report.machine_description()}.
+Written by `python -m experiments.translation_results --experiment={experiment} --run=VARIANT:WORKDIR ...`
+from `runs.json` (one entry per variant, added or replaced by each invocation); do not edit by hand.
 
 Checkpoints are chosen on the validation split; the test split is scored once, by `--mode=eval`, with beam
-search. The best model's test output is `{hypothesis_name}` (one line per reference line), so anyone can
-recompute the score with sacreBLEU.
+search. The best model on validation ({best}) gives `{hypothesis_name}` (one line per reference line), so
+anyone can recompute its score with sacreBLEU.
 
 {table}
 

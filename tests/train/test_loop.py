@@ -40,8 +40,11 @@ def test_train_step_compiles_exactly_once(make_config, tmp_path):
   assert output.train_step_compilations == 1
 
 
-def test_loss_decreases_and_files_are_written(make_config, tmp_path):
-  run(make_config(num_train_steps=40, tensorboard=True), str(tmp_path))
+def test_loss_decreases_and_files_are_written(make_config, tmp_path, capsys):
+  run(make_config(num_train_steps=40, tensorboard=True, quiet=False), str(tmp_path))
+  # stderr is no terminal here, so instead of a tqdm bar each logging step prints one line.
+  progress = [line for line in capsys.readouterr().out.splitlines() if line.startswith("step ")]
+  assert len(progress) == 8 and progress[-1].startswith("step 40/40 (100%): loss ")
   curve = losses(tmp_path)
   assert len(curve) == 8
   assert curve[-1] < 0.8 * curve[0]

@@ -21,7 +21,7 @@ from transformer.train.optimizer import make_optimizer, make_schedule
 from transformer.train.parallel import make_strategy
 from transformer.train.state import create_train_state
 from transformer.train.step import make_eval_step, make_train_step
-from transformer.train.writers import MetricWriter, progress_bar
+from transformer.train.writers import MetricWriter, log_line, progress_bar
 
 log = logging.getLogger(__name__)
 
@@ -272,6 +272,8 @@ def run(config, workdir: str, mode: str = "train") -> RunOutput:
         logged["wall_seconds"] = wall_seconds()
         writer.write(step, logged)
         bar.set_postfix(loss=f"{logged['train/loss']:.4f}", tok_s=f"{logged['train/tokens_per_second']:.0f}")
+        if bar.disable and is_main and not config.quiet:  # output to a file: a line per logging step instead
+          print(log_line(step, config.num_train_steps, logged, 1 / logged["train/steps_per_second"]), flush=True)
         window, window_steps, window_tokens = None, 0, 0
         window_start = time.perf_counter()
 
@@ -283,6 +285,7 @@ def run(config, workdir: str, mode: str = "train") -> RunOutput:
         if is_main:
           bar.write(" ".join(f"{k}={v:.4f}" for k, v in sorted(evaluated.items()) if "/seed_" not in k)
                     + f" (step {step})")
+          sys.stdout.flush()
       if (step % config.checkpoint_every == 0 or step == config.num_train_steps or preemption.requested
           or evaluated is not None):
         save(step, evaluated)

@@ -54,6 +54,16 @@ def read_metrics(workdir: str) -> list[dict]:
     return [json.loads(line) for line in f if line.strip()]
 
 
+def log_line(step: int, total: int, metrics: dict, seconds_per_step: float) -> str:
+  """One progress line for logs written to a file (where the tqdm bar is off), e.g.
+  ``step 100/4000 (2%): loss 6.5280, 1135 tokens/s, 0.37 steps/s, ETA 2h56m``."""
+  remaining = max(total - step, 0) * seconds_per_step
+  hours, minutes = divmod(int(remaining // 60), 60)
+  return (f"step {step}/{total} ({100 * step / max(total, 1):.0f}%): loss {metrics['train/loss']:.4f}, "
+          f"{metrics['train/tokens_per_second']:.0f} tokens/s, {metrics['train/steps_per_second']:.2f} steps/s, "
+          f"ETA {hours}h{minutes:02d}m")
+
+
 def progress_bar(total: int, initial: int, quiet: bool):
   """tqdm bar with step, loss, throughput and ETA; silent when quiet or when stderr is not a terminal."""
   return tqdm.tqdm(total=total, initial=initial, unit="step", dynamic_ncols=True,
