@@ -11,7 +11,7 @@ import pytest
 from transformer import ops
 from transformer.decode import greedy_search
 from transformer.nn import EncoderDecoder, RNNConfig, RNNEncoderDecoder
-from transformer.nn.rnn import RNNAttention
+from transformer.nn.rnn import RNNAttention, project_keys
 
 from tests.nn import reference
 
@@ -146,11 +146,11 @@ def test_attention_weights_sum_to_one_over_real_source_and_are_zero_at_padding(c
   assert np.all(weights[np.broadcast_to(valid, weights.shape)] > 0.0)
 
 
-def _numpy_attention(config, params, query, encoded, valid):
+def _numpy_attention(config, params, query, encoded, valid, key_weight=None):
   """Reference: the papers' formulas in numpy, softmax over real source positions only."""
   query, encoded = np.asarray(query, np.float64), np.asarray(encoded, np.float64)
   if config.attention == "bahdanau":  # v^T tanh(W q + U k)
-    hidden = np.tanh((query @ params["query_weight"])[:, None, :] + encoded @ params["key_weight"])
+    hidden = np.tanh((query @ params["query_weight"])[:, None, :] + encoded @ key_weight)
     scores = hidden @ params["score_vector"]
   elif config.attention == "luong_dot":
     scores = np.einsum("bd,bkd->bk", query, encoded)
@@ -174,11 +174,15 @@ def test_attention_matches_numpy_reference(attention):
   encoded = jax.random.normal(keys[1], (BATCH, 6, config.hidden_dim))
   valid = SOURCE != config.pad_id
   attention_module = RNNAttention(config)
-  shapes = jax.eval_shape(attention_module.init, jax.random.key(0), query, encoded, valid).get("params", {})
   rng = np.random.default_rng(2)
+  key_weight = rng.normal(0.0, 0.5, (config.hidden_dim, 12)).astype(np.float32)
+  projected_keys = project_keys(key_weight, encoded) if attention == "bahdanau" else None
+  shapes = jax.eval_shape(attention_module.init, jax.random.key(0), query, encoded, valid,
+                          projected_keys).get("params", {})
   params = jax.tree.map(lambda shape: rng.normal(0.0, 0.5, shape.shape).astype(np.float32), shapes)
-  context, weights = jax.jit(attention_module.apply)({"params": params}, query, encoded, valid)
-  expected_context, expected_weights = _numpy_attention(config, params, query, encoded, np.asarray(valid))
+  context, weights = jax.jit(attention_module.apply)({"params": params}, query, encoded, valid, projected_keys)
+  expected_context, expected_weights = _numpy_attention(config, params, query, encoded, np.asarray(valid),
+                                                        key_weight)
   np.testing.assert_allclose(weights, expected_weights, atol=1e-5)
   np.testing.assert_allclose(context, expected_context, atol=1e-5)
 
@@ -240,19 +244,21 @@ def _numpy_model(config, params, source, target):
     for previous in np.concatenate([[config.bos_id], targets[:-1]]):
       embedded = decoder["embedding"]["embedding"][previous]
       if config.attention == "bahdanau":  # s_{i-1} attends; [E y_{i-1}; c_i] enters the RNN
-        context = _numpy_attention(config, step["attention"], states[-1]["hidden"][None], encoded, valid)[0][0]
+        context = _numpy_attention(config, step["attention"], states[-1]["hidden"][None], encoded, valid,
+                                   decoder["attention_key_weight"])[0][0]
         x = np.concatenate([embedded, context])
       else:  # input feeding: [E y_{t-1}; h~_{t-1}] enters the RNN
         x = np.concatenate([embedded, attentional])
       for layer in range(config.num_layers):
         states[layer] = {**states[layer], **_numpy_cell(config, step[f"layer_{layer}"], states[layer], x)}
         x = states[layer]["hidden"]
-      if config.attention == "bahdanau":
-        features = np.concatenate([x, context, embedded])
+      if config.attention == "bahdanau":  # deep output: maxout over pairs, then the vocabulary
+        pre_maxout = np.concatenate([x, context, embedded]) @ decoder["readout"]["kernel"] + decoder["readout"]["bias"]
+        features = pre_maxout.reshape(-1, 2).max(axis=-1)
       else:  # h_t attends; h~_t = tanh(W_c [c_t; h_t])
         context = _numpy_attention(config, step["attention"], x[None], encoded, valid)[0][0]
         attentional = features = np.tanh(np.concatenate([context, x]) @ step["attentional"]["kernel"])
-      row.append(features @ step["logits"]["kernel"] + step["logits"]["bias"])
+      row.append(features @ decoder["logits"]["kernel"] + decoder["logits"]["bias"])
     logits.append(np.stack(row))
   return np.stack(logits)
 

@@ -52,6 +52,7 @@ class RNNConfig(ValidatedConfig):
   cell: str = "gru"  # one of CELLS: "gru" (nn.GRUCell) or "lstm" (nn.OptimizedLSTMCell)
   attention: str = "bahdanau"  # one of ATTENTIONS
   attention_dim: int | None = None  # Bahdanau's additive-score width d_attn; None: hidden_dim
+  readout_dim: int | None = None  # Bahdanau's deep output: maxout width before the vocabulary; None: embedding_dim
   input_feeding: bool = True  # Luong: feed h~_{t-1} into the RNN; Bahdanau always feeds c_i (must be True)
   cosine_temperature: float = 0.1  # luong_cosine: logits = cos / temperature (cosines alone lie in [-1, 1])
   bidirectional_encoder: bool = True  # forward and backward encoder RNNs, outputs concatenated
@@ -69,7 +70,7 @@ class RNNConfig(ValidatedConfig):
     self.check_choice("dtype", DTYPES)
     for name in ("vocab_size", "embedding_dim", "hidden_dim", "num_layers"):
       self.check_positive_int(name)
-    for name in ("target_vocab_size", "attention_dim"):
+    for name in ("target_vocab_size", "attention_dim", "readout_dim"):
       self.check_positive_int(name, or_none=True)
     self.check_rate("dropout_rate")
     if not self.cosine_temperature > 0.0:
@@ -122,19 +123,21 @@ class RNNEncoder(nn.Module):
 class RNNAttention(nn.Module):
   """Single-head attention of one decoder state over the encoder states, with the score of ``config.attention``.
 
-  Parameters: Bahdanau ``query_weight`` ``W`` ``[d_q, d_attn]``, ``key_weight`` ``U`` ``[d_k, d_attn]`` and
-  ``score_vector`` ``v`` ``[d_attn]``; Luong general ``weight`` ``W_a`` ``[d_q, d_k]``; dot and cosine none.
+  Parameters: Bahdanau ``query_weight`` ``W`` ``[d_q, d_attn]`` and ``score_vector`` ``v`` ``[d_attn]`` (its
+  ``U`` is applied to the keys once per sentence, by ``project_keys``, not at every step); Luong general
+  ``weight`` ``W_a`` ``[d_q, d_k]``; dot and cosine none.
   """
   config: RNNConfig
 
   @nn.compact
-  def __call__(self, query, encoded, encoded_valid):
+  def __call__(self, query, encoded, encoded_valid, projected_keys=None):
     """Attend.
 
     Args:
       query: ``[batch, d_q]``, the decoder state.
-      encoded: ``[batch, source_length, d_k]``.
+      encoded: ``[batch, source_length, d_k]``, the keys and values.
       encoded_valid: ``[batch, source_length]`` bool, False at padding.
+      projected_keys: Bahdanau only: ``U encoded`` ``[batch, source_length, d_attn]`` from ``project_keys``.
 
     Returns:
       The context ``[batch, d_k]`` and the weights ``[batch, source_length]``.
@@ -145,10 +148,12 @@ class RNNAttention(nn.Module):
     keys = encoded[:, :, None, :]  # [batch, kv_length, heads=1, d_k]
     d_q, d_k = query.shape[-1], keys.shape[-1]
     if config.attention == "bahdanau":
-      d_attn = config.attention_dim or config.hidden_dim
-      logits = ops.additive_scores(query, keys, self.param("query_weight", init, (d_q, d_attn)),
-                                   self.param("key_weight", init, (d_k, d_attn)),
-                                   self.param("score_vector", nn.initializers.normal(d_attn ** -0.5), (d_attn,)))
+      if projected_keys is None:
+        raise ValueError("Bahdanau attention needs projected_keys=project_keys(config, key_weight, encoded).")
+      d_attn = projected_keys.shape[-1]
+      logits = ops.additive_scores_projected(
+          query, projected_keys[:, :, None, :], self.param("query_weight", init, (d_q, d_attn)),
+          self.param("score_vector", nn.initializers.normal(d_attn ** -0.5), (d_attn,)))
     elif config.attention == "luong_dot":
       logits = ops.luong_dot_scores(query, keys)
     elif config.attention == "luong_general":
@@ -161,6 +166,13 @@ class RNNAttention(nn.Module):
     return context[:, 0, 0, :], weights[:, 0, 0, :]
 
 
+def project_keys(key_weight, encoded):
+  """Bahdanau's ``U h_j`` for every source position, once per sentence (Bahdanau et al. 2015, A.1.2):
+  ``[batch, source_length, d_k]`` -> ``[batch, source_length, d_attn]``. Inside the decoder's time scan it
+  would be recomputed, and its gradient accumulated, at every target step."""
+  return ops.project_additive_keys(encoded[:, :, None, :], key_weight)[:, :, 0, :]
+
+
 class RNNDecoderStep(nn.Module):
   """One decoder time step: attention, the stacked RNN cells and the output layer.
 
@@ -171,10 +183,12 @@ class RNNDecoderStep(nn.Module):
   config: RNNConfig
 
   @nn.compact
-  def __call__(self, state, embedded, encoded, encoded_valid):
-    """``state``; ``embedded`` ``[batch, embedding_dim]`` (previous token) -> new state, (logits, weights).
+  def __call__(self, state, embedded, encoded, encoded_valid, projected_keys):
+    """``state``; ``embedded`` ``[batch, embedding_dim]`` (previous token) -> new state, (features, weights).
 
-    Returns logits ``[batch, output_vocab_size]`` float32 and attention weights ``[batch, source_length]``.
+    ``projected_keys``: Bahdanau's ``U encoded`` (``project_keys``), None for Luong. Returns the features
+    the output layer reads ``[batch, d_features]`` (the output layer runs once, after the scan) and the
+    attention weights ``[batch, source_length]``.
     """
     config = self.config
     top = f"hidden_{config.num_layers - 1}"
@@ -182,7 +196,7 @@ class RNNDecoderStep(nn.Module):
     state = dict(state)
     if config.attention == "bahdanau":
       # Bahdanau eq. (6): e_ij = a(s_{i-1}, h_j), then s_i = f(s_{i-1}, y_{i-1}, c_i) (eq. 4).
-      context, weights = attention(state[top], encoded, encoded_valid)
+      context, weights = attention(state[top], encoded, encoded_valid, projected_keys)
       x = jnp.concatenate([embedded, context.astype(embedded.dtype)], axis=-1)
     elif config.input_feeding:
       x = jnp.concatenate([embedded, state["attentional"]], axis=-1)
@@ -209,15 +223,13 @@ class RNNDecoderStep(nn.Module):
       if config.input_feeding:
         state["attentional"] = attentional
       features = attentional
-    features = module_dropout(self, features, config.dropout_rate)
-    logits = nn.Dense(config.output_vocab_size, dtype=config.compute_dtype, name="logits")(features)
-    return state, (logits.astype(jnp.float32), weights)
+    return state, (features, weights)
 
 
 # Parameters are shared by all steps, each step gets its own dropout key.
 _ScannedDecoderStep = nn.scan(RNNDecoderStep, variable_broadcast="params",
                               split_rngs={"params": False, "dropout": True},
-                              in_axes=(1, nn.broadcast, nn.broadcast), out_axes=1)
+                              in_axes=(1, nn.broadcast, nn.broadcast, nn.broadcast), out_axes=1)
 
 
 class RNNDecoder(nn.Module):
@@ -248,6 +260,11 @@ class RNNDecoder(nn.Module):
     embedded = nn.Embed(config.output_vocab_size, config.embedding_dim, name="embedding")(decoder_inputs)
     embedded = module_dropout(self, embedded.astype(config.compute_dtype), config.dropout_rate)
     initial_state = self._initial_state(encoded, encoded_valid)
+    projected_keys = None
+    if config.attention == "bahdanau":
+      d_attn = config.attention_dim or config.hidden_dim
+      key_weight = self.param("attention_key_weight", nn.initializers.lecun_normal(), (encoded.shape[-1], d_attn))
+      projected_keys = project_keys(key_weight, encoded)
     step = _ScannedDecoderStep(config, name="step")
     if config.decode and self.has_variable("cache", "cache_index"):
       if decoder_inputs.shape[1] != 1:
@@ -257,7 +274,7 @@ class RNNDecoder(nn.Module):
       # A zero cache means "no step yet": the first step starts from the encoder, later ones from the cache.
       state = {name: jnp.where(cache_index.value == 0, initial_state[name], cached[name].value)
                for name in initial_state}
-      state, (logits, weights) = step(state, embedded, encoded, encoded_valid)
+      state, (features, weights) = step(state, embedded, encoded, encoded_valid, projected_keys)
       for name, variable in cached.items():
         variable.value = state[name]
       cache_index.value = cache_index.value + 1
@@ -266,10 +283,19 @@ class RNNDecoder(nn.Module):
         for name, value in initial_state.items():
           self.variable("cache", name, jnp.zeros, value.shape, value.dtype)
         self.variable("cache", "cache_index", lambda: jnp.array(0, jnp.int32))
-      _, (logits, weights) = step(initial_state, embedded, encoded, encoded_valid)
+      _, (features, weights) = step(initial_state, embedded, encoded, encoded_valid, projected_keys)
     # [batch, q_length, kv_length] -> [batch, heads=1, q_length, kv_length]
     self.sow("intermediates", "attention_weights", weights[:, None])
-    return logits
+    # The output layers run on all positions at once, after the scan: large matmuls instead of one per step.
+    if config.attention == "bahdanau":
+      # Bahdanau et al. 2015 (A.2.2) deep output: t_i = maxout(U_o s_i + V_o E y_{i-1} + C_o c_i), pool size 2,
+      # so the vocabulary projection reads readout_dim features instead of hidden + context + embedding.
+      width = config.readout_dim or config.embedding_dim
+      pre_maxout = nn.Dense(2 * width, dtype=config.compute_dtype, name="readout")(features)
+      features = jnp.max(pre_maxout.reshape(*pre_maxout.shape[:-1], width, 2), axis=-1)
+    features = module_dropout(self, features, config.dropout_rate)
+    logits = nn.Dense(config.output_vocab_size, dtype=config.compute_dtype, name="logits")(features)
+    return logits.astype(jnp.float32)
 
   @nn.nowrap
   def _summary(self, encoded, encoded_valid):

@@ -12,8 +12,8 @@ from transformer.ops.masks import combine_masks, make_attention_mask, make_causa
 from transformer.ops.metrics import sequence_exact_match, token_accuracy
 from transformer.ops.norms import layer_norm, rms_norm
 from transformer.ops.positional import apply_rotary_embedding, scale_embeddings, sinusoidal_position_encoding
-from transformer.ops.scores import (additive_scores, cosine_scores, dot_product_scores, general_scores,
-                                    luong_dot_scores)
+from transformer.ops.scores import (additive_scores, additive_scores_projected, cosine_scores, dot_product_scores,
+                                    general_scores, luong_dot_scores, project_additive_keys)
 from transformer.ops.sequence import shift_right
 
 __all__ = [
@@ -21,6 +21,7 @@ __all__ = [
     "chunked_dot_product_attention", "dropout", "feed_forward", "softmax_cross_entropy", "weighted_sum",
     "combine_masks", "make_attention_mask", "make_causal_mask", "make_padding_mask",
     "sequence_exact_match", "token_accuracy", "layer_norm", "rms_norm", "apply_rotary_embedding",
-    "scale_embeddings", "sinusoidal_position_encoding", "additive_scores", "cosine_scores",
+    "scale_embeddings", "sinusoidal_position_encoding", "additive_scores", "additive_scores_projected",
+    "project_additive_keys", "cosine_scores",
     "dot_product_scores", "general_scores", "luong_dot_scores", "shift_right",
 ]

@@ -74,7 +74,9 @@ def cosine_scores(query, key, temperature: float = 1.0, epsilon: float = 1e-8, p
 def additive_scores(query, key, query_weight, key_weight, score_vector, precision=None):
   """Bahdanau additive score ``v^T tanh(W q + U k)``.
 
-  Memory is ``O(batch * heads * q_length * kv_length * d_attn)``: fine for the RNN baselines it serves.
+  Memory is ``O(batch * heads * q_length * kv_length * d_attn)``: fine for the RNN baselines it serves. A
+  decoder that scores many queries against the same keys projects them once (``project_additive_keys``)
+  and calls ``additive_scores_projected`` per step.
 
   Args:
     query: ``[batch, q_length, heads, d_q]``.
@@ -86,8 +88,19 @@ def additive_scores(query, key, query_weight, key_weight, score_vector, precisio
   Returns:
     ``[batch, heads, q_length, kv_length]`` logits.
   """
+  return additive_scores_projected(query, project_additive_keys(key, key_weight, precision), query_weight,
+                                   score_vector, precision)
+
+
+def project_additive_keys(key, key_weight, precision=None):
+  """``U k`` of the additive score: ``[batch, kv_length, heads, d_k]`` -> ``[batch, kv_length, heads, d_attn]``."""
+  return jnp.einsum("bkhd,da->bkha", key, key_weight, precision=precision)
+
+
+def additive_scores_projected(query, projected_key, query_weight, score_vector, precision=None):
+  """``v^T tanh(W q + U k)`` given ``projected_key`` = ``U k`` ``[batch, kv_length, heads, d_attn]`` (from
+  ``project_additive_keys``); other shapes as ``additive_scores``."""
   projected_query = jnp.einsum("bqhd,da->bhqa", query, query_weight, precision=precision)
-  projected_key = jnp.einsum("bkhd,da->bhka", key, key_weight, precision=precision)
   # [batch, heads, q_length, kv_length, d_attn]
-  hidden = jnp.tanh(projected_query[:, :, :, None, :] + projected_key[:, :, None, :, :])
+  hidden = jnp.tanh(projected_query[:, :, :, None, :] + projected_key.transpose(0, 2, 1, 3)[:, :, None, :, :])
   return jnp.einsum("bhqka,a->bhqk", hidden, score_vector, precision=precision)
