@@ -68,7 +68,8 @@ def plot_curves(runs: dict[str, list[dict]], metrics: list[str], path: str, titl
     if "loss" in metric:
       axis.set_yscale("log")
     axis.grid(alpha=0.3)
-    axis.legend()
+    if axis.get_legend_handles_labels()[0]:
+      axis.legend()
   figure.suptitle(title)
   figure.tight_layout()
   figure.savefig(path, dpi=110)

@@ -113,11 +113,10 @@ def row(variant: str, run: dict) -> list:
           f"`{run['signature']}`", f"`{run['command']}`"]
 
 
-def main(argv):
-  del argv
-  experiment = _EXPERIMENT.value
-  output = os.path.join(report.REPO, "experiments", experiment)
-  os.makedirs(output, exist_ok=True)
+def write_results(experiment: str, output: str, new_runs: dict[str, tuple[dict, str]]) -> str:
+  """Merge ``new_runs`` (variant -> (``summarize`` output, workdir)) into ``output/runs.json``, copy the test
+  output of a run that beats every stored one on validation, and rewrite RESULTS.md and curves.png.
+  Returns the RESULTS.md text."""
   test = TEST_SPLIT[experiment]
   hypothesis_name = f"{test}.hyp.{TARGET_LANGUAGE[experiment]}"
   runs_path = os.path.join(output, "runs.json")
@@ -126,13 +125,10 @@ def main(argv):
     with open(runs_path) as f:
       runs = json.load(f)
   best_before = max((run["validation_bleu"] for run in runs.values()), default=-math.inf)
-  for spec in _RUNS.value:
-    variant, _, workdir = spec.partition(":")
-    if not workdir:
-      raise app.UsageError(f"--run={spec!r}: give VARIANT:WORKDIR")
-    runs[variant] = summarize(experiment, variant, workdir)
-    if runs[variant]["validation_bleu"] > best_before:  # the best model so far: its test output is committed
-      best_before = runs[variant]["validation_bleu"]
+  for variant, (summary, workdir) in new_runs.items():
+    runs[variant] = summary
+    if summary["validation_bleu"] > best_before:  # the best model so far: its test output is committed
+      best_before = summary["validation_bleu"]
       shutil.copy(os.path.join(workdir, hypothesis_name), os.path.join(output, hypothesis_name))
   if not runs:
     raise app.UsageError("give at least one --run=VARIANT:WORKDIR")
@@ -146,8 +142,7 @@ def main(argv):
        "training wall time", "validation BLEU", f"{test} BLEU", f"{test} BLEU lowercased", "hardware",
        "sacreBLEU signature", "command"], [row(variant, run) for variant, run in runs.items()])
   published = report.markdown_table(["published result", f"{test} BLEU"], PUBLISHED[experiment])
-  with open(os.path.join(output, "RESULTS.md"), "w") as f:
-    f.write(f"""# {experiment}: translation results
+  text = f"""# {experiment}: translation results
 
 Written by `python -m experiments.translation_results --experiment={experiment} --run=VARIANT:WORKDIR ...`
 from `runs.json` (one entry per variant, added or replaced by each invocation); do not edit by hand.
@@ -161,8 +156,24 @@ anyone can recompute its score with sacreBLEU.
 {published}
 
 ![training curves](curves.png)
-""")
-  print(open(os.path.join(output, "RESULTS.md")).read())
+"""
+  with open(os.path.join(output, "RESULTS.md"), "w") as f:
+    f.write(text)
+  return text
+
+
+def main(argv):
+  del argv
+  experiment = _EXPERIMENT.value
+  output = os.path.join(report.REPO, "experiments", experiment)
+  os.makedirs(output, exist_ok=True)
+  new_runs = {}
+  for spec in _RUNS.value:
+    variant, _, workdir = spec.partition(":")
+    if not workdir:
+      raise app.UsageError(f"--run={spec!r}: give VARIANT:WORKDIR")
+    new_runs[variant] = (summarize(experiment, variant, workdir), workdir)
+  print(write_results(experiment, output, new_runs))
 
 
 if __name__ == "__main__":
