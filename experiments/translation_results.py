@@ -41,6 +41,19 @@ PUBLISHED = {
     ],
     "multi30k": [("Wu et al. 2021, text-only Transformer (4+4 layers, d_model 128)", "41.0 (lowercased)")],
 }
+# What each experiment's table must say beyond the rows.
+NOTES = {
+    "iwslt15_en_vi": (
+        "The published numbers use all 133,317 training pairs; the rows above state how many pairs they used "
+        "(the folder here holds only the first 10,000). With the full `train.en`/`train.vi` in the source "
+        "folder the same builder uses them; a full-data run is "
+        "`python launch.py --config=experiments/iwslt15_en_vi.py:transformer_small --workdir=WORKDIR "
+        "--config.task.source_dir=DIR --config.task.max_tokens=4096 --config.num_train_steps=30000`. BLEU is "
+        "sacreBLEU with `tokenize=none` on the Moses-tokenised tst2013.vi, as the published tokenised BLEU."),
+    "multi30k": (
+        "Cased BLEU is sacreBLEU's default on detokenised output against the raw reference; lowercased BLEU "
+        "(`-lc`) is the closest to the tokenised lowercased BLEU the Multi30k papers report."),
+}
 TEST_SPLIT = {"multi30k": "test_2016_flickr", "iwslt15_en_vi": "test"}
 TARGET_LANGUAGE = {"multi30k": "de", "iwslt15_en_vi": "vi"}
 CURVES = ("train/nll", "eval/nll", "eval/bleu")
@@ -152,6 +165,8 @@ search. The best model on validation ({best}) gives `{hypothesis_name}` (one lin
 anyone can recompute its score with sacreBLEU.
 
 {table}
+
+{NOTES[experiment]}
 
 {published}
 
