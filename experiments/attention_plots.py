@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import shlex
 import sys
 
 import numpy as np
@@ -241,7 +240,7 @@ def plot_attention(weights: np.ndarray, query_labels: list[str], key_labels: lis
     axis.axis("off")
   figure.suptitle(title, fontsize=10)
   figure.colorbar(image, ax=axes, shrink=0.8, label="attention weight")
-  figure.savefig(path, dpi=100)
+  figure.savefig(path, dpi=80)
   plt.close(figure)
 
 
@@ -329,7 +328,8 @@ def main(argv):
     task = build_task(config)
     step, params = restore_params(task, _WORKDIR.value, best=_CHECKPOINT.value == "best")
     indices = list(range(_FIRST_SENTENCE.value, _FIRST_SENTENCE.value + _NUM_SENTENCES.value))
-    command = "python -m experiments.attention_plots " + " ".join(shlex.quote(arg) for arg in sys.argv[1:])
+    from experiments import report
+    command = report.portable_command(["python", "-m", "experiments.attention_plots", *sys.argv[1:]])
     sentences = write_attention_plots(task, task.model_config(), params, split, indices, _OUTPUT_DIR.value,
                                       step, command, _BEAM_SIZE.value or None)
   except (ValueError, FileNotFoundError) as error:

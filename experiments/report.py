@@ -76,5 +76,21 @@ def plot_curves(runs: dict[str, list[dict]], metrics: list[str], path: str, titl
   plt.close(figure)
 
 
+def portable_command(parts: list[str]) -> str:
+  """``parts`` as a shell line without this machine's paths: ``--workdir=WORKDIR``, no TFDS data dir, and a
+  source folder relative to the repository (e.g. ``../shared/data/multi30k``)."""
+  kept = []
+  for part in parts:
+    name, _, value = part.partition("=")
+    if name == "--workdir":
+      part = "--workdir=WORKDIR"
+    elif name == "--config.task.data_dir":
+      continue
+    elif name == "--config.task.source_dir" and os.path.isabs(value):
+      part = f"{name}={os.path.relpath(value, REPO)}"
+    kept.append(part)
+  return command_line(kept)
+
+
 def command_line(parts: list[str]) -> str:
   return " ".join(shlex.quote(p) for p in parts)

@@ -49,7 +49,9 @@ NOTES = {
         "folder the same builder uses them; a full-data run is "
         "`python launch.py --config=experiments/iwslt15_en_vi.py:transformer_small --workdir=WORKDIR "
         "--config.task.source_dir=DIR --config.task.max_tokens=4096 --config.num_train_steps=30000`. BLEU is "
-        "sacreBLEU with `tokenize=none` on the Moses-tokenised tst2013.vi, as the published tokenised BLEU."),
+        "sacreBLEU with `tokenize=none` on the Moses-tokenised tst2013.vi, as the published tokenised BLEU. "
+        "Validation BLEU (checkpoint selection) is on the first 500 sentences of tst2012 "
+        "(`task.num_eval_sentences`); the test BLEU is on all 1,268 sentences of tst2013."),
     "multi30k": (
         "Cased BLEU is sacreBLEU's default on detokenised output against the raw reference; lowercased BLEU "
         "(`-lc`) is the closest to the tokenised lowercased BLEU the Multi30k papers report."),
@@ -148,8 +150,9 @@ def write_results(experiment: str, output: str, new_runs: dict[str, tuple[dict, 
   with open(runs_path, "w") as f:
     json.dump(runs, f, indent=1)
   best = max(runs, key=lambda variant: runs[variant]["validation_bleu"])
-  report.plot_curves({variant: run["curves"] for variant, run in runs.items()}, list(CURVES),
-                     os.path.join(output, "curves.png"), f"{experiment}: training curves")
+  if any(run["curves"] for run in runs.values()):  # rows carried over without curves keep the old plot
+    report.plot_curves({variant: run["curves"] for variant, run in runs.items()}, list(CURVES),
+                       os.path.join(output, "curves.png"), f"{experiment}: training curves")
   table = report.markdown_table(
       ["model", "size", "training pairs", "checkpoint step (best on validation) of steps trained",
        "training wall time", "validation BLEU", f"{test} BLEU", f"{test} BLEU lowercased", "hardware",
