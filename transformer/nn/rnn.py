@@ -10,7 +10,8 @@ recurrent state in the ``cache`` collection, so the same task, loss and search c
 The two attention families differ in *when* the decoder attends (Luong et al., section 3.1):
   * ``bahdanau``: the previous state ``s_{i-1}`` attends (additive score), and the context ``c_i`` is fed into
     the RNN with the previous token: ``s_i = f(s_{i-1}, [E y_{i-1}; c_i])``; logits from ``[s_i; c_i; E y_{i-1}]``
-    (the paper's maxout deep output simplified to one linear layer).
+    through the paper's maxout deep output (appendix A.2.2, width ``readout_dim``); ``U h_j`` of the additive
+    score is computed once per sentence, outside the time scan.
   * ``luong_*``: the RNN runs first, the new state ``h_t`` attends (dot, general or cosine score), and the
     attentional state ``h~_t = tanh(W_c [c_t; h_t])`` (eq. 5) gives the logits; with ``input_feeding``,
     ``h~_{t-1}`` is fed into the RNN with the previous token (section 3.3).
