@@ -17,8 +17,10 @@ def test_dropout_keeps_expectation_and_drops_at_the_rate():
   x = jnp.ones((200, 500), jnp.float32)
   y = np.asarray(ops.dropout(x, rate, jax.random.key(0)))
   kept = y != 0
-  # Survivors are scaled by exactly 1 / (1 - rate).
-  np.testing.assert_allclose(y[kept], 1.0 / (1.0 - rate), rtol=1e-6)
+  applied = ops.effective_dropout_rate(rate)  # a multiple of 1/256 (8-bit masks)
+  assert abs(applied - rate) <= 1 / 512
+  # Survivors are scaled by exactly 1 / (1 - applied rate), so the expectation is exactly kept.
+  np.testing.assert_allclose(y[kept], 1.0 / (1.0 - applied), rtol=1e-6)
   # 100k Bernoulli draws: the standard error of the kept fraction is ~0.0015.
   assert abs(kept.mean() - (1.0 - rate)) < 0.01
   assert abs(y.mean() - 1.0) < 0.015
@@ -44,3 +46,11 @@ def test_bad_rate_or_missing_key_is_an_error():
     ops.dropout(jnp.ones(3), 1.0, jax.random.key(0))
   with pytest.raises(ValueError, match="dropout_rng"):
     ops.dropout(jnp.ones(3), 0.1, None)
+
+
+@pytest.mark.parametrize("rate", [0.1, 0.5, 0.9])
+def test_effective_rate_is_the_nearest_multiple_of_a_256th(rate):
+  applied = ops.effective_dropout_rate(rate)
+  assert applied * 256 == round(applied * 256) and abs(applied - rate) <= 1 / 512
+  y = np.asarray(ops.dropout(jnp.ones((400, 500)), rate, jax.random.key(4)))
+  assert abs((y == 0).mean() - applied) < 0.005  # 200k draws: standard error <= 0.0012
