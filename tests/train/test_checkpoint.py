@@ -145,3 +145,18 @@ def test_keeps_the_last_checkpoints_and_the_best(make_config, tmp_path):
   with open(tmp_path / "metrics.jsonl") as f:
     evals = [json.loads(line) for line in f if "eval/loss" in line]
   assert best == [min(evals, key=lambda r: r["eval/loss"])["step"]]
+
+
+def test_eval_with_averaged_checkpoints_uses_the_mean_parameters(make_config, tmp_path):
+  run(make_config(num_train_steps=20, checkpoint_every=5, keep_checkpoints=3), str(tmp_path))
+  averaged = run(make_config(average_checkpoints=3), str(tmp_path), mode="eval")
+  assert averaged.step == 20
+  with open(tmp_path / "average_last_3" / "eval_results.json") as f:
+    assert json.load(f)["averaged_steps"] == [10, 15, 20]
+  kept = [ocp.tree.to_flat_dict(final_params(str(tmp_path), step)) for step in (10, 15, 20)]
+  mean = ocp.tree.to_flat_dict(averaged.state.params)
+  for name in mean:
+    np.testing.assert_allclose(np.asarray(mean[name]), np.mean([np.asarray(k[name]) for k in kept], axis=0),
+                               rtol=1e-5, atol=1e-6)
+  with pytest.raises(ValueError, match="keep_checkpoints >= 4"):
+    run(make_config(average_checkpoints=4), str(tmp_path), mode="eval")

@@ -119,12 +119,12 @@ class TranslationTask(Seq2SeqTask):
     batches = [batcher.make_batch(indices) for indices in batcher.epoch_batches(0)]
     return self.translate_batches(model_config, params, batches, len(lines))
 
-  def write_test_outputs(self, model_config, params, workdir: str) -> dict:
-    """Hypotheses of every test split as ``workdir/<split>.hyp`` (one line per reference line), with BLEU."""
+  def write_test_outputs(self, model_config, params, output_dir: str) -> dict:
+    """Hypotheses of every test split as ``output_dir/<split>.hyp`` (one line per reference line), with BLEU."""
     results = {}
     for split in self.config.task.test_splits:
       metrics, hypotheses = self.bleu(model_config, params, split)
-      with open(os.path.join(workdir, f"{split}.hyp.{self.data.target_language}"), "w") as f:
+      with open(os.path.join(output_dir, f"{split}.hyp.{self.data.target_language}"), "w") as f:
         f.write("\n".join(hypotheses) + "\n")
       results[split] = metrics
     return results

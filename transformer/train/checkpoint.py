@@ -11,6 +11,7 @@ import logging
 import os
 from typing import Any
 
+import jax
 import orbax.checkpoint as ocp
 
 log = logging.getLogger(__name__)
@@ -90,6 +91,29 @@ class Checkpointer:
     raise CheckpointRestoreError(
         "checkpoints exist but none could be restored (" + "; ".join(errors) + "). Refusing to start from "
         "scratch: move the checkpoints away or choose another --workdir.")
+
+  def average_params(self, abstract_state, count: int) -> tuple[list[int], Any]:
+    """The mean parameters of the last ``count`` periodic checkpoints (Vaswani et al. 2017 averaged the
+    last 5), restored one at a time onto ``abstract_state`` so memory holds two copies at most.
+
+    Returns:
+      ``(steps, params)``: the averaged steps, oldest first, and the mean of their ``state.params``.
+
+    Raises:
+      ValueError: fewer than ``count`` periodic checkpoints are kept (``config.keep_checkpoints``).
+    """
+    steps = self.steps()[-count:]
+    if count < 1 or len(steps) < count:
+      raise ValueError(f"averaging the last {count} checkpoints needs that many in {self._latest.directory}, "
+                       f"which holds steps {self.steps()}; train with config.keep_checkpoints >= {count}.")
+    mean = None
+    for index, step in enumerate(steps):
+      restored = self._latest.restore(step, args=ocp.args.Composite(
+          state=ocp.args.StandardRestore(abstract_state)))
+      params = restored["state"].params
+      # Running mean: mean_k = mean_{k-1} + (params_k - mean_{k-1}) / k.
+      mean = params if mean is None else jax.tree.map(lambda m, p: m + (p - m) / (index + 1), mean, params)
+    return steps, mean
 
   def wait(self) -> None:
     """Block until asynchronous saves have finished."""

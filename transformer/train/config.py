@@ -66,6 +66,8 @@ def base_config() -> ml_collections.ConfigDict:
   config.best_metric = ""  # e.g. "eval/exact_match": also keep the best checkpoint by this metric
   config.best_mode = "max"  # max | min
   config.async_checkpointing = True
+  config.average_checkpoints = 0  # eval/predict/translate: mean parameters of the last N periodic checkpoints
+  # (Vaswani et al. 2017 averaged the last 5; outputs go to WORKDIR/average_last_N) instead of the best; 0 = off
   config.restore_from = ""  # a checkpoint directory of another run to start from (fine-tuning: params only)
   config.translate_input = ""  # --mode=translate reads this file ("" = standard input)
   config.translate_output = ""  # and writes this file ("" = standard output)
@@ -86,6 +88,9 @@ def validate_config(config: ml_collections.ConfigDict, workdir: str | None = Non
     value = config[name]
     require(isinstance(value, int) and value >= 1,
             f"config.{name} must be a positive integer, got {value!r}.")
+  require(isinstance(config.average_checkpoints, int) and config.average_checkpoints >= 0,
+          f"config.average_checkpoints must be an integer >= 0 (0 = use the best checkpoint), got "
+          f"{config.average_checkpoints!r}.")
   require(config.batch_size % config.grad_accum_steps == 0,
           f"config.batch_size={config.batch_size} must be divisible by config.grad_accum_steps="
           f"{config.grad_accum_steps}.")

@@ -214,18 +214,28 @@ def run(config, workdir: str, mode: str = "train") -> RunOutput:
   if mode in ("eval", "predict", "translate"):
     if restored is None:
       raise ValueError(f"--mode={mode} needs a checkpoint, but {workdir} has none; train first.")
+    output_dir, averaged = workdir, {}
+    if config.average_checkpoints:  # the mean of the last N periodic checkpoints instead of the best one
+      steps, params = checkpointer.average_params(abstract_state, config.average_checkpoints)
+      state = strategy.from_canonical(strategy.to_canonical(state).replace(params=params))
+      start_step, averaged = steps[-1], {"averaged_steps": steps}
+      output_dir = os.path.join(workdir, f"average_last_{config.average_checkpoints}")
+      os.makedirs(output_dir, exist_ok=True)
+      if is_main:
+        print(f"averaged the parameters of steps {steps}; outputs go to {output_dir}",
+              file=sys.stderr if mode == "translate" else sys.stdout, flush=True)
     if mode == "translate":
       _translate(task, model_config, jax.device_get(strategy.host_params(state)), config)
       checkpointer.close()
       return RunOutput(start_step, {}, strategy.to_canonical(state))
     results = evaluate(state)
     if mode == "eval":
-      tests = task.write_test_outputs(model_config, jax.device_get(strategy.host_params(state)), workdir)
+      tests = task.write_test_outputs(model_config, jax.device_get(strategy.host_params(state)), output_dir)
       results.update({f"{split}/{k}": v for split, metrics in tests.items() for k, v in metrics.items()})
     if is_main:
-      print(json.dumps({"step": start_step, **results}, indent=2), flush=True)
-      with open(os.path.join(workdir, f"{mode}_results.json"), "w") as f:
-        json.dump({"step": start_step, **results}, f, indent=2)
+      print(json.dumps({"step": start_step, **averaged, **results}, indent=2), flush=True)
+      with open(os.path.join(output_dir, f"{mode}_results.json"), "w") as f:
+        json.dump({"step": start_step, **averaged, **results}, f, indent=2)
     checkpointer.close()
     return RunOutput(start_step, results, strategy.to_canonical(state))
 
