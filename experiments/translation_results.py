@@ -30,6 +30,9 @@ _RUNS = flags.DEFINE_multi_string("run", [], "VARIANT:WORKDIR of a run to report
 _SOURCE_DIR = flags.DEFINE_string("source_dir", "", "Raw data folder (as --config.task.source_dir).")
 _DATA_DIR = flags.DEFINE_string("data_dir", "", "TFDS data dir (as --config.task.data_dir).")
 _HARDWARE = flags.DEFINE_string("hardware", "", "Where the runs trained (default: this machine).")
+_AVERAGE = flags.DEFINE_integer(
+    "average_checkpoints", 0, "Also score the mean of the last N checkpoints and report it if it is better "
+    "on validation (the runs must keep N: config.keep_checkpoints).")
 _NOTE = flags.DEFINE_string("note", "", "A remark stored with the rows of this invocation (e.g. shared CPU).")
 
 # Published full-data results, quoted for reference (not reproduced here).
@@ -61,20 +64,24 @@ TARGET_LANGUAGE = {"multi30k": "de", "iwslt15_en_vi": "vi"}
 CURVES = ("train/nll", "eval/nll", "eval/bleu")
 
 
-def evaluate(variant: str, workdir: str) -> dict:
-  path = os.path.join(workdir, "eval_results.json")
+def evaluate(variant: str, workdir: str, average_checkpoints: int = 0) -> tuple[dict, str]:
+  """``(eval_results, output_dir)`` of the best checkpoint, or of the mean of the last ``average_checkpoints``
+  (run by ``launch.py --mode=eval`` unless its results are newer than the checkpoints)."""
+  output_dir = os.path.join(workdir, f"average_last_{average_checkpoints}") if average_checkpoints else workdir
+  path = os.path.join(output_dir, "eval_results.json")
   checkpoints = os.path.join(workdir, "checkpoints")
   newest = max((os.path.getmtime(os.path.join(checkpoints, s)) for s in os.listdir(checkpoints)), default=0)
   if not os.path.exists(path) or os.path.getmtime(path) < newest:
     command = [sys.executable, "launch.py", f"--config=experiments/{_EXPERIMENT.value}.py:{variant}",
-               f"--workdir={workdir}", "--mode=eval", "--config.quiet=True"]
+               f"--workdir={workdir}", "--mode=eval", "--config.quiet=True",
+               f"--config.average_checkpoints={average_checkpoints}"]
     if _SOURCE_DIR.value:
       command.append(f"--config.task.source_dir={_SOURCE_DIR.value}")
     if _DATA_DIR.value:
       command.append(f"--config.task.data_dir={_DATA_DIR.value}")
     subprocess.run(command, cwd=report.REPO, check=True)
   with open(path) as f:
-    return json.load(f)
+    return json.load(f), output_dir
 
 
 def training_pairs(experiment: str, config: dict) -> int:
@@ -86,10 +93,20 @@ def training_pairs(experiment: str, config: dict) -> int:
   return builder.info.splits["train"].num_examples
 
 
-def summarize(experiment: str, variant: str, workdir: str) -> dict:
-  """The table row and curves of one run, scoring its best checkpoint on the test split if needed."""
+def summarize(experiment: str, variant: str, workdir: str, average_checkpoints: int = 0) -> tuple[dict, str]:
+  """``(row, output_dir)``: the table row and curves of one run, and the folder of its test outputs.
+
+  Scores the best checkpoint (on validation) and, with ``average_checkpoints``, also the mean of the last
+  that many checkpoints; the one with the higher validation BLEU is reported (never chosen on test).
+  """
   test = TEST_SPLIT[experiment]
-  results = evaluate(variant, workdir)
+  results, output_dir = evaluate(variant, workdir)
+  candidates = {"best checkpoint": results["eval/bleu"]}
+  if average_checkpoints:
+    averaged, averaged_dir = evaluate(variant, workdir, average_checkpoints)
+    candidates[f"mean of the last {average_checkpoints}"] = averaged["eval/bleu"]
+    if averaged["eval/bleu"] > results["eval/bleu"]:
+      results, output_dir = averaged, averaged_dir
   records = read_metrics(workdir)
   with open(os.path.join(workdir, "config.json")) as f:
     config = json.load(f)
@@ -103,6 +120,8 @@ def summarize(experiment: str, variant: str, workdir: str) -> dict:
       "size": size,
       "training_pairs": training_pairs(experiment, config),
       "best_step": results["step"],
+      "averaged_steps": results.get("averaged_steps", []),
+      "validation_bleu_by_checkpoint": candidates,
       "steps_trained": trained[-1]["step"] if trained else 0,
       "steps_planned": config["num_train_steps"],
       "wall_hours": trained[-1]["wall_seconds"] / 3600 if trained else math.nan,
@@ -116,20 +135,22 @@ def summarize(experiment: str, variant: str, workdir: str) -> dict:
       "note": _NOTE.value,
       "curves": [{k: v for k, v in r.items() if k == "step" or k in CURVES}
                  for r in records if any(k in r for k in CURVES)],
-  }
+  }, output_dir
 
 
 def row(variant: str, run: dict) -> list:
   stopped = (f" (stopped early of {run['steps_planned']})" if run["steps_trained"] < run["steps_planned"]
              else "")
-  return [variant, run["size"], f"{run['training_pairs']:,}", f"{run['best_step']} of {run['steps_trained']}{stopped}",
+  averaged = run.get("averaged_steps")
+  checkpoint = (f"mean of steps {', '.join(map(str, averaged))}" if averaged else str(run["best_step"]))
+  return [variant, run["size"], f"{run['training_pairs']:,}", f"{checkpoint} of {run['steps_trained']}{stopped}",
           f"{run['wall_hours']:.2f} h", f"{run['validation_bleu']:.2f}", f"{run['test_bleu']:.2f}",
           f"{run['test_bleu_lowercase']:.2f}", run["hardware"] + (f"; {run['note']}" if run["note"] else ""),
           f"`{run['signature']}`", f"`{run['command']}`"]
 
 
 def write_results(experiment: str, output: str, new_runs: dict[str, tuple[dict, str]]) -> str:
-  """Merge ``new_runs`` (variant -> (``summarize`` output, workdir)) into ``output/runs.json``, copy the test
+  """Merge ``new_runs`` (variant -> ``summarize``'s (row, output folder)) into ``output/runs.json``, copy the test
   output of a run that beats every stored one on validation, and rewrite RESULTS.md and curves.png.
   Returns the RESULTS.md text."""
   test = TEST_SPLIT[experiment]
@@ -140,11 +161,11 @@ def write_results(experiment: str, output: str, new_runs: dict[str, tuple[dict, 
     with open(runs_path) as f:
       runs = json.load(f)
   best_before = max((run["validation_bleu"] for run in runs.values()), default=-math.inf)
-  for variant, (summary, workdir) in new_runs.items():
+  for variant, (summary, output_dir) in new_runs.items():
     runs[variant] = summary
     if summary["validation_bleu"] > best_before:  # the best model so far: its test output is committed
       best_before = summary["validation_bleu"]
-      shutil.copy(os.path.join(workdir, hypothesis_name), os.path.join(output, hypothesis_name))
+      shutil.copy(os.path.join(output_dir, hypothesis_name), os.path.join(output, hypothesis_name))
   if not runs:
     raise app.UsageError("give at least one --run=VARIANT:WORKDIR")
   with open(runs_path, "w") as f:
@@ -154,7 +175,7 @@ def write_results(experiment: str, output: str, new_runs: dict[str, tuple[dict, 
     report.plot_curves({variant: run["curves"] for variant, run in runs.items()}, list(CURVES),
                        os.path.join(output, "curves.png"), f"{experiment}: training curves")
   table = report.markdown_table(
-      ["model", "size", "training pairs", "checkpoint step (best on validation) of steps trained",
+      ["model", "size", "training pairs", "checkpoint (chosen on validation) of steps trained",
        "training wall time", "validation BLEU", f"{test} BLEU", f"{test} BLEU lowercased", "hardware",
        "sacreBLEU signature", "command"], [row(variant, run) for variant, run in runs.items()])
   published = report.markdown_table(["published result", f"{test} BLEU"], PUBLISHED[experiment])
@@ -163,8 +184,9 @@ def write_results(experiment: str, output: str, new_runs: dict[str, tuple[dict, 
 Written by `python -m experiments.translation_results --experiment={experiment} --run=VARIANT:WORKDIR ...`
 from `runs.json` (one entry per variant, added or replaced by each invocation); do not edit by hand.
 
-Checkpoints are chosen on the validation split; the test split is scored once, by `--mode=eval`, with beam
-search. The best model on validation ({best}) gives `{hypothesis_name}` (one line per reference line), so
+Checkpoints are chosen on the validation split (the best single checkpoint, or with `--average_checkpoints=N`
+the mean of the last N when that scores higher on validation); the test split is scored by `--mode=eval`,
+with beam search. The best model on validation ({best}) gives `{hypothesis_name}` (one line per reference line), so
 anyone can recompute its score with sacreBLEU.
 
 {table}
@@ -190,7 +212,7 @@ def main(argv):
     variant, _, workdir = spec.partition(":")
     if not workdir:
       raise app.UsageError(f"--run={spec!r}: give VARIANT:WORKDIR")
-    new_runs[variant] = (summarize(experiment, variant, workdir), workdir)
+    new_runs[variant] = summarize(experiment, variant, workdir, _AVERAGE.value)
   print(write_results(experiment, output, new_runs))
 
 

@@ -2,6 +2,9 @@
 output is the best-on-validation model's."""
 import json
 
+import pytest
+from absl import flags
+
 from experiments import translation_results
 
 HYPOTHESIS = "test_2016_flickr.hyp.de"
@@ -43,3 +46,32 @@ def test_rows_accumulate_and_best_hypotheses_are_kept(tmp_path):
   assert (output / HYPOTHESIS).read_text() == "besser\n"
   assert "| 36.00 |" in text and "| 21.00 |" not in text
   assert (output / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("averaged_validation, chosen", [(33.0, "averaged"), (31.0, "best")])
+def test_checkpoint_average_is_reported_only_when_better_on_validation(tmp_path, monkeypatch, averaged_validation,
+                                                                        chosen):
+  if not flags.FLAGS.is_parsed():
+    flags.FLAGS.mark_as_parsed()
+  workdir = tmp_path / "run"
+  workdir.mkdir()
+  (workdir / "config.json").write_text(json.dumps({"num_train_steps": 400, "task": {}}))
+  (workdir / "model_config.json").write_text(json.dumps({"num_encoder_layers": 4, "num_decoder_layers": 4,
+                                                         "d_model": 128}))
+  (workdir / "metrics.jsonl").write_text(json.dumps({"step": 400, "train/nll": 2.0, "wall_seconds": 60.0}) + "\n")
+  results = {  # test BLEU of the averaged parameters is lower: it must not influence the choice
+      "best": ({"step": 300, "eval/bleu": 32.0, "test_2016_flickr/bleu": 35.0,
+                "test_2016_flickr/bleu_lowercase": 36.0, "test_2016_flickr/bleu_signature": "s"}, "best_dir"),
+      "averaged": ({"step": 400, "averaged_steps": [300, 400], "eval/bleu": averaged_validation,
+                    "test_2016_flickr/bleu": 34.0, "test_2016_flickr/bleu_lowercase": 35.0,
+                    "test_2016_flickr/bleu_signature": "s"}, "averaged_dir")}
+  monkeypatch.setattr(translation_results, "evaluate",
+                      lambda variant, workdir, average=0: results["averaged" if average else "best"])
+  monkeypatch.setattr(translation_results, "training_pairs", lambda experiment, config: 29000)
+  row, output_dir = translation_results.summarize("multi30k", "transformer_small", str(workdir),
+                                                  average_checkpoints=2)
+  assert output_dir == f"{chosen}_dir"
+  assert row["validation_bleu_by_checkpoint"] == {"best checkpoint": 32.0, "mean of the last 2": averaged_validation}
+  cells = " | ".join(translation_results.row("transformer_small", row))
+  assert ("mean of steps 300, 400 of 400" in cells) == (chosen == "averaged")
+  assert row["test_bleu"] == (34.0 if chosen == "averaged" else 35.0)
