@@ -37,6 +37,16 @@ def test_cross_entropy_matches_numpy_label_smoothing(label_smoothing):
   np.testing.assert_allclose(loss, _numpy_loss(logits, targets, label_smoothing), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("label_smoothing", [0.0, 0.1])
+def test_cross_entropy_gradient_is_softmax_minus_smoothed_targets(label_smoothing):
+  rng = np.random.default_rng(2)
+  logits = rng.normal(size=(4, 9)).astype(np.float32) * 2
+  targets = rng.integers(0, 9, (4,))
+  gradient = jax.grad(lambda x: ops.softmax_cross_entropy(x, targets, label_smoothing).sum())(logits)
+  expected = np.exp(_numpy_log_softmax(logits)) - _numpy_smoothed_targets(targets, 9, label_smoothing)
+  np.testing.assert_allclose(gradient, expected, atol=1e-6)
+
+
 def test_unsmoothed_cross_entropy_is_negative_log_probability():
   logits = np.array([[2.0, 0.0, -1.0]], np.float32)
   expected = -np.log(np.exp(2.0) / (np.exp(2.0) + 1 + np.exp(-1.0)))

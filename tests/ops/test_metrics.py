@@ -20,6 +20,17 @@ def test_token_accuracy_counts_argmax_hits_at_weighted_positions():
   assert (float(correct), float(total)) == (4.0, 4.0)
 
 
+def test_token_accuracy_matches_numpy_argmax_and_counts_ties_as_right():
+  rng = np.random.default_rng(0)
+  logits = rng.normal(size=(3, 5, 11)).astype(np.float32)
+  targets = rng.integers(0, 11, (3, 5))
+  targets[0, :2] = logits[0, :2].argmax(-1)  # a few sure hits among the random misses
+  correct, total = ops.token_accuracy(logits, targets)
+  assert (float(correct), float(total)) == (float((logits.argmax(-1) == targets).sum()), 15.0)
+  tied = np.array([[[0.0, 2.0, 2.0]]], np.float32)
+  assert float(ops.token_accuracy(tied, np.array([[2]]))[0]) == 1.0
+
+
 def test_sequence_exact_match_ignores_padding_and_empty_sequences():
   predictions = np.array([[1, 2, 3], [1, 2, 3], [4, 4, 4], [7, 7, 7]])
   targets = np.array([[1, 2, 3], [1, 2, 0], [4, 5, 9], [0, 0, 0]])

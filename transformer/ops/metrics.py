@@ -5,7 +5,10 @@ import jax.numpy as jnp
 
 
 def token_accuracy(logits, targets, weights=None):
-  """Argmax accuracy over positions.
+  """Argmax accuracy over positions: a position is right when its target's logit is the largest.
+
+  Computed as ``logit[target] >= max(logits)`` (a max reduction, much cheaper on CPU than an argmax's
+  index reduction); a tie for the largest logit counts as right.
 
   Args:
     logits: ``[batch, length, vocab]``.
@@ -15,7 +18,8 @@ def token_accuracy(logits, targets, weights=None):
   Returns:
     ``(correct, total)`` float32 scalars.
   """
-  correct = (jnp.argmax(logits, axis=-1) == targets).astype(jnp.float32)
+  target_logits = jnp.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]
+  correct = (target_logits >= jnp.max(logits, axis=-1)).astype(jnp.float32)
   weights = jnp.ones_like(correct) if weights is None else weights.astype(jnp.float32)
   return jnp.sum(correct * weights), jnp.sum(weights)
 
