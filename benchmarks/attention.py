@@ -71,17 +71,18 @@ def main(argv=None) -> common.Report:
         shape = (batch, length, heads, head_dim)
         q, k, v = (jax.random.normal(key, shape, jnp.float32).astype(dtype) for key in keys[:3])
         cotangent = jax.random.normal(keys[3], shape, jnp.float32)
-        milliseconds = {}
+        inputs = (q, k, v) if pass_name == "forward" else (q, k, v, cotangent)
+        calls = {}
         for name, attention in candidates.items():
           fn = jax.jit(attention if pass_name == "forward" else forward_backward(attention))
-          inputs = (q, k, v) if pass_name == "forward" else (q, k, v, cotangent)
           try:
-            timing = common.time_fn(fn, *inputs, warmup=args.warmup, repeats=args.repeats,
-                                    budget_s=args.budget_s)
+            compiled = fn.lower(*inputs).compile()
           except Exception as error:  # e.g. cuDNN refusing float32: report, keep measuring the others
             report.notes.append(f"{name} {dtype} {pass_name} L={length}: not run ({type(error).__name__}).")
             continue
-          milliseconds[name] = 1e3 * timing.median
+          calls[name] = lambda compiled=compiled: compiled(*inputs)
+        timings = common.time_interleaved(calls, warmup=args.warmup, repeats=args.repeats, budget_s=args.budget_s)
+        milliseconds = {name: 1e3 * timing.median for name, timing in timings.items()}
         references = [ms for name, ms in milliseconds.items() if name != "ours"]
         fastest = min(references) if references else None
         value = common.ratio(milliseconds.get("ours"), fastest)
@@ -93,7 +94,8 @@ def main(argv=None) -> common.Report:
   worst = max(measured) if measured else float("nan")
   report.notes += [
       f"{heads} heads of {head_dim}, self attention without a mask, {tokens} tokens per batch; median of up to "
-      f"{args.repeats} calls after {args.warmup} warm-up; forward+backward = gradients of q, k and v.",
+      f"{args.repeats} calls after {args.warmup} warm-up, the implementations taking turns (round robin); "
+      "forward+backward = gradients of q, k and v.",
       "flax runs with its stock defaults (softmax in the input dtype); ours and jax.nn take the softmax in "
       "float32.",
       f"Target: ours at most {TARGET}x the fastest reference at every size; worst ratio {common.fmt(worst)} "

@@ -23,7 +23,7 @@ import shlex
 import statistics
 import sys
 import time
-from typing import Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -76,19 +76,35 @@ def time_fn(fn: Callable, *args, warmup: int = 1, repeats: int = 5, budget_s: fl
   ``budget_s``: when one warm-up call shows that ``repeats`` calls would take longer, time fewer (at least
   one): a median of calls lasting minutes gains little over one of them.
   """
+  return time_interleaved({"": lambda: fn(*args)}, warmup=warmup, repeats=repeats, budget_s=budget_s)[""]
+
+
+def time_interleaved(calls: Mapping[str, Callable[[], Any]], warmup: int = 1, repeats: int = 5,
+                     budget_s: float | None = None) -> dict[str, Timing]:
+  """Time competing implementations side by side: name -> ``Timing`` of ``calls[name]()``.
+
+  After ``warmup`` untimed calls of each, the timed calls go round robin, one of each per round, with the
+  starting one rotated every round. Load from other processes, clock changes and cache state then fall on
+  every implementation alike, rather than on whichever was timed first or last, which is what the ratios
+  between them need. ``budget_s`` caps each implementation's timed calls (at least one), judged by the slowest warm-up call.
+  """
+  names = list(calls)
   call_seconds = 0.0
-  for _ in range(warmup):
-    start = time.perf_counter()
-    jax.block_until_ready(fn(*args))
-    call_seconds = time.perf_counter() - start
+  for name in names:
+    for _ in range(warmup):
+      start = time.perf_counter()
+      jax.block_until_ready(calls[name]())
+      call_seconds = max(call_seconds, time.perf_counter() - start)
   if budget_s is not None and call_seconds > 0:
     repeats = max(1, min(repeats, int(budget_s / call_seconds)))
-  times = []
-  for _ in range(repeats):
-    start = time.perf_counter()
-    jax.block_until_ready(fn(*args))
-    times.append(time.perf_counter() - start)
-  return Timing(statistics.median(times), min(times), tuple(times))
+  times = {name: [] for name in names}
+  for round_index in range(repeats):
+    offset = round_index % len(names)
+    for name in names[offset:] + names[:offset]:
+      start = time.perf_counter()
+      jax.block_until_ready(calls[name]())
+      times[name].append(time.perf_counter() - start)
+  return {name: Timing(statistics.median(t), min(t), tuple(t)) for name, t in times.items()}
 
 
 # XLA options that roughly halve CPU compile times at the cost of slower code: for --smoke runs only, whose

@@ -274,14 +274,14 @@ def main(argv=None) -> common.Report:
     tokens = batch_size * 2 * length
     flops = common.encoder_decoder_flops(model_config, batch_size, length, length)["total"]
     name = variant + (" (smoke size)" if args.smoke else "")
-    measured = {}
-    for implementation, model in (("ours", build_task(config).build_model(model_config)),
-                                  ("flax-stock", FlaxStockTransformer(model_config))):
-      step = compile_step(config, model, batch, smoke=args.smoke)
-      seconds = step.time(args.warmup, args.repeats).median
-      measured[implementation] = dict(seconds=seconds, params=step.num_params, compile=step.compile_seconds,
-                                      xla_flops=step.xla_flops())
-      del step
+    steps = {implementation: compile_step(config, model, batch, smoke=args.smoke)
+             for implementation, model in (("ours", build_task(config).build_model(model_config)),
+                                           ("flax-stock", FlaxStockTransformer(model_config)))}
+    timings = common.time_interleaved(steps, warmup=args.warmup, repeats=args.repeats)
+    measured = {implementation: dict(seconds=timings[implementation].median, params=step.num_params,
+                                     compile=step.compile_seconds, xla_flops=step.xla_flops())
+                for implementation, step in steps.items()}
+    del steps
     if args.no_torch:
       torch_note = "PyTorch reference skipped (--no_torch)."
     elif jax.default_backend() != "cpu":
@@ -325,7 +325,7 @@ def main(argv=None) -> common.Report:
   report.notes += [
       f"Batch {batch_size} x {length} source + {length} target tokens, float32, label smoothing "
       f"{config.label_smoothing}, Adam, dropout {'off' if args.no_dropout else 'as configured'}; step time is the "
-      f"median of {args.repeats} steps after {args.warmup} warm-up.",
+      f"median of {args.repeats} steps after {args.warmup} warm-up, ours and flax-stock taking turns.",
       f"MFU = model FLOPs / step time / matmul peak; peak = float32 {matmul_size}x{matmul_size} matmul measured "
       f"in this run: {peak / 1e9:,.1f} GFLOP/s. Model FLOPs: 6 x parameters x tokens (each weight matrix counted "
       f"for the tokens it multiplies, tied output projection included, embedding lookups excluded) plus "

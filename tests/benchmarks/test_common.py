@@ -1,4 +1,4 @@
-"""The benchmark helpers whose numbers end up in tables: the FLOP count, the line fit, RESULTS.md sections."""
+"""The benchmark helpers whose numbers end up in tables: timing, the FLOP count, the line fit, RESULTS.md sections."""
 import jax
 import numpy as np
 import pytest
@@ -45,3 +45,13 @@ def test_update_results_replaces_own_section_and_keeps_others_in_question_order(
   assert text.index("attention title") < text.index("train_step title")  # SCRIPTS order
   assert "| x | 3.50 |" in text and "| x | 1.50 |" not in text and "| x | 2.50 |" in text
   assert "`python -m benchmarks.train_step --b`" in text and text.count("<!-- benchmarks.train_step -->") == 1
+
+
+def test_time_interleaved_takes_turns_and_rotates_who_goes_first():
+  order = []
+  calls = {name: (lambda name=name: order.append(name)) for name in ("a", "b", "c")}
+  timings = common.time_interleaved(calls, warmup=1, repeats=3)
+  assert order[:3] == ["a", "b", "c"]  # warm-up, one each
+  assert order[3:] == ["a", "b", "c", "b", "c", "a", "c", "a", "b"]  # each round starts one later
+  assert set(timings) == {"a", "b", "c"} and all(len(t.times) == 3 for t in timings.values())
+  assert all(t.minimum <= t.median for t in timings.values())
