@@ -86,7 +86,8 @@ def time_interleaved(calls: Mapping[str, Callable[[], Any]], warmup: int = 1, re
   After ``warmup`` untimed calls of each, the timed calls go round robin, one of each per round, with the
   starting one rotated every round. Load from other processes, clock changes and cache state then fall on
   every implementation alike, rather than on whichever was timed first or last, which is what the ratios
-  between them need. ``budget_s`` caps each implementation's timed calls (at least one), judged by the slowest warm-up call.
+  between them need. ``budget_s`` caps each implementation's timed calls (at least one), judged by the
+  slowest warm-up call.
   """
   names = list(calls)
   call_seconds = 0.0
