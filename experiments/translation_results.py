@@ -160,7 +160,9 @@ def write_results(experiment: str, output: str, new_runs: dict[str, tuple[dict, 
   if os.path.exists(runs_path):
     with open(runs_path) as f:
       runs = json.load(f)
-  best_before = max((run["validation_bleu"] for run in runs.values()), default=-math.inf)
+  # A variant reported again replaces its row: the old row's score no longer counts.
+  best_before = max((run["validation_bleu"] for variant, run in runs.items() if variant not in new_runs),
+                    default=-math.inf)
   for variant, (summary, output_dir) in new_runs.items():
     runs[variant] = summary
     if summary["validation_bleu"] > best_before:  # the best model so far: its test output is committed

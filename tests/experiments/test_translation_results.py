@@ -47,6 +47,12 @@ def test_rows_accumulate_and_best_hypotheses_are_kept(tmp_path):
   assert "| 36.00 |" in text and "| 21.00 |" not in text
   assert (output / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
+  # The best row reported again, now worse but still the best of the table: its new output is committed.
+  rerun = run_dir(tmp_path, "rerun", "nochmal\n")
+  text = translation_results.write_results("multi30k", str(output), {"gru_bahdanau": (summary(33.0, 34.0), rerun)})
+  assert (output / HYPOTHESIS).read_text() == "nochmal\n"
+  assert "The best model on validation (gru_bahdanau)" in text
+
 
 @pytest.mark.parametrize("averaged_validation, chosen", [(33.0, "averaged"), (31.0, "best")])
 def test_checkpoint_average_is_reported_only_when_better_on_validation(tmp_path, monkeypatch, averaged_validation,
