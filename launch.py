@@ -55,6 +55,8 @@ def main(argv):
     raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
   logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
   absl_logging.set_verbosity(absl_logging.WARNING)  # orbax logs every save step at INFO
+  if not _CONFIG.value.get("quiet", False):  # our own progress: data preparation, tokenizers, padding fraction
+    logging.getLogger("transformer").setLevel(logging.INFO)
   from transformer.train import distributed, run  # after flag parsing: imports JAX
   distributed.initialize(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
   try:

@@ -59,3 +59,20 @@ def test_train_then_eval_and_predict_modes(tmp_path):
 def test_eval_without_checkpoint_is_an_error(tmp_path):
   result = launch("--config=experiments/synthetic.py", f"--workdir={tmp_path}", "--mode=eval", *TINY_FLAGS)
   assert result.returncode != 0 and "needs a checkpoint" in result.stderr
+
+
+def test_translation_run_reports_data_preparation_and_padding(tmp_path):
+  """Long data preparation says what it does (SentencePiece training) and the batches' padding fraction."""
+  from tests.data.data_fixtures import write_multi30k
+  sizes = {"train": 200, "val": 8, "test_2016_flickr": 4, "test_2017_flickr": 2, "test_2017_mscoco": 2,
+           "test_2018_flickr": 2}
+  raw = write_multi30k(tmp_path / "raw", sizes=sizes)
+  flags = [f"--config.task.source_dir={raw}", f"--config.task.data_dir={tmp_path / 'tfds'}",
+           "--config.task.vocab_size=64", "--config.task.max_tokens=256", "--config.task.max_length=32",
+           "--config.model.d_model=16", "--config.model.num_heads=2", "--config.model.d_ff=32",
+           "--config.model.num_encoder_layers=1", "--config.model.num_decoder_layers=1",
+           "--config.num_train_steps=2", "--config.eval_every=2", "--config.tensorboard=False"]
+  result = launch("--config=experiments/multi30k.py:transformer_small", f"--workdir={tmp_path / 'run'}", *flags)
+  assert result.returncode == 0, result.stderr
+  assert "SentencePiece en-de: training vocab 64" in result.stderr, result.stderr
+  assert "padding fraction" in result.stderr, result.stderr

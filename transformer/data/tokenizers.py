@@ -183,6 +183,8 @@ def load_or_train_sentencepiece(
     return SentencePieceTokenizer.from_file(model_path)
   sample = sample_sentences(sentences() if callable(sentences) else sentences,
                             options.max_sentences, options.seed)
+  logger.info("SentencePiece %s: training vocab %d on %d sentences (cached for later runs)...", name,
+              options.vocab_size, len(sample))
   start = time.perf_counter()
   cache_dir.mkdir(parents=True, exist_ok=True)
   tokenizer = train_sentencepiece(sample, options, model_path)

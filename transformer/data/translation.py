@@ -155,6 +155,7 @@ def load_translation_data(
   if len(nonempty) < split_sizes["train"]:
     logger.info("%s: %d training pairs with an empty side removed.", name,
                 split_sizes["train"] - len(nonempty))
+  logger.info("%s: tokenizing %d training pairs and the splits %s...", name, len(nonempty), list(eval_splits))
   train = tokenize({language: [train_text[language][i] for i in nonempty]
                     for language in languages})
   eval_text = {split: read_split_text(builder, split, languages) for split in eval_splits}
