@@ -4,6 +4,7 @@
     out = ops.dot_product_attention(q, k, v, mask=ops.make_causal_mask(q.shape[1]))
 """
 from transformer.ops.attention import MASK_VALUE, attention_weights, dot_product_attention, weighted_values
+from transformer.ops.barriers import gradient_barrier
 from transformer.ops.chunked import chunked_dot_product_attention
 from transformer.ops.dropout import dropout, effective_dropout_rate
 from transformer.ops.feed_forward import ACTIVATIONS, feed_forward
@@ -18,7 +19,7 @@ from transformer.ops.sequence import shift_right
 
 __all__ = [
     "MASK_VALUE", "ACTIVATIONS", "attention_weights", "dot_product_attention", "weighted_values",
-    "chunked_dot_product_attention", "dropout", "effective_dropout_rate",
+    "gradient_barrier", "chunked_dot_product_attention", "dropout", "effective_dropout_rate",
     "feed_forward", "softmax_cross_entropy", "weighted_sum",
     "combine_masks", "make_attention_mask", "make_causal_mask", "make_padding_mask",
     "sequence_exact_match", "token_accuracy", "layer_norm", "rms_norm", "apply_rotary_embedding",

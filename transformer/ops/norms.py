@@ -4,6 +4,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from transformer.ops.barriers import gradient_barrier
+
 
 def layer_norm(x, scale=None, bias=None, epsilon: float = 1e-6):
   """LayerNorm (Ba et al. 2016) over the last axis.
@@ -17,7 +19,7 @@ def layer_norm(x, scale=None, bias=None, epsilon: float = 1e-6):
   Returns:
     ``[..., features]`` in ``x``'s dtype.
   """
-  x32 = x.astype(jnp.float32)
+  x32 = gradient_barrier(x).astype(jnp.float32)  # see gradient_barrier: the input's gradient is computed once
   mean = jnp.mean(x32, axis=-1, keepdims=True)
   variance = jnp.mean(jnp.square(x32 - mean), axis=-1, keepdims=True)
   y = (x32 - mean) * jax.lax.rsqrt(variance + epsilon)
@@ -30,7 +32,7 @@ def layer_norm(x, scale=None, bias=None, epsilon: float = 1e-6):
 
 def rms_norm(x, scale=None, epsilon: float = 1e-6):
   """RMSNorm (Zhang & Sennrich 2019): ``x / sqrt(mean(x^2) + eps) * scale`` over the last axis."""
-  x32 = x.astype(jnp.float32)
+  x32 = gradient_barrier(x).astype(jnp.float32)
   y = x32 * jax.lax.rsqrt(jnp.mean(jnp.square(x32), axis=-1, keepdims=True) + epsilon)
   if scale is not None:
     y = y * scale.astype(jnp.float32)

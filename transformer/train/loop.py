@@ -150,8 +150,10 @@ def run(config, workdir: str, mode: str = "train") -> RunOutput:
   optimizer = make_optimizer(config.optimizer, config.num_train_steps)
   data_seed = config.seed if config.data_seed < 0 else config.data_seed
   train_iterator = task.train_iterator(host_batch_size, data_seed, process_index, process_count)
+  start = train_iterator.get_state()  # peek at the first batch for shapes, then rewind
   init_batch = {k: np.asarray(v)[: max(1, host_batch_size // config.grad_accum_steps)]
-                for k, v in task.train_iterator(host_batch_size, data_seed).__next__().items()}
+                for k, v in next(train_iterator).items()}
+  train_iterator.set_state(start)
   init_inputs = task.init_inputs(init_batch)
 
   def create(key):
