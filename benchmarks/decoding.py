@@ -6,8 +6,8 @@
 Cached: the task's own ``_greedy_decode`` / ``_beam_decode`` (``transformer.tasks.seq2seq``), one new
 position per step through the decoder's key/value cache. Baseline without a cache: the same
 ``greedy_search`` / ``beam_search`` over a step function that keeps the tokens generated so far and re-runs
-the full teacher-forced decoder (``EncoderDecoder.decode``, output projection included) on the prefix at
-every step. Shapes must be static under ``jit``, so the prefix is rounded up to one of ``--buckets`` lengths
+the full teacher-forced decoder (``EncoderDecoder.decode``) on the prefix at every step, projecting only
+the newest position to the vocabulary. Shapes must be static under ``jit``, so the prefix is rounded up to one of ``--buckets`` lengths
 (``lax.switch`` picks the shortest that holds it): the baseline does at most ``max_length / buckets`` extra
 positions per step, not the whole buffer. Both encode the source once.
 
@@ -55,16 +55,16 @@ def recompute_step_fn(model, params, encoded, source, max_length: int, buckets: 
 
   ``cache["tokens"]`` ``[batch, max_length]`` holds BOS and the tokens generated so far (the right-shifted
   target); each step writes the previous token at ``cache["index"]`` and runs the teacher-forced decoder
-  over the shortest bucketed prefix that holds it, returning the logits ``[batch, 1, vocab]`` there.
+  over the shortest bucketed prefix that holds it, projecting only that position to the vocabulary
+  (``logits_index``: a fair baseline does not pay for logits it throws away), ``[batch, 1, vocab]``.
   The token buffer has a leading batch axis, so ``beam_search`` re-gathers it from the parent beams.
   """
   lengths = prefix_lengths(max_length, buckets)
 
   def decode_prefix(length):
-    def run(tokens, index):
-      logits = model.apply({"params": params}, encoded, source, tokens[:, :length],
-                           method=EncoderDecoder.decode)  # [batch, length, vocab]
-      return jax.lax.dynamic_slice_in_dim(logits, index, 1, axis=1)
+    def run(tokens, index):  # the decoder over the prefix, the vocabulary projection at index only
+      return model.apply({"params": params}, encoded, source, tokens[:, :length], logits_index=index,
+                         method=EncoderDecoder.decode)  # [batch, 1, vocab]
     return run
 
   def step_fn(previous_tokens, cache):

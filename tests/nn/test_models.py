@@ -147,6 +147,25 @@ def test_appending_source_padding_leaves_outputs_unchanged():
   np.testing.assert_allclose(longer_logits, logits, atol=1e-5)
 
 
+def test_decoder_logits_index_projects_only_that_position():
+  source, targets = _tokens(9, 5, padding_from=3), _tokens(10, 6)
+  model = EncoderDecoder(CONFIG)
+  params = model.init(jax.random.key(0), source, targets)["params"]
+  encoded = model.apply({"params": params}, source, method=EncoderDecoder.encode)
+  decoder_inputs = ops.shift_right(targets, CONFIG.bos_id)
+
+  @jax.jit
+  def logits_at(index):  # a traced index: one compiled program serves every position
+    return model.apply({"params": params}, encoded, source, decoder_inputs, logits_index=index,
+                       method=EncoderDecoder.decode)
+
+  full = model.apply({"params": params}, encoded, source, decoder_inputs, method=EncoderDecoder.decode)
+  for index in range(targets.shape[1]):
+    one = logits_at(jnp.int32(index))
+    assert one.shape == (BATCH, 1, CONFIG.vocab_size)
+    np.testing.assert_allclose(one[:, 0], full[:, index], atol=1e-5)
+
+
 def test_encoder_classifier_shape_and_mean_pooling_ignores_padding():
   config = CONFIG.replace(num_classes=3)
   tokens = _tokens(9, 6, padding_from=2)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import flax.linen as nn
+import jax
 import jax.numpy as jnp
 
 from transformer import ops
@@ -59,7 +60,7 @@ class Decoder(nn.Module):
   embedding: nn.Embed | None = None
 
   @nn.compact
-  def __call__(self, decoder_inputs, target_valid=None, encoded=None, encoded_valid=None):
+  def __call__(self, decoder_inputs, target_valid=None, encoded=None, encoded_valid=None, logits_index=None):
     """Decode.
 
     Args:
@@ -68,9 +69,13 @@ class Decoder(nn.Module):
       target_valid: ``[batch, target_length]`` bool, True at real target positions (default: all).
       encoded: ``[batch, source_length, d_model]`` or None for a decoder-only model.
       encoded_valid: ``[batch, source_length]`` bool.
+      logits_index: ``[]`` int (may be traced): project only this position to the vocabulary, e.g. the
+        newest one when a prefix is re-decoded without a cache (the projection is most of a small
+        decoder's work). None: every position.
 
     Returns:
-      ``[batch, target_length, output_vocab_size]`` float32 logits.
+      ``[batch, target_length, output_vocab_size]`` float32 logits, or ``[batch, 1, output_vocab_size]`` at
+      ``logits_index``.
     """
     config = self.config
     embedding = self.embedding or make_embedding(config, config.output_vocab_size, "embedding")
@@ -81,6 +86,8 @@ class Decoder(nn.Module):
       x = DecoderLayer(config, name=f"layer_{index}")(x, target_valid, encoded, encoded_valid)
     if config.norm_position == "pre":
       x = Norm(config, name="final_norm")(x)
+    if logits_index is not None:
+      x = jax.lax.dynamic_slice_in_dim(x, logits_index, 1, axis=1)
     if config.tie_output_embedding:
       logits = embedding.attend(x.astype(jnp.float32))
     else:
@@ -106,9 +113,10 @@ class EncoderDecoder(nn.Module):
     """``[batch, source_length]`` -> ``[batch, source_length, d_model]``."""
     return self.encoder(source_tokens)
 
-  def decode(self, encoded, source_tokens, decoder_inputs, target_valid=None):
-    """Logits ``[batch, target_length, vocab]`` for decoder inputs ``[batch, target_length]``."""
-    return self.decoder(decoder_inputs, target_valid, encoded, source_tokens != self.config.pad_id)
+  def decode(self, encoded, source_tokens, decoder_inputs, target_valid=None, logits_index=None):
+    """Logits ``[batch, target_length, vocab]`` for decoder inputs ``[batch, target_length]`` (only at
+    ``logits_index``, ``[batch, 1, vocab]``, if given: see ``Decoder``)."""
+    return self.decoder(decoder_inputs, target_valid, encoded, source_tokens != self.config.pad_id, logits_index)
 
   def __call__(self, source_tokens, target_tokens):
     """Teacher-forced logits.
