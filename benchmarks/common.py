@@ -87,7 +87,7 @@ def time_interleaved(calls: Mapping[str, Callable[[], Any]], warmup: int = 1, re
   starting one rotated every round. Load from other processes, clock changes and cache state then fall on
   every implementation alike, rather than on whichever was timed first or last, which is what the ratios
   between them need. ``budget_s`` caps each implementation's timed calls (at least one), judged by the
-  slowest warm-up call.
+  slowest warm-up call (with no warm-up, by the slowest call of the first round).
   """
   names = list(calls)
   call_seconds = 0.0
@@ -96,15 +96,21 @@ def time_interleaved(calls: Mapping[str, Callable[[], Any]], warmup: int = 1, re
       start = time.perf_counter()
       jax.block_until_ready(calls[name]())
       call_seconds = max(call_seconds, time.perf_counter() - start)
-  if budget_s is not None and call_seconds > 0:
-    repeats = max(1, min(repeats, int(budget_s / call_seconds)))
+  def within_budget(repeats, call_seconds):
+    return repeats if budget_s is None or call_seconds <= 0 else max(1, min(repeats, int(budget_s / call_seconds)))
+
+  repeats = within_budget(repeats, call_seconds)
   times = {name: [] for name in names}
-  for round_index in range(repeats):
+  round_index = 0
+  while round_index < repeats:
     offset = round_index % len(names)
     for name in names[offset:] + names[:offset]:
       start = time.perf_counter()
       jax.block_until_ready(calls[name]())
       times[name].append(time.perf_counter() - start)
+    if round_index == 0 and not warmup:  # no warm-up to judge the budget by: the first round does
+      repeats = within_budget(repeats, max(t[0] for t in times.values()))
+    round_index += 1
   return {name: Timing(statistics.median(t), min(t), tuple(t)) for name, t in times.items()}
 
 

@@ -1,4 +1,6 @@
 """The benchmark helpers whose numbers end up in tables: timing, the FLOP count, the line fit, RESULTS.md sections."""
+import time
+
 import jax
 import numpy as np
 import pytest
@@ -55,3 +57,16 @@ def test_time_interleaved_takes_turns_and_rotates_who_goes_first():
   assert order[3:] == ["a", "b", "c", "b", "c", "a", "c", "a", "b"]  # each round starts one later
   assert set(timings) == {"a", "b", "c"} and all(len(t.times) == 3 for t in timings.values())
   assert all(t.minimum <= t.median for t in timings.values())
+
+
+def test_time_interleaved_budget_is_judged_by_the_first_round_without_warm_up():
+  calls_made = []
+
+  def slow():
+    calls_made.append(1)
+    time.sleep(0.1)
+
+  timing = common.time_interleaved({"slow": slow}, warmup=0, repeats=50, budget_s=0.25)["slow"]
+  assert len(timing.times) == len(calls_made) == 2  # 0.25 s holds two 0.1 s calls, not 50
+  fast = common.time_interleaved({"fast": lambda: None}, warmup=0, repeats=4, budget_s=10.0)["fast"]
+  assert len(fast.times) == 4

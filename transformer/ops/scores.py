@@ -1,7 +1,7 @@
 """Score (compatibility) functions: unnormalised attention logits.
 
 Every score function maps queries ``[batch, q_length, heads, d]`` and keys ``[batch, kv_length, heads, d]``
-to logits ``[batch, heads, q_length, kv_length]``, which ``attention.masked_softmax`` turns into weights.
+to logits ``[batch, heads, q_length, kv_length]``, which ``attention.attention_weights`` turns into weights.
 Single-head users (e.g. the RNN baselines) pass ``heads = 1``.
 
 References: Vaswani et al. 2017 (scaled dot product), Luong et al. 2015 (dot, general, and a cosine
