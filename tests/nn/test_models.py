@@ -5,13 +5,15 @@ import numpy as np
 import pytest
 
 from transformer import ops
-from transformer.nn import Encoder, EncoderClassifier, EncoderDecoder, ModelConfig, TransformerLM
+from transformer.nn import (Encoder, EncoderClassifier, EncoderDecoder, ModelConfig, RNNConfig, RNNEncoderDecoder,
+                            TransformerLM)
 
 # One layer each keeps compilation short; decoding uses two decoder layers, so that a cached layer feeds
 # another cached layer.
 CONFIG = ModelConfig(vocab_size=13, d_model=16, num_heads=2, d_ff=32, num_encoder_layers=1, num_decoder_layers=1,
                      dropout_rate=0.0, attention_dropout_rate=0.0, max_length=16, deterministic=True)
 DECODING_CONFIG = CONFIG.replace(num_decoder_layers=2, attention_chunk_size=2)
+RNN_CONFIG = RNNConfig(vocab_size=13, embedding_dim=8, hidden_dim=12, dropout_rate=0.0, deterministic=True)
 BATCH = 2
 
 
@@ -147,9 +149,9 @@ def test_appending_source_padding_leaves_outputs_unchanged():
   np.testing.assert_allclose(longer_logits, logits, atol=1e-5)
 
 
-def test_decoder_logits_index_projects_only_that_position():
+@pytest.mark.parametrize("model", [EncoderDecoder(CONFIG), RNNEncoderDecoder(RNN_CONFIG)], ids=["transformer", "rnn"])
+def test_decoder_logits_index_projects_only_that_position(model):
   source, targets = _tokens(9, 5, padding_from=3), _tokens(10, 6)
-  model = EncoderDecoder(CONFIG)
   params = model.init(jax.random.key(0), source, targets)["params"]
   encoded = model.apply({"params": params}, source, method=EncoderDecoder.encode)
   decoder_inputs = ops.shift_right(targets, CONFIG.bos_id)
@@ -162,7 +164,7 @@ def test_decoder_logits_index_projects_only_that_position():
   full = model.apply({"params": params}, encoded, source, decoder_inputs, method=EncoderDecoder.decode)
   for index in range(targets.shape[1]):
     one = logits_at(jnp.int32(index))
-    assert one.shape == (BATCH, 1, CONFIG.vocab_size)
+    assert one.shape == (BATCH, 1, full.shape[-1])
     np.testing.assert_allclose(one[:, 0], full[:, index], atol=1e-5)
 
 

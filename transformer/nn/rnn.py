@@ -238,7 +238,7 @@ class RNNDecoder(nn.Module):
   config: RNNConfig
 
   @nn.compact
-  def __call__(self, decoder_inputs, target_valid=None, encoded=None, encoded_valid=None):
+  def __call__(self, decoder_inputs, target_valid=None, encoded=None, encoded_valid=None, logits_index=None):
     """Decode (the signature of ``transformer.nn.Decoder``).
 
     Args:
@@ -247,6 +247,7 @@ class RNNDecoder(nn.Module):
       target_valid: unused: the decoder reads left to right, so target padding never reaches a real position.
       encoded: ``[batch, source_length, hidden_dim]`` from ``RNNEncoder``.
       encoded_valid: ``[batch, source_length]`` bool (default: all True).
+      logits_index: ``[]`` int: run the output layers at this position only (``[batch, 1, vocab]``).
 
     Returns:
       ``[batch, target_length, output_vocab_size]`` float32 logits. Attention weights
@@ -288,6 +289,8 @@ class RNNDecoder(nn.Module):
     # [batch, q_length, kv_length] -> [batch, heads=1, q_length, kv_length]
     self.sow("intermediates", "attention_weights", weights[:, None])
     # The output layers run on all positions at once, after the scan: large matmuls instead of one per step.
+    if logits_index is not None:
+      features = jax.lax.dynamic_slice_in_dim(features, logits_index, 1, axis=1)
     if config.attention == "bahdanau":
       # Bahdanau et al. 2015 (A.2.2) deep output: t_i = maxout(U_o s_i + V_o E y_{i-1} + C_o c_i), pool size 2,
       # so the vocabulary projection reads readout_dim features instead of hidden + context + embedding.
