@@ -6,7 +6,8 @@ import pytest
 
 from transformer import ops
 from transformer.nn import (Encoder, EncoderClassifier, EncoderDecoder, ModelConfig, RNNConfig, RNNEncoderDecoder,
-                            TransformerLM)
+                            TransformerLM, cross_attention_cache)
+from transformer.nn.attention import CROSS_CACHE
 
 # One layer each keeps compilation short; decoding uses two decoder layers, so that a cached layer feeds
 # another cached layer.
@@ -37,8 +38,9 @@ DECODING_CASES = [pytest.param("sinusoidal", "dense", id="sinusoidal"), pytest.p
                   pytest.param("rotary", "dense", id="rotary")]
 
 
+@pytest.mark.parametrize("cross_cache", [False, True], ids=["cross-projected-each-step", "cross-cache"])
 @pytest.mark.parametrize("positional_encoding, implementation", DECODING_CASES)
-def test_encoder_decoder_cached_decoding_equals_teacher_forcing(positional_encoding, implementation):
+def test_encoder_decoder_cached_decoding_equals_teacher_forcing(positional_encoding, implementation, cross_cache):
   config = DECODING_CONFIG.replace(positional_encoding=positional_encoding, attention_implementation=implementation)
   source, targets = _tokens(0, 6, padding_from=4), _tokens(1, 5)
   model = EncoderDecoder(config)
@@ -52,15 +54,25 @@ def test_encoder_decoder_cached_decoding_equals_teacher_forcing(positional_encod
   cache = decoding.init(jax.random.key(0), encoded, source, jnp.zeros_like(targets),
                         method=EncoderDecoder.decode)["cache"]
   assert "encoder" not in cache  # the source is encoded whole, with no cache
+  variables = {"params": params}
+  if cross_cache:
+    variables[CROSS_CACHE] = cross_attention_cache(model, params, encoded, source)
+    leaves = jax.tree.leaves(variables[CROSS_CACHE])  # keys and values [batch, source_length, heads, head_dim]
+    assert len(leaves) == 2 * config.num_decoder_layers and all(x.shape == (BATCH, 6, 2, 8) for x in leaves)
 
   @jax.jit
-  def step(cache, token):
-    logits, variables = decoding.apply({"params": params, "cache": cache}, encoded, source, token,
-                                       method=EncoderDecoder.decode, mutable=["cache"])
-    return logits, variables["cache"]
+  def step_with(variables, cache, token):
+    logits, variables_out = decoding.apply({**variables, "cache": cache}, encoded, source, token,
+                                           method=EncoderDecoder.decode, mutable=["cache"])
+    return logits, variables_out["cache"]
 
-  stepwise = _decode_step_by_step(step, cache, ops.shift_right(targets, config.bos_id))
+  decoder_inputs = ops.shift_right(targets, config.bos_id)
+  stepwise = _decode_step_by_step(lambda *args: step_with(variables, *args), cache, decoder_inputs)
   np.testing.assert_allclose(stepwise, full, atol=1e-5, rtol=1e-5)
+  if cross_cache:  # the steps read the cached keys and values rather than projecting the encoder again
+    zeroed = {**variables, CROSS_CACHE: jax.tree.map(jnp.zeros_like, variables[CROSS_CACHE])}
+    assert not np.allclose(_decode_step_by_step(lambda *args: step_with(zeroed, *args), cache, decoder_inputs),
+                           full, atol=1e-3)
 
 
 @pytest.mark.parametrize("positional_encoding, implementation",

@@ -2,9 +2,10 @@
 from transformer.nn.attention import MultiHeadAttention
 from transformer.nn.config import ModelConfig
 from transformer.nn.layers import DecoderLayer, EncoderLayer, FeedForward, Norm, PositionalEncoding
-from transformer.nn.models import Decoder, Encoder, EncoderClassifier, EncoderDecoder, TransformerLM
+from transformer.nn.models import (Decoder, Encoder, EncoderClassifier, EncoderDecoder, TransformerLM,
+                                   cross_attention_cache)
 from transformer.nn.rnn import RNNConfig, RNNEncoderDecoder
 
 __all__ = ["MultiHeadAttention", "ModelConfig", "DecoderLayer", "EncoderLayer", "FeedForward", "Norm",
            "PositionalEncoding", "Decoder", "Encoder", "EncoderClassifier", "EncoderDecoder", "TransformerLM",
-           "RNNConfig", "RNNEncoderDecoder"]
+           "RNNConfig", "RNNEncoderDecoder", "cross_attention_cache"]

@@ -9,6 +9,11 @@ from transformer import ops
 from transformer.nn.config import ModelConfig
 
 _dense_init = nn.initializers.xavier_uniform()
+# Collection of the cross-attention keys and values ``[batch, source_length, heads, head_dim]`` per layer:
+# filled by one call with it mutable (``transformer.nn.cross_attention_cache``), then read at every decoding
+# step. Kept apart from the step-to-step ``cache`` because it never changes: a search need not carry it,
+# reorder it per beam or copy it.
+CROSS_CACHE = "cross_cache"
 
 
 class MultiHeadAttention(nn.Module):
@@ -17,7 +22,8 @@ class MultiHeadAttention(nn.Module):
   Self attention when ``inputs_kv is inputs_q``, cross attention otherwise. Masks are given per position
   (``query_valid``, ``key_valid``, ``causal``) so the dense and the chunked implementations get the
   same information. With ``config.decode`` and ``causal``, each call takes one new position, appends its
-  key and value to the ``cache`` collection and attends over the cache.
+  key and value to the ``cache`` collection and attends over the cache. Cross attention reads its keys
+  and values from the ``cross_cache`` collection when given one (see ``CROSS_CACHE``).
 
   Parameters: ``query``/``key``/``value`` kernels ``[d_model, heads * head_dim]`` with biases, and the
   output kernel ``W^O`` ``[heads * head_dim, d_model]`` with bias. The attention weights are sown into the
@@ -29,11 +35,15 @@ class MultiHeadAttention(nn.Module):
   # cross-attention query (which keeps no cache) would not know its own position.
   cross_attention: bool = False
 
-  def _project(self, name, inputs, features_in, features_out):
+  def _projection(self, name, features_in, features_out):
+    """The dense layer ``name`` as a function ``[batch, length, features_in] -> [.., features_out]``."""
     kernel = self.param(f"{name}_kernel", _dense_init, (features_in, features_out))
     bias = self.param(f"{name}_bias", nn.initializers.zeros, (features_out,))
     dtype = self.config.compute_dtype
-    return jnp.einsum("bld,df->blf", inputs.astype(dtype), kernel.astype(dtype)) + bias.astype(dtype)
+    return lambda inputs: jnp.einsum("bld,df->blf", inputs.astype(dtype), kernel.astype(dtype)) + bias.astype(dtype)
+
+  def _project(self, name, inputs, features_in, features_out):
+    return self._projection(name, features_in, features_out)(inputs)
 
   @nn.compact
   def __call__(self, inputs_q, inputs_kv, query_valid=None, key_valid=None, causal: bool = False):
@@ -58,8 +68,16 @@ class MultiHeadAttention(nn.Module):
       return x.reshape(x.shape[0], x.shape[1], heads, head_dim)
 
     query = split_heads(self._project("query", inputs_q, d_model, features))
-    key = split_heads(self._project("key", inputs_kv, inputs_kv.shape[-1], features))
-    value = split_heads(self._project("value", inputs_kv, inputs_kv.shape[-1], features))
+    project_key = self._projection("key", inputs_kv.shape[-1], features)
+    project_value = self._projection("value", inputs_kv.shape[-1], features)
+    if self.cross_attention and self.has_variable(CROSS_CACHE, "key"):
+      # Decoding: the encoder output's keys and values were projected once, before the first step.
+      key, value = self.get_variable(CROSS_CACHE, "key"), self.get_variable(CROSS_CACHE, "value")
+    else:
+      key, value = split_heads(project_key(inputs_kv)), split_heads(project_value(inputs_kv))
+      if self.cross_attention and self.is_mutable_collection(CROSS_CACHE):
+        self.put_variable(CROSS_CACHE, "key", key)
+        self.put_variable(CROSS_CACHE, "value", value)
 
     rotary = config.positional_encoding == "rotary" and not self.cross_attention
     query_positions = key_positions = None

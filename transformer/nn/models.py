@@ -6,6 +6,7 @@ import jax
 import jax.numpy as jnp
 
 from transformer import ops
+from transformer.nn.attention import CROSS_CACHE
 from transformer.nn.config import ModelConfig
 from transformer.nn.layers import DecoderLayer, EncoderLayer, Norm, PositionalEncoding, module_dropout
 
@@ -166,3 +167,15 @@ class EncoderClassifier(nn.Module):
       pooled = jnp.sum(encoded * valid, axis=1) / jnp.maximum(jnp.sum(valid, axis=1), 1.0)
     pooled = module_dropout(self, pooled, config.dropout_rate)
     return nn.Dense(config.num_classes, name="classifier")(pooled.astype(jnp.float32))
+
+
+def cross_attention_cache(model: EncoderDecoder, params, encoded, source_tokens) -> dict:
+  """The ``cross_cache`` collection for decoding: every layer's cross-attention keys and values of
+  ``encoded`` ``[batch, source_length, d_model]``, projected once. Pass it beside ``params`` and ``cache``
+  to each decoding step. Only the projections run (the rest of this dummy decoder call is dead code under
+  ``jit``). Models without cross attention (the RNN) get an empty collection."""
+  dummy_inputs = jnp.zeros((source_tokens.shape[0], 1), jnp.int32)
+  _, variables = model.apply({"params": params}, encoded, source_tokens, dummy_inputs,
+                             method=EncoderDecoder.decode, mutable=[CROSS_CACHE])
+  return variables.get(CROSS_CACHE, {})
+

@@ -13,7 +13,8 @@ import numpy as np
 
 from transformer import ops
 from transformer.decode import beam_search, expand_to_beams, greedy_search
-from transformer.nn import EncoderDecoder, ModelConfig, RNNConfig, RNNEncoderDecoder
+from transformer.nn import EncoderDecoder, ModelConfig, RNNConfig, RNNEncoderDecoder, cross_attention_cache
+from transformer.nn.attention import CROSS_CACHE
 from transformer.tasks.base import Task
 
 # config.architecture -> (hyper-parameter dataclass, its config section, model class). Both models share
@@ -111,10 +112,12 @@ def _cached_decoder(model_config: ModelConfig, params, source, max_length: int, 
       lambda: decoder.init(jax.random.PRNGKey(0), source, jnp.zeros((batch_size, max_length), jnp.int32)))
   cache = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), cache_shapes["cache"])
   encoded, source = expand_to_beams(encoded, beam_size), expand_to_beams(source, beam_size)
+  # Cross-attention keys and values, projected once; the steps read them (constants of the search loop).
+  cross_cache = cross_attention_cache(model, params, encoded, source)
 
   def step_fn(tokens, cache):
-    logits, variables = decoder.apply({"params": params, "cache": cache}, encoded, source, tokens,
-                                      method=EncoderDecoder.decode, mutable=["cache"])
+    logits, variables = decoder.apply({"params": params, "cache": cache, CROSS_CACHE: cross_cache}, encoded,
+                                      source, tokens, method=EncoderDecoder.decode, mutable=["cache"])
     return logits, variables["cache"]
 
   return step_fn, cache
