@@ -44,7 +44,9 @@ def test_encoder_decoder_cached_decoding_equals_teacher_forcing(positional_encod
   config = DECODING_CONFIG.replace(positional_encoding=positional_encoding, attention_implementation=implementation)
   source, targets = _tokens(0, 6, padding_from=4), _tokens(1, 5)
   model = EncoderDecoder(config)
-  params = model.init(jax.random.key(0), source, targets)["params"]
+  variables = model.init(jax.random.key(0), source, targets)
+  assert CROSS_CACHE not in variables  # filled only on request: init values would be stale for other sources
+  params = variables["params"]
   full = jax.jit(model.apply)({"params": params}, source, targets)
 
   decoding = EncoderDecoder(config.replace(decode=True))

@@ -75,7 +75,7 @@ class MultiHeadAttention(nn.Module):
       key, value = self.get_variable(CROSS_CACHE, "key"), self.get_variable(CROSS_CACHE, "value")
     else:
       key, value = split_heads(project_key(inputs_kv)), split_heads(project_value(inputs_kv))
-      if self.cross_attention and self.is_mutable_collection(CROSS_CACHE):
+      if self.cross_attention and self.is_mutable_collection(CROSS_CACHE) and not self.is_initializing():
         self.put_variable(CROSS_CACHE, "key", key)
         self.put_variable(CROSS_CACHE, "value", value)
 
