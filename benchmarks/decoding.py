@@ -4,12 +4,13 @@
     python -m benchmarks.decoding --smoke    # seconds, prints only
 
 Cached: the task's own ``_greedy_decode`` / ``_beam_decode`` (``transformer.tasks.seq2seq``), one new
-position per step through the decoder's key/value cache. Baseline without a cache: the same
-``greedy_search`` / ``beam_search`` over a step function that keeps the tokens generated so far and re-runs
-the full teacher-forced decoder (``EncoderDecoder.decode``) on the prefix at every step, projecting only
-the newest position to the vocabulary. Shapes must be static under ``jit``, so the prefix is rounded up to one of ``--buckets`` lengths
-(``lax.switch`` picks the shortest that holds it): the baseline does at most ``max_length / buckets`` extra
-positions per step, not the whole buffer. Both encode the source once.
+position per step through the decoder's key/value cache, the cross-attention keys and values projected
+once. Baseline without a cache: the same ``greedy_search`` / ``beam_search`` over a step function that keeps
+the tokens generated so far and re-runs the full teacher-forced decoder (``EncoderDecoder.decode``) on the
+prefix at every step, projecting only the newest position to the vocabulary. Shapes must be static under
+``jit``, so the prefix is rounded up to one of ``--buckets`` lengths (``lax.switch`` picks the shortest that
+holds it): the baseline does at most ``max_length / buckets`` extra positions per step, not the whole
+buffer. Both encode the source once.
 
 Every sequence runs to ``max_length`` (no EOS can be produced), so both paths do the same number of steps;
 tokens/s counts output tokens (``batch * max_length``, beams not counted). Target: cache >= 5x at 256 tokens.

@@ -5,9 +5,8 @@ import numpy as np
 import pytest
 
 from transformer import ops
-from transformer.nn import (Encoder, EncoderClassifier, EncoderDecoder, ModelConfig, RNNConfig, RNNEncoderDecoder,
-                            TransformerLM, cross_attention_cache)
-from transformer.nn.attention import CROSS_CACHE
+from transformer.nn import (CROSS_CACHE, Encoder, EncoderClassifier, EncoderDecoder, ModelConfig, RNNConfig,
+                            RNNEncoderDecoder, TransformerLM, cross_attention_cache)
 
 # One layer each keeps compilation short; decoding uses two decoder layers, so that a cached layer feeds
 # another cached layer.

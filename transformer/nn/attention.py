@@ -42,9 +42,6 @@ class MultiHeadAttention(nn.Module):
     dtype = self.config.compute_dtype
     return lambda inputs: jnp.einsum("bld,df->blf", inputs.astype(dtype), kernel.astype(dtype)) + bias.astype(dtype)
 
-  def _project(self, name, inputs, features_in, features_out):
-    return self._projection(name, features_in, features_out)(inputs)
-
   @nn.compact
   def __call__(self, inputs_q, inputs_kv, query_valid=None, key_valid=None, causal: bool = False):
     """Attend from ``inputs_q`` to ``inputs_kv``.
@@ -67,7 +64,7 @@ class MultiHeadAttention(nn.Module):
     def split_heads(x):  # [batch, length, heads * head_dim] -> [batch, length, heads, head_dim]
       return x.reshape(x.shape[0], x.shape[1], heads, head_dim)
 
-    query = split_heads(self._project("query", inputs_q, d_model, features))
+    query = split_heads(self._projection("query", d_model, features)(inputs_q))
     project_key = self._projection("key", inputs_kv.shape[-1], features)
     project_value = self._projection("value", inputs_kv.shape[-1], features)
     if self.cross_attention and self.has_variable(CROSS_CACHE, "key"):
@@ -116,7 +113,7 @@ class MultiHeadAttention(nn.Module):
       self.sow("intermediates", "attention_weights", weights)
 
     output = output.reshape(batch, q_length, features)
-    return self._project("output", output, features, d_model)
+    return self._projection("output", features, d_model)(output)
 
   def _create_cache(self, key, value):
     """Zero cache sized by the init call's inputs: ``[batch, max_length, heads, head_dim]``."""

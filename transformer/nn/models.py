@@ -178,4 +178,3 @@ def cross_attention_cache(model: EncoderDecoder, params, encoded, source_tokens)
   _, variables = model.apply({"params": params}, encoded, source_tokens, dummy_inputs,
                              method=EncoderDecoder.decode, mutable=[CROSS_CACHE])
   return variables.get(CROSS_CACHE, {})
-

@@ -13,8 +13,8 @@ import numpy as np
 
 from transformer import ops
 from transformer.decode import beam_search, expand_to_beams, greedy_search
-from transformer.nn import EncoderDecoder, ModelConfig, RNNConfig, RNNEncoderDecoder, cross_attention_cache
-from transformer.nn.attention import CROSS_CACHE
+from transformer.nn import (CROSS_CACHE, EncoderDecoder, ModelConfig, RNNConfig, RNNEncoderDecoder,
+                            cross_attention_cache)
 from transformer.tasks.base import Task
 
 # config.architecture -> (hyper-parameter dataclass, its config section, model class). Both models share
