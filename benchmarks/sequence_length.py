@@ -7,9 +7,12 @@ The translation train step (``benchmarks.train_step.compile_step``) at source = 
 fixed budget of ``--tokens`` tokens per side (batch = tokens / L), once with ``attention_implementation``
 "dense" and once "chunked" (blocks of ``--chunk``). Dropout is off in both, since attention dropout needs
 the dense weights. At a fixed token count every part of the step costs the same at every ``L`` except
-attention, whose ``L x L`` scores make it grow with ``L``: the dense times are fitted by
-``t(L) = a + b * L`` and ``b * L / t`` (the quadratic term's share) is set beside attention's share of the
-model FLOPs. Each program runs only if XLA's planned peak memory fits in 80% of the available memory.
+attention, whose ``L x L`` scores make it grow with ``L`` (quadratic per sequence, linear in ``L`` at a fixed
+token count). So the dense time above the shortest length's, ``(t(L) - t(L_min)) / t(L)``, is the share of
+the step that attention's growth costs, set beside attention's share of the model FLOPs; the model FLOP/s
+per length shows where the dense kernel stops keeping pace with its FLOPs (its ``L x L`` weights leave the
+caches). No straight line is fitted: one did not hold at 4,096 tokens. Each program runs only if XLA's
+planned peak memory fits in 80% of the available memory.
 The train step's compile time (question 6a) is measured in ``benchmarks.train_step``.
 """
 from __future__ import annotations
@@ -32,13 +35,14 @@ def add_arguments(parser):
   parser.add_argument("--budget_s", type=float, default=120.0, help="time budget per measurement")
 
 
-def fit_linear(lengths, seconds) -> tuple[float, float]:
-  """Least-squares ``(a, b)`` of ``seconds = a + b * length`` (NaN with fewer than two points)."""
-  if len(lengths) < 2:
-    return float("nan"), float("nan")
-  design = np.stack([np.ones(len(lengths)), np.asarray(lengths, float)], axis=1)
-  (a, b), *_ = np.linalg.lstsq(design, np.asarray(seconds, float), rcond=None)
-  return float(a), float(b)
+def growth_share(lengths, seconds) -> list[float]:
+  """``(t(L) - t(L_min)) / t(L)`` per length: the share of each time above the shortest length's time.
+
+  At a fixed token count only attention's cost grows with ``L``, so this is the share of the step spent on
+  attention's growth since ``L_min`` (a lower bound on attention's share: ``t(L_min)`` holds some too).
+  """
+  shortest = seconds[int(np.argmin(lengths))]
+  return [(time - shortest) / time for time in seconds]
 
 
 def main(argv=None) -> common.Report:
@@ -60,8 +64,7 @@ def main(argv=None) -> common.Report:
                                                attention_implementation=implementation, attention_chunk_size=chunk)
       model_config = model_config.replace(max_length=max(model_config.max_length, length))
       if implementation == "dense":
-        row["attention share"] = (lambda f: f["attention"] / f["total"])(
-            common.encoder_decoder_flops(model_config, batch_size, length, length))
+        row["flops"] = common.encoder_decoder_flops(model_config, batch_size, length, length)
       batch = random_batch(batch_size, length, length, model_config.vocab_size)
       step = compile_step(config, build_task(config).build_model(model_config), batch, smoke=args.smoke)
       row[f"{implementation} peak"] = common.memory_stats(step.compiled).peak
@@ -72,11 +75,13 @@ def main(argv=None) -> common.Report:
     results.append(row)
 
   measured = [row for row in results if "dense" in row]
-  a, b = fit_linear([row["length"] for row in measured], [row["dense"] for row in measured])
+  shares = dict(zip([row["length"] for row in measured],
+                    growth_share([row["length"] for row in measured], [row["dense"] for row in measured])))
   report = common.Report(
       "sequence_length", "Train-step time vs sequence length, dense vs chunked (benchmarks/sequence_length.py)",
       ["length", "batch", "dense ms", "chunked ms", "chunked / dense time", "dense peak MiB", "chunked peak MiB",
-       "dense compile s", "L-term share of dense time %", "attention share of FLOPs %"])
+       "dense compile s", "dense time above shortest L %", "attention share of FLOPs %",
+       "dense model GFLOP/s"])
   wins = []
   for row in results:
     value = common.ratio(row.get("chunked"), row.get("dense"))
@@ -84,19 +89,22 @@ def main(argv=None) -> common.Report:
       report.ratios[f"L={row['length']} chunked / dense time"] = value
     if (value == value and value < 1.0) or ("chunked" in row and "dense" not in row):
       wins.append(row["length"])
-    fitted = a + b * row["length"]
+    flops = row["flops"]
     report.rows.append([
         row["length"], row["batch"],
         1e3 * row["dense"] if "dense" in row else "does not fit",
         1e3 * row["chunked"] if "chunked" in row else "does not fit",
         value, common.mib(row["dense peak"]), common.mib(row["chunked peak"]), row["dense compile"],
-        100 * b * row["length"] / fitted if fitted else None, 100 * row["attention share"]])
+        100 * shares[row["length"]] if row["length"] in shares else None,
+        100 * flops["attention"] / flops["total"],
+        flops["total"] / row["dense"] / 1e9 if "dense" in row else None])
 
   report.notes += [
       f"{args.config}{' (smoke size)' if args.smoke else ''}, {tokens} source + {tokens} target tokens per batch, "
       f"float32, no dropout, chunk {chunk}; median of up to {args.repeats} steps after {args.warmup} warm-up.",
-      f"Dense fit t(L) = {1e3 * a:,.2f} ms + {1e3 * b:,.4f} ms x L: at a fixed token count, the L-proportional "
-      f"term is attention's L x L work per sequence (quadratic in L per sequence).",
+      "At a fixed token count only attention's L x L work per sequence grows with L: 'dense time above "
+      "shortest L' is (t(L) - t(L_min)) / t(L), the share of the step that growth costs; 'dense model GFLOP/s' "
+      "is the model FLOPs (benchmarks.common.encoder_decoder_flops) over the dense time.",
       f"Chunked is faster or the only one that fits at L = {wins if wins else 'none of the lengths measured'}.",
   ]
   return common.finish(report, args, argv, machine)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from benchmarks import common
-from benchmarks.sequence_length import fit_linear
+from benchmarks.sequence_length import growth_share
 from transformer.nn import EncoderDecoder, ModelConfig
 
 
@@ -28,9 +28,9 @@ def test_encoder_decoder_flops_match_xla_count_of_forward_pass():
   assert common.encoder_decoder_flops(config, 2, 24, 16)["total"] == pytest.approx(3 * ours["total"])
 
 
-def test_fit_linear_recovers_a_line():
-  a, b = fit_linear([64, 128, 512], [1.0 + 0.01 * length for length in (64, 128, 512)])
-  assert (a, b) == (pytest.approx(1.0), pytest.approx(0.01))
+def test_growth_share_is_the_time_above_the_shortest_length():
+  shares = growth_share([256, 64, 1024], [2.0, 1.0, 4.0])
+  assert shares == [pytest.approx(0.5), 0.0, pytest.approx(0.75)]
 
 
 def test_update_results_replaces_own_section_and_keeps_others_in_question_order(tmp_path):
