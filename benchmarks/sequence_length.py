@@ -40,7 +40,10 @@ def growth_share(lengths, seconds) -> list[float]:
 
   At a fixed token count only attention's cost grows with ``L``, so this is the share of the step spent on
   attention's growth since ``L_min`` (a lower bound on attention's share: ``t(L_min)`` holds some too).
+  Empty when no length was measured (the dense step fitted in memory at none of them).
   """
+  if not lengths:
+    return []
   shortest = seconds[int(np.argmin(lengths))]
   return [(time - shortest) / time for time in seconds]
 

@@ -31,6 +31,7 @@ def test_encoder_decoder_flops_match_xla_count_of_forward_pass():
 def test_growth_share_is_the_time_above_the_shortest_length():
   shares = growth_share([256, 64, 1024], [2.0, 1.0, 4.0])
   assert shares == [pytest.approx(0.5), 0.0, pytest.approx(0.75)]
+  assert growth_share([], []) == []  # no dense step fitted in memory
 
 
 def test_update_results_replaces_own_section_and_keeps_others_in_question_order(tmp_path):

@@ -41,7 +41,10 @@ class Encoder(nn.Module):
 
   @nn.compact
   def __call__(self, tokens):
-    """``tokens``: ``[batch, source_length]`` int (``pad_id`` = padding). Returns ``[batch, source_length, d_model]``."""
+    """``tokens``: ``[batch, source_length]`` int (``pad_id`` = padding).
+
+    Returns ``[batch, source_length, d_model]``.
+    """
     # The source is read whole in one call even when decoding: ``decode`` (one position per call, positions
     # kept in the ``cache``) concerns the decoder only.
     config = self.config.replace(decode=False)
@@ -169,11 +172,14 @@ class EncoderClassifier(nn.Module):
     return nn.Dense(config.num_classes, name="classifier")(pooled.astype(jnp.float32))
 
 
-def cross_attention_cache(model: EncoderDecoder, params, encoded, source_tokens) -> dict:
-  """The ``cross_cache`` collection for decoding: every layer's cross-attention keys and values of
-  ``encoded`` ``[batch, source_length, d_model]``, projected once. Pass it beside ``params`` and ``cache``
-  to each decoding step. Only the projections run (the rest of this dummy decoder call is dead code under
-  ``jit``). Models without cross attention (the RNN) get an empty collection."""
+def cross_attention_cache(model, params, encoded, source_tokens) -> dict:
+  """The ``cross_cache`` collection for decoding: every layer's cross-attention keys and values.
+
+  ``model`` is an ``EncoderDecoder`` (or an ``RNNEncoderDecoder``, which has no cross attention and gets an
+  empty collection); ``encoded`` is its encoder output ``[batch, source_length, d_model]``, whose keys and
+  values are projected once here. Pass the result beside ``params`` and ``cache`` to each decoding step.
+  Only the projections run: the rest of this dummy decoder call is dead code under ``jit``.
+  """
   dummy_inputs = jnp.zeros((source_tokens.shape[0], 1), jnp.int32)
   _, variables = model.apply({"params": params}, encoded, source_tokens, dummy_inputs,
                              method=EncoderDecoder.decode, mutable=[CROSS_CACHE])
