@@ -9,7 +9,8 @@ Its best checkpoint (chosen on validation) is scored with ``launch.py --mode=eva
 ``WORKDIR/eval_results.json`` is already newer than its checkpoints. Each run's row and curves are kept in
 ``experiments/<experiment>/runs.json`` (one entry per variant, replaced when that variant is reported again),
 so runs made on different days or machines end up in one table. The row with the best validation BLEU gives
-the committed test hypotheses.
+the committed test hypotheses. Without ``--run`` the page is rewritten from ``runs.json`` alone (e.g. after
+``experiments/attention_plots.py`` added the ``attention/`` or ``alignment/`` folder it links).
 """
 from __future__ import annotations
 
@@ -62,6 +63,9 @@ NOTES = {
 TEST_SPLIT = {"multi30k": "test_2016_flickr", "iwslt15_en_vi": "test"}
 TARGET_LANGUAGE = {"multi30k": "de", "iwslt15_en_vi": "vi"}
 CURVES = ("train/nll", "eval/nll", "eval/bleu")
+# Folders of experiments/attention_plots.py output linked from RESULTS.md when present.
+PLOT_FOLDERS = {"attention": "Transformer attention (encoder self, decoder self, cross)",
+                "alignment": "RNN attention alignment"}
 
 
 def evaluate(variant: str, workdir: str, average_checkpoints: int = 0) -> tuple[dict, str]:
@@ -181,6 +185,10 @@ def write_results(experiment: str, output: str, new_runs: dict[str, tuple[dict, 
        "training wall time", "validation BLEU", f"{test} BLEU", f"{test} BLEU lowercased", "hardware",
        "sacreBLEU signature", "command"], [row(variant, run) for variant, run in runs.items()])
   published = report.markdown_table(["published result", f"{test} BLEU"], PUBLISHED[experiment])
+  plots = [f"[{title}]({folder}/README.md)" for folder, title in PLOT_FOLDERS.items()
+           if os.path.exists(os.path.join(output, folder, "README.md"))]
+  plots_line = (f"\nAttention heatmaps (written by `python -m experiments.attention_plots`; each README has its "
+                f"command): {', '.join(plots)}.\n" if plots else "")
   text = f"""# {experiment}: translation results
 
 Written by `python -m experiments.translation_results --experiment={experiment} --run=VARIANT:WORKDIR ...`
@@ -198,7 +206,7 @@ anyone can recompute its score with sacreBLEU.
 {published}
 
 ![training curves](curves.png)
-"""
+{plots_line}"""
   with open(os.path.join(output, "RESULTS.md"), "w") as f:
     f.write(text)
   return text

@@ -31,7 +31,10 @@ def test_rows_accumulate_and_best_hypotheses_are_kept(tmp_path):
   first = run_dir(tmp_path, "first", "erste\n")
   translation_results.write_results("multi30k", str(output), {"transformer_small": (summary(30.0, 31.0), first)})
   assert (output / HYPOTHESIS).read_text() == "erste\n"
+  assert "Attention heatmaps" not in (output / "RESULTS.md").read_text()  # no plot folders yet
 
+  (output / "alignment").mkdir()  # attention_plots.py output is linked once it exists
+  (output / "alignment" / "README.md").write_text("# Attention maps\n")
   worse = run_dir(tmp_path, "worse", "schlechter\n")
   text = translation_results.write_results("multi30k", str(output), {"gru_bahdanau": (summary(20.0, 21.0), worse)})
   assert (output / HYPOTHESIS).read_text() == "erste\n"  # a worse model on validation does not replace it
@@ -40,6 +43,7 @@ def test_rows_accumulate_and_best_hypotheses_are_kept(tmp_path):
   assert len(rows) == 2 and "| 31.00 | 31.50 |" in rows[0] and "| 21.00 | 21.50 |" in rows[1]
   assert "200 of 300 (stopped early of 400)" in rows[0]
   assert "The best model on validation (transformer_small)" in text
+  assert "[RNN attention alignment](alignment/README.md)" in text and "(attention/README.md)" not in text
 
   better = run_dir(tmp_path, "better", "besser\n")  # reporting a variant again replaces its row
   text = translation_results.write_results("multi30k", str(output), {"gru_bahdanau": (summary(35.0, 36.0), better)})
