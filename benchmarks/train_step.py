@@ -9,6 +9,8 @@ on a batch of 16 x 64 source and 64 target tokens (no padding), float32, for the
 
 - ours: the translation task + ``make_train_step`` + ``make_optimizer``, compiled by the ``jit`` strategy,
   exactly as ``transformer.train.run`` builds it;
+- ours, Eigen dots (CPU only): the same step compiled with the XLA option in ``CPU_DOT_LIBRARY_OPTIONS``,
+  which moves the matmuls from YNNPACK (this jaxlib's default) to Eigen: how much is the matmul library;
 - flax-stock: the same model built from ``flax.linen``'s stock ``MultiHeadDotProductAttention``,
   ``LayerNorm``, ``Dense`` and ``Embed.attend`` (``FlaxStockTransformer`` below), trained by the same task
   loss, optimizer and step, so only the model code differs;
@@ -16,7 +18,8 @@ on a batch of 16 x 64 source and 64 target tokens (no padding), float32, for the
   when torch is importable (``pip install -e ".[benchmark]"``; never a dependency of the package).
 
 Throughput is source + target tokens per second; MFU is model FLOPs (``common.encoder_decoder_flops``) per
-second over the float32 ``--matmul_size`` matmul peak measured in the same run. Compile time is tracing +
+second over the float32 ``--matmul_size`` matmul peak measured in the same run (XLA's; PyTorch's own peak on
+the same cores is reported beside it). Compile time is tracing +
 lowering + XLA compilation of the step, with the persistent compilation cache off.
 Targets: ours >= 1.2x flax-stock and >= 1.5x PyTorch (CPU) tokens/s, MFU >= 60% and compile < 60 s (CPU)
 for base.
@@ -47,6 +50,9 @@ VOCAB_SIZES = {"transformer_small": 8000, "transformer_base": 32000}
 TARGETS = {"flax-stock": 1.2, "pytorch": 1.5}
 MFU_TARGET = 0.60
 COMPILE_TARGET_S = 60.0
+# XLA:CPU hands dots to YNNPACK by default in this jaxlib; an empty fusion type sends them to Eigen instead.
+# Measured as an extra row of ours (same model and step, only the compiler option differs), CPU only.
+CPU_DOT_LIBRARY_OPTIONS = {"ours, Eigen dots": {"xla_cpu_experimental_ynn_fusion_type": ""}}
 
 
 def add_arguments(parser):
@@ -115,9 +121,11 @@ class CompiledStep:
     return float((analysis or {}).get("flops", float("nan")))
 
 
-def compile_step(config, model, batch, seed: int = 0, smoke: bool = False) -> CompiledStep:
+def compile_step(config, model, batch, seed: int = 0, smoke: bool = False,
+                 compiler_options: dict | None = None) -> CompiledStep:
   """``model``'s train step as ``transformer.train.run`` builds it for ``config`` (its task's loss, optimizer,
-  ``jit`` strategy with the state donated), compiled for ``batch`` (quickly but unoptimised if ``smoke``)."""
+  ``jit`` strategy with the state donated), compiled for ``batch`` (quickly but unoptimised if ``smoke``;
+  with XLA ``compiler_options`` if given)."""
   task = build_task(config)
   optimizer = make_optimizer(config.optimizer, config.num_train_steps)
   strategy = make_strategy("jit")
@@ -126,7 +134,8 @@ def compile_step(config, model, batch, seed: int = 0, smoke: bool = False) -> Co
       lambda key: create_train_state(model, optimizer, task.init_inputs(batch), key), jax.random.PRNGKey(seed))
   step = strategy.compile_train_step(make_train_step(task, model, optimizer))
   compiled, seconds = common.compile_timed(
-      step, state, batch, compiler_options=common.SMOKE_COMPILER_OPTIONS if smoke else None)
+      step, state, batch,
+      compiler_options={**(common.SMOKE_COMPILER_OPTIONS if smoke else {}), **(compiler_options or {})})
   num_params = sum(int(np.prod(leaf.shape)) for leaf in jax.tree.leaves(state.params))
   return CompiledStep(compiled, state, batch, seconds, num_params)
 
@@ -250,6 +259,17 @@ def torch_step_seconds(model_config: ModelConfig, label_smoothing: float, optimi
   return timing.median, sum(p.numel() for p in parameters)
 
 
+def torch_matmul_peak(size: int, warmup: int, repeats: int) -> float:
+  """FLOP/s of PyTorch's float32 ``[size, size] @ [size, size]`` on CPU (its BLAS), as ``common.matmul_peak``."""
+  import torch  # benchmark-only extra
+
+  torch.set_num_threads(os.cpu_count() or 1)
+  generator = torch.Generator().manual_seed(0)
+  a, b = (torch.randn(size, size, generator=generator) for _ in range(2))
+  timing = common.time_fn(torch.matmul, a, b, warmup=warmup, repeats=repeats)
+  return 2.0 * size**3 / timing.median
+
+
 # ------------------------------------------------------------------------------------------------ main
 
 def main(argv=None) -> common.Report:
@@ -267,6 +287,7 @@ def main(argv=None) -> common.Report:
       ["config", "implementation", "parameters", "step ms", "src+tgt tokens/s", "model GFLOP/step",
        "XLA GFLOP/step", "MFU %", "compile s", "ours / this (tokens/s)"])
   torch_note = None
+  torch_peak, torch_own_mfu = None, []
   verdicts = []
   for variant in variants:
     config, model_config = experiment_config(variant, args.smoke, args.no_dropout)
@@ -274,9 +295,15 @@ def main(argv=None) -> common.Report:
     tokens = batch_size * 2 * length
     flops = common.encoder_decoder_flops(model_config, batch_size, length, length)["total"]
     name = variant + (" (smoke size)" if args.smoke else "")
+    ours_model = build_task(config).build_model(model_config)
     steps = {implementation: compile_step(config, model, batch, smoke=args.smoke)
-             for implementation, model in (("ours", build_task(config).build_model(model_config)),
-                                           ("flax-stock", FlaxStockTransformer(model_config)))}
+             for implementation, model in (("ours", ours_model), ("flax-stock", FlaxStockTransformer(model_config)))}
+    if jax.default_backend() == "cpu":
+      for implementation, options in CPU_DOT_LIBRARY_OPTIONS.items():
+        try:
+          steps[implementation] = compile_step(config, ours_model, batch, smoke=args.smoke, compiler_options=options)
+        except Exception as error:  # an option this jaxlib does not know: skip the row, say why
+          report.notes.append(f"{implementation} skipped: XLA rejected {options} ({str(error).splitlines()[0]}).")
     timings = common.time_interleaved(steps, warmup=args.warmup, repeats=args.repeats)
     measured = {implementation: dict(seconds=timings[implementation].median, params=step.num_params,
                                      compile=step.compile_seconds, xla_flops=step.xla_flops())
@@ -293,6 +320,9 @@ def main(argv=None) -> common.Report:
         measured["pytorch"] = dict(seconds=seconds, params=params, compile=None, xla_flops=None)
         import torch
         torch_note = f"PyTorch {torch.__version__} nn.Transformer, {torch.get_num_threads()} threads."
+        if torch_peak is None:  # the machine's other matmul: what PyTorch's BLAS reaches on the same cores
+          torch_peak = torch_matmul_peak(matmul_size, args.warmup, max(args.repeats, 3))
+        torch_own_mfu.append(f"{variant} {100 * flops / seconds / torch_peak:.1f}%")
       except ImportError:
         torch_note = ("PyTorch reference skipped: torch is not importable here (install the benchmark-only "
                       "extra: pip install -e \".[benchmark]\").")
@@ -312,6 +342,13 @@ def main(argv=None) -> common.Report:
       if implementation in measured:
         value = report.ratios[f"{variant} ours / {implementation} tokens/s"]
         verdicts.append(f"{variant} ours / {implementation} {value:.2f}x ({'met' if value >= target else 'not met'})")
+    for alternative in CPU_DOT_LIBRARY_OPTIONS:  # what the compiler option alone would give against each reference
+      if alternative in measured:
+        alternative_rate = tokens / measured[alternative]["seconds"]
+        versus_references = ", ".join(
+            f"/ {implementation} {common.ratio(alternative_rate, tokens / measured[implementation]['seconds']):.2f}x"
+            for implementation in TARGETS if implementation in measured)
+        report.notes.append(f"{variant}: {alternative} {versus_references}.")
     if variant == "transformer_base" and not args.smoke:
       mfu = report.ratios[f"{variant} MFU"]
       verdicts.append(f"base MFU {mfu:.0%} ({'met' if mfu >= MFU_TARGET else 'not met'})")
@@ -325,13 +362,16 @@ def main(argv=None) -> common.Report:
   report.notes += [
       f"Batch {batch_size} x {length} source + {length} target tokens, float32, label smoothing "
       f"{config.label_smoothing}, Adam, dropout {'off' if args.no_dropout else 'as configured'}; step time is the "
-      f"median of {args.repeats} steps after {args.warmup} warm-up, ours and flax-stock taking turns.",
+      f"median of {args.repeats} steps after {args.warmup} warm-up, the JAX builds taking turns.",
       f"MFU = model FLOPs / step time / matmul peak; peak = float32 {matmul_size}x{matmul_size} matmul measured "
       f"in this run: {peak / 1e9:,.1f} GFLOP/s. Model FLOPs: 6 x parameters x tokens (each weight matrix counted "
       f"for the tokens it multiplies, tied output projection included, embedding lookups excluded) plus "
       f"attention 12 x layers x q_length x kv_length x d_model per example (causal counted in full); see "
       f"common.encoder_decoder_flops. XLA GFLOP is XLA's own count of the compiled step (all ops).",
       torch_note,
+      *([f"PyTorch's own float32 {matmul_size}x{matmul_size} matmul in this run: {torch_peak / 1e9:,.1f} GFLOP/s, "
+         f"{torch_peak / peak:.2f}x XLA's; PyTorch's MFU against its own peak: {', '.join(torch_own_mfu)} (the "
+         f"MFU column uses XLA's peak for every row)."] if torch_peak else []),
       f"Targets: ours >= {TARGETS['flax-stock']}x flax-stock and >= {TARGETS['pytorch']}x PyTorch (CPU) "
       f"tokens/s; base MFU >= {MFU_TARGET:.0%}; base compile < {COMPILE_TARGET_S:.0f} s on CPU. This run: "
       f"{'; '.join(verdicts)}.",
