@@ -211,9 +211,9 @@ class FlaxStockTransformer(nn.Module):
 
 # ------------------------------------------------------------------------------------- PyTorch reference
 
-def torch_step_seconds(model_config: ModelConfig, label_smoothing: float, optimizer_config, batch,
-                       warmup: int, repeats: int, budget_s: float | None = None):
-  """Median seconds of a PyTorch ``nn.Transformer`` train step of the same shape, and its parameter count.
+def torch_train_step(model_config: ModelConfig, label_smoothing: float, optimizer_config, batch):
+  """``(step, parameter count)``: a PyTorch ``nn.Transformer`` train step of the same shape, as a callable
+  that runs one step and returns the loss as a host float (so the step has finished when it returns).
 
   The model: shared ``nn.Embedding`` scaled by ``sqrt(d_model)`` plus sinusoidal positions, ``nn.Transformer``
   (``norm_first`` for pre-LN, ReLU, the config's dropout, batch first), logits by the embedding's transpose;
@@ -255,8 +255,7 @@ def torch_step_seconds(model_config: ModelConfig, label_smoothing: float, optimi
     return loss.item()  # a host float: the step has finished
 
   transformer.train()
-  timing = common.time_fn(step, warmup=warmup, repeats=repeats, budget_s=budget_s)
-  return timing.median, sum(p.numel() for p in parameters)
+  return step, sum(p.numel() for p in parameters)
 
 
 def torch_matmul_peak(size: int, warmup: int, repeats: int) -> float:
@@ -304,28 +303,31 @@ def main(argv=None) -> common.Report:
           steps[implementation] = compile_step(config, ours_model, batch, smoke=args.smoke, compiler_options=options)
         except Exception as error:  # an option this jaxlib does not know: skip the row, say why
           report.notes.append(f"{implementation} skipped: XLA rejected {options} ({str(error).splitlines()[0]}).")
-    timings = common.time_interleaved(steps, warmup=args.warmup, repeats=args.repeats)
-    measured = {implementation: dict(seconds=timings[implementation].median, params=step.num_params,
-                                     compile=step.compile_seconds, xla_flops=step.xla_flops())
-                for implementation, step in steps.items()}
-    del steps
+    calls = dict(steps)
     if args.no_torch:
       torch_note = "PyTorch reference skipped (--no_torch)."
     elif jax.default_backend() != "cpu":
       torch_note = "PyTorch reference measured on CPU only; skipped on this accelerator run."
     else:
       try:
-        seconds, params = torch_step_seconds(model_config, config.label_smoothing, config.optimizer, batch,
-                                             args.warmup, args.repeats)
-        measured["pytorch"] = dict(seconds=seconds, params=params, compile=None, xla_flops=None)
+        calls["pytorch"], torch_params = torch_train_step(model_config, config.label_smoothing, config.optimizer,
+                                                          batch)
         import torch
         torch_note = f"PyTorch {torch.__version__} nn.Transformer, {torch.get_num_threads()} threads."
         if torch_peak is None:  # the machine's other matmul: what PyTorch's BLAS reaches on the same cores
           torch_peak = torch_matmul_peak(matmul_size, args.warmup, max(args.repeats, 3))
-        torch_own_mfu.append(f"{variant} {100 * flops / seconds / torch_peak:.1f}%")
       except ImportError:
         torch_note = ("PyTorch reference skipped: torch is not importable here (install the benchmark-only "
                       "extra: pip install -e \".[benchmark]\").")
+    timings = common.time_interleaved(calls, warmup=args.warmup, repeats=args.repeats)
+    measured = {implementation: dict(seconds=timings[implementation].median, params=step.num_params,
+                                     compile=step.compile_seconds, xla_flops=step.xla_flops())
+                for implementation, step in steps.items()}
+    if "pytorch" in calls:
+      seconds = timings["pytorch"].median
+      measured["pytorch"] = dict(seconds=seconds, params=torch_params, compile=None, xla_flops=None)
+      torch_own_mfu.append(f"{variant} {100 * flops / seconds / torch_peak:.1f}%")
+    del steps, calls
     ours_rate = tokens / measured["ours"]["seconds"]
     for implementation, result in measured.items():
       rate = tokens / result["seconds"]
@@ -362,7 +364,8 @@ def main(argv=None) -> common.Report:
   report.notes += [
       f"Batch {batch_size} x {length} source + {length} target tokens, float32, label smoothing "
       f"{config.label_smoothing}, Adam, dropout {'off' if args.no_dropout else 'as configured'}; step time is the "
-      f"median of {args.repeats} steps after {args.warmup} warm-up, the JAX builds taking turns.",
+      f"median of {args.repeats} steps after {args.warmup} warm-up, all implementations (PyTorch included) "
+      f"taking turns.",
       f"MFU = model FLOPs / step time / matmul peak; peak = float32 {matmul_size}x{matmul_size} matmul measured "
       f"in this run: {peak / 1e9:,.1f} GFLOP/s. Model FLOPs: 6 x parameters x tokens (each weight matrix counted "
       f"for the tokens it multiplies, tied output projection included, embedding lookups excluded) plus "
