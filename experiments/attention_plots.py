@@ -22,11 +22,14 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import sys
 
 import numpy as np
 
 KINDS = ("encoder_self", "decoder_self", "cross", "alignment")
+# File names this script writes (see ``plot_sentence``): older ones it did not write again are removed.
+PLOT_NAME = re.compile(r".+_\d+_((encoder_self|decoder_self|cross)_layer\d+|alignment)\.png")
 
 
 @dataclasses.dataclass
@@ -303,6 +306,10 @@ def write_attention_plots(task, model_config, params, split: str, indices: list[
   sentences = attention_for_sentences(task, model_config, params, split, indices, beam_size)
   for sentence in sentences:
     plot_sentence(sentence, split, output_dir)
+  written = {name for sentence in sentences for name in sentence.files}
+  for name in os.listdir(output_dir):  # plots of an earlier model (other layers or sentences) would mislead
+    if PLOT_NAME.fullmatch(name) and name not in written:
+      os.remove(os.path.join(output_dir, name))
   write_readme(output_dir, sentences, split, step, command, beam_size)
   return sentences
 

@@ -42,6 +42,11 @@ def test_plots_and_attention_properties(trained, tmp_path):
   assert step == QUICK["num_train_steps"]
   model_config = task.model_config()
   output_dir = str(tmp_path / "attention")
+  os.makedirs(output_dir)
+  stale = f"{SPLIT}_0_cross_layer7.png"  # an earlier, deeper model's plot is removed; other files stay
+  for name in (stale, "notes.png"):
+    with open(os.path.join(output_dir, name), "wb") as f:
+      f.write(b"old")
   (sentence,) = attention_plots.write_attention_plots(task, model_config, params, SPLIT, [0], output_dir, step,
                                                       command=COMMAND)
 
@@ -53,7 +58,7 @@ def test_plots_and_attention_properties(trained, tmp_path):
     names = [f"{SPLIT}_0_{kind}_layer0.png" for kind in ("encoder_self", "decoder_self", "cross")]
   assert set(sentence.maps) == expected
   assert sentence.files == names
-  assert sorted(os.listdir(output_dir)) == sorted(names + ["README.md"])
+  assert sorted(os.listdir(output_dir)) == sorted(names + ["README.md", "notes.png"])
   for name in names:
     with open(os.path.join(output_dir, name), "rb") as f:
       assert f.read(8) == b"\x89PNG\r\n\x1a\n"
