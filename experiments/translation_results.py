@@ -14,6 +14,7 @@ the committed test hypotheses. Without ``--run`` the page is rewritten from ``ru
 """
 from __future__ import annotations
 
+import importlib
 import json
 import math
 import os
@@ -61,6 +62,8 @@ NOTES = {
         "(`-lc`) is the closest to the tokenised lowercased BLEU the Multi30k papers report."),
 }
 TEST_SPLIT = {"multi30k": "test_2016_flickr", "iwslt15_en_vi": "test"}
+# The test set's own name, for the table and the committed hypotheses (IWSLT's TFDS "test" split is tst2013).
+TEST_NAME = {"multi30k": "test_2016_flickr", "iwslt15_en_vi": "tst2013"}
 TARGET_LANGUAGE = {"multi30k": "de", "iwslt15_en_vi": "vi"}
 CURVES = ("train/nll", "eval/nll", "eval/bleu")
 # Folders of experiments/attention_plots.py output linked from RESULTS.md when present.
@@ -75,7 +78,13 @@ def evaluate(variant: str, workdir: str, average_checkpoints: int = 0) -> tuple[
   path = os.path.join(output_dir, "eval_results.json")
   checkpoints = os.path.join(workdir, "checkpoints")
   newest = max((os.path.getmtime(os.path.join(checkpoints, s)) for s in os.listdir(checkpoints)), default=0)
-  if not os.path.exists(path) or os.path.getmtime(path) < newest:
+  stale = not os.path.exists(path) or os.path.getmtime(path) < newest
+  if not stale:
+    with open(path) as f:  # results from before the experiment chose alpha on validation
+      stale = (f"{TEST_SPLIT[_EXPERIMENT.value]}/length_penalty" not in json.load(f) and
+               bool(importlib.import_module(f"experiments.{_EXPERIMENT.value}").get_config(variant)
+                    .task.length_penalty_candidates))
+  if stale:
     command = [sys.executable, "launch.py", f"--config=experiments/{_EXPERIMENT.value}.py:{variant}",
                f"--workdir={workdir}", "--mode=eval", "--config.quiet=True",
                f"--config.average_checkpoints={average_checkpoints}"]
@@ -86,6 +95,11 @@ def evaluate(variant: str, workdir: str, average_checkpoints: int = 0) -> tuple[
     subprocess.run(command, cwd=report.REPO, check=True)
   with open(path) as f:
     return json.load(f), output_dir
+
+
+def validation_bleu(results: dict, eval_split: str) -> float:
+  """Validation BLEU of an evaluation: with the length penalty chosen on validation when one was chosen."""
+  return results.get(f"{eval_split}/bleu", results["eval/bleu"])
 
 
 def training_pairs(experiment: str, config: dict) -> int:
@@ -104,16 +118,17 @@ def summarize(experiment: str, variant: str, workdir: str, average_checkpoints: 
   that many checkpoints; the one with the higher validation BLEU is reported (never chosen on test).
   """
   test = TEST_SPLIT[experiment]
-  results, output_dir = evaluate(variant, workdir)
-  candidates = {"best checkpoint": results["eval/bleu"]}
-  if average_checkpoints:
-    averaged, averaged_dir = evaluate(variant, workdir, average_checkpoints)
-    candidates[f"mean of the last {average_checkpoints}"] = averaged["eval/bleu"]
-    if averaged["eval/bleu"] > results["eval/bleu"]:
-      results, output_dir = averaged, averaged_dir
-  records = read_metrics(workdir)
   with open(os.path.join(workdir, "config.json")) as f:
     config = json.load(f)
+  eval_split = config["task"].get("eval_split", "validation")
+  results, output_dir = evaluate(variant, workdir)
+  candidates = {"best checkpoint": validation_bleu(results, eval_split)}
+  if average_checkpoints:
+    averaged, averaged_dir = evaluate(variant, workdir, average_checkpoints)
+    candidates[f"mean of the last {average_checkpoints}"] = validation_bleu(averaged, eval_split)
+    if validation_bleu(averaged, eval_split) > validation_bleu(results, eval_split):
+      results, output_dir = averaged, averaged_dir
+  records = read_metrics(workdir)
   with open(os.path.join(workdir, "model_config.json")) as f:
     model_config = json.load(f)
   trained = [r for r in records if "wall_seconds" in r]
@@ -129,7 +144,11 @@ def summarize(experiment: str, variant: str, workdir: str, average_checkpoints: 
       "steps_trained": trained[-1]["step"] if trained else 0,
       "steps_planned": config["num_train_steps"],
       "wall_hours": trained[-1]["wall_seconds"] / 3600 if trained else math.nan,
-      "validation_bleu": results["eval/bleu"],
+      "validation_bleu": validation_bleu(results, eval_split),
+      # The run's config.json holds the training-time decoding settings; --mode=eval records what it used.
+      "beam_size": config["task"].get("beam_size"),
+      "length_penalty": results.get(f"{test}/length_penalty", config["task"].get("length_penalty")),
+      "validation_bleu_by_length_penalty": results.get(f"{eval_split}/bleu_by_length_penalty", {}),
       "test_bleu": results[f"{test}/bleu"],
       "test_bleu_lowercase": results[f"{test}/bleu_lowercase"],
       "signature": results[f"{test}/bleu_signature"],
@@ -147,8 +166,13 @@ def row(variant: str, run: dict) -> list:
              else "")
   averaged = run.get("averaged_steps")
   checkpoint = (f"mean of steps {', '.join(map(str, averaged))}" if averaged else str(run["best_step"]))
+  by_alpha = run.get("validation_bleu_by_length_penalty")
+  decoding = (f"beam {run['beam_size']}, alpha {run['length_penalty']:g}" if run.get("length_penalty") is not None
+              else "")  # rows reported before decoding settings were recorded
+  if by_alpha:
+    decoding += " (on validation: " + ", ".join(f"{float(a):g}: {b:.2f}" for a, b in by_alpha.items()) + ")"
   return [variant, run["size"], f"{run['training_pairs']:,}", f"{checkpoint} of {run['steps_trained']}{stopped}",
-          f"{run['wall_hours']:.2f} h", f"{run['validation_bleu']:.2f}", f"{run['test_bleu']:.2f}",
+          f"{run['wall_hours']:.2f} h", decoding, f"{run['validation_bleu']:.2f}", f"{run['test_bleu']:.2f}",
           f"{run['test_bleu_lowercase']:.2f}", run["hardware"] + (f"; {run['note']}" if run["note"] else ""),
           f"`{run['signature']}`", f"`{run['command']}`"]
 
@@ -157,7 +181,8 @@ def write_results(experiment: str, output: str, new_runs: dict[str, tuple[dict, 
   """Merge ``new_runs`` (variant -> ``summarize``'s (row, output folder)) into ``output/runs.json``, copy the test
   output of a run that beats every stored one on validation, and rewrite RESULTS.md and curves.png.
   Returns the RESULTS.md text."""
-  test = TEST_SPLIT[experiment]
+  test = TEST_NAME[experiment]
+  written_name = f"{TEST_SPLIT[experiment]}.hyp.{TARGET_LANGUAGE[experiment]}"  # by --mode=eval
   hypothesis_name = f"{test}.hyp.{TARGET_LANGUAGE[experiment]}"
   runs_path = os.path.join(output, "runs.json")
   runs = {}
@@ -171,7 +196,7 @@ def write_results(experiment: str, output: str, new_runs: dict[str, tuple[dict, 
     runs[variant] = summary
     if summary["validation_bleu"] > best_before:  # the best model so far: its test output is committed
       best_before = summary["validation_bleu"]
-      shutil.copy(os.path.join(output_dir, hypothesis_name), os.path.join(output, hypothesis_name))
+      shutil.copy(os.path.join(output_dir, written_name), os.path.join(output, hypothesis_name))
   if not runs:
     raise app.UsageError("give at least one --run=VARIANT:WORKDIR")
   with open(runs_path, "w") as f:
@@ -182,7 +207,8 @@ def write_results(experiment: str, output: str, new_runs: dict[str, tuple[dict, 
                        os.path.join(output, "curves.png"), f"{experiment}: training curves")
   table = report.markdown_table(
       ["model", "size", "training pairs", "checkpoint (chosen on validation) of steps trained",
-       "training wall time", "validation BLEU", f"{test} BLEU", f"{test} BLEU lowercased", "hardware",
+       "training wall time", "decoding (length penalty alpha chosen on validation)", "validation BLEU",
+       f"{test} BLEU", f"{test} BLEU lowercased", "hardware",
        "sacreBLEU signature", "command"], [row(variant, run) for variant, run in runs.items()])
   published = report.markdown_table(["published result", f"{test} BLEU"], PUBLISHED[experiment])
   plots = [f"[{title}]({folder}/README.md)" for folder, title in PLOT_FOLDERS.items()

@@ -85,3 +85,24 @@ def test_checkpoint_average_is_reported_only_when_better_on_validation(tmp_path,
   cells = " | ".join(translation_results.row("transformer_small", row))
   assert ("mean of steps 300, 400 of 400" in cells) == (chosen == "averaged")
   assert row["test_bleu"] == (34.0 if chosen == "averaged" else 35.0)
+
+
+def test_the_row_reports_the_length_penalty_chosen_on_validation(tmp_path, monkeypatch):
+  if not flags.FLAGS.is_parsed():
+    flags.FLAGS.mark_as_parsed()
+  workdir = tmp_path / "run"
+  workdir.mkdir()
+  (workdir / "config.json").write_text(json.dumps(
+      {"num_train_steps": 400, "task": {"eval_split": "validation", "beam_size": 5, "length_penalty": 0.6}}))
+  (workdir / "model_config.json").write_text(json.dumps({"cell": "gru", "attention": "bahdanau", "hidden_dim": 8}))
+  (workdir / "metrics.jsonl").write_text(json.dumps({"step": 400, "train/nll": 2.0, "wall_seconds": 60.0}) + "\n")
+  results = {"step": 400, "eval/bleu": 30.0,  # eval/bleu: decoded with the training-time alpha 0.6
+             "validation/bleu": 32.0, "validation/bleu_by_length_penalty": {"0.6": 30.0, "1.5": 32.0},
+             "test_2016_flickr/length_penalty": 1.5, "test_2016_flickr/bleu": 35.0,
+             "test_2016_flickr/bleu_lowercase": 36.0, "test_2016_flickr/bleu_signature": "s"}
+  monkeypatch.setattr(translation_results, "evaluate", lambda variant, workdir, average=0: (results, "dir"))
+  monkeypatch.setattr(translation_results, "training_pairs", lambda experiment, config: 29000)
+  row, _ = translation_results.summarize("multi30k", "gru_bahdanau", str(workdir))
+  assert row["validation_bleu"] == 32.0  # the BLEU of the alpha the test was decoded with
+  cells = translation_results.row("gru_bahdanau", row)
+  assert "beam 5, alpha 1.5 (on validation: 0.6: 30.00, 1.5: 32.00)" in cells

@@ -43,7 +43,14 @@ def test_train_eval_and_translate(raw_dir, tmp_path, variant):
   trained = run(tiny_translation_config(raw_dir, data_dir, variant), workdir)
   assert {"eval/bleu", "eval/bleu_lowercase", "eval/loss"} <= set(trained.metrics)
 
-  evaluated = run(tiny_translation_config(raw_dir, data_dir, variant), workdir, mode="eval")
+  # --mode=eval picks the length penalty on validation and decodes the test split with it.
+  evaluated = run(tiny_translation_config(raw_dir, data_dir, variant, **{"task.length_penalty_candidates": (0.0, 2.0)}),
+                  workdir, mode="eval")
+  by_alpha = evaluated.metrics["validation/bleu_by_length_penalty"]
+  assert set(by_alpha) == {"0.0", "2.0"}
+  chosen = evaluated.metrics["validation/length_penalty"]
+  assert by_alpha[str(chosen)] == max(by_alpha.values()) == evaluated.metrics["validation/bleu"]
+  assert evaluated.metrics["test_2016_flickr/length_penalty"] == chosen
   assert evaluated.metrics["test_2016_flickr/sentences"] == 12
   assert evaluated.metrics["test_2016_flickr/bleu_signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a")
   with open(os.path.join(workdir, "test_2016_flickr.hyp.de")) as f:

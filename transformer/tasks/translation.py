@@ -4,9 +4,10 @@
 files; default ``$TRANSFORMER_DATA_DIR``, else the official download), data_dir (TFDS data dir; default
 ``$TFDS_DATA_DIR`` or ``~/tensorflow_datasets``), vocab_size, shared_vocab, max_tokens (per batch, each side),
 max_length (training filter only: evaluation never drops or truncates), batch_size_multiple (devices),
-eval_split (checkpoint selection), test_splits, beam_size, length_penalty, bleu_tokenize (sacreBLEU
-tokenizer: ``13a`` on detokenised text, ``none`` for pre-tokenised references like IWSLT's),
-num_eval_sentences (0 = all: BLEU on a prefix during training keeps evaluations short).
+eval_split (checkpoint selection), test_splits, beam_size, length_penalty, length_penalty_candidates (``--mode=eval``
+decodes the tests with the one of these that scores the highest BLEU on eval_split; empty: length_penalty),
+bleu_tokenize (sacreBLEU tokenizer: ``13a`` on detokenised text, ``none`` for pre-tokenised references like
+IWSLT's), num_eval_sentences (0 = all: BLEU on a prefix during training keeps evaluations short).
 """
 from __future__ import annotations
 
@@ -74,9 +75,12 @@ class TranslationTask(Seq2SeqTask):
     batcher = self._batcher(self.data.eval[split], train=False)
     return [batcher.make_batch(indices) for indices in batcher.epoch_batches(0)]
 
-  def translate_batches(self, model_config, params, batches, count: int) -> list[str]:
-    """Decode batches (with ``index``) into ``count`` detokenised hypotheses in the original order."""
+  def translate_batches(self, model_config, params, batches, count: int,
+                        length_penalty: float | None = None) -> list[str]:
+    """Decode batches (with ``index``) into ``count`` detokenised hypotheses in the original order, with beam
+    search ranked by ``length_penalty`` (default ``config.task.length_penalty``)."""
     task = self.config.task
+    length_penalty = task.length_penalty if length_penalty is None else length_penalty
     hypotheses = [""] * count
     for batch in batches:
       index = np.asarray(batch["index"])
@@ -85,17 +89,17 @@ class TranslationTask(Seq2SeqTask):
       # Room for targets longer than their sources (German is ~10% longer than English).
       max_length = int(batch["source"].shape[1] * 1.5) + 10
       tokens = np.asarray(self.decode_batch(model_config, params, batch["source"], max_length,
-                                            task.beam_size, task.length_penalty))
+                                            task.beam_size, length_penalty))
       for row, example in enumerate(index):
         if 0 <= example < count:
           hypotheses[example] = self.data.target_tokenizer.decode(tokens[row])
     return hypotheses
 
-  def bleu(self, model_config, params, split: str, count: int | None = None):
+  def bleu(self, model_config, params, split: str, count: int | None = None, length_penalty: float | None = None):
     """``(metrics, hypotheses)`` on ``split`` (its first ``count`` sentences if given)."""
     references = self.data.eval_reference_text[split]
     count = len(references) if not count else min(count, len(references))
-    hypotheses = self.translate_batches(model_config, params, self.eval_batches(0, split), count)
+    hypotheses = self.translate_batches(model_config, params, self.eval_batches(0, split), count, length_penalty)
     tokenize = self.config.task.bleu_tokenize
     bleu, signature = corpus_bleu(hypotheses, references[:count], tokenize)
     bleu_lowercase, signature_lowercase = corpus_bleu(hypotheses, references[:count], tokenize, lowercase=True)
@@ -119,12 +123,31 @@ class TranslationTask(Seq2SeqTask):
     batches = [batcher.make_batch(indices) for indices in batcher.epoch_batches(0)]
     return self.translate_batches(model_config, params, batches, len(lines))
 
+  def choose_length_penalty(self, model_config, params) -> tuple[float, dict]:
+    """``(alpha, metrics)``: the candidate of ``task.length_penalty_candidates`` with the highest BLEU on the
+    eval split (its first ``num_eval_sentences``), never on a test split; ``metrics`` has that BLEU and the BLEU
+    of every candidate. Without candidates: ``(task.length_penalty, {})``."""
+    task = self.config.task
+    if not task.length_penalty_candidates:
+      return task.length_penalty, {}
+    by_candidate = {}
+    for alpha in task.length_penalty_candidates:
+      by_candidate[float(alpha)] = self.bleu(model_config, params, task.eval_split, task.num_eval_sentences,
+                                             float(alpha))[0]["bleu"]
+      log.info("length penalty %.2f: %s BLEU %.2f", alpha, task.eval_split, by_candidate[float(alpha)])
+    chosen = max(by_candidate, key=by_candidate.get)  # ties: the first listed
+    return chosen, {"bleu": by_candidate[chosen], "length_penalty": chosen,
+                    "bleu_by_length_penalty": {str(alpha): bleu for alpha, bleu in by_candidate.items()}}
+
   def write_test_outputs(self, model_config, params, output_dir: str) -> dict:
-    """Hypotheses of every test split as ``output_dir/<split>.hyp`` (one line per reference line), with BLEU."""
-    results = {}
-    for split in self.config.task.test_splits:
-      metrics, hypotheses = self.bleu(model_config, params, split)
+    """Hypotheses of every test split as ``output_dir/<split>.<language>`` (one line per reference line), with
+    BLEU, decoded with the length penalty chosen on the eval split (whose metrics come back too, when chosen)."""
+    task = self.config.task
+    length_penalty, chosen_on = self.choose_length_penalty(model_config, params)
+    results = {task.eval_split: chosen_on} if chosen_on else {}
+    for split in task.test_splits:
+      metrics, hypotheses = self.bleu(model_config, params, split, length_penalty=length_penalty)
       with open(os.path.join(output_dir, f"{split}.hyp.{self.data.target_language}"), "w") as f:
         f.write("\n".join(hypotheses) + "\n")
-      results[split] = metrics
+      results[split] = {**metrics, "length_penalty": length_penalty}
     return results
