@@ -47,8 +47,9 @@ def test_plots_and_attention_properties(trained, tmp_path):
   for name in (stale, "notes.png"):
     with open(os.path.join(output_dir, name), "wb") as f:
       f.write(b"old")
+  note = "Trained with --config.num_train_steps=60."
   (sentence,) = attention_plots.write_attention_plots(task, model_config, params, SPLIT, [0], output_dir, step,
-                                                      command=COMMAND)
+                                                      command=COMMAND, note=note)
 
   if variant == "gru_bahdanau":
     expected, heads = {("alignment", None)}, 1
@@ -64,7 +65,8 @@ def test_plots_and_attention_properties(trained, tmp_path):
       assert f.read(8) == b"\x89PNG\r\n\x1a\n"
   with open(os.path.join(output_dir, "README.md")) as f:
     readme = f.read()
-  assert COMMAND in readme and sentence.source_text in readme and sentence.hypothesis_text in readme
+  assert COMMAND in readme and note in readme
+  assert sentence.source_text in readme and sentence.hypothesis_text in readme
   assert all(f"]({name})" in readme for name in names)
 
   source_length, target_length = len(sentence.source_pieces), len(sentence.target_pieces)
