@@ -75,3 +75,10 @@ def test_bleu_of_the_reference_against_itself_is_100():
   assert corpus_bleu(references, references)[0] == pytest.approx(100.0)
   assert corpus_bleu(references, references, tokenize="none", lowercase=True)[0] == pytest.approx(100.0)
   assert corpus_bleu(["Ein Hund"] * 2, references)[0] < 20.0
+
+
+def test_a_negative_length_penalty_candidate_is_named_in_the_error(raw_dir, tmp_path):
+  from transformer.tasks import build_task
+  config = tiny_translation_config(raw_dir, tmp_path / "tfds", **{"task.length_penalty_candidates": (0.6, -1.0)})
+  with pytest.raises(ValueError, match=r"length_penalty_candidates=\(0\.6, -1\.0\) has a negative alpha"):
+    build_task(config).choose_length_penalty(None, None)

@@ -130,6 +130,9 @@ class TranslationTask(Seq2SeqTask):
     task = self.config.task
     if not task.length_penalty_candidates:
       return task.length_penalty, {}
+    if any(float(alpha) < 0 for alpha in task.length_penalty_candidates):
+      raise ValueError(f"config.task.length_penalty_candidates={tuple(task.length_penalty_candidates)} has a "
+                       "negative alpha; GNMT's length penalty takes alpha >= 0 (0 ranks by log probability).")
     by_candidate = {}
     for alpha in task.length_penalty_candidates:
       by_candidate[float(alpha)] = self.bleu(model_config, params, task.eval_split, task.num_eval_sentences,
@@ -140,7 +143,7 @@ class TranslationTask(Seq2SeqTask):
                     "bleu_by_length_penalty": {str(alpha): bleu for alpha, bleu in by_candidate.items()}}
 
   def write_test_outputs(self, model_config, params, output_dir: str) -> dict:
-    """Hypotheses of every test split as ``output_dir/<split>.<language>`` (one line per reference line), with
+    """Hypotheses of every test split as ``output_dir/<split>.hyp.<language>`` (one line per reference line), with
     BLEU, decoded with the length penalty chosen on the eval split (whose metrics come back too, when chosen)."""
     task = self.config.task
     length_penalty, chosen_on = self.choose_length_penalty(model_config, params)
