@@ -4,12 +4,15 @@
         --run=transformer_small:/tmp/multi30k_small --run=gru_bahdanau:/tmp/multi30k_gru \\
         --source_dir=../shared/data/multi30k
 
-Each ``--run=VARIANT:WORKDIR`` is a finished (or interrupted) run of ``experiments/<experiment>.py:VARIANT``.
-Its best checkpoint (chosen on validation) is scored with ``launch.py --mode=eval`` unless
-``WORKDIR/eval_results.json`` is already newer than its checkpoints. Each run's row and curves are kept in
-``experiments/<experiment>/runs.json`` (one entry per variant, replaced when that variant is reported again),
-so runs made on different days or machines end up in one table. The row with the best validation BLEU gives
-the committed test hypotheses. Without ``--run`` the page is rewritten from ``runs.json`` alone (e.g. after
+Each ``--run=VARIANT:WORKDIR`` is a finished (or interrupted) run of ``experiments/<experiment>.py:VARIANT``;
+``--run=ROW=VARIANT:WORKDIR`` names its row ROW instead of VARIANT (e.g. a run of an earlier setting of the
+variant, kept beside the current one). Its best checkpoint (chosen on validation) is scored with
+``launch.py --mode=eval`` unless ``WORKDIR/eval_results.json`` is already newer than its checkpoints. A row's
+command is the variant's plus the ``--config.*`` overrides that turn today's variant into the run's
+``config.json``, so it reproduces that run. Each run's row and curves are kept in
+``experiments/<experiment>/runs.json`` (one entry per row, replaced when that row is reported again), so runs
+made on different days or machines end up in one table. The row with the best validation BLEU gives the
+committed test hypotheses. Without ``--run`` the page is rewritten from ``runs.json`` alone (e.g. after
 ``experiments/attention_plots.py`` added the ``attention/`` or ``alignment/`` folder it links).
 """
 from __future__ import annotations
@@ -18,6 +21,7 @@ import importlib
 import json
 import math
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -28,7 +32,8 @@ from experiments import report
 from transformer.train.writers import read_metrics
 
 _EXPERIMENT = flags.DEFINE_enum("experiment", "multi30k", ["multi30k", "iwslt15_en_vi"], "Which experiment.")
-_RUNS = flags.DEFINE_multi_string("run", [], "VARIANT:WORKDIR of a run to report.")
+_RUNS = flags.DEFINE_multi_string("run", [], "[ROW=]VARIANT:WORKDIR of a run to report (ROW: the row's name, "
+                                   "default VARIANT).")
 _SOURCE_DIR = flags.DEFINE_string("source_dir", "", "Raw data folder (as --config.task.source_dir).")
 _DATA_DIR = flags.DEFINE_string("data_dir", "", "TFDS data dir (as --config.task.data_dir).")
 _HARDWARE = flags.DEFINE_string("hardware", "", "Where the runs trained (default: this machine).")
@@ -66,9 +71,35 @@ TEST_SPLIT = {"multi30k": "test_2016_flickr", "iwslt15_en_vi": "test"}
 TEST_NAME = {"multi30k": "test_2016_flickr", "iwslt15_en_vi": "tst2013"}
 TARGET_LANGUAGE = {"multi30k": "de", "iwslt15_en_vi": "vi"}
 CURVES = ("train/nll", "eval/nll", "eval/bleu")
+# Settings that say where the data lives or how a command ran, not what was trained: never in a row's command.
+NOT_TRAINING_SETTINGS = ("task.source_dir", "task.data_dir", "quiet", "tensorboard", "async_checkpointing",
+                         "average_checkpoints", "translate_input", "translate_output")
 # Folders of experiments/attention_plots.py output linked from RESULTS.md when present.
 PLOT_FOLDERS = {"attention": "Transformer attention (encoder self, decoder self, cross)",
                 "alignment": "RNN attention alignment"}
+
+
+def _flatten(tree: dict, prefix: str = "") -> dict:
+  """``{"a": {"b": 1}}`` -> ``{"a.b": 1}``."""
+  flat = {}
+  for key, value in tree.items():
+    flat.update(_flatten(value, f"{prefix}{key}.") if isinstance(value, dict) else {f"{prefix}{key}": value})
+  return flat
+
+
+def config_overrides(experiment: str, variant: str, run_config: dict) -> list[str]:
+  """The ``--config.KEY=VALUE`` flags that turn ``experiments/<experiment>.py:VARIANT`` as it is now into
+  ``run_config`` (a run's config.json), so that a run made before the variant changed can be reproduced."""
+  current = importlib.import_module(f"experiments.{experiment}").get_config(variant)
+  now = _flatten(json.loads(current.to_json_best_effort()))
+  overrides = []
+  for key, value in sorted(_flatten(run_config).items()):
+    if key in NOT_TRAINING_SETTINGS or now.get(key, value) == value:
+      continue
+    text = ("(" + ",".join(map(str, value)) + ("," if len(value) == 1 else "") + ")" if isinstance(value, list)
+            else str(value))
+    overrides.append(f"--config.{key}={text}")
+  return overrides
 
 
 def evaluate(variant: str, workdir: str, average_checkpoints: int = 0) -> tuple[dict, str]:
@@ -88,6 +119,8 @@ def evaluate(variant: str, workdir: str, average_checkpoints: int = 0) -> tuple[
     command = [sys.executable, "launch.py", f"--config=experiments/{_EXPERIMENT.value}.py:{variant}",
                f"--workdir={workdir}", "--mode=eval", "--config.quiet=True",
                f"--config.average_checkpoints={average_checkpoints}"]
+    with open(os.path.join(workdir, "config.json")) as f:  # the run's settings, should the variant have changed
+      command += config_overrides(_EXPERIMENT.value, variant, json.load(f))
     if _SOURCE_DIR.value:
       command.append(f"--config.task.source_dir={_SOURCE_DIR.value}")
     if _DATA_DIR.value:
@@ -152,8 +185,9 @@ def summarize(experiment: str, variant: str, workdir: str, average_checkpoints: 
       "test_bleu": results[f"{test}/bleu"],
       "test_bleu_lowercase": results[f"{test}/bleu_lowercase"],
       "signature": results[f"{test}/bleu_signature"],
-      "command": (f"python launch.py --config=experiments/{experiment}.py:{variant} --workdir=WORKDIR "
-                  f"--config.task.source_dir={_SOURCE_DIR.value or '$TRANSFORMER_DATA_DIR'}"),
+      "command": " ".join([f"python launch.py --config=experiments/{experiment}.py:{variant} --workdir=WORKDIR",
+                           f"--config.task.source_dir={_SOURCE_DIR.value or '$TRANSFORMER_DATA_DIR'}",
+                           *map(shlex.quote, config_overrides(experiment, variant, config))]),
       "hardware": _HARDWARE.value or report.machine_description(),
       "note": _NOTE.value,
       "curves": [{k: v for k, v in r.items() if k == "step" or k in CURVES}
@@ -161,7 +195,7 @@ def summarize(experiment: str, variant: str, workdir: str, average_checkpoints: 
   }, output_dir
 
 
-def row(variant: str, run: dict) -> list:
+def row(name: str, run: dict) -> list:
   stopped = (f" (stopped early of {run['steps_planned']})" if run["steps_trained"] < run["steps_planned"]
              else "")
   averaged = run.get("averaged_steps")
@@ -171,14 +205,14 @@ def row(variant: str, run: dict) -> list:
               else "")  # rows reported before decoding settings were recorded
   if by_alpha:
     decoding += " (on validation: " + ", ".join(f"{float(a):g}: {b:.2f}" for a, b in by_alpha.items()) + ")"
-  return [variant, run["size"], f"{run['training_pairs']:,}", f"{checkpoint} of {run['steps_trained']}{stopped}",
+  return [name, run["size"], f"{run['training_pairs']:,}", f"{checkpoint} of {run['steps_trained']}{stopped}",
           f"{run['wall_hours']:.2f} h", decoding, f"{run['validation_bleu']:.2f}", f"{run['test_bleu']:.2f}",
           f"{run['test_bleu_lowercase']:.2f}", run["hardware"] + (f"; {run['note']}" if run["note"] else ""),
           f"`{run['signature']}`", f"`{run['command']}`"]
 
 
 def write_results(experiment: str, output: str, new_runs: dict[str, tuple[dict, str]]) -> str:
-  """Merge ``new_runs`` (variant -> ``summarize``'s (row, output folder)) into ``output/runs.json``, copy the test
+  """Merge ``new_runs`` (row name -> ``summarize``'s (row, output folder)) into ``output/runs.json``, copy the test
   output of a run that beats every stored one on validation, and rewrite RESULTS.md and curves.png.
   Returns the RESULTS.md text."""
   test = TEST_NAME[experiment]
@@ -189,11 +223,11 @@ def write_results(experiment: str, output: str, new_runs: dict[str, tuple[dict, 
   if os.path.exists(runs_path):
     with open(runs_path) as f:
       runs = json.load(f)
-  # A variant reported again replaces its row: the old row's score no longer counts.
-  best_before = max((run["validation_bleu"] for variant, run in runs.items() if variant not in new_runs),
+  # A row reported again is replaced: the old row's score no longer counts.
+  best_before = max((run["validation_bleu"] for name, run in runs.items() if name not in new_runs),
                     default=-math.inf)
-  for variant, (summary, output_dir) in new_runs.items():
-    runs[variant] = summary
+  for name, (summary, output_dir) in new_runs.items():
+    runs[name] = summary
     if summary["validation_bleu"] > best_before:  # the best model so far: its test output is committed
       best_before = summary["validation_bleu"]
       shutil.copy(os.path.join(output_dir, written_name), os.path.join(output, hypothesis_name))
@@ -201,15 +235,15 @@ def write_results(experiment: str, output: str, new_runs: dict[str, tuple[dict, 
     raise app.UsageError("give at least one --run=VARIANT:WORKDIR")
   with open(runs_path, "w") as f:
     json.dump(runs, f, indent=1)
-  best = max(runs, key=lambda variant: runs[variant]["validation_bleu"])
+  best = max(runs, key=lambda name: runs[name]["validation_bleu"])
   if any(run["curves"] for run in runs.values()):  # rows carried over without curves keep the old plot
-    report.plot_curves({variant: run["curves"] for variant, run in runs.items()}, list(CURVES),
+    report.plot_curves({name: run["curves"] for name, run in runs.items()}, list(CURVES),
                        os.path.join(output, "curves.png"), f"{experiment}: training curves")
   table = report.markdown_table(
       ["model", "size", "training pairs", "checkpoint (chosen on validation) of steps trained",
        "training wall time", "decoding (length penalty alpha chosen on validation)", "validation BLEU",
        f"{test} BLEU", f"{test} BLEU lowercased", "hardware",
-       "sacreBLEU signature", "command"], [row(variant, run) for variant, run in runs.items()])
+       "sacreBLEU signature", "command"], [row(name, run) for name, run in runs.items()])
   published = report.markdown_table(["published result", f"{test} BLEU"], PUBLISHED[experiment])
   plots = [f"[{title}]({folder}/README.md)" for folder, title in PLOT_FOLDERS.items()
            if os.path.exists(os.path.join(output, folder, "README.md"))]
@@ -218,7 +252,7 @@ def write_results(experiment: str, output: str, new_runs: dict[str, tuple[dict, 
   text = f"""# {experiment}: translation results
 
 Written by `python -m experiments.translation_results --experiment={experiment} --run=VARIANT:WORKDIR ...`
-from `runs.json` (one entry per variant, added or replaced by each invocation); do not edit by hand.
+from `runs.json` (one entry per row, added or replaced by each invocation); do not edit by hand.
 
 Checkpoints are chosen on the validation split (the best single checkpoint, or with `--average_checkpoints=N`
 the mean of the last N when that scores higher on validation); the test split is scored by `--mode=eval`,
@@ -245,10 +279,11 @@ def main(argv):
   os.makedirs(output, exist_ok=True)
   new_runs = {}
   for spec in _RUNS.value:
-    variant, _, workdir = spec.partition(":")
+    name_and_variant, _, workdir = spec.partition(":")
+    name, _, variant = name_and_variant.rpartition("=")
     if not workdir:
-      raise app.UsageError(f"--run={spec!r}: give VARIANT:WORKDIR")
-    new_runs[variant] = summarize(experiment, variant, workdir, _AVERAGE.value)
+      raise app.UsageError(f"--run={spec!r}: give VARIANT:WORKDIR or ROW=VARIANT:WORKDIR")
+    new_runs[name or variant] = summarize(experiment, variant, workdir, _AVERAGE.value)
   print(write_results(experiment, output, new_runs))
 
 

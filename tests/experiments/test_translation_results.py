@@ -106,3 +106,27 @@ def test_the_row_reports_the_length_penalty_chosen_on_validation(tmp_path, monke
   assert row["validation_bleu"] == 32.0  # the BLEU of the alpha the test was decoded with
   cells = translation_results.row("gru_bahdanau", row)
   assert "beam 5, alpha 1.5 (on validation: 0.6: 30.00, 1.5: 32.00)" in cells
+
+
+def test_the_command_of_a_run_reproduces_its_config(tmp_path):
+  """A run trained with overrides (or before its variant changed): the row's flags rebuild its config.json."""
+  from ml_collections import config_flags
+
+  from experiments import multi30k
+  config = multi30k.get_config("gru_bahdanau")
+  config.num_train_steps = 1000
+  config.task.pair = "en-fr"
+  config.task.length_penalty_candidates = (1.0, 2.0)
+  config.rnn.dropout_rate = 0.25
+  config.task.source_dir = str(tmp_path)  # where the data lives is not a training setting
+  run_config = json.loads(config.to_json_best_effort())
+  overrides = translation_results.config_overrides("multi30k", "gru_bahdanau", run_config)
+  assert overrides == ["--config.num_train_steps=1000", "--config.rnn.dropout_rate=0.25",
+                       "--config.task.length_penalty_candidates=(1.0,2.0)", "--config.task.pair=en-fr"]
+
+  argv = ["launch.py", "--config=experiments/multi30k.py:gru_bahdanau", *overrides,
+          f"--config.task.source_dir={tmp_path}"]
+  parsed = flags.FlagValues()  # as launch.py parses its command line
+  config_flags.DEFINE_config_file("config", None, flag_values=parsed, lock_config=True, sys_argv=argv)
+  parsed(argv)
+  assert json.loads(parsed.config.to_json_best_effort()) == run_config

@@ -153,6 +153,8 @@ def test_eval_with_averaged_checkpoints_uses_the_mean_parameters(make_config, tm
   assert averaged.step == 20
   with open(tmp_path / "average_last_3" / "eval_results.json") as f:
     assert json.load(f)["averaged_steps"] == [10, 15, 20]
+  # config.json stays the training configuration (reports read it), not the evaluation's.
+  assert json.loads((tmp_path / "config.json").read_text())["average_checkpoints"] == 0
   kept = [ocp.tree.to_flat_dict(final_params(str(tmp_path), step)) for step in (10, 15, 20)]
   mean = ocp.tree.to_flat_dict(averaged.state.params)
   for name in mean:

@@ -137,9 +137,12 @@ def run(config, workdir: str, mode: str = "train") -> RunOutput:
   checkpointer = Checkpointer(workdir, keep=config.keep_checkpoints, asynchronous=config.async_checkpointing,
                               best_metric=config.best_metric or None, best_mode=config.best_mode)
   _check_workdir_model(workdir, model_config, bool(checkpointer.steps()))
+  config_path = os.path.join(workdir, "config.json")
   if is_main:
-    with open(os.path.join(workdir, "config.json"), "w") as f:
-      f.write(config.to_json_best_effort(indent=2, sort_keys=True))
+    # The training configuration: eval/translate runs on the same workdir leave it as trained (reports read it).
+    if mode == "train" or not os.path.exists(config_path):
+      with open(config_path, "w") as f:
+        f.write(config.to_json_best_effort(indent=2, sort_keys=True))
     info = sys.stderr if mode == "translate" else sys.stdout  # keep translations alone on stdout
     print(f"config:\n{config}", file=info, flush=True)
     print(f"devices: {jax.device_count()} x {jax.devices()[0].platform}, processes: {process_count}, "
