@@ -82,3 +82,19 @@ def test_a_negative_length_penalty_candidate_is_named_in_the_error(raw_dir, tmp_
   config = tiny_translation_config(raw_dir, tmp_path / "tfds", **{"task.length_penalty_candidates": (0.6, -1.0)})
   with pytest.raises(ValueError, match=r"length_penalty_candidates=\(0\.6, -1\.0\) has a negative alpha"):
     build_task(config).choose_length_penalty(None, None)
+
+
+def test_choosing_the_length_penalty_reuses_the_bleu_already_measured(raw_dir, tmp_path, monkeypatch):
+  """--mode=eval has just decoded the eval split with task.length_penalty: only the other candidates decode."""
+  from transformer.tasks import build_task
+  config = tiny_translation_config(raw_dir, tmp_path / "tfds", **{"task.length_penalty_candidates": (0.6, 2.0)})
+  task = build_task(config)
+  decoded = []
+
+  def fake_bleu(model_config, params, split, count=None, length_penalty=None):
+    decoded.append((split, length_penalty))
+    return {"bleu": 10.0 * length_penalty}, []
+  monkeypatch.setattr(task, "bleu", fake_bleu)
+  chosen, metrics = task.choose_length_penalty(None, None, known={0.6: 30.0})
+  assert decoded == [("validation", 2.0)]
+  assert chosen == 0.6 and metrics["bleu_by_length_penalty"] == {"0.6": 30.0, "2.0": 20.0}

@@ -65,8 +65,9 @@ class Task(abc.ABC):
     """Host-side evaluation beyond the loss (e.g. decoding): ``(metrics, example lines to print)``."""
     return {}, []
 
-  def write_test_outputs(self, model_config: ModelConfig, params, output_dir: str) -> dict:
-    """``--mode=eval``: score the test splits and write their outputs into ``output_dir``; metrics by split."""
+  def write_test_outputs(self, model_config: ModelConfig, params, output_dir: str, eval_metrics: dict) -> dict:
+    """``--mode=eval``: score the test splits and write their outputs into ``output_dir``; metrics by split.
+    ``eval_metrics``: what ``evaluate`` just measured on the eval split (``eval/<name>``), for reuse."""
     return {}
 
   def translate_lines(self, model_config: ModelConfig, params, lines: list[str]) -> list[str]:

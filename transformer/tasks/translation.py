@@ -123,30 +123,33 @@ class TranslationTask(Seq2SeqTask):
     batches = [batcher.make_batch(indices) for indices in batcher.epoch_batches(0)]
     return self.translate_batches(model_config, params, batches, len(lines))
 
-  def choose_length_penalty(self, model_config, params) -> tuple[float, dict]:
+  def choose_length_penalty(self, model_config, params, known: dict | None = None) -> tuple[float, dict]:
     """``(alpha, metrics)``: the candidate of ``task.length_penalty_candidates`` with the highest BLEU on the
     eval split (its first ``num_eval_sentences``), never on a test split; ``metrics`` has that BLEU and the BLEU
-    of every candidate. Without candidates: ``(task.length_penalty, {})``."""
+    of every candidate. ``known``: alpha -> BLEU already measured there (not decoded again). Without
+    candidates: ``(task.length_penalty, {})``."""
     task = self.config.task
     if not task.length_penalty_candidates:
       return task.length_penalty, {}
     if any(float(alpha) < 0 for alpha in task.length_penalty_candidates):
       raise ValueError(f"config.task.length_penalty_candidates={tuple(task.length_penalty_candidates)} has a "
                        "negative alpha; GNMT's length penalty takes alpha >= 0 (0 ranks by log probability).")
-    by_candidate = {}
-    for alpha in task.length_penalty_candidates:
-      by_candidate[float(alpha)] = self.bleu(model_config, params, task.eval_split, task.num_eval_sentences,
-                                             float(alpha))[0]["bleu"]
-      log.info("length penalty %.2f: %s BLEU %.2f", alpha, task.eval_split, by_candidate[float(alpha)])
+    known, by_candidate = {float(alpha): bleu for alpha, bleu in (known or {}).items()}, {}
+    for alpha in map(float, task.length_penalty_candidates):
+      by_candidate[alpha] = known[alpha] if alpha in known else self.bleu(
+          model_config, params, task.eval_split, task.num_eval_sentences, alpha)[0]["bleu"]
+      log.info("length penalty %.2f: %s BLEU %.2f", alpha, task.eval_split, by_candidate[alpha])
     chosen = max(by_candidate, key=by_candidate.get)  # ties: the first listed
     return chosen, {"bleu": by_candidate[chosen], "length_penalty": chosen,
                     "bleu_by_length_penalty": {str(alpha): bleu for alpha, bleu in by_candidate.items()}}
 
-  def write_test_outputs(self, model_config, params, output_dir: str) -> dict:
+  def write_test_outputs(self, model_config, params, output_dir: str, eval_metrics: dict) -> dict:
     """Hypotheses of every test split as ``output_dir/<split>.hyp.<language>`` (one line per reference line), with
-    BLEU, decoded with the length penalty chosen on the eval split (whose metrics come back too, when chosen)."""
+    BLEU, decoded with the length penalty chosen on the eval split (whose metrics come back too, when chosen).
+    ``eval_metrics["eval/bleu"]``, decoded by ``evaluate`` with ``task.length_penalty``, is not decoded again."""
     task = self.config.task
-    length_penalty, chosen_on = self.choose_length_penalty(model_config, params)
+    known = {task.length_penalty: eval_metrics["eval/bleu"]} if "eval/bleu" in eval_metrics else {}
+    length_penalty, chosen_on = self.choose_length_penalty(model_config, params, known)
     results = {task.eval_split: chosen_on} if chosen_on else {}
     for split in task.test_splits:
       metrics, hypotheses = self.bleu(model_config, params, split, length_penalty=length_penalty)

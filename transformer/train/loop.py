@@ -235,7 +235,7 @@ def run(config, workdir: str, mode: str = "train") -> RunOutput:
       return RunOutput(start_step, {}, strategy.to_canonical(state))
     results = evaluate(state)
     if mode == "eval":
-      tests = task.write_test_outputs(model_config, jax.device_get(strategy.host_params(state)), output_dir)
+      tests = task.write_test_outputs(model_config, jax.device_get(strategy.host_params(state)), output_dir, results)
       results.update({f"{split}/{k}": v for split, metrics in tests.items() for k, v in metrics.items()})
     if is_main:
       print(json.dumps({"step": start_step, **averaged, **results}, indent=2), flush=True)
