@@ -272,6 +272,22 @@ anyone can recompute its score with sacreBLEU.
   return text
 
 
+def parse_run(experiment: str, spec: str) -> tuple[str, str, str]:
+  """``--run`` value ``[ROW=]VARIANT:WORKDIR`` -> ``(row name, variant, workdir)``; the row name defaults to
+  the variant. A malformed value, an unknown variant or a missing workdir is a usage error naming the fix."""
+  name_and_variant, _, workdir = spec.partition(":")
+  name, _, variant = name_and_variant.rpartition("=")
+  if not workdir or not variant:
+    raise app.UsageError(f"--run={spec!r}: give VARIANT:WORKDIR or ROW=VARIANT:WORKDIR")
+  variants = importlib.import_module(f"experiments.{experiment}").VARIANTS
+  if variant not in variants:
+    raise app.UsageError(f"--run={spec!r}: unknown variant {variant!r} of experiments/{experiment}.py; choose "
+                         f"one of {list(variants)}")
+  if not os.path.isfile(os.path.join(workdir, "config.json")):
+    raise app.UsageError(f"--run={spec!r}: {workdir} holds no config.json; give the --workdir of a training run")
+  return name or variant, variant, workdir
+
+
 def main(argv):
   del argv
   experiment = _EXPERIMENT.value
@@ -279,11 +295,8 @@ def main(argv):
   os.makedirs(output, exist_ok=True)
   new_runs = {}
   for spec in _RUNS.value:
-    name_and_variant, _, workdir = spec.partition(":")
-    name, _, variant = name_and_variant.rpartition("=")
-    if not workdir:
-      raise app.UsageError(f"--run={spec!r}: give VARIANT:WORKDIR or ROW=VARIANT:WORKDIR")
-    new_runs[name or variant] = summarize(experiment, variant, workdir, _AVERAGE.value)
+    name, variant, workdir = parse_run(experiment, spec)
+    new_runs[name] = summarize(experiment, variant, workdir, _AVERAGE.value)
   print(write_results(experiment, output, new_runs))
 
 

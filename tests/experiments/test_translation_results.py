@@ -130,3 +130,18 @@ def test_the_command_of_a_run_reproduces_its_config(tmp_path):
   config_flags.DEFINE_config_file("config", None, flag_values=parsed, lock_config=True, sys_argv=argv)
   parsed(argv)
   assert json.loads(parsed.config.to_json_best_effort()) == run_config
+
+
+def test_run_specs_name_rows_and_bad_ones_say_what_to_give(tmp_path):
+  from absl import app
+  (tmp_path / "config.json").write_text("{}")
+  assert translation_results.parse_run("multi30k", f"gru_bahdanau:{tmp_path}") == ("gru_bahdanau", "gru_bahdanau",
+                                                                                    str(tmp_path))
+  assert translation_results.parse_run("multi30k", f"first try=transformer_small:{tmp_path}") == (
+      "first try", "transformer_small", str(tmp_path))
+  with pytest.raises(app.UsageError, match="give VARIANT:WORKDIR"):
+    translation_results.parse_run("multi30k", "gru_bahdanau")
+  with pytest.raises(app.UsageError, match="unknown variant 'gru' .*gru_bahdanau"):
+    translation_results.parse_run("multi30k", f"gru:{tmp_path}")
+  with pytest.raises(app.UsageError, match="holds no config.json"):
+    translation_results.parse_run("multi30k", f"gru_bahdanau:{tmp_path / 'missing'}")
