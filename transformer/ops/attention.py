@@ -67,7 +67,10 @@ def weighted_values(weights, value, precision=None):
   Returns:
     ``[batch, q_length, heads, head_dim]``.
   """
-  return jnp.einsum("bhqk,bkhd->bqhd", weights.astype(value.dtype), value, precision=precision)
+  # Heads next to batch for the matmul, as in dot_product_scores.
+  output = jnp.einsum("bhqk,bhkd->bhqd", weights.astype(value.dtype), jnp.swapaxes(value, 1, 2),
+                      precision=precision)
+  return jnp.swapaxes(output, 1, 2)
 
 
 def dot_product_attention(query, key, value, mask=None, bias=None, *, scale: bool | float = True,

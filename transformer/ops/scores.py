@@ -32,8 +32,11 @@ def dot_product_scores(query, key, scale: bool | float = True, precision=None):
   elif scale is False:
     scale = None
   # Logits accumulate and stay in float32 (as jax.nn does) so bfloat16 inputs lose nothing before softmax.
-  logits = jnp.einsum("bqhd,bkhd->bhqk", query, key, precision=precision,
-                      preferred_element_type=jnp.float32)
+  # Heads moved next to batch before the dot (not inside the einsum): XLA then runs a plain batched
+  # matmul over [batch * heads] instead of choosing strided layouts; on CPU this made the float32
+  # forward at 128-256 tokens 1.7-2.5x faster (benchmarks/attention.py).
+  logits = jnp.einsum("bhqd,bhkd->bhqk", jnp.swapaxes(query, 1, 2), jnp.swapaxes(key, 1, 2),
+                      precision=precision, preferred_element_type=jnp.float32)
   return logits if scale is None else logits * scale
 
 
