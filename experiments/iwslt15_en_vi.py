@@ -58,8 +58,9 @@ def get_config(variant: str = "transformer_small"):
       # --config.num_train_steps=3000) reached train NLL 3.08, eval NLL 3.32 and 4.97 tst2012 BLEU (alpha
       # 0.6) in 1.45 h, against 2.95 and 9.38 for the settings here at step 3000. The settings here with a
       # cosine schedule over 3000 steps (--config.optimizer.schedule=cosine --config.num_train_steps=3000)
-      # reached eval NLL 2.92 and 9.97 tst2012 BLEU (alpha 0.6) at step 3000 in 2.5 h wall (about 1.6 h of
-      # it training alone): the 4000-step BLEU in 3000 steps, still 2.1 below the GRU's 12.11 there.
+      # reached eval NLL 2.92 and 9.97 tst2012 BLEU (alpha 0.6) at step 3000 in 2.3 h wall (8332 s, of it
+      # ~15 min paused for benchmarks and ~15 min sharing the cores with a CI run): the 4000-step run's BLEU
+      # in 3000 steps, still 2.1 below the GRU's 12.11 there.
       config.model.update(d_model=256, d_ff=1024, num_encoder_layers=3, num_decoder_layers=3)
       task.max_tokens = 4096
       config.optimizer.learning_rate = 4e-3

@@ -35,6 +35,20 @@ def test_dot_product_scores_match_loop(scale, factor):
                              atol=1e-5)
 
 
+def test_bfloat16_scores_are_float32_logits_within_bfloat16_rounding():
+  # The scale is applied to the bfloat16 query (d_k = 5: 1/sqrt(5) is not a power of 2, so q is rounded once
+  # more); the logits still come back in float32 and within a few bfloat16 ulps of the exact dot products.
+  query, key = _query_key(seed=3)
+  query16, key16 = (jax.numpy.asarray(x, jax.numpy.bfloat16) for x in (query, key))
+  logits = ops.dot_product_scores(query16, key16)
+  assert logits.dtype == jax.numpy.float32
+  exact = _loop_scores(np.asarray(query16, np.float32), np.asarray(key16, np.float32),
+                       lambda q, k, h: DIM ** -0.5 * q @ k)
+  bound = 2 * 2.0 ** -8 * (DIM ** -0.5) * _loop_scores(np.abs(np.asarray(query16, np.float32)),
+                                                       np.abs(np.asarray(key16, np.float32)), lambda q, k, h: q @ k)
+  assert np.all(np.abs(np.asarray(logits) - exact) <= bound + 1e-6)
+
+
 def test_luong_dot_scores_are_unscaled_dot_products():
   query, key = _query_key(1)
   np.testing.assert_allclose(ops.luong_dot_scores(query, key), _loop_scores(query, key, lambda q, k, h: q @ k),

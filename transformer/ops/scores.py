@@ -34,9 +34,10 @@ def dot_product_scores(query, key, scale: bool | float = True, precision=None):
   if scale is not None:
     # Scaling the query (as flax does) is one pass over [batch, q_length, heads, d_k] instead of one over the
     # [batch, heads, q_length, kv_length] logits, forward and backward: about 5% of the forward+backward time
-    # at 512-1024 tokens. In bfloat16 it rounds q once more (exactly only when d_k is a power of 4).
+    # at 512-1024 tokens. In bfloat16 the scaled query is rounded once more, unless the scale is a power of 2
+    # (d_k a power of 4, e.g. 64).
     query = query * jnp.asarray(scale, query.dtype)
-  # Logits accumulate and stay in float32 (as jax.nn does) so bfloat16 inputs lose nothing before softmax.
+  # Logits accumulate and stay in float32 (as jax.nn does): no rounding between the dot and the softmax.
   # Heads moved next to batch before the dot (not inside the einsum): XLA then runs a plain batched
   # matmul over [batch * heads] instead of choosing strided layouts; on CPU this made the float32
   # forward at 128-256 tokens 1.7-2.5x faster (benchmarks/attention.py).
