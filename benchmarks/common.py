@@ -312,24 +312,35 @@ def command(script: str, argv: Sequence[str] | None) -> str:
   return " ".join(["python", "-m", f"benchmarks.{script}", *map(shlex.quote, arguments)])
 
 
+def section_name(script: str) -> str:
+  """The RESULTS.md section a script's run writes: ``script`` on CPU, ``script.<backend>`` on an accelerator,
+  so a GPU run sits beside the CPU one instead of replacing it."""
+  backend = jax.default_backend()
+  return script if backend == "cpu" else f"{script}.{backend}"
+
+
 def section(report: Report, argv: Sequence[str] | None, machine: str, today: str | None = None) -> str:
   today = today or datetime.date.today().isoformat()
-  return (f"<!-- benchmarks.{report.script} -->\n## {report.title}\n\n"
+  name = section_name(report.script)
+  title = report.title if name == report.script else f"{report.title} on {jax.default_backend().upper()}"
+  return (f"<!-- benchmarks.{name} -->\n## {title}\n\n"
           f"- Command: `{command(report.script, argv)}`\n- Machine: {machine}\n- Versions: {versions()}\n"
-          f"- Date: {today}\n\n{report.text()}<!-- /benchmarks.{report.script} -->\n")
+          f"- Date: {today}\n\n{report.text()}<!-- /benchmarks.{name} -->\n")
 
 
 def update_results(report: Report, argv: Sequence[str] | None, machine: str, path: str | None = None) -> None:
-  """Replace (or add) the script's section of RESULTS.md, keeping the others; sections follow ``SCRIPTS``."""
+  """Replace (or add) the run's section of RESULTS.md (``section_name``), keeping the others; sections follow
+  ``SCRIPTS``, each script's accelerator sections after its CPU one."""
   path = path or RESULTS_PATH
   sections = {}
   if os.path.exists(path):
     with open(path) as f:
       text = f.read()
-    pattern = re.compile(r"<!-- benchmarks\.(\w+) -->\n.*?<!-- /benchmarks\.\1 -->\n", re.DOTALL)
+    pattern = re.compile(r"<!-- benchmarks\.([\w.]+) -->\n.*?<!-- /benchmarks\.\1 -->\n", re.DOTALL)
     sections = {match.group(1): match.group(0) for match in pattern.finditer(text)}
-  sections[report.script] = section(report, argv, machine)
-  order = [name for name in SCRIPTS if name in sections] + sorted(set(sections) - set(SCRIPTS))
+  sections[section_name(report.script)] = section(report, argv, machine)
+  rank = {script: index for index, script in enumerate(SCRIPTS)}
+  order = sorted(sections, key=lambda name: (rank.get(name.split(".")[0], len(SCRIPTS)), name))
   with open(path, "w") as f:
     f.write(RESULTS_HEADER + "".join("\n" + sections[name] for name in order))
 

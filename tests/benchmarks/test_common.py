@@ -50,6 +50,27 @@ def test_update_results_replaces_own_section_and_keeps_others_in_question_order(
   assert "`python -m benchmarks.train_step --b`" in text and text.count("<!-- benchmarks.train_step -->") == 1
 
 
+def test_accelerator_run_writes_its_own_section_beside_the_cpu_one(tmp_path, monkeypatch):
+  path = str(tmp_path / "RESULTS.md")
+
+  def report(script, value):
+    return common.Report(script, f"{script} title", ["name", "value"], rows=[["x", value]])
+
+  common.update_results(report("train_step", 1.5), [], "cpu machine", path)
+  common.update_results(report("decoding", 4.5), [], "cpu machine", path)
+  monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+  common.update_results(report("train_step", 2.5), ["--dtype=bfloat16"], "gpu machine", path)
+  common.update_results(report("attention", 3.5), [], "gpu machine", path)
+  common.update_results(report("train_step", 5.5), ["--dtype=bfloat16"], "gpu machine", path)
+  text = open(path).read()
+  assert "| x | 1.50 |" in text and "| x | 2.50 |" not in text and "| x | 5.50 |" in text  # GPU replaced GPU only
+  assert text.count("<!-- benchmarks.train_step.gpu -->") == 1 and "## train_step title on GPU" in text
+  # Question order, each script's accelerator section right after its CPU one.
+  starts = [text.index(f"<!-- benchmarks.{name} -->") for name in ("attention.gpu", "train_step", "train_step.gpu",
+                                                                    "decoding")]
+  assert starts == sorted(starts)
+
+
 def test_time_interleaved_takes_turns_and_rotates_who_goes_first():
   order = []
   calls = {name: (lambda name=name: order.append(name)) for name in ("a", "b", "c")}

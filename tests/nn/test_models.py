@@ -181,6 +181,22 @@ def test_decoder_logits_index_projects_only_that_position(model):
     np.testing.assert_allclose(one[:, 0], full[:, index], atol=1e-5)
 
 
+def test_bfloat16_tied_output_projection_accumulates_in_float32():
+  """In bfloat16 the tied projection multiplies bfloat16 operands but returns float32 sums: logits close to
+  the float32 model's (same parameters), and not merely bfloat16 values cast up."""
+  config = CONFIG.replace(d_model=64, num_heads=4, d_ff=64, vocab_size=512)
+  source, targets = _tokens(11, 7), _tokens(12, 6)
+  params = EncoderDecoder(config).init(jax.random.key(0), source, targets)["params"]
+  logits = {dtype: EncoderDecoder(config.replace(dtype=dtype)).apply({"params": params}, source, targets)
+            for dtype in ("float32", "bfloat16")}
+  low = np.asarray(logits["bfloat16"])
+  assert low.dtype == np.float32
+  rounded = np.asarray(jnp.asarray(low).astype(jnp.bfloat16).astype(jnp.float32))
+  assert np.mean(low != rounded) > 0.5  # float32 results; a bfloat16 product would round every one
+  error = np.abs(low - np.asarray(logits["float32"])).max() / np.abs(np.asarray(logits["float32"])).max()
+  assert error < 0.05, error
+
+
 def test_encoder_classifier_shape_and_mean_pooling_ignores_padding():
   config = CONFIG.replace(num_classes=3)
   tokens = _tokens(9, 6, padding_from=2)

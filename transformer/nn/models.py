@@ -93,7 +93,10 @@ class Decoder(nn.Module):
     if logits_index is not None:
       x = jax.lax.dynamic_slice_in_dim(x, logits_index, 1, axis=1)
     if config.tie_output_embedding:
-      logits = embedding.attend(x.astype(jnp.float32))
+      # Operands in the compute dtype (in bfloat16 this matmul is a large share of a step's FLOPs: d_model x
+      # vocabulary per target token), products accumulated and returned in float32 for the softmax.
+      x, table = x.astype(config.compute_dtype), embedding.embedding.astype(config.compute_dtype)
+      logits = jnp.einsum("bld,vd->blv", x, table, preferred_element_type=jnp.float32)
     else:
       logits = nn.Dense(config.output_vocab_size, dtype=config.compute_dtype, name="logits")(x)
     return logits.astype(jnp.float32)
