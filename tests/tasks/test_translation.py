@@ -98,3 +98,20 @@ def test_choosing_the_length_penalty_reuses_the_bleu_already_measured(raw_dir, t
   chosen, metrics = task.choose_length_penalty(None, None, known={0.6: 30.0})
   assert decoded == [("validation", 2.0)]
   assert chosen == 0.6 and metrics["bleu_by_length_penalty"] == {"0.6": 30.0, "2.0": 20.0}
+
+
+def test_fixed_batch_shape_gives_one_shape_and_keeps_every_example(raw_dir, tmp_path):
+  """``task.fixed_batch_shape``: every training batch [max_tokens // max_length, max_length] (one compiled
+  step), and evaluation still sees each validation sentence exactly once."""
+  from transformer.tasks import build_task
+
+  config = tiny_translation_config(raw_dir, tmp_path / "tfds", **{"task.fixed_batch_shape": True})
+  task = build_task(config)
+  iterator = task.train_iterator(batch_size=0, seed=0)
+  shapes = {next(iterator)["source"].shape for _ in range(12)}
+  assert shapes == {(512 // 32 // 8 * 8, 32)}  # batch rows a multiple of batch_size_multiple (8)
+  indices = [index for batch in task.eval_batches(0) for index in batch["index"].tolist() if index >= 0]
+  assert sorted(indices) == list(range(SIZES["val"]))
+  bucketed = build_task(tiny_translation_config(raw_dir, tmp_path / "tfds"))
+  bucketed_iterator = bucketed.train_iterator(batch_size=0, seed=0)
+  assert len({next(bucketed_iterator)["source"].shape for _ in range(12)}) > 1  # the default: length buckets

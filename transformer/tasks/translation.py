@@ -4,6 +4,8 @@
 files; default ``$TRANSFORMER_DATA_DIR``, else the official download), data_dir (TFDS data dir; default
 ``$TFDS_DATA_DIR`` or ``~/tensorflow_datasets``), vocab_size, shared_vocab, max_tokens (per batch, each side),
 max_length (training filter only: evaluation never drops or truncates), batch_size_multiple (devices),
+fixed_batch_shape (one ``[max_tokens // max_length, max_length]`` batch shape instead of length buckets: one
+compilation, more padding),
 eval_split (checkpoint selection), test_splits, beam_size, length_penalty, length_penalty_candidates (``--mode=eval``
 decodes the tests with the one of these that scores the highest BLEU on eval_split; empty: length_penalty),
 bleu_tokenize (sacreBLEU tokenizer: ``13a`` on detokenised text, ``none`` for pre-tokenised references like
@@ -56,7 +58,7 @@ class TranslationTask(Seq2SeqTask):
     task = self.config.task
     return batching.TokenBatcher(examples, max_tokens=task.max_tokens, max_length=task.max_length, train=train,
                                  seed=seed, batch_size_multiple=task.batch_size_multiple,
-                                 include_index=not train)
+                                 fixed_shape=task.fixed_batch_shape, include_index=not train)
 
   def train_iterator(self, batch_size, seed, shard_index=0, shard_count=1):
     del batch_size  # batches are sized by config.task.max_tokens
