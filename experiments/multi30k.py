@@ -83,6 +83,15 @@ def get_config(variant: str = "transformer_small"):
     config.eval_every = 2000
     config.checkpoint_every = 500
   else:  # the paper's base model (defaults of ModelConfig)
+    # Not trained to a result yet. One try on a lent H100 (2026-11-24, JAX 0.11.2, bfloat16,
+    # --config.model.dtype=bfloat16 --config.task.max_tokens=8192 --config.task.max_length=64, 3000 steps
+    # planned inside a 330-second limit of that machine's 10-minute command) reached step 67. The step
+    # compiles once per length bucket (7 shapes here), and the benchmark measured 38-60 s per compilation of
+    # this step on that GPU, so compiling, not training, took most of the time (per-shape compile times were
+    # not logged in the run; XLA_FLAGS=--xla_gpu_autotune_level=0 was set and did not make it short). The
+    # steps themselves are fast (benchmarks/RESULTS.md, train_step.gpu: 21 ms at 128 x 64+64 tokens). Next
+    # try: --config.task.fixed_batch_shape=True (one shape) and a persistent compilation cache
+    # (JAX_COMPILATION_CACHE_DIR) so a resumed run does not compile again.
     config.optimizer.learning_rate = (512 * 4000) ** -0.5  # d_model^-0.5 * warmup^-0.5 (paper eq. 3)
     config.optimizer.warmup_steps = 4000
     config.num_train_steps = 20000
