@@ -92,3 +92,11 @@ def test_time_interleaved_budget_is_judged_by_the_first_round_without_warm_up():
   assert len(timing.times) == len(calls_made) == 2  # 0.25 s holds two 0.1 s calls, not 50
   fast = common.time_interleaved({"fast": lambda: None}, warmup=0, repeats=4, budget_s=10.0)["fast"]
   assert len(fast.times) == 4
+
+
+def test_train_step_rejects_a_batch_size_below_one(capsys):
+  from benchmarks import train_step
+
+  with pytest.raises(SystemExit):
+    train_step.main(["--smoke", "--batch", "0"])
+  assert "batch sizes must be >= 1, got 0" in capsys.readouterr().err
