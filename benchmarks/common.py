@@ -13,6 +13,7 @@ Conventions of the scripts in this folder:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import datetime
 import math
@@ -31,7 +32,8 @@ import numpy as np
 
 RESULTS_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "RESULTS.md")
 # Sections of RESULTS.md, in the order of the questions (benchmarks/README.md).
-SCRIPTS = ("attention", "chunked_attention", "train_step", "decoding", "input_pipeline", "sequence_length")
+SCRIPTS = ("attention", "chunked_attention", "train_step", "step_profile", "decoding", "input_pipeline",
+           "sequence_length")
 RESULTS_HEADER = ("# Benchmark results\n\nWritten by the scripts in `benchmarks/` (one section each, replaced "
                   "when the script runs again without `--smoke`); do not edit by hand.\n")
 
@@ -136,6 +138,18 @@ def compile_timed(fn: Callable, *args, compiler_options: dict | None = None):
 def disable_persistent_cache() -> None:
   """Measure real compile times: no reading of compiled programs from disk in this process."""
   jax.config.update("jax_enable_compilation_cache", False)
+
+
+@contextlib.contextmanager
+def persistent_cache_disabled():
+  """``disable_persistent_cache`` for the duration of a block only. Also for reading a compiled program's
+  metadata (``op_name``): a cached program may carry that of an earlier trace of the same computation."""
+  enabled = jax.config.jax_enable_compilation_cache
+  jax.config.update("jax_enable_compilation_cache", False)
+  try:
+    yield
+  finally:
+    jax.config.update("jax_enable_compilation_cache", enabled)
 
 
 # ---------------------------------------------------------------------------------------------- memory

@@ -100,3 +100,12 @@ def test_train_step_rejects_a_batch_size_below_one(capsys):
   with pytest.raises(SystemExit):
     train_step.main(["--smoke", "--batch", "0"])
   assert "batch sizes must be >= 1, got 0" in capsys.readouterr().err
+
+
+def test_persistent_cache_disabled_only_inside_the_block():
+  before = jax.config.jax_enable_compilation_cache
+  with pytest.raises(RuntimeError):
+    with common.persistent_cache_disabled():
+      assert jax.config.jax_enable_compilation_cache is False
+      raise RuntimeError("leaving the block by an error also restores the setting")
+  assert jax.config.jax_enable_compilation_cache == before

@@ -36,6 +36,7 @@ def dropout(x, rate: float, rng, broadcast_dims=()):
   if threshold == 0:
     return x
   mask_shape = tuple(1 if axis in broadcast_dims else size for axis, size in enumerate(x.shape))
-  keep = jax.random.bits(rng, mask_shape, jnp.uint8) >= jnp.uint8(threshold)
-  scale = _MASK_LEVELS / (_MASK_LEVELS - threshold)
-  return jnp.where(keep, x * jnp.asarray(scale, x.dtype), jnp.zeros((), x.dtype))
+  with jax.named_scope("dropout"):  # names its ops in compiled HLO and profiles (benchmarks/step_profile.py)
+    keep = jax.random.bits(rng, mask_shape, jnp.uint8) >= jnp.uint8(threshold)
+    scale = _MASK_LEVELS / (_MASK_LEVELS - threshold)
+    return jnp.where(keep, x * jnp.asarray(scale, x.dtype), jnp.zeros((), x.dtype))

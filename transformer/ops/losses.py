@@ -20,23 +20,24 @@ def softmax_cross_entropy(logits, targets, label_smoothing: float = 0.0):
   Returns:
     ``[...]`` float32 losses.
   """
-  vocab_size = logits.shape[-1]
-  logits = logits.astype(jnp.float32)
-  # log p_i = logits_i - logsumexp(logits): computed per position from three [...] reductions, so no
-  # [..., vocab] array of log-probabilities is written (the backward is one fused softmax pass).
-  log_normalizer = jax.nn.logsumexp(logits, axis=-1)
-  true_log_prob = jnp.take_along_axis(logits, targets[..., None], axis=-1)[..., 0] - log_normalizer
-  confidence = 1.0 - label_smoothing
-  loss = -confidence * true_log_prob
-  if label_smoothing > 0.0:
-    low_confidence = label_smoothing / (vocab_size - 1)
-    sum_log_probs = jnp.sum(logits, axis=-1) - vocab_size * log_normalizer
-    # Sum over the wrong classes = sum over all classes minus the true one.
-    loss = loss - low_confidence * (sum_log_probs - true_log_prob)
-    minimum = -(confidence * jnp.log(confidence) + (vocab_size - 1) * low_confidence
-                * jnp.log(low_confidence + 1e-20))
-    loss = loss - minimum
-  return loss
+  with jax.named_scope("cross_entropy"):  # a name for its ops in compiled HLO and profiles
+    vocab_size = logits.shape[-1]
+    logits = logits.astype(jnp.float32)
+    # log p_i = logits_i - logsumexp(logits): computed per position from three [...] reductions, so no
+    # [..., vocab] array of log-probabilities is written (the backward is one fused softmax pass).
+    log_normalizer = jax.nn.logsumexp(logits, axis=-1)
+    true_log_prob = jnp.take_along_axis(logits, targets[..., None], axis=-1)[..., 0] - log_normalizer
+    confidence = 1.0 - label_smoothing
+    loss = -confidence * true_log_prob
+    if label_smoothing > 0.0:
+      low_confidence = label_smoothing / (vocab_size - 1)
+      sum_log_probs = jnp.sum(logits, axis=-1) - vocab_size * log_normalizer
+      # Sum over the wrong classes = sum over all classes minus the true one.
+      loss = loss - low_confidence * (sum_log_probs - true_log_prob)
+      minimum = -(confidence * jnp.log(confidence) + (vocab_size - 1) * low_confidence
+                  * jnp.log(low_confidence + 1e-20))
+      loss = loss - minimum
+    return loss
 
 
 def weighted_sum(values, weights=None):

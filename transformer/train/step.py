@@ -54,11 +54,12 @@ def make_train_step(task, model, optimizer: optax.GradientTransformation, grad_a
     grads, weight_sum, metrics = gradients(state.params, batch, rng)
     if axis_name is not None:
       grads, weight_sum, metrics = jax.lax.psum((grads, weight_sum, metrics), axis_name)
-    grads = jax.tree.map(lambda g: g / jnp.maximum(weight_sum, 1.0), grads)
-    updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
-    params = optax.apply_updates(state.params, updates)
-    metrics = dict(metrics)
-    metrics["grad_norm"] = (optax.tree.norm(grads), jnp.ones((), jnp.float32))
+    with jax.named_scope("optimizer"):  # a name for its ops in compiled HLO and profiles
+      grads = jax.tree.map(lambda g: g / jnp.maximum(weight_sum, 1.0), grads)
+      updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
+      params = optax.apply_updates(state.params, updates)
+      metrics = dict(metrics)
+      metrics["grad_norm"] = (optax.tree.norm(grads), jnp.ones((), jnp.float32))
     return state.replace(step=state.step + 1, params=params, opt_state=opt_state), metrics
 
   return train_step

@@ -1,0 +1,275 @@
+"""Questions 3 and 7: where the time of our train step goes, from a profiler trace.
+
+    python -m benchmarks.step_profile                  # base config, float32, batch 16 (CPU)
+    python -m benchmarks.step_profile --dtype=bfloat16 --batch 512 --steps 10   # on a GPU
+    python -m benchmarks.step_profile --smoke          # a tiny model, prints only
+
+``train_step.py`` says how fast the step is (tokens/s, MFU); this says why. It compiles ours exactly as
+``train_step.py`` does (``compile_step``), runs ``--steps`` steps under ``jax.profiler.trace`` (a Perfetto
+trace, plain JSON: no TensorBoard needed), and attributes each XLA op's time to
+
+- a part of the model, from the op's ``op_name`` metadata in the compiled HLO (the Flax module path and
+  JAX name scopes): dropout and its random bits, layer norm, attention, feed-forward, the loss
+  (``cross_entropy`` scope of ``transformer.ops``), the rest of the model (embeddings, the tied output
+  projection), the optimizer (``optimizer`` scope of the train step), and whatever names none of these;
+- matmul or not: a ``dot``/``convolution``, a fusion whose computation holds one, or a cuBLAS/cuDNN call.
+
+Op time is exclusive (an op's time minus the ops nested inside it, e.g. a while loop's body). On a GPU it is
+kernel time on the device; on the CPU it is thread time summed over the threads that run XLA's ops, which
+can exceed the wall time when ops run in parallel. Two numbers explain an MFU: the matmul share of the op
+time, and the matmul efficiency (model FLOPs over the matmul time, against the matmul peak measured in this
+run; counted only on a GPU, where the kernels run one at a time). ``ratios`` has both, and the device's busy
+fraction (op time over wall time; below 1 means the device waited for the host).
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+import glob
+import gzip
+import json
+import os
+import re
+import sys
+import tempfile
+import time
+
+import jax
+import jax.numpy as jnp
+
+from benchmarks import common
+from benchmarks import train_step
+from transformer.tasks import build_task
+
+# (part, pattern on the lower-cased op_name): the first that matches names the part. Norms before attention
+# ("self_attention_norm" is a norm); dropout's random bits come from jax.random (threefry) inside the
+# "dropout" name scope of transformer.ops.dropout, and Flax's make_rng folds module paths into keys.
+PARTS = (
+    ("dropout and RNG", re.compile(r"dropout|threefry|random_bits|random_fold_in")),
+    ("layer norm", re.compile(r"_norm\b|/norm\b|layer_norm|layernorm")),
+    ("attention", re.compile(r"attention")),
+    ("feed-forward", re.compile(r"feed_forward")),
+    ("loss", re.compile(r"cross_entropy|take_along_axis|logsumexp")),
+    ("embeddings, output projection, rest of model", re.compile(r"encoderdecoder|embed")),
+    ("optimizer (gradient scaling, clipping, Adam)", re.compile(r"optimizer")),
+)
+OTHER_PART = "other"
+MATMUL_INSTRUCTION = re.compile(r"\b(dot|convolution)\(|__cublas|__cudnn|custom_call_target=\"[^\"]*(gemm|matmul)")
+_COMPUTATION_START = re.compile(r"^(?:ENTRY )?%?([\w.\-]+)\s.*\{\s*$")
+_INSTRUCTION = re.compile(r"^\s*(?:ROOT )?%?([\w.\-]+) = ")
+_CALLS = re.compile(r"\bcalls=%?([\w.\-]+)")
+_OP_NAME = re.compile(r'op_name="([^"]*)"')
+
+
+def add_arguments(parser):
+  parser.add_argument("--config", default="transformer_base", choices=sorted(train_step.VOCAB_SIZES))
+  parser.add_argument("--batch", type=train_step.positive_int, default=16)
+  parser.add_argument("--length", type=int, default=64, help="source and target tokens per example")
+  parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+  parser.add_argument("--steps", type=train_step.positive_int, default=3, help="steps inside the trace")
+  parser.add_argument("--matmul_size", type=int, default=None,
+                      help="side of the peak matmul (default 2048 on CPU, 8192 on an accelerator)")
+  parser.add_argument("--no_dropout", action="store_true", help="train without dropout")
+  parser.add_argument("--top", type=int, default=15, help="how many of the slowest ops to list")
+  parser.add_argument("--trace_dir", default=None, help="keep the trace here (default: a temporary folder)")
+
+
+# ------------------------------------------------------------------------------------------ the compiled HLO
+
+@dataclasses.dataclass(frozen=True)
+class HloOp:
+  """What the compiled HLO says about one instruction: where in the program it came from, and whether it
+  multiplies matrices."""
+  op_name: str
+  matmul: bool
+
+
+def parse_hlo(text: str) -> dict[str, HloOp]:
+  """Instruction name -> ``HloOp`` for every instruction of the compiled HLO ``text`` (``Compiled.as_text()``).
+
+  An instruction is a matmul when it is a ``dot``/``convolution`` or a cuBLAS/cuDNN call, or when it is a
+  fusion whose computation (or one it calls) holds one.
+  """
+  computations: dict[str, list[tuple[str, str]]] = {}
+  current = None
+  for line in text.splitlines():
+    instruction = _INSTRUCTION.match(line)
+    if instruction and current is not None:
+      computations[current].append((instruction.group(1), line))
+      continue
+    start = _COMPUTATION_START.match(line)
+    if start:
+      current = start.group(1)
+      computations[current] = []
+
+  holds_matmul: dict[str, bool] = {}
+
+  def computation_has_matmul(name: str, seen=()) -> bool:
+    if name not in holds_matmul:
+      holds_matmul[name] = False  # no recursion through cycles
+      holds_matmul[name] = any(line_is_matmul(line, seen + (name,)) for _, line in computations.get(name, ()))
+    return holds_matmul[name]
+
+  def line_is_matmul(line: str, seen) -> bool:
+    if MATMUL_INSTRUCTION.search(line):
+      return True
+    called = _CALLS.search(line)
+    return bool(called and " fusion(" in line and called.group(1) not in seen
+                and computation_has_matmul(called.group(1), seen))
+
+  ops = {}
+  for instructions in computations.values():
+    for name, line in instructions:
+      op_name = _OP_NAME.search(line)
+      ops[name] = HloOp(op_name.group(1) if op_name else "", line_is_matmul(line, ()))
+  return ops
+
+
+def model_part(op_name: str) -> str:
+  """The part of the train step an ``op_name`` belongs to (``PARTS``, else ``OTHER_PART``)."""
+  lowered = op_name.lower()
+  for part, pattern in PARTS:
+    if pattern.search(lowered):
+      return part
+  return OTHER_PART
+
+
+# ----------------------------------------------------------------------------------------------- the trace
+
+def exclusive_op_times(events) -> dict[str, float]:
+  """Microseconds per HLO op: each complete event that names an ``hlo_op``, minus the time of the
+  ``hlo_op`` events nested inside it on the same thread (a while loop's body, a fusion's kernels)."""
+  by_thread = collections.defaultdict(list)
+  for event in events:
+    if event.get("ph") == "X" and "hlo_op" in event.get("args", {}):
+      by_thread[(event.get("pid"), event.get("tid"))].append(event)
+  totals = collections.Counter()
+  for thread_events in by_thread.values():
+    # Parents first: earlier start, and at equal starts the longer event.
+    thread_events.sort(key=lambda event: (float(event["ts"]), -float(event.get("dur", 0.0))))
+    open_events = []  # [end, op, child time] of the enclosing events
+    for event in thread_events:
+      start, duration = float(event["ts"]), float(event.get("dur", 0.0))
+      while open_events and open_events[-1][0] <= start:
+        end, op, children = open_events.pop()
+        totals[op] -= children
+      if open_events:
+        open_events[-1][2] += duration
+      totals[event["args"]["hlo_op"]] += duration
+      open_events.append([start + duration, event["args"]["hlo_op"], 0.0])
+    for _, op, children in open_events:
+      totals[op] -= children
+  return dict(totals)
+
+
+def device_events(events) -> list[dict]:
+  """The trace events of the accelerator (processes named ``/device:GPU:...`` etc.); on the CPU, all."""
+  processes = {event["pid"]: event.get("args", {}).get("name", "") for event in events
+               if event.get("ph") == "M" and event.get("name") == "process_name"}
+  device_pids = {pid for pid, name in processes.items() if name.startswith("/device:")}
+  if not device_pids or jax.default_backend() == "cpu":
+    return list(events)
+  return [event for event in events if event.get("pid") in device_pids]
+
+
+def read_trace(trace_dir: str) -> list[dict]:
+  paths = sorted(glob.glob(os.path.join(trace_dir, "**", "perfetto_trace.json.gz"), recursive=True))
+  if not paths:
+    raise FileNotFoundError(f"jax.profiler wrote no perfetto_trace.json.gz under {trace_dir}; this JAX may not "
+                            "support create_perfetto_trace.")
+  with gzip.open(paths[-1], "rt") as f:
+    trace = json.load(f)
+  return trace["traceEvents"] if isinstance(trace, dict) else trace
+
+
+def profile(step: train_step.CompiledStep, steps: int, trace_dir: str) -> tuple[dict[str, float], float]:
+  """(microseconds per HLO op per step, wall seconds per step) over ``steps`` traced steps of ``step``."""
+  jax.block_until_ready(step())  # warm: the first call after compiling allocates
+  with jax.profiler.trace(trace_dir, create_perfetto_trace=True):
+    start = time.perf_counter()
+    for _ in range(steps):
+      metrics = step()
+    jax.block_until_ready(metrics)
+    wall = (time.perf_counter() - start) / steps
+  times = exclusive_op_times(device_events(read_trace(trace_dir)))
+  return {op: micros / steps for op, micros in times.items()}, wall
+
+
+# -------------------------------------------------------------------------------------------------- report
+
+def main(argv=None) -> common.Report:
+  args = common.parse_args(__doc__.splitlines()[0], argv, add_arguments)
+  machine = common.machine_description()
+  accelerator = jax.default_backend() != "cpu"
+  batch_size, length = (2, 8) if args.smoke else (args.batch, args.length)
+  matmul_size = 128 if args.smoke else (args.matmul_size or (8192 if accelerator else 2048))
+  peak = common.matmul_peak(matmul_size, jnp.dtype(args.dtype), warmup=args.warmup, repeats=max(args.repeats, 3))
+
+  config, model_config = train_step.experiment_config(args.config, args.smoke, args.no_dropout, dtype=args.dtype)
+  model = build_task(config).build_model(model_config)
+  batch = train_step.random_batch(batch_size, length, length, model_config.vocab_size)
+  with common.persistent_cache_disabled():  # op_name metadata of this trace, not of a cached program
+    step = train_step.compile_step(config, model, batch, smoke=args.smoke)
+  hlo = parse_hlo(step.compiled.as_text())
+  flops = common.encoder_decoder_flops(model_config, batch_size, length, length)["total"]
+  print(f"{args.config} batch {batch_size}: compiled in {step.compile_seconds:.1f} s; tracing {args.steps} steps",
+        flush=True)
+  if args.trace_dir:
+    op_micros, wall = profile(step, args.steps, args.trace_dir)
+  else:
+    with tempfile.TemporaryDirectory() as trace_dir:
+      op_micros, wall = profile(step, args.steps, trace_dir)
+  if not op_micros:
+    raise RuntimeError("the trace holds no XLA op events (no 'hlo_op' arguments); cannot attribute the step's time.")
+
+  unknown = sum(micros for op, micros in op_micros.items() if op not in hlo)
+  per_part = collections.defaultdict(lambda: [0.0, 0.0])  # part -> [matmul us, other us]
+  for op, micros in op_micros.items():
+    info = hlo.get(op, HloOp("", False))
+    per_part[model_part(info.op_name)][0 if info.matmul else 1] += micros
+  total = sum(op_micros.values())
+  matmul = sum(matmul_us for matmul_us, _ in per_part.values())
+
+  name = args.config + (" (smoke size)" if args.smoke else "")
+  report = common.Report(
+      "step_profile", "Where the train step's time goes: a profiler trace by model part (benchmarks/step_profile.py)",
+      ["config", "part", "matmul ms/step", "other ms/step", "share of op time %"])
+  order = [part for part, _ in PARTS] + [OTHER_PART]
+  for part in sorted(per_part, key=order.index):
+    matmul_us, other_us = per_part[part]
+    report.rows.append([name, part, matmul_us / 1e3, other_us / 1e3, 100 * (matmul_us + other_us) / total])
+  report.rows.append([name, "total", matmul / 1e3, (total - matmul) / 1e3, 100.0])
+
+  report.ratios["matmul share of op time"] = matmul / total
+  report.ratios["op time / wall time"] = total / 1e6 / wall
+  mfu = flops / wall / peak
+  report.ratios["MFU"] = mfu
+  efficiency_note = ""
+  if accelerator:
+    efficiency = flops / (matmul / 1e6) / peak
+    report.ratios["matmul efficiency"] = efficiency
+    efficiency_note = (f" Matmul efficiency (model FLOPs / matmul kernel time / peak) {efficiency:.0%}: the "
+                       f"MFU is that times the matmul share ({matmul / total:.0%}) times the busy fraction "
+                       f"({total / 1e6 / wall:.0%}).")
+  slowest = sorted(op_micros.items(), key=lambda item: -item[1])[:args.top]
+  listing = "; ".join(
+      f"{op} ({model_part(hlo.get(op, HloOp('', False)).op_name)}{', matmul' if hlo.get(op, HloOp('', False)).matmul else ''}) "
+      f"{micros / 1e3:.2f} ms" for op, micros in slowest)
+  where = "GPU kernel time" if accelerator else "thread time summed over XLA's CPU threads"
+  report.notes += [
+      f"Batch {batch_size} x {length} source + {length} target tokens, {args.dtype} compute, dropout "
+      f"{'off' if args.no_dropout else 'as configured'}; {args.steps} traced steps after a warm-up, the same "
+      f"compiled step as benchmarks/train_step.py.",
+      f"Wall time {1e3 * wall:.2f} ms/step under the profiler; op time ({where}) {total / 1e3:.2f} ms/step; "
+      f"MFU {mfu:.1%} against a {args.dtype} {matmul_size}x{matmul_size} matmul peak of {peak / 1e9:,.1f} "
+      f"GFLOP/s measured in this run.{efficiency_note}",
+      f"Matmuls are {matmul / total:.1%} of the op time. Parts come from each op's op_name metadata (Flax module "
+      f"path and JAX name scopes); a fusion counts wholly as its root op's part"
+      + (f"; {unknown / total:.1%} of the op time is in ops the HLO text does not name" if unknown else "") + ".",
+      f"Slowest ops per step: {listing}.",
+  ]
+  return common.finish(report, args, argv, machine)
+
+
+if __name__ == "__main__":
+  main(sys.argv[1:])
