@@ -1,6 +1,6 @@
 """Questions 3 and 7: where the time of our train step goes, from a profiler trace.
 
-    python -m benchmarks.step_profile                  # base config, float32, batch 16 (CPU)
+    python -m benchmarks.step_profile --flax_stock     # base config, float32, batch 16, beside flax-stock (CPU)
     python -m benchmarks.step_profile --dtype=bfloat16 --batch 512 --steps 10   # on a GPU
     python -m benchmarks.step_profile --smoke          # a tiny model, prints only
 
@@ -20,6 +20,10 @@ can exceed the wall time when ops run in parallel. Two numbers explain an MFU: t
 time, and the matmul efficiency (model FLOPs over the matmul time, against the matmul peak measured in this
 run; counted only on a GPU, where the kernels run one at a time). ``ratios`` has both, and the device's busy
 fraction (op time over wall time; below 1 means the device waited for the host).
+
+``--flax_stock`` profiles ``train_step.py``'s flax-stock model (the same model from flax's stock layers) beside
+ours: both run the same matmuls, so the notes say how much of the other ops ours would have to shed for a
+given speed-up over it.
 """
 from __future__ import annotations
 
@@ -45,12 +49,12 @@ from transformer.tasks import build_task
 # ("self_attention_norm" is a norm); dropout's random bits come from jax.random (threefry) inside the
 # "dropout" name scope of transformer.ops.dropout, and Flax's make_rng folds module paths into keys.
 PARTS = (
-    ("dropout and RNG", re.compile(r"dropout|threefry|random_bits|random_fold_in")),
+    ("dropout and RNG", re.compile(r"dropout|threefry|random_bits|random_fold_in|bernoulli")),
     ("layer norm", re.compile(r"_norm\b|/norm\b|layer_norm|layernorm")),
     ("attention", re.compile(r"attention")),
-    ("feed-forward", re.compile(r"feed_forward")),
+    ("feed-forward", re.compile(r"feed_forward|/dense_\d+/")),  # flax-stock's feed-forward: Dense_N
     ("loss", re.compile(r"cross_entropy|take_along_axis|logsumexp")),
-    ("embeddings, output projection, rest of model", re.compile(r"encoderdecoder|embed")),
+    ("embeddings, output projection, rest of model", re.compile(r"encoderdecoder|flaxstocktransformer|embed")),
     ("optimizer (gradient scaling, clipping, Adam)", re.compile(r"optimizer")),
 )
 OTHER_PART = "other"
@@ -70,7 +74,9 @@ def add_arguments(parser):
   parser.add_argument("--matmul_size", type=int, default=None,
                       help="side of the peak matmul (default 2048 on CPU, 8192 on an accelerator)")
   parser.add_argument("--no_dropout", action="store_true", help="train without dropout")
-  parser.add_argument("--top", type=int, default=15, help="how many of the slowest ops to list")
+  parser.add_argument("--top", type=int, default=10, help="how many of the slowest ops to list")
+  parser.add_argument("--flax_stock", action="store_true",
+                      help="also profile the model built from flax's stock layers (train_step.py's flax-stock)")
   parser.add_argument("--trace_dir", default=None, help="keep the trace here (default: a temporary folder)")
 
 
@@ -197,6 +203,44 @@ def profile(step: train_step.CompiledStep, steps: int, trace_dir: str) -> tuple[
 
 # -------------------------------------------------------------------------------------------------- report
 
+@dataclasses.dataclass
+class StepProfile:
+  """One implementation's traced step: microseconds per step by part (``[matmul, other]``), in total, in
+  matmuls and in ops the HLO does not name; wall seconds per step; the slowest ops."""
+  per_part: dict[str, list[float]]
+  total: float
+  matmul: float
+  unknown: float
+  wall: float
+  slowest: list[str]
+
+
+def profile_implementation(config, model, batch, args, trace_dir: str | None) -> StepProfile:
+  """Compile ``model``'s train step as ``train_step.py`` does, trace ``args.steps`` steps, attribute op time."""
+  with common.persistent_cache_disabled():  # op_name metadata of this trace, not of a cached program
+    step = train_step.compile_step(config, model, batch, smoke=args.smoke)
+  hlo = parse_hlo(step.compiled.as_text())
+  if trace_dir:
+    op_micros, wall = profile(step, args.steps, trace_dir)
+  else:
+    with tempfile.TemporaryDirectory() as temporary:
+      op_micros, wall = profile(step, args.steps, temporary)
+  if not op_micros:
+    raise RuntimeError("the trace holds no XLA op events (no 'hlo_op' arguments); cannot attribute the step's time.")
+  per_part = collections.defaultdict(lambda: [0.0, 0.0])
+  for op, micros in op_micros.items():
+    info = hlo.get(op, HloOp("", False))
+    per_part[model_part(info.op_name)][0 if info.matmul else 1] += micros
+  slowest = []
+  for op, micros in sorted(op_micros.items(), key=lambda item: -item[1])[:args.top]:
+    info = hlo.get(op, HloOp("", False))
+    slowest.append(f"{op} ({model_part(info.op_name)}{', matmul' if info.matmul else ''}) {micros / 1e3:.2f} ms")
+  return StepProfile(dict(per_part), total=sum(op_micros.values()),
+                     matmul=sum(matmul for matmul, _ in per_part.values()),
+                     unknown=sum(micros for op, micros in op_micros.items() if op not in hlo), wall=wall,
+                     slowest=slowest)
+
+
 def main(argv=None) -> common.Report:
   args = common.parse_args(__doc__.splitlines()[0], argv, add_arguments)
   machine = common.machine_description()
@@ -206,68 +250,62 @@ def main(argv=None) -> common.Report:
   peak = common.matmul_peak(matmul_size, jnp.dtype(args.dtype), warmup=args.warmup, repeats=max(args.repeats, 3))
 
   config, model_config = train_step.experiment_config(args.config, args.smoke, args.no_dropout, dtype=args.dtype)
-  model = build_task(config).build_model(model_config)
+  models = {"ours": build_task(config).build_model(model_config)}
+  if args.flax_stock:
+    models["flax-stock"] = train_step.FlaxStockTransformer(model_config)
   batch = train_step.random_batch(batch_size, length, length, model_config.vocab_size)
-  with common.persistent_cache_disabled():  # op_name metadata of this trace, not of a cached program
-    step = train_step.compile_step(config, model, batch, smoke=args.smoke)
-  hlo = parse_hlo(step.compiled.as_text())
   flops = common.encoder_decoder_flops(model_config, batch_size, length, length)["total"]
-  print(f"{args.config} batch {batch_size}: compiled in {step.compile_seconds:.1f} s; tracing {args.steps} steps",
-        flush=True)
-  if args.trace_dir:
-    op_micros, wall = profile(step, args.steps, args.trace_dir)
-  else:
-    with tempfile.TemporaryDirectory() as trace_dir:
-      op_micros, wall = profile(step, args.steps, trace_dir)
-  if not op_micros:
-    raise RuntimeError("the trace holds no XLA op events (no 'hlo_op' arguments); cannot attribute the step's time.")
-
-  unknown = sum(micros for op, micros in op_micros.items() if op not in hlo)
-  per_part = collections.defaultdict(lambda: [0.0, 0.0])  # part -> [matmul us, other us]
-  for op, micros in op_micros.items():
-    info = hlo.get(op, HloOp("", False))
-    per_part[model_part(info.op_name)][0 if info.matmul else 1] += micros
-  total = sum(op_micros.values())
-  matmul = sum(matmul_us for matmul_us, _ in per_part.values())
-
   name = args.config + (" (smoke size)" if args.smoke else "")
   report = common.Report(
       "step_profile", "Where the train step's time goes: a profiler trace by model part (benchmarks/step_profile.py)",
-      ["config", "part", "matmul ms/step", "other ms/step", "share of op time %"])
-  order = [part for part, _ in PARTS] + [OTHER_PART]
-  for part in sorted(per_part, key=order.index):
-    matmul_us, other_us = per_part[part]
-    report.rows.append([name, part, matmul_us / 1e3, other_us / 1e3, 100 * (matmul_us + other_us) / total])
-  report.rows.append([name, "total", matmul / 1e3, (total - matmul) / 1e3, 100.0])
-
-  report.ratios["matmul share of op time"] = matmul / total
-  report.ratios["op time / wall time"] = total / 1e6 / wall
-  mfu = flops / wall / peak
-  report.ratios["MFU"] = mfu
-  efficiency_note = ""
-  if accelerator:
-    efficiency = flops / (matmul / 1e6) / peak
-    report.ratios["matmul efficiency"] = efficiency
-    efficiency_note = (f" Matmul efficiency (model FLOPs / matmul kernel time / peak) {efficiency:.0%}: the "
-                       f"MFU is that times the matmul share ({matmul / total:.0%}) times the busy fraction "
-                       f"({total / 1e6 / wall:.0%}).")
-  slowest = sorted(op_micros.items(), key=lambda item: -item[1])[:args.top]
-  listing = "; ".join(
-      f"{op} ({model_part(hlo.get(op, HloOp('', False)).op_name)}{', matmul' if hlo.get(op, HloOp('', False)).matmul else ''}) "
-      f"{micros / 1e3:.2f} ms" for op, micros in slowest)
+      ["config", "implementation", "part", "matmul ms/step", "other ms/step", "share of op time %"])
   where = "GPU kernel time" if accelerator else "thread time summed over XLA's CPU threads"
-  report.notes += [
+  report.notes.append(
       f"Batch {batch_size} x {length} source + {length} target tokens, {args.dtype} compute, dropout "
-      f"{'off' if args.no_dropout else 'as configured'}; {args.steps} traced steps after a warm-up, the same "
-      f"compiled step as benchmarks/train_step.py.",
-      f"Wall time {1e3 * wall:.2f} ms/step under the profiler; op time ({where}) {total / 1e3:.2f} ms/step; "
-      f"MFU {mfu:.1%} against a {args.dtype} {matmul_size}x{matmul_size} matmul peak of {peak / 1e9:,.1f} "
-      f"GFLOP/s measured in this run.{efficiency_note}",
-      f"Matmuls are {matmul / total:.1%} of the op time. Parts come from each op's op_name metadata (Flax module "
-      f"path and JAX name scopes); a fusion counts wholly as its root op's part"
-      + (f"; {unknown / total:.1%} of the op time is in ops the HLO text does not name" if unknown else "") + ".",
-      f"Slowest ops per step: {listing}.",
-  ]
+      f"{'off' if args.no_dropout else 'as configured'}; {args.steps} traced steps after a warm-up of the "
+      f"compiled step that benchmarks/train_step.py times. Op time is {where}. Parts come from each op's op_name "
+      f"metadata (Flax module path and JAX name scopes); a fusion counts wholly as its root op's part. MFU against "
+      f"a {args.dtype} {matmul_size}x{matmul_size} matmul peak of {peak / 1e9:,.1f} GFLOP/s measured in this run.")
+  order = [part for part, _ in PARTS] + [OTHER_PART]
+  profiles = {}
+  for implementation, model in models.items():
+    print(f"{name} batch {batch_size} {implementation}: compiling and tracing {args.steps} steps", flush=True)
+    trace_dir = os.path.join(args.trace_dir, implementation) if args.trace_dir else None
+    result = profiles[implementation] = profile_implementation(config, model, batch, args, trace_dir)
+    for part in sorted(result.per_part, key=order.index):
+      matmul_us, other_us = result.per_part[part]
+      report.rows.append([name, implementation, part, matmul_us / 1e3, other_us / 1e3,
+                          100 * (matmul_us + other_us) / result.total])
+    report.rows.append([name, implementation, "total", result.matmul / 1e3, (result.total - result.matmul) / 1e3,
+                        100.0])
+    mfu = flops / result.wall / peak
+    prefix = "" if implementation == "ours" else f"{implementation} "
+    report.ratios[f"{prefix}matmul share of op time"] = result.matmul / result.total
+    report.ratios[f"{prefix}op time / wall time"] = result.total / 1e6 / result.wall
+    report.ratios[f"{prefix}MFU"] = mfu
+    efficiency_note = ""
+    if accelerator:  # kernels run one at a time: matmul kernel time is the matmuls' share of the wall time
+      efficiency = flops / (result.matmul / 1e6) / peak
+      report.ratios[f"{prefix}matmul efficiency"] = efficiency
+      efficiency_note = (f"; matmul efficiency (model FLOPs / matmul kernel time / peak) {efficiency:.0%}, so MFU "
+                         f"= efficiency x matmul share ({result.matmul / result.total:.0%}) x busy fraction "
+                         f"({result.total / 1e6 / result.wall:.0%})")
+    report.notes.append(
+        f"{implementation}: wall {1e3 * result.wall:.2f} ms/step under the profiler, op time "
+        f"{result.total / 1e3:.2f} ms/step, matmuls {result.matmul / result.total:.1%} of it, MFU {mfu:.1%}"
+        f"{efficiency_note}"
+        + (f"; {result.unknown / result.total:.1%} of the op time is in ops the HLO text does not name"
+           if result.unknown else "") + f". Slowest ops per step: {'; '.join(result.slowest)}.")
+  if "flax-stock" in profiles:
+    ours, stock = profiles["ours"], profiles["flax-stock"]
+    report.ratios["ours / flax-stock op time"] = ours.total / stock.total
+    # Both run the same matmuls; a speed-up over flax-stock has to come out of the other ops.
+    needed = stock.total / 1.2 - ours.matmul
+    report.notes.append(
+        f"ours / flax-stock: op time {ours.total / stock.total:.2f}x, matmul time {ours.matmul / stock.matmul:.2f}x, "
+        f"other ops {(ours.total - ours.matmul) / (stock.total - stock.matmul):.2f}x. With ours' matmul time as "
+        f"measured, 1.2x flax-stock's speed needs ours' other ops at {needed / 1e3:.2f} ms/step "
+        f"({needed / (ours.total - ours.matmul):.0%} of their time now).")
   return common.finish(report, args, argv, machine)
 
 
