@@ -131,6 +131,17 @@ def parse_hlo(text: str) -> dict[str, HloOp]:
   return ops
 
 
+# Kernel names of vendor matmul libraries (cuBLAS, CUTLASS), for kernels the HLO text cannot name.
+MATMUL_KERNEL = re.compile(r"gemm|xmma|nvjet|cutlass|matmul", re.IGNORECASE)
+
+
+def hlo_op_info(hlo: dict[str, HloOp], op: str) -> HloOp:
+  """The ``HloOp`` of a trace's op: by instruction name, else by XLA's kernel name for it (``fusion_3`` for
+  ``fusion.3``), else unnamed (a matmul if the kernel name says so)."""
+  info = hlo.get(op) or hlo.get(re.sub(r"_(\d+)$", r".\1", op))
+  return info or HloOp("", bool(MATMUL_KERNEL.search(op)))
+
+
 def model_part(op_name: str) -> str:
   """The part of the train step an ``op_name`` belongs to (``PARTS``, else ``OTHER_PART``)."""
   lowered = op_name.lower()
@@ -142,12 +153,21 @@ def model_part(op_name: str) -> str:
 
 # ----------------------------------------------------------------------------------------------- the trace
 
-def exclusive_op_times(events) -> dict[str, float]:
+def exclusive_op_times(events, by_event_name: bool = False) -> dict[str, float]:
   """Microseconds per HLO op: each complete event that names an ``hlo_op``, minus the time of the
-  ``hlo_op`` events nested inside it on the same thread (a while loop's body, a fusion's kernels)."""
+  ``hlo_op`` events nested inside it on the same thread (a while loop's body, a fusion's kernels).
+
+  ``by_event_name``: events without an ``hlo_op`` argument count under their own name (device kernels of a
+  trace that does not annotate them; ``hlo_op_info`` then matches XLA's kernel names to HLO instructions).
+  """
   by_thread = collections.defaultdict(list)
   for event in events:
-    if event.get("ph") == "X" and "hlo_op" in event.get("args", {}):
+    if event.get("ph") != "X":
+      continue
+    args = event.setdefault("args", {})
+    if "hlo_op" not in args and by_event_name and "name" in event:
+      args["hlo_op"] = event["name"]
+    if "hlo_op" in args:
       by_thread[(event.get("pid"), event.get("tid"))].append(event)
   totals = collections.Counter()
   for thread_events in by_thread.values():
@@ -197,7 +217,9 @@ def profile(step: train_step.CompiledStep, steps: int, trace_dir: str) -> tuple[
       metrics = step()
     jax.block_until_ready(metrics)
     wall = (time.perf_counter() - start) / steps
-  times = exclusive_op_times(device_events(read_trace(trace_dir)))
+  events = device_events(read_trace(trace_dir))
+  annotated = any("hlo_op" in event.get("args", {}) for event in events)
+  times = exclusive_op_times(events, by_event_name=not annotated and jax.default_backend() != "cpu")
   return {op: micros / steps for op, micros in times.items()}, wall
 
 
@@ -229,15 +251,15 @@ def profile_implementation(config, model, batch, args, trace_dir: str | None) ->
     raise RuntimeError("the trace holds no XLA op events (no 'hlo_op' arguments); cannot attribute the step's time.")
   per_part = collections.defaultdict(lambda: [0.0, 0.0])
   for op, micros in op_micros.items():
-    info = hlo.get(op, HloOp("", False))
+    info = hlo_op_info(hlo, op)
     per_part[model_part(info.op_name)][0 if info.matmul else 1] += micros
   slowest = []
   for op, micros in sorted(op_micros.items(), key=lambda item: -item[1])[:args.top]:
-    info = hlo.get(op, HloOp("", False))
+    info = hlo_op_info(hlo, op)
     slowest.append(f"{op} ({model_part(info.op_name)}{', matmul' if info.matmul else ''}) {micros / 1e3:.2f} ms")
   return StepProfile(dict(per_part), total=sum(op_micros.values()),
                      matmul=sum(matmul for matmul, _ in per_part.values()),
-                     unknown=sum(micros for op, micros in op_micros.items() if op not in hlo), wall=wall,
+                     unknown=sum(micros for op, micros in op_micros.items() if not hlo_op_info(hlo, op).op_name), wall=wall,
                      slowest=slowest)
 
 
@@ -294,7 +316,8 @@ def main(argv=None) -> common.Report:
         f"{implementation}: wall {1e3 * result.wall:.2f} ms/step under the profiler, op time "
         f"{result.total / 1e3:.2f} ms/step, matmuls {result.matmul / result.total:.1%} of it, MFU {mfu:.1%}"
         f"{efficiency_note}"
-        + (f"; {result.unknown / result.total:.1%} of the op time is in ops the HLO text does not name"
+        + (f"; {result.unknown / result.total:.1%} of the op time is in ops without op_name metadata (copies "
+           f"XLA adds, or kernels not matched to the HLO)"
            if result.unknown else "") + f". Slowest ops per step: {'; '.join(result.slowest)}.")
   if "flax-stock" in profiles:
     ours, stock = profiles["ours"], profiles["flax-stock"]

@@ -118,3 +118,15 @@ def test_exclusive_op_times_subtract_nested_events_on_the_same_thread_only():
                    "inner": pytest.approx(1.0), "after": pytest.approx(4.0), "other_thread": pytest.approx(5.0)}
   # Exclusive times add up to the time the outermost events span on each thread.
   assert sum(times.values()) == pytest.approx(10.0 + 4.0 + 5.0)
+
+
+def test_unannotated_device_kernels_count_by_name_and_match_the_hlo_by_kernel_name():
+  events = [{"ph": "X", "pid": 2, "tid": 1, "ts": 0.0, "dur": 3.0, "name": "loop_add_fusion_3"},
+            {"ph": "X", "pid": 2, "tid": 1, "ts": 3.0, "dur": 2.0, "name": "sm90_xmma_gemm_bf16bf16"}]
+  assert step_profile.exclusive_op_times(events) == {}  # not annotated: nothing unless asked
+  times = step_profile.exclusive_op_times(events, by_event_name=True)
+  assert times == {"loop_add_fusion_3": pytest.approx(3.0), "sm90_xmma_gemm_bf16bf16": pytest.approx(2.0)}
+  hlo = {"loop_add_fusion.3": step_profile.HloOp("jit(f)/optimizer/add", False)}
+  assert step_profile.hlo_op_info(hlo, "loop_add_fusion_3") == hlo["loop_add_fusion.3"]
+  assert step_profile.hlo_op_info(hlo, "sm90_xmma_gemm_bf16bf16") == step_profile.HloOp("", True)
+  assert step_profile.hlo_op_info(hlo, "some_kernel") == step_profile.HloOp("", False)
