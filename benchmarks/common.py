@@ -60,6 +60,14 @@ def parse_args(description: str, argv: Sequence[str] | None,
   return args
 
 
+def positive_int(text: str) -> int:
+  """An argparse type: an integer of at least 1 (batch size, steps, ...), else a usage error naming the value."""
+  value = int(text)
+  if value < 1:
+    raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {value}")
+  return value
+
+
 # ---------------------------------------------------------------------------------------------- timing
 
 @dataclasses.dataclass(frozen=True)

@@ -67,14 +67,14 @@ _OP_NAME = re.compile(r'op_name="([^"]*)"')
 
 def add_arguments(parser):
   parser.add_argument("--config", default="transformer_base", choices=sorted(train_step.VOCAB_SIZES))
-  parser.add_argument("--batch", type=train_step.positive_int, default=16)
+  parser.add_argument("--batch", type=common.positive_int, default=16)
   parser.add_argument("--length", type=int, default=64, help="source and target tokens per example")
   parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
-  parser.add_argument("--steps", type=train_step.positive_int, default=3, help="steps inside the trace")
+  parser.add_argument("--steps", type=common.positive_int, default=3, help="steps inside the trace")
   parser.add_argument("--matmul_size", type=int, default=None,
                       help="side of the peak matmul (default 2048 on CPU, 8192 on an accelerator)")
   parser.add_argument("--no_dropout", action="store_true", help="train without dropout")
-  parser.add_argument("--top", type=int, default=10, help="how many of the slowest ops to list")
+  parser.add_argument("--top", type=common.positive_int, default=10, help="how many of the slowest ops to list")
   parser.add_argument("--flax_stock", action="store_true",
                       help="also profile the model built from flax's stock layers (train_step.py's flax-stock)")
   parser.add_argument("--trace_dir", default=None, help="keep the trace here (default: a temporary folder)")
@@ -160,31 +160,29 @@ def exclusive_op_times(events, by_event_name: bool = False) -> dict[str, float]:
   ``by_event_name``: events without an ``hlo_op`` argument count under their own name (device kernels of a
   trace that does not annotate them; ``hlo_op_info`` then matches XLA's kernel names to HLO instructions).
   """
-  by_thread = collections.defaultdict(list)
+  by_thread = collections.defaultdict(list)  # thread -> [(start, duration, op)]; the events are not modified
   for event in events:
     if event.get("ph") != "X":
       continue
-    args = event.setdefault("args", {})
-    if "hlo_op" not in args and by_event_name and "name" in event:
-      args["hlo_op"] = event["name"]
-    if "hlo_op" in args:
-      by_thread[(event.get("pid"), event.get("tid"))].append(event)
+    op = event.get("args", {}).get("hlo_op") or (event.get("name") if by_event_name else None)
+    if op:
+      by_thread[(event.get("pid"), event.get("tid"))].append(
+          (float(event["ts"]), float(event.get("dur", 0.0)), op))
   totals = collections.Counter()
   for thread_events in by_thread.values():
     # Parents first: earlier start, and at equal starts the longer event.
-    thread_events.sort(key=lambda event: (float(event["ts"]), -float(event.get("dur", 0.0))))
+    thread_events.sort(key=lambda item: (item[0], -item[1]))
     open_events = []  # [end, op, child time] of the enclosing events
-    for event in thread_events:
-      start, duration = float(event["ts"]), float(event.get("dur", 0.0))
+    for start, duration, op in thread_events:
       while open_events and open_events[-1][0] <= start:
-        end, op, children = open_events.pop()
-        totals[op] -= children
+        _, closed_op, children = open_events.pop()
+        totals[closed_op] -= children
       if open_events:
         open_events[-1][2] += duration
-      totals[event["args"]["hlo_op"]] += duration
-      open_events.append([start + duration, event["args"]["hlo_op"], 0.0])
-    for _, op, children in open_events:
-      totals[op] -= children
+      totals[op] += duration
+      open_events.append([start + duration, op, 0.0])
+    for _, still_open_op, children in open_events:
+      totals[still_open_op] -= children
   return dict(totals)
 
 

@@ -32,7 +32,6 @@ Accelerator: ours >= 2x PyTorch eager tokens/s at the first batch, base MFU >= 4
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import os
 import sys
@@ -66,18 +65,10 @@ COMPILE_TARGET_S = 60.0
 CPU_DOT_LIBRARY_OPTIONS = {"ours, Eigen dots": {"xla_cpu_experimental_ynn_fusion_type": ""}}
 
 
-def positive_int(text: str) -> int:
-  """An argparse type: a batch size of at least 1, else a usage error naming the value."""
-  value = int(text)
-  if value < 1:
-    raise argparse.ArgumentTypeError(f"batch sizes must be >= 1, got {value}")
-  return value
-
-
 def add_arguments(parser):
   parser.add_argument("--configs", nargs="+", default=["transformer_small", "transformer_base"],
                       choices=sorted(VOCAB_SIZES))
-  parser.add_argument("--batch", type=positive_int, nargs="+", default=[16],
+  parser.add_argument("--batch", type=common.positive_int, nargs="+", default=[16],
                       help="batch sizes: the references run at the first, ours at each")
   parser.add_argument("--length", type=int, default=64, help="source and target tokens per example")
   parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],

@@ -99,7 +99,7 @@ def test_train_step_rejects_a_batch_size_below_one(capsys):
 
   with pytest.raises(SystemExit):
     train_step.main(["--smoke", "--batch", "0"])
-  assert "batch sizes must be >= 1, got 0" in capsys.readouterr().err
+  assert "argument --batch: must be an integer >= 1, got 0" in capsys.readouterr().err
 
 
 def test_persistent_cache_disabled_only_inside_the_block():

@@ -130,3 +130,9 @@ def test_unannotated_device_kernels_count_by_name_and_match_the_hlo_by_kernel_na
   assert step_profile.hlo_op_info(hlo, "loop_add_fusion_3") == hlo["loop_add_fusion.3"]
   assert step_profile.hlo_op_info(hlo, "sm90_xmma_gemm_bf16bf16") == step_profile.HloOp("", True)
   assert step_profile.hlo_op_info(hlo, "some_kernel") == step_profile.HloOp("", False)
+
+
+def test_exclusive_op_times_leave_the_trace_events_unchanged():
+  events = [{"ph": "X", "pid": 2, "tid": 1, "ts": 0.0, "dur": 3.0, "name": "loop_add_fusion_3"}]
+  step_profile.exclusive_op_times(events, by_event_name=True)
+  assert events == [{"ph": "X", "pid": 2, "tid": 1, "ts": 0.0, "dur": 3.0, "name": "loop_add_fusion_3"}]
