@@ -23,6 +23,8 @@ def launch(*args):
     (["--config=experiments/synthetic.py", "--config.model.norm=batch_norm"], "choose one of ['layer_norm', 'rms_norm']"),
     (["--config=experiments/synthetic.py", "--config.parallelism=tpu"], "choose one of ['jit', 'pmap', 'mesh']"),
     (["--config=experiments/synthetic.py", "--mode=fly"], "--mode=fly"),
+    (["--config=experiments/synthetic.py", "--config.target_token_dropout=1.5"],
+     "config.target_token_dropout=1.5 is outside [0, 1)"),
 ])
 def test_bad_input_gets_a_clear_error(tmp_path, args, expected):
   result = launch(f"--workdir={tmp_path}", *args)

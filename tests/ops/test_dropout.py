@@ -54,3 +54,27 @@ def test_effective_rate_is_the_nearest_multiple_of_a_256th(rate):
   assert applied * 256 == round(applied * 256) and abs(applied - rate) <= 1 / 512
   y = np.asarray(ops.dropout(jnp.ones((400, 500)), rate, jax.random.key(4)))
   assert abs((y == 0).mean() - applied) < 0.005  # 200k draws: standard error <= 0.0012
+
+
+def test_token_dropout_replaces_at_the_rate_and_never_touches_kept_ids():
+  rng = np.random.default_rng(0)
+  tokens = rng.integers(0, 50, size=(200, 400)).astype(np.int32)  # ids 0 (pad) and 2 (eos) among them
+  dropped = np.asarray(ops.token_dropout(jnp.asarray(tokens), 0.2, jax.random.key(1), replacement_id=3,
+                                         keep_ids=(0, 2)))
+  assert dropped.dtype == tokens.dtype and dropped.shape == tokens.shape
+  changed = dropped != tokens
+  kept = np.isin(tokens, (0, 2))
+  assert not changed[kept].any()
+  assert (dropped[changed] == 3).all()
+  # Droppable tokens that were already 3 cannot show a change; count replacements among the others.
+  eligible = ~kept & (tokens != 3)
+  assert abs(changed[eligible].mean() - 0.2) < 0.01  # ~77k draws: standard error ~0.0015
+
+
+def test_token_dropout_zero_rate_is_identity_and_errors_are_clear():
+  tokens = jnp.arange(12, dtype=jnp.int32).reshape(3, 4)
+  assert ops.token_dropout(tokens, 0.0, None, replacement_id=3) is tokens
+  with pytest.raises(ValueError, match="needs a key"):
+    ops.token_dropout(tokens, 0.1, None, replacement_id=3)
+  with pytest.raises(ValueError, match=r"in \[0, 1\)"):
+    ops.token_dropout(tokens, 1.0, jax.random.key(0), replacement_id=3)

@@ -115,3 +115,42 @@ def test_fixed_batch_shape_gives_one_shape_and_keeps_every_example(raw_dir, tmp_
   bucketed = build_task(tiny_translation_config(raw_dir, tmp_path / "tfds"))
   bucketed_iterator = bucketed.train_iterator(batch_size=0, seed=0)
   assert len({next(bucketed_iterator)["source"].shape for _ in range(12)}) > 1  # the default: length buckets
+
+
+def test_word_dropout_changes_the_inputs_and_keeps_the_labels(raw_dir, tmp_path):
+  """``config.source_token_dropout`` / ``target_token_dropout``: the loss of a training batch is the model's
+  loss on inputs with tokens replaced by <unk>, against the batch's own (whole) targets; eval is untouched."""
+  import jax
+  import numpy as np
+
+  from transformer import ops
+  from transformer.data.tokenizers import UNK_ID
+  from transformer.tasks import build_task
+
+  config = tiny_translation_config(raw_dir, tmp_path / "tfds", source_token_dropout=0.3,
+                                   target_token_dropout=0.5)
+  task = build_task(config)
+  batch = next(task.train_iterator(batch_size=0, seed=0))
+  model_config = task.model_config()
+  model = task.build_model(model_config)
+  params = model.init(jax.random.key(0), batch["source"], batch["target"])["params"]
+  key = jax.random.key(7)
+
+  source, target = task.drop_tokens(batch, key, model_config)
+  for name, dropped, rate in (("source", source, 0.3), ("target", target, 0.5)):
+    original = np.asarray(batch[name])
+    changed = np.asarray(dropped) != original
+    assert (np.asarray(dropped)[changed] == UNK_ID).all()
+    assert not changed[np.isin(original, (model_config.pad_id, model_config.eos_id))].any()
+    eligible = ~np.isin(original, (model_config.pad_id, model_config.eos_id, UNK_ID))
+    assert abs(changed[eligible].mean() - rate) < 0.1, name
+
+  loss_sum, weight_sum, _ = task.loss_and_metrics(model, params, batch, key)
+  logits = model.apply({"params": params}, source, target, rngs={"dropout": key})
+  weights = (np.asarray(batch["target"]) != model_config.pad_id).astype(np.float32)
+  expected = (np.asarray(ops.softmax_cross_entropy(logits, batch["target"], config.label_smoothing))
+              * weights).sum()
+  np.testing.assert_allclose(float(loss_sum), expected, rtol=1e-5)
+  assert float(weight_sum) == weights.sum()  # padding only: no label was dropped
+  # Without a dropout key (evaluation) the batch goes in whole.
+  assert task.drop_tokens(batch, None, model_config) == (batch["source"], batch["target"])

@@ -6,7 +6,7 @@
 from transformer.ops.attention import MASK_VALUE, attention_weights, dot_product_attention, weighted_values
 from transformer.ops.barriers import gradient_barrier
 from transformer.ops.chunked import chunked_dot_product_attention
-from transformer.ops.dropout import dropout, effective_dropout_rate
+from transformer.ops.dropout import dropout, effective_dropout_rate, token_dropout
 from transformer.ops.feed_forward import ACTIVATIONS, feed_forward
 from transformer.ops.losses import softmax_cross_entropy, weighted_sum
 from transformer.ops.masks import combine_masks, make_attention_mask, make_causal_mask, make_padding_mask
@@ -19,7 +19,7 @@ from transformer.ops.sequence import shift_right
 
 __all__ = [
     "MASK_VALUE", "ACTIVATIONS", "attention_weights", "dot_product_attention", "weighted_values",
-    "gradient_barrier", "chunked_dot_product_attention", "dropout", "effective_dropout_rate",
+    "gradient_barrier", "chunked_dot_product_attention", "dropout", "effective_dropout_rate", "token_dropout",
     "feed_forward", "softmax_cross_entropy", "weighted_sum",
     "combine_masks", "make_attention_mask", "make_causal_mask", "make_padding_mask",
     "sequence_exact_match", "token_accuracy", "layer_norm", "rms_norm", "apply_rotary_embedding",

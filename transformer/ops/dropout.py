@@ -40,3 +40,30 @@ def dropout(x, rate: float, rng, broadcast_dims=()):
     keep = jax.random.bits(rng, mask_shape, jnp.uint8) >= jnp.uint8(threshold)
     scale = _MASK_LEVELS / (_MASK_LEVELS - threshold)
     return jnp.where(keep, x * jnp.asarray(scale, x.dtype), jnp.zeros((), x.dtype))
+
+
+def token_dropout(tokens, rate: float, rng, replacement_id: int, keep_ids=()):
+  """Word dropout (Sennrich et al. 2016; Gal & Ghahramani 2016): replace tokens by ``replacement_id``.
+
+  A regulariser of the inputs, not the outputs: the model sees an unknown token where a word was and must
+  rely on the rest of the sentence (and, on the decoder side, on the source rather than its own prefix).
+  Nothing is rescaled.
+
+  Args:
+    tokens: int ``[batch, length]`` (any shape).
+    rate: probability of replacing each token, in ``[0, 1)``; 0 returns ``tokens`` unchanged (no key needed).
+    rng: a ``jax.random`` key, required when ``rate > 0``.
+    replacement_id: the id written in place of a dropped token (e.g. the tokenizer's unknown id).
+    keep_ids: ids never replaced (padding, end of sentence).
+  """
+  if rate == 0.0:
+    return tokens
+  if not 0.0 <= rate < 1.0:
+    raise ValueError(f"token dropout rate must be in [0, 1), got {rate}")
+  if rng is None:
+    raise ValueError("token dropout with rate > 0 needs a key; pass one or set the rate to 0.")
+  with jax.named_scope("dropout"):
+    drop = jax.random.bernoulli(rng, rate, tokens.shape)
+    for token_id in keep_ids:
+      drop &= tokens != token_id
+    return jnp.where(drop, jnp.asarray(replacement_id, tokens.dtype), tokens)

@@ -51,8 +51,30 @@ class Seq2SeqTask(Task):
   def init_inputs(self, batch):
     return batch["source"], batch["target"]
 
+  # The id token dropout (config.source_token_dropout, config.target_token_dropout) writes in place of a
+  # dropped token: the tokenizer's unknown token. None: the task's data has none, so word dropout is refused.
+  unknown_id: int | None = None
+
+  def drop_tokens(self, batch, dropout_rng, model_config):
+    """Word dropout of a training batch: ``(source, target)`` with tokens replaced by ``unknown_id`` at the
+    configured rates (padding and EOS kept). The model shifts the returned target right into its decoder
+    inputs; the loss keeps the batch's own targets as labels."""
+    rates = self.config.get("source_token_dropout", 0.0), self.config.get("target_token_dropout", 0.0)
+    if dropout_rng is None or not any(rates):
+      return batch["source"], batch["target"]
+    if self.unknown_id is None:
+      raise ValueError(f"{type(self).__name__} has no unknown-token id for word dropout; set "
+                       f"config.source_token_dropout and config.target_token_dropout to 0.")
+    keep_ids = (model_config.pad_id, model_config.eos_id)
+    # Keys folded from the dropout key, which the model still gets whole: runs without word dropout keep
+    # their random streams.
+    return tuple(ops.token_dropout(batch[name], rate, jax.random.fold_in(dropout_rng, index + 1),
+                                   self.unknown_id, keep_ids)
+                 for index, (name, rate) in enumerate(zip(("source", "target"), rates)))
+
   def loss_and_metrics(self, model, params, batch, dropout_rng):
-    logits = model.apply({"params": params}, batch["source"], batch["target"],
+    source, target = self.drop_tokens(batch, dropout_rng, model.config)
+    logits = model.apply({"params": params}, source, target,
                          rngs={"dropout": dropout_rng} if dropout_rng is not None else None)
     weights = (batch["target"] != model.config.pad_id).astype(jnp.float32)
     losses = ops.softmax_cross_entropy(logits, batch["target"], self.config.get("label_smoothing", 0.0))

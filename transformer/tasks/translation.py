@@ -20,6 +20,7 @@ import os
 import numpy as np
 
 from transformer.data import batching
+from transformer.data.tokenizers import UNK_ID
 from transformer.data.translation import load_translation_data
 from transformer.tasks.seq2seq import Seq2SeqTask
 
@@ -38,6 +39,7 @@ def corpus_bleu(hypotheses: list[str], references: list[str], tokenize: str = "1
 
 class TranslationTask(Seq2SeqTask):
   """Translation with an ``EncoderDecoder``: label-smoothed teacher forcing, beam search, sacreBLEU."""
+  unknown_id = UNK_ID  # SentencePiece's <unk>, the replacement of word dropout
 
   @functools.cached_property
   def data(self):

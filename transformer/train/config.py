@@ -44,6 +44,10 @@ def base_config() -> ml_collections.ConfigDict:
   config.grad_accum_steps = 1  # micro-batches per optimizer step (batch_size must divide by it)
   config.num_train_steps = 1000
   config.label_smoothing = 0.0  # 0.1 in the paper
+  # Word dropout of seq2seq tasks (ops.token_dropout): the probability of replacing a source token, or a
+  # decoder input token (the labels stay whole), by the unknown token. 0 in the paper.
+  config.source_token_dropout = 0.0
+  config.target_token_dropout = 0.0
 
   config.optimizer = ml_collections.ConfigDict()
   config.optimizer.learning_rate = 1e-3  # peak learning rate
@@ -104,8 +108,8 @@ def validate_config(config: ml_collections.ConfigDict, workdir: str | None = Non
   require(config.optimizer.learning_rate > 0,
           f"config.optimizer.learning_rate must be > 0, got {config.optimizer.learning_rate}.")
   require(config.optimizer.warmup_steps >= 0, "config.optimizer.warmup_steps must be >= 0.")
-  require(0.0 <= config.label_smoothing < 1.0,
-          f"config.label_smoothing={config.label_smoothing} is outside [0, 1).")
+  for name in ("label_smoothing", "source_token_dropout", "target_token_dropout"):
+    require(0.0 <= config[name] < 1.0, f"config.{name}={config[name]} is outside [0, 1).")
   require(config.best_mode in ("max", "min"), f"config.best_mode={config.best_mode!r}: choose 'max' or 'min'.")
   if workdir is not None:
     try:
