@@ -312,6 +312,13 @@ def cpu_name() -> str:
   return platform.processor() or platform.machine()
 
 
+def usable_cores() -> int:
+  """CPU cores this process may run on (``taskset`` narrows them; XLA's and PyTorch's thread pools follow)."""
+  if hasattr(os, "sched_getaffinity"):
+    return len(os.sched_getaffinity(0))
+  return os.cpu_count() or 1
+
+
 def machine_description() -> str:
   """Device, host CPU, cores, memory and the load average when measuring (others' work skews timings)."""
   devices = jax.devices()
@@ -319,7 +326,10 @@ def machine_description() -> str:
   load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
   device = (f"{len(devices)} x {devices[0].device_kind}" if devices[0].platform != "cpu"
             else "CPU only")
-  return (f"{device}; host {cpu_name()}, {os.cpu_count()} cores, {memory_gib:.0f} GiB; "
+  cores = usable_cores()
+  cores_text = (f"{os.cpu_count()} cores" if cores == os.cpu_count()
+                else f"{cores} of its {os.cpu_count()} cores (taskset)")
+  return (f"{device}; host {cpu_name()}, {cores_text}, {memory_gib:.0f} GiB; "
           f"1-minute load average at start {load:.1f}")
 
 
@@ -335,16 +345,29 @@ def command(script: str, argv: Sequence[str] | None) -> str:
 
 
 def section_name(script: str) -> str:
-  """The RESULTS.md section a script's run writes: ``script`` on CPU, ``script.<backend>`` on an accelerator,
-  so a GPU run sits beside the CPU one instead of replacing it."""
+  """The RESULTS.md section a script's run writes: ``script`` on CPU, ``script.<backend>`` on an accelerator
+  and ``script.<N>core`` on CPU narrowed to N cores by ``taskset``, so such a run sits beside the default
+  one instead of replacing it."""
   backend = jax.default_backend()
-  return script if backend == "cpu" else f"{script}.{backend}"
+  if backend != "cpu":
+    return f"{script}.{backend}"
+  cores = usable_cores()
+  return script if cores == os.cpu_count() else f"{script}.{cores}core"
+
+
+def section_title(report: Report) -> str:
+  suffix = section_name(report.script)[len(report.script):]
+  if not suffix:
+    return report.title
+  if jax.default_backend() != "cpu":
+    return f"{report.title} on {jax.default_backend().upper()}"
+  return f"{report.title} on {usable_cores()} of {os.cpu_count()} CPU cores"
 
 
 def section(report: Report, argv: Sequence[str] | None, machine: str, today: str | None = None) -> str:
   today = today or datetime.date.today().isoformat()
   name = section_name(report.script)
-  title = report.title if name == report.script else f"{report.title} on {jax.default_backend().upper()}"
+  title = section_title(report)
   return (f"<!-- benchmarks.{name} -->\n## {title}\n\n"
           f"- Command: `{command(report.script, argv)}`\n- Machine: {machine}\n- Versions: {versions()}\n"
           f"- Date: {today}\n\n{report.text()}<!-- /benchmarks.{name} -->\n")

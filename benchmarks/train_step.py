@@ -251,7 +251,7 @@ def torch_train_step(model_config: ModelConfig, label_smoothing: float, optimize
 
   torch.manual_seed(0)
   if device == "cpu":
-    torch.set_num_threads(os.cpu_count() or 1)
+    torch.set_num_threads(common.usable_cores())
   d_model = model_config.d_model
   embedding = torch.nn.Embedding(model_config.vocab_size, d_model)
   torch.nn.init.normal_(embedding.weight, std=d_model ** -0.5)
@@ -302,7 +302,7 @@ def torch_matmul_peak(size: int, dtype: str, device: str, warmup: int, repeats: 
   import torch  # benchmark-only extra
 
   if device == "cpu":
-    torch.set_num_threads(os.cpu_count() or 1)
+    torch.set_num_threads(common.usable_cores())
   generator = torch.Generator().manual_seed(0)
   a, b = (torch.randn(size, size, generator=generator).to(device=device, dtype=getattr(torch, dtype))
           for _ in range(2))

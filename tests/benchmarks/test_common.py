@@ -1,4 +1,5 @@
 """The benchmark helpers whose numbers end up in tables: timing, the FLOP count, the line fit, RESULTS.md sections."""
+import os
 import time
 
 import jax
@@ -48,6 +49,20 @@ def test_update_results_replaces_own_section_and_keeps_others_in_question_order(
   assert text.index("attention title") < text.index("train_step title")  # SCRIPTS order
   assert "| x | 3.50 |" in text and "| x | 1.50 |" not in text and "| x | 2.50 |" in text
   assert "`python -m benchmarks.train_step --b`" in text and text.count("<!-- benchmarks.train_step -->") == 1
+
+
+def test_a_run_narrowed_to_fewer_cores_writes_its_own_section(tmp_path, monkeypatch):
+  path = str(tmp_path / "RESULTS.md")
+  report = lambda value: common.Report("train_step", "train_step title", ["name", "value"], rows=[["x", value]])
+  monkeypatch.setattr(os, "cpu_count", lambda: 2)
+  monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+  common.update_results(report(1.5), [], "all cores", path)
+  monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0}, raising=False)  # as under `taskset -c 0`
+  assert common.usable_cores() == 1 and "1 of its 2 cores (taskset)" in common.machine_description()
+  common.update_results(report(2.5), [], "one core", path)
+  text = open(path).read()
+  assert "| x | 1.50 |" in text and "| x | 2.50 |" in text
+  assert "<!-- benchmarks.train_step.1core -->" in text and "## train_step title on 1 of 2 CPU cores" in text
 
 
 def test_accelerator_run_writes_its_own_section_beside_the_cpu_one(tmp_path, monkeypatch):
