@@ -78,3 +78,19 @@ def test_token_dropout_zero_rate_is_identity_and_errors_are_clear():
     ops.token_dropout(tokens, 0.1, None, replacement_id=3)
   with pytest.raises(ValueError, match=r"in \[0, 1\)"):
     ops.token_dropout(tokens, 1.0, jax.random.key(0), replacement_id=3)
+
+
+@pytest.mark.parametrize("shape", [(64, 4096), (3, 50, 7)])  # four bytes per 32-bit word, and the fallback
+def test_random_bytes_are_uniform_and_independent(shape):
+  from transformer.ops.dropout import random_bytes
+  draws = np.asarray(random_bytes(jax.random.key(3), shape))
+  assert draws.dtype == np.uint8 and draws.shape == shape
+  counts = np.bincount(draws.ravel(), minlength=256)
+  expected = draws.size / 256
+  chi_square = ((counts - expected) ** 2 / expected).sum()
+  assert chi_square < 255 + 5 * np.sqrt(2 * 255)  # 255 degrees of freedom: mean 255, sd ~22.6
+  # Bytes cut from one word must not be related: neighbours along the last axis are uncorrelated.
+  flat = draws.reshape(-1, shape[-1]).astype(np.float64)
+  correlation = np.corrcoef(flat[:, :-1].ravel(), flat[:, 1:].ravel())[0, 1]
+  assert abs(correlation) < 5 / np.sqrt(flat[:, 1:].size)
+  assert not np.array_equal(draws, np.asarray(random_bytes(jax.random.key(4), shape)))
