@@ -44,7 +44,7 @@ def test_broadcast_dims_share_one_mask():
 def test_bad_rate_or_missing_key_is_an_error():
   with pytest.raises(ValueError, match=r"\[0, 1\)"):
     ops.dropout(jnp.ones(3), 1.0, jax.random.key(0))
-  with pytest.raises(ValueError, match="dropout_rng"):
+  with pytest.raises(ValueError, match="dropout with rate > 0 needs a key"):
     ops.dropout(jnp.ones(3), 0.1, None)
 
 

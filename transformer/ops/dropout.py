@@ -25,6 +25,14 @@ def random_bytes(rng, shape):
   return jax.lax.bitcast_convert_type(words, jnp.uint8).reshape(shape)  # [..., n // 4, 4] -> [..., n]
 
 
+def _check_rate_and_key(what: str, rate: float, rng) -> None:
+  """The one wording of both dropouts' argument errors: the bad value and the fix."""
+  if not 0.0 <= rate < 1.0:
+    raise ValueError(f"{what} rate must be in [0, 1), got {rate}")
+  if rng is None:
+    raise ValueError(f"{what} with rate > 0 needs a key; pass one or set the rate to 0.")
+
+
 def effective_dropout_rate(rate: float) -> float:
   """The drop probability :func:`dropout` applies for ``rate``: the nearest multiple of 1/256 (within 0.002)."""
   return round(rate * _MASK_LEVELS) / _MASK_LEVELS
@@ -42,10 +50,7 @@ def dropout(x, rate: float, rng, broadcast_dims=()):
   """
   if rate == 0.0:
     return x
-  if not 0.0 <= rate < 1.0:
-    raise ValueError(f"dropout rate must be in [0, 1), got {rate}")
-  if rng is None:
-    raise ValueError("dropout with rate > 0 needs a dropout_rng key; pass one or set the rate to 0.")
+  _check_rate_and_key("dropout", rate, rng)
   threshold = round(rate * _MASK_LEVELS)
   if threshold == 0:
     return x
@@ -72,10 +77,7 @@ def token_dropout(tokens, rate: float, rng, replacement_id: int, keep_ids=()):
   """
   if rate == 0.0:
     return tokens
-  if not 0.0 <= rate < 1.0:
-    raise ValueError(f"token dropout rate must be in [0, 1), got {rate}")
-  if rng is None:
-    raise ValueError("token dropout with rate > 0 needs a key; pass one or set the rate to 0.")
+  _check_rate_and_key("token dropout", rate, rng)
   with jax.named_scope("dropout"):
     drop = jax.random.bernoulli(rng, rate, tokens.shape)
     for token_id in keep_ids:
