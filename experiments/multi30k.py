@@ -30,6 +30,7 @@ def get_config(variant: str = "transformer_small"):
   task.data_dir = ""  # TFDS data dir for the prepared dataset and tokenizer; "" = TFDS default
   task.vocab_size = 8000  # shared SentencePiece vocabulary (trained on train only)
   task.shared_vocab = True
+  task.tokenizer_type = "unigram"  # SentencePiece model type: "unigram" or "bpe"
   task.max_tokens = 4096  # per batch, each of source and target, padding included
   task.max_length = 128  # training filter; evaluation keeps every sentence whole
   task.batch_size_multiple = 8  # batch sizes divisible by up to 8 devices

@@ -49,6 +49,14 @@ def test_iwslt_separate_vocabularies(raw_root, tmp_path):
                               "validation": IWSLT_SIZES["tst2012"], "test": IWSLT_SIZES["tst2013"]}
   assert os.path.basename(data.source_tokenizer.path).startswith("en.")
   assert os.path.basename(data.target_tokenizer.path).startswith("vi.")
+  # pieces per word, recounted from the raw training text with the tokenizers themselves (EOS not counted)
+  for language, tokenizer in (("en", data.source_tokenizer), ("vi", data.target_tokenizer)):
+    text = translation.read_split_text(translation.prepare_dataset(
+        "iwslt15_en_vi", "en-vi", data_dir=os.fspath(tmp_path / "tfds"))[0], "train", ("en", "vi"))[language]
+    pieces = sum(len(tokenizer.encode(sentence)) - 1 for sentence in text)
+    words = sum(len(sentence.split()) for sentence in text)
+    assert data.pieces_per_word[language] == pytest.approx(pieces / words)
+    assert data.pieces_per_word[language] > 1.0  # a 40-piece vocabulary cannot keep words whole
 
 
 def test_unknown_pair_or_split_is_a_clear_error(raw_root, tmp_path):

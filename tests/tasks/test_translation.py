@@ -154,3 +154,24 @@ def test_word_dropout_changes_the_inputs_and_keeps_the_labels(raw_dir, tmp_path)
   assert float(weight_sum) == weights.sum()  # padding only: no label was dropped
   # Without a dropout key (evaluation) the batch goes in whole.
   assert task.drop_tokens(batch, None, model_config) == (batch["source"], batch["target"])
+
+
+def test_tokenizer_type_selects_the_sentencepiece_algorithm(raw_dir, tmp_path):
+  """``task.tokenizer_type``: "bpe" trains (and caches) a BPE model beside the default unigram one; an unknown
+  type is refused by name before any data is prepared."""
+  from sentencepiece import sentencepiece_model_pb2
+
+  from transformer.tasks import build_task
+
+  def trained_type(tokenizer):
+    proto = sentencepiece_model_pb2.ModelProto()
+    proto.ParseFromString(tokenizer.model_proto)
+    return sentencepiece_model_pb2.TrainerSpec.ModelType.Name(proto.trainer_spec.model_type)
+
+  unigram = build_task(tiny_translation_config(raw_dir, tmp_path / "tfds")).data.source_tokenizer
+  bpe = build_task(tiny_translation_config(raw_dir, tmp_path / "tfds", **{"task.tokenizer_type": "bpe"}))
+  bpe_tokenizer = bpe.data.source_tokenizer
+  assert (trained_type(unigram), trained_type(bpe_tokenizer)) == ("UNIGRAM", "BPE")
+  assert bpe_tokenizer.path != unigram.path  # both cached, neither overwrites the other
+  with pytest.raises(ValueError, match=r"tokenizer_type='wordpiece'.*'unigram', 'bpe'"):
+    build_task(tiny_translation_config(raw_dir, tmp_path / "tfds", **{"task.tokenizer_type": "wordpiece"})).data

@@ -41,6 +41,8 @@ class TranslationData:
       the references are what BLEU is computed against.
     split_sizes: split name -> number of pairs in the prepared dataset.
     dataset_dir: the prepared TFDS dataset (its ``sentencepiece/`` holds the tokenizers).
+    pieces_per_word: language -> SentencePiece pieces per whitespace-separated word of the training text
+      (EOS not counted): how finely the tokenizer cuts; 1.0 keeps every word whole.
   """
   source_language: str
   target_language: str
@@ -52,6 +54,7 @@ class TranslationData:
   eval_reference_text: Mapping[str, list[str]]
   split_sizes: Mapping[str, int]
   dataset_dir: str
+  pieces_per_word: Mapping[str, float] = dataclasses.field(default_factory=dict)
 
 
 def prepare_dataset(name: str, pair: str, *, data_dir: epath.PathLike | None = None,
@@ -158,6 +161,14 @@ def load_translation_data(
   logger.info("%s: tokenizing %d training pairs and the splits %s...", name, len(nonempty), list(eval_splits))
   train = tokenize({language: [train_text[language][i] for i in nonempty]
                     for language in languages})
+  train_words = {language: sum(len(train_text[language][i].split()) for i in nonempty) for language in languages}
+  train_pieces = {source_language: train.source_tokens.size, target_language: train.target_tokens.size}
+  pieces_per_word = {language: (train_pieces[language] - len(train)) / max(train_words[language], 1)
+                     for language in languages}
+  # A unigram SentencePiece model trained on little text can cut frequent words apart (IWSLT'15 en-vi, 10k
+  # pairs: 79 of the 300 most frequent Vietnamese words, against 1 with BPE); this number shows it.
+  logger.info("%s: SentencePiece pieces per word on train: %s", name,
+              ", ".join(f"{language} {value:.3f}" for language, value in pieces_per_word.items()))
   eval_text = {split: read_split_text(builder, split, languages) for split in eval_splits}
   return TranslationData(
       source_language=source_language,
@@ -170,4 +181,5 @@ def load_translation_data(
       eval_reference_text={split: texts[target_language] for split, texts in eval_text.items()},
       split_sizes=split_sizes,
       dataset_dir=str(builder.data_dir),
+      pieces_per_word=pieces_per_word,
   )

@@ -2,7 +2,8 @@
 
 ``config.task`` fields: dataset (``multi30k`` | ``iwslt15_en_vi``), pair (``en-de``...), source_dir (raw
 files; default ``$TRANSFORMER_DATA_DIR``, else the official download), data_dir (TFDS data dir; default
-``$TFDS_DATA_DIR`` or ``~/tensorflow_datasets``), vocab_size, shared_vocab, max_tokens (per batch, each side),
+``$TFDS_DATA_DIR`` or ``~/tensorflow_datasets``), vocab_size, shared_vocab, tokenizer_type (SentencePiece
+``unigram`` or ``bpe``), max_tokens (per batch, each side),
 max_length (training filter only: evaluation never drops or truncates), batch_size_multiple (devices),
 fixed_batch_shape (one ``[max_tokens // max_length, max_length]`` batch shape instead of length buckets: one
 compilation, more padding),
@@ -19,8 +20,7 @@ import os
 
 import numpy as np
 
-from transformer.data import batching
-from transformer.data.tokenizers import UNK_ID
+from transformer.data import batching, tokenizers
 from transformer.data.translation import load_translation_data
 from transformer.tasks.seq2seq import Seq2SeqTask
 
@@ -37,16 +37,23 @@ def corpus_bleu(hypotheses: list[str], references: list[str], tokenize: str = "1
   return score.score, str(metric.get_signature())
 
 
+TOKENIZER_TYPES = ("unigram", "bpe")
+
+
 class TranslationTask(Seq2SeqTask):
   """Translation with an ``EncoderDecoder``: label-smoothed teacher forcing, beam search, sacreBLEU."""
-  unknown_id = UNK_ID  # SentencePiece's <unk>, the replacement of word dropout
+  unknown_id = tokenizers.UNK_ID  # SentencePiece's <unk>, the replacement of word dropout
 
   @functools.cached_property
   def data(self):
     task = self.config.task
+    if task.tokenizer_type not in TOKENIZER_TYPES:
+      raise ValueError(f"config.task.tokenizer_type={task.tokenizer_type!r} is not a SentencePiece model type "
+                       f"here; choose one of {TOKENIZER_TYPES}.")
     return load_translation_data(
         task.dataset, task.pair, data_dir=task.data_dir or None, source_dir=task.source_dir or None,
         vocab_size=task.vocab_size, shared_vocab=task.shared_vocab,
+        tokenizer_options=tokenizers.SentencePieceOptions(model_type=task.tokenizer_type),
         eval_splits=[task.eval_split, *[s for s in task.test_splits if s != task.eval_split]])
 
   def model_config(self):
