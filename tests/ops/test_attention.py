@@ -121,6 +121,33 @@ def test_fully_masked_rows_are_zero_with_finite_gradients():
   np.testing.assert_array_equal(grads[2][1], 0.0)
 
 
+@pytest.mark.parametrize("masked", [False, True])
+def test_bfloat16_gradients_match_float32_attention_of_the_same_inputs(masked):
+  """bfloat16 attention keeps its softmax weights for the backward in bfloat16 and rounds the logit
+  cotangent to bfloat16 (ops.attention, ops.scores): its gradients stay within bfloat16 rounding of the
+  float32 computation on the same (bfloat16-valued) inputs, and rows that see nothing get none."""
+  query, key, value = (np.asarray(jnp.asarray(x, jnp.bfloat16), np.float32) for x in _qkv(11, 6, 7))
+  mask = np.ones((BATCH, 1, 6, 7), bool)
+  if masked:
+    mask[0, :, 2] = False  # a query that sees no key
+    mask[1, :, :, 5:] = False  # padding keys
+  cotangent = np.random.default_rng(12).normal(size=query.shape[:3] + value.shape[-1:]).astype(np.float32)
+
+  def grads(dtype):
+    loss = lambda q, k, v: jnp.sum(ops.dot_product_attention(q, k, v, mask=mask).astype(jnp.float32) * cotangent)
+    return [np.asarray(g, np.float32) for g in
+            jax.jit(jax.grad(loss, argnums=(0, 1, 2)))(*(jnp.asarray(x, dtype) for x in (query, key, value)))]
+
+  for low, reference in zip(grads(jnp.bfloat16), grads(jnp.float32)):
+    assert np.isfinite(low).all()
+    scale = np.abs(reference).max()
+    assert np.abs(low - reference).max() <= 3e-2 * scale, (np.abs(low - reference).max(), scale)
+    assert np.abs(low - reference).mean() <= 5e-3 * scale
+  if masked:
+    np.testing.assert_array_equal(grads(jnp.bfloat16)[0][0, 2], 0.0)
+    np.testing.assert_array_equal(grads(jnp.bfloat16)[1][1, 5:], 0.0)  # padding keys get no gradient
+
+
 def test_appending_padding_keys_leaves_outputs_unchanged():
   query, key, value = _qkv(6, 4, 5)
   key_valid = np.array([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]], bool)

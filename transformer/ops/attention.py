@@ -11,6 +11,8 @@ Shapes: queries ``[batch, q_length, heads, head_dim]``, keys and values ``[batch
 """
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 
@@ -47,14 +49,45 @@ def attention_weights(logits, mask=None, bias=None, dropout_rate: float = 0.0, d
     logits = logits + bias.astype(jnp.float32)
   if mask is not None:
     logits = jnp.where(mask, logits, MASK_VALUE)
-  # jax.nn.softmax: its custom JVP differentiates y * (g - sum(y g)) and never through the max it subtracts
-  # (a hand-written exp/sum did, at the cost of an extra [batch, heads, q, kv] pass in the backward).
-  weights = jax.nn.softmax(logits, axis=-1)
+  if jnp.finfo(dtype).bits < 32:
+    weights = _softmax_saved_in(logits, dtype)  # float32 softmax, weights (and the backward's copy) in dtype
+  else:
+    # jax.nn.softmax: its custom JVP differentiates y * (g - sum(y g)) and never through the max it
+    # subtracts (a hand-written exp/sum did, at the cost of an extra [batch, heads, q, kv] backward pass).
+    weights = jax.nn.softmax(logits, axis=-1)
   if mask is not None:
-    weights = jnp.where(jnp.any(mask, axis=-1, keepdims=True), weights, 0.0)
+    weights = jnp.where(jnp.any(mask, axis=-1, keepdims=True), weights, jnp.zeros((), weights.dtype))
   if dropout_rate > 0.0:
     weights = dropout(weights, dropout_rate, dropout_rng, broadcast_dims=(0, 1) if broadcast_dropout else ())
   return weights.astype(dtype)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
+def _softmax_saved_in(logits, dtype):
+  """``softmax(logits)`` over the last axis, computed in float32 and returned in the low-precision ``dtype``.
+
+  Autodiff of the float32 softmax would keep its float32 ``[batch, heads, q_length, kv_length]`` output for
+  the backward; here the backward reuses the ``dtype`` weights (half the bytes written and read) and
+  computes ``w * (g - sum(w g))`` in float32. In bfloat16, forward+backward of 8 heads of 64 on CPU: 1.10x
+  faster at 1024 tokens, 1.06x at 4096; 1.13x at both with the bfloat16 backward of the scores
+  (``scores.dot_product_scores``); interleaved A/B in one process on a loaded 2-core machine, 2026-11-25.
+  """
+  return jax.nn.softmax(logits.astype(jnp.float32), axis=-1).astype(dtype)
+
+
+def _softmax_forward(logits, dtype):
+  weights = _softmax_saved_in(logits, dtype)
+  return weights, weights
+
+
+def _softmax_backward(dtype, weights, weights_cotangent):
+  del dtype
+  weights = weights.astype(jnp.float32)
+  weights_cotangent = weights_cotangent.astype(jnp.float32)
+  return (weights * (weights_cotangent - jnp.sum(weights * weights_cotangent, axis=-1, keepdims=True)),)
+
+
+_softmax_saved_in.defvjp(_softmax_forward, _softmax_backward)
 
 
 def weighted_values(weights, value, precision=None):

@@ -9,6 +9,9 @@ variant as in Graves et al. 2014), Bahdanau et al. 2015 (additive).
 """
 from __future__ import annotations
 
+import functools
+
+import jax
 import jax.numpy as jnp
 
 
@@ -41,9 +44,41 @@ def dot_product_scores(query, key, scale: bool | float = True, precision=None):
   # Heads moved next to batch before the dot (not inside the einsum): XLA then runs a plain batched
   # matmul over [batch * heads] instead of choosing strided layouts; on CPU this made the float32
   # forward at 128-256 tokens 1.7-2.5x faster (benchmarks/attention.py).
-  logits = jnp.einsum("bhqd,bhkd->bhqk", jnp.swapaxes(query, 1, 2), jnp.swapaxes(key, 1, 2),
-                      precision=precision, preferred_element_type=jnp.float32)
-  return logits
+  query, key = jnp.swapaxes(query, 1, 2), jnp.swapaxes(key, 1, 2)
+  if query.dtype == key.dtype and jnp.finfo(query.dtype).bits < 32:
+    return _float32_logits_low_precision_backward(query, key, precision)
+  return jnp.einsum("bhqd,bhkd->bhqk", query, key, precision=precision, preferred_element_type=jnp.float32)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
+def _float32_logits_low_precision_backward(query, key, precision):
+  """``[batch, heads, q_length, kv_length]`` float32 logits of bfloat16/float16 ``[batch, heads, length, d]``
+  query and key, whose backward runs its two matmuls in the inputs' dtype.
+
+  Autodiff of the float32-output einsum would multiply the float32 ``[.., q_length, kv_length]`` cotangent
+  with the low-precision key and query, i.e. two float32 matmuls over the largest operand of attention.
+  Here that cotangent is rounded to the inputs' dtype first (FlashAttention-2 rounds its ``dS`` the same
+  way), so both are bfloat16 matmuls with float32 accumulation: the precision flax's stock bfloat16
+  attention has throughout, kept only where the backward needs no more.
+  """
+  return jnp.einsum("bhqd,bhkd->bhqk", query, key, precision=precision, preferred_element_type=jnp.float32)
+
+
+def _logits_forward(query, key, precision):
+  return _float32_logits_low_precision_backward(query, key, precision), (query, key)
+
+
+def _logits_backward(precision, residuals, logits_cotangent):
+  query, key = residuals
+  logits_cotangent = logits_cotangent.astype(query.dtype)
+  query_cotangent = jnp.einsum("bhqk,bhkd->bhqd", logits_cotangent, key, precision=precision,
+                               preferred_element_type=jnp.float32)
+  key_cotangent = jnp.einsum("bhqk,bhqd->bhkd", logits_cotangent, query, precision=precision,
+                             preferred_element_type=jnp.float32)
+  return query_cotangent.astype(query.dtype), key_cotangent.astype(key.dtype)
+
+
+_float32_logits_low_precision_backward.defvjp(_logits_forward, _logits_backward)
 
 
 def luong_dot_scores(query, key, precision=None):
