@@ -31,10 +31,16 @@ def add_arguments(parser):
   parser.add_argument("--budget_s", type=float, default=60.0, help="time budget per measurement")
 
 
+# Ours with logits and softmax in the inputs' dtype, as flax's stock attention (bfloat16 rows only; in
+# float32 it is the same program as ours). Timed beside the default to measure what float32 logits cost.
+LOW_PRECISION_LOGITS = "ours, float32_logits=False"
+
+
 def implementations() -> dict:
   """name -> ``f(q, k, v) -> out``, all on ``[batch, length, heads, head_dim]``; ours first."""
   found = {
       "ours": ops.dot_product_attention,
+      LOW_PRECISION_LOGITS: functools.partial(ops.dot_product_attention, float32_logits=False),
       "jax.nn (xla)": functools.partial(jax.nn.dot_product_attention, implementation="xla"),
       "flax": nn.dot_product_attention,  # stock defaults: softmax in the input dtype
   }
@@ -61,7 +67,9 @@ def main(argv=None) -> common.Report:
   names = list(candidates)
   report = common.Report(
       "attention", "Attention: ours vs jax.nn.dot_product_attention and flax (benchmarks/attention.py)",
-      ["dtype", "pass", "length", "batch"] + [f"{name} ms" for name in names] + ["ours / fastest reference"])
+      ["dtype", "pass", "length", "batch"] + [f"{name} ms" for name in names]
+      + ["ours / fastest reference", f"{LOW_PRECISION_LOGITS} / fastest reference"])
+  low_precision_ratios = {}
 
   for dtype in dtypes:
     for pass_name in ("forward", "forward+backward"):
@@ -74,6 +82,8 @@ def main(argv=None) -> common.Report:
         inputs = (q, k, v) if pass_name == "forward" else (q, k, v, cotangent)
         calls = {}
         for name, attention in candidates.items():
+          if name == LOW_PRECISION_LOGITS and jnp.finfo(dtype).bits == 32:
+            continue
           fn = jax.jit(attention if pass_name == "forward" else forward_backward(attention))
           try:
             compiled = fn.lower(*inputs).compile()
@@ -83,23 +93,33 @@ def main(argv=None) -> common.Report:
           calls[name] = lambda compiled=compiled: compiled(*inputs)
         timings = common.time_interleaved(calls, warmup=args.warmup, repeats=args.repeats, budget_s=args.budget_s)
         milliseconds = {name: 1e3 * timing.median for name, timing in timings.items()}
-        references = [ms for name, ms in milliseconds.items() if name != "ours"]
+        references = [ms for name, ms in milliseconds.items() if name not in ("ours", LOW_PRECISION_LOGITS)]
         fastest = min(references) if references else None
         value = common.ratio(milliseconds.get("ours"), fastest)
+        low_precision = common.ratio(milliseconds.get(LOW_PRECISION_LOGITS), fastest)
         report.ratios[f"{dtype} {pass_name} L={length}"] = value
+        if LOW_PRECISION_LOGITS in milliseconds:
+          low_precision_ratios[f"{dtype} {pass_name} L={length}"] = low_precision
         report.rows.append([dtype, pass_name, length, batch] + [milliseconds.get(name) for name in names]
-                           + [value])
+                           + [value, low_precision if LOW_PRECISION_LOGITS in milliseconds else None])
 
   measured = [value for value in report.ratios.values() if value == value]
   worst = max(measured) if measured else float("nan")
+  # Where the default misses the target only because of its float32 logits, the variant shows it.
+  best_of_both = [min(value, low_precision_ratios.get(key, value)) for key, value in report.ratios.items()
+                  if value == value]
+  worst_either = max(best_of_both) if best_of_both else float("nan")
   report.notes += [
       f"{heads} heads of {head_dim}, self attention without a mask, {tokens} tokens per batch; median of up to "
       f"{args.repeats} calls after {args.warmup} warm-up, the implementations taking turns (round robin); "
       "forward+backward = gradients of q, k and v.",
       "flax runs with its stock defaults (softmax in the input dtype); ours and jax.nn take the softmax in "
-      "float32.",
+      f"float32; {LOW_PRECISION_LOGITS} (low-precision rows only) takes logits and softmax in the input "
+      "dtype, like flax.",
       f"Target: ours at most {TARGET}x the fastest reference at every size; worst ratio {common.fmt(worst)} "
-      f"({'met' if worst <= TARGET else 'not met'}).",
+      f"({'met' if worst <= TARGET else 'not met'}) with the default float32 logits; "
+      f"{common.fmt(worst_either)} ({'met' if worst_either <= TARGET else 'not met'}) taking, in low precision, "
+      f"the faster of the default and {LOW_PRECISION_LOGITS}.",
   ]
   return common.finish(report, args, argv, machine)
 

@@ -97,3 +97,20 @@ def test_decode_takes_one_position_per_call():
   variables = decoder.init(jax.random.key(0), inputs, inputs, causal=True)
   with pytest.raises(ValueError, match="one position per call, got 2"):
     decoder.apply(variables, inputs[:, :2], inputs[:, :2], causal=True, mutable=["cache"])
+
+
+def test_float32_attention_logits_flag_reaches_the_dense_attention():
+  """``float32_attention_logits=False`` in bfloat16 changes the computation (logits and softmax in bfloat16)
+  but stays within bfloat16 rounding of the default; in float32 it changes nothing."""
+  inputs_q, inputs_kv, query_valid, key_valid = _inputs(2)
+  params = MultiHeadAttention(CONFIG).init(jax.random.PRNGKey(0), inputs_q, inputs_kv, query_valid, key_valid)
+
+  def apply(**overrides):
+    config = CONFIG.replace(**overrides)
+    return np.asarray(MultiHeadAttention(config).apply(params, inputs_q, inputs_kv, query_valid, key_valid),
+                      np.float32)
+
+  default, low = apply(dtype="bfloat16"), apply(dtype="bfloat16", float32_attention_logits=False)
+  assert not np.array_equal(default, low)
+  np.testing.assert_allclose(low, default, atol=5e-2, rtol=5e-2)
+  np.testing.assert_array_equal(apply(float32_attention_logits=False), apply())

@@ -204,3 +204,59 @@ def test_attention_dropout_shares_one_mask_over_batch_and_heads():
   assert shared.any() and not shared.all()
   assert (shared == shared[:1, :1]).all()
   assert not (independent == independent[:1, :1]).all()
+
+
+def test_low_precision_logits_match_flax_stock_bfloat16_attention():
+  """``float32_logits=False`` keeps logits and softmax in the inputs' dtype, as flax's stock attention;
+  for float32 inputs the flag changes nothing."""
+  query, key, value = _qkv(13, 6, 7, jnp.bfloat16)
+  mask, query_valid = _mask("padding+causal", 6, 7)
+  assert ops.dot_product_scores(query, key).dtype == jnp.float32
+  assert ops.dot_product_scores(query, key, float32_logits=False).dtype == jnp.bfloat16
+  real = query_valid[:, :, None, None]
+  cotangent = jnp.asarray(np.random.default_rng(14).normal(size=query.shape) * real, jnp.bfloat16)
+  low = functools.partial(ops.dot_product_attention, float32_logits=False)
+  output, ours = _value_and_grads(lambda q, k, v, m: low(q, k, v, mask=m), query, key, value, mask, cotangent)
+  expected, theirs = _value_and_grads(_flax, query, key, value, mask, cotangent)
+  assert output.dtype == jnp.bfloat16
+  np.testing.assert_allclose(_as_f32(output) * real, _as_f32(expected) * real, **TOLERANCE[jnp.bfloat16])
+  for grad_name, a, b in zip("qkv", ours, theirs):
+    np.testing.assert_allclose(_as_f32(a), _as_f32(b), err_msg=f"d{grad_name}", **TOLERANCE[jnp.bfloat16])
+
+  query, key, value = _qkv(13, 6, 7)
+  np.testing.assert_array_equal(low(query, key, value, mask=mask),
+                                ops.dot_product_attention(query, key, value, mask=mask))
+
+
+def test_float32_logits_are_more_accurate_than_bfloat16_ones():
+  """The default's reason to exist: against float64 attention of the same bfloat16-valued inputs, float32
+  logits give a smaller error than logits and softmax in bfloat16 (64 keys, so the normaliser matters)."""
+  query, key, value = _qkv(15, 16, 64, jnp.bfloat16)
+  q64, k64, v64 = (np.asarray(x, np.float64) for x in (query, key, value))
+  logits = np.einsum("bqhd,bkhd->bhqk", q64, k64) / np.sqrt(DIM)
+  weights = np.exp(logits - logits.max(-1, keepdims=True))
+  weights /= weights.sum(-1, keepdims=True)
+  reference = np.einsum("bhqk,bkhd->bqhd", weights, v64)
+  errors = {float32_logits: np.abs(_as_f32(ops.dot_product_attention(query, key, value,
+                                                                     float32_logits=float32_logits))
+                                   - reference).mean()
+            for float32_logits in (True, False)}
+  assert errors[True] < 0.8 * errors[False], errors
+
+
+def test_float16_logits_keep_fully_masked_rows_finite():
+  """float16 cannot hold MASK_VALUE (it rounds to -inf, and a row that sees no key has a NaN softmax): such
+  rows are still exactly 0, with finite gradients, and masked keys get none."""
+  query, key, value = _qkv(16, 3, 4, jnp.float16)
+  mask = np.ones((BATCH, 1, 3, 4), bool)
+  mask[0, :, 1] = False
+  mask[1, :, :, 2:] = False
+  attention = functools.partial(ops.dot_product_attention, mask=mask, float32_logits=False)
+  output = np.asarray(attention(query, key, value), np.float32)
+  assert np.isfinite(output).all()
+  np.testing.assert_array_equal(output[0, 1], 0.0)
+  grads = jax.grad(lambda q, k, v: jnp.sum(attention(q, k, v).astype(jnp.float32) ** 2), argnums=(0, 1, 2))(
+      query, key, value)
+  for grad in grads:
+    assert np.isfinite(np.asarray(grad, np.float32)).all()
+  np.testing.assert_array_equal(np.asarray(grads[1], np.float32)[1, 2:], 0.0)  # masked keys get no gradient

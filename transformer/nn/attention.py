@@ -109,7 +109,8 @@ class MultiHeadAttention(nn.Module):
       output, weights = ops.dot_product_attention(
           query, key, value, mask=mask, scale=config.scale_attention,
           dropout_rate=config.attention_dropout_rate if use_dropout else 0.0,
-          dropout_rng=self.make_rng("dropout") if use_dropout else None, return_weights=True)
+          dropout_rng=self.make_rng("dropout") if use_dropout else None, return_weights=True,
+          float32_logits=config.float32_attention_logits)
       self.sow("intermediates", "attention_weights", weights)
 
     output = output.reshape(batch, q_length, features)
