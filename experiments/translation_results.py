@@ -12,7 +12,8 @@ command is the variant's plus the ``--config.*`` overrides that turn today's var
 ``config.json``, so it reproduces that run. Each run's row and curves are kept in
 ``experiments/<experiment>/runs.json`` (one entry per row, replaced when that row is reported again), so runs
 made on different days or machines end up in one table. The row with the best validation BLEU gives the
-committed test hypotheses. Without ``--run`` the page is rewritten from ``runs.json`` alone (e.g. after
+committed test hypotheses. A second table splits each run's test BLEU by the reference's length in words
+(``transformer.tasks.translation.bleu_by_reference_length``). Without ``--run`` the page is rewritten from ``runs.json`` alone (e.g. after
 ``experiments/attention_plots.py`` added the ``attention/`` or ``alignment/`` folder it links).
 """
 from __future__ import annotations
@@ -29,6 +30,7 @@ import sys
 from absl import app, flags
 
 from experiments import report
+from transformer.tasks.translation import bleu_by_reference_length
 from transformer.train.writers import read_metrics
 
 _EXPERIMENT = flags.DEFINE_enum("experiment", "multi30k", ["multi30k", "iwslt15_en_vi"], "Which experiment.")
@@ -135,13 +137,34 @@ def validation_bleu(results: dict, eval_split: str) -> float:
   return results.get(f"{eval_split}/bleu", results["eval/bleu"])
 
 
-def training_pairs(experiment: str, config: dict) -> int:
-  """How many training pairs the run's prepared dataset holds (results must say)."""
+def _prepared_dataset(experiment: str, config: dict):
+  """``(builder, source_language, target_language)`` of the run's prepared dataset."""
   from transformer.data.translation import prepare_dataset
   task = config["task"]
-  builder, _, _ = prepare_dataset(experiment, task["pair"], data_dir=task["data_dir"] or _DATA_DIR.value or None,
-                                  source_dir=task["source_dir"] or _SOURCE_DIR.value or None)
+  return prepare_dataset(experiment, task["pair"], data_dir=task["data_dir"] or _DATA_DIR.value or None,
+                         source_dir=task["source_dir"] or _SOURCE_DIR.value or None)
+
+
+def training_pairs(experiment: str, config: dict) -> int:
+  """How many training pairs the run's prepared dataset holds (results must say)."""
+  builder, _, _ = _prepared_dataset(experiment, config)
   return builder.info.splits["train"].num_examples
+
+
+def test_references(experiment: str, config: dict) -> list[str]:
+  """The test split's reference sentences, in the order of the hypotheses ``--mode=eval`` writes."""
+  from transformer.data.translation import read_split_text
+  builder, _, target_language = _prepared_dataset(experiment, config)
+  return read_split_text(builder, TEST_SPLIT[experiment], [target_language])[target_language]
+
+
+def test_bleu_by_reference_length(experiment: str, config: dict, output_dir: str) -> dict:
+  """``bleu_by_reference_length`` of the test hypotheses in ``output_dir`` (written by ``--mode=eval``)."""
+  path = os.path.join(output_dir, f"{TEST_SPLIT[experiment]}.hyp.{TARGET_LANGUAGE[experiment]}")
+  with open(path) as f:
+    hypotheses = f.read().split("\n")[:-1]  # one line per reference, newline-terminated
+  return bleu_by_reference_length(hypotheses, test_references(experiment, config),
+                                  config["task"].get("bleu_tokenize", "13a"))
 
 
 def summarize(experiment: str, variant: str, workdir: str, average_checkpoints: int = 0) -> tuple[dict, str]:
@@ -184,6 +207,7 @@ def summarize(experiment: str, variant: str, workdir: str, average_checkpoints: 
       "validation_bleu_by_length_penalty": results.get(f"{eval_split}/bleu_by_length_penalty", {}),
       "test_bleu": results[f"{test}/bleu"],
       "test_bleu_lowercase": results[f"{test}/bleu_lowercase"],
+      "test_bleu_by_reference_length": test_bleu_by_reference_length(experiment, config, output_dir),
       "signature": results[f"{test}/bleu_signature"],
       "command": " ".join([f"python launch.py --config=experiments/{experiment}.py:{variant} --workdir=WORKDIR",
                            f"--config.task.source_dir={_SOURCE_DIR.value or '$TRANSFORMER_DATA_DIR'}",
@@ -209,6 +233,24 @@ def row(name: str, run: dict) -> list:
           f"{run['wall_hours']:.2f} h", decoding, f"{run['validation_bleu']:.2f}", f"{run['test_bleu']:.2f}",
           f"{run['test_bleu_lowercase']:.2f}", run["hardware"] + (f"; {run['note']}" if run["note"] else ""),
           f"`{run['signature']}`", f"`{run['command']}`"]
+
+
+def by_length_table(test: str, runs: dict) -> str:
+  """Markdown section: each row's test BLEU by reference length (rows reported before it was measured are
+  left out), or "" when no row has it."""
+  measured = {name: run["test_bleu_by_reference_length"] for name, run in runs.items()
+              if run.get("test_bleu_by_reference_length")}
+  if not measured:
+    return ""
+  groups = list(dict.fromkeys(group for by_length in measured.values() for group in by_length))
+  sentences = {group: next(by_length[group]["sentences"] for by_length in measured.values() if group in by_length)
+               for group in groups}
+  table = report.markdown_table(
+      ["model"] + [f"{group} words ({sentences[group]:,} sentences)" for group in groups],
+      [[name] + [f"{by_length[group]['bleu']:.2f} (length ratio {by_length[group]['length_ratio']:.2f})"
+                 if group in by_length else "-" for group in groups] for name, by_length in measured.items()])
+  return (f"\n{test} BLEU by the reference's length in words (same decoding as the table above; the length "
+          f"ratio is hypothesis / reference length within the group):\n\n{table}\n")
 
 
 def write_results(experiment: str, output: str, new_runs: dict[str, tuple[dict, str]]) -> str:
@@ -244,6 +286,7 @@ def write_results(experiment: str, output: str, new_runs: dict[str, tuple[dict, 
        "training wall time", "decoding (length penalty alpha chosen on validation)", "validation BLEU",
        f"{test} BLEU", f"{test} BLEU lowercased", "hardware",
        "sacreBLEU signature", "command"], [row(name, run) for name, run in runs.items()])
+  by_length = by_length_table(test, runs)
   published = report.markdown_table(["published result", f"{test} BLEU"], PUBLISHED[experiment])
   plots = [f"[{title}]({folder}/README.md)" for folder, title in PLOT_FOLDERS.items()
            if os.path.exists(os.path.join(output, folder, "README.md"))]
@@ -262,7 +305,7 @@ anyone can recompute its score with sacreBLEU.
 {table}
 
 {NOTES[experiment]}
-
+{by_length}
 {published}
 
 ![training curves](curves.png)

@@ -69,18 +69,21 @@ def test_checkpoint_average_is_reported_only_when_better_on_validation(tmp_path,
   (workdir / "model_config.json").write_text(json.dumps({"num_encoder_layers": 4, "num_decoder_layers": 4,
                                                          "d_model": 128}))
   (workdir / "metrics.jsonl").write_text(json.dumps({"step": 400, "train/nll": 2.0, "wall_seconds": 60.0}) + "\n")
+  directories = {name: run_dir(tmp_path, f"{name}_dir", "Ein Hund .\n") for name in ("best", "averaged")}
   results = {  # test BLEU of the averaged parameters is lower: it must not influence the choice
       "best": ({"step": 300, "eval/bleu": 32.0, "test_2016_flickr/bleu": 35.0,
-                "test_2016_flickr/bleu_lowercase": 36.0, "test_2016_flickr/bleu_signature": "s"}, "best_dir"),
+                "test_2016_flickr/bleu_lowercase": 36.0, "test_2016_flickr/bleu_signature": "s"},
+               directories["best"]),
       "averaged": ({"step": 400, "averaged_steps": [300, 400], "eval/bleu": averaged_validation,
                     "test_2016_flickr/bleu": 34.0, "test_2016_flickr/bleu_lowercase": 35.0,
-                    "test_2016_flickr/bleu_signature": "s"}, "averaged_dir")}
+                    "test_2016_flickr/bleu_signature": "s"}, directories["averaged"])}
   monkeypatch.setattr(translation_results, "evaluate",
                       lambda variant, workdir, average=0: results["averaged" if average else "best"])
   monkeypatch.setattr(translation_results, "training_pairs", lambda experiment, config: 29000)
+  monkeypatch.setattr(translation_results, "test_references", lambda experiment, config: ["Ein Hund ."])
   row, output_dir = translation_results.summarize("multi30k", "transformer_small", str(workdir),
                                                   average_checkpoints=2)
-  assert output_dir == f"{chosen}_dir"
+  assert output_dir == directories[chosen]
   assert row["validation_bleu_by_checkpoint"] == {"best checkpoint": 32.0, "mean of the last 2": averaged_validation}
   cells = " | ".join(translation_results.row("transformer_small", row))
   assert ("mean of steps 300, 400 of 400" in cells) == (chosen == "averaged")
@@ -100,8 +103,10 @@ def test_the_row_reports_the_length_penalty_chosen_on_validation(tmp_path, monke
              "validation/bleu": 32.0, "validation/bleu_by_length_penalty": {"0.6": 30.0, "1.5": 32.0},
              "test_2016_flickr/length_penalty": 1.5, "test_2016_flickr/bleu": 35.0,
              "test_2016_flickr/bleu_lowercase": 36.0, "test_2016_flickr/bleu_signature": "s"}
-  monkeypatch.setattr(translation_results, "evaluate", lambda variant, workdir, average=0: (results, "dir"))
+  output_dir = run_dir(tmp_path, "output", "Ein Hund .\n")
+  monkeypatch.setattr(translation_results, "evaluate", lambda variant, workdir, average=0: (results, output_dir))
   monkeypatch.setattr(translation_results, "training_pairs", lambda experiment, config: 29000)
+  monkeypatch.setattr(translation_results, "test_references", lambda experiment, config: ["Ein Hund ."])
   row, _ = translation_results.summarize("multi30k", "gru_bahdanau", str(workdir))
   assert row["validation_bleu"] == 32.0  # the BLEU of the alpha the test was decoded with
   cells = translation_results.row("gru_bahdanau", row)
@@ -145,3 +150,26 @@ def test_run_specs_name_rows_and_bad_ones_say_what_to_give(tmp_path):
     translation_results.parse_run("multi30k", f"gru:{tmp_path}")
   with pytest.raises(app.UsageError, match="holds no config.json"):
     translation_results.parse_run("multi30k", f"gru_bahdanau:{tmp_path / 'missing'}")
+
+
+def test_bleu_by_reference_length_groups_the_test_sentences(tmp_path, monkeypatch):
+  """The summary scores the written test hypotheses per reference-length group: a hypothesis that only gets
+  the long sentence wrong lowers only that group, and the groups hold every sentence once."""
+  if not flags.FLAGS.is_parsed():
+    flags.FLAGS.mark_as_parsed()
+  short = ["ein Hund läuft über die Wiese .", "zwei Kinder spielen im Park .", "eine Frau liest ein Buch ."]
+  long = " ".join(["ein Mann in einem roten Hemd steht neben einem Auto und spricht mit einer Frau ."] * 2)
+  references = short + [long]
+  output_dir = run_dir(tmp_path, "output", "\n".join(short + ["ein Mann"]) + "\n")
+  monkeypatch.setattr(translation_results, "test_references", lambda experiment, config: references)
+  by_length = translation_results.test_bleu_by_reference_length("multi30k", {"task": {}}, output_dir)
+  assert list(by_length) == ["0-9", "20-39"]
+  assert [group["sentences"] for group in by_length.values()] == [3, 1]
+  assert by_length["0-9"]["bleu"] == pytest.approx(100.0) and by_length["0-9"]["length_ratio"] == 1.0
+  assert by_length["20-39"]["bleu"] < 5.0 and by_length["20-39"]["length_ratio"] < 0.2
+
+  text = translation_results.by_length_table("test_2016_flickr", {
+      "old": summary(30.0, 31.0), "new": {**summary(32.0, 33.0), "test_bleu_by_reference_length": by_length}})
+  assert "| model | 0-9 words (3 sentences) | 20-39 words (1 sentences) |" in text
+  assert "| new | 100.00 (length ratio 1.00) |" in text and "| old |" not in text  # rows from before: left out
+  assert translation_results.by_length_table("test_2016_flickr", {"old": summary(30.0, 31.0)}) == ""

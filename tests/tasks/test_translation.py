@@ -6,7 +6,7 @@ import pytest
 from tests.data.data_fixtures import write_multi30k
 from tests.train.conftest import load_experiment_config
 from transformer.data.parallel_text import MissingDataError
-from transformer.tasks.translation import corpus_bleu
+from transformer.tasks.translation import bleu_by_reference_length, corpus_bleu
 from transformer.train import run
 
 SIZES = {"train": 400, "val": 16, "test_2016_flickr": 12, "test_2017_flickr": 2, "test_2017_mscoco": 2,
@@ -75,6 +75,11 @@ def test_bleu_of_the_reference_against_itself_is_100():
   assert corpus_bleu(references, references)[0] == pytest.approx(100.0)
   assert corpus_bleu(references, references, tokenize="none", lowercase=True)[0] == pytest.approx(100.0)
   assert corpus_bleu(["Ein Hund"] * 2, references)[0] < 20.0
+  by_length = bleu_by_reference_length(references, references)
+  assert sum(group["sentences"] for group in by_length.values()) == len(references)
+  assert all(group["bleu"] == pytest.approx(100.0) and group["length_ratio"] == 1.0 for group in by_length.values())
+  with pytest.raises(ValueError, match="one per reference"):
+    bleu_by_reference_length(references[:1], references)
 
 
 def test_a_negative_length_penalty_candidate_is_named_in_the_error(raw_dir, tmp_path):
