@@ -7,9 +7,10 @@
 Each ``--run=VARIANT:WORKDIR`` is a finished (or interrupted) run of ``experiments/<experiment>.py:VARIANT``;
 ``--run=ROW=VARIANT:WORKDIR`` names its row ROW instead of VARIANT (e.g. a run of an earlier setting of the
 variant, kept beside the current one). Its best checkpoint (chosen on validation) is scored with
-``launch.py --mode=eval`` unless ``WORKDIR/eval_results.json`` is already newer than its checkpoints. A row's
-command is the variant's plus the ``--config.*`` overrides that turn today's variant into the run's
-``config.json``, so it reproduces that run. Each run's row and curves are kept in
+``launch.py --mode=eval`` unless ``WORKDIR/eval_results.json`` is already newer than its checkpoints. A row keeps
+its run's settings (``config.json``), and its command is the variant's plus the ``--config.*`` overrides that turn
+the variant as it is when the page is written into those settings, so it reproduces that run after later
+default changes too. Each run's row and curves are kept in
 ``experiments/<experiment>/runs.json`` (one entry per row, replaced when that row is reported again), so runs
 made on different days or machines end up in one table. The row with the best validation BLEU gives the
 committed test hypotheses. A second table splits each run's test BLEU by the reference's length in words
@@ -191,7 +192,7 @@ def summarize(experiment: str, variant: str, workdir: str, average_checkpoints: 
   size = (f"{model_config['num_encoder_layers']}+{model_config['num_decoder_layers']} layers, "
           f"d_model {model_config['d_model']}" if "d_model" in model_config else
           f"{model_config['cell']}, {model_config['attention']}, hidden {model_config['hidden_dim']}")
-  return {
+  summary = {
       "size": size,
       "training_pairs": training_pairs(experiment, config),
       "best_step": results["step"],
@@ -209,14 +210,39 @@ def summarize(experiment: str, variant: str, workdir: str, average_checkpoints: 
       "test_bleu_lowercase": results[f"{test}/bleu_lowercase"],
       "test_bleu_by_reference_length": test_bleu_by_reference_length(experiment, config, output_dir),
       "signature": results[f"{test}/bleu_signature"],
-      "command": " ".join([f"python launch.py --config=experiments/{experiment}.py:{variant} --workdir=WORKDIR",
-                           f"--config.task.source_dir={_SOURCE_DIR.value or '$TRANSFORMER_DATA_DIR'}",
-                           *map(shlex.quote, config_overrides(experiment, variant, config))]),
+      # The run's settings: its command is derived from them against the variant's defaults of the day the
+      # page is written (run_command), so a row stays reproducible when the defaults change later.
+      "variant": variant,
+      "config": config,
+      "source_dir": _SOURCE_DIR.value or "$TRANSFORMER_DATA_DIR",
       "hardware": _HARDWARE.value or report.machine_description(),
       "note": _NOTE.value,
       "curves": [{k: v for k, v in r.items() if k == "step" or k in CURVES}
                  for r in records if any(k in r for k in CURVES)],
-  }, output_dir
+  }
+  return {**summary, "command": run_command(experiment, summary)}, output_dir
+
+
+def run_command(experiment: str, run: dict) -> str:
+  """The command that trains ``run`` with today's ``experiments/<experiment>.py``: the variant plus the
+  overrides that turn its defaults into the run's stored config."""
+  variant = run["variant"]
+  return " ".join([f"python launch.py --config=experiments/{experiment}.py:{variant} --workdir=WORKDIR",
+                   f"--config.task.source_dir={run['source_dir']}",
+                   *map(shlex.quote, config_overrides(experiment, variant, run["config"]))])
+
+
+def settings_from_command(command: str) -> dict:
+  """``variant``, ``config`` and ``source_dir`` of a row's ``python launch.py --config=...`` command, parsed as
+  launch.py parses its flags (with the variant's defaults of today)."""
+  from ml_collections import config_flags
+  argv = shlex.split(command)[1:]  # drop "python"
+  variant = next(arg for arg in argv if arg.startswith("--config=")).rpartition(":")[2]
+  parsed = flags.FlagValues()
+  config_flags.DEFINE_config_file("config", None, flag_values=parsed, lock_config=True, sys_argv=argv)
+  parsed(argv, known_only=True)
+  config = json.loads(parsed.config.to_json_best_effort())
+  return {"variant": variant, "config": config, "source_dir": config["task"]["source_dir"]}
 
 
 def row(name: str, run: dict) -> list:
@@ -275,6 +301,10 @@ def write_results(experiment: str, output: str, new_runs: dict[str, tuple[dict, 
       shutil.copy(os.path.join(output_dir, written_name), os.path.join(output, hypothesis_name))
   if not runs:
     raise app.UsageError("give at least one --run=VARIANT:WORKDIR")
+  for run in runs.values():
+    if "config" not in run:  # a row written before rows kept their settings: rebuilt from its command
+      run.update(settings_from_command(run["command"]))
+    run["command"] = run_command(experiment, run)
   with open(runs_path, "w") as f:
     json.dump(runs, f, indent=1)
   best = max(runs, key=lambda name: runs[name]["validation_bleu"])

@@ -10,10 +10,18 @@ from experiments import translation_results
 HYPOTHESIS = "test_2016_flickr.hyp.de"
 
 
-def summary(validation_bleu, test_bleu):
-  return {"size": "4+4 layers, d_model 128", "training_pairs": 29000, "best_step": 200, "steps_trained": 300,
+def summary(validation_bleu, test_bleu, **settings):
+  """A row as summarize makes it; ``settings``: flat overrides of the transformer_small config it trained."""
+  from experiments import multi30k
+  config = multi30k.get_config("transformer_small")
+  for key, value in settings.items():
+    section, _, name = key.rpartition(".")
+    (config[section] if section else config)[name] = value
+  return {"variant": "transformer_small", "config": json.loads(config.to_json_best_effort()),
+          "source_dir": "$TRANSFORMER_DATA_DIR", "size": "4+4 layers, d_model 128", "training_pairs": 29000,
+          "best_step": 200, "steps_trained": 300,
           "steps_planned": 400, "wall_hours": 0.5, "validation_bleu": validation_bleu, "test_bleu": test_bleu,
-          "test_bleu_lowercase": test_bleu + 0.5, "signature": "nrefs:1|tok:13a", "command": "python launch.py",
+          "test_bleu_lowercase": test_bleu + 0.5, "signature": "nrefs:1|tok:13a",
           "hardware": "1 x cpu", "note": "",
           "curves": [{"step": 100, "train/nll": 3.0}, {"step": 200, "train/nll": 2.0, "eval/bleu": validation_bleu}]}
 
@@ -135,6 +143,50 @@ def test_the_command_of_a_run_reproduces_its_config(tmp_path):
   config_flags.DEFINE_config_file("config", None, flag_values=parsed, lock_config=True, sys_argv=argv)
   parsed(argv)
   assert json.loads(parsed.config.to_json_best_effort()) == run_config
+
+
+def test_row_commands_follow_the_variant_defaults_of_the_day_the_page_is_written(tmp_path, monkeypatch):
+  """A row keeps its run's settings: when a default changes later, its command spells out the old value."""
+  from experiments import multi30k
+  output = tmp_path / "multi30k"
+  output.mkdir()
+  workdir = run_dir(tmp_path, "run", "Ein Hund .\n")
+  row = summary(30.0, 31.0, num_train_steps=123)
+  prefix = ("python launch.py --config=experiments/multi30k.py:transformer_small --workdir=WORKDIR "
+            "--config.task.source_dir=$TRANSFORMER_DATA_DIR")
+  text = translation_results.write_results("multi30k", str(output), {"transformer_small": (row, workdir)})
+  assert f"`{prefix} --config.num_train_steps=123`" in text
+
+  get_config = multi30k.get_config
+  def changed_defaults(variant):
+    config = get_config(variant)
+    config.num_train_steps, config.model.dropout_rate = 123, 0.2
+    return config
+  monkeypatch.setattr(multi30k, "get_config", changed_defaults)
+  text = translation_results.write_results("multi30k", str(output), {})  # rewritten from runs.json
+  assert f"`{prefix} --config.model.dropout_rate=0.3`" in text
+  assert json.loads((output / "runs.json").read_text())["transformer_small"]["command"] == (
+      f"{prefix} --config.model.dropout_rate=0.3")
+
+
+def test_a_row_written_before_rows_kept_their_settings_gets_them_from_its_command(tmp_path):
+  """An old runs.json row holds only its command: the page keeps that command and stores the settings it names."""
+  output = tmp_path / "multi30k"
+  output.mkdir()
+  old_row = summary(30.0, 31.0)
+  for key in ("variant", "config", "source_dir"):
+    del old_row[key]
+  old_row["command"] = ("python launch.py --config=experiments/multi30k.py:gru_bahdanau --workdir=WORKDIR "
+                        "--config.task.source_dir=../data --config.num_train_steps=1000 "
+                        "'--config.task.length_penalty_candidates=(1.0,2.0)'")
+  (output / "runs.json").write_text(json.dumps({"gru": old_row}))
+  text = translation_results.write_results("multi30k", str(output), {})
+  assert f"`{old_row['command']}`" in text
+  stored = json.loads((output / "runs.json").read_text())["gru"]
+  assert (stored["variant"], stored["source_dir"]) == ("gru_bahdanau", "../data")
+  assert stored["config"]["num_train_steps"] == 1000
+  assert stored["config"]["task"]["length_penalty_candidates"] == [1.0, 2.0]
+  assert stored["config"]["rnn"]["cell"] == "gru"
 
 
 def test_run_specs_name_rows_and_bad_ones_say_what_to_give(tmp_path):
