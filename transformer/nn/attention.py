@@ -40,7 +40,7 @@ class MultiHeadAttention(nn.Module):
     kernel = self.param(f"{name}_kernel", _dense_init, (features_in, features_out))
     bias = self.param(f"{name}_bias", nn.initializers.zeros, (features_out,))
     dtype = self.config.compute_dtype
-    return lambda inputs: jnp.einsum("bld,df->blf", inputs.astype(dtype), kernel.astype(dtype)) + bias.astype(dtype)
+    return lambda inputs: ops.dense(inputs.astype(dtype), kernel.astype(dtype), bias.astype(dtype))
 
   @nn.compact
   def __call__(self, inputs_q, inputs_kv, query_valid=None, key_valid=None, causal: bool = False):

@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 import jax
-import jax.numpy as jnp
 
+from transformer.ops.dense import dense
 from transformer.ops.dropout import dropout
 
 ACTIVATIONS = {
@@ -28,12 +28,6 @@ def feed_forward(x, kernel_in, bias_in, kernel_out, bias_out, activation: str = 
   """
   if activation not in ACTIVATIONS:
     raise ValueError(f"unknown activation {activation!r}; choose one of {sorted(ACTIVATIONS)}")
-  hidden = jnp.einsum("bld,df->blf", x, kernel_in, precision=precision)
-  if bias_in is not None:
-    hidden = hidden + bias_in
-  hidden = ACTIVATIONS[activation](hidden)
+  hidden = ACTIVATIONS[activation](dense(x, kernel_in, bias_in, precision=precision))
   hidden = dropout(hidden, dropout_rate, dropout_rng)
-  output = jnp.einsum("blf,fd->bld", hidden, kernel_out, precision=precision)
-  if bias_out is not None:
-    output = output + bias_out
-  return output
+  return dense(hidden, kernel_out, bias_out, precision=precision)
