@@ -237,7 +237,11 @@ def settings_from_command(command: str) -> dict:
   launch.py parses its flags (with the variant's defaults of today)."""
   from ml_collections import config_flags
   argv = shlex.split(command)[1:]  # drop "python"
-  variant = next(arg for arg in argv if arg.startswith("--config=")).rpartition(":")[2]
+  config_args = [arg for arg in argv if arg.startswith("--config=")]
+  if not config_args:
+    raise ValueError(f"runs.json row command {command!r} has no --config=experiments/<experiment>.py:VARIANT; "
+                     "report the run again with --run=VARIANT:WORKDIR to store its settings.")
+  variant = config_args[0].rpartition(":")[2]
   parsed = flags.FlagValues()
   config_flags.DEFINE_config_file("config", None, flag_values=parsed, lock_config=True, sys_argv=argv)
   parsed(argv, known_only=True)

@@ -187,6 +187,8 @@ def test_a_row_written_before_rows_kept_their_settings_gets_them_from_its_comman
   assert stored["config"]["num_train_steps"] == 1000
   assert stored["config"]["task"]["length_penalty_candidates"] == [1.0, 2.0]
   assert stored["config"]["rnn"]["cell"] == "gru"
+  with pytest.raises(ValueError, match="has no --config="):
+    translation_results.settings_from_command("python launch.py --workdir=WORKDIR")
 
 
 def test_run_specs_name_rows_and_bad_ones_say_what_to_give(tmp_path):

@@ -9,8 +9,8 @@ def dense(x, kernel, bias=None, precision=None, preferred_element_type=None):
 
   Flattening matters for speed, not for the result: XLA:CPU ran the forward and backward of a projection
   written as the 3-D ``einsum("bld,df->blf")`` about 1.2x slower than the same product on ``[batch * length,
-  d]`` (its weight gradient became a matmul of two transposed operands); see benchmarks/RESULTS.md,
-  section train_step.
+  d]`` (its weight gradient became a matmul of two transposed operands); the train step's figures before and
+  after are in README.md (benchmarks row) and benchmarks/RESULTS.md (section train_step).
 
   Args:
     x: ``[..., features_in]``.
