@@ -14,8 +14,10 @@ default changes too. Each run's row and curves are kept in
 ``experiments/<experiment>/runs.json`` (one entry per row, replaced when that row is reported again), so runs
 made on different days or machines end up in one table. The row with the best validation BLEU gives the
 committed test hypotheses. A second table splits each run's test BLEU by the reference's length in words
-(``transformer.tasks.translation.bleu_by_reference_length``). Without ``--run`` the page is rewritten from ``runs.json`` alone (e.g. after
-``experiments/attention_plots.py`` added the ``attention/`` or ``alignment/`` folder it links).
+(``transformer.tasks.translation.bleu_by_reference_length``). With ``--validation_only`` the runs are not
+decoded again: a third table (kept in ``validation_runs.json``) lists them beside the scored ones by the
+validation BLEU their training logged, for settings that lost on validation. Without ``--run`` the page
+is rewritten from ``runs.json`` alone (e.g. after ``experiments/attention_plots.py`` added the ``attention/`` or ``alignment/`` folder it links).
 """
 from __future__ import annotations
 
@@ -43,6 +45,9 @@ _HARDWARE = flags.DEFINE_string("hardware", "", "Where the runs trained (default
 _AVERAGE = flags.DEFINE_integer(
     "average_checkpoints", 0, "Also score the mean of the last N checkpoints and report it if it is better "
     "on validation (the runs must keep N: config.keep_checkpoints).")
+_VALIDATION_ONLY = flags.DEFINE_bool(
+    "validation_only", False, "Record the --run runs from their training logs alone, in the table of runs "
+    "compared on validation (no decoding, never scored on the test set): for settings that lost on validation.")
 _NOTE = flags.DEFINE_string("note", "", "A remark stored with the rows of this invocation (e.g. shared CPU).")
 
 # Published full-data results, quoted for reference (not reproduced here).
@@ -168,48 +173,24 @@ def test_bleu_by_reference_length(experiment: str, config: dict, output_dir: str
                                   config["task"].get("bleu_tokenize", "13a"))
 
 
-def summarize(experiment: str, variant: str, workdir: str, average_checkpoints: int = 0) -> tuple[dict, str]:
-  """``(row, output_dir)``: the table row and curves of one run, and the folder of its test outputs.
-
-  Scores the best checkpoint (on validation) and, with ``average_checkpoints``, also the mean of the last
-  that many checkpoints; the one with the higher validation BLEU is reported (never chosen on test).
-  """
-  test = TEST_SPLIT[experiment]
+def trained_run(experiment: str, variant: str, workdir: str) -> dict:
+  """What a row says of a run from its workdir alone (no decoding): size, training pairs, steps and wall time,
+  the run's settings (its command is derived from them, see ``run_command``), hardware and curves."""
   with open(os.path.join(workdir, "config.json")) as f:
     config = json.load(f)
-  eval_split = config["task"].get("eval_split", "validation")
-  results, output_dir = evaluate(variant, workdir)
-  candidates = {"best checkpoint": validation_bleu(results, eval_split)}
-  if average_checkpoints:
-    averaged, averaged_dir = evaluate(variant, workdir, average_checkpoints)
-    candidates[f"mean of the last {average_checkpoints}"] = validation_bleu(averaged, eval_split)
-    if validation_bleu(averaged, eval_split) > validation_bleu(results, eval_split):
-      results, output_dir = averaged, averaged_dir
-  records = read_metrics(workdir)
   with open(os.path.join(workdir, "model_config.json")) as f:
     model_config = json.load(f)
+  records = read_metrics(workdir)
   trained = [r for r in records if "wall_seconds" in r]
   size = (f"{model_config['num_encoder_layers']}+{model_config['num_decoder_layers']} layers, "
           f"d_model {model_config['d_model']}" if "d_model" in model_config else
           f"{model_config['cell']}, {model_config['attention']}, hidden {model_config['hidden_dim']}")
-  summary = {
+  return {
       "size": size,
       "training_pairs": training_pairs(experiment, config),
-      "best_step": results["step"],
-      "averaged_steps": results.get("averaged_steps", []),
-      "validation_bleu_by_checkpoint": candidates,
       "steps_trained": trained[-1]["step"] if trained else 0,
       "steps_planned": config["num_train_steps"],
       "wall_hours": trained[-1]["wall_seconds"] / 3600 if trained else math.nan,
-      "validation_bleu": validation_bleu(results, eval_split),
-      # The run's config.json holds the training-time decoding settings; --mode=eval records what it used.
-      "beam_size": config["task"].get("beam_size"),
-      "length_penalty": results.get(f"{test}/length_penalty", config["task"].get("length_penalty")),
-      "validation_bleu_by_length_penalty": results.get(f"{eval_split}/bleu_by_length_penalty", {}),
-      "test_bleu": results[f"{test}/bleu"],
-      "test_bleu_lowercase": results[f"{test}/bleu_lowercase"],
-      "test_bleu_by_reference_length": test_bleu_by_reference_length(experiment, config, output_dir),
-      "signature": results[f"{test}/bleu_signature"],
       # The run's settings: its command is derived from them against the variant's defaults of the day the
       # page is written (run_command), so a row stays reproducible when the defaults change later.
       "variant": variant,
@@ -220,7 +201,51 @@ def summarize(experiment: str, variant: str, workdir: str, average_checkpoints: 
       "curves": [{k: v for k, v in r.items() if k == "step" or k in CURVES}
                  for r in records if any(k in r for k in CURVES)],
   }
+
+
+def summarize(experiment: str, variant: str, workdir: str, average_checkpoints: int = 0) -> tuple[dict, str]:
+  """``(row, output_dir)``: the table row and curves of one run, and the folder of its test outputs.
+
+  Scores the best checkpoint (on validation) and, with ``average_checkpoints``, also the mean of the last
+  that many checkpoints; the one with the higher validation BLEU is reported (never chosen on test).
+  """
+  test = TEST_SPLIT[experiment]
+  run = trained_run(experiment, variant, workdir)
+  config = run["config"]
+  eval_split = config["task"].get("eval_split", "validation")
+  results, output_dir = evaluate(variant, workdir)
+  candidates = {"best checkpoint": validation_bleu(results, eval_split)}
+  if average_checkpoints:
+    averaged, averaged_dir = evaluate(variant, workdir, average_checkpoints)
+    candidates[f"mean of the last {average_checkpoints}"] = validation_bleu(averaged, eval_split)
+    if validation_bleu(averaged, eval_split) > validation_bleu(results, eval_split):
+      results, output_dir = averaged, averaged_dir
+  summary = {
+      **run,
+      "best_step": results["step"],
+      "averaged_steps": results.get("averaged_steps", []),
+      "validation_bleu_by_checkpoint": candidates,
+      "validation_bleu": validation_bleu(results, eval_split),
+      # The run's config.json holds the training-time decoding settings; --mode=eval records what it used.
+      "beam_size": config["task"].get("beam_size"),
+      "length_penalty": results.get(f"{test}/length_penalty", config["task"].get("length_penalty")),
+      "validation_bleu_by_length_penalty": results.get(f"{eval_split}/bleu_by_length_penalty", {}),
+      "test_bleu": results[f"{test}/bleu"],
+      "test_bleu_lowercase": results[f"{test}/bleu_lowercase"],
+      "test_bleu_by_reference_length": test_bleu_by_reference_length(experiment, config, output_dir),
+      "signature": results[f"{test}/bleu_signature"],
+  }
   return {**summary, "command": run_command(experiment, summary)}, output_dir
+
+
+def validation_summary(experiment: str, variant: str, workdir: str) -> dict:
+  """A run recorded only by the validation BLEU its training logged (``eval/bleu`` at each evaluation, decoded
+  with the run's ``task.length_penalty``): a setting compared on validation and never scored on test."""
+  run = trained_run(experiment, variant, workdir)
+  if not any("eval/bleu" in record for record in run["curves"]):
+    raise app.UsageError(f"{workdir}/metrics.jsonl has no eval/bleu: the run stopped before its first "
+                         "evaluation (config.eval_every); train it further or leave it out.")
+  return {**run, "command": run_command(experiment, run)}
 
 
 def run_command(experiment: str, run: dict) -> str:
@@ -283,9 +308,39 @@ def by_length_table(test: str, runs: dict) -> str:
           f"ratio is hypothesis / reference length within the group):\n\n{table}\n")
 
 
-def write_results(experiment: str, output: str, new_runs: dict[str, tuple[dict, str]]) -> str:
-  """Merge ``new_runs`` (row name -> ``summarize``'s (row, output folder)) into ``output/runs.json``, copy the test
-  output of a run that beats every stored one on validation, and rewrite RESULTS.md and curves.png.
+def validation_table(runs: dict, validation_runs: dict) -> str:
+  """Markdown section: every run (those scored on test above and those recorded with ``--validation_only``) by
+  the validation BLEU its training logged at each evaluation, one decoding setting per run, so settings
+  are compared on validation alone; "" when there are no validation-only runs."""
+  if not validation_runs:
+    return ""
+  rows = []
+  for name, run in {**runs, **validation_runs}.items():
+    task = run["config"]["task"]
+    evaluations = [r for r in run["curves"] if "eval/bleu" in r]
+    sentences = task.get("num_eval_sentences", 0)
+    decoding = (f"beam {task.get('beam_size')}, alpha {task.get('length_penalty'):g}"
+                + (f", first {sentences:,} sentences" if sentences else ""))
+    rows.append([name, run["size"], f"{run['training_pairs']:,}", str(run["steps_trained"]),
+                 f"{run['wall_hours']:.2f} h", decoding,
+                 ", ".join(f"{r['step']}: {r['eval/bleu']:.2f}" for r in evaluations),
+                 f"{evaluations[-1]['eval/nll']:.2f}" if evaluations and "eval/nll" in evaluations[-1] else "-",
+                 "yes (table above)" if name in runs else "no",
+                 run["hardware"] + (f"; {run['note']}" if run["note"] else ""), f"`{run['command']}`"])
+  table = report.markdown_table(
+      ["model", "size", "training pairs", "steps trained", "training wall time", "decoding during training",
+       "validation BLEU at each evaluation (step: BLEU)", "validation NLL at the last evaluation",
+       "scored on test", "hardware", "command"], rows)
+  return ("\nEvery run by the validation BLEU its training logged (written with `--validation_only` for runs "
+          "that lost on validation and were never scored on the test set; NLL per piece, so only comparable "
+          f"between runs of the same tokenizer):\n\n{table}\n")
+
+
+def write_results(experiment: str, output: str, new_runs: dict[str, tuple[dict, str]],
+                  new_validation_runs: dict[str, dict] | None = None) -> str:
+  """Merge ``new_runs`` (row name -> ``summarize``'s (row, output folder)) into ``output/runs.json`` and
+  ``new_validation_runs`` (row name -> ``validation_summary``) into ``output/validation_runs.json``, copy the
+  test output of a run that beats every stored one on validation, and rewrite RESULTS.md and curves.png.
   Returns the RESULTS.md text."""
   test = TEST_NAME[experiment]
   written_name = f"{TEST_SPLIT[experiment]}.hyp.{TARGET_LANGUAGE[experiment]}"  # by --mode=eval
@@ -304,13 +359,27 @@ def write_results(experiment: str, output: str, new_runs: dict[str, tuple[dict, 
       best_before = summary["validation_bleu"]
       shutil.copy(os.path.join(output_dir, written_name), os.path.join(output, hypothesis_name))
   if not runs:
-    raise app.UsageError("give at least one --run=VARIANT:WORKDIR")
-  for run in runs.values():
+    raise app.UsageError("give at least one --run=VARIANT:WORKDIR to score on test (without --validation_only): "
+                         "the page needs one model scored on test")
+  validation_path = os.path.join(output, "validation_runs.json")
+  validation_runs = {}
+  if os.path.exists(validation_path):
+    with open(validation_path) as f:
+      validation_runs = json.load(f)
+  validation_runs.update(new_validation_runs or {})
+  for name in runs:  # a run scored on test is no longer a validation-only row
+    validation_runs.pop(name, None)
+  for run in [*runs.values(), *validation_runs.values()]:
     if "config" not in run:  # a row written before rows kept their settings: rebuilt from its command
       run.update(settings_from_command(run["command"]))
     run["command"] = run_command(experiment, run)
   with open(runs_path, "w") as f:
     json.dump(runs, f, indent=1)
+  if validation_runs:
+    with open(validation_path, "w") as f:
+      json.dump(validation_runs, f, indent=1)
+  elif os.path.exists(validation_path):
+    os.remove(validation_path)
   best = max(runs, key=lambda name: runs[name]["validation_bleu"])
   if any(run["curves"] for run in runs.values()):  # rows carried over without curves keep the old plot
     report.plot_curves({name: run["curves"] for name, run in runs.items()}, list(CURVES),
@@ -321,6 +390,7 @@ def write_results(experiment: str, output: str, new_runs: dict[str, tuple[dict, 
        f"{test} BLEU", f"{test} BLEU lowercased", "hardware",
        "sacreBLEU signature", "command"], [row(name, run) for name, run in runs.items()])
   by_length = by_length_table(test, runs)
+  compared_on_validation = validation_table(runs, validation_runs)
   published = report.markdown_table(["published result", f"{test} BLEU"], PUBLISHED[experiment])
   plots = [f"[{title}]({folder}/README.md)" for folder, title in PLOT_FOLDERS.items()
            if os.path.exists(os.path.join(output, folder, "README.md"))]
@@ -339,7 +409,7 @@ anyone can recompute its score with sacreBLEU.
 {table}
 
 {NOTES[experiment]}
-{by_length}
+{by_length}{compared_on_validation}
 {published}
 
 ![training curves](curves.png)
@@ -370,11 +440,14 @@ def main(argv):
   experiment = _EXPERIMENT.value
   output = os.path.join(report.REPO, "experiments", experiment)
   os.makedirs(output, exist_ok=True)
-  new_runs = {}
+  new_runs, new_validation_runs = {}, {}
   for spec in _RUNS.value:
     name, variant, workdir = parse_run(experiment, spec)
-    new_runs[name] = summarize(experiment, variant, workdir, _AVERAGE.value)
-  print(write_results(experiment, output, new_runs))
+    if _VALIDATION_ONLY.value:
+      new_validation_runs[name] = validation_summary(experiment, variant, workdir)
+    else:
+      new_runs[name] = summarize(experiment, variant, workdir, _AVERAGE.value)
+  print(write_results(experiment, output, new_runs, new_validation_runs))
 
 
 if __name__ == "__main__":

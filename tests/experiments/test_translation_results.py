@@ -227,3 +227,51 @@ def test_bleu_by_reference_length_groups_the_test_sentences(tmp_path, monkeypatc
   assert "| model | 0-9 words (3 sentences) | 20-39 words (1 sentences) |" in text
   assert "| new | 100.00 (length ratio 1.00) |" in text and "| old |" not in text  # rows from before: left out
   assert translation_results.by_length_table("test_2016_flickr", {"old": summary(30.0, 31.0)}) == ""
+
+
+def test_validation_only_runs_are_listed_beside_the_scored_ones_and_never_replace_their_output(tmp_path,
+                                                                                               monkeypatch):
+  if not flags.FLAGS.is_parsed():
+    flags.FLAGS.mark_as_parsed()
+  output = tmp_path / "multi30k"
+  output.mkdir()
+  translation_results.write_results("multi30k", str(output),
+                                    {"transformer_small": (summary(30.0, 31.0), run_dir(tmp_path, "scored", "a\n"))})
+  workdir = tmp_path / "lost"
+  workdir.mkdir()
+  from experiments import multi30k
+  config = multi30k.get_config("transformer_small")
+  config.model.dropout_rate = 0.5
+  (workdir / "config.json").write_text(config.to_json_best_effort())
+  (workdir / "model_config.json").write_text(json.dumps({"num_encoder_layers": 4, "num_decoder_layers": 4,
+                                                         "d_model": 128}))
+  records = [{"step": 100, "train/nll": 3.0, "wall_seconds": 36.0},
+             {"step": 100, "eval/nll": 2.5, "eval/bleu": 12.5},
+             {"step": 200, "train/nll": 2.0, "wall_seconds": 72.0},
+             {"step": 200, "eval/nll": 2.25, "eval/bleu": 40.0}]  # higher than the scored row: still not committed
+  (workdir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+  monkeypatch.setattr(translation_results, "training_pairs", lambda experiment, config: 29000)
+  lost = translation_results.validation_summary("multi30k", "transformer_small", str(workdir))
+  text = translation_results.write_results("multi30k", str(output), {}, {"more dropout": lost})
+
+  assert (output / HYPOTHESIS).read_text() == "a\n"
+  assert "The best model on validation (transformer_small)" in text
+  assert set(json.loads((output / "validation_runs.json").read_text())) == {"more dropout"}
+  section = text.split("Every run by the validation BLEU")[1].split("\n\n")[1]  # the table after the caption
+  rows = {line.split(" | ")[0][2:]: line for line in section.splitlines()[2:]}
+  assert set(rows) == {"transformer_small", "more dropout"}
+  assert "| 100: 12.50, 200: 40.00 | 2.25 | no |" in rows["more dropout"]
+  assert "| 200: 30.00 | - | yes (table above) |" in rows["transformer_small"]
+  assert "| 200 | 0.02 h | beam 5, alpha 0.6 |" in rows["more dropout"]
+  assert "--config.model.dropout_rate=0.5" in rows["more dropout"]
+
+  # Scoring that run on test later moves it out of the validation-only list.
+  text = translation_results.write_results(
+      "multi30k", str(output), {"more dropout": (summary(29.0, 30.0), run_dir(tmp_path, "now scored", "b\n"))})
+  assert not (output / "validation_runs.json").exists()
+  assert "Every run by the validation BLEU" not in text
+
+  (workdir / "metrics.jsonl").write_text(json.dumps(records[0]) + "\n")  # stopped before its first evaluation
+  from absl import app
+  with pytest.raises(app.UsageError, match="no eval/bleu"):
+    translation_results.validation_summary("multi30k", "transformer_small", str(workdir))
