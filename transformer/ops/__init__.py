@@ -4,9 +4,9 @@
     out = ops.dot_product_attention(q, k, v, mask=ops.make_causal_mask(q.shape[1]))
 """
 from transformer.ops.attention import MASK_VALUE, attention_weights, dot_product_attention, weighted_values
-from transformer.ops.barriers import gradient_barrier
+from transformer.ops.barriers import gradient_barrier, materialized_transpose
 from transformer.ops.chunked import chunked_dot_product_attention
-from transformer.ops.dense import dense
+from transformer.ops.dense import batched_matmul, dense
 from transformer.ops.dropout import dropout, effective_dropout_rate, token_dropout
 from transformer.ops.feed_forward import ACTIVATIONS, feed_forward
 from transformer.ops.losses import softmax_cross_entropy, weighted_sum
@@ -20,7 +20,7 @@ from transformer.ops.sequence import shift_right
 
 __all__ = [
     "MASK_VALUE", "ACTIVATIONS", "attention_weights", "dot_product_attention", "weighted_values",
-    "gradient_barrier", "chunked_dot_product_attention", "dense", "dropout", "effective_dropout_rate", "token_dropout",
+    "gradient_barrier", "materialized_transpose", "batched_matmul", "chunked_dot_product_attention", "dense", "dropout", "effective_dropout_rate", "token_dropout",
     "feed_forward", "softmax_cross_entropy", "weighted_sum",
     "combine_masks", "make_attention_mask", "make_causal_mask", "make_padding_mask",
     "sequence_exact_match", "token_accuracy", "layer_norm", "rms_norm", "apply_rotary_embedding",

@@ -16,6 +16,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
+from transformer.ops.dense import batched_matmul
 from transformer.ops.dropout import dropout
 from transformer.ops.scores import dot_product_scores
 
@@ -105,8 +106,7 @@ def weighted_values(weights, value, precision=None):
     ``[batch, q_length, heads, head_dim]``.
   """
   # Heads next to batch for the matmul, as in dot_product_scores.
-  output = jnp.einsum("bhqk,bhkd->bhqd", weights.astype(value.dtype), jnp.swapaxes(value, 1, 2),
-                      precision=precision)
+  output = batched_matmul(weights.astype(value.dtype), jnp.swapaxes(value, 1, 2), precision=precision)
   return jnp.swapaxes(output, 1, 2)
 
 

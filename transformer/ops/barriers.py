@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import jax
+import jax.numpy as jnp
 
 
 @jax.custom_vjp
@@ -34,3 +35,21 @@ def _gradient_barrier_backward(_, cotangent):
 
 
 gradient_barrier.defvjp(_gradient_barrier_forward, _gradient_barrier_backward)
+
+
+def materialized_transpose(x):
+  """``x`` with its last two axes swapped, written out as a new array rather than folded into its consumer.
+
+  XLA folds a transpose into the dot that consumes it, as a change of the dot's contracting dimension. On CPU
+  (XLA:CPU, JAX 0.10) a dot that contracts its left operand's second-to-last axis is not given to YNNPACK
+  and runs on the slower Eigen path. ``optimization_barrier`` keeps the transpose a separate copy, so the
+  dot reads a plain ``[m, k] x [k, n]`` product. ``batched_matmul``'s backward uses it on the smaller of
+  the two arrays it multiplies.
+
+  Args:
+    x: ``[..., m, n]``.
+
+  Returns:
+    ``[..., n, m]``.
+  """
+  return jax.lax.optimization_barrier(jnp.swapaxes(x, -1, -2))

@@ -9,10 +9,9 @@ variant as in Graves et al. 2014), Bahdanau et al. 2015 (additive).
 """
 from __future__ import annotations
 
-import functools
-
-import jax
 import jax.numpy as jnp
+
+from transformer.ops.dense import batched_matmul
 
 
 def dot_product_scores(query, key, scale: bool | float = True, precision=None, float32_logits: bool = True):
@@ -25,7 +24,7 @@ def dot_product_scores(query, key, scale: bool | float = True, precision=None, f
     query: ``[batch, q_length, heads, d_k]``.
     key: ``[batch, kv_length, heads, d_k]``.
     scale: True for ``1/sqrt(d_k)``, False for none (Luong "dot" and the ablation), or a float.
-    precision: passed to ``jnp.einsum``.
+    precision: passed to ``jnp.matmul``.
     float32_logits: True (default) accumulates and returns float32 logits whatever the inputs' dtype;
       False returns them in the inputs' dtype, as flax's stock attention does (faster in bfloat16, where
       the logits are the largest tensor of attention; less accurate).
@@ -46,44 +45,11 @@ def dot_product_scores(query, key, scale: bool | float = True, precision=None, f
   # Logits accumulate and stay in float32 (as jax.nn does): no rounding between the dot and the softmax.
   # Heads moved next to batch before the dot (not inside the einsum): XLA then runs a plain batched
   # matmul over [batch * heads] instead of choosing strided layouts; on CPU this made the float32
-  # forward at 128-256 tokens 1.7-2.5x faster (benchmarks/attention.py).
+  # forward at 128-256 tokens 1.7-2.5x faster (benchmarks/attention.py). batched_matmul's backward runs
+  # in the inputs' dtype (bfloat16 stays bfloat16) and as plain matmuls (see its docstring).
   query, key = jnp.swapaxes(query, 1, 2), jnp.swapaxes(key, 1, 2)
-  if not float32_logits:
-    return jnp.einsum("bhqd,bhkd->bhqk", query, key, precision=precision)
-  if query.dtype == key.dtype and jnp.finfo(query.dtype).bits < 32:
-    return _float32_logits_low_precision_backward(query, key, precision)
-  return jnp.einsum("bhqd,bhkd->bhqk", query, key, precision=precision, preferred_element_type=jnp.float32)
-
-
-@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
-def _float32_logits_low_precision_backward(query, key, precision):
-  """``[batch, heads, q_length, kv_length]`` float32 logits of bfloat16/float16 ``[batch, heads, length, d]``
-  query and key, whose backward runs its two matmuls in the inputs' dtype.
-
-  Autodiff of the float32-output einsum would multiply the float32 ``[.., q_length, kv_length]`` cotangent
-  with the low-precision key and query, i.e. two float32 matmuls over the largest operand of attention.
-  Here that cotangent is rounded to the inputs' dtype first (FlashAttention-2 rounds its ``dS`` the same
-  way), so both are bfloat16 matmuls with float32 accumulation: the precision flax's stock bfloat16
-  attention has throughout, kept only where the backward needs no more.
-  """
-  return jnp.einsum("bhqd,bhkd->bhqk", query, key, precision=precision, preferred_element_type=jnp.float32)
-
-
-def _logits_forward(query, key, precision):
-  return _float32_logits_low_precision_backward(query, key, precision), (query, key)
-
-
-def _logits_backward(precision, residuals, logits_cotangent):
-  query, key = residuals
-  logits_cotangent = logits_cotangent.astype(query.dtype)
-  query_cotangent = jnp.einsum("bhqk,bhkd->bhqd", logits_cotangent, key, precision=precision,
-                               preferred_element_type=jnp.float32)
-  key_cotangent = jnp.einsum("bhqk,bhqd->bhkd", logits_cotangent, query, precision=precision,
-                             preferred_element_type=jnp.float32)
-  return query_cotangent.astype(query.dtype), key_cotangent.astype(key.dtype)
-
-
-_float32_logits_low_precision_backward.defvjp(_logits_forward, _logits_backward)
+  return batched_matmul(query, jnp.swapaxes(key, -1, -2), precision=precision,
+                        preferred_element_type=jnp.float32 if float32_logits else None)
 
 
 def luong_dot_scores(query, key, precision=None):
