@@ -32,8 +32,8 @@ def get_config(variant: str = "transformer_small"):
   # helped both model families (GRU: 13.01 against 12.19 tst2012 BLEU).
   task.tokenizer_type = "bpe"
   if variant != "transformer_base":
-    # Sized for the 10,000 training pairs here: the RNNs' 2048-token batches give 211 updates per epoch
-    # (3000 updates are about 14 epochs). With the full 133k pairs, raise the steps (e.g.
+    # Sized for the 10,000 training pairs here: 2048-token batches give about 200 updates per epoch
+    # (3000 updates are about 15 epochs). With the full 133k pairs, raise the steps (e.g.
     # --config.num_train_steps=30000) and the RNNs' batches (--config.task.max_tokens=4096).
     task.max_tokens = 2048
     task.num_eval_sentences = 500  # BLEU on the first 500 of tst2012 during training keeps evaluations short
@@ -44,7 +44,7 @@ def get_config(variant: str = "transformer_small"):
     config.eval_every = 1000
     config.checkpoint_every = 250
     if variant in multi30k.RNNS:
-      # 3000 updates (about 14 epochs of 211 batches): the GRU had reached 13.5 tst2013 BLEU after 2000 of a
+      # 3000 updates (about 14 epochs of the unigram model's 211 batches): the GRU had reached 13.5 tst2013 BLEU after 2000 of a
       # 4000-step cosine schedule, and its eval NLL was flattening. Measured: 1.34 h for the GRU with its
       # evaluations, on 2 CPU cores shared with other jobs (0.61 steps/s alone).
       config.num_train_steps = 3000

@@ -50,8 +50,9 @@ def test_dense_names_a_feature_mismatch():
 
 
 @pytest.mark.parametrize("shapes", [((2, 3, 4, 5), (2, 3, 5, 6)),  # a smaller than the cotangent: a^T g
-                                    ((2, 3, 9, 8), (2, 3, 8, 2))],  # a larger: (g^T a)^T
-                         ids=["transpose-a", "transpose-cotangent"])
+                                    ((2, 3, 9, 8), (2, 3, 8, 2)),  # a larger: (g^T a)^T
+                                    ((2, 3, 1, 8), (2, 3, 8, 4))],  # one row: plain autodiff
+                         ids=["transpose-a", "transpose-cotangent", "one-row"])
 def test_batched_matmul_values_and_gradients_match_numpy(shapes):
   rng = np.random.default_rng(2)
   a, b = (rng.normal(size=shape).astype(np.float32) for shape in shapes)

@@ -20,7 +20,8 @@ from transformer.ops.sequence import shift_right
 
 __all__ = [
     "MASK_VALUE", "ACTIVATIONS", "attention_weights", "dot_product_attention", "weighted_values",
-    "gradient_barrier", "materialized_transpose", "batched_matmul", "chunked_dot_product_attention", "dense", "dropout", "effective_dropout_rate", "token_dropout",
+    "gradient_barrier", "materialized_transpose", "batched_matmul", "chunked_dot_product_attention", "dense",
+    "dropout", "effective_dropout_rate", "token_dropout",
     "feed_forward", "softmax_cross_entropy", "weighted_sum",
     "combine_masks", "make_attention_mask", "make_causal_mask", "make_padding_mask",
     "sequence_exact_match", "token_accuracy", "layer_norm", "rms_norm", "apply_rotary_embedding",

@@ -40,7 +40,7 @@ def attention_weights(logits, mask=None, bias=None, dropout_rate: float = 0.0, d
     dtype: dtype of the returned weights (defaults to ``logits.dtype``).
     float32_logits: True (default) adds the bias, masks and takes the softmax in float32; False does so
       in the logits' own dtype (flax's stock behaviour: less accurate; ``python -m benchmarks.attention``
-      times it beside the default, a run not yet recorded in benchmarks/RESULTS.md).
+      times it beside the default, in its own column of benchmarks/RESULTS.md).
 
   Returns:
     ``[batch, heads, q_length, kv_length]`` weights; rows sum to 1, except rows whose keys are all masked,

@@ -48,8 +48,14 @@ def dot_product_scores(query, key, scale: bool | float = True, precision=None, f
   # forward at 128-256 tokens 1.7-2.5x faster (benchmarks/attention.py). batched_matmul's backward runs
   # in the inputs' dtype (bfloat16 stays bfloat16) and as plain matmuls (see its docstring).
   query, key = jnp.swapaxes(query, 1, 2), jnp.swapaxes(key, 1, 2)
+  logits_dtype = jnp.float32 if float32_logits else None
+  if query.shape[2] == 1:
+    # One query (an RNN decoder step inside a scan): as in batched_matmul, plain autodiff; the einsum also
+    # keeps the key's transpose folded into the dot (written as batched_matmul's b it made a 30-step scan
+    # of Luong attention 1.5x slower forward+backward on CPU).
+    return jnp.einsum("bhqd,bhkd->bhqk", query, key, precision=precision, preferred_element_type=logits_dtype)
   return batched_matmul(query, jnp.swapaxes(key, -1, -2), precision=precision,
-                        preferred_element_type=jnp.float32 if float32_logits else None)
+                        preferred_element_type=logits_dtype)
 
 
 def luong_dot_scores(query, key, precision=None):
