@@ -45,8 +45,8 @@ def get_config(variant: str = "transformer_small"):
     config.checkpoint_every = 250
     if variant in multi30k.RNNS:
       # 3000 updates (about 14 epochs of the unigram model's 211 batches): the GRU had reached 13.5 tst2013
-      # BLEU after 2000 of a 4000-step cosine schedule, and its eval NLL was flattening. Measured: 1.34 h for the GRU with its
-      # evaluations, on 2 CPU cores shared with other jobs (0.61 steps/s alone).
+      # BLEU after 2000 of a 4000-step cosine schedule, and its eval NLL was flattening. Measured: 1.34 h for
+      # the GRU with its evaluations, on 2 CPU cores shared with other jobs (0.61 steps/s alone).
       config.num_train_steps = 3000
     if variant == "transformer_small":
       # Wider and shallower than Multi30k's 4+4 x 128 (at d_model 128 it underfit these longer TED sentences:

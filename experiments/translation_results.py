@@ -17,7 +17,8 @@ committed test hypotheses. A second table splits each run's test BLEU by the ref
 (``transformer.tasks.translation.bleu_by_reference_length``). With ``--validation_only`` the runs are not
 decoded again: a third table (kept in ``validation_runs.json``) lists them beside the scored ones by the
 validation BLEU their training logged, for settings that lost on validation. Without ``--run`` the page
-is rewritten from ``runs.json`` alone (e.g. after ``experiments/attention_plots.py`` added the ``attention/`` or ``alignment/`` folder it links).
+is rewritten from ``runs.json`` alone (e.g. after ``experiments/attention_plots.py`` added the
+``attention/`` or ``alignment/`` folder it links).
 """
 from __future__ import annotations
 

@@ -85,7 +85,8 @@ def test_batched_matmul_bfloat16_backward_rounds_the_cotangent_and_accumulates_i
   # The b gradient sums 300 products: float32 accumulation of the bfloat16-rounded cotangent, rounded once.
   rounded = np.asarray(cotangent.astype(jnp.bfloat16), np.float32)
   expected = np.swapaxes(np.asarray(a, np.float32), -1, -2) @ rounded
-  np.testing.assert_array_equal(np.asarray(b_grad, np.float32), np.asarray(jnp.asarray(expected, jnp.bfloat16), np.float32))
+  np.testing.assert_array_equal(np.asarray(b_grad, np.float32),
+                                np.asarray(jnp.asarray(expected, jnp.bfloat16), np.float32))
 
 
 def test_batched_matmul_names_a_shape_mismatch():
