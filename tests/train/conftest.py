@@ -1,6 +1,9 @@
 """A tiny synthetic experiment that trains in seconds, for the training-system tests."""
 import importlib.util
 import os
+import signal
+import subprocess
+import sys
 
 import pytest
 
@@ -21,6 +24,35 @@ TINY_OVERRIDES = {
     "quiet": True, "tensorboard": False, "async_checkpointing": False, "best_metric": "",
 }
 TINY_FLAGS = [f"--config.{k}={v}" for k, v in TINY_OVERRIDES.items()]
+
+
+def start_launch(*flags, env=None):
+  """``python launch.py *flags`` in the repository, stdout and stderr together; a hang can dump its stacks."""
+  env = dict(os.environ if env is None else env, PYTHONFAULTHANDLER="1")  # SIGABRT prints every thread's stack
+  return subprocess.Popen([sys.executable, "launch.py", *flags], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True)
+
+
+def finish(*processes, timeout: float) -> list[str]:
+  """The outputs of processes from ``start_launch`` once all have exited.
+
+  If any is still running after ``timeout`` seconds, all are aborted (their Python stacks, printed by the fault
+  handler, show where they waited) and the test fails with every output rather than leaving them running.
+  """
+  try:
+    return [process.communicate(timeout=timeout)[0] for process in processes]
+  except subprocess.TimeoutExpired:
+    outputs = []
+    for process in processes:
+      if process.poll() is None:
+        process.send_signal(signal.SIGABRT)
+      try:
+        outputs.append(process.communicate(timeout=30)[0])
+      except subprocess.TimeoutExpired:
+        process.kill()
+        outputs.append(process.communicate()[0])
+    pytest.fail(f"still running after {timeout} s, so aborted:\n"
+                + "\n".join(f"--- {' '.join(p.args[1:])}\n{out}" for p, out in zip(processes, outputs)))
 
 
 def tiny_config(**overrides):

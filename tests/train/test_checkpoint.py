@@ -3,15 +3,13 @@ import json
 import logging
 import os
 import signal
-import subprocess
-import sys
 import time
 
 import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
-from tests.train.conftest import REPO, TINY_FLAGS
+from tests.train.conftest import TINY_FLAGS, finish, start_launch
 from transformer.train import run
 from transformer.train.checkpoint import CheckpointRestoreError
 
@@ -21,11 +19,9 @@ LONG_RUN = TINY_FLAGS + ["--config.num_train_steps=400", "--config.checkpoint_ev
 
 
 def launch(workdir, extra=(), wait=True):
-  command = [sys.executable, "launch.py", "--config=experiments/synthetic.py:copy", f"--workdir={workdir}",
-             *LONG_RUN, *extra]
-  process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+  process = start_launch("--config=experiments/synthetic.py:copy", f"--workdir={workdir}", *LONG_RUN, *extra)
   if wait:
-    output, _ = process.communicate(timeout=300)
+    output, = finish(process, timeout=300)
     assert process.returncode == 0, output
     return output
   return process
@@ -83,7 +79,7 @@ def test_sigterm_saves_a_checkpoint_then_resumes_identically(tmp_path, uninterru
   wait_for_checkpoint(workdir, 50, process)
   time.sleep(0.3)  # land between checkpoints
   process.send_signal(signal.SIGTERM)
-  output, _ = process.communicate(timeout=120)
+  output, = finish(process, timeout=120)
   assert process.returncode == 0, output
   assert "SIGTERM: saved a checkpoint at step" in output
   saved = int(output.split("SIGTERM: saved a checkpoint at step ")[1].split(";")[0])

@@ -1,12 +1,8 @@
 """Multi-process training with jax.distributed on localhost: two CPU processes train in lock step."""
 import os
 import socket
-import subprocess
-import sys
 
-
-from tests.train.conftest import REPO, TINY_FLAGS
-
+from tests.train.conftest import TINY_FLAGS, finish, start_launch
 
 
 def free_port():
@@ -19,14 +15,11 @@ def test_two_processes_train_in_lock_step(tmp_path):
   port = free_port()
   env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
   env["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"  # 2 processes x 2 devices
-  processes = []
-  for process_id in range(2):
-    command = [sys.executable, "launch.py", "--config=experiments/synthetic.py:copy",
-               f"--workdir={tmp_path}/shared", f"--coordinator_address=localhost:{port}", "--num_processes=2",
-               f"--process_id={process_id}", "--config.parallelism=mesh", *TINY_FLAGS]
-    processes.append(subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE,
-                                      stderr=subprocess.STDOUT, text=True))
-  outputs = [p.communicate(timeout=300)[0] for p in processes]
+  processes = [start_launch("--config=experiments/synthetic.py:copy", f"--workdir={tmp_path}/shared",
+                            f"--coordinator_address=localhost:{port}", "--num_processes=2",
+                            f"--process_id={process_id}", "--config.parallelism=mesh", *TINY_FLAGS, env=env)
+               for process_id in range(2)]
+  outputs = finish(*processes, timeout=180)  # about 10 s when healthy
   for process, output in zip(processes, outputs):
     assert process.returncode == 0, output
   assert "devices: 4 x cpu, processes: 2" in outputs[0]
