@@ -91,8 +91,12 @@ def _local_digest(tree) -> str:
   return digest.hexdigest()
 
 
-def _check_workdir_model(workdir: str, model_config, has_checkpoints: bool) -> None:
-  """A workdir belongs to one model: refuse to resume checkpoints of a different architecture."""
+def _check_workdir_model(workdir: str, model_config, has_checkpoints: bool, is_main: bool) -> None:
+  """A workdir belongs to one model: refuse to resume checkpoints of a different architecture.
+
+  Every process checks; the main one (re)writes ``model_config.json``, atomically, so that another
+  process reading it at the same time never sees a half-written file.
+  """
   path = os.path.join(workdir, "model_config.json")
   current = dataclasses.asdict(model_config)
   if has_checkpoints and os.path.exists(path):
@@ -104,8 +108,10 @@ def _check_workdir_model(workdir: str, model_config, has_checkpoints: bool) -> N
     if differences:
       raise ValueError(f"--workdir={workdir} holds checkpoints of a different model ({'; '.join(differences)}). "
                        "Use a new --workdir, or set the model back to match.")
-  with open(path, "w") as f:
-    json.dump(current, f, indent=2, sort_keys=True)
+  if is_main:
+    with open(path + ".tmp", "w") as f:
+      json.dump(current, f, indent=2, sort_keys=True)
+    os.replace(path + ".tmp", path)
 
 
 @dataclasses.dataclass
@@ -136,7 +142,7 @@ def run(config, workdir: str, mode: str = "train") -> RunOutput:
 
   checkpointer = Checkpointer(workdir, keep=config.keep_checkpoints, asynchronous=config.async_checkpointing,
                               best_metric=config.best_metric or None, best_mode=config.best_mode)
-  _check_workdir_model(workdir, model_config, bool(checkpointer.steps()))
+  _check_workdir_model(workdir, model_config, bool(checkpointer.steps()), is_main)
   config_path = os.path.join(workdir, "config.json")
   if is_main:
     # The training configuration: eval/translate runs on the same workdir leave it as trained (reports read it).
