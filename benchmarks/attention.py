@@ -70,6 +70,7 @@ def main(argv=None) -> common.Report:
       ["dtype", "pass", "length", "batch"] + [f"{name} ms" for name in names]
       + ["ours / fastest reference", f"{LOW_PRECISION_LOGITS} / fastest reference"])
   low_precision_ratios = {}
+  largest_temporaries = {}  # dtype -> {name: MiB of temporaries XLA plans}, forward+backward, longest length
 
   for dtype in dtypes:
     for pass_name in ("forward", "forward+backward"):
@@ -91,6 +92,8 @@ def main(argv=None) -> common.Report:
             report.notes.append(f"{name} {dtype} {pass_name} L={length}: not run ({type(error).__name__}).")
             continue
           calls[name] = lambda compiled=compiled: compiled(*inputs)
+          if pass_name == "forward+backward" and length == max(lengths):
+            largest_temporaries.setdefault(dtype, {})[name] = common.memory_stats(compiled).temp / 2**20
         timings = common.time_interleaved(calls, warmup=args.warmup, repeats=args.repeats, budget_s=args.budget_s)
         milliseconds = {name: 1e3 * timing.median for name, timing in timings.items()}
         references = [ms for name, ms in milliseconds.items() if name not in ("ours", LOW_PRECISION_LOGITS)]
@@ -109,6 +112,10 @@ def main(argv=None) -> common.Report:
   best_of_both = [min(value, low_precision_ratios.get(key, value)) for key, value in report.ratios.items()
                   if value == value]
   worst_either = max(best_of_both) if best_of_both else float("nan")
+  report.notes += [
+      f"Temporaries XLA plans for forward+backward at {max(lengths)} tokens ({dtype}, compiled "
+      "memory_analysis): " + ", ".join(f"{name} {mib:,.1f} MiB" for name, mib in temporaries.items()) + "."
+      for dtype, temporaries in largest_temporaries.items()]
   report.notes += [
       f"{heads} heads of {head_dim}, self attention without a mask, {tokens} tokens per batch; median of up to "
       f"{args.repeats} calls after {args.warmup} warm-up, the implementations taking turns (round robin); "
