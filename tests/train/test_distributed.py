@@ -15,6 +15,10 @@ def test_two_processes_train_in_lock_step(tmp_path):
   port = free_port()
   env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
   env["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"  # 2 processes x 2 devices
+  # No persistent compilation cache (tests/conftest.py shares one across the session): each process
+  # compiles its programs itself, as on a first multi-host run, instead of one loading an executable
+  # that an earlier test or session wrote while the other compiles.
+  env["JAX_ENABLE_COMPILATION_CACHE"] = "false"
   processes = [start_launch("--config=experiments/synthetic.py:copy", f"--workdir={tmp_path}/shared",
                             f"--coordinator_address=localhost:{port}", "--num_processes=2",
                             f"--process_id={process_id}", "--config.parallelism=mesh", *TINY_FLAGS, env=env)
