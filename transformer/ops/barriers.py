@@ -44,7 +44,7 @@ def materialized_transpose(x):
   (XLA:CPU, JAX 0.10) a dot that contracts its left operand's second-to-last axis is not given to YNNPACK
   and runs on the slower Eigen path. ``optimization_barrier`` keeps the transpose a separate copy, so the
   dot reads a plain ``[m, k] x [k, n]`` product. ``batched_matmul``'s backward uses it on the smaller of
-  the two arrays it multiplies.
+  its forward's left operand and the output's cotangent.
 
   Args:
     x: ``[..., m, n]``.
