@@ -56,8 +56,8 @@ def plot_curves(runs: dict[str, list[dict]], metrics: list[str], path: str, titl
   import matplotlib
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
-  figure, axes = plt.subplots(1, len(metrics), figsize=(5 * len(metrics), 3.6))
-  for axis, metric in zip(axes, metrics):
+  figure, axes = plt.subplots(1, len(metrics), figsize=(5 * len(metrics), 3.6), squeeze=False)
+  for axis, metric in zip(axes[0], metrics):
     for name, records in runs.items():
       steps, values = series(records, metric)
       if not steps:

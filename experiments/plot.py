@@ -1,0 +1,58 @@
+"""Draw a run's ``metrics.jsonl`` as curves, to a PNG beside it.
+
+    python -m experiments.plot WORKDIR                       # WORKDIR/curves.png: loss and every eval metric
+    python -m experiments.plot WORKDIR OTHER_WORKDIR --metrics=train/loss,eval/bleu --output=/tmp/compare.png
+
+Several workdirs give one line each per panel. For live curves, TensorBoard reads the same run:
+``pip install -e ".[tensorboard]"`` then ``tensorboard --logdir WORKDIR/tensorboard``.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+from absl import app, flags
+
+from experiments import report
+from transformer.train.writers import read_metrics
+
+_METRICS = flags.DEFINE_list("metrics", [], "Metrics to draw, one panel each; default: train/loss and every "
+                             "eval/ metric the runs logged (per-seed values left out).")
+_OUTPUT = flags.DEFINE_string("output", "", "PNG to write; default: curves.png in the first workdir.")
+
+
+def default_metrics(runs: dict[str, list[dict]]) -> list[str]:
+  """``train/loss`` and the runs' ``eval/*`` metrics, in first-logged order, without per-seed copies."""
+  names = ["train/loss"]
+  for records in runs.values():
+    for record in records:
+      names += [name for name in record if name.startswith("eval/") and "/seed_" not in name and name not in names]
+  return names
+
+
+def plot_runs(workdirs: list[str], metrics: list[str] | None = None, output: str = "") -> str:
+  """Draw the runs in ``workdirs`` (one line each) and return the PNG's path."""
+  runs = {}
+  for workdir in workdirs:
+    if not os.path.exists(os.path.join(workdir, "metrics.jsonl")):
+      raise SystemExit(f"error: {workdir} has no metrics.jsonl; give the --workdir of a training run.")
+    runs[os.path.basename(os.path.normpath(workdir))] = read_metrics(workdir)
+  metrics = metrics or default_metrics(runs)
+  missing = [name for name in metrics if not any(name in r for records in runs.values() for r in records)]
+  if missing:
+    logged = sorted({name for records in runs.values() for r in records for name in r} - {"step"})
+    raise SystemExit(f"error: no run logged {', '.join(missing)}; logged metrics: {', '.join(logged)}")
+  output = output or os.path.join(workdirs[0], "curves.png")
+  report.plot_curves(runs, metrics, output, ", ".join(runs))
+  return output
+
+
+def main(argv):
+  workdirs = argv[1:]
+  if not workdirs:
+    raise app.UsageError("give at least one WORKDIR: python -m experiments.plot WORKDIR")
+  print(f"wrote {plot_runs(workdirs, _METRICS.value, _OUTPUT.value)}")
+
+
+if __name__ == "__main__":
+  app.run(main)
