@@ -307,3 +307,269 @@ def test_a_splits_features_depend_only_on_its_own_hours_given_the_statistics(tmp
   np.testing.assert_array_equal(changed.features[6:], fixture_series.features[6:])
   np.testing.assert_array_equal(changed.pm25_filled[6:], fixture_series.pm25_filled[6:])
   assert not np.array_equal(changed.features[:6], fixture_series.features[:6])
+
+
+# --- iterators ---------------------------------------------------------------------------------------
+
+
+def iterator_series():
+  features, targets, mask = numbered_series(60, masked=range(20, 35))
+  return timeseries.WindowedSeries(features, targets, mask, input_length=4, horizons=(1, 2))
+
+
+def test_training_iterator_resumes_exactly_across_epochs():
+  series = iterator_series()
+  iterator = series.train_iterator(batch_size=5, seed=3)
+  for _ in range(iterator.batches_per_epoch + 2):  # into the second epoch
+    next(iterator)
+  state = iterator.get_state()
+  expected = [next(iterator) for _ in range(2 * iterator.batches_per_epoch)]
+  resumed = series.train_iterator(batch_size=5, seed=3)
+  resumed.set_state(state)
+  for want, got in zip(expected, (next(resumed) for _ in expected)):
+    for name in want:
+      np.testing.assert_array_equal(want[name], got[name], err_msg=name)
+  with pytest.raises(ValueError, match="same series"):
+    series.train_iterator(batch_size=5, seed=4).set_state(state)
+
+
+def test_training_epochs_shuffle_scored_windows_once_each_and_shards_are_disjoint():
+  series = iterator_series()
+  scored = series.scored_windows()
+  # A window scores when hour origin+1 or origin+2 lies outside the unmeasured hours 20-34.
+  hours = series.target_hours(np.arange(len(series)))
+  np.testing.assert_array_equal(scored, np.flatnonzero(((hours < 20) | (hours > 34)).any(-1)))
+  orders = []
+  for shard in range(2):
+    iterator = series.train_iterator(batch_size=4, seed=0, shard_index=shard, shard_count=2)
+    origins = [next(iterator)["origin"] for _ in range(iterator.batches_per_epoch)]
+    orders.append(np.concatenate(origins) - series.first_origin)
+    assert len(set(orders[-1])) == len(orders[-1])
+  assert not set(orders[0]) & set(orders[1])
+  assert set(orders[0]) | set(orders[1]) <= set(scored)
+  assert len(orders[0]) == len(orders[1]) == (len(scored) // 2) // 4 * 4
+  single = series.train_iterator(batch_size=4, seed=0)
+  epochs = [single.epoch_order(epoch) for epoch in range(2)]
+  assert sorted(epochs[0]) == list(scored) and not np.array_equal(epochs[0], epochs[1])
+  other_seed = series.train_iterator(batch_size=4, seed=1).epoch_order(0)
+  assert not np.array_equal(epochs[0], other_seed)
+
+
+def test_eval_batches_cover_every_window_in_order_with_zero_weight_padding():
+  series = iterator_series()
+  batches = series.eval_batches(batch_size=8)
+  assert len(batches) == math.ceil(len(series) / 8)
+  shapes = {tuple(value.shape for value in batch.values()) for batch in batches}
+  assert len(shapes) == 1  # one compiled shape
+  origins = np.concatenate([batch["origin"] for batch in batches])
+  real = origins >= 0
+  np.testing.assert_array_equal(origins[real], series.origins)
+  last = batches[-1]
+  padding = last["origin"] < 0
+  assert padding.sum() == len(batches) * 8 - len(series) > 0
+  assert not last["target_mask"][padding].any() and not last["inputs"][padding].any()
+  np.testing.assert_array_equal(batches[-1]["targets"], batches[len(batches) - 1]["targets"])
+
+
+# --- baselines and metrics ---------------------------------------------------------------------------
+
+
+def test_persistence_baselines_on_a_hand_made_series():
+  values = np.array([10, 11, np.nan, 13, 14, np.nan, np.nan, 17, 18, 19])
+  filled = timeseries.forward_fill(values, ~np.isnan(values))  # 10 11 11 13 14 14 14 17 18 19
+  origins = np.array([3, 6])
+  np.testing.assert_array_equal(timeseries.persistence_forecast(filled, origins, (1, 2, 5)),
+                                [[13, 13, 13], [14, 14, 14]])
+  # period 4: horizon h at origin t reads hour t + h - 4 * ceil(h / 4).
+  got = timeseries.daily_persistence_forecast(filled, origins, (1, 3, 4, 6), period=4)
+  np.testing.assert_array_equal(got, [[10, 11, 13, 11],  # hours 0, 2, 3, 1
+                                      [13, 14, 14, 14]])  # hours 3, 5, 6, 4
+  with pytest.raises(ValueError, match="earlier hours"):
+    timeseries.daily_persistence_forecast(filled, np.array([1]), (1,), period=4)
+
+
+def test_metrics_by_hand_and_against_plain_numpy():
+  predictions = np.array([[1.0, 2.0], [3.0, np.nan], [5.0, 8.0]])
+  targets = np.array([[2.0, 2.0], [3.0, 9.0], [np.nan, 4.0]])
+  mask = np.array([[True, True], [True, False], [False, True]])
+  got = timeseries.forecast_metrics(predictions, targets, mask)
+  np.testing.assert_allclose(got["mae"], [(1 + 0) / 2, (0 + 4) / 2])
+  np.testing.assert_allclose(got["rmse"], [math.sqrt(1 / 2), math.sqrt(16 / 2)])
+  np.testing.assert_array_equal(got["count"], [2, 2])
+
+  rng = np.random.default_rng(0)
+  predictions, targets = rng.normal(size=(2, 50, 5)) * 30 + 100
+  mask = rng.random((50, 5)) < 0.8
+  sums = [timeseries.error_sums(predictions[i:i + 7], targets[i:i + 7], mask[i:i + 7])
+          for i in range(0, 50, 7)]  # summed over batches, divided once
+  combined = timeseries.metrics_from_sums(
+      {name: sum(part[name] for part in sums) for name in sums[0]})
+  for horizon in range(5):
+    chosen = mask[:, horizon]
+    errors = predictions[chosen, horizon] - targets[chosen, horizon]
+    assert combined["mae"][horizon] == pytest.approx(np.mean(np.abs(errors)))
+    assert combined["rmse"][horizon] == pytest.approx(np.sqrt(np.mean(errors ** 2)))
+  with pytest.raises(ValueError, match="NaN"):
+    timeseries.error_sums(np.array([[np.nan]]), np.array([[1.0]]), np.array([[True]]))
+
+
+# --- the TFDS builder --------------------------------------------------------------------------------
+
+
+def build(data_dir, **kwargs):
+  builder = beijing_pm25.Builder(data_dir=os.fspath(data_dir), file_format="array_record",
+                                 **kwargs)
+  builder.download_and_prepare()
+  return builder
+
+
+def test_builder_stores_the_hourly_rows_by_year_and_reads_back_what_the_csv_holds(
+    tmp_path, monkeypatch):
+  raw = tmp_path / "raw" / "beijing_pm25"
+  raw.mkdir(parents=True)
+  first = datetime.datetime(2012, 12, 31, 21)
+  csv_path = write_hours(raw / beijing_pm25.FILE_NAME, first, 3 + 8760 + 2)
+  monkeypatch.setenv(parallel_text.ENV_VAR, os.fspath(tmp_path / "raw"))  # the parent folder
+  builder = build(tmp_path / "tfds")
+  assert {split: info.num_examples for split, info in builder.info.splits.items()} == {
+      "train": 3, "validation": 8760, "test": 2}
+  columns = beijing_pm25.read_csv(csv_path)
+  read_back = pm25_features.read_prepared(builder)
+  for name, values in columns.items():
+    np.testing.assert_array_equal(read_back[name], values, err_msg=name)  # NaN == NaN here
+  example = builder.as_data_source("test")[1]
+  assert np.datetime64(int(example["time"]), "h") == np.datetime64("2014-01-01T01", "h")
+  assert beijing_pm25.WIND_DIRECTIONS[example["cbwd"]] == beijing_pm25.WIND_DIRECTIONS[
+      columns["cbwd"][-1]]
+
+
+def test_builder_refuses_a_folder_without_the_file(tmp_path):
+  (tmp_path / "empty").mkdir()
+  with pytest.raises(parallel_text.MissingDataError) as raised:
+    build(tmp_path / "tfds", source_dir=tmp_path / "empty")
+  message = str(raised.value)
+  assert beijing_pm25.FILE_NAME in message and beijing_pm25.URL in message
+  assert parallel_text.ENV_VAR in message
+  assert not (tmp_path / "tfds" / "beijing_pm25").exists()
+
+
+def test_offline_download_fails_at_once_with_one_line_naming_file_url_and_setting(
+    tmp_path, monkeypatch):
+  def unreachable(address, timeout=None):
+    raise socket.gaierror(-2, "Name or service not known")
+  monkeypatch.setattr(builder_module.urllib.request, "getproxies", lambda: {})
+  monkeypatch.setattr(builder_module.socket, "create_connection", unreachable)
+  with pytest.raises(parallel_text.MissingDataError) as raised:
+    build(tmp_path / "tfds")
+  message = str(raised.value)
+  assert "\n" not in message
+  for part in (beijing_pm25.FILE_NAME, beijing_pm25.URL, "source_dir", parallel_text.ENV_VAR,
+               "Name or service not known"):
+    assert part in message
+
+
+def test_a_failing_download_behind_a_proxy_gives_the_same_line(tmp_path, monkeypatch):
+  def fail(self, url):
+    raise OSError("Connection refused")
+  monkeypatch.setattr(builder_module.urllib.request, "getproxies",
+                      lambda: {"https": "http://proxy:3128"})
+  monkeypatch.setattr(tfds.download.DownloadManager, "download", fail)
+  with pytest.raises(parallel_text.MissingDataError, match="Connection refused.*source_dir"):
+    build(tmp_path / "tfds")
+
+
+def test_without_a_local_copy_the_official_url_is_downloaded(tmp_path, monkeypatch):
+  requested = []
+  csv_path = write_hours(tmp_path / "cache_copy", datetime.datetime(2012, 12, 31, 23), 8762)
+
+  def serve(self, url):
+    requested.append(url)
+    return csv_path
+  monkeypatch.setattr(builder_module.urllib.request, "getproxies", lambda: {"https": "proxy"})
+  monkeypatch.setattr(tfds.download.DownloadManager, "download", serve)
+  builder = build(tmp_path / "tfds")
+  assert requested == [beijing_pm25.URL]
+  assert beijing_pm25.URL.startswith("https://archive.ics.uci.edu/")
+  assert builder.info.splits["test"].num_examples == 1
+
+
+# --- the real file -----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def real_columns():
+  if not REAL_CSV.exists():
+    pytest.skip(f"{REAL_CSV} not found; set TRANSFORMER_SHARED_DIR")
+  return beijing_pm25.read_csv(REAL_CSV)
+
+
+@needs_real_csv
+def test_real_file_rows_missing_values_and_splits(real_columns):
+  times, pm25 = real_columns["time"], real_columns["pm25"]
+  assert len(times) == 43824
+  assert times[0] == np.datetime64("2010-01-01T00") and times[-1] == np.datetime64("2014-12-31T23")
+  assert np.isnan(pm25).sum() == 2067
+  years = times.astype("datetime64[Y]").astype(int) + 1970
+  # Missing values per year as SOURCE.md counts them with the csv module.
+  assert [int(np.isnan(pm25[years == year]).sum()) for year in range(2010, 2015)] == [
+      669, 728, 489, 82, 99]
+  assert np.nanmean(pm25.astype(np.float64)) == pytest.approx(98.613, abs=5e-4)
+  bounds = pm25_features.split_bounds_by_year(times)
+  assert {split: stop - start for split, (start, stop) in bounds.items()} == {
+      "train": 26304, "validation": 8760, "test": 8760}
+  series = pm25_features.prepare(real_columns, bounds)
+  assert series.features.shape == (43824, len(pm25_features.FEATURE_NAMES))
+  assert np.all(np.isfinite(series.features)) and np.all(np.isfinite(series.targets))
+  train = series.features[:26304, [0, 2, 3, 4]]  # pm25, DEWP, TEMP, PRES standardised on train
+  observed = series.target_mask[:26304]
+  assert abs(train[observed, 0].mean()) < 1e-4 and train[observed, 0].std() == pytest.approx(1, 1e-4)
+  np.testing.assert_allclose(train[:, 1:].mean(0), 0, atol=1e-4)
+
+
+def plain_persistence_mae(csv_path, year, input_length, horizons):
+  """Persistence and daily persistence MAE on ``year``'s windows, straight from the CSV rows."""
+  with open(csv_path, newline="") as file:
+    rows = [row for row in csv.DictReader(file) if int(row["year"]) == year]
+  values = [None if row["pm2.5"] == "NA" else float(row["pm2.5"]) for row in rows]
+  last, filled = None, []
+  for value in values:
+    last = value if value is not None else last
+    filled.append(last)
+  errors = {"persistence": [[] for _ in horizons], "daily_persistence": [[] for _ in horizons]}
+  for origin in range(input_length - 1, len(rows) - max(horizons)):
+    for column, horizon in enumerate(horizons):
+      target = values[origin + horizon]
+      if target is None:
+        continue
+      daily_source = origin + horizon - 24 * math.ceil(horizon / 24)
+      errors["persistence"][column].append(abs(filled[origin] - target))
+      errors["daily_persistence"][column].append(abs(filled[daily_source] - target))
+  return {name: [sum(e) / len(e) for e in by_horizon] for name, by_horizon in errors.items()}
+
+
+@needs_real_csv
+@pytest.mark.parametrize("input_length", [72, 168])
+def test_real_file_persistence_baselines_on_2014(real_columns, input_length):
+  series = pm25_features.prepare(real_columns,
+                                 pm25_features.split_bounds_by_year(real_columns["time"]))
+  windows = series.windows("test", input_length)
+  targets, mask = series.concentration_targets(windows)
+  expected = plain_persistence_mae(REAL_CSV, 2014, input_length, pm25_features.HORIZONS)
+  print(f"\nBeijing PM2.5, test 2014, input_length {input_length}, {len(windows)} windows; "
+        f"ug/m3 by horizon {pm25_features.HORIZONS}")
+  for name, forecast in series.baselines(windows).items():
+    metrics = timeseries.forecast_metrics(forecast, targets, mask)
+    np.testing.assert_allclose(metrics["mae"], expected[name], rtol=1e-9)
+    print(f"  {name:18s} MAE  " + "  ".join(f"{value:7.2f}" for value in metrics["mae"]))
+    print(f"  {name:18s} RMSE " + "  ".join(f"{value:7.2f}" for value in metrics["rmse"]))
+    print(f"  {name:18s} scored " + " ".join(f"{int(c)}" for c in metrics["count"]))
+
+
+@needs_real_csv
+def test_real_file_through_the_builder_equals_the_csv(real_columns, tmp_path):
+  series = pm25_features.load(data_dir=os.fspath(tmp_path / "tfds"), source_dir=REAL_DIR)
+  direct = pm25_features.prepare(real_columns,
+                                 pm25_features.split_bounds_by_year(real_columns["time"]))
+  np.testing.assert_array_equal(series.features, direct.features)
+  np.testing.assert_array_equal(series.target_mask, direct.target_mask)
+  assert series.split_bounds == direct.split_bounds
