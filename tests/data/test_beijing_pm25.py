@@ -71,7 +71,7 @@ def fixture_series() -> pm25_features.PM25Series:
   return pm25_features.prepare(beijing_pm25.read_csv(FIXTURE), FIXTURE_BOUNDS)
 
 
-# --- reading the CSV -------------------------------------------------------------------------------
+# --- reading the CSV ------------------------------------------------------------------------------
 
 
 def test_read_csv_columns_of_the_fixture():
@@ -119,7 +119,7 @@ def test_bad_csv_gives_one_line_naming_the_row(tmp_path, edit, expected):
     assert part in message
 
 
-# --- features ----------------------------------------------------------------------------------------
+# --- features -------------------------------------------------------------------------------------
 
 
 def test_pm25_input_is_forward_filled_within_its_split_and_flagged(fixture_series):
@@ -221,7 +221,7 @@ def test_standardization_serialises_and_inverts():
   np.testing.assert_allclose(again.invert(fitted.apply(values)), values, rtol=1e-12)
 
 
-# --- windows -----------------------------------------------------------------------------------------
+# --- windows --------------------------------------------------------------------------------------
 
 
 def numbered_series(hours=30, num_features=2, masked=()):
@@ -309,7 +309,7 @@ def test_a_splits_features_depend_only_on_its_own_hours_given_the_statistics(tmp
   assert not np.array_equal(changed.features[:6], fixture_series.features[:6])
 
 
-# --- iterators ---------------------------------------------------------------------------------------
+# --- iterators ------------------------------------------------------------------------------------
 
 
 def iterator_series():
@@ -371,7 +371,7 @@ def test_eval_batches_cover_every_window_in_order_with_zero_weight_padding():
   np.testing.assert_array_equal(batches[-1]["targets"], batches[len(batches) - 1]["targets"])
 
 
-# --- baselines and metrics ---------------------------------------------------------------------------
+# --- baselines and metrics ------------------------------------------------------------------------
 
 
 def test_persistence_baselines_on_a_hand_made_series():
@@ -413,7 +413,7 @@ def test_metrics_by_hand_and_against_plain_numpy():
     timeseries.error_sums(np.array([[np.nan]]), np.array([[1.0]]), np.array([[True]]))
 
 
-# --- the TFDS builder --------------------------------------------------------------------------------
+# --- the TFDS builder -----------------------------------------------------------------------------
 
 
 def build(data_dir, **kwargs):
@@ -493,7 +493,7 @@ def test_without_a_local_copy_the_official_url_is_downloaded(tmp_path, monkeypat
   assert builder.info.splits["test"].num_examples == 1
 
 
-# --- the real file -----------------------------------------------------------------------------------
+# --- the real file --------------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
@@ -522,7 +522,8 @@ def test_real_file_rows_missing_values_and_splits(real_columns):
   assert np.all(np.isfinite(series.features)) and np.all(np.isfinite(series.targets))
   train = series.features[:26304, [0, 2, 3, 4]]  # pm25, DEWP, TEMP, PRES standardised on train
   observed = series.target_mask[:26304]
-  assert abs(train[observed, 0].mean()) < 1e-4 and train[observed, 0].std() == pytest.approx(1, 1e-4)
+  assert abs(train[observed, 0].mean()) < 1e-4
+  assert train[observed, 0].std() == pytest.approx(1, 1e-4)
   np.testing.assert_allclose(train[:, 1:].mean(0), 0, atol=1e-4)
 
 

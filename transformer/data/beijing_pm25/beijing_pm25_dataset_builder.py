@@ -33,7 +33,6 @@ import inspect
 import io
 import logging
 import math
-import os
 import socket
 import urllib.parse
 import urllib.request

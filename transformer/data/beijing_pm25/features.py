@@ -13,15 +13,17 @@ Features, per hour (:data:`FEATURE_NAMES`, 18):
 | ``pm25_observed`` | 1 where this hour's pm2.5 was measured, 0 where it was filled |
 | ``DEWP``, ``TEMP``, ``PRES``, ``Iws``, ``Is``, ``Ir`` | standardised |
 | ``cbwd_NE``, ``cbwd_NW``, ``cbwd_SE``, ``cbwd_cv`` | one-hot wind direction |
-| ``hour_*``, ``weekday_*``, ``day_of_year_*`` | sin and cos (``timeseries.cyclical_time_features``) |
+| ``hour_*``, ``weekday_*``, ``day_of_year_*`` | sin, cos (``timeseries.cyclical_time_features``) |
 
 Missing pm2.5 (``NA``, 4.7% of the hours): inputs carry the last measured value of the same split
 forward (past values only, so never a look ahead), with ``pm25_observed`` telling the model which
 hours were filled; the hours before a split's first measurement (the series' first 24) get the
 training mean (0 once standardised). So a split's features depend on its own hours only (and on
 the training statistics), and with :class:`~transformer.data.timeseries.WindowedSeries` keeping
-every window inside its split, no window reads another split's hours. Targets are never filled: ``target_mask`` is False at every missing hour, so
-such an hour is never scored, and its ``targets`` entry is 0 only to keep the arrays finite.
+every window inside its split, no window reads another split's hours.
+
+Targets are never filled: ``target_mask`` is False at every missing hour, so such an hour is never
+scored, and its ``targets`` entry is 0 only to keep the arrays finite.
 
 Normalisation is fitted on the training split only: mean and standard deviation of
 ``log1p(pm2.5)`` over its measured hours, and of each weather column over its hours. The target
@@ -177,7 +179,8 @@ def prepare(columns: Mapping[str, np.ndarray], split_bounds: SplitBounds,
       timeseries.cyclical_time_features(times)], axis=-1).astype(np.float32)
   return PM25Series(
       times=times, features=features, targets=targets.astype(np.float32), target_mask=observed,
-      pm25=np.where(observed, pm25, np.nan), pm25_filled=timeseries.forward_fill(pm25, observed, split_starts),
+      pm25=np.where(observed, pm25, np.nan),
+      pm25_filled=timeseries.forward_fill(pm25, observed, split_starts),
       standardization=standardization, split_bounds=dict(split_bounds), fit_split=fit_split)
 
 
