@@ -368,7 +368,8 @@ def test_eval_batches_cover_every_window_in_order_with_zero_weight_padding():
   padding = last["origin"] < 0
   assert padding.sum() == len(batches) * 8 - len(series) > 0
   assert not last["target_mask"][padding].any() and not last["inputs"][padding].any()
-  np.testing.assert_array_equal(batches[-1]["targets"], batches[len(batches) - 1]["targets"])
+  targets = np.concatenate([batch["targets"] for batch in batches])[real]
+  np.testing.assert_array_equal(targets, series.origins[:, None] + series.horizons)  # t + h
 
 
 # --- baselines and metrics ------------------------------------------------------------------------
@@ -441,6 +442,13 @@ def test_builder_stores_the_hourly_rows_by_year_and_reads_back_what_the_csv_hold
   assert np.datetime64(int(example["time"]), "h") == np.datetime64("2014-01-01T01", "h")
   assert beijing_pm25.WIND_DIRECTIONS[example["cbwd"]] == beijing_pm25.WIND_DIRECTIONS[
       columns["cbwd"][-1]]
+
+
+def test_builder_reports_a_bad_csv_as_input_file_error(tmp_path):
+  lines = replace_field(fixture_lines(), 9, "TEMP", "?")
+  write_csv(tmp_path / beijing_pm25.FILE_NAME, lines)
+  with pytest.raises(InputFileError, match=r"line 9: column TEMP is '\?'"):
+    build(tmp_path / "tfds", source_dir=tmp_path)
 
 
 def test_builder_refuses_a_folder_without_the_file(tmp_path):
@@ -574,3 +582,5 @@ def test_real_file_through_the_builder_equals_the_csv(real_columns, tmp_path):
   np.testing.assert_array_equal(series.features, direct.features)
   np.testing.assert_array_equal(series.target_mask, direct.target_mask)
   assert series.split_bounds == direct.split_bounds
+  with pytest.raises(ValueError, match="at least 24"):
+    series.baselines(series.windows("test", 12))

@@ -157,7 +157,8 @@ class WindowedSeries:
     {"inputs": float32 [batch, input_length, num_features],   # hours origin-L+1 .. origin
      "targets": float32 [batch, num_horizons],                 # hours origin + horizons
      "target_mask": bool [batch, num_horizons],                # False: not observed, never scored
-     "time": int32 [batch],     # the origin in hours since 1970-01-01 00h (its index if no times)
+     "time": int32 [batch],     # the origin in hours since 1970-01-01 00h (its index if no
+                                # times); 0 on padding rows
      "origin": int32 [batch]}   # the origin's index in the series; -1 on padding rows
 
   Args:

@@ -118,7 +118,16 @@ class PM25Series:
     return (log_values - self.standardization.mean[0]) / self.standardization.std[0]
 
   def baselines(self, windows: timeseries.WindowedSeries) -> dict[str, np.ndarray]:
-    """Persistence forecasts in ug/m3 for every window: ``name -> [num_windows, num_horizons]``."""
+    """Persistence forecasts in ug/m3 for every window: ``name -> [num_windows, num_horizons]``.
+
+    ``persistence``: the last measured value at the origin; ``daily_persistence``: the target's
+    hour of day, one day (two for ``h > 24``) earlier (``timeseries.daily_persistence_forecast``),
+    which lies inside the input window when ``input_length >= 24``. Both use values of the
+    window's split only (NaN if the split has no measurement up to the origin yet).
+    """
+    if windows.input_length < 24:
+      raise ValueError(f"baselines: daily persistence reads 23 hours before the origin, outside "
+                       f"windows of input_length {windows.input_length}; use at least 24.")
     origins = windows.origins
     return {
         "persistence": timeseries.persistence_forecast(self.pm25_filled, origins,
