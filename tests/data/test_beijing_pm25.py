@@ -97,6 +97,7 @@ def replace_field(lines, line_number, column, value):
      ["line 1", "missing: ['DEWP']", "unknown: ['DEWPT']"]),
     (lambda lines: [line.rsplit(",", 1)[0] for line in lines], ["line 1", "missing: ['Ir']"]),
     (lambda lines: replace_field(lines, 5, "TEMP", "warm"), ["line 5", "TEMP", "'warm'"]),
+    (lambda lines: replace_field(lines, 2, "No", "one"), ["line 2", "column No", "'one'"]),
     (lambda lines: replace_field(lines, 7, "PRES", "NA"), ["line 7", "PRES", "'NA'"]),
     (lambda lines: replace_field(lines, 3, "pm2.5", "nan"), ["line 3", "pm2.5", "or NA"]),
     (lambda lines: replace_field(lines, 4, "cbwd", "SW"), ["line 4", "cbwd", "'SW'"]),

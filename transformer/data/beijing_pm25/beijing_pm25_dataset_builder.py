@@ -97,19 +97,9 @@ def read_csv(path: epath.PathLike) -> dict[str, np.ndarray]:
                            f"({','.join(header)}).")
 
     def number(name: str, allow_missing: bool = False) -> float:
-      text = row[position[name]].strip()
-      if allow_missing and text == MISSING:
-        return math.nan
-      try:
-        value = float(text)
-      except ValueError:
-        value = math.nan
-      if not math.isfinite(value):
-        allowed = f" or {MISSING}" if allow_missing else ""
-        raise InputFileError(f"{path}, line {line}: column {name} is {text!r}, expected a "
-                             f"finite number{allowed}.") from None
-      return value
+      return parse_number(row[position[name]], allow_missing, f"{path}, line {line}: column {name}")
 
+    number("No")  # checked, not kept: the time columns order the rows
     date_fields = [number(name) for name in ("year", "month", "day", "hour")]
     if any(value != int(value) for value in date_fields):
       raise InputFileError(f"{path}, line {line}: year, month, day and hour must be integers; "
@@ -142,6 +132,21 @@ def read_csv(path: epath.PathLike) -> dict[str, np.ndarray]:
   columns.update((name, np.array(values, np.float32)) for name, values in weather.items())
   columns["cbwd"] = np.array(codes, np.int64)
   return columns
+
+
+def parse_number(field: str, allow_missing: bool, where: str) -> float:
+  """``field`` as a finite float (NaN for ``NA`` when ``allow_missing``); else InputFileError."""
+  field = field.strip()
+  if allow_missing and field == MISSING:
+    return math.nan
+  try:
+    value = float(field)
+  except ValueError:
+    value = math.nan
+  if not math.isfinite(value):
+    allowed = f" or {MISSING}" if allow_missing else ""
+    raise InputFileError(f"{where} is {field!r}, expected a finite number{allowed}.")
+  return value
 
 
 def split_of_year(year: int) -> str | None:
