@@ -11,6 +11,8 @@ TensorFlow is needed: datasets are written as ``array_record`` and read with
 | ``tokenizers`` | ``SentencePieceTokenizer`` (pad 0, bos 1, eos 2, unk 3), training and on-disk cache |
 | ``batching`` | ``TokenizedExamples``, ``TokenBatcher`` (buckets, token budget), ``BatchIterator``, ``PrefetchIterator`` |
 | ``translation`` | ``load_translation_data(name, pair, ...)``: the above tied together for translation |
+| ``beijing_pm25/`` | TFDS builder of the hourly UCI rows, ``read_csv``; ``features``: ``prepare``/``load`` -> ``PM25Series`` |
+| ``timeseries`` | ``WindowedSeries`` (windows sliced on the fly, resumable iterator, fixed-shape eval batches), persistence baselines, masked MAE/RMSE |
 
 Submodules are imported explicitly (``from transformer.data import batching``), so that using
 the batching alone does not import TFDS.

@@ -1,0 +1,264 @@
+"""Beijing PM2.5 (UCI dataset 381): hourly PM2.5 at the US Embassy with the airport's weather.
+
+One example per hour of ``PRSA_data_2010.1.1-2014.12.31.csv``, in file order (43,824 hours,
+2010-01-01 00h to 2014-12-31 23h, local time), with the raw values; the feature engineering is
+numpy on the whole series afterwards (``transformer.data.beijing_pm25.features``), as the
+forecasting windows are sliced from one array. Features::
+
+  {"time": int64,      # hours since 1970-01-01 00h of the local clock time in the file
+   "pm25": float32,    # ug/m3; NaN where the file has NA (2,067 hours)
+   "DEWP", "TEMP", "PRES", "Iws", "Is", "Ir": float32,   # as in the file (see README.md)
+   "cbwd": ClassLabel(NE, NW, SE, cv)}                    # combined wind direction
+
+Chronological splits (:data:`SPLIT_YEARS`): ``train`` 2010-2012 (26,304 hours), ``validation``
+2013 (8,760), ``test`` 2014 (8,760).
+
+The raw file comes from, first match wins: the builder argument ``source_dir=...``;
+``download_config=tfds.download.DownloadConfig(manual_dir=...)``; ``$TRANSFORMER_DATA_DIR``
+(a folder holding ``beijing_pm25/``); otherwise the official UCI URL. Offline, the download
+fails at once with one line naming the file, the URL and these settings.
+
+Usage (no TensorFlow needed)::
+
+  builder = Builder(data_dir="/tmp/tfds", file_format="array_record",
+                    source_dir="../shared/data/beijing_pm25")  # or $TRANSFORMER_DATA_DIR
+  builder.download_and_prepare()
+  builder.as_data_source("test")[0]  # {"time": 385704, "pm25": 24.0, "cbwd": 1, ...}
+"""
+from __future__ import annotations
+
+import csv
+import datetime
+import inspect
+import io
+import logging
+import math
+import socket
+import urllib.parse
+import urllib.request
+from typing import Iterator
+
+from etils import epath
+import numpy as np
+import tensorflow_datasets as tfds
+
+from transformer.data import parallel_text
+from transformer.errors import InputFileError
+
+FILE_NAME = "PRSA_data_2010.1.1-2014.12.31.csv"
+URL = "https://archive.ics.uci.edu/ml/machine-learning-databases/00381/" + FILE_NAME
+COLUMNS = ("No", "year", "month", "day", "hour", "pm2.5", "DEWP", "TEMP", "PRES", "cbwd", "Iws",
+           "Is", "Ir")
+WEATHER_COLUMNS = ("DEWP", "TEMP", "PRES", "Iws", "Is", "Ir")
+WIND_DIRECTIONS = ("NE", "NW", "SE", "cv")  # cv: calm and variable
+MISSING = "NA"  # the file's marker of a missing pm2.5 value (the only column with gaps)
+SPLIT_YEARS = {"train": (2010, 2011, 2012), "validation": (2013,), "test": (2014,)}
+
+logger = logging.getLogger(__name__)
+
+
+def read_csv(path: epath.PathLike) -> dict[str, np.ndarray]:
+  """The columns of a PRSA CSV file, checked row by row.
+
+  Returns:
+    ``{"time": datetime64[h], "pm25": float32 (NaN where NA), "DEWP" ... "Ir": float32,
+    "cbwd": int64 index into WIND_DIRECTIONS}``, each ``[hours]``.
+
+  Raises:
+    InputFileError: naming the file, the line (the header is line 1) and the problem: a missing
+      or unknown column, a row of the wrong length, a value that is not a finite number (``NA``
+      is allowed in pm2.5 only), an unknown wind direction, an impossible date, or an hour that
+      does not follow the previous row's by exactly one (a gap, a repeat or a step back).
+  """
+  path = epath.Path(path)
+  try:
+    text = path.read_bytes().decode("utf-8-sig")
+  except UnicodeDecodeError as error:
+    raise InputFileError(f"{path}: not a UTF-8 text file ({error}); expected the CSV "
+                         f"{FILE_NAME}.") from None
+  reader = csv.reader(io.StringIO(text, newline=""))
+  header = next(reader, None)
+  if header is None:
+    raise InputFileError(f"{path}: the file is empty; expected the header "
+                         f"{','.join(COLUMNS)} and one row per hour.")
+  missing = [name for name in COLUMNS if name not in header]
+  unknown = [name for name in header if name not in COLUMNS]
+  if missing or unknown or len(header) != len(COLUMNS):
+    raise InputFileError(
+        f"{path}, line 1: the header must name the columns {','.join(COLUMNS)} once each "
+        f"(missing: {missing or 'none'}; unknown: {unknown or 'none'}; got {','.join(header)}).")
+  position = {name: header.index(name) for name in COLUMNS}
+  times, pm25, codes = [], [], []
+  weather = {name: [] for name in WEATHER_COLUMNS}
+  for row in reader:
+    line = reader.line_num
+    if len(row) != len(COLUMNS):
+      raise InputFileError(f"{path}, line {line}: {len(row)} fields, expected {len(COLUMNS)} "
+                           f"({','.join(header)}).")
+
+    def number(name: str, allow_missing: bool = False) -> float:
+      return parse_number(row[position[name]], allow_missing, f"{path}, line {line}: column {name}")
+
+    number("No")  # checked, not kept: the time columns order the rows
+    date_fields = [number(name) for name in ("year", "month", "day", "hour")]
+    if any(value != int(value) for value in date_fields):
+      raise InputFileError(f"{path}, line {line}: year, month, day and hour must be integers; "
+                           f"got {date_fields}.")
+    try:
+      time = datetime.datetime(*(int(value) for value in date_fields))
+    except ValueError as error:
+      raise InputFileError(f"{path}, line {line}: no such date and hour "
+                           f"{[int(value) for value in date_fields]} ({error}).") from None
+    if times and time != times[-1] + datetime.timedelta(hours=1):
+      previous = times[-1].strftime("%Y-%m-%d %Hh")
+      hours = (time - times[-1]) / datetime.timedelta(hours=1)
+      problem = ("repeats it" if hours == 0 else
+                 f"skips {hours - 1:g} hour(s)" if hours > 1 else "goes back in time")
+      raise InputFileError(
+          f"{path}, line {line}: {time.strftime('%Y-%m-%d %Hh')} after {previous} {problem}; "
+          f"the rows must be consecutive hours, one row per hour, with no gap or repeat.")
+    wind = row[position["cbwd"]].strip()
+    if wind not in WIND_DIRECTIONS:
+      raise InputFileError(f"{path}, line {line}: column cbwd is {wind!r}, expected one of "
+                           f"{', '.join(WIND_DIRECTIONS)}.")
+    times.append(time)
+    pm25.append(number("pm2.5", allow_missing=True))
+    codes.append(WIND_DIRECTIONS.index(wind))
+    for name in WEATHER_COLUMNS:
+      weather[name].append(number(name))
+  if not times:
+    raise InputFileError(f"{path}: the header is not followed by any row.")
+  columns = {"time": np.array(times, "datetime64[h]"), "pm25": np.array(pm25, np.float32)}
+  columns.update((name, np.array(values, np.float32)) for name, values in weather.items())
+  columns["cbwd"] = np.array(codes, np.int64)
+  return columns
+
+
+def parse_number(field: str, allow_missing: bool, where: str) -> float:
+  """``field`` as a finite float (NaN for ``NA`` when ``allow_missing``); else InputFileError."""
+  field = field.strip()
+  if allow_missing and field == MISSING:
+    return math.nan
+  try:
+    value = float(field)
+  except ValueError:
+    value = math.nan
+  if not math.isfinite(value):
+    allowed = f" or {MISSING}" if allow_missing else ""
+    raise InputFileError(f"{where} is {field!r}, expected a finite number{allowed}.")
+  return value
+
+
+def split_of_year(year: int) -> str | None:
+  return next((split for split, years in SPLIT_YEARS.items() if year in years), None)
+
+
+def offline_message(reason: object) -> str:
+  """The one line that says where to get the file when it cannot be downloaded."""
+  return (f"beijing_pm25: cannot download {FILE_NAME} from {URL} ({reason}); put a local copy "
+          f"in a folder and pass source_dir=<folder> to the builder, or set "
+          f"${parallel_text.ENV_VAR} to a folder holding beijing_pm25/{FILE_NAME}.")
+
+
+def check_reachable(url: str, timeout: float = 10.0) -> None:
+  """Fails at once when ``url``'s host cannot be reached, instead of after download retries.
+
+  Behind a proxy (``urllib.request.getproxies()``) a direct connection proves nothing, so the
+  check is skipped there and the download itself reports.
+
+  Raises:
+    parallel_text.MissingDataError: with :func:`offline_message`.
+  """
+  if urllib.request.getproxies():
+    return
+  parts = urllib.parse.urlsplit(url)
+  try:
+    socket.create_connection((parts.hostname, parts.port or 443), timeout=timeout).close()
+  except OSError as error:
+    raise parallel_text.MissingDataError(offline_message(error)) from None
+
+
+class Builder(tfds.core.GeneratorBasedBuilder):
+  """Beijing PM2.5 hourly rows (see the module docstring).
+
+  Args (beyond those of ``tfds.core.GeneratorBasedBuilder``: ``data_dir``, ``file_format``, ...):
+    source_dir: folder holding ``PRSA_data_2010.1.1-2014.12.31.csv`` (or a sub-folder
+      ``beijing_pm25/`` holding it). Only read.
+  """
+
+  VERSION = tfds.core.Version("1.0.0")
+  RELEASE_NOTES = {"1.0.0": "Raw hourly rows of the UCI file; splits by year."}
+
+  def __init__(self, *, source_dir: epath.PathLike | None = None, **kwargs):
+    self._source_dir_argument = source_dir
+    self._local_file: epath.Path | None = None
+    super().__init__(**kwargs)
+    self._original_state["source_dir"] = source_dir  # so that the builder pickles
+
+  @tfds.core.utils.classproperty
+  @classmethod
+  def code_path(cls) -> epath.Path:
+    # As parallel_text.ParallelTextBuilder.code_path: TFDS 4.9.10's lookup needs
+    # `importlib_resources`; README.md, checksums.tsv and CITATIONS.bib sit next to this file.
+    return epath.Path(inspect.getfile(cls))
+
+  def _info(self) -> tfds.core.DatasetInfo:
+    def scalar(dtype, doc):
+      return tfds.features.Scalar(dtype, doc=doc)
+    weather_docs = {"DEWP": "dew point, degrees C", "TEMP": "temperature, degrees C",
+                    "PRES": "pressure, hPa", "Iws": "cumulated wind speed, m/s",
+                    "Is": "cumulated hours of snow", "Ir": "cumulated hours of rain"}
+    features = {
+        "time": scalar(np.int64, "hours since 1970-01-01 00h, local Beijing time as in the file"),
+        "pm25": scalar(np.float32, "PM2.5 concentration, ug/m3; NaN where the file has NA"),
+        **{name: scalar(np.float32, weather_docs[name]) for name in WEATHER_COLUMNS},
+        "cbwd": tfds.features.ClassLabel(names=list(WIND_DIRECTIONS),
+                                         doc="combined wind direction (cv: calm and variable)"),
+    }
+    return self.dataset_info_from_configs(
+        features=tfds.features.FeaturesDict(features),
+        homepage="https://archive.ics.uci.edu/dataset/381/beijing+pm2+5+data",
+        disable_shuffling=True,  # example i of a split is its i-th hour
+    )
+
+  def download_and_prepare(self, *, download_config=None, **kwargs):
+    """As TFDS's; first finds the raw file (or checks the network) so that a failure is plain."""
+    if not self.is_prepared():
+      manual_dir = download_config.manual_dir if download_config is not None else None
+      folder, origin = parallel_text.resolve_source_dir(
+          self.name, self._source_dir_argument, manual_dir)
+      if folder is None:
+        check_reachable(URL)
+      else:
+        self._local_file = folder / FILE_NAME
+        if not self._local_file.exists():
+          raise parallel_text.MissingDataError(
+              f"beijing_pm25: {FILE_NAME} is not in {folder} (given by the {origin}); put it "
+              f"there (official URL {URL}), or unset source_dir, manual_dir and "
+              f"${parallel_text.ENV_VAR} to download it.")
+        logger.info("beijing_pm25: reading %s (%s)", self._local_file, origin)
+    return super().download_and_prepare(download_config=download_config, **kwargs)
+
+  def _split_generators(self, dl_manager: tfds.download.DownloadManager):
+    path = self._local_file
+    if path is None:
+      try:
+        path = epath.Path(dl_manager.download(URL))
+      except Exception as error:  # pylint: disable=broad-except
+        raise parallel_text.MissingDataError(offline_message(error)) from error
+    columns = read_csv(path)
+    years = columns["time"].astype("datetime64[Y]").astype(np.int64) + 1970
+    outside = np.flatnonzero([split_of_year(year) is None for year in np.unique(years)])
+    if outside.size:
+      raise InputFileError(f"{path}: rows of year(s) {np.unique(years)[outside].tolist()} "
+                           f"belong to no split; the splits are {SPLIT_YEARS}.")
+    return {split: self._generate_examples(columns, np.isin(years, split_years))
+            for split, split_years in SPLIT_YEARS.items()}
+
+  def _generate_examples(self, columns: dict[str, np.ndarray],
+                         selected: np.ndarray) -> Iterator[tuple[int, dict]]:
+    hours = columns["time"].astype(np.int64)
+    for index in np.flatnonzero(selected):
+      example = {name: columns[name][index] for name in ("pm25", "cbwd") + WEATHER_COLUMNS}
+      example["time"] = hours[index]
+      yield int(index), example
