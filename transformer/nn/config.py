@@ -9,7 +9,7 @@ import jax.numpy as jnp
 POSITIONAL_ENCODINGS = ("sinusoidal", "learned", "rotary", "none")
 NORMS = ("layer_norm", "rms_norm")
 NORM_POSITIONS = ("post", "pre")
-ACTIVATIONS = ("relu", "gelu")
+ACTIVATIONS = ("relu", "gelu", "gelu_exact")  # "gelu": tanh approximation; "gelu_exact": erf (BERT)
 ATTENTION_IMPLEMENTATIONS = ("dense", "chunked")
 POOLINGS = ("mean", "first")
 DTYPES = ("float32", "bfloat16")
