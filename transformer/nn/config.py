@@ -93,9 +93,7 @@ class ModelConfig(ValidatedConfig):
   max_length: int = 512  # longest sequence (learned position table size and decode cache length)
   positional_encoding: str = "sinusoidal"  # one of POSITIONAL_ENCODINGS
   scale_embeddings: bool = True  # multiply embeddings by sqrt(d_model) (paper section 3.4)
-  # Encoder only: size of a learned token-type (segment) table added to the embeddings, BERT's
-  # token_type_ids (2 in BERT); 0: none.
-  num_token_types: int = 0
+  num_token_types: int = 0  # rows of a learned token-type (segment) table added to the embeddings (BERT: 2)
   embedding_norm: bool = False  # a Norm on embeddings + positions (+ token types) before dropout (BERT)
   scale_attention: bool = True  # divide q.k by sqrt(d_k) (paper eq. 1); False for the ablation
   norm: str = "layer_norm"  # one of NORMS
