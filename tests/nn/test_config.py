@@ -10,7 +10,7 @@ from transformer.nn import ModelConfig
     ("positional_encoding", "sinusoid", ["sinusoidal", "learned", "rotary", "none"]),
     ("norm", "batch_norm", ["layer_norm", "rms_norm"]),
     ("norm_position", "middle", ["post", "pre"]),
-    ("activation", "tanh", ["relu", "gelu"]),
+    ("activation", "tanh", ["relu", "gelu", "gelu_exact"]),
     ("attention_implementation", "flash", ["dense", "chunked"]),
     ("pooling", "max", ["mean", "first"]),
     ("dtype", "float16", ["float32", "bfloat16"]),

@@ -221,3 +221,38 @@ def test_encoder_classifier_shape_and_mean_pooling_ignores_padding():
   first = EncoderClassifier(config.replace(pooling="first"))
   expected = encoded[:, 0] @ np.asarray(params["classifier"]["kernel"]) + np.asarray(params["classifier"]["bias"])
   np.testing.assert_allclose(first.apply({"params": params}, tokens), expected, atol=1e-5, rtol=1e-5)
+
+
+def test_bert_style_embeddings_add_token_types_then_normalise():
+  """num_token_types and embedding_norm (BERT): LayerNorm(word + position + token type), against numpy."""
+  config = CONFIG.replace(num_encoder_layers=0, positional_encoding="learned", scale_embeddings=False,
+                          num_token_types=2, embedding_norm=True, norm_epsilon=1e-12)
+  tokens = _tokens(11, 5)
+  token_types = jnp.asarray([[0, 0, 1, 1, 1], [0, 1, 0, 1, 0]])
+  encoder = Encoder(config)
+  params = encoder.init(jax.random.key(0), tokens, token_types)["params"]
+  embedder = params["embedder"]
+  # Non-trivial norm parameters, so that the test sees where they apply.
+  embedder["embedding_norm"] = {"scale": jnp.linspace(0.5, 1.5, config.d_model),
+                                "bias": jnp.linspace(-0.2, 0.2, config.d_model)}
+  summed = (np.asarray(params["embedding"]["embedding"])[np.asarray(tokens)]
+            + np.asarray(embedder["positions"]["position_table"])[:5]
+            + np.asarray(embedder["token_type_embedding"]["embedding"])[np.asarray(token_types)]).astype(np.float64)
+  normalised = (summed - summed.mean(-1, keepdims=True)) / np.sqrt(summed.var(-1, keepdims=True) + 1e-12)
+  expected = normalised * np.asarray(embedder["embedding_norm"]["scale"]) + np.asarray(
+      embedder["embedding_norm"]["bias"])
+  np.testing.assert_allclose(encoder.apply({"params": params}, tokens, token_types), expected, atol=1e-5)
+  # Token types default to 0.
+  np.testing.assert_allclose(encoder.apply({"params": params}, tokens),
+                             encoder.apply({"params": params}, tokens, jnp.zeros_like(tokens)), atol=0)
+
+
+def test_bert_fields_off_add_no_parameters_and_token_types_need_a_table():
+  tokens = _tokens(12, 4)
+  params = Encoder(CONFIG).init(jax.random.key(0), tokens)["params"]
+  assert "embedder" not in params  # sinusoidal positions, no token types, no embedding norm
+  with_bert_fields = Encoder(CONFIG.replace(num_token_types=2, embedding_norm=True)).init(
+      jax.random.key(0), tokens)["params"]
+  assert set(with_bert_fields["embedder"]) == {"token_type_embedding", "embedding_norm"}
+  with pytest.raises(ValueError, match="num_token_types=0"):
+    Encoder(CONFIG).init(jax.random.key(0), tokens, jnp.zeros_like(tokens))

@@ -12,7 +12,13 @@ def _numpy_gelu_tanh(x):
   return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
 
 
-NUMPY_ACTIVATIONS = {"relu": lambda x: np.maximum(x, 0.0), "gelu": _numpy_gelu_tanh}
+def _numpy_gelu_exact(x):
+  """``x * Phi(x)``, the standard normal CDF written with ``math.erf``."""
+  return x * 0.5 * (1 + np.vectorize(math.erf)(x / math.sqrt(2)))
+
+
+NUMPY_ACTIVATIONS = {"relu": lambda x: np.maximum(x, 0.0), "gelu": _numpy_gelu_tanh,
+                     "gelu_exact": _numpy_gelu_exact}
 
 
 def _weights(rng, d_model=6, d_ff=10):
@@ -26,7 +32,7 @@ def _numpy_feed_forward(x, kernel_in, bias_in, kernel_out, bias_out, activation)
   return hidden @ kernel_out + (0 if bias_out is None else bias_out)
 
 
-@pytest.mark.parametrize("activation", ["relu", "gelu"])
+@pytest.mark.parametrize("activation", ["relu", "gelu", "gelu_exact"])
 def test_feed_forward_matches_numpy(activation):
   rng = np.random.default_rng(0)
   x = rng.normal(size=(2, 3, 6)).astype(np.float32)
@@ -61,5 +67,13 @@ def test_feed_forward_dropout_acts_on_hidden_units():
 
 def test_unknown_activation_names_the_choices():
   rng = np.random.default_rng(3)
-  with pytest.raises(ValueError, match=r"'swish'.*\['gelu', 'relu'\]"):
+  with pytest.raises(ValueError, match=r"'swish'.*\['gelu', 'gelu_exact', 'relu'\]"):
     ops.feed_forward(np.ones((1, 1, 6), np.float32), *_weights(rng), activation="swish")
+
+
+def test_exact_and_tanh_gelu_differ_measurably():
+  """BERT checkpoints need the erf form: the tanh approximation is off by up to 5e-4."""
+  x = np.linspace(-4, 4, 801).astype(np.float32)
+  exact = np.asarray(ops.ACTIVATIONS["gelu_exact"](x), np.float64)
+  np.testing.assert_allclose(exact, _numpy_gelu_exact(x.astype(np.float64)), atol=1e-6)
+  assert np.abs(exact - np.asarray(ops.ACTIVATIONS["gelu"](x))).max() > 1e-4

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 POSITIONAL_ENCODINGS = ("sinusoidal", "learned", "rotary", "none")
 NORMS = ("layer_norm", "rms_norm")
 NORM_POSITIONS = ("post", "pre")
-ACTIVATIONS = ("relu", "gelu")
+ACTIVATIONS = ("relu", "gelu", "gelu_exact")  # "gelu": tanh approximation; "gelu_exact": erf (BERT)
 ATTENTION_IMPLEMENTATIONS = ("dense", "chunked")
 POOLINGS = ("mean", "first")
 DTYPES = ("float32", "bfloat16")
@@ -93,6 +93,8 @@ class ModelConfig(ValidatedConfig):
   max_length: int = 512  # longest sequence (learned position table size and decode cache length)
   positional_encoding: str = "sinusoidal"  # one of POSITIONAL_ENCODINGS
   scale_embeddings: bool = True  # multiply embeddings by sqrt(d_model) (paper section 3.4)
+  num_token_types: int = 0  # rows of a learned token-type (segment) table added to the embeddings (BERT: 2)
+  embedding_norm: bool = False  # a Norm on embeddings + positions (+ token types) before dropout (BERT)
   scale_attention: bool = True  # divide q.k by sqrt(d_k) (paper eq. 1); False for the ablation
   norm: str = "layer_norm"  # one of NORMS
   norm_position: str = "post"  # "post" (paper: LN(x + sublayer(x))) or "pre" (x + sublayer(LN(x)))
@@ -122,7 +124,7 @@ class ModelConfig(ValidatedConfig):
                  "num_classes"):
       self.check_positive_int(name)
     self.check_positive_int("target_vocab_size", or_none=True)
-    for name in ("num_encoder_layers", "num_decoder_layers"):
+    for name in ("num_encoder_layers", "num_decoder_layers", "num_token_types"):
       if not isinstance(getattr(self, name), int) or getattr(self, name) < 0:
         raise ValueError(f"ModelConfig.{name} must be a non-negative integer, got {getattr(self, name)!r}.")
     if self.d_model % self.num_heads:

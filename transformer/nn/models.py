@@ -19,18 +19,31 @@ def make_embedding(config: ModelConfig, vocab_size: int, name: str) -> nn.Embed:
 
 
 class Embedder(nn.Module):
-  """Token embedding (optionally scaled by sqrt(d_model)), plus positions, plus dropout."""
+  """Token embedding (optionally scaled by sqrt(d_model)), plus positions, plus token types (if
+  ``config.num_token_types``), then a Norm (if ``config.embedding_norm``, as BERT), then dropout."""
   config: ModelConfig
   embedding: nn.Embed
 
   @nn.compact
-  def __call__(self, tokens):
-    """``[batch, length]`` int -> ``[batch, length, d_model]`` in the compute dtype."""
+  def __call__(self, tokens, token_types=None):
+    """``[batch, length]`` int tokens (and token types, default all 0) -> ``[batch, length, d_model]`` in the
+    compute dtype."""
     config = self.config
     x = self.embedding(tokens).astype(config.compute_dtype)
     if config.scale_embeddings:
       x = ops.scale_embeddings(x, config.d_model)
     x = PositionalEncoding(config, name="positions")(x)
+    if config.num_token_types:
+      if token_types is None:
+        token_types = jnp.zeros_like(tokens)
+      table = nn.Embed(config.num_token_types, config.d_model, embedding_init=nn.initializers.normal(0.02),
+                       name="token_type_embedding")
+      x = x + table(token_types).astype(x.dtype)
+    elif token_types is not None:
+      raise ValueError("token_types were given but ModelConfig.num_token_types=0; set num_token_types to the "
+                       "number of token types (2 for BERT).")
+    if config.embedding_norm:
+      x = Norm(config, name="embedding_norm")(x)
     return module_dropout(self, x, config.dropout_rate)
 
 
@@ -40,8 +53,9 @@ class Encoder(nn.Module):
   embedding: nn.Embed | None = None
 
   @nn.compact
-  def __call__(self, tokens):
-    """``tokens``: ``[batch, source_length]`` int (``pad_id`` = padding).
+  def __call__(self, tokens, token_types=None):
+    """``tokens``: ``[batch, source_length]`` int (``pad_id`` = padding); ``token_types``: the same shape,
+    BERT's segment ids (only with ``config.num_token_types``; default all 0).
 
     Returns ``[batch, source_length, d_model]``.
     """
@@ -50,7 +64,7 @@ class Encoder(nn.Module):
     config = self.config.replace(decode=False)
     embedding = self.embedding or make_embedding(config, config.vocab_size, "embedding")
     valid = tokens != config.pad_id
-    x = Embedder(config, embedding, name="embedder")(tokens)
+    x = Embedder(config, embedding, name="embedder")(tokens, token_types)
     for index in range(config.num_encoder_layers):
       x = EncoderLayer(config, name=f"layer_{index}")(x, valid)
     if config.norm_position == "pre":
@@ -157,20 +171,27 @@ class TransformerLM(nn.Module):
     return decoder(ops.shift_right(tokens, config.bos_id), tokens != config.pad_id)
 
 
+def mean_pool(encoded, valid):
+  """The mean over real positions: ``encoded`` ``[batch, length, d_model]``, ``valid`` ``[batch, length]``
+  bool -> ``[batch, d_model]`` (zeros for a row without a real position)."""
+  weights = valid.astype(encoded.dtype)[..., None]
+  return jnp.sum(encoded * weights, axis=1) / jnp.maximum(jnp.sum(weights, axis=1), 1.0)
+
+
 class EncoderClassifier(nn.Module):
   """Encoder, then mean (over real tokens) or first-token pooling, then a linear classifier."""
   config: ModelConfig
 
   @nn.compact
-  def __call__(self, tokens):
-    """``[batch, length]`` int -> ``[batch, num_classes]`` float32 logits."""
+  def __call__(self, tokens, token_types=None):
+    """``[batch, length]`` int (and optional token types, see ``Encoder``) -> ``[batch, num_classes]``
+    float32 logits."""
     config = self.config
-    encoded = Encoder(config, name="encoder")(tokens)
+    encoded = Encoder(config, name="encoder")(tokens, token_types)
     if config.pooling == "first":
       pooled = encoded[:, 0]
     else:
-      valid = (tokens != config.pad_id).astype(encoded.dtype)[..., None]
-      pooled = jnp.sum(encoded * valid, axis=1) / jnp.maximum(jnp.sum(valid, axis=1), 1.0)
+      pooled = mean_pool(encoded, tokens != config.pad_id)
     pooled = module_dropout(self, pooled, config.dropout_rate)
     return nn.Dense(config.num_classes, name="classifier")(pooled.astype(jnp.float32))
 

@@ -1,6 +1,8 @@
 """Position-wise feed-forward network (Vaswani et al. 2017, eq. 2)."""
 from __future__ import annotations
 
+import functools
+
 import jax
 
 from transformer.ops.dense import dense
@@ -8,7 +10,9 @@ from transformer.ops.dropout import dropout
 
 ACTIVATIONS = {
     "relu": jax.nn.relu,
-    "gelu": jax.nn.gelu,
+    "gelu": jax.nn.gelu,  # the tanh approximation (GPT-2's "gelu_new"), jax.nn.gelu's default
+    # x * Phi(x) with the exact normal CDF (erf), as BERT checkpoints were trained with ("gelu" in their config).
+    "gelu_exact": functools.partial(jax.nn.gelu, approximate=False),
 }
 
 
@@ -20,7 +24,8 @@ def feed_forward(x, kernel_in, bias_in, kernel_out, bias_out, activation: str = 
     x: ``[batch, length, d_model]``.
     kernel_in: ``W_1``, ``[d_model, d_ff]``;  bias_in: ``[d_ff]`` or None.
     kernel_out: ``W_2``, ``[d_ff, d_model]``;  bias_out: ``[d_model]`` or None.
-    activation: one of ``ACTIVATIONS`` ("relu" as in the paper, or "gelu").
+    activation: one of ``ACTIVATIONS`` ("relu" as in the paper, "gelu" (tanh approximation) or
+      "gelu_exact").
     dropout_rate, dropout_rng: dropout on the hidden activations.
 
   Returns:
