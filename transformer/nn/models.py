@@ -7,7 +7,7 @@ import jax.numpy as jnp
 
 from transformer import ops
 from transformer.nn.attention import CROSS_CACHE
-from transformer.nn.config import ModelConfig
+from transformer.nn.config import ClassifierConfig, ModelConfig
 from transformer.nn.layers import DecoderLayer, EncoderLayer, Norm, PositionalEncoding, module_dropout
 
 
@@ -159,7 +159,7 @@ class TransformerLM(nn.Module):
 
 class EncoderClassifier(nn.Module):
   """Encoder, then mean (over real tokens) or first-token pooling, then a linear classifier."""
-  config: ModelConfig
+  config: ClassifierConfig
 
   @nn.compact
   def __call__(self, tokens):
