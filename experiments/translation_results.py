@@ -8,9 +8,10 @@ Each ``--run=VARIANT:WORKDIR`` is a finished (or interrupted) run of ``experimen
 ``--run=ROW=VARIANT:WORKDIR`` names its row ROW instead of VARIANT (e.g. a run of an earlier setting of the
 variant, kept beside the current one). Its best checkpoint (chosen on validation) is scored with
 ``launch.py --mode=eval`` unless ``WORKDIR/eval_results.json`` is already newer than its checkpoints. A row keeps
-its run's settings (``config.json``), and its command is the variant's plus the ``--config.*`` overrides that turn
-the variant as it is when the page is written into those settings, so it reproduces that run after later
-default changes too. Each run's row and curves are kept in
+its run's settings (``config.json`` as saved, read through ``transformer.train.config.upgrade_config`` so that runs
+saved in an older config shape compare field by field), and its command is the variant's plus the ``--config.*``
+overrides that turn the variant as it is when the page is written into those settings, so it reproduces that run
+after later default changes too. Each run's row and curves are kept in
 ``experiments/<experiment>/runs.json`` (one entry per row, replaced when that row is reported again), so runs
 made on different days or machines end up in one table. The row with the best validation BLEU gives the
 committed test hypotheses. A second table splits each run's test BLEU by the reference's length in words
@@ -18,7 +19,8 @@ committed test hypotheses. A second table splits each run's test BLEU by the ref
 decoded again: a third table (kept in ``validation_runs.json``) lists them beside the scored ones by the
 validation BLEU their training logged, for settings that lost on validation. Without ``--run`` the page
 is rewritten from ``runs.json`` alone (e.g. after ``experiments/attention_plots.py`` added the
-``attention/`` or ``alignment/`` folder it links).
+``attention/`` or ``alignment/`` folder it links). A hand-written ``experiments/<experiment>/runs_not_kept.md``
+(settings tried whose workdirs are gone) is quoted at the end of the page.
 """
 from __future__ import annotations
 

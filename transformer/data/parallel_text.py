@@ -220,8 +220,9 @@ def read_lines(path: epath.PathLike) -> list[str]:
   except (EOFError, gzip.BadGzipFile) as error:
     raise InputFileError(f"{path} is a truncated or damaged gzip file ({error}); download it again.") from None
   except UnicodeDecodeError as error:
-    raise InputFileError(f"{path} is not UTF-8 text (byte {error.start}: {error.reason}); convert it to "
-                         "UTF-8, e.g. with iconv.") from None
+    line = data[:error.start].count(b"\n") + 1
+    raise InputFileError(f"{path} is not UTF-8 text (line {line}, byte {error.start}: {error.reason}); convert "
+                         "it to UTF-8, e.g. with iconv.") from None
   if lines and not lines[-1]:
     lines.pop()  # the final newline ends the last line; it does not start an empty one
   return [line.strip() for line in lines]

@@ -120,23 +120,23 @@ class ModelConfig(ValidatedConfig):
     for name in ("vocab_size", "d_model", "num_heads", "d_ff", "max_length", "attention_chunk_size"):
       self.check_positive_int(name)
     self.check_positive_int("target_vocab_size", or_none=True)
+    config_name = type(self).__name__  # ModelConfig, or a subclass such as ClassifierConfig
     for name in ("num_encoder_layers", "num_decoder_layers"):
       if not isinstance(getattr(self, name), int) or getattr(self, name) < 0:
-        raise ConfigError(f"{type(self).__name__}.{name} must be a non-negative integer, got "
-                          f"{getattr(self, name)!r}.")
+        raise ConfigError(f"{config_name}.{name} must be a non-negative integer, got {getattr(self, name)!r}.")
     if self.d_model % self.num_heads:
       divisors = [h for h in range(1, min(self.d_model, 64) + 1) if self.d_model % h == 0]
-      raise ConfigError(f"{type(self).__name__}.num_heads={self.num_heads} does not divide d_model={self.d_model}; "
-                       f"choose num_heads from {divisors} or change d_model.")
+      raise ConfigError(f"{config_name}.num_heads={self.num_heads} does not divide d_model={self.d_model}; "
+                        f"choose num_heads from {divisors} or change d_model.")
     for name in ("dropout_rate", "attention_dropout_rate", "feed_forward_dropout_rate"):
       self.check_rate(name)
     if self.positional_encoding == "rotary" and self.head_dim % 2:
-      raise ConfigError(f"{type(self).__name__}.positional_encoding='rotary' needs an even head_dim "
-                       f"(d_model / num_heads), got {self.head_dim}.")
+      raise ConfigError(f"{config_name}.positional_encoding='rotary' needs an even head_dim "
+                        f"(d_model / num_heads), got {self.head_dim}.")
     if self.share_embeddings and self.target_vocab_size not in (None, self.vocab_size):
-      raise ConfigError(f"{type(self).__name__}.share_embeddings=True needs target_vocab_size == vocab_size "
-                       f"({self.target_vocab_size} != {self.vocab_size}); set share_embeddings=False or "
-                       f"target_vocab_size=None.")
+      raise ConfigError(f"{config_name}.share_embeddings=True needs target_vocab_size == vocab_size "
+                        f"({self.target_vocab_size} != {self.vocab_size}); set share_embeddings=False or "
+                        f"target_vocab_size=None.")
 
   @property
   def head_dim(self) -> int:

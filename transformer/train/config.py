@@ -132,7 +132,7 @@ def validate_config(config: ml_collections.ConfigDict, workdir: str | None = Non
         pass
     except OSError as error:
       raise ConfigError(f"--workdir={workdir!r} is not writable ({error.strerror}); choose a directory you "
-                       f"can write to.") from None
+                        f"can write to.") from None
   if config.restore_from:
     require(os.path.isdir(config.restore_from),
             f"config.restore_from={config.restore_from!r} is not a directory; give the workdir of the run to "
