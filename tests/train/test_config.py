@@ -63,3 +63,19 @@ def test_upgrade_config_maps_the_old_sections_to_the_chosen_models_section():
   again["model"]["cell"] = "gru"  # a copy: the argument stays as it was
   assert new_shape["model"]["cell"] == "lstm" and old_rnn_run["rnn"]["cell"] == "lstm"
   assert upgrade_config({"num_train_steps": 4}) == {"num_train_steps": 4}  # no model section: nothing to map
+
+
+def test_a_workdir_saved_before_the_classifier_fields_moved_still_resumes(tmp_path):
+  """model_config.json of a Transformer run saved with ModelConfig's former num_classes and pooling: the same
+  model today; another model is still refused."""
+  import json
+
+  from transformer.train.loop import _check_workdir_model
+  model_config = ModelConfig(d_model=64, num_heads=4)
+  saved = {**dataclasses.asdict(model_config), "num_classes": 2, "pooling": "mean"}
+  (tmp_path / "model_config.json").write_text(json.dumps(saved))
+  _check_workdir_model(str(tmp_path), model_config, has_checkpoints=True, is_main=False)
+  with pytest.raises(ValueError, match="holds checkpoints of a different model .*d_model: 64 -> 128"):
+    _check_workdir_model(str(tmp_path), model_config.replace(d_model=128), has_checkpoints=True, is_main=False)
+  with pytest.raises(ValueError, match="holds checkpoints of a different model .*cell: None -> 'gru'"):
+    _check_workdir_model(str(tmp_path), RNNConfig(), has_checkpoints=True, is_main=False)
