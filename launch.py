@@ -5,9 +5,13 @@
 
 Multi-host: add --coordinator_address=HOST:PORT --num_processes=N --process_id=I on every host (or set the
 TRANSFORMER_* environment variables; SLURM and TPU VMs are detected). See the README.
+
+Errors the user causes (``transformer.errors``: a bad config, missing data, a bad input file) print as one line
+``error: ...`` and exit with status 1; any other exception is a bug and keeps its traceback.
 """
 import glob
 import importlib.util
+import inspect
 import logging
 import os
 import sys
@@ -15,6 +19,8 @@ import sys
 from absl import app, flags
 from absl import logging as absl_logging
 from ml_collections import config_flags
+
+from transformer.errors import UserError
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file, optionally :variant.",
                                           lock_config=True)
@@ -44,9 +50,17 @@ def _check_config_argument(argv):
   spec = importlib.util.spec_from_file_location("_experiment_config", path)
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
+  if variant and not inspect.signature(module.get_config).parameters:
+    sys.exit(f"error: {path} has no variants; give --config={path} without :{variant}.")
+  exit_on_user_error(module.get_config, *([variant] if variant else []))
+
+
+def exit_on_user_error(function, *args):
+  """``function(*args)``, with a ``transformer.errors.UserError`` turned into one line on stderr and exit status
+  1; any other exception propagates with its traceback."""
   try:
-    module.get_config(*([variant] if variant else []))
-  except (ValueError, TypeError) as error:
+    return function(*args)
+  except UserError as error:
     sys.exit(f"error: {error}")
 
 
@@ -59,10 +73,7 @@ def main(argv):
     logging.getLogger("transformer").setLevel(logging.INFO)
   from transformer.train import distributed, run  # after flag parsing: imports JAX
   distributed.initialize(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
-  try:
-    run(_CONFIG.value, _WORKDIR.value, _MODE.value)
-  except (ValueError, FileNotFoundError) as error:  # bad input or missing data: one clear line, no trace
-    sys.exit(f"error: {error}")
+  exit_on_user_error(run, _CONFIG.value, _WORKDIR.value, _MODE.value)
 
 
 def _parse_flags_or_exit(argv):
@@ -74,7 +85,13 @@ def _parse_flags_or_exit(argv):
   except (AttributeError, KeyError) as error:  # ml_collections: unknown field, with a suggestion
     text = str(error.args[0] if error.args else error).replace("\\n", "\n").replace("\\'", "'")
     name, _, hint = text.strip("'\"").partition("\n")
-    sys.exit(f"error: unknown config field {name.strip(chr(39))!r}. {hint.strip()}")
+    name = name.strip(chr(39))
+    model_field = any(arg.startswith("--config.model.") and arg.partition("=")[0].endswith(f".{name}")
+                      for arg in argv)
+    if model_field and not hint.strip():
+      hint = ("config.model holds the fields of the experiment's model (config.model_name) only: "
+              "choose a variant of a model that has this field.")
+    sys.exit(f"error: unknown config field {name!r}. {hint.strip()}")
 
 
 if __name__ == "__main__":

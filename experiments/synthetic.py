@@ -6,6 +6,7 @@ Variants: ``copy`` (default), ``reverse``, ``sort``. Sequences of 1..12 symbols 
 padding; success is exact-match accuracy of greedy decoding on 512 held-out sequences.
 Measured results: experiments/synthetic/RESULTS.md.
 """
+from transformer.errors import ConfigError
 from transformer.train import base_config
 
 VARIANTS = ("copy", "reverse", "sort")
@@ -13,9 +14,9 @@ VARIANTS = ("copy", "reverse", "sort")
 
 def get_config(variant: str = "copy"):
   if variant not in VARIANTS:
-    raise ValueError(f"unknown variant {variant!r} of experiments/synthetic.py; choose one of {list(VARIANTS)} "
+    raise ConfigError(f"unknown variant {variant!r} of experiments/synthetic.py; choose one of {list(VARIANTS)} "
                      f"(e.g. --config=experiments/synthetic.py:reverse).")
-  config = base_config()
+  config = base_config("transformer")  # config.model: the fields of transformer.nn.ModelConfig
   config.task.name = "synthetic"
   config.task.kind = variant  # copy | reverse | sort
   config.task.num_symbols = 10  # symbol ids 3..12 (0 pad, 1 BOS, 2 EOS)

@@ -8,9 +8,10 @@ Each ``--run=VARIANT:WORKDIR`` is a finished (or interrupted) run of ``experimen
 ``--run=ROW=VARIANT:WORKDIR`` names its row ROW instead of VARIANT (e.g. a run of an earlier setting of the
 variant, kept beside the current one). Its best checkpoint (chosen on validation) is scored with
 ``launch.py --mode=eval`` unless ``WORKDIR/eval_results.json`` is already newer than its checkpoints. A row keeps
-its run's settings (``config.json``), and its command is the variant's plus the ``--config.*`` overrides that turn
-the variant as it is when the page is written into those settings, so it reproduces that run after later
-default changes too. Each run's row and curves are kept in
+its run's settings (``config.json`` as saved, read through ``transformer.train.config.upgrade_config`` so that runs
+saved in an older config shape compare field by field), and its command is the variant's plus the ``--config.*``
+overrides that turn the variant as it is when the page is written into those settings, so it reproduces that run
+after later default changes too. Each run's row and curves are kept in
 ``experiments/<experiment>/runs.json`` (one entry per row, replaced when that row is reported again), so runs
 made on different days or machines end up in one table. The row with the best validation BLEU gives the
 committed test hypotheses. A second table splits each run's test BLEU by the reference's length in words
@@ -18,7 +19,8 @@ committed test hypotheses. A second table splits each run's test BLEU by the ref
 decoded again: a third table (kept in ``validation_runs.json``) lists them beside the scored ones by the
 validation BLEU their training logged, for settings that lost on validation. Without ``--run`` the page
 is rewritten from ``runs.json`` alone (e.g. after ``experiments/attention_plots.py`` added the
-``attention/`` or ``alignment/`` folder it links).
+``attention/`` or ``alignment/`` folder it links). A hand-written ``experiments/<experiment>/runs_not_kept.md``
+(settings tried whose workdirs are gone) is quoted at the end of the page.
 """
 from __future__ import annotations
 
@@ -34,7 +36,9 @@ import sys
 from absl import app, flags
 
 from experiments import report
+from transformer.errors import ConfigError
 from transformer.tasks.translation import bleu_by_reference_length
+from transformer.train.config import upgrade_config
 from transformer.train.writers import read_metrics
 
 _EXPERIMENT = flags.DEFINE_enum("experiment", "multi30k", ["multi30k", "iwslt15_en_vi"], "Which experiment.")
@@ -83,6 +87,8 @@ CURVES = ("train/nll", "eval/nll", "eval/bleu")
 # Settings that say where the data lives or how a command ran, not what was trained: never in a row's command.
 NOT_TRAINING_SETTINGS = ("task.source_dir", "task.data_dir", "quiet", "tensorboard", "async_checkpointing",
                          "average_checkpoints", "translate_input", "translate_output")
+# Hand-written note in experiments/<experiment>/ on settings tried without a workdir left; RESULTS.md quotes it.
+NOT_KEPT_NOTE = "runs_not_kept.md"
 # Folders of experiments/attention_plots.py output linked from RESULTS.md when present.
 PLOT_FOLDERS = {"attention": "Transformer attention (encoder self, decoder self, cross)",
                 "alignment": "RNN attention alignment"}
@@ -98,9 +104,14 @@ def _flatten(tree: dict, prefix: str = "") -> dict:
 
 def config_overrides(experiment: str, variant: str, run_config: dict) -> list[str]:
   """The ``--config.KEY=VALUE`` flags that turn ``experiments/<experiment>.py:VARIANT`` as it is now into
-  ``run_config`` (a run's config.json), so that a run made before the variant changed can be reproduced."""
+  ``run_config`` (a run's config.json, of any shape ``upgrade_config`` reads), so that a run made before the
+  variant changed can be reproduced."""
   current = importlib.import_module(f"experiments.{experiment}").get_config(variant)
   now = _flatten(json.loads(current.to_json_best_effort()))
+  run_config = upgrade_config(run_config)
+  if run_config.get("model_name", now["model_name"]) != now["model_name"]:
+    raise ConfigError(f"the run trained model_name={run_config['model_name']!r}, but experiments/{experiment}.py:"
+                      f"{variant} builds {now['model_name']!r}; report it under a variant of its model.")
   overrides = []
   for key, value in sorted(_flatten(run_config).items()):
     if key in NOT_TRAINING_SETTINGS or now.get(key, value) == value:
@@ -337,6 +348,18 @@ def validation_table(runs: dict, validation_runs: dict) -> str:
           f"between runs of the same tokenizer):\n\n{table}\n")
 
 
+def runs_not_kept(output: str) -> str:
+  """Markdown section: the hand-written ``output/runs_not_kept.md`` (settings tried whose workdirs are gone, so
+  in no table), or "" when there is none."""
+  path = os.path.join(output, NOT_KEPT_NOTE)
+  if not os.path.exists(path):
+    return ""
+  with open(path) as f:
+    note = f.read().strip()
+  return (f"\n## Runs not kept\n\nSettings tried whose workdirs are gone, so they are in no table above "
+          f"(hand-written in `{NOT_KEPT_NOTE}`, with the numbers their training printed):\n\n{note}\n")
+
+
 def write_results(experiment: str, output: str, new_runs: dict[str, tuple[dict, str]],
                   new_validation_runs: dict[str, dict] | None = None) -> str:
   """Merge ``new_runs`` (row name -> ``summarize``'s (row, output folder)) into ``output/runs.json`` and
@@ -392,6 +415,7 @@ def write_results(experiment: str, output: str, new_runs: dict[str, tuple[dict, 
        "sacreBLEU signature", "command"], [row(name, run) for name, run in runs.items()])
   by_length = by_length_table(test, runs)
   compared_on_validation = validation_table(runs, validation_runs)
+  not_kept = runs_not_kept(output)
   published = report.markdown_table(["published result", f"{test} BLEU"], PUBLISHED[experiment])
   plots = [f"[{title}]({folder}/README.md)" for folder, title in PLOT_FOLDERS.items()
            if os.path.exists(os.path.join(output, folder, "README.md"))]
@@ -414,7 +438,7 @@ anyone can recompute its score with sacreBLEU.
 {published}
 
 ![training curves](curves.png)
-{plots_line}"""
+{plots_line}{not_kept}"""
   with open(os.path.join(output, "RESULTS.md"), "w") as f:
     f.write(text)
   return text

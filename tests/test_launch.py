@@ -1,8 +1,11 @@
-"""launch.py: bad input gets one clear line naming the problem and the fix, never a stack trace."""
+"""launch.py: bad input gets one clear line naming the problem and the fix, never a stack trace; a bug keeps
+its traceback."""
+import os
 import subprocess
 import sys
 
 import pytest
+from absl import flags
 
 from tests.train.conftest import REPO, TINY_FLAGS
 
@@ -25,12 +28,69 @@ def launch(*args):
     (["--config=experiments/synthetic.py", "--mode=fly"], "--mode=fly"),
     (["--config=experiments/synthetic.py", "--config.target_token_dropout=1.5"],
      "config.target_token_dropout=1.5 is outside [0, 1)"),
+    # config.model holds the variant's model's fields only: the RNN's here, with its own checks.
+    (["--config=experiments/multi30k.py:gru_bahdanau", "--config.model.cel=lstm"], 'Did you mean "cell"'),
+    (["--config=experiments/multi30k.py:gru_bahdanau", "--config.model.cell=lstm", "--config.model.hidden_dim=7"],
+     "RNNConfig.hidden_dim=7 must be even"),
+    (["--config=experiments/multi30k.py:gru_bahdanau", "--config.model.num_heads=4"],
+     "unknown config field 'num_heads'. config.model holds the fields of the experiment's model"),
+    (["--config=experiments/multi30k.py:lstm"], "unknown variant 'lstm' of experiments/multi30k.py"),
+    (["--config=experiments/synthetic.py", "--config.model_name=rnn"],
+     "config.model holds the fields of 'transformer'"),
+    (["--config=experiments/synthetic.py", "--config.model_name=rnm"], "Did you mean 'rnn'?"),
 ])
 def test_bad_input_gets_a_clear_error(tmp_path, args, expected):
   result = launch(f"--workdir={tmp_path}", *args)
   assert result.returncode != 0
   assert expected in result.stderr, result.stderr
   assert "Traceback" not in result.stderr
+
+
+def test_an_override_sets_the_field_of_the_variants_model():
+  """``--config.model.cell=lstm`` on an RNN variant, parsed as launch.py parses it."""
+  from ml_collections import config_flags
+
+  from transformer.train import validate_config
+  argv = ["launch.py", f"--config={os.path.join(REPO, 'experiments', 'multi30k.py')}:gru_bahdanau",
+          "--config.model.cell=lstm", "--config.model.attention=luong_general"]
+  parsed = flags.FlagValues()
+  config_flags.DEFINE_config_file("config", None, flag_values=parsed, lock_config=True, sys_argv=argv)
+  parsed(argv)
+  config = parsed.config
+  assert (config.model_name, config.model.cell, config.model.attention) == ("rnn", "lstm", "luong_general")
+  assert "d_model" not in config.model and "num_classes" not in config.model
+  validate_config(config)
+
+
+def launch_with_failing_run(tmp_path, error):
+  """launch.py whose ``transformer.train.run`` raises ``error`` (an expression): what a user sees of it."""
+  code = ("import runpy, sys\n"
+          "import transformer.train\n"
+          "from transformer.errors import ConfigError, InputFileError, MissingDataError\n"
+          "def failing_run(config, workdir, mode):\n"
+          f"  raise {error}\n"
+          "transformer.train.run = failing_run\n"
+          f"sys.argv = ['launch.py', '--config=experiments/synthetic.py', '--workdir={tmp_path}']\n"
+          "runpy.run_path('launch.py', run_name='__main__')\n")
+  return subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("error", ["ConfigError('config.x is bad; set it to 1')",
+                                   "MissingDataError('no train.en in /data; give --config.task.source_dir')",
+                                   "InputFileError('train.en is not UTF-8 text')"])
+def test_errors_the_user_causes_are_one_line(tmp_path, error):
+  result = launch_with_failing_run(tmp_path, error)
+  message = error.split("'")[1]
+  assert result.returncode == 1 and result.stderr.strip().splitlines()[-1] == f"error: {message}", result.stderr
+  assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("error", ["ValueError('a bug, not bad input')", "FileNotFoundError('a bug')",
+                                   "KeyError('a bug')"])
+def test_any_other_exception_keeps_its_traceback(tmp_path, error):
+  result = launch_with_failing_run(tmp_path, error)
+  assert result.returncode != 0 and "Traceback (most recent call last)" in result.stderr
+  assert f"{error.split('(')[0]}: " in result.stderr and "in failing_run" in result.stderr, result.stderr
 
 
 def test_missing_config_lists_the_experiments(tmp_path):

@@ -1,11 +1,14 @@
 """experiments/translation_results.py: rows accumulate in runs.json across invocations; the committed test
 output is the best-on-validation model's."""
+import glob
 import json
+import os
 
 import pytest
 from absl import flags
 
 from experiments import translation_results
+from transformer.train.config import upgrade_config
 
 HYPOTHESIS = "test_2016_flickr.hyp.de"
 
@@ -130,11 +133,11 @@ def test_the_command_of_a_run_reproduces_its_config(tmp_path):
   config.num_train_steps = 1000
   config.task.pair = "en-fr"
   config.task.length_penalty_candidates = (1.0, 2.0)
-  config.rnn.dropout_rate = 0.25
+  config.model.dropout_rate = 0.25
   config.task.source_dir = str(tmp_path)  # where the data lives is not a training setting
   run_config = json.loads(config.to_json_best_effort())
   overrides = translation_results.config_overrides("multi30k", "gru_bahdanau", run_config)
-  assert overrides == ["--config.num_train_steps=1000", "--config.rnn.dropout_rate=0.25",
+  assert overrides == ["--config.model.dropout_rate=0.25", "--config.num_train_steps=1000",
                        "--config.task.length_penalty_candidates=(1.0,2.0)", "--config.task.pair=en-fr"]
 
   argv = ["launch.py", "--config=experiments/multi30k.py:gru_bahdanau", *overrides,
@@ -186,7 +189,7 @@ def test_a_row_written_before_rows_kept_their_settings_gets_them_from_its_comman
   assert (stored["variant"], stored["source_dir"]) == ("gru_bahdanau", "../data")
   assert stored["config"]["num_train_steps"] == 1000
   assert stored["config"]["task"]["length_penalty_candidates"] == [1.0, 2.0]
-  assert stored["config"]["rnn"]["cell"] == "gru"
+  assert (stored["config"]["model_name"], stored["config"]["model"]["cell"]) == ("rnn", "gru")
   with pytest.raises(ValueError, match="has no --config="):
     translation_results.settings_from_command("python launch.py --workdir=WORKDIR")
 
@@ -275,3 +278,45 @@ def test_validation_only_runs_are_listed_beside_the_scored_ones_and_never_replac
   from absl import app
   with pytest.raises(app.UsageError, match="no eval/bleu"):
     translation_results.validation_summary("multi30k", "transformer_small", str(workdir))
+
+
+def _flat_settings(config: dict) -> dict:
+  """A config's flattened fields less those that say where data lives or how a command ran."""
+  return {key: value for key, value in translation_results._flatten(config).items()
+          if key not in translation_results.NOT_TRAINING_SETTINGS}
+
+
+def test_an_old_shaped_run_config_gets_model_overrides_that_rebuild_it():
+  """config.json saved before config.model_name (sections ``model`` and ``rnn``, ``architecture`` choosing one):
+  the overrides name today's ``config.model`` fields, and parsing them gives the migrated settings."""
+  from experiments import multi30k
+  new_shape = json.loads(multi30k.get_config("gru_bahdanau").to_json_best_effort())
+  transformer_section = json.loads(multi30k.get_config("transformer_small").to_json_best_effort())["model"]
+  old_shape = {key: value for key, value in new_shape.items() if key not in ("model_name", "model")}
+  old_shape.update(architecture="rnn", rnn={**new_shape["model"], "hidden_dim": 256, "cell": "lstm"},
+                   model={**transformer_section, "num_classes": 2, "pooling": "mean"})
+  overrides = translation_results.config_overrides("multi30k", "gru_bahdanau", old_shape)
+  assert overrides == ["--config.model.cell=lstm", "--config.model.hidden_dim=256"]
+  command = ("python launch.py --config=experiments/multi30k.py:gru_bahdanau --workdir=WORKDIR "
+             "--config.task.source_dir=../data " + " ".join(overrides))
+  parsed = translation_results.settings_from_command(command)["config"]
+  assert _flat_settings(parsed) == _flat_settings(upgrade_config(old_shape))
+  with pytest.raises(ValueError, match="trained model_name='rnn', but .*transformer_small builds 'transformer'"):
+    translation_results.config_overrides("multi30k", "transformer_small", old_shape)
+
+
+@pytest.mark.parametrize("path", sorted(glob.glob(os.path.join(translation_results.report.REPO, "experiments", "*",
+                                                               "*runs.json"))))
+def test_every_committed_row_command_reproduces_its_recorded_settings(path):
+  """Each row of runs.json / validation_runs.json: its command, parsed as launch.py parses it (config file,
+  variant, --config.* overrides) with today's experiment configs, gives the run's saved config.json (migrated
+  to today's shape) in every field the run recorded and today's configs still have."""
+  rows = json.load(open(path))
+  assert rows
+  for name, row in rows.items():
+    parsed = _flat_settings(translation_results.settings_from_command(row["command"])["config"])
+    recorded = _flat_settings(upgrade_config(row["config"]))
+    assert recorded.keys() <= parsed.keys(), (name, sorted(recorded.keys() - parsed.keys()))
+    assert {key: parsed[key] for key in recorded} == recorded, name
+    # Fields added after the run have today's defaults; the model's section is exactly its model's fields.
+    assert {key for key in parsed if key.startswith("model.")} == {key for key in recorded if key.startswith("model.")}

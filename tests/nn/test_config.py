@@ -1,9 +1,11 @@
 """ModelConfig validates at construction with messages naming the field, the bad value and the choices."""
+import dataclasses
 import re
 
 import pytest
 
-from transformer.nn import ModelConfig
+from transformer.errors import ConfigError
+from transformer.nn import MODELS, ClassifierConfig, ModelConfig, RNNConfig, model_spec
 
 
 @pytest.mark.parametrize("field, value, allowed", [
@@ -12,11 +14,10 @@ from transformer.nn import ModelConfig
     ("norm_position", "middle", ["post", "pre"]),
     ("activation", "tanh", ["relu", "gelu", "gelu_exact"]),
     ("attention_implementation", "flash", ["dense", "chunked"]),
-    ("pooling", "max", ["mean", "first"]),
     ("dtype", "float16", ["float32", "bfloat16"]),
 ])
 def test_unknown_choice_names_field_value_and_choices(field, value, allowed):
-  with pytest.raises(ValueError) as error:
+  with pytest.raises(ConfigError) as error:  # a ValueError too, for callers that catch those
     ModelConfig(**{field: value})
   message = str(error.value)
   assert f"ModelConfig.{field}={value!r}" in message
@@ -79,3 +80,28 @@ def test_defaults_are_the_base_model():
   assert (config.d_model, config.num_heads, config.d_ff, config.num_encoder_layers, config.dropout_rate) == (
       512, 8, 2048, 6, 0.1)
   assert config.head_dim == 64
+
+
+def test_classifier_fields_live_in_the_classifier_config_only():
+  assert not {"num_classes", "pooling"} & set(ModelConfig.field_names())
+  config = ClassifierConfig(d_model=64, num_heads=4, num_classes=3, pooling="first")
+  assert (config.num_classes, config.pooling, config.head_dim) == (3, "first", 16)
+  with pytest.raises(ConfigError, match=re.escape("ClassifierConfig.pooling='max' is not supported; choose one of "
+                                                  "['mean', 'first']")):
+    ClassifierConfig(pooling="max")
+  with pytest.raises(ConfigError, match="ClassifierConfig.num_classes must be a positive integer, got 0"):
+    ClassifierConfig(num_classes=0)
+  with pytest.raises(ConfigError, match="ClassifierConfig.num_heads=6 does not divide d_model=512"):
+    ClassifierConfig(num_heads=6)  # the encoder's checks name the subclass
+  with pytest.raises(ConfigError, match=r"ModelConfig has no field 'num_classes'\. Did you mean"):
+    ModelConfig.from_dict({"num_classes": 3})
+
+
+def test_the_registry_names_each_models_config_and_module():
+  assert model_spec("transformer").config is ModelConfig and model_spec("rnn").config is RNNConfig
+  assert model_spec("encoder_classifier").config is ClassifierConfig
+  for name, spec in MODELS.items():  # every entry's module is a Flax module built from its config
+    assert [field.name for field in dataclasses.fields(spec.module) if field.name == "config"] == ["config"], name
+  with pytest.raises(ConfigError, match=r"config.model_name='rnm' is not a known model; choose one of "
+                                        r"\['transformer', 'rnn', 'encoder_classifier'\]\. Did you mean 'rnn'\?"):
+    model_spec("rnm")

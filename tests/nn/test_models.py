@@ -1,12 +1,14 @@
 """Models: cached decoding equals teacher forcing, chunked equals dense, causality, padding invariance."""
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from transformer import ops
-from transformer.nn import (CROSS_CACHE, Encoder, EncoderClassifier, EncoderDecoder, ModelConfig, RNNConfig,
-                            RNNEncoderDecoder, TransformerLM, cross_attention_cache)
+from transformer.nn import (CROSS_CACHE, ClassifierConfig, Encoder, EncoderClassifier, EncoderDecoder, ModelConfig,
+                            RNNConfig, RNNEncoderDecoder, TransformerLM, cross_attention_cache)
 
 # One layer each keeps compilation short; decoding uses two decoder layers, so that a cached layer feeds
 # another cached layer.
@@ -198,7 +200,7 @@ def test_bfloat16_tied_output_projection_accumulates_in_float32():
 
 
 def test_encoder_classifier_shape_and_mean_pooling_ignores_padding():
-  config = CONFIG.replace(num_classes=3)
+  config = ClassifierConfig(**{**dataclasses.asdict(CONFIG), "num_classes": 3})
   tokens = _tokens(9, 6, padding_from=2)
   classifier = EncoderClassifier(config)
   params = classifier.init(jax.random.key(0), tokens)["params"]

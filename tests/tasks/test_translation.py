@@ -13,14 +13,20 @@ SIZES = {"train": 400, "val": 16, "test_2016_flickr": 12, "test_2017_flickr": 2,
          "test_2018_flickr": 2}
 
 
+# Tiny sizes of each model (config.model holds the fields of config.model_name's model only).
+TINY_MODELS = {
+    "transformer": {"d_model": 32, "num_heads": 2, "d_ff": 64, "num_encoder_layers": 1, "num_decoder_layers": 1,
+                    "dropout_rate": 0.0},
+    "rnn": {"embedding_dim": 16, "hidden_dim": 32, "dropout_rate": 0.0},
+}
+
+
 def tiny_translation_config(raw_dir, data_dir, variant="transformer_small", **overrides):
   config = load_experiment_config("multi30k", variant)
   settings = {
       "task.source_dir": str(raw_dir), "task.data_dir": str(data_dir), "task.vocab_size": 64,
       "task.max_tokens": 512, "task.max_length": 32, "task.test_splits": ("test_2016_flickr",),
-      "task.beam_size": 2, "model.d_model": 32, "model.num_heads": 2, "model.d_ff": 64,
-      "model.num_encoder_layers": 1, "model.num_decoder_layers": 1, "model.dropout_rate": 0.0,
-      "rnn.embedding_dim": 16, "rnn.hidden_dim": 32, "rnn.dropout_rate": 0.0,
+      "task.beam_size": 2, **{f"model.{name}": value for name, value in TINY_MODELS[config.model_name].items()},
       "optimizer.learning_rate": 3e-3, "optimizer.warmup_steps": 10, "num_train_steps": 60, "log_every": 20,
       "eval_every": 60, "checkpoint_every": 60, "quiet": True, "tensorboard": False, **overrides}
   for key, value in settings.items():

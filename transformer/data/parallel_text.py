@@ -39,16 +39,14 @@ from typing import Callable, Iterator, Mapping
 from etils import epath
 import tensorflow_datasets as tfds
 
+from transformer.errors import InputFileError, MissingDataError  # MissingDataError: also imported from here
+
 ENV_VAR = "TRANSFORMER_DATA_DIR"
 
 logger = logging.getLogger(__name__)
 
 # split name -> language -> file name (relative to the source folder or the download URL base).
 SplitFiles = Mapping[str, Mapping[str, str]]
-
-
-class MissingDataError(FileNotFoundError):
-  """A raw data folder or file that the builder needs is not there."""
 
 
 @dataclasses.dataclass(eq=False)
@@ -201,8 +199,8 @@ class ParallelTextBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=Tru
     counts = {lang: len(lang_lines) for lang, lang_lines in lines.items()}
     if len(set(counts.values())) != 1:
       described = ", ".join(f"{paths[lang]}: {count}" for lang, count in counts.items())
-      raise ValueError(f"{self.name}: the files of one split must have the same number of lines "
-                       f"(line i of each is one translation pair); got {described}.")
+      raise InputFileError(f"{self.name}: the files of one split must have the same number of lines "
+                           f"(line i of each is one translation pair); got {described}.")
     for index, texts in enumerate(zip(*lines.values())):
       yield index, dict(zip(lines.keys(), texts))
 
@@ -215,9 +213,16 @@ def read_lines(path: epath.PathLike) -> list[str]:
   characters such as U+2028 or form feed, breaking the alignment between languages).
   """
   data = epath.Path(path).read_bytes()
-  if data[:2] == b"\x1f\x8b":
-    data = gzip.decompress(data)
-  lines = data.decode("utf-8").split("\n")
+  try:
+    if data[:2] == b"\x1f\x8b":
+      data = gzip.decompress(data)
+    lines = data.decode("utf-8").split("\n")
+  except (EOFError, gzip.BadGzipFile) as error:
+    raise InputFileError(f"{path} is a truncated or damaged gzip file ({error}); download it again.") from None
+  except UnicodeDecodeError as error:
+    line = data[:error.start].count(b"\n") + 1
+    raise InputFileError(f"{path} is not UTF-8 text (line {line}, byte {error.start}: {error.reason}); convert "
+                         "it to UTF-8, e.g. with iconv.") from None
   if lines and not lines[-1]:
     lines.pop()  # the final newline ends the last line; it does not start an empty one
   return [line.strip() for line in lines]

@@ -1,10 +1,12 @@
-"""The one model configuration: a frozen dataclass, validated when built."""
+"""The model configurations: frozen dataclasses, validated when built (``ConfigError`` naming the fix)."""
 from __future__ import annotations
 
 import dataclasses
 import difflib
 
 import jax.numpy as jnp
+
+from transformer.errors import ConfigError
 
 POSITIONAL_ENCODINGS = ("sinusoidal", "learned", "rotary", "none")
 NORMS = ("layer_norm", "rms_norm")
@@ -32,7 +34,7 @@ class ValidatedConfig:
   def replace(self, **changes):
     unknown = [name for name in changes if name not in self.field_names()]
     if unknown:
-      raise ValueError(self.unknown_field_message(unknown[0]))
+      raise ConfigError(self.unknown_field_message(unknown[0]))
     return dataclasses.replace(self, **changes)
 
   @classmethod
@@ -41,13 +43,13 @@ class ValidatedConfig:
     values = dict(values)
     unknown = [name for name in values if name not in cls.field_names()]
     if unknown:
-      raise ValueError(cls.unknown_field_message(unknown[0]))
+      raise ConfigError(cls.unknown_field_message(unknown[0]))
     return cls(**values)
 
   def check_choice(self, name: str, allowed) -> None:
     value = getattr(self, name)
     if value not in allowed:
-      raise ValueError(f"{type(self).__name__}.{name}={value!r} is not supported; choose one of {list(allowed)}.")
+      raise ConfigError(f"{type(self).__name__}.{name}={value!r} is not supported; choose one of {list(allowed)}.")
 
   def check_positive_int(self, name: str, or_none: bool = False) -> None:
     value = getattr(self, name)
@@ -55,12 +57,12 @@ class ValidatedConfig:
       return
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
       allowed = "a positive integer or None" if or_none else "a positive integer"
-      raise ValueError(f"{type(self).__name__}.{name} must be {allowed}, got {value!r}.")
+      raise ConfigError(f"{type(self).__name__}.{name} must be {allowed}, got {value!r}.")
 
   def check_rate(self, name: str) -> None:
     value = getattr(self, name)
     if not 0.0 <= value < 1.0:
-      raise ValueError(f"{type(self).__name__}.{name}={value} is outside [0, 1); use 0.0 to disable dropout.")
+      raise ConfigError(f"{type(self).__name__}.{name}={value} is outside [0, 1); use 0.0 to disable dropout.")
 
   @property
   def output_vocab_size(self) -> int:
@@ -109,38 +111,52 @@ class ModelConfig(ValidatedConfig):
   pad_id: int = 0
   bos_id: int = 1
   eos_id: int = 2
-  num_classes: int = 2  # EncoderClassifier outputs
-  pooling: str = "mean"  # EncoderClassifier pooling, one of POOLINGS
   deterministic: bool = False  # True disables dropout (eval and inference)
   decode: bool = False  # True: one token per call with a key/value cache
 
   def __post_init__(self):
     for name, allowed in (("positional_encoding", POSITIONAL_ENCODINGS), ("norm", NORMS),
                           ("norm_position", NORM_POSITIONS), ("activation", ACTIVATIONS),
-                          ("attention_implementation", ATTENTION_IMPLEMENTATIONS), ("pooling", POOLINGS),
-                          ("dtype", DTYPES)):
+                          ("attention_implementation", ATTENTION_IMPLEMENTATIONS), ("dtype", DTYPES)):
       self.check_choice(name, allowed)
-    for name in ("vocab_size", "d_model", "num_heads", "d_ff", "max_length", "attention_chunk_size",
-                 "num_classes"):
+    for name in ("vocab_size", "d_model", "num_heads", "d_ff", "max_length", "attention_chunk_size"):
       self.check_positive_int(name)
     self.check_positive_int("target_vocab_size", or_none=True)
+    config_name = type(self).__name__  # ModelConfig, or a subclass such as ClassifierConfig
     for name in ("num_encoder_layers", "num_decoder_layers", "num_token_types"):
       if not isinstance(getattr(self, name), int) or getattr(self, name) < 0:
-        raise ValueError(f"ModelConfig.{name} must be a non-negative integer, got {getattr(self, name)!r}.")
+        raise ConfigError(f"{config_name}.{name} must be a non-negative integer, got {getattr(self, name)!r}.")
     if self.d_model % self.num_heads:
       divisors = [h for h in range(1, min(self.d_model, 64) + 1) if self.d_model % h == 0]
-      raise ValueError(f"ModelConfig.num_heads={self.num_heads} does not divide d_model={self.d_model}; "
-                       f"choose num_heads from {divisors} or change d_model.")
+      raise ConfigError(f"{config_name}.num_heads={self.num_heads} does not divide d_model={self.d_model}; "
+                        f"choose num_heads from {divisors} or change d_model.")
     for name in ("dropout_rate", "attention_dropout_rate", "feed_forward_dropout_rate"):
       self.check_rate(name)
     if self.positional_encoding == "rotary" and self.head_dim % 2:
-      raise ValueError(f"ModelConfig.positional_encoding='rotary' needs an even head_dim "
-                       f"(d_model / num_heads), got {self.head_dim}.")
+      raise ConfigError(f"{config_name}.positional_encoding='rotary' needs an even head_dim "
+                        f"(d_model / num_heads), got {self.head_dim}.")
     if self.share_embeddings and self.target_vocab_size not in (None, self.vocab_size):
-      raise ValueError(f"ModelConfig.share_embeddings=True needs target_vocab_size == vocab_size "
-                       f"({self.target_vocab_size} != {self.vocab_size}); set share_embeddings=False or "
-                       f"target_vocab_size=None.")
+      raise ConfigError(f"{config_name}.share_embeddings=True needs target_vocab_size == vocab_size "
+                        f"({self.target_vocab_size} != {self.vocab_size}); set share_embeddings=False or "
+                        f"target_vocab_size=None.")
 
   @property
   def head_dim(self) -> int:
     return self.d_model // self.num_heads
+
+
+@dataclasses.dataclass(frozen=True)
+class ClassifierConfig(ModelConfig):
+  """Hyper-parameters of ``EncoderClassifier``: a Transformer encoder's fields plus the classifier head's."""
+  num_classes: int = 2  # classifier outputs
+  pooling: str = "mean"  # how encoder states become one vector, one of POOLINGS
+
+  @classmethod
+  def from_encoder(cls, encoder_config: ModelConfig, **changes) -> "ClassifierConfig":
+    """A classifier over the encoder that ``encoder_config`` describes (e.g. one from ``transformer.pretrained``)."""
+    return cls(**{**{f.name: getattr(encoder_config, f.name) for f in dataclasses.fields(encoder_config)}, **changes})
+
+  def __post_init__(self):
+    super().__post_init__()
+    self.check_choice("pooling", POOLINGS)
+    self.check_positive_int("num_classes")

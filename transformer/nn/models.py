@@ -7,7 +7,7 @@ import jax.numpy as jnp
 
 from transformer import ops
 from transformer.nn.attention import CROSS_CACHE
-from transformer.nn.config import ModelConfig
+from transformer.nn.config import ClassifierConfig, ModelConfig
 from transformer.nn.layers import DecoderLayer, EncoderLayer, Norm, PositionalEncoding, module_dropout
 
 
@@ -180,7 +180,7 @@ def mean_pool(encoded, valid):
 
 class EncoderClassifier(nn.Module):
   """Encoder, then mean (over real tokens) or first-token pooling, then a linear classifier."""
-  config: ModelConfig
+  config: ClassifierConfig
 
   @nn.compact
   def __call__(self, tokens, token_types=None):

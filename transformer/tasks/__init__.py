@@ -8,6 +8,7 @@ from __future__ import annotations
 import difflib
 import importlib
 
+from transformer.errors import ConfigError
 from transformer.tasks.base import Task
 
 # name -> (module, class, pip extra its dependencies come from)
@@ -23,14 +24,14 @@ def build_task(config) -> Task:
   if name not in TASKS:
     close = difflib.get_close_matches(name, TASKS, n=1)
     hint = f" Did you mean {close[0]!r}?" if close else ""
-    raise ValueError(f"config.task.name={name!r} is not a known task; choose one of {sorted(TASKS)}.{hint}")
+    raise ConfigError(f"config.task.name={name!r} is not a known task; choose one of {sorted(TASKS)}.{hint}")
   module_name, class_name, extra = TASKS[name]
   try:
     module = importlib.import_module(module_name)
   except ModuleNotFoundError as error:
     if extra is None:
       raise
-    raise ValueError(f"the {name!r} task needs the {error.name!r} package: install the {extra!r} extra with "
+    raise ConfigError(f"the {name!r} task needs the {error.name!r} package: install the {extra!r} extra with "
                      f"pip install -e '.[{extra}]'") from None
   return getattr(module, class_name)(config)
 

@@ -13,37 +13,34 @@ import numpy as np
 
 from transformer import ops
 from transformer.decode import beam_search, expand_to_beams, greedy_search
-from transformer.nn import (CROSS_CACHE, EncoderDecoder, ModelConfig, RNNConfig, RNNEncoderDecoder,
-                            cross_attention_cache)
+from transformer.errors import ConfigError
+from transformer.nn import CROSS_CACHE, MODELS, EncoderDecoder, ModelConfig, cross_attention_cache, model_spec
 from transformer.tasks.base import Task
 
-# config.architecture -> (hyper-parameter dataclass, its config section, model class). Both models share
-# the EncoderDecoder interface (encode, decode, teacher-forced __call__, a decode cache), so loss and
-# search code is the same for both.
-ARCHITECTURES = {
-    "transformer": (ModelConfig, "model", EncoderDecoder),
-    "rnn": (RNNConfig, "rnn", RNNEncoderDecoder),
-}
+# The config.model_name values (keys of transformer.nn.MODELS) a seq2seq task trains. Both models share the
+# EncoderDecoder interface (encode, decode, teacher-forced __call__, a decode cache), so loss and search code
+# is the same for both.
+SEQ2SEQ_MODELS = ("transformer", "rnn")
 
 
 def model_class(model_config) -> type[EncoderDecoder]:
-  return next(cls for config_cls, _, cls in ARCHITECTURES.values() if isinstance(model_config, config_cls))
+  """The Flax module of a seq2seq model's hyper-parameters (``ModelConfig`` or ``RNNConfig``)."""
+  return next(MODELS[name].module for name in SEQ2SEQ_MODELS if type(model_config) is MODELS[name].config)
 
 
 class Seq2SeqTask(Task):
   """Base class: subclasses provide data (``train_iterator``, ``eval_batches``) and ``model_config``."""
 
   def make_model_config(self, **data_fields):
-    """The ``config.architecture`` model's hyper-parameters: its config section plus what the data decides
-    (vocabulary sizes, special ids; fields the architecture lacks, like ``share_embeddings`` for RNNs, are
-    dropped)."""
-    architecture = self.config.get("architecture", "transformer")
-    if architecture not in ARCHITECTURES:
-      raise ValueError(f"config.architecture={architecture!r} is not supported; choose one of "
-                       f"{sorted(ARCHITECTURES)}.")
-    config_class, section, _ = ARCHITECTURES[architecture]
+    """The hyper-parameters of the ``config.model_name`` model: ``config.model`` plus what the data decides
+    (vocabulary sizes, special ids; fields the model lacks, like ``share_embeddings`` for RNNs, are dropped)."""
+    model_name = self.config.model_name
+    config_class = model_spec(model_name).config
+    if model_name not in SEQ2SEQ_MODELS:
+      raise ConfigError(f"config.model_name={model_name!r} is not a sequence-to-sequence model; the "
+                        f"{self.config.task.name!r} task trains one of {list(SEQ2SEQ_MODELS)}.")
     fields = {k: v for k, v in data_fields.items() if k in config_class.field_names()}
-    return config_class.from_dict({**self.config[section].to_dict(), **fields})
+    return config_class.from_dict({**self.config.model.to_dict(), **fields})
 
   def build_model(self, model_config) -> EncoderDecoder:
     return model_class(model_config)(model_config)

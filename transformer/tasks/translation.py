@@ -93,7 +93,7 @@ class TranslationTask(Seq2SeqTask):
     data = self.data
     return self.make_model_config(
         vocab_size=data.source_tokenizer.vocab_size, target_vocab_size=data.target_tokenizer.vocab_size,
-        share_embeddings=self.config.model.share_embeddings and self.config.task.shared_vocab,
+        share_embeddings=self.config.model.get("share_embeddings", False) and self.config.task.shared_vocab,
         pad_id=0, bos_id=1, eos_id=2)
 
   def _batcher(self, examples, train: bool, seed: int = 0) -> batching.TokenBatcher:

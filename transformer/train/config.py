@@ -1,41 +1,53 @@
-"""The training configuration every experiment starts from, and its validation.
+"""The training configuration every experiment starts from, its validation, and old configs' migration.
 
-Experiments (``experiments/*.py``) call ``base_config()`` and change what differs. Every field can be
-overridden from the command line: ``--config.num_train_steps=300 --config.model.num_heads=4``.
+Experiments (``experiments/*.py``) call ``base_config(model_name)`` and change what differs. Every field can be
+overridden from the command line: ``--config.num_train_steps=300 --config.model.num_heads=4``. ``config.model``
+holds the fields of the one model ``config.model_name`` names (``transformer.nn.MODELS``), so an override of
+a field that model lacks fails at once, with a "did you mean" suggestion.
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import os
 import tempfile
 
 import ml_collections
 
-from transformer.nn import ModelConfig, RNNConfig
+from transformer.errors import ConfigError
+from transformer.nn import MODELS, model_spec
 from transformer.train.optimizer import SCHEDULES
 from transformer.train.parallel import PARALLELISMS
 
 MODES = ("train", "eval", "predict", "translate")
+# Model fields the task fills in from the data (vocabulary, special ids) or the mode switches: not in config.model.
+DECIDED_ELSEWHERE = ("vocab_size", "target_vocab_size", "pad_id", "bos_id", "eos_id", "deterministic", "decode")
 
 
-def _model_section(config_class) -> ml_collections.ConfigDict:
-  """A model dataclass's fields and defaults, less those the data or the mode decides."""
-  decided_elsewhere = ("vocab_size", "target_vocab_size", "pad_id", "bos_id", "eos_id", "deterministic", "decode")
-  section = ml_collections.ConfigDict({f.name: f.default for f in dataclasses.fields(config_class)
-                                       if f.name not in decided_elsewhere})
+def model_section(model_name: str) -> ml_collections.ConfigDict:
+  """``config.model`` of ``model_name``: its hyper-parameter dataclass's fields and defaults, locked (an unknown
+  field is an error), less those the data or the mode decides."""
+  section = ml_collections.ConfigDict({field.name: field.default
+                                       for field in dataclasses.fields(model_spec(model_name).config)
+                                       if field.name not in DECIDED_ELSEWHERE})
   section.lock()
   return section
 
 
-def base_config() -> ml_collections.ConfigDict:
+def set_model(config: ml_collections.ConfigDict, model_name: str) -> ml_collections.ConfigDict:
+  """Make ``config`` train ``model_name``: ``config.model_name`` and a fresh ``config.model`` of its defaults."""
+  config.model_name = model_name
+  config.model = model_section(model_name)
+  return config
+
+
+def base_config(model_name: str = "transformer") -> ml_collections.ConfigDict:
+  """The defaults every experiment starts from, with the model ``model_name`` (a key of ``transformer.nn.MODELS``;
+  its defaults: for "transformer", the paper's base model)."""
   config = ml_collections.ConfigDict()
   config.task = ml_collections.ConfigDict({"name": ""})  # which task (transformer.tasks.TASKS) and its data
-  # Model hyper-parameters: the fields of transformer.nn.ModelConfig (defaults: the paper's base model).
-  # The task fills in what the data decides (vocabulary size, special ids).
-  config.model = _model_section(ModelConfig)
-  config.architecture = "transformer"  # "transformer" (config.model) or "rnn" (config.rnn, seq2seq tasks)
-  # RNN encoder-decoder baselines (transformer.nn.RNNConfig): GRU/LSTM with Bahdanau or Luong attention.
-  config.rnn = _model_section(RNNConfig)
+  # Which model (transformer.nn.MODELS) and its hyper-parameters; the task fills in what the data decides.
+  set_model(config, model_name)
 
   config.seed = 0  # seed of parameters and dropout (and of the data order unless data_seed is set)
   config.data_seed = -1  # seed of the data order; -1: use seed
@@ -84,9 +96,10 @@ def validate_config(config: ml_collections.ConfigDict, workdir: str | None = Non
   """Reject bad values before anything is compiled, with a message naming the field and the fix."""
   def require(condition, message):
     if not condition:
-      raise ValueError(message)
+      raise ConfigError(message)
 
   require(mode in MODES, f"--mode={mode!r} is not supported; choose one of {list(MODES)}.")
+  _validate_model(config)
   for name in ("batch_size", "num_train_steps", "log_every", "eval_every", "checkpoint_every",
                "keep_checkpoints", "grad_accum_steps", "num_seeds", "eval_batch_size"):
     value = config[name]
@@ -118,9 +131,48 @@ def validate_config(config: ml_collections.ConfigDict, workdir: str | None = Non
       with tempfile.TemporaryFile(dir=workdir):
         pass
     except OSError as error:
-      raise ValueError(f"--workdir={workdir!r} is not writable ({error.strerror}); choose a directory you "
-                       f"can write to.") from None
+      raise ConfigError(f"--workdir={workdir!r} is not writable ({error.strerror}); choose a directory you "
+                        f"can write to.") from None
   if config.restore_from:
     require(os.path.isdir(config.restore_from),
             f"config.restore_from={config.restore_from!r} is not a directory; give the workdir of the run to "
             f"start from.")
+
+
+def _validate_model(config: ml_collections.ConfigDict) -> None:
+  """``config.model`` must be the section of ``config.model_name``, with values its dataclass accepts."""
+  spec = model_spec(config.model_name)
+  fields = set(config.model.keys())
+  if fields != set(model_section(config.model_name).keys()):
+    holds = [name for name in MODELS if set(model_section(name).keys()) == fields]
+    raise ConfigError(
+        f"config.model_name={config.model_name!r}, but config.model holds the fields of "
+        f"{holds[0] if holds else 'another model'!r}. The model section is built with the model: choose an "
+        "experiment variant of that model (or call set_model in the config file) rather than overriding "
+        "--config.model_name.")
+  try:  # the dataclass's own checks (choices, sizes, rates), before any data is loaded
+    spec.config.from_dict(config.model)
+  except ConfigError:
+    raise
+  except ValueError as error:  # a check that raises a plain ValueError still names a config.model value
+    raise ConfigError(str(error)) from error
+
+
+def upgrade_config(saved: dict) -> dict:
+  """A saved config (a workdir's ``config.json``, a results row's settings) in today's shape.
+
+  Configs saved before ``model_name`` existed held a Transformer section ``model`` and an RNN section ``rnn``,
+  and ``architecture`` chose one: the chosen section becomes ``model``, less the fields its model no longer has
+  (the classifier's ``num_classes`` and ``pooling`` moved to ``ClassifierConfig``), and ``architecture`` becomes
+  ``model_name``. A config of today's shape comes back unchanged (as a copy).
+  """
+  upgraded = copy.deepcopy(dict(saved))
+  if "model_name" in upgraded or "model" not in upgraded:
+    return upgraded
+  model_name = upgraded.pop("architecture", "transformer")
+  rnn_section = upgraded.pop("rnn", {})
+  section = rnn_section if model_name == "rnn" else upgraded["model"]
+  fields = model_section(model_name).keys()
+  upgraded["model_name"] = model_name
+  upgraded["model"] = {name: value for name, value in section.items() if name in fields}
+  return upgraded

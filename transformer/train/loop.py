@@ -103,7 +103,8 @@ def _check_workdir_model(workdir: str, model_config, has_checkpoints: bool, is_m
     with open(path) as f:
       saved = json.load(f)
     ignored = ("deterministic", "decode", "dropout_rate", "attention_dropout_rate", "feed_forward_dropout_rate")
-    differences = [f"{k}: {saved.get(k)!r} -> {current.get(k)!r}" for k in sorted(set(saved) | set(current))
+    # Over today's fields: one the model no longer has (num_classes, moved to ClassifierConfig) cannot differ.
+    differences = [f"{k}: {saved.get(k)!r} -> {current.get(k)!r}" for k in sorted(current)
                    if k not in ignored and saved.get(k) != current.get(k)]
     if differences:
       raise ValueError(f"--workdir={workdir} holds checkpoints of a different model ({'; '.join(differences)}). "

@@ -1,0 +1,134 @@
+"""The layering of DESIGN.md, checked on the source: which package may import which, and no private names.
+
+Parses every module's imports (no import is executed), so a violation is caught even on a code path no other
+test runs.
+"""
+import ast
+import pathlib
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "transformer"
+STDLIB = set(sys.stdlib_module_names)
+
+# package -> (third-party top-level modules it may import, project packages it may import). Its own package,
+# the standard library and transformer.errors (the project's error types, which import nothing) are always
+# allowed.
+LAYERS = {
+    "ops": ({"jax", "numpy"}, set()),
+    "nn": ({"jax", "numpy", "flax"}, {"ops"}),
+    "data": ({"numpy", "tensorflow_datasets", "etils", "sentencepiece", "tokenizers", "grain"}, set()),
+    "decode": ({"jax", "numpy"}, {"ops"}),
+    "pretrained": ({"jax", "numpy", "flax", "safetensors", "tokenizers", "tqdm"}, {"nn", "data", "ops"}),
+    "tasks": ({"jax", "numpy", "flax", "ml_collections", "sacrebleu", "optax"},
+              {"nn", "data", "decode", "ops", "pretrained"}),
+}
+
+
+def _python_files(directory: pathlib.Path):
+  return sorted(path for path in directory.rglob("*.py") if "__pycache__" not in path.parts)
+
+
+def _imports(path: pathlib.Path):
+  """``(line, module, imported names)`` of every import statement in a file; names are None for ``import x``."""
+  tree = ast.parse(path.read_text(), filename=str(path))
+  for node in ast.walk(tree):
+    if isinstance(node, ast.Import):
+      for alias in node.names:
+        yield node.lineno, alias.name, None
+    elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+      yield node.lineno, node.module, [alias.name for alias in node.names]
+
+
+def _private_attribute_uses(path: pathlib.Path):
+  """``(line, "alias._name")`` where a name bound to a project module is used for a private attribute
+  (``seq2seq._beam_decode`` after ``from transformer.tasks import seq2seq``)."""
+  tree = ast.parse(path.read_text(), filename=str(path))
+  modules = {}  # local name -> project module it is bound to
+  for node in ast.walk(tree):
+    if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("transformer"):
+      modules.update({alias.asname or alias.name: f"{node.module}.{alias.name}" for alias in node.names})
+    elif isinstance(node, ast.Import):
+      modules.update({alias.asname: alias.name for alias in node.names
+                      if alias.asname and alias.name.startswith("transformer")})
+  for node in ast.walk(tree):
+    if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in modules
+        and node.attr.startswith("_") and not node.attr.startswith("__")):
+      yield node.lineno, modules[node.value.id], f"{node.value.id}.{node.attr}"
+
+
+def _project_package(module: str) -> str | None:
+  """``transformer.nn.attention`` -> ``nn``; ``transformer`` itself -> ``""``; anything else -> None."""
+  parts = module.split(".")
+  if parts[0] != "transformer":
+    return None
+  return parts[1] if len(parts) > 1 else ""
+
+
+@pytest.mark.parametrize("layer", sorted(LAYERS))
+def test_each_layer_imports_only_what_design_allows(layer):
+  allowed_external, allowed_project = LAYERS[layer]
+  directory = PACKAGE / layer
+  if not directory.is_dir():
+    pytest.skip(f"transformer/{layer} does not exist yet")
+  violations = []
+  for path in _python_files(directory):
+    for line, module, names in _imports(path):
+      top = module.split(".")[0]
+      package = _project_package(module)
+      if package is None:
+        if top not in STDLIB and top not in allowed_external and top != "__future__":
+          violations.append(f"{path.relative_to(ROOT)}:{line} imports {module}")
+      elif package == "" and names is not None:
+        # `from transformer import x`: x is a subpackage (or a top-level module such as errors).
+        violations += [f"{path.relative_to(ROOT)}:{line} imports transformer.{name}" for name in names
+                       if name not in {layer, "errors"} | allowed_project]
+      elif package not in {layer, "errors"} | allowed_project:
+        violations.append(f"{path.relative_to(ROOT)}:{line} imports {module}")
+  assert not violations, f"transformer/{layer} may import {sorted(allowed_project) or 'no other project package'}:\n" + \
+      "\n".join(violations)
+
+
+def test_nothing_outside_train_imports_a_private_name_of_another_package():
+  """``from transformer.tasks.seq2seq import _beam_decode`` in a script or another package is a hidden API.
+
+  ``transformer/train`` (the one system that ties everything together) and tests of the module itself are the
+  exceptions: a test may reach into the package it mirrors (tests/ops for transformer/ops).
+  """
+  violations = []
+  sources = [p for p in _python_files(PACKAGE) if "train" not in p.relative_to(PACKAGE).parts[:1]]
+  sources += _python_files(ROOT / "experiments") + _python_files(ROOT / "benchmarks") + _python_files(ROOT / "tests")
+  sources += [ROOT / "launch.py"]
+  for path in sources:
+    relative = path.relative_to(ROOT)
+    if relative.parts[0] == "transformer":
+      own = relative.parts[1] if len(relative.parts) > 2 else None
+    elif relative.parts[0] == "tests" and len(relative.parts) > 2:
+      own = relative.parts[1]  # tests/ops/... mirrors transformer/ops
+    else:
+      own = None
+    for line, module, names in _imports(path):
+      package = _project_package(module)
+      if package is None or package == own or names is None:
+        continue
+      private = [name for name in names if name.startswith("_")]
+      if private:
+        violations.append(f"{relative}:{line} imports {', '.join(private)} from {module}")
+    for line, module, use in _private_attribute_uses(path):
+      if _project_package(module) not in (own, None):
+        violations.append(f"{relative}:{line} uses {use} ({module})")
+  assert not violations, "private names imported across packages:\n" + "\n".join(violations)
+
+
+def test_the_checker_sees_a_violation(tmp_path):
+  """The import parser finds both kinds of statement (so an empty result above means something)."""
+  source = tmp_path / "module.py"
+  source.write_text("import flax.linen as nn\nfrom transformer.tasks.seq2seq import _beam_decode\n"
+                    "from transformer.tasks import seq2seq\nseq2seq._greedy_decode(None)\n")
+  found = list(_imports(source))
+  assert found == [(1, "flax.linen", None), (2, "transformer.tasks.seq2seq", ["_beam_decode"]),
+                   (3, "transformer.tasks", ["seq2seq"])]
+  assert list(_private_attribute_uses(source)) == [(4, "transformer.tasks.seq2seq", "seq2seq._greedy_decode")]
+  assert _project_package("transformer.tasks.seq2seq") == "tasks"
