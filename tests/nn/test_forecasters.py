@@ -38,6 +38,8 @@ VARIANTS = ARCHITECTURE_VARIANTS + [
     pytest.param(dict(architecture="transformer", positional_encoding="rotary"), id="transformer-rotary"),
     pytest.param(dict(architecture="transformer_encoder", pooling="mean", positional_encoding="none"),
                  id="transformer_encoder-mean"),
+    pytest.param(dict(architecture="transformer", dtype="bfloat16"), id="transformer-bfloat16"),
+    pytest.param(dict(architecture="lstm", dtype="bfloat16"), id="lstm-bfloat16"),
 ]
 
 

@@ -94,7 +94,8 @@ class ForecasterConfig(ValidatedConfig):
         deterministic=self.deterministic)
 
 
-def check_inputs(config: ForecasterConfig, inputs) -> None:
+def _check_inputs(config: ForecasterConfig, inputs) -> None:
+  """A clear error for windows of another shape than the config's (a Dense layer would read any width)."""
   expected = (config.input_length, config.num_features)
   if inputs.ndim != 3 or tuple(inputs.shape[1:]) != expected:
     raise ValueError(f"Forecaster inputs must be [batch, input_length, num_features] = [batch, {expected[0]}, "
@@ -113,7 +114,7 @@ class RecurrentForecaster(nn.Module):
   def __call__(self, inputs):
     """``[batch, input_length, num_features]`` -> ``[batch, num_horizons]`` float32."""
     config = self.config
-    check_inputs(config, inputs)
+    _check_inputs(config, inputs)
     cell_class = RECURRENT_CELLS[config.architecture]
     x = inputs.astype(config.compute_dtype)
     for index in range(config.num_layers):
@@ -138,7 +139,7 @@ class TransformerForecaster(nn.Module):
   def __call__(self, inputs):
     """``[batch, input_length, num_features]`` -> ``[batch, num_horizons]`` float32."""
     config = self.config
-    check_inputs(config, inputs)
+    _check_inputs(config, inputs)
     model_config = config.transformer_config()
     batch = inputs.shape[0]
     window_valid = jnp.ones((batch, config.input_length), bool)  # [batch, input_length]: no padding
