@@ -2,6 +2,7 @@
 import dataclasses
 import re
 
+import flax.linen
 import pytest
 
 from transformer.errors import ConfigError
@@ -100,8 +101,11 @@ def test_classifier_fields_live_in_the_classifier_config_only():
 def test_the_registry_names_each_models_config_and_module():
   assert model_spec("transformer").config is ModelConfig and model_spec("rnn").config is RNNConfig
   assert model_spec("encoder_classifier").config is ClassifierConfig
-  for name, spec in MODELS.items():  # every entry's module is a Flax module built from its config
-    assert [field.name for field in dataclasses.fields(spec.module) if field.name == "config"] == ["config"], name
+  for name, spec in MODELS.items():  # every entry builds a Flax module that holds its config
+    config = spec.config()
+    module = spec.module(config)
+    assert isinstance(module, flax.linen.Module) and module.config is config, name
   with pytest.raises(ConfigError, match=r"config.model_name='rnm' is not a known model; choose one of "
-                                        r"\['transformer', 'rnn', 'encoder_classifier'\]\. Did you mean 'rnn'\?"):
+                                        r"\['transformer', 'rnn', 'encoder_classifier', 'forecaster'\]\. "
+                                        r"Did you mean 'rnn'\?"):
     model_spec("rnm")

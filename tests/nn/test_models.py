@@ -1,6 +1,7 @@
 """Models: cached decoding equals teacher forcing, chunked equals dense, causality, padding invariance."""
 import dataclasses
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -258,3 +259,23 @@ def test_bert_fields_off_add_no_parameters_and_token_types_need_a_table():
   assert set(with_bert_fields["embedder"]) == {"token_type_embedding", "embedding_norm"}
   with pytest.raises(ValueError, match="num_token_types=0"):
     Encoder(CONFIG).init(jax.random.key(0), tokens, jnp.zeros_like(tokens))
+
+
+def test_encoder_reads_continuous_inputs_through_a_projection_with_a_valid_mask():
+  """A Dense layer in place of the token table (the forecasters' use): on one-hot rows with the table as
+  its kernel it gives the token encoder's output, and ``valid`` hides positions as padding tokens do."""
+  tokens = _tokens(0, 5, padding_from=3)
+  params = Encoder(CONFIG).init(jax.random.key(0), tokens)["params"]
+  encoded = Encoder(CONFIG).apply({"params": params}, tokens)
+
+  projected = Encoder(CONFIG, nn.Dense(CONFIG.d_model))
+  projected_params = dict(params, embedding={"kernel": params["embedding"]["embedding"],
+                                             "bias": jnp.zeros(CONFIG.d_model)})
+  one_hot = jax.nn.one_hot(tokens, CONFIG.vocab_size)  # [batch, length, vocab_size] continuous inputs
+  valid = tokens != CONFIG.pad_id
+  apply = lambda inputs, valid: projected.apply({"params": projected_params}, inputs, valid=valid)
+  np.testing.assert_allclose(apply(one_hot, valid), encoded, atol=1e-5)
+  # Hidden positions are not read, whatever they hold; shown to the encoder, they are.
+  changed = one_hot.at[1, 3:].set(5.0)
+  np.testing.assert_allclose(apply(changed, valid)[1, :3], encoded[1, :3], atol=1e-5)
+  assert not np.allclose(apply(changed, jnp.ones_like(valid))[1, :3], encoded[1, :3], atol=1e-3)

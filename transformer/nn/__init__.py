@@ -11,6 +11,7 @@ from typing import NamedTuple
 from transformer.errors import ConfigError
 from transformer.nn.attention import CROSS_CACHE, MultiHeadAttention
 from transformer.nn.config import ClassifierConfig, ModelConfig
+from transformer.nn.forecasters import ForecasterConfig, RecurrentForecaster, TransformerForecaster, make_forecaster
 from transformer.nn.layers import DecoderLayer, EncoderLayer, FeedForward, Norm, PositionalEncoding
 from transformer.nn.models import (Decoder, Encoder, EncoderClassifier, EncoderDecoder, TransformerLM,
                                    cross_attention_cache)
@@ -19,13 +20,14 @@ from transformer.nn.rnn import RNNConfig, RNNEncoderDecoder
 
 class ModelSpec(NamedTuple):
   config: type  # the frozen hyper-parameter dataclass (``ModelConfig``, ``RNNConfig``, ...)
-  module: type  # the Flax module built from it: ``module(config)``
+  module: type  # builds the Flax module from it: ``module(config)``
 
 
 MODELS = {
     "transformer": ModelSpec(ModelConfig, EncoderDecoder),  # Vaswani et al. 2017
     "rnn": ModelSpec(RNNConfig, RNNEncoderDecoder),  # GRU/LSTM encoder-decoder with Bahdanau or Luong attention
     "encoder_classifier": ModelSpec(ClassifierConfig, EncoderClassifier),  # Transformer encoder + pooled head
+    "forecaster": ModelSpec(ForecasterConfig, make_forecaster),  # time series: RNN/LSTM/GRU or Transformer
 }
 
 
@@ -41,4 +43,5 @@ def model_spec(name: str) -> ModelSpec:
 __all__ = ["CROSS_CACHE", "MODELS", "ClassifierConfig", "ModelSpec", "MultiHeadAttention", "ModelConfig",
            "DecoderLayer", "EncoderLayer", "FeedForward", "Norm", "PositionalEncoding", "Decoder", "Encoder",
            "EncoderClassifier", "EncoderDecoder", "TransformerLM", "RNNConfig", "RNNEncoderDecoder",
-           "cross_attention_cache", "model_spec"]
+           "cross_attention_cache", "model_spec", "ForecasterConfig", "RecurrentForecaster", "TransformerForecaster",
+           "make_forecaster"]

@@ -20,9 +20,13 @@ def make_embedding(config: ModelConfig, vocab_size: int, name: str) -> nn.Embed:
 
 class Embedder(nn.Module):
   """Token embedding (optionally scaled by sqrt(d_model)), plus positions, plus token types (if
-  ``config.num_token_types``), then a Norm (if ``config.embedding_norm``, as BERT), then dropout."""
+  ``config.num_token_types``), then a Norm (if ``config.embedding_norm``, as BERT), then dropout.
+
+  ``embedding`` is a token table, or any module mapping the inputs to ``[batch, length, d_model]`` (the
+  forecasters' ``nn.Dense`` projection of continuous features, ``[batch, length, num_features]``).
+  """
   config: ModelConfig
-  embedding: nn.Embed
+  embedding: nn.Module
 
   @nn.compact
   def __call__(self, tokens, token_types=None):
@@ -48,14 +52,19 @@ class Embedder(nn.Module):
 
 
 class Encoder(nn.Module):
-  """A stack of ``EncoderLayer`` over embedded source tokens (paper section 3.1)."""
+  """A stack of ``EncoderLayer`` over embedded source tokens (paper section 3.1).
+
+  ``embedding``: the token table (default: its own), or any module the ``Embedder`` accepts, e.g. a
+  projection of continuous inputs, which then come with their ``valid`` mask.
+  """
   config: ModelConfig
-  embedding: nn.Embed | None = None
+  embedding: nn.Module | None = None
 
   @nn.compact
-  def __call__(self, tokens, token_types=None):
-    """``tokens``: ``[batch, source_length]`` int (``pad_id`` = padding); ``token_types``: the same shape,
-    BERT's segment ids (only with ``config.num_token_types``; default all 0).
+  def __call__(self, tokens, token_types=None, valid=None):
+    """``tokens``: ``[batch, source_length]`` int (``pad_id`` = padding), or what ``embedding`` takes;
+    ``token_types``: the same shape, BERT's segment ids (only with ``config.num_token_types``; default all 0);
+    ``valid``: ``[batch, source_length]`` bool, True at real positions (default: ``tokens != pad_id``).
 
     Returns ``[batch, source_length, d_model]``.
     """
@@ -63,7 +72,8 @@ class Encoder(nn.Module):
     # kept in the ``cache``) concerns the decoder only.
     config = self.config.replace(decode=False)
     embedding = self.embedding or make_embedding(config, config.vocab_size, "embedding")
-    valid = tokens != config.pad_id
+    if valid is None:
+      valid = tokens != config.pad_id
     x = Embedder(config, embedding, name="embedder")(tokens, token_types)
     for index in range(config.num_encoder_layers):
       x = EncoderLayer(config, name=f"layer_{index}")(x, valid)

@@ -1,0 +1,164 @@
+"""Time-series forecasters: a window of hourly features in, one value per forecast horizon out.
+
+    config = ForecasterConfig(architecture="transformer", num_features=18, input_length=72, num_horizons=5)
+    model = make_forecaster(config)
+    forecasts = model.apply({"params": params}, inputs, rngs={"dropout": key})  # [batch, num_horizons]
+
+Every architecture maps ``inputs`` ``[batch, input_length, num_features]`` (the window, its last hour the
+forecast origin) to ``[batch, num_horizons]`` float32: each horizon predicted directly, in the space of the
+normalised targets. Nothing else enters, so no hour after the origin can leak in.
+
+  * ``rnn`` / ``lstm`` / ``gru`` (``RecurrentForecaster``): stacked ``nn.RNN`` layers of ``nn.SimpleCell`` /
+    ``nn.OptimizedLSTMCell`` / ``nn.GRUCell`` read the window; a linear head maps the top layer's last hidden
+    state to the horizons.
+  * ``transformer`` (``TransformerForecaster``): the ``Encoder`` reads the window through a linear projection in
+    place of its token table. The ``Decoder``'s "tokens" are the horizon indices ``0 .. num_horizons - 1``, so
+    its table holds one learned query per horizon (plus the positional encoding of the index); horizon ``i``
+    attends causally to the horizons ``<= i`` and across to the encoded window, and the Decoder's output
+    layer, with a vocabulary of one, gives the horizon's value.
+  * ``transformer_encoder`` (``TransformerForecaster``): the same ``Encoder``, then the state at the origin (or
+    the mean over the window), then a linear head to the horizons.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import flax.linen as nn
+import jax.numpy as jnp
+
+from transformer.nn.config import DTYPES, NORM_POSITIONS, POSITIONAL_ENCODINGS, ModelConfig, ValidatedConfig
+from transformer.nn.layers import module_dropout
+from transformer.nn.models import Decoder, Encoder
+
+RECURRENT_CELLS = {"rnn": nn.SimpleCell, "lstm": nn.OptimizedLSTMCell, "gru": nn.GRUCell}
+TRANSFORMER_ARCHITECTURES = ("transformer", "transformer_encoder")
+ARCHITECTURES = tuple(RECURRENT_CELLS) + TRANSFORMER_ARCHITECTURES
+FORECAST_POOLINGS = ("last", "mean")  # "last": the state at the forecast origin
+
+
+@dataclasses.dataclass(frozen=True)
+class ForecasterConfig(ValidatedConfig):
+  """Hyper-parameters of every forecaster; validated when built, like ``ModelConfig``.
+
+  One config for all architectures, so that comparing them is a change of ``architecture`` alone; a field
+  an architecture does not use is ignored. Defaults fit the Beijing PM2.5 windows. Switch to evaluation with
+  ``config.replace(deterministic=True)``.
+  """
+  architecture: str = "transformer"  # one of ARCHITECTURES
+  num_features: int = 18  # inputs per hour
+  input_length: int = 72  # hours in a window
+  num_horizons: int = 5  # outputs, one per horizon (1, 6, 12, 24, 48 hours)
+  d_model: int = 64  # Transformer residual stream width, or recurrent state width
+  num_layers: int = 2  # stacked recurrent layers, or Transformer encoder layers
+  num_decoder_layers: int = 1  # "transformer" only
+  num_heads: int = 4  # Transformers; must divide d_model
+  d_ff: int = 128  # Transformers' feed-forward hidden width
+  dropout_rate: float = 0.1  # Transformers: as ModelConfig's; recurrent: between layers and before the head
+  attention_dropout_rate: float = 0.0  # Transformers: on attention weights
+  positional_encoding: str = "sinusoidal"  # Transformers: one of POSITIONAL_ENCODINGS
+  norm_position: str = "pre"  # Transformers: one of NORM_POSITIONS
+  pooling: str = "last"  # "transformer_encoder": one of FORECAST_POOLINGS
+  dtype: str = "float32"  # compute dtype; parameters and forecasts stay float32
+  deterministic: bool = False  # True disables dropout (evaluation)
+
+  def __post_init__(self):
+    for name, allowed in (("architecture", ARCHITECTURES), ("positional_encoding", POSITIONAL_ENCODINGS),
+                          ("norm_position", NORM_POSITIONS), ("pooling", FORECAST_POOLINGS), ("dtype", DTYPES)):
+      self.check_choice(name, allowed)
+    for name in ("num_features", "input_length", "num_horizons", "d_model", "num_layers", "num_decoder_layers",
+                 "num_heads", "d_ff"):
+      self.check_positive_int(name)
+    for name in ("dropout_rate", "attention_dropout_rate"):
+      self.check_rate(name)
+    if self.architecture in TRANSFORMER_ARCHITECTURES:
+      if self.d_model % self.num_heads:
+        divisors = [h for h in range(1, min(self.d_model, 64) + 1) if self.d_model % h == 0]
+        raise ValueError(f"ForecasterConfig.num_heads={self.num_heads} does not divide d_model={self.d_model}; "
+                         f"choose num_heads from {divisors} or change d_model.")
+      if self.positional_encoding == "rotary" and (self.d_model // self.num_heads) % 2:
+        raise ValueError(f"ForecasterConfig.positional_encoding='rotary' needs an even head dimension "
+                         f"(d_model / num_heads), got {self.d_model // self.num_heads}; change d_model or "
+                         f"num_heads.")
+
+  def transformer_config(self) -> ModelConfig:
+    """The ``ModelConfig`` of the ``Encoder`` and ``Decoder`` inside ``TransformerForecaster``."""
+    return ModelConfig(
+        # The Decoder's output layer is the regression head: one "vocabulary" entry, untied, as a Dense layer.
+        vocab_size=1, tie_output_embedding=False,
+        d_model=self.d_model, num_heads=self.num_heads, d_ff=self.d_ff, num_encoder_layers=self.num_layers,
+        num_decoder_layers=self.num_decoder_layers, dropout_rate=self.dropout_rate,
+        attention_dropout_rate=self.attention_dropout_rate,
+        max_length=max(self.input_length, self.num_horizons), positional_encoding=self.positional_encoding,
+        # The projected features and the query table have unit scale already (see TransformerForecaster).
+        scale_embeddings=False, norm_position=self.norm_position, dtype=self.dtype,
+        deterministic=self.deterministic)
+
+
+def _check_inputs(config: ForecasterConfig, inputs) -> None:
+  """A clear error for windows of another shape than the config's (a Dense layer would read any width)."""
+  expected = (config.input_length, config.num_features)
+  if inputs.ndim != 3 or tuple(inputs.shape[1:]) != expected:
+    raise ValueError(f"Forecaster inputs must be [batch, input_length, num_features] = [batch, {expected[0]}, "
+                     f"{expected[1]}], got {list(inputs.shape)}; set ForecasterConfig.input_length and "
+                     f"num_features to the windows' shape.")
+
+
+class RecurrentForecaster(nn.Module):
+  """Stacked ``nn.RNN`` layers of the cell ``RECURRENT_CELLS[config.architecture]``, then a linear head.
+
+  Parameters: ``layer_{i}`` (the cell's), ``head`` ``[d_model, num_horizons]`` with bias.
+  """
+  config: ForecasterConfig
+
+  @nn.compact
+  def __call__(self, inputs):
+    """``[batch, input_length, num_features]`` -> ``[batch, num_horizons]`` float32."""
+    config = self.config
+    _check_inputs(config, inputs)
+    cell_class = RECURRENT_CELLS[config.architecture]
+    x = inputs.astype(config.compute_dtype)
+    for index in range(config.num_layers):
+      if index:
+        x = module_dropout(self, x, config.dropout_rate)
+      x = nn.RNN(cell_class(features=config.d_model, dtype=config.compute_dtype, name=f"layer_{index}"))(x)
+    last_hidden = module_dropout(self, x[:, -1], config.dropout_rate)  # [batch, d_model], at the origin
+    return nn.Dense(config.num_horizons, name="head")(last_hidden.astype(jnp.float32))
+
+
+class TransformerForecaster(nn.Module):
+  """``Encoder`` over the projected window; then the horizon-query ``Decoder`` (``transformer``) or pooling
+  and a linear head (``transformer_encoder``).
+
+  Parameters: ``input_projection`` ``[num_features, d_model]`` with bias, ``encoder`` (as ``Encoder``'s, less
+  the token table); ``transformer``: ``horizon_queries`` ``[num_horizons, d_model]``, ``decoder`` (its
+  ``logits`` layer ``[d_model, 1]`` is the head); ``transformer_encoder``: ``head`` ``[d_model, num_horizons]``.
+  """
+  config: ForecasterConfig
+
+  @nn.compact
+  def __call__(self, inputs):
+    """``[batch, input_length, num_features]`` -> ``[batch, num_horizons]`` float32."""
+    config = self.config
+    _check_inputs(config, inputs)
+    model_config = config.transformer_config()
+    batch = inputs.shape[0]
+    window_valid = jnp.ones((batch, config.input_length), bool)  # [batch, input_length]: no padding
+    # Default Dense init: unit-variance features give unit-scale projections, the scale of the positions.
+    projection = nn.Dense(config.d_model, name="input_projection")
+    encoded = Encoder(model_config, projection, name="encoder")(inputs, valid=window_valid)  # [b, L, d_model]
+    if config.architecture == "transformer_encoder":
+      pooled = encoded[:, -1] if config.pooling == "last" else jnp.mean(encoded, axis=1)  # [batch, d_model]
+      pooled = module_dropout(self, pooled, config.dropout_rate)
+      return nn.Dense(config.num_horizons, name="head")(pooled.astype(jnp.float32))
+    queries = nn.Embed(config.num_horizons, config.d_model, embedding_init=nn.initializers.normal(1.0),
+                       name="horizon_queries")
+    horizons = jnp.broadcast_to(jnp.arange(config.num_horizons), (batch, config.num_horizons))
+    values = Decoder(model_config, queries, name="decoder")(horizons, None, encoded, window_valid)
+    return values[..., 0]  # [batch, num_horizons, 1] -> [batch, num_horizons]
+
+
+def make_forecaster(config: ForecasterConfig) -> nn.Module:
+  """The forecaster of ``config.architecture``: ``apply({"params": p}, inputs) -> [batch, num_horizons]``."""
+  if config.architecture in RECURRENT_CELLS:
+    return RecurrentForecaster(config)
+  return TransformerForecaster(config)
