@@ -8,7 +8,7 @@ from __future__ import annotations
 import difflib
 import importlib
 
-from transformer.tasks.base import Task
+from transformer.tasks.base import Task, TranslatesText, WritesTestOutputs
 
 # name -> (module, class, pip extra its dependencies come from)
 TASKS = {
@@ -35,4 +35,4 @@ def build_task(config) -> Task:
   return getattr(module, class_name)(config)
 
 
-__all__ = ["Task", "TASKS", "build_task"]
+__all__ = ["Task", "TASKS", "TranslatesText", "WritesTestOutputs", "build_task"]
