@@ -363,8 +363,6 @@ def restore_for_inference(session: Session) -> _Restored:
   ``config.average_checkpoints`` the mean parameters of the last N periodic checkpoints instead, whose outputs
   go to ``WORKDIR/average_last_N``."""
   config, checkpointer, workdir = session.config, session.checkpointer, session.workdir
-  if not checkpointer.steps() and checkpointer.best_step() is None:
-    raise ValueError(f"--mode={session.mode} needs a checkpoint, but {workdir} has none; train first.")
   task = session.task
   optimizer = make_optimizer(config.optimizer, config.num_train_steps)
   _, abstract_state = _state_factory(session, task.build_model(session.model_config), optimizer,
