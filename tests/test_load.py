@@ -101,6 +101,9 @@ def test_score_is_the_teacher_forced_log_probability(trained):
     assert score == pytest.approx(float(expected), abs=1e-4)
   wrong = model.score(sources, [np.array([6, 5, 4, 3, 2]), np.array([3, 7, 2])])
   assert np.all(scores > wrong)
+  assert model.score([], []).shape == (0,) and model.decode([]) == [] and model.attention_weights([], []) == []
+  with pytest.raises(ValueError, match="2 sources for 1 targets"):
+    model.score(sources, targets[:1])
   # Consistent with the loss the run trains: the mean per-token NLL of a pair is -score / its length.
   logits = network.apply({"params": model.params}, sources[0][None], targets[0][None])
   nll = float(np.mean(ops.softmax_cross_entropy(logits, targets[0][None])))

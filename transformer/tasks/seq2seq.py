@@ -122,6 +122,8 @@ class Seq2SeqTask(Task):
     int32 token array each, up to and including its EOS (all ``max_length`` tokens when none came).
     ``max_length`` None: ``default_max_length`` of the longest source."""
     source = pad_sequences(self.encode_sources(sources), model_config.pad_id)
+    if not len(source):
+      return []
     max_length = self.default_max_length(source.shape[1]) if max_length is None else max_length
     tokens = np.asarray(self.decode_batch(model_config, params, source, max_length, beam_size, length_penalty))
     return [until_eos(row, model_config.eos_id) for row in tokens]
@@ -132,6 +134,8 @@ class Seq2SeqTask(Task):
     source_ids, target_ids = self.encode_sources(sources), self.encode_targets(targets)
     if len(source_ids) != len(target_ids):
       raise ValueError(f"{len(source_ids)} sources for {len(target_ids)} targets; give one target per source.")
+    if not source_ids:
+      return np.zeros((0,), np.float64)
     log_probs = sequence_log_probs(model_config.replace(deterministic=True), params,
                                    pad_sequences(source_ids, model_config.pad_id),
                                    pad_sequences(target_ids, model_config.pad_id))
@@ -280,6 +284,8 @@ def attention_weights(model_config: ModelConfig, params, sources: list[np.ndarra
   """
   from flax import traverse_util
 
+  if not len(sources):
+    return []
   model_config = model_config.replace(deterministic=True)
   if hasattr(model_config, "attention_implementation"):
     model_config = model_config.replace(attention_implementation="dense")
