@@ -3,7 +3,7 @@
     python -m benchmarks.decoding            # writes benchmarks/RESULTS.md
     python -m benchmarks.decoding --smoke    # seconds, prints only
 
-Cached: the task's own ``_greedy_decode`` / ``_beam_decode`` (``transformer.tasks.seq2seq``), one new
+Cached: ``greedy_decode`` / ``beam_decode`` (``transformer.tasks.seq2seq``), one new
 position per step through the decoder's key/value cache, the cross-attention keys and values projected
 once. Baseline without a cache: the same ``greedy_search`` / ``beam_search`` over a step function that keeps
 the tokens generated so far and re-runs the full teacher-forced decoder (``EncoderDecoder.decode``) on the
@@ -98,8 +98,8 @@ def recompute_decode(model_config, params, source, max_length: int, beam_size: i
 
 def cached_decode(model_config, params, source, max_length: int, beam_size: int):
   if beam_size == 1:
-    return seq2seq._greedy_decode(model_config, params, source, max_length)
-  return seq2seq._beam_decode(model_config, params, source, max_length, beam_size)[0]
+    return seq2seq.greedy_decode(model_config, params, source, max_length)
+  return seq2seq.beam_decode(model_config, params, source, max_length, beam_size)[0]
 
 
 def main(argv=None) -> common.Report:

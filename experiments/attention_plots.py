@@ -4,9 +4,9 @@
         --workdir=/tmp/multi30k_small --output_dir=experiments/multi30k/attention --num_sentences=3 \\
         [--split=test_2016_flickr] [--checkpoint=best] [--config.task.source_dir=...]
 
-Restores the run's checkpoint (the latest, or ``--checkpoint=best``), decodes the first ``--num_sentences`` of
-``--split`` (the config's beam search, or ``--beam_size``), then runs the model teacher-forced on (source,
-hypothesis) with ``mutable=['intermediates']`` and plots every sown ``attention_weights``:
+Loads the run with ``transformer.load`` (the latest checkpoint, or ``--checkpoint=best``), decodes the first
+``--num_sentences`` of ``--split`` (the config's beam search, or ``--beam_size``), then plots the model's
+teacher-forced attention weights on (source, hypothesis) (``TrainedModel.attention_weights``):
 
 * Transformer: ``<split>_<i>_encoder_self_layer<l>.png``, ``..._decoder_self_layer<l>.png`` and
   ``..._cross_layer<l>.png``, one panel per head plus the head average; layers numbered from 0 as in the
@@ -60,118 +60,23 @@ class SentenceAttention:
     return ["<s>", *self.target_pieces[:-1]]
 
 
-def restore_params(task, workdir: str, best: bool = False):
-  """``(step, params)`` of the run in ``workdir``: its latest (or best) checkpoint, restored onto the train
-  state of ``transformer.train.run`` (built from ``task.config``); nothing in ``workdir`` is written.
-
-  With ``config.num_seeds > 1`` the parameters of the first replica (seed ``config.seed``) are returned.
-  """
-  import jax
-  import jax.numpy as jnp
-
-  from transformer.train.checkpoint import Checkpointer, CheckpointRestoreError
-  from transformer.train.optimizer import make_optimizer
-  from transformer.train.parallel import make_strategy
-  from transformer.train.state import create_train_state
-
-  config = task.config
-  model = task.build_model(task.model_config())
-  optimizer = make_optimizer(config.optimizer, config.num_train_steps)
-  # Parameter shapes do not depend on the lengths of the init inputs: a 1 x 2 dummy batch suffices.
-  init_inputs = (jnp.ones((1, 2), jnp.int32), jnp.ones((1, 2), jnp.int32))
-
-  def create(key):
-    return create_train_state(model, optimizer, init_inputs, key)
-
-  if config.num_seeds > 1:
-    keys = jnp.stack([jax.random.PRNGKey(config.seed + i) for i in range(config.num_seeds)])
-    shapes = jax.eval_shape(jax.vmap(create), keys)
-  else:
-    shapes = jax.eval_shape(create, jax.random.PRNGKey(config.seed))
-  abstract_state = make_strategy("jit").abstract_canonical(shapes)
-  if not os.path.isdir(os.path.join(workdir, "checkpoints")):
-    raise ValueError(f"--workdir={workdir} holds no checkpoints/ folder; train first.")
-  if best and not config.best_metric:
-    raise ValueError("--checkpoint=best needs config.best_metric, the metric the run kept its best checkpoint by.")
-  checkpointer = Checkpointer(workdir, asynchronous=False, best_metric=config.best_metric if best else None,
-                              best_mode=config.best_mode)
-  try:
-    restored = checkpointer.restore(abstract_state, best=best)
-  except CheckpointRestoreError as error:
-    raise ValueError(f"{error} Does --config (with its overrides) match {workdir}/config.json?") from error
-  finally:
-    checkpointer.close()
-  if restored is None:
-    raise ValueError(f"--workdir={workdir} holds no {'best ' if best else ''}checkpoint; train first.")
-  step, state, _ = restored
-  params = jax.device_get(state.params)
-  if config.num_seeds > 1:
-    params = jax.tree.map(lambda x: x[0], params)
-  return step, params
-
-
-def _pad(sequences: list[np.ndarray], pad_id: int) -> np.ndarray:
-  """Right-pad 1-D int sequences into ``[batch, max_length]`` int32."""
-  batch = np.full((len(sequences), max(len(s) for s in sequences)), pad_id, np.int32)
-  for row, sequence in enumerate(sequences):
-    batch[row, :len(sequence)] = sequence
-  return batch
-
-
-def _until_eos(tokens: np.ndarray, eos_id: int) -> np.ndarray:
-  """The decoded tokens up to and including the first EOS (all of them if there is none)."""
-  ends = np.flatnonzero(tokens == eos_id)
-  return tokens[: ends[0] + 1] if len(ends) else tokens
-
-
-def _kind_and_layer(path: tuple[str, ...]) -> tuple[str, int | None]:
-  """Classify a sown ``attention_weights`` by its module path, e.g.
-  ``('decoder', 'layer_1', 'cross_attention', 'attention_weights')`` -> ``('cross', 1)``."""
-  layers = [int(name[len("layer_"):]) for name in path if name.startswith("layer_") and name[6:].isdigit()]
-  layer = layers[0] if layers else None
-  if "cross_attention" in path:
-    return "cross", layer
-  if "self_attention" in path:
-    return ("encoder_self" if path[0] == "encoder" else "decoder_self"), layer
-  if path == ("decoder", "attention_weights"):  # RNNDecoder: [batch, heads=1, target_length, source_length]
-    return "alignment", None
-  raise ValueError(f"attention_weights sown at an unknown place {'/'.join(path)}; teach _kind_and_layer.")
-
-
-def collect_attention(model, params, sources: list[np.ndarray], targets: list[np.ndarray]
-                      ) -> list[dict[tuple[str, int | None], np.ndarray]]:
-  """Teacher-forced attention weights of each (source, target) pair, padding cropped away.
-
-  Args:
-    model: an ``EncoderDecoder`` (or ``RNNEncoderDecoder``) built with ``deterministic=True`` and the dense
-      attention implementation (the chunked one never materialises, hence never sows, its weights).
-    params: its parameters.
-    sources, targets: 1-D int token arrays (without padding); targets end with EOS.
-
-  Returns:
-    Per pair, ``(kind, layer)`` -> float32 ``[heads, q_length, kv_length]``: ``[S, S]`` for encoder self
-    attention, ``[T, T]`` for decoder self attention, ``[T, S]`` for cross attention and the RNN alignment,
-    where ``S`` and ``T`` are the pair's source and target lengths.
-  """
-  import jax
-  from flax import traverse_util
-
-  pad_id = model.config.pad_id
-  # Jitted: one compile costs less than dispatching the model op by op.
-  apply = jax.jit(lambda params, source, target: model.apply({"params": params}, source, target,
-                                                             mutable=["intermediates"]))
-  _, variables = apply(params, _pad(sources, pad_id), _pad(targets, pad_id))
-  collected = [{} for _ in sources]
-  for path, sown in traverse_util.flatten_dict(variables["intermediates"]).items():
-    if path[-1] != "attention_weights":
-      continue
-    kind, layer = _kind_and_layer(path)
-    weights = np.asarray(sown[0], np.float32)  # [batch, heads, q_length, kv_length]
-    for row, (source, target) in enumerate(zip(sources, targets)):
-      queries = len(source) if kind == "encoder_self" else len(target)
-      keys = len(target) if kind == "decoder_self" else len(source)
-      collected[row][kind, layer] = weights[row, :, :queries, :keys]
-  return collected
+def attention_for_sentences(model, split: str, indices: list[int], beam_size: int | None = None
+                            ) -> list[SentenceAttention]:
+  """Decode sentences ``indices`` of ``split`` with ``model`` (a ``transformer.TrainedModel`` of a translation
+  run) and collect their attention maps on (source, hypothesis). ``beam_size`` None uses
+  ``config.task.beam_size`` (1 is greedy)."""
+  settings = model.config.task
+  beam_size = settings.beam_size if beam_size is None else beam_size
+  data = model.task.data
+  sources = [data.eval[split].source(i) for i in indices]
+  hypotheses = model.decode(sources, beam_size=beam_size, length_penalty=settings.length_penalty)
+  maps = model.attention_weights(sources, hypotheses)
+  return [SentenceAttention(index=index, source_text=data.eval_source_text[split][index],
+                            reference_text=data.eval_reference_text[split][index],
+                            hypothesis_text=data.target_tokenizer.decode(hypothesis),
+                            source_pieces=_pieces(data.source_tokenizer, source),
+                            target_pieces=_pieces(data.target_tokenizer, hypothesis), maps=sentence_maps)
+          for index, source, hypothesis, sentence_maps in zip(indices, sources, hypotheses, maps)]
 
 
 def _pieces(tokenizer, ids) -> list[str]:
@@ -179,34 +84,6 @@ def _pieces(tokenizer, ids) -> list[str]:
   import sentencepiece as spm
   processor = spm.SentencePieceProcessor(model_proto=tokenizer.model_proto)
   return [processor.id_to_piece(int(token)) for token in ids]
-
-
-def attention_for_sentences(task, model_config, params, split: str, indices: list[int],
-                            beam_size: int | None = None) -> list[SentenceAttention]:
-  """Decode sentences ``indices`` of ``split`` and collect their attention maps on (source, hypothesis).
-
-  ``beam_size`` None uses ``config.task.beam_size`` (1 is greedy).
-  """
-  settings = task.config.task
-  beam_size = settings.beam_size if beam_size is None else beam_size
-  data = task.data
-  sources = [data.eval[split].source(i) for i in indices]
-  source_batch = _pad(sources, model_config.pad_id)
-  # The length budget of TranslationTask.translate_batches: targets may be longer than their sources.
-  max_length = int(source_batch.shape[1] * 1.5) + 10
-  decoded = np.asarray(task.decode_batch(model_config, params, source_batch, max_length, beam_size,
-                                         settings.length_penalty))
-  hypotheses = [_until_eos(row, model_config.eos_id) for row in decoded]
-  dense_config = model_config.replace(deterministic=True)
-  if hasattr(model_config, "attention_implementation"):
-    dense_config = dense_config.replace(attention_implementation="dense")
-  maps = collect_attention(task.build_model(dense_config), params, sources, hypotheses)
-  return [SentenceAttention(index=index, source_text=data.eval_source_text[split][index],
-                            reference_text=data.eval_reference_text[split][index],
-                            hypothesis_text=data.target_tokenizer.decode(hypothesis),
-                            source_pieces=_pieces(data.source_tokenizer, source),
-                            target_pieces=_pieces(data.target_tokenizer, hypothesis), maps=sentence_maps)
-          for index, source, hypothesis, sentence_maps in zip(indices, sources, hypotheses, maps)]
 
 
 def plot_attention(weights: np.ndarray, query_labels: list[str], key_labels: list[str], title: str,
@@ -294,25 +171,26 @@ def write_readme(output_dir: str, sentences: list[SentenceAttention], split: str
   return path
 
 
-def write_attention_plots(task, model_config, params, split: str, indices: list[int], output_dir: str,
-                          step: int, command: str, beam_size: int | None = None,
-                          note: str = "") -> list[SentenceAttention]:
-  """Decode, collect and plot ``indices`` of ``split`` into ``output_dir``, with its README; returns the maps."""
-  if split not in task.data.eval:
-    raise ValueError(f"--split={split!r} is not loaded; splits: {sorted(task.data.eval)}.")
-  size = len(task.data.eval[split])
+def write_attention_plots(model, split: str, indices: list[int], output_dir: str, command: str,
+                          beam_size: int | None = None, note: str = "") -> list[SentenceAttention]:
+  """Decode, collect and plot ``indices`` of ``split`` into ``output_dir``, with its README; returns the maps.
+  ``model``: a ``transformer.TrainedModel`` of a translation run."""
+  data = model.task.data
+  if split not in data.eval:
+    raise ValueError(f"--split={split!r} is not loaded; splits: {sorted(data.eval)}.")
+  size = len(data.eval[split])
   if not indices or min(indices) < 0 or max(indices) >= size:
     raise ValueError(f"sentences {indices} are outside {split}, which has {size} sentences.")
-  beam_size = task.config.task.beam_size if beam_size is None else beam_size
+  beam_size = model.config.task.beam_size if beam_size is None else beam_size
   os.makedirs(output_dir, exist_ok=True)
-  sentences = attention_for_sentences(task, model_config, params, split, indices, beam_size)
+  sentences = attention_for_sentences(model, split, indices, beam_size)
   for sentence in sentences:
     plot_sentence(sentence, split, output_dir)
   written = {name for sentence in sentences for name in sentence.files}
   for name in os.listdir(output_dir):  # plots of an earlier model (other layers or sentences) would mislead
     if PLOT_NAME.fullmatch(name) and name not in written:
       os.remove(os.path.join(output_dir, name))
-  write_readme(output_dir, sentences, split, step, command, beam_size, note)
+  write_readme(output_dir, sentences, split, model.step, command, beam_size, note)
   return sentences
 
 
@@ -323,7 +201,7 @@ def main(argv):
   absl_logging.set_verbosity(absl_logging.WARNING)  # orbax logs every restore step at INFO
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
-  from transformer.tasks import build_task
+  from transformer import load
 
   config = _CONFIG.value
   if config.task.name != "translation":
@@ -334,16 +212,15 @@ def main(argv):
   if _NUM_SENTENCES.value < 1 or _FIRST_SENTENCE.value < 0:
     raise app.UsageError("--num_sentences must be >= 1 and --first_sentence >= 0.")
   try:
-    task = build_task(config)
-    step, params = restore_params(task, _WORKDIR.value, best=_CHECKPOINT.value == "best")
+    model = load(_WORKDIR.value, checkpoint=_CHECKPOINT.value, config=config)
     indices = list(range(_FIRST_SENTENCE.value, _FIRST_SENTENCE.value + _NUM_SENTENCES.value))
     from experiments import report
     command = report.portable_command(["python", "-m", "experiments.attention_plots", *sys.argv[1:]])
-    sentences = write_attention_plots(task, task.model_config(), params, split, indices, _OUTPUT_DIR.value,
-                                      step, command, _BEAM_SIZE.value or None, _NOTE.value)
+    sentences = write_attention_plots(model, split, indices, _OUTPUT_DIR.value, command, _BEAM_SIZE.value or None,
+                                      _NOTE.value)
   except (ValueError, FileNotFoundError) as error:
     sys.exit(f"error: {error}")
-  print(f"step {step}: wrote {sum(len(s.files) for s in sentences)} plots and README.md to {_OUTPUT_DIR.value}")
+  print(f"step {model.step}: wrote {sum(len(s.files) for s in sentences)} plots and README.md to {_OUTPUT_DIR.value}")
 
 
 if __name__ == "__main__":
@@ -362,7 +239,7 @@ if __name__ == "__main__":
   _BEAM_SIZE = flags.DEFINE_integer("beam_size", 0, "Beam size of the hypotheses; 0: config.task.beam_size, "
                                     "1: greedy.")
   _CHECKPOINT = flags.DEFINE_enum("checkpoint", "latest", ["latest", "best"],
-                                  "latest, or best (by config.best_metric).")
+                                  "latest, or best (by config.best_metric; the latest when the run kept none).")
   _NOTE = flags.DEFINE_string("note", "", "A paragraph for README.md under the command, e.g. how the run was "
                               "trained when it is not an experiment's default.")
   flags.mark_flags_as_required(["config", "workdir", "output_dir"])

@@ -12,7 +12,7 @@ from transformer import ops
 from transformer.decode import (beam_search, expand_to_beams, flatten_beams, gather_beams, greedy_search,
                                 unflatten_beams)
 from transformer.nn import EncoderDecoder, ModelConfig
-from transformer.tasks.seq2seq import _beam_decode, _greedy_decode
+from transformer.tasks.seq2seq import beam_decode, greedy_decode
 
 
 @functools.partial(jax.jit, static_argnames=("beam_size", "max_length", "pad_id"))
@@ -196,7 +196,7 @@ def _teacher_forced_log_probs(params, source, targets):
 def test_cached_beam_scores_equal_teacher_forced_rescoring():
   max_length, beam_size, alpha = 6, 3, 0.6
   source, params = _tiny_model()
-  sequences, scores = map(np.asarray, _beam_decode(_MODEL_CONFIG, params, source, max_length, beam_size, alpha,
+  sequences, scores = map(np.asarray, beam_decode(_MODEL_CONFIG, params, source, max_length, beam_size, alpha,
                                                    True))
   _assert_pad_after_eos(sequences)
 
@@ -212,6 +212,6 @@ def test_cached_beam_scores_equal_teacher_forced_rescoring():
 
 def test_cached_beam_of_one_equals_greedy_decoding_of_the_model():
   source, params = _tiny_model()
-  greedy = _greedy_decode(_MODEL_CONFIG, params, source, 6)
-  sequences, _ = _beam_decode(_MODEL_CONFIG, params, source, 6, 1, 0.0)
+  greedy = greedy_decode(_MODEL_CONFIG, params, source, 6)
+  sequences, _ = beam_decode(_MODEL_CONFIG, params, source, 6, 1, 0.0)
   np.testing.assert_array_equal(sequences, greedy)

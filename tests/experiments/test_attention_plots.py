@@ -7,7 +7,7 @@ import pytest
 from experiments import attention_plots
 from tests.data.data_fixtures import write_multi30k
 from tests.tasks.test_translation import SIZES, tiny_translation_config
-from transformer.tasks import build_task
+from transformer import load
 from transformer.train import run
 
 SPLIT = "test_2016_flickr"
@@ -26,21 +26,19 @@ def folders(tmp_path_factory):
 
 @pytest.fixture(scope="module", params=["transformer_small", "gru_bahdanau"])
 def trained(request, folders):
-  """``(variant, task, step, params)``: a tiny model trained a few steps by ``run``, restored by the script."""
+  """``(variant, model)``: a tiny model trained a few steps by ``run``, loaded as the script loads it."""
   raw_dir, data_dir, root = folders
   variant = request.param
   config = tiny_translation_config(raw_dir, data_dir, variant, **QUICK)
   workdir = str(root / f"run_{variant}")
   run(config, workdir)
-  task = build_task(config)
-  step, params = attention_plots.restore_params(task, workdir)
-  return variant, task, step, params
+  return variant, load(workdir, checkpoint="latest")  # the config the run saved
 
 
 def test_plots_and_attention_properties(trained, tmp_path):
-  variant, task, step, params = trained
-  assert step == QUICK["num_train_steps"]
-  model_config = task.model_config()
+  variant, model = trained
+  assert model.step == QUICK["num_train_steps"]
+  task, model_config = model.task, model.model_config
   output_dir = str(tmp_path / "attention")
   os.makedirs(output_dir)
   stale = f"{SPLIT}_0_cross_layer7.png"  # an earlier, deeper model's plot is removed; other files stay
@@ -48,8 +46,7 @@ def test_plots_and_attention_properties(trained, tmp_path):
     with open(os.path.join(output_dir, name), "wb") as f:
       f.write(b"old")
   note = "Trained with --config.num_train_steps=60."
-  (sentence,) = attention_plots.write_attention_plots(task, model_config, params, SPLIT, [0], output_dir, step,
-                                                      command=COMMAND, note=note)
+  (sentence,) = attention_plots.write_attention_plots(model, SPLIT, [0], output_dir, command=COMMAND, note=note)
 
   if variant == "gru_bahdanau":
     expected, heads = {("alignment", None)}, 1
@@ -85,14 +82,13 @@ def test_plots_and_attention_properties(trained, tmp_path):
 
 def test_padding_in_the_batch_does_not_change_the_maps(trained):
   """A sentence's cropped maps are the same alone and batched (padded) beside a longer sentence."""
-  _, task, _, params = trained
-  model = task.build_model(task.model_config().replace(deterministic=True))
-  source, target = task.data.eval[SPLIT][0]
+  _, model = trained
+  source, target = model.task.data.eval[SPLIT][0]
   # A partner longer on both sides, so the sentence gets source and target padding in the batch.
   longer_source, longer_target = np.concatenate([source, source]), np.concatenate([target, target])
 
-  alone = attention_plots.collect_attention(model, params, [source], [target])[0]
-  batched = attention_plots.collect_attention(model, params, [source, longer_source], [target, longer_target])
+  alone = model.attention_weights([source], [target])[0]
+  batched = model.attention_weights([source, longer_source], [target, longer_target])
   assert alone.keys() == batched[0].keys()
   for key in alone:
     np.testing.assert_allclose(batched[0][key], alone[key], atol=1e-5, err_msg=str(key))

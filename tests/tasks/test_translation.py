@@ -5,7 +5,9 @@ import pytest
 
 from tests.data.data_fixtures import write_multi30k
 from tests.train.conftest import load_experiment_config
+from transformer import load
 from transformer.data.parallel_text import MissingDataError
+from transformer.errors import InputFileError
 from transformer.tasks.translation import bleu_by_reference_length, corpus_bleu
 from transformer.train import run
 
@@ -44,7 +46,7 @@ def raw_dir(tmp_path_factory):
 
 
 @pytest.mark.parametrize("variant", ["transformer_small", "gru_bahdanau"])
-def test_train_eval_and_translate(raw_dir, tmp_path, variant):
+def test_train_eval_and_translate(raw_dir, tmp_path, monkeypatch, variant):
   data_dir, workdir = tmp_path / "tfds", str(tmp_path / "run")
   trained = run(tiny_translation_config(raw_dir, data_dir, variant), workdir)
   assert {"eval/bleu", "eval/bleu_lowercase", "eval/loss"} <= set(trained.metrics)
@@ -62,12 +64,33 @@ def test_train_eval_and_translate(raw_dir, tmp_path, variant):
   with open(os.path.join(workdir, "test_2016_flickr.hyp.de")) as f:
     assert len(f.read().splitlines()) == 12  # one hypothesis per reference line, none dropped
 
+  # Lines are split at "\n" only: U+2028 and a form feed stay inside their sentence; an empty line gives an
+  # empty line; the final newline adds none.
+  lines = ["a dog runs in the park", "", "the small man\u2028sits near the water", "a child\fjumps"]
   source = tmp_path / "input.en"
-  source.write_text("a dog runs in the park\n\nthe small man sits near the water\n")
+  source.write_text("\n".join(lines) + "\n", encoding="utf-8")
   output = tmp_path / "output.de"
-  run(tiny_translation_config(raw_dir, data_dir, variant, translate_input=str(source),
-                              translate_output=str(output)), workdir, mode="translate")
-  assert len(output.read_text().splitlines()) == 3
+  translate_config = tiny_translation_config(raw_dir, data_dir, variant, translate_input=str(source),
+                                             translate_output=str(output))
+  run(translate_config, workdir, mode="translate")
+  translations = output.read_text(encoding="utf-8").split("\n")
+  assert len(translations) == len(lines) + 1 and translations[-1] == ""
+  assert translations[1] == ""
+
+  # The public API translates as --mode=translate does (its config, tokenizer and checkpoint), the empty line
+  # without decoding it, and each sentence as it would alone.
+  model = load(workdir)
+  decoded = []
+  translate_batches = model.task.translate_batches
+  monkeypatch.setattr(model.task, "translate_batches",
+                      lambda *args, **kwargs: decoded.append(args[3]) or translate_batches(*args, **kwargs))
+  assert model.translate(lines) == translations[:-1]
+  assert decoded == [3]
+  assert [model.translate([line])[0] for line in lines[2:]] == translations[2:4]
+
+  source.write_bytes("ein Mann\n".encode() + "Ölfass\n".encode("latin-1"))
+  with pytest.raises(InputFileError, match=r"input.en'? is not UTF-8 text: byte b'\\xd6' at offset 9 \(line 2\)"):
+    run(translate_config, workdir, mode="translate")
 
 
 def test_missing_data_names_the_files_and_where_to_put_them(tmp_path):

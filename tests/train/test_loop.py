@@ -94,3 +94,40 @@ def test_bfloat16_compute_trains(make_config, tmp_path):
   curve = losses(tmp_path)
   assert curve[-1] < 0.8 * curve[0]
   assert all(leaf.dtype == np.float32 for leaf in jax.tree.leaves(output.state.params))  # params stay float32
+
+
+@pytest.mark.parametrize("text,lines", [
+    ("", []),
+    ("one\n", ["one"]),
+    ("one", ["one"]),
+    ("one\n\ntwo\n", ["one", "", "two"]),
+    ("\n", [""]),
+    ("a\u2028b\x0cc\x1cd\re\n", ["a\u2028b\x0cc\x1cd\re"]),  # str.splitlines would break this line 5 times
+])
+def test_translate_input_is_split_at_newlines_only(text, lines):
+  from transformer.train.loop import split_input_lines
+  assert split_input_lines(text) == lines
+
+
+def test_translate_input_that_is_not_utf8_is_one_clear_error(tmp_path):
+  from transformer.errors import InputFileError
+  from transformer.train.loop import read_input_lines
+  path = tmp_path / "input.txt"
+  path.write_bytes("Straße\n".encode() + b"caf\xe9\n")
+  with pytest.raises(InputFileError, match=r"is not UTF-8 text: byte b'\\xe9' at offset 11 \(line 2\).*iconv"):
+    read_input_lines(str(path))
+  path.write_bytes("Straße\n\n".encode())
+  assert read_input_lines(str(path)) == ["Straße", ""]
+
+
+def test_modes_are_separate_functions_behind_run(make_config, tmp_path, monkeypatch):
+  """``run`` dispatches each mode to its own function (launch.py --mode=... calls run)."""
+  from transformer.train import loop
+  called = []
+  for mode in loop.MODE_FUNCTIONS:
+    monkeypatch.setitem(loop.MODE_FUNCTIONS, mode, lambda config, workdir, mode=mode: called.append(mode))
+  for mode in ("train", "eval", "predict", "translate"):
+    run(make_config(), str(tmp_path), mode)
+  assert called == ["train", "eval", "predict", "translate"]
+  with pytest.raises(ValueError, match="--mode='fly' is not supported"):
+    run(make_config(), str(tmp_path), "fly")

@@ -9,7 +9,7 @@ import difflib
 import importlib
 
 from transformer.errors import ConfigError
-from transformer.tasks.base import Task
+from transformer.tasks.base import Task, TranslatesText, WritesTestOutputs
 
 # name -> (module, class, pip extra its dependencies come from)
 TASKS = {
@@ -36,4 +36,4 @@ def build_task(config) -> Task:
   return getattr(module, class_name)(config)
 
 
-__all__ = ["Task", "TASKS", "build_task"]
+__all__ = ["Task", "TASKS", "TranslatesText", "WritesTestOutputs", "build_task"]

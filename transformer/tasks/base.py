@@ -6,7 +6,7 @@ it never looks inside batches. A new experiment is a config, plus a task only if
 from __future__ import annotations
 
 import abc
-from typing import Any, Iterator, Protocol
+from typing import Any, Iterator, Protocol, runtime_checkable
 
 import flax.linen as nn
 import ml_collections
@@ -56,6 +56,11 @@ class Task(abc.ABC):
   def init_inputs(self, batch: Batch) -> tuple:
     """Positional inputs of ``model.init`` / ``model.apply`` for a batch."""
 
+  def placeholder_inputs(self) -> tuple:
+    """Inputs of ``model.init`` that give the parameters their shapes, for restoring a checkpoint without
+    reading training data: by default those of the first validation batch."""
+    return self.init_inputs(self.eval_batches(1)[0])
+
   @abc.abstractmethod
   def loss_and_metrics(self, model: nn.Module, params, batch: Batch, dropout_rng) -> tuple[Any, Any, Metrics]:
     """``(loss_sum, weight_sum, metrics)`` of one batch; the loss minimised is ``loss_sum / weight_sum``
@@ -65,12 +70,24 @@ class Task(abc.ABC):
     """Host-side evaluation beyond the loss (e.g. decoding): ``(metrics, example lines to print)``."""
     return {}, []
 
-  def write_test_outputs(self, model_config: ModelConfig, params, output_dir: str, eval_metrics: dict) -> dict:
-    """``--mode=eval``: score the test splits and write their outputs into ``output_dir``; metrics by split.
-    ``eval_metrics``: what ``evaluate`` just measured on the eval split (``eval/<name>``), for reuse."""
-    return {}
 
-  def translate_lines(self, model_config: ModelConfig, params, lines: list[str]) -> list[str]:
-    """``--mode=translate``: one output line per input line."""
-    raise ValueError(f"--mode=translate is not supported by the {type(self).__name__}; it needs a "
-                     "translation task (config.task.name='translation').")
+# Capabilities only some tasks have. The training system checks for them (``isinstance(task, TranslatesText)``)
+# and names the mode and the task when one is missing, instead of every task carrying stubs that refuse.
+
+
+@runtime_checkable
+class TranslatesText(Protocol):
+  """A task that turns raw source text into target text (``--mode=translate``, ``TrainedModel.translate``)."""
+
+  def translate_lines(self, model_config: ModelConfig, params, lines: list[str], beam_size: int | None = None,
+                      length_penalty: float | None = None) -> list[str]:
+    """One output line per input line; an empty (or blank) line gives an empty line without decoding."""
+
+
+@runtime_checkable
+class WritesTestOutputs(Protocol):
+  """A task with held-out test splits that ``--mode=eval`` scores and writes beside the checkpoints."""
+
+  def write_test_outputs(self, model_config: ModelConfig, params, output_dir: str, eval_metrics: dict) -> dict:
+    """Score the test splits and write their outputs into ``output_dir``; metrics by split.
+    ``eval_metrics``: what ``evaluate`` just measured on the eval split (``eval/<name>``), for reuse."""

@@ -48,6 +48,10 @@ class Seq2SeqTask(Task):
   def init_inputs(self, batch):
     return batch["source"], batch["target"]
 
+  def placeholder_inputs(self):
+    # Parameter shapes do not depend on the lengths of the inputs: a 1 x 2 dummy pair suffices.
+    return np.ones((1, 2), np.int32), np.ones((1, 2), np.int32)
+
   # The id token dropout (config.source_token_dropout, config.target_token_dropout) writes in place of a
   # dropped token: the tokenizer's unknown token. None: the task's data has none, so word dropout is refused.
   unknown_id: int | None = None
@@ -91,9 +95,53 @@ class Seq2SeqTask(Task):
     ``beam_size`` is 1, else beam search ranked with the GNMT ``length_penalty`` (alpha)."""
     model_config = model_config.replace(deterministic=True)
     if beam_size == 1:
-      return _greedy_decode(model_config, params, source, max_length)
-    sequences, _ = _beam_decode(model_config, params, source, max_length, beam_size, length_penalty)
+      return greedy_decode(model_config, params, source, max_length)
+    sequences, _ = beam_decode(model_config, params, source, max_length, beam_size, length_penalty)
     return sequences
+
+  @staticmethod
+  def default_max_length(source_length: int) -> int:
+    """Output tokens allowed for sources of ``source_length``: room for targets longer than their sources
+    (German is ~10% longer than English)."""
+    return int(source_length * 1.5) + 10
+
+  def encode_sources(self, sources) -> list[np.ndarray]:
+    """Model inputs of ``sources``: 1-D int token sequences (tasks with a tokenizer also take text)."""
+    return [_as_tokens(source, "source") for source in sources]
+
+  def encode_targets(self, targets) -> list[np.ndarray]:
+    """Model outputs ``targets`` as 1-D int token sequences ending with EOS (as the task's data has them)."""
+    return [_as_tokens(target, "target") for target in targets]
+
+  def decode_sequences(self, model_config: ModelConfig, params, sources, max_length: int | None = None,
+                       beam_size: int = 1, length_penalty: float = 0.6) -> list[np.ndarray]:
+    """Decode ``sources`` (see ``encode_sources``; a padded ``[batch, length]`` array works too) into one 1-D
+    int32 token array each, up to and including its EOS (all ``max_length`` tokens when none came).
+    ``max_length`` None: ``default_max_length`` of the longest source."""
+    source = pad_sequences(self.encode_sources(sources), model_config.pad_id)
+    if not len(source):
+      return []
+    max_length = self.default_max_length(source.shape[1]) if max_length is None else max_length
+    tokens = np.asarray(self.decode_batch(model_config, params, source, max_length, beam_size, length_penalty))
+    return [until_eos(row, model_config.eos_id) for row in tokens]
+
+  def score(self, model_config: ModelConfig, params, sources, targets) -> np.ndarray:
+    """float64 ``[len(sources)]``: ``log P(target | source)`` of each pair under teacher forcing, summed over
+    the target's tokens (EOS included); the per-token NLL is ``-score / len(target)``."""
+    source_ids, target_ids = self.encode_sources(sources), self.encode_targets(targets)
+    if len(source_ids) != len(target_ids):
+      raise ValueError(f"{len(source_ids)} sources for {len(target_ids)} targets; give one target per source.")
+    if not source_ids:
+      return np.zeros((0,), np.float64)
+    log_probs = sequence_log_probs(model_config.replace(deterministic=True), params,
+                                   pad_sequences(source_ids, model_config.pad_id),
+                                   pad_sequences(target_ids, model_config.pad_id))
+    return np.asarray(log_probs, np.float64)
+
+  def attention_weights(self, model_config: ModelConfig, params, sources, targets
+                        ) -> list[dict[tuple[str, int | None], np.ndarray]]:
+    """Teacher-forced attention weights of each (source, target) pair; see ``attention_weights`` (module)."""
+    return attention_weights(model_config, params, self.encode_sources(sources), self.encode_targets(targets))
 
   def evaluate(self, model_config, params, batches):
     """Greedy-decode every eval batch; exact-match sequence accuracy and a few examples."""
@@ -113,6 +161,30 @@ class Seq2SeqTask(Task):
     def show(tokens):
       return " ".join(str(int(t)) for t in tokens if t != 0)
     return f"source: {show(source)}\n  target:     {show(target)}\n  prediction: {show(prediction)}"
+
+
+def _as_tokens(sequence, name: str) -> np.ndarray:
+  """A 1-D int32 token array, or a clear error for anything else (e.g. text given to a task without a
+  tokenizer)."""
+  tokens = np.asarray(sequence)
+  if tokens.ndim != 1 or not (tokens.size == 0 or np.issubdtype(tokens.dtype, np.integer)):
+    raise ValueError(f"a {name} must be a 1-D sequence of token ids here, got {str(sequence)[:80]!r}; only "
+                     "tasks with a tokenizer (translation) take text.")
+  return tokens.astype(np.int32)
+
+
+def pad_sequences(sequences, pad_id: int = 0) -> np.ndarray:
+  """Right-pad 1-D int sequences into int32 ``[batch, longest]``; padded rows (of a 2-D array) stay as they are."""
+  batch = np.full((len(sequences), max((len(s) for s in sequences), default=0)), pad_id, np.int32)
+  for row, sequence in enumerate(sequences):
+    batch[row, :len(sequence)] = sequence
+  return batch
+
+
+def until_eos(tokens: np.ndarray, eos_id: int) -> np.ndarray:
+  """The decoded tokens ``[length]`` up to and including the first EOS (all of them if there is none)."""
+  ends = np.flatnonzero(tokens == eos_id)
+  return tokens[: ends[0] + 1] if len(ends) else tokens
 
 
 def _cached_decoder(model_config: ModelConfig, params, source, max_length: int, beam_size: int = 1):
@@ -142,17 +214,95 @@ def _cached_decoder(model_config: ModelConfig, params, source, max_length: int, 
   return step_fn, cache
 
 
+# Model-aware decoding lives here rather than in transformer.decode, which by design knows no model (no
+# transformer.nn import): these functions give decode's searches an EncoderDecoder's cached step function.
 @functools.partial(jax.jit, static_argnums=(0, 3))
-def _greedy_decode(model_config: ModelConfig, params, source, max_length: int):
+def greedy_decode(model_config: ModelConfig, params, source, max_length: int):
+  """Greedy search of an ``EncoderDecoder`` (or RNN) with its key/value cache: ``[batch, max_length]`` int32
+  tokens for ``source`` ``[batch, source_length]``, EOS included, padded after it. ``model_config`` should
+  have ``deterministic=True``."""
   step_fn, cache = _cached_decoder(model_config, params, source, max_length)
   return greedy_search(step_fn, cache, source.shape[0], max_length, model_config.bos_id, model_config.eos_id,
                        model_config.pad_id)
 
 
 @functools.partial(jax.jit, static_argnums=(0, 3, 4, 5, 6))
-def _beam_decode(model_config: ModelConfig, params, source, max_length: int, beam_size: int,
-                 length_penalty: float = 0.6, return_all_beams: bool = False):
-  """Beam search: ``([batch, max_length] tokens, [batch] scores)``, or all beams (see ``beam_search``)."""
+def beam_decode(model_config: ModelConfig, params, source, max_length: int, beam_size: int,
+                length_penalty: float = 0.6, return_all_beams: bool = False):
+  """Beam search of an ``EncoderDecoder`` (or RNN) with its key/value cache: ``([batch, max_length] tokens,
+  [batch] scores)`` of the best hypothesis, or of all beams (``[batch, beam, ...]``, see ``beam_search``)."""
   step_fn, cache = _cached_decoder(model_config, params, source, max_length, beam_size)
   return beam_search(step_fn, cache, source.shape[0], beam_size, max_length, model_config.bos_id,
                      model_config.eos_id, model_config.pad_id, length_penalty, return_all_beams)
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def sequence_log_probs(model_config: ModelConfig, params, source, target):
+  """``[batch]`` float32 ``sum_i log P(target[:, i] | source, target[:, :i])`` over the non-padding tokens of
+  ``target`` ``[batch, target_length]`` (teacher forcing), for ``source`` ``[batch, source_length]``."""
+  logits = model_class(model_config)(model_config).apply({"params": params}, source, target)
+  log_probs = jnp.take_along_axis(jax.nn.log_softmax(logits.astype(jnp.float32)), target[..., None], -1)[..., 0]
+  return jnp.sum(jnp.where(target != model_config.pad_id, log_probs, 0.0), axis=-1)
+
+
+def _attention_kind_and_layer(path: tuple[str, ...]) -> tuple[str, int | None]:
+  """Classify a sown ``attention_weights`` by its module path, e.g.
+  ``('decoder', 'layer_1', 'cross_attention', 'attention_weights')`` -> ``('cross', 1)``."""
+  layers = [int(name[len("layer_"):]) for name in path if name.startswith("layer_") and name[6:].isdigit()]
+  layer = layers[0] if layers else None
+  if "cross_attention" in path:
+    return "cross", layer
+  if "self_attention" in path:
+    return ("encoder_self" if path[0] == "encoder" else "decoder_self"), layer
+  if path == ("decoder", "attention_weights"):  # RNNDecoder: [batch, heads=1, target_length, source_length]
+    return "alignment", None
+  raise ValueError(f"attention_weights sown at an unknown place {'/'.join(path)}; teach "
+                   "_attention_kind_and_layer.")
+
+
+ATTENTION_KINDS = ("encoder_self", "decoder_self", "cross", "alignment")
+
+
+def attention_weights(model_config: ModelConfig, params, sources: list[np.ndarray], targets: list[np.ndarray]
+                      ) -> list[dict[tuple[str, int | None], np.ndarray]]:
+  """Teacher-forced attention weights of each (source, target) pair, padding cropped away.
+
+  The model runs with ``deterministic=True`` and the dense attention implementation (the chunked one never
+  materialises, hence never sows, its weights).
+
+  Args:
+    sources, targets: 1-D int token arrays (without padding); targets end with EOS.
+
+  Returns:
+    Per pair, ``(kind, layer)`` -> float32 ``[heads, q_length, kv_length]``, ``kind`` one of
+    ``ATTENTION_KINDS``, ``layer`` numbered from 0 (None for the RNN alignment): ``[S, S]`` for encoder self
+    attention, ``[T, T]`` for decoder self attention, ``[T, S]`` for cross attention and the RNN alignment,
+    where ``S`` and ``T`` are the pair's source and target lengths. Every row sums to 1.
+  """
+  from flax import traverse_util
+
+  if not len(sources):
+    return []
+  model_config = model_config.replace(deterministic=True)
+  if hasattr(model_config, "attention_implementation"):
+    model_config = model_config.replace(attention_implementation="dense")
+  _, variables = _sown_intermediates(model_config, params, pad_sequences(sources, model_config.pad_id),
+                                     pad_sequences(targets, model_config.pad_id))
+  collected = [{} for _ in sources]
+  for path, sown in traverse_util.flatten_dict(variables["intermediates"]).items():
+    if path[-1] != "attention_weights":
+      continue
+    kind, layer = _attention_kind_and_layer(path)
+    weights = np.asarray(sown[0], np.float32)  # [batch, heads, q_length, kv_length]
+    for row, (source, target) in enumerate(zip(sources, targets)):
+      queries = len(source) if kind == "encoder_self" else len(target)
+      keys = len(target) if kind == "decoder_self" else len(source)
+      collected[row][kind, layer] = weights[row, :, :queries, :keys]
+  return collected
+
+
+# Jitted: one compile costs less than dispatching the model op by op.
+@functools.partial(jax.jit, static_argnums=0)
+def _sown_intermediates(model_config: ModelConfig, params, source, target):
+  return model_class(model_config)(model_config).apply({"params": params}, source, target,
+                                                       mutable=["intermediates"])

@@ -119,21 +119,22 @@ class TranslationTask(Seq2SeqTask):
     batcher = self._batcher(self.data.eval[split], train=False)
     return [batcher.make_batch(indices) for indices in batcher.epoch_batches(0)]
 
-  def translate_batches(self, model_config, params, batches, count: int,
-                        length_penalty: float | None = None) -> list[str]:
+  def translate_batches(self, model_config, params, batches, count: int, length_penalty: float | None = None,
+                        beam_size: int | None = None) -> list[str]:
     """Decode batches (with ``index``) into ``count`` detokenised hypotheses in the original order, with beam
-    search ranked by ``length_penalty`` (default ``config.task.length_penalty``)."""
+    search of ``beam_size`` ranked by ``length_penalty`` (defaults: ``config.task.beam_size`` and
+    ``config.task.length_penalty``)."""
     task = self.config.task
     length_penalty = task.length_penalty if length_penalty is None else length_penalty
+    beam_size = task.beam_size if beam_size is None else beam_size
     hypotheses = [""] * count
     for batch in batches:
       index = np.asarray(batch["index"])
       if not np.any((index >= 0) & (index < count)):
         continue
-      # Room for targets longer than their sources (German is ~10% longer than English).
-      max_length = int(batch["source"].shape[1] * 1.5) + 10
-      tokens = np.asarray(self.decode_batch(model_config, params, batch["source"], max_length,
-                                            task.beam_size, length_penalty))
+      max_length = self.default_max_length(batch["source"].shape[1])
+      tokens = np.asarray(self.decode_batch(model_config, params, batch["source"], max_length, beam_size,
+                                            length_penalty))
       for row, example in enumerate(index):
         if 0 <= example < count:
           hypotheses[example] = self.data.target_tokenizer.decode(tokens[row])
@@ -159,13 +160,41 @@ class TranslationTask(Seq2SeqTask):
                 for i in range(min(3, len(hypotheses)))]
     return {k: v for k, v in metrics.items() if isinstance(v, float)}, examples
 
-  def translate_lines(self, model_config, params, lines: list[str]) -> list[str]:
-    """Translate raw source sentences (``--mode=translate``)."""
-    encoded = self.data.source_tokenizer.encode_batch(lines)
-    examples = batching.TokenizedExamples.from_sequences(encoded, [np.array([2], np.int32)] * len(lines))
+  def translate_lines(self, model_config, params, lines: list[str], beam_size: int | None = None,
+                      length_penalty: float | None = None) -> list[str]:
+    """Translate raw source sentences, one output line per input line (``--mode=translate``,
+    ``TrainedModel.translate``); a blank line gives an empty line and is not decoded. Beam search defaults:
+    ``config.task.beam_size`` and ``config.task.length_penalty``."""
+    if isinstance(lines, str):
+      raise ValueError("translate_lines takes a list of sentences, got one string; wrap it in a list.")
+    nonblank = [index for index, line in enumerate(lines) if line.strip()]
+    if not nonblank:
+      return [""] * len(lines)
+    encoded = self.data.source_tokenizer.encode_batch([lines[index] for index in nonblank])
+    examples = batching.TokenizedExamples.from_sequences(encoded, [np.array([2], np.int32)] * len(encoded))
     batcher = self._batcher(examples, train=False)
     batches = [batcher.make_batch(indices) for indices in batcher.epoch_batches(0)]
-    return self.translate_batches(model_config, params, batches, len(lines))
+    translated = self.translate_batches(model_config, params, batches, len(encoded), length_penalty, beam_size)
+    outputs = [""] * len(lines)
+    for index, translation in zip(nonblank, translated):
+      outputs[index] = translation
+    return outputs
+
+  def encode_sources(self, sources) -> list[np.ndarray]:
+    """Source sentences (text, tokenized with EOS) or 1-D token id sequences, as model inputs."""
+    return self._encode(sources, self.data.source_tokenizer, "source")
+
+  def encode_targets(self, targets) -> list[np.ndarray]:
+    """Target sentences (text, tokenized with EOS) or 1-D token id sequences ending with EOS."""
+    return self._encode(targets, self.data.target_tokenizer, "target")
+
+  def _encode(self, items, tokenizer, name: str) -> list[np.ndarray]:
+    if isinstance(items, str):
+      raise ValueError(f"give a list of {name} sentences, got one string; wrap it in a list.")
+    texts = [index for index, item in enumerate(items) if isinstance(item, str)]
+    encoded = dict(zip(texts, tokenizer.encode_batch([items[index] for index in texts]))) if texts else {}
+    ids = super().encode_sources if name == "source" else super().encode_targets
+    return [encoded[index] if index in encoded else ids([item])[0] for index, item in enumerate(items)]
 
   def choose_length_penalty(self, model_config, params, known: dict | None = None) -> tuple[float, dict]:
     """``(alpha, metrics)``: the candidate of ``task.length_penalty_candidates`` with the highest BLEU on the

@@ -1,4 +1,11 @@
-"""The one training loop: ``run(config, workdir, mode)`` for every experiment."""
+"""The one training system: ``run(config, workdir, mode)`` for every experiment.
+
+Each mode is its own function over shared pieces: ``prepare`` (config checks, task, parallelism, checkpointer,
+the run's files), ``initial_state`` / ``restore_for_inference``, ``make_evaluator`` and ``save``:
+``run_train`` (the step loop; resumes from the latest checkpoint), ``run_eval`` and ``run_predict`` (the
+validation metrics of the best or averaged checkpoint; eval also scores the test splits), ``run_translate``
+(text in, text out). ``run`` dispatches on the mode, as ``launch.py --mode=...`` asks.
+"""
 from __future__ import annotations
 
 import dataclasses
@@ -14,11 +21,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from transformer.tasks import build_task
+from transformer.errors import ConfigError, InputFileError
+from transformer.tasks import TranslatesText, WritesTestOutputs, build_task
 from transformer.train.checkpoint import Checkpointer
 from transformer.train.config import validate_config
 from transformer.train.optimizer import make_optimizer, make_schedule
 from transformer.train.parallel import make_strategy
+from transformer.train.restore import abstract_train_state, load_params, seed_keys
 from transformer.train.state import create_train_state
 from transformer.train.step import make_eval_step, make_train_step
 from transformer.train.writers import MetricWriter, log_line, progress_bar
@@ -66,23 +75,6 @@ def _means(sums: dict, prefix: str) -> dict:
   return out
 
 
-def _translate(task, model_config, params, config) -> None:
-  """Translate ``config.translate_input`` (or stdin) line by line into ``config.translate_output`` (or stdout)."""
-  if config.translate_input:
-    with open(config.translate_input) as f:
-      lines = f.read().splitlines()
-  else:
-    lines = sys.stdin.read().splitlines()
-  translations = task.translate_lines(model_config, params, lines)
-  text = "\n".join(translations) + ("\n" if translations else "")
-  if config.translate_output:
-    with open(config.translate_output, "w") as f:
-      f.write(text)
-  else:
-    sys.stdout.write(text)
-    sys.stdout.flush()
-
-
 def _local_digest(tree) -> str:
   """SHA-1 of this process's first shard of every leaf (the whole leaf when replicated)."""
   digest = hashlib.sha1()
@@ -107,7 +99,7 @@ def _check_workdir_model(workdir: str, model_config, has_checkpoints: bool, is_m
     differences = [f"{k}: {saved.get(k)!r} -> {current.get(k)!r}" for k in sorted(current)
                    if k not in ignored and saved.get(k) != current.get(k)]
     if differences:
-      raise ValueError(f"--workdir={workdir} holds checkpoints of a different model ({'; '.join(differences)}). "
+      raise ConfigError(f"--workdir={workdir} holds checkpoints of a different model ({'; '.join(differences)}). "
                        "Use a new --workdir, or set the model back to match.")
   if is_main:
     with open(path + ".tmp", "w") as f:
@@ -125,61 +117,145 @@ class RunOutput:
   train_step_compilations: int = 0
 
 
-def run(config, workdir: str, mode: str = "train") -> RunOutput:
-  """Train (resuming from the latest checkpoint in ``workdir``), evaluate or predict."""
+@dataclasses.dataclass
+class Session:
+  """What every mode shares, made by ``prepare``: the config, its task and model, the parallelism, the
+  checkpointer, and which process this is. ``info`` is where progress lines go (stderr in translate mode, so
+  that translations stand alone on stdout)."""
+  config: object
+  workdir: str
+  mode: str
+  task: object
+  model_config: object
+  strategy: object
+  checkpointer: Checkpointer
+  process_index: int
+  process_count: int
+  info: object
+
+  @property
+  def is_main(self) -> bool:
+    return self.process_index == 0
+
+  @property
+  def host_batch_size(self) -> int:
+    return self.config.batch_size // self.process_count
+
+  def say(self, text: str) -> None:
+    """Print a progress line from the main process."""
+    if self.is_main:
+      print(text, file=self.info, flush=True)
+
+
+def prepare(config, workdir: str, mode: str) -> Session:
+  """Check the config for ``mode``, build the task, parallelism and checkpointer, and record the run's
+  configuration (``config.json`` when training, ``model_config.json``) in ``workdir``."""
   validate_config(config, workdir, mode)
   task = build_task(config)
+  if mode == "translate" and not isinstance(task, TranslatesText):
+    raise ConfigError(f"--mode=translate needs a task that translates text; config.task.name="
+                     f"{config.task.name!r} ({type(task).__name__}) does not. Use --mode=eval or --mode=predict.")
   model_config = task.model_config()
   strategy = make_strategy(config.parallelism, config.num_seeds, config.fsdp)
   process_count, process_index = jax.process_count(), jax.process_index()
-  is_main = process_index == 0
   if config.batch_size % (strategy.num_devices * config.grad_accum_steps) and config.parallelism != "jit":
-    raise ValueError(f"config.batch_size={config.batch_size} must be divisible by the {strategy.num_devices} "
+    raise ConfigError(f"config.batch_size={config.batch_size} must be divisible by the {strategy.num_devices} "
                      f"devices times grad_accum_steps={config.grad_accum_steps} for parallelism="
                      f"{config.parallelism!r}.")
   if config.batch_size % process_count:
-    raise ValueError(f"config.batch_size={config.batch_size} must be divisible by the {process_count} processes.")
-  host_batch_size = config.batch_size // process_count
+    raise ConfigError(f"config.batch_size={config.batch_size} must be divisible by the {process_count} processes.")
 
   checkpointer = Checkpointer(workdir, keep=config.keep_checkpoints, asynchronous=config.async_checkpointing,
                               best_metric=config.best_metric or None, best_mode=config.best_mode)
-  _check_workdir_model(workdir, model_config, bool(checkpointer.steps()), is_main)
+  session = Session(config, workdir, mode, task, model_config, strategy, checkpointer, process_index,
+                    process_count, sys.stderr if mode == "translate" else sys.stdout)
+  _check_workdir_model(workdir, model_config, bool(checkpointer.steps()), session.is_main)
   config_path = os.path.join(workdir, "config.json")
-  if is_main:
+  if session.is_main:
     # The training configuration: eval/translate runs on the same workdir leave it as trained (reports read it).
     if mode == "train" or not os.path.exists(config_path):
       with open(config_path, "w") as f:
         f.write(config.to_json_best_effort(indent=2, sort_keys=True))
-    info = sys.stderr if mode == "translate" else sys.stdout  # keep translations alone on stdout
-    print(f"config:\n{config}", file=info, flush=True)
-    print(f"devices: {jax.device_count()} x {jax.devices()[0].platform}, processes: {process_count}, "
-          f"parallelism: {strategy.name}", file=info, flush=True)
+  session.say(f"config:\n{config}")
+  session.say(f"devices: {jax.device_count()} x {jax.devices()[0].platform}, processes: {process_count}, "
+              f"parallelism: {strategy.name}")
+  return session
 
-  model = task.build_model(model_config)
-  eval_model = task.build_model(model_config.replace(deterministic=True))
-  optimizer = make_optimizer(config.optimizer, config.num_train_steps)
-  data_seed = config.seed if config.data_seed < 0 else config.data_seed
-  train_iterator = task.train_iterator(host_batch_size, data_seed, process_index, process_count)
-  start = train_iterator.get_state()  # peek at the first batch for shapes, then rewind
-  init_batch = {k: np.asarray(v)[: max(1, host_batch_size // config.grad_accum_steps)]
-                for k, v in next(train_iterator).items()}
-  train_iterator.set_state(start)
-  init_inputs = task.init_inputs(init_batch)
 
+def _state_factory(session: Session, model, optimizer, init_inputs):
+  """``(create, abstract_state)``: ``create(key)`` initialises a train state; ``abstract_state`` is the
+  canonical state's shapes with this strategy's shardings, the target checkpoints are restored onto."""
   def create(key):
     return create_train_state(model, optimizer, init_inputs, key)
+  return create, abstract_train_state(create, session.config, session.strategy)
 
-  if config.num_seeds > 1:  # replica i is exactly the run with seed + i (and the same data order)
-    seed_key = jnp.stack([jax.random.PRNGKey(config.seed + i) for i in range(config.num_seeds)])
-    state_shapes = jax.eval_shape(jax.vmap(create), seed_key)
-  else:
-    seed_key = jax.random.PRNGKey(config.seed)
-    state_shapes = jax.eval_shape(create, seed_key)
-  abstract_state = strategy.abstract_canonical(state_shapes)
 
-  # Evaluation and inference use the checkpoint chosen on validation (best_metric) when there is one.
-  use_best = mode != "train" and checkpointer.best_step() is not None
-  restored = checkpointer.restore(abstract_state, best=use_best)
+def _with_params(session: Session, state, params):
+  """``state`` with ``params`` (a canonical tree of the same shapes) in place of its parameters."""
+  return session.strategy.from_canonical(session.strategy.to_canonical(state).replace(params=params))
+
+
+def _initialise_from(session: Session, state, source_workdir: str):
+  """``config.restore_from``: the parameters of another run (its latest checkpoint) in place of the fresh
+  ones; the optimizer state, step and data order start anew."""
+  source = load_params(source_workdir, checkpoint="latest")
+  canonical = session.strategy.to_canonical(state).params
+  fresh = jax.tree_util.tree_flatten_with_path(canonical)[0]
+  loaded = jax.tree_util.tree_flatten_with_path(source.params)[0]
+  replicas = session.config.num_seeds
+  expected = [(jax.tree_util.keystr(path), leaf.shape[1:] if replicas > 1 else leaf.shape) for path, leaf in fresh]
+  found = [(jax.tree_util.keystr(path), np.shape(leaf)) for path, leaf in loaded]
+  if expected != found:
+    differences = [f"{e} != {f}" for e, f in zip(expected, found) if e != f] or ["a different number of tensors"]
+    raise ConfigError(f"config.restore_from={source_workdir!r} holds parameters of another model shape "
+                     f"({'; '.join(differences[:3])}); set config.model as that run had it.")
+  # Every replica of a num_seeds > 1 run starts from the same parameters.
+  params = jax.tree.map(lambda new, old: jax.device_put(
+      np.broadcast_to(new, old.shape) if replicas > 1 else new, old.sharding), source.params, canonical)
+  session.say(f"initialised parameters from {source_workdir} step {source.step}")
+  return _with_params(session, state, params)
+
+
+def make_evaluator(session: Session, eval_model):
+  """``evaluate(state) -> {"eval/<name>": value}``: the loss metrics of the validation set, and (one seed)
+  the task's own evaluation (decoding), whose examples the main process prints."""
+  strategy, task = session.strategy, session.task
+  eval_step = strategy.compile_eval_step(make_eval_step(task, eval_model, getattr(strategy, "axis_name", None)))
+  eval_batches = task.eval_batches(session.config.eval_batch_size)
+
+  def evaluate(state) -> dict:
+    sums = None
+    for batch in eval_batches:
+      metrics = eval_step(state.params, strategy.put_batch(batch))
+      sums = metrics if sums is None else jax.tree.map(jnp.add, sums, metrics)
+    results = _means(strategy.fetch(sums), "eval")
+    if session.config.num_seeds == 1:
+      params = jax.device_get(strategy.host_params(state))
+      task_metrics, examples = task.evaluate(session.model_config, params, eval_batches)
+      results.update({f"eval/{k}": v for k, v in task_metrics.items()})
+      if session.is_main and examples:
+        print("examples:\n  " + "\n  ".join(examples), flush=True)
+    return results
+
+  return evaluate
+
+
+def run_train(config, workdir: str) -> RunOutput:
+  """Train, resuming from the latest checkpoint in ``workdir`` (exactly: data position, metrics window)."""
+  session = prepare(config, workdir, "train")
+  task, strategy, checkpointer = session.task, session.strategy, session.checkpointer
+  model = task.build_model(session.model_config)
+  optimizer = make_optimizer(config.optimizer, config.num_train_steps)
+  data_seed = config.seed if config.data_seed < 0 else config.data_seed
+  train_iterator = task.train_iterator(session.host_batch_size, data_seed, session.process_index,
+                                       session.process_count)
+  start = train_iterator.get_state()  # peek at the first batch for shapes, then rewind
+  init_batch = {k: np.asarray(v)[: max(1, session.host_batch_size // config.grad_accum_steps)]
+                for k, v in next(train_iterator).items()}
+  train_iterator.set_state(start)
+  create, abstract_state = _state_factory(session, model, optimizer, task.init_inputs(init_batch))
+
+  restored = checkpointer.restore(abstract_state)
   window = None
   window_steps = window_tokens = 0
   wall_seconds_before = 0.0  # training wall time of earlier (interrupted) sessions of this run
@@ -191,70 +267,18 @@ def run(config, workdir: str, mode: str = "train") -> RunOutput:
     if extra.get("window"):
       window = jax.tree.map(jnp.asarray, {k: tuple(v) for k, v in extra["window"].items()})
       window_steps, window_tokens = extra["window_steps"], extra["window_tokens"]
-    if is_main:
-      print(f"{'restored the best checkpoint, step' if use_best else 'resumed from step'} {start_step} in "
-            f"{workdir}", file=sys.stderr if mode == "translate" else sys.stdout, flush=True)
+    session.say(f"resumed from step {start_step} in {workdir}")
   else:
     start_step = 0
-    state = strategy.create_state(create, seed_key)
+    state = strategy.create_state(create, seed_keys(config))
     if config.restore_from:
-      source = Checkpointer(config.restore_from, asynchronous=False)
-      found = source.restore(abstract_state)
-      if found is None:
-        raise ValueError(f"config.restore_from={config.restore_from!r} holds no checkpoint.")
-      state = strategy.from_canonical(strategy.to_canonical(state).replace(params=found[1].params))
-      if is_main:
-        print(f"initialised parameters from {config.restore_from} step {found[0]}", flush=True)
+      state = _initialise_from(session, state, config.restore_from)
 
-  eval_step = strategy.compile_eval_step(make_eval_step(task, eval_model, getattr(strategy, "axis_name", None)))
-  eval_batches = task.eval_batches(config.eval_batch_size)
-
-  def evaluate(state) -> dict:
-    sums = None
-    for batch in eval_batches:
-      metrics = eval_step(state.params, strategy.put_batch(batch))
-      sums = metrics if sums is None else jax.tree.map(jnp.add, sums, metrics)
-    results = _means(strategy.fetch(sums), "eval")
-    if config.num_seeds == 1:
-      params = jax.device_get(strategy.host_params(state))
-      task_metrics, examples = task.evaluate(model_config, params, eval_batches)
-      results.update({f"eval/{k}": v for k, v in task_metrics.items()})
-      if is_main and examples:
-        print("examples:\n  " + "\n  ".join(examples), flush=True)
-    return results
-
-  if mode in ("eval", "predict", "translate"):
-    if restored is None:
-      raise ValueError(f"--mode={mode} needs a checkpoint, but {workdir} has none; train first.")
-    output_dir, averaged = workdir, {}
-    if config.average_checkpoints:  # the mean of the last N periodic checkpoints instead of the best one
-      steps, params = checkpointer.average_params(abstract_state, config.average_checkpoints)
-      state = strategy.from_canonical(strategy.to_canonical(state).replace(params=params))
-      start_step, averaged = steps[-1], {"averaged_steps": steps}
-      output_dir = os.path.join(workdir, f"average_last_{config.average_checkpoints}")
-      os.makedirs(output_dir, exist_ok=True)
-      if is_main:
-        print(f"averaged the parameters of steps {steps}; outputs go to {output_dir}",
-              file=sys.stderr if mode == "translate" else sys.stdout, flush=True)
-    if mode == "translate":
-      _translate(task, model_config, jax.device_get(strategy.host_params(state)), config)
-      checkpointer.close()
-      return RunOutput(start_step, {}, strategy.to_canonical(state))
-    results = evaluate(state)
-    if mode == "eval":
-      tests = task.write_test_outputs(model_config, jax.device_get(strategy.host_params(state)), output_dir, results)
-      results.update({f"{split}/{k}": v for split, metrics in tests.items() for k, v in metrics.items()})
-    if is_main:
-      print(json.dumps({"step": start_step, **averaged, **results}, indent=2), flush=True)
-      with open(os.path.join(output_dir, f"{mode}_results.json"), "w") as f:
-        json.dump({"step": start_step, **averaged, **results}, f, indent=2)
-    checkpointer.close()
-    return RunOutput(start_step, results, strategy.to_canonical(state))
-
+  evaluate = make_evaluator(session, task.build_model(session.model_config.replace(deterministic=True)))
   train_step = strategy.compile_train_step(
       make_train_step(task, model, optimizer, config.grad_accum_steps, getattr(strategy, "axis_name", None)))
   schedule = make_schedule(config.optimizer, config.num_train_steps)
-  writer = MetricWriter(workdir, resume_step=start_step, enabled=is_main, tensorboard=config.tensorboard)
+  writer = MetricWriter(workdir, resume_step=start_step, enabled=session.is_main, tensorboard=config.tensorboard)
 
   run_start = time.perf_counter()
 
@@ -274,7 +298,7 @@ def run(config, workdir: str, mode: str = "train") -> RunOutput:
   results = {}
   step = start_step
   window_start = time.perf_counter()
-  bar = progress_bar(config.num_train_steps, start_step, config.quiet or not is_main)
+  bar = progress_bar(config.num_train_steps, start_step, config.quiet or not session.is_main)
   with _Preemption() as preemption:
     while step < config.num_train_steps:
       batch = next(train_iterator)
@@ -290,11 +314,11 @@ def run(config, workdir: str, mode: str = "train") -> RunOutput:
         logged = _means(strategy.fetch(window), "train")
         logged["train/learning_rate"] = float(schedule(step - 1))
         logged["train/steps_per_second"] = window_steps / elapsed
-        logged["train/tokens_per_second"] = window_tokens * process_count / elapsed
+        logged["train/tokens_per_second"] = window_tokens * session.process_count / elapsed
         logged["wall_seconds"] = wall_seconds()
         writer.write(step, logged)
         bar.set_postfix(loss=f"{logged['train/loss']:.4f}", tok_s=f"{logged['train/tokens_per_second']:.0f}")
-        if bar.disable and is_main and not config.quiet:  # output to a file: a line per logging step instead
+        if bar.disable and session.is_main and not config.quiet:  # output to a file: a line per logging step
           print(log_line(step, config.num_train_steps, logged, 1 / logged["train/steps_per_second"]), flush=True)
         window, window_steps, window_tokens = None, 0, 0
         window_start = time.perf_counter()
@@ -304,7 +328,7 @@ def run(config, workdir: str, mode: str = "train") -> RunOutput:
         evaluated = evaluate(state)
         results = evaluated
         writer.write(step, {**evaluated, "wall_seconds": wall_seconds()})
-        if is_main:
+        if session.is_main:
           bar.write(" ".join(f"{k}={v:.4f}" for k, v in sorted(evaluated.items()) if "/seed_" not in k)
                     + f" (step {step})")
           sys.stdout.flush()
@@ -313,14 +337,141 @@ def run(config, workdir: str, mode: str = "train") -> RunOutput:
         save(step, evaluated)
       if preemption.requested:
         checkpointer.wait()
-        if is_main:
-          print(f"SIGTERM: saved a checkpoint at step {step}; rerun the same command to resume.", flush=True)
+        session.say(f"SIGTERM: saved a checkpoint at step {step}; rerun the same command to resume.")
         break
   bar.close()
-  if process_count > 1:  # lock-step check across hosts: every process prints a digest of its parameters
-    print(f"params checksum (process {process_index} of {process_count}): {_local_digest(state.params)}",
-          flush=True)
+  if session.process_count > 1:  # lock-step check across hosts: every process prints a digest of its parameters
+    print(f"params checksum (process {session.process_index} of {session.process_count}): "
+          f"{_local_digest(state.params)}", flush=True)
   checkpointer.wait()
   checkpointer.close()
   writer.close()
   return RunOutput(step, results, strategy.to_canonical(state), strategy.trace_count)
+
+
+@dataclasses.dataclass
+class _Restored:
+  """A checkpoint restored for eval/predict/translate: its step, the state, where outputs go and, when
+  averaged, ``{"averaged_steps": [...]}`` for the results file."""
+  step: int
+  state: object
+  output_dir: str
+  averaged: dict
+
+
+def restore_for_inference(session: Session) -> _Restored:
+  """The checkpoint chosen on validation (``best_metric``) when the run kept one, else the latest; with
+  ``config.average_checkpoints`` the mean parameters of the last N periodic checkpoints instead, whose outputs
+  go to ``WORKDIR/average_last_N``."""
+  config, checkpointer, workdir = session.config, session.checkpointer, session.workdir
+  task = session.task
+  optimizer = make_optimizer(config.optimizer, config.num_train_steps)
+  _, abstract_state = _state_factory(session, task.build_model(session.model_config), optimizer,
+                                     task.placeholder_inputs())
+  use_best = checkpointer.best_step() is not None
+  restored = checkpointer.restore(abstract_state, best=use_best)
+  if restored is None:
+    raise ConfigError(f"--mode={session.mode} needs a checkpoint, but {workdir} has none; train first.")
+  step, canonical, _ = restored
+  state = session.strategy.from_canonical(canonical)
+  session.say(f"{'restored the best checkpoint, step' if use_best else 'resumed from step'} {step} in {workdir}")
+  if not config.average_checkpoints:
+    return _Restored(step, state, workdir, {})
+  steps, params = checkpointer.average_params(abstract_state, config.average_checkpoints)
+  output_dir = os.path.join(workdir, f"average_last_{config.average_checkpoints}")
+  os.makedirs(output_dir, exist_ok=True)
+  session.say(f"averaged the parameters of steps {steps}; outputs go to {output_dir}")
+  return _Restored(steps[-1], _with_params(session, state, params), output_dir, {"averaged_steps": steps})
+
+
+def _evaluate_checkpoint(config, workdir: str, mode: str) -> RunOutput:
+  """``--mode=eval`` / ``predict``: validation metrics of the restored checkpoint (eval adds the task's test
+  splits, when it has any), printed and written to ``<output dir>/<mode>_results.json``."""
+  session = prepare(config, workdir, mode)
+  restored = restore_for_inference(session)
+  evaluate = make_evaluator(session, session.task.build_model(session.model_config.replace(deterministic=True)))
+  results = evaluate(restored.state)
+  if mode == "eval" and isinstance(session.task, WritesTestOutputs):
+    params = jax.device_get(session.strategy.host_params(restored.state))
+    tests = session.task.write_test_outputs(session.model_config, params, restored.output_dir, results)
+    results.update({f"{split}/{k}": v for split, metrics in tests.items() for k, v in metrics.items()})
+  if session.is_main:
+    summary = {"step": restored.step, **restored.averaged, **results}
+    print(json.dumps(summary, indent=2), flush=True)
+    with open(os.path.join(restored.output_dir, f"{mode}_results.json"), "w") as f:
+      json.dump(summary, f, indent=2)
+  session.checkpointer.close()
+  return RunOutput(restored.step, results, session.strategy.to_canonical(restored.state))
+
+
+def run_eval(config, workdir: str) -> RunOutput:
+  """Validation metrics of the best (or averaged) checkpoint, and the task's test splits scored and written."""
+  return _evaluate_checkpoint(config, workdir, "eval")
+
+
+def run_predict(config, workdir: str) -> RunOutput:
+  """Validation metrics and decoded examples of the best (or averaged) checkpoint."""
+  return _evaluate_checkpoint(config, workdir, "predict")
+
+
+def split_input_lines(text: str) -> list[str]:
+  """Lines of a text to translate: split at ``"\\n"`` only (not at the other breaks ``str.splitlines`` knows, like
+  U+2028 or a form feed, which may sit inside a sentence); a final newline ends the last line, it does not
+  start an empty one."""
+  if not text:
+    return []
+  return (text[:-1] if text.endswith("\n") else text).split("\n")
+
+
+def read_input_lines(path: str = "") -> list[str]:
+  """The lines of the UTF-8 file ``path`` ("" = standard input), see ``split_input_lines``.
+
+  Raises:
+    InputFileError: the input is not UTF-8.
+  """
+  if path:
+    with open(path, "rb") as f:
+      data = f.read()
+  else:
+    stream = getattr(sys.stdin, "buffer", None)
+    data = stream.read() if stream is not None else sys.stdin.read()
+  if isinstance(data, bytes):
+    try:
+      data = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+      name = f"config.translate_input={path!r}" if path else "the standard input"
+      line = data[:error.start].count(b"\n") + 1
+      raise InputFileError(f"{name} is not UTF-8 text: byte {data[error.start:error.start + 1]!r} at offset "
+                           f"{error.start} (line {line}) cannot be decoded; convert the file to UTF-8 first, e.g. "
+                           "iconv -f latin1 -t utf-8.") from None
+  return split_input_lines(data)
+
+
+def run_translate(config, workdir: str) -> RunOutput:
+  """Translate ``config.translate_input`` (or stdin) line by line into ``config.translate_output`` (or
+  stdout) with the best (or averaged) checkpoint: one output line per input line, an empty line for an empty
+  one."""
+  session = prepare(config, workdir, "translate")
+  lines = read_input_lines(config.translate_input)
+  restored = restore_for_inference(session)
+  params = jax.device_get(session.strategy.host_params(restored.state))
+  translations = session.task.translate_lines(session.model_config, params, lines)
+  text = "".join(line + "\n" for line in translations)
+  if config.translate_output:
+    with open(config.translate_output, "w", encoding="utf-8") as f:
+      f.write(text)
+  else:
+    sys.stdout.write(text)
+    sys.stdout.flush()
+  session.checkpointer.close()
+  return RunOutput(restored.step, {}, session.strategy.to_canonical(restored.state))
+
+
+MODE_FUNCTIONS = {"train": run_train, "eval": run_eval, "predict": run_predict, "translate": run_translate}
+
+
+def run(config, workdir: str, mode: str = "train") -> RunOutput:
+  """Run ``mode`` (one of ``MODE_FUNCTIONS``) of the experiment ``config`` in ``workdir``."""
+  if mode not in MODE_FUNCTIONS:
+    validate_config(config, workdir, mode)  # names the modes
+  return MODE_FUNCTIONS[mode](config, workdir)

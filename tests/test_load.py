@@ -1,0 +1,121 @@
+"""``transformer.load``: a trained run back from its workdir decodes as the training system's evaluation did,
+restores the chosen or averaged checkpoints exactly, and scores pairs as a teacher-forced pass does."""
+import jax
+import numpy as np
+import pytest
+
+from tests.train.conftest import tiny_config
+from transformer import load, load_params
+from transformer import ops
+from transformer.train import run
+from transformer.train.writers import read_metrics
+
+STEPS, EVERY = 300, 100
+SETTINGS = {"num_train_steps": STEPS, "eval_every": EVERY, "checkpoint_every": EVERY, "log_every": EVERY,
+            "keep_checkpoints": 3, "best_metric": "eval/exact_match", "best_mode": "max"}
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+  """``(workdir, config, run output)`` of the tiny copy task trained a few hundred steps in-process."""
+  workdir = tmp_path_factory.mktemp("copy")
+  config = tiny_config(**SETTINGS)
+  return str(workdir), config, run(config, str(workdir))
+
+
+def _eval_history(workdir) -> dict[int, float]:
+  return {record["step"]: record["eval/exact_match"] for record in read_metrics(workdir)
+          if "eval/exact_match" in record}
+
+
+def _exact_match(model, batches) -> float:
+  """Sequence exact match of ``model.decode`` over the eval batches, as ``Seq2SeqTask.evaluate`` counts it."""
+  matches = count = 0
+  for batch in batches:
+    target = np.asarray(batch["target"])
+    decoded = model.decode(batch["source"], max_length=target.shape[1])
+    for row, tokens in zip(target, decoded):
+      real = row[row != 0]
+      if real.size:  # all-padding rows fill the last batch and have no weight
+        count += 1
+        matches += int(np.array_equal(tokens, real))
+  return matches / count
+
+
+def test_the_three_line_example_decodes_as_the_training_evaluation(trained):
+  workdir, config, output = trained
+  model = load(workdir)  # the best checkpoint by eval/exact_match
+  history = _eval_history(workdir)
+  best_step = max(history, key=history.get)
+  assert model.step == best_step and history[best_step] > 0.5  # learned: the comparison below is not vacuous
+  batches = model.task.eval_batches(config.eval_batch_size)
+  assert _exact_match(model, batches) == pytest.approx(history[best_step])
+
+  latest = load(workdir, checkpoint="latest")
+  assert latest.step == STEPS
+  for restored, final in zip(jax.tree.leaves(latest.params), jax.tree.leaves(output.state.params)):
+    np.testing.assert_array_equal(restored, np.asarray(final))
+  # Token for token what the run's own evaluation decodes with its final parameters.
+  source, target = batches[0]["source"], np.asarray(batches[0]["target"])
+  expected = np.asarray(latest.task.decode_batch(latest.model_config, output.state.params, source, target.shape[1]))
+  for tokens, row in zip(latest.decode(source, max_length=target.shape[1]), expected):
+    np.testing.assert_array_equal(tokens, row[: len(tokens)])
+    assert np.all(row[len(tokens):] == 0)
+
+
+def test_average_last_is_the_mean_of_the_checkpoints(trained):
+  workdir, _, _ = trained
+  averaged = load_params(workdir, average_last=3)
+  assert averaged.steps == [100, 200, 300]
+  kept = [load_params(workdir, checkpoint=step).params for step in averaged.steps]
+  for mean, *each in zip(jax.tree.leaves(averaged.params), *map(jax.tree.leaves, kept)):
+    np.testing.assert_allclose(mean, np.mean(each, axis=0), rtol=1e-5, atol=1e-6)
+  assert load(workdir, average_last=2).steps == [200, 300]
+
+
+def test_checkpoint_choices_and_their_errors(trained, tmp_path):
+  workdir, _, _ = trained
+  assert load_params(workdir, checkpoint=200).step == 200
+  with pytest.raises(ValueError, match=r"no checkpoint of step 150; its periodic checkpoints are steps \[100, 200"):
+    load_params(workdir, checkpoint=150)
+  with pytest.raises(ValueError, match="give 'best', 'latest' or a step number"):
+    load_params(workdir, checkpoint="newest")
+  with pytest.raises(ValueError, match="cannot be combined"):
+    load_params(workdir, checkpoint=200, average_last=2)
+  with pytest.raises(ValueError, match="holds no config.json"):
+    load(str(tmp_path))
+
+
+def test_score_is_the_teacher_forced_log_probability(trained):
+  """``score`` of pairs batched with padding equals each pair's log-likelihood computed alone with
+  ``jax.nn.log_softmax``; the copy a trained model has learned is far likelier than a wrong target."""
+  workdir, _, _ = trained
+  model = load(workdir)
+  sources = [np.array([3, 4, 5, 6]), np.array([7, 3])]
+  targets = [np.array([3, 4, 5, 6, 2]), np.array([7, 3, 2])]
+  scores = model.score(sources, targets)
+  network = model.task.build_model(model.model_config.replace(deterministic=True))
+  for source, target, score in zip(sources, targets, scores):
+    logits = network.apply({"params": model.params}, source[None], target[None])[0]
+    expected = np.asarray(jax.nn.log_softmax(logits))[np.arange(len(target)), target].sum()
+    assert score == pytest.approx(float(expected), abs=1e-4)
+  wrong = model.score(sources, [np.array([6, 5, 4, 3, 2]), np.array([3, 7, 2])])
+  assert np.all(scores > wrong)
+  assert model.score([], []).shape == (0,) and model.decode([]) == [] and model.attention_weights([], []) == []
+  with pytest.raises(ValueError, match="2 sources for 1 targets"):
+    model.score(sources, targets[:1])
+  # Consistent with the loss the run trains: the mean per-token NLL of a pair is -score / its length.
+  logits = network.apply({"params": model.params}, sources[0][None], targets[0][None])
+  nll = float(np.mean(ops.softmax_cross_entropy(logits, targets[0][None])))
+  assert -scores[0] / len(targets[0]) == pytest.approx(nll, abs=1e-4)
+
+
+def test_what_a_task_cannot_do_is_named(trained):
+  workdir, config, _ = trained
+  model = load(workdir)
+  with pytest.raises(TypeError, match=r"model.translate needs .*config.task.name='synthetic'"):
+    model.translate(["a b c"])
+  with pytest.raises(ValueError, match="1-D sequence of token ids"):
+    model.decode(["a b c"])
+  with pytest.raises(ValueError, match=r"--mode=translate needs a task that translates text.*'synthetic'"):
+    run(config, workdir, mode="translate")

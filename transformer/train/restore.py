@@ -1,0 +1,144 @@
+"""Getting a run back from its workdir: the configuration it was trained with and its parameters.
+
+``read_run_config`` is the one reader of a run's ``config.json``; ``load_params`` restores the parameters of
+the best, latest, a given step's or the mean of the last N checkpoints. ``transformer.load`` builds a usable
+model on these; ``config.restore_from`` (weights-only initialisation of another run) uses ``load_params``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+
+from transformer.errors import ConfigError
+from transformer.tasks import Task, build_task
+from transformer.train.checkpoint import Checkpointer, CheckpointRestoreError
+from transformer.train.config import upgrade_config
+from transformer.train.optimizer import make_optimizer
+from transformer.train.parallel import Strategy, make_strategy
+from transformer.train.state import create_train_state
+
+CONFIG_FILE = "config.json"
+
+
+def read_run_config(workdir: str) -> ml_collections.ConfigDict:
+  """The configuration the run in ``workdir`` was trained with (its ``config.json``, written by ``run``), in
+  today's shape (``upgrade_config``: runs saved before ``model_name`` load too).
+
+  Raises:
+    ConfigError: ``workdir`` holds no readable ``config.json``.
+  """
+  path = os.path.join(workdir, CONFIG_FILE)
+  if not os.path.isfile(path):
+    raise ConfigError(f"{workdir!r} holds no {CONFIG_FILE}: give the --workdir of a run of launch.py (or of "
+                     "transformer.train.run).")
+  try:
+    with open(path) as f:
+      values = json.load(f)
+  except json.JSONDecodeError as error:
+    raise ConfigError(f"{path} is not valid JSON ({error}); it was written by run, was it edited?") from None
+  return ml_collections.ConfigDict(upgrade_config(values))
+
+
+def seed_keys(config: ml_collections.ConfigDict) -> jax.Array:
+  """The run's parameter keys: ``[2]``, or ``[num_seeds, 2]`` for replicas with seeds seed, seed + 1, ..."""
+  if config.num_seeds > 1:
+    return jnp.stack([jax.random.PRNGKey(config.seed + i) for i in range(config.num_seeds)])
+  return jax.random.PRNGKey(config.seed)
+
+
+def abstract_train_state(create, config: ml_collections.ConfigDict, strategy: Strategy):
+  """Shapes, dtypes and ``strategy``'s shardings of the canonical train state that ``create(key)`` makes
+  (one per replica when ``config.num_seeds > 1``): the target checkpoints are restored onto."""
+  keys = seed_keys(config)
+  shapes = jax.eval_shape(jax.vmap(create) if config.num_seeds > 1 else create, keys)
+  return strategy.abstract_canonical(shapes)
+
+
+@dataclasses.dataclass
+class RestoredParams:
+  """What ``load_params`` returns.
+
+  Attributes:
+    params: host (numpy) parameter tree of one replica.
+    steps: the restored step, or the averaged steps (oldest first).
+    config: the run's configuration.
+    task: its task (``transformer.tasks``), built from ``config``.
+    model_config: the model's hyper-parameters (``task.model_config()``).
+  """
+  params: Any
+  steps: list[int]
+  config: ml_collections.ConfigDict
+  task: Task
+  model_config: Any
+
+  @property
+  def step(self) -> int:
+    """The restored (newest averaged) step."""
+    return self.steps[-1]
+
+
+def load_params(workdir: str, checkpoint: str | int = "best", average_last: int = 0, replica: int = 0,
+                config: ml_collections.ConfigDict | None = None) -> RestoredParams:
+  """The parameters of the run in ``workdir``; nothing in ``workdir`` is written.
+
+  Args:
+    workdir: a training run's directory.
+    checkpoint: ``"best"`` (the checkpoint kept by ``config.best_metric``; the latest when the run kept
+      none), ``"latest"``, or a step number.
+    average_last: > 0: the mean parameters of the last ``average_last`` periodic checkpoints instead
+      (``checkpoint`` must then be left at ``"best"`` or ``"latest"``).
+    replica: which seed's parameters of a ``config.num_seeds > 1`` run (seed ``config.seed + replica``).
+    config: the configuration to build the task and model from; default: the run's own
+      (``read_run_config``). Give one to change e.g. where the task finds its data.
+
+  Raises:
+    ConfigError: no such checkpoint (the message lists what the workdir holds), or a bad argument.
+  """
+  config = read_run_config(workdir) if config is None else config
+  if not (checkpoint in ("best", "latest") or (isinstance(checkpoint, int) and checkpoint >= 0)):
+    raise ConfigError(f"checkpoint={checkpoint!r}: give 'best', 'latest' or a step number.")
+  if not isinstance(average_last, int) or average_last < 0:
+    raise ConfigError(f"average_last={average_last!r}: give the number of checkpoints to average (0 = none).")
+  if average_last and isinstance(checkpoint, int):
+    raise ConfigError(f"average_last={average_last} averages the last checkpoints; it cannot be combined with "
+                     f"checkpoint={checkpoint}.")
+  if not 0 <= replica < config.num_seeds:
+    raise ConfigError(f"replica={replica}: the run trained config.num_seeds={config.num_seeds} replicas.")
+  if not os.path.isdir(os.path.join(workdir, "checkpoints")):
+    raise ConfigError(f"{workdir!r} holds no checkpoints/ folder; train first.")
+
+  task = build_task(config)
+  model_config = task.model_config()
+  model = task.build_model(model_config)
+  optimizer = make_optimizer(config.optimizer, config.num_train_steps)
+  init_inputs = task.placeholder_inputs()
+  abstract_state = abstract_train_state(lambda key: create_train_state(model, optimizer, init_inputs, key), config,
+                                        make_strategy("jit", config.num_seeds))
+  checkpointer = Checkpointer(workdir, asynchronous=False, best_metric=config.get("best_metric") or None,
+                              best_mode=config.get("best_mode", "max"))
+  try:
+    if average_last:
+      steps, params = checkpointer.average_params(abstract_state, average_last)
+    else:
+      best = checkpoint == "best" and checkpointer.best_step() is not None
+      step = checkpoint if isinstance(checkpoint, int) else None
+      restored = checkpointer.restore(abstract_state, step=step, best=best)
+      available = checkpointer.steps()
+      if restored is None or (step is not None and restored[0] != step):
+        raise ConfigError(f"{workdir!r} holds no checkpoint of step {checkpoint}; its periodic checkpoints are "
+                         f"steps {available}.")
+      steps, params = [restored[0]], restored[1].params
+  except CheckpointRestoreError as error:
+    raise ConfigError(f"{error} Does the configuration match {workdir}/{CONFIG_FILE}?") from error
+  finally:
+    checkpointer.close()
+  params = jax.device_get(params)
+  if config.num_seeds > 1:
+    params = jax.tree.map(lambda x: x[replica], params)
+  return RestoredParams(params=params, steps=list(steps), config=config, task=task, model_config=model_config)
