@@ -9,7 +9,7 @@ import difflib
 import importlib
 
 from transformer.errors import ConfigError
-from transformer.tasks.base import Task, TranslatesText, WritesTestOutputs
+from transformer.tasks.base import Task, TranslatesText, WritesPredictions, WritesTestOutputs
 
 # name -> (module, class, pip extra its dependencies come from)
 TASKS = {
@@ -36,4 +36,4 @@ def build_task(config) -> Task:
   return getattr(module, class_name)(config)
 
 
-__all__ = ["Task", "TASKS", "TranslatesText", "WritesTestOutputs", "build_task"]
+__all__ = ["Task", "TASKS", "TranslatesText", "WritesPredictions", "WritesTestOutputs", "build_task"]

@@ -91,3 +91,12 @@ class WritesTestOutputs(Protocol):
   def write_test_outputs(self, model_config: ModelConfig, params, output_dir: str, eval_metrics: dict) -> dict:
     """Score the test splits and write their outputs into ``output_dir``; metrics by split.
     ``eval_metrics``: what ``evaluate`` just measured on the eval split (``eval/<name>``), for reuse."""
+
+
+@runtime_checkable
+class WritesPredictions(Protocol):
+  """A task whose ``--mode=predict`` writes a predictions file: one line or row per example of its unlabelled
+  inputs (a Kaggle submission, forecasts), beside the checkpoints."""
+
+  def write_predictions(self, model_config: ModelConfig, params, output_dir: str) -> str:
+    """Write the predictions into ``output_dir``; returns the path of the file written."""

@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from transformer.errors import ConfigError, InputFileError
-from transformer.tasks import TranslatesText, WritesTestOutputs, build_task
+from transformer.tasks import TranslatesText, WritesPredictions, WritesTestOutputs, build_task
 from transformer.train.checkpoint import Checkpointer
 from transformer.train.config import validate_config
 from transformer.train.optimizer import make_optimizer, make_schedule
@@ -395,6 +395,10 @@ def _evaluate_checkpoint(config, workdir: str, mode: str) -> RunOutput:
     params = jax.device_get(session.strategy.host_params(restored.state))
     tests = session.task.write_test_outputs(session.model_config, params, restored.output_dir, results)
     results.update({f"{split}/{k}": v for split, metrics in tests.items() for k, v in metrics.items()})
+  if mode == "predict" and isinstance(session.task, WritesPredictions) and session.is_main:
+    params = jax.device_get(session.strategy.host_params(restored.state))
+    path = session.task.write_predictions(session.model_config, params, restored.output_dir)
+    print(f"predictions: {path}", flush=True)
   if session.is_main:
     summary = {"step": restored.step, **restored.averaged, **results}
     print(json.dumps(summary, indent=2), flush=True)
@@ -410,7 +414,8 @@ def run_eval(config, workdir: str) -> RunOutput:
 
 
 def run_predict(config, workdir: str) -> RunOutput:
-  """Validation metrics and decoded examples of the best (or averaged) checkpoint."""
+  """Validation metrics and decoded examples of the best (or averaged) checkpoint; tasks that predict for
+  unlabelled inputs also write their predictions file (``WritesPredictions``)."""
   return _evaluate_checkpoint(config, workdir, "predict")
 
 
