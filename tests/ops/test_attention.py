@@ -121,11 +121,13 @@ def test_fully_masked_rows_are_zero_with_finite_gradients():
   np.testing.assert_array_equal(grads[2][1], 0.0)
 
 
+@pytest.mark.parametrize("kernels", ["reference", "auto"])
 @pytest.mark.parametrize("masked", [False, True])
-def test_bfloat16_gradients_match_float32_attention_of_the_same_inputs(masked):
-  """bfloat16 attention keeps its softmax weights for the backward in bfloat16 and rounds the logit
-  cotangent to bfloat16 (ops.attention, ops.scores): its gradients stay within bfloat16 rounding of the
-  float32 computation on the same (bfloat16-valued) inputs, and rows that see nothing get none."""
+def test_bfloat16_gradients_match_float32_attention_of_the_same_inputs(masked, kernels):
+  """bfloat16 attention's gradients stay within bfloat16 rounding of the float32 computation on the same
+  (bfloat16-valued) inputs, also with the CPU kernels (which keep the softmax weights for the backward in
+  bfloat16 and round the logit cotangent to bfloat16), and rows that see nothing get none."""
+  kernels = ops.select_kernels(kernels)
   query, key, value = (np.asarray(jnp.asarray(x, jnp.bfloat16), np.float32) for x in _qkv(11, 6, 7))
   mask = np.ones((BATCH, 1, 6, 7), bool)
   if masked:
@@ -134,7 +136,8 @@ def test_bfloat16_gradients_match_float32_attention_of_the_same_inputs(masked):
   cotangent = np.random.default_rng(12).normal(size=query.shape[:3] + value.shape[-1:]).astype(np.float32)
 
   def grads(dtype):
-    loss = lambda q, k, v: jnp.sum(ops.dot_product_attention(q, k, v, mask=mask).astype(jnp.float32) * cotangent)
+    loss = lambda q, k, v: jnp.sum(ops.dot_product_attention(q, k, v, mask=mask, kernels=kernels).astype(
+        jnp.float32) * cotangent)
     return [np.asarray(g, np.float32) for g in
             jax.jit(jax.grad(loss, argnums=(0, 1, 2)))(*(jnp.asarray(x, dtype) for x in (query, key, value)))]
 
