@@ -28,6 +28,32 @@ from transformer.ops.scores import dot_product_scores
 MASK_VALUE = -1e9
 
 
+def check_attention_inputs(query, key, value) -> None:
+  """Raise a ValueError naming the problem unless query, key and value are float
+  ``[batch, length, heads, head_dim]`` arrays that agree as attention needs."""
+  if query.ndim != 4 or key.ndim != 4 or value.ndim != 4:
+    raise ValueError("query, key and value must be [batch, length, heads, head_dim]; got shapes "
+                     f"{query.shape}, {key.shape}, {value.shape}")
+  if not all(jnp.issubdtype(x.dtype, jnp.floating) for x in (query, key, value)):
+    raise ValueError(f"attention needs floating-point query, key and value, got {query.dtype}, {key.dtype}, "
+                     f"{value.dtype}; cast them, e.g. with .astype(jnp.float32)")
+  if query.shape[-1] != key.shape[-1]:
+    raise ValueError(f"query and key head_dim differ: {query.shape[-1]} vs {key.shape[-1]}")
+  if key.shape[:3] != value.shape[:3]:
+    raise ValueError(f"key and value must agree on [batch, kv_length, heads]: {key.shape} vs {value.shape}")
+  if query.shape[0] != key.shape[0] or query.shape[2] != key.shape[2]:
+    raise ValueError(f"query and key must agree on batch and heads: {query.shape} vs {key.shape}")
+
+
+def _zero_unseen_keys(key, value, mask):
+  """Keys and values set to 0 where no query may attend (e.g. padding): a weight of exactly 0 times a NaN
+  or inf there would otherwise still reach the output (0 * NaN = NaN) and the gradients."""
+  mask = jnp.asarray(mask, bool)
+  mask = mask.reshape((1,) * (4 - mask.ndim) + mask.shape)  # numpy broadcasting adds leading axes
+  seen = jnp.any(mask, axis=(1, 2))[:, :, None, None]  # [batch or 1, kv_length, 1, 1]
+  return jnp.where(seen, key, jnp.zeros((), key.dtype)), jnp.where(seen, value, jnp.zeros((), value.dtype))
+
+
 def attention_weights(logits, mask=None, bias=None, dropout_rate: float = 0.0, dropout_rng=None,
                       broadcast_dropout: bool = True, dtype=None, float32_logits: bool = True,
                       kernels: Kernels | None = None):
@@ -99,7 +125,8 @@ def dot_product_attention(query, key, value, mask=None, bias=None, *, scale: boo
     query: ``[batch, q_length, heads, head_dim]``.
     key: ``[batch, kv_length, heads, head_dim]``.
     value: ``[batch, kv_length, heads, head_dim_v]``.
-    mask: bool ``[batch, heads, q_length, kv_length]`` (broadcastable); True = attend.
+    mask: bool ``[batch, heads, q_length, kv_length]`` (broadcastable); True = attend. Keys and values that
+      no query may attend to are never read (a NaN or inf there does not reach the output).
     bias: float, broadcastable to ``[batch, heads, q_length, kv_length]``.
     scale: True for ``1/sqrt(head_dim)``, False for no scaling (ablation), or a float.
     dropout_rate, dropout_rng, broadcast_dropout: attention-weight dropout.
@@ -115,13 +142,9 @@ def dot_product_attention(query, key, value, mask=None, bias=None, *, scale: boo
     ``[batch, q_length, heads, head_dim_v]`` in the value's dtype, and the weights if asked.
   """
   kernels = kernels or REFERENCE
-  if query.ndim != 4 or key.ndim != 4 or value.ndim != 4:
-    raise ValueError("query, key and value must be [batch, length, heads, head_dim]; got shapes "
-                     f"{query.shape}, {key.shape}, {value.shape}")
-  if query.shape[-1] != key.shape[-1]:
-    raise ValueError(f"query and key head_dim differ: {query.shape[-1]} vs {key.shape[-1]}")
-  if key.shape[:3] != value.shape[:3]:
-    raise ValueError(f"key and value must agree on [batch, kv_length, heads]: {key.shape} vs {value.shape}")
+  check_attention_inputs(query, key, value)
+  if mask is not None:
+    key, value = _zero_unseen_keys(key, value, mask)
   if kernels.attention is not None and fused_attention_blocker(
       query, key, value, mask=mask, bias=bias, dropout_rate=dropout_rate, return_weights=return_weights,
       precision=precision) is None:

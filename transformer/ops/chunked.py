@@ -16,8 +16,9 @@ import math
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
-from transformer.ops.attention import MASK_VALUE
+from transformer.ops.attention import MASK_VALUE, check_attention_inputs
 from transformer.ops.kernels import REFERENCE, Kernels
 from transformer.ops.scores import dot_product_scores
 
@@ -33,28 +34,43 @@ def chunked_dot_product_attention(query, key, value, query_valid=None, key_valid
     key: ``[batch, kv_length, heads, head_dim]``.
     value: ``[batch, kv_length, heads, head_dim_v]``.
     query_valid: ``[batch, q_length]`` bool; invalid (padding) queries return zeros. Default: all valid.
-    key_valid: ``[batch, kv_length]`` bool; invalid keys get no weight. Default: all valid.
+    key_valid: ``[batch, kv_length]`` bool; invalid keys get no weight (a NaN there never reaches the
+      output). Default: all valid.
     causal: query ``i`` sees only keys ``j <= i``.
     scale: as ``dot_product_scores``.
-    query_chunk_size, key_chunk_size: block sizes; lengths need not be multiples of them.
+    query_chunk_size, key_chunk_size: positive block sizes; lengths need not be multiples of them.
     kernels: a backend-tuned product for the blocks' logits (``kernels.py``); None for the einsum.
 
   Returns:
     ``[batch, q_length, heads, head_dim_v]`` in the query's dtype. Equal (to float rounding) to
     ``dot_product_attention`` with the mask ``make_attention_mask(query_valid, key_valid)`` (and causal).
   """
+  check_attention_inputs(query, key, value)
   batch, q_length = query.shape[:2]
   kv_length = key.shape[1]
+  if not q_length or not kv_length:
+    raise ValueError(f"chunked attention needs at least one query and one key, got q_length={q_length} and "
+                     f"kv_length={kv_length}")
+  for name, size in (("query_chunk_size", query_chunk_size), ("key_chunk_size", key_chunk_size)):
+    if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1:
+      raise ValueError(f"{name} must be a positive integer, got {size!r}")
   if query_valid is None:
     query_valid = jnp.ones((batch, q_length), bool)
   if key_valid is None:
     key_valid = jnp.ones((batch, kv_length), bool)
+  for name, valid, length in (("query_valid", query_valid, q_length), ("key_valid", key_valid, kv_length)):
+    if jnp.shape(valid) != (batch, length):
+      raise ValueError(f"{name} must be [batch, length] = {(batch, length)}, got shape {jnp.shape(valid)}")
+  key_valid = jnp.asarray(key_valid, bool)
+  # Invalid keys and values set to 0: a weight of exactly 0 times a NaN there would still reach the output.
+  key = jnp.where(key_valid[:, :, None, None], key, jnp.zeros((), key.dtype))
+  value = jnp.where(key_valid[:, :, None, None], value, jnp.zeros((), value.dtype))
   if scale is True:
     scale = query.shape[-1] ** -0.5
   elif scale is False:
     scale = 1.0
-  query_chunk_size = min(query_chunk_size, q_length)
-  key_chunk_size = min(key_chunk_size, kv_length)
+  query_chunk_size = min(int(query_chunk_size), q_length)
+  key_chunk_size = min(int(key_chunk_size), kv_length)
   return _chunked_attention(query, key, value, jnp.asarray(query_valid, bool), jnp.asarray(key_valid, bool),
                             causal, float(scale), query_chunk_size, key_chunk_size, kernels or REFERENCE)
 
