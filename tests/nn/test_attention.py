@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from tests.nn import reference
+from transformer import ops
 from transformer.nn import ModelConfig, MultiHeadAttention
 
 CONFIG = ModelConfig(vocab_size=11, d_model=8, num_heads=2, d_ff=16, dropout_rate=0.0, attention_dropout_rate=0.0,
@@ -23,10 +24,12 @@ def _inputs(seed=0):
   return inputs_q, inputs_kv, query_valid, key_valid
 
 
+@pytest.mark.parametrize("kernels", ["auto", "reference"])
 @pytest.mark.parametrize("implementation", ["dense", "chunked"])
 @pytest.mark.parametrize("positional_encoding", ["sinusoidal", "rotary"])
-def test_self_and_cross_attention_match_numpy(positional_encoding, implementation):
-  config = CONFIG.replace(positional_encoding=positional_encoding, attention_implementation=implementation)
+def test_self_and_cross_attention_match_numpy(positional_encoding, implementation, kernels):
+  config = CONFIG.replace(positional_encoding=positional_encoding, attention_implementation=implementation,
+                          kernels=kernels)
   inputs_q, inputs_kv, query_valid, key_valid = _inputs()
   rotary = positional_encoding == "rotary"
   params = reference.perturbed_params(MultiHeadAttention(config), inputs_q, inputs_kv, query_valid, key_valid)
@@ -53,9 +56,10 @@ def test_self_and_cross_attention_match_numpy(positional_encoding, implementatio
   np.testing.assert_allclose(cross, expected, atol=1e-5, rtol=1e-5)
 
 
-def test_cached_decoding_equals_full_causal_attention():
+@pytest.mark.parametrize("kernels", ["auto", "reference"])
+def test_cached_decoding_equals_full_causal_attention(kernels):
   """One position per call through the cache gives the full causal self attention (rotary positions too)."""
-  config = CONFIG.replace(positional_encoding="rotary")
+  config = CONFIG.replace(positional_encoding="rotary", kernels=kernels)
   inputs, _, _, _ = _inputs(1)
   valid = np.ones((BATCH, Q_LENGTH), bool)
   module = MultiHeadAttention(config)
@@ -114,3 +118,66 @@ def test_float32_attention_logits_flag_reaches_the_dense_attention():
   assert not np.array_equal(default, low)
   np.testing.assert_allclose(low, default, atol=5e-2, rtol=5e-2)
   np.testing.assert_array_equal(apply(float32_attention_logits=False), apply())
+
+
+@pytest.mark.parametrize("implementation", ["dense", "chunked"])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_kernels_auto_and_reference_agree_in_outputs_and_gradients(implementation, dtype):
+  """Self (causal, padded) and cross attention: same outputs and parameter gradients with either setting."""
+  inputs_q, inputs_kv, query_valid, key_valid = _inputs(3)
+  params = reference.perturbed_params(MultiHeadAttention(CONFIG), inputs_q, inputs_kv, query_valid, key_valid)
+  tolerance = dict(atol=1e-5, rtol=1e-5) if dtype == "float32" else dict(atol=3e-2, rtol=3e-2)
+
+  def outputs_and_grads(kernels):
+    config = CONFIG.replace(attention_implementation=implementation, dtype=dtype, kernels=kernels)
+
+    def loss(params):
+      causal = MultiHeadAttention(config).apply({"params": params}, inputs_q, inputs_q, query_valid, query_valid,
+                                                causal=True)
+      cross = MultiHeadAttention(config, cross_attention=True).apply({"params": params}, inputs_q, inputs_kv,
+                                                                     query_valid, key_valid)
+      outputs = jnp.stack([causal, cross]).astype(jnp.float32)
+      return jnp.sum(jnp.sin(outputs)), outputs
+    (_, outputs), grads = jax.jit(jax.value_and_grad(loss, has_aux=True))(params)
+    return outputs, grads
+
+  auto_outputs, auto_grads = outputs_and_grads("auto")
+  reference_outputs, reference_grads = outputs_and_grads("reference")
+  np.testing.assert_allclose(auto_outputs, reference_outputs, **tolerance)
+  for name in auto_grads:
+    np.testing.assert_allclose(auto_grads[name], reference_grads[name], err_msg=name, **tolerance)
+
+
+def test_on_a_gpu_auto_fuses_attention_unless_weights_are_sown_or_dropped(monkeypatch):
+  """With the platform faked as a GPU (cuDNN cannot run here), ``kernels="auto"`` routes bfloat16 attention to
+  the fused kernel, and falls back to the formula when the weights are sown, with attention dropout, and in
+  float32; ``kernels="reference"`` never fuses."""
+  from transformer.ops import kernels
+  calls = []
+
+  def fused(query, key, value, mask, scale):
+    calls.append(query.shape)
+    return ops.dot_product_attention(query, key, value, mask=mask, scale=scale)
+
+  monkeypatch.setattr(kernels, "current_platform", lambda: "gpu")
+  monkeypatch.setattr(kernels, "CUDNN", kernels.Kernels(name="cudnn", attention=fused))
+  _, inputs, _, valid = _inputs(4)  # length 6: even, as cuDNN's masked backward needs
+  config = CONFIG.replace(d_model=16, dtype="bfloat16")  # head_dim 8, a multiple of 8 as cuDNN needs
+  inputs = np.concatenate([inputs, inputs], axis=-1)
+  module = MultiHeadAttention(config)
+  params = module.init(jax.random.key(0), inputs, inputs, valid, valid)["params"]
+
+  def run(**changes):
+    calls.clear()
+    changed = config.replace(**changes)
+    rngs = {} if changed.deterministic else {"dropout": jax.random.key(1)}
+    MultiHeadAttention(changed).apply({"params": params}, inputs, inputs, valid, valid, causal=True, rngs=rngs)
+    sown = MultiHeadAttention(changed).apply({"params": params}, inputs, inputs, valid, valid, causal=True,
+                                             rngs=rngs, mutable=["intermediates"])[1]
+    assert sown["intermediates"]["attention_weights"][0].shape == (BATCH, 2, 6, 6)
+    return len(calls)
+
+  assert run() == 1  # the call that sows its weights takes the formula
+  assert run(kernels="reference") == 0
+  assert run(dtype="float32") == 0
+  assert run(deterministic=False, attention_dropout_rate=0.1) == 0

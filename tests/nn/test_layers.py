@@ -1,4 +1,6 @@
 """Layers: a whole EncoderLayer against numpy with the module's own weights; decoder-layer causality."""
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -103,3 +105,23 @@ def test_dropout_is_active_only_when_not_deterministic():
   np.testing.assert_array_equal(first, apply(jax.random.key(1)))
   assert np.abs(first - without).max() > 1e-2
   assert np.abs(first - apply(jax.random.key(2))).max() > 1e-2
+
+
+def test_kernels_setting_is_validated_and_reaches_the_norms_and_dropout():
+  with pytest.raises(ValueError, match=re.escape("ModelConfig.kernels='cpu' is not supported; choose one of "
+                                                 "['auto', 'reference']")):
+    CONFIG.replace(kernels="cpu")
+  x, valid = _sequence(7)
+  config = CONFIG.replace(dropout_rate=0.3, attention_dropout_rate=0.3, feed_forward_dropout_rate=0.3)
+  params = reference.perturbed_params(EncoderLayer(config), x, valid)
+  # Deterministic: the settings agree; with dropout they draw different masks (8-bit draws on CPU for "auto").
+  deterministic = {kernels: EncoderLayer(config.replace(kernels=kernels)).apply({"params": params}, x, valid)
+                   for kernels in ("auto", "reference")}
+  np.testing.assert_allclose(deterministic["auto"], deterministic["reference"], atol=1e-5, rtol=1e-5)
+  training = {kernels: EncoderLayer(config.replace(kernels=kernels, deterministic=False)).apply(
+      {"params": params}, x, valid, rngs={"dropout": jax.random.key(0)}) for kernels in ("auto", "reference")}
+  assert np.abs(training["auto"] - training["reference"]).max() > 1e-2
+  backward = {kernels: jax.jit(jax.grad(lambda x: jnp.sum(Norm(CONFIG.replace(kernels=kernels)).apply(
+      {"params": {"scale": jnp.ones(8), "bias": jnp.zeros(8)}}, x) ** 3))).lower(x).as_text()
+      for kernels in ("auto", "reference")}
+  assert "optimization_barrier" in backward["auto"] and "optimization_barrier" not in backward["reference"]

@@ -285,6 +285,7 @@ def test_teacher_forced_logits_match_numpy_reference(changes):
     (dict(hidden_dim=7), "RNNConfig.hidden_dim=7 must be even with bidirectional_encoder=True"),
     (dict(attention="bahdanau", input_feeding=False),
      "RNNConfig.input_feeding=False is not supported with attention='bahdanau'"),
+    (dict(kernels="fast"), "RNNConfig.kernels='fast' is not supported; choose one of ['auto', 'reference']"),
 ])
 def test_config_validation_names_field_value_and_fix(changes, pattern):
   with pytest.raises(ValueError, match=re.escape(pattern)):
@@ -337,3 +338,19 @@ def test_training_on_a_copy_task_reduces_the_loss():
 
   initial_loss, final_loss = map(float, initial_and_final_loss())
   assert np.isfinite(final_loss) and final_loss < 0.5 * initial_loss, (initial_loss, final_loss)
+
+
+@pytest.mark.parametrize("attention", ["bahdanau", "luong_dot", "luong_general", "luong_cosine"])
+def test_kernels_auto_and_reference_agree_in_logits_and_gradients(attention):
+  config = CONFIG.replace(attention=attention)
+  params = _params(config)
+
+  def logits_and_grads(kernels):
+    model = RNNEncoderDecoder(config.replace(kernels=kernels))
+    loss = lambda params: jnp.sum(jnp.sin(model.apply({"params": params}, SOURCE, TARGET)))
+    return jax.jit(jax.value_and_grad(loss))(params)
+
+  (auto_loss, auto_grads), (reference_loss, reference_grads) = logits_and_grads("auto"), logits_and_grads("reference")
+  np.testing.assert_allclose(auto_loss, reference_loss, rtol=1e-5)
+  for auto_grad, reference_grad in zip(jax.tree.leaves(auto_grads), jax.tree.leaves(reference_grads)):
+    np.testing.assert_allclose(auto_grad, reference_grad, atol=1e-5, rtol=1e-5)

@@ -121,11 +121,13 @@ def test_fully_masked_rows_are_zero_with_finite_gradients():
   np.testing.assert_array_equal(grads[2][1], 0.0)
 
 
+@pytest.mark.parametrize("kernels", ["reference", "auto"])
 @pytest.mark.parametrize("masked", [False, True])
-def test_bfloat16_gradients_match_float32_attention_of_the_same_inputs(masked):
-  """bfloat16 attention keeps its softmax weights for the backward in bfloat16 and rounds the logit
-  cotangent to bfloat16 (ops.attention, ops.scores): its gradients stay within bfloat16 rounding of the
-  float32 computation on the same (bfloat16-valued) inputs, and rows that see nothing get none."""
+def test_bfloat16_gradients_match_float32_attention_of_the_same_inputs(masked, kernels):
+  """bfloat16 attention's gradients stay within bfloat16 rounding of the float32 computation on the same
+  (bfloat16-valued) inputs, also with the CPU kernels (which keep the softmax weights for the backward in
+  bfloat16 and round the logit cotangent to bfloat16), and rows that see nothing get none."""
+  kernels = ops.select_kernels(kernels)
   query, key, value = (np.asarray(jnp.asarray(x, jnp.bfloat16), np.float32) for x in _qkv(11, 6, 7))
   mask = np.ones((BATCH, 1, 6, 7), bool)
   if masked:
@@ -134,7 +136,8 @@ def test_bfloat16_gradients_match_float32_attention_of_the_same_inputs(masked):
   cotangent = np.random.default_rng(12).normal(size=query.shape[:3] + value.shape[-1:]).astype(np.float32)
 
   def grads(dtype):
-    loss = lambda q, k, v: jnp.sum(ops.dot_product_attention(q, k, v, mask=mask).astype(jnp.float32) * cotangent)
+    loss = lambda q, k, v: jnp.sum(ops.dot_product_attention(q, k, v, mask=mask, kernels=kernels).astype(
+        jnp.float32) * cotangent)
     return [np.asarray(g, np.float32) for g in
             jax.jit(jax.grad(loss, argnums=(0, 1, 2)))(*(jnp.asarray(x, dtype) for x in (query, key, value)))]
 
@@ -260,3 +263,28 @@ def test_float16_logits_keep_fully_masked_rows_finite():
   for grad in grads:
     assert np.isfinite(np.asarray(grad, np.float32)).all()
   np.testing.assert_array_equal(np.asarray(grads[1], np.float32)[1, 2:], 0.0)  # masked keys get no gradient
+
+
+def test_integer_inputs_are_named():
+  query, key, value = (x.astype(jnp.int32) for x in _qkv(17, 3, 4))
+  with pytest.raises(ValueError, match="floating-point query, key and value, got int32"):
+    ops.dot_product_attention(query, key, value)
+
+
+def test_nan_in_a_masked_out_value_does_not_leak_into_the_output():
+  """A key no query may attend to (padding) is never read: NaN or inf there changes nothing, also with a
+  2-D mask (broadcast as numpy does)."""
+  query, key, value = _qkv(18, 3, 5)
+  mask, _ = _mask("padding", 3, 5)  # key 4 of example 0 and keys 2-4 of example 1 are padding
+  expected = ops.dot_product_attention(query, key, value, mask=mask)
+  poisoned_value = value.at[0, 4].set(jnp.nan).at[1, 2].set(jnp.inf)
+  poisoned_key = key.at[1, 3].set(jnp.nan)
+  output = ops.dot_product_attention(query, poisoned_key, poisoned_value, mask=mask)
+  np.testing.assert_allclose(output, expected, atol=1e-6, rtol=1e-6)
+  grads = jax.grad(lambda q, k, v: jnp.sum(ops.dot_product_attention(q, k, v, mask=mask) ** 2),
+                   argnums=(0, 1, 2))(query, poisoned_key, poisoned_value)
+  assert all(np.isfinite(np.asarray(grad)).all() for grad in grads)
+  causal = ops.make_causal_mask(3, 5)[0, 0]  # [q_length, kv_length]: key 4 is seen by no query
+  np.testing.assert_allclose(ops.dot_product_attention(query, key, value.at[:, 4].set(jnp.nan), mask=causal),
+                             ops.dot_product_attention(query, key, value, mask=causal[None, None]),
+                             atol=1e-6, rtol=1e-6)

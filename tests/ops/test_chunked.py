@@ -105,3 +105,48 @@ def test_chunked_defaults_mean_no_mask():
   chunked = jax.jit(functools.partial(ops.chunked_dot_product_attention, key_chunk_size=4))
   np.testing.assert_allclose(chunked(query, key, value),
                              ops.dot_product_attention(query, key, value), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("change, message", [
+    (dict(query_valid=np.ones((BATCH, 4), bool)), r"query_valid must be \[batch, length\] = \(2, 5\)"),
+    (dict(key_valid=np.ones((BATCH, 5), bool)), r"key_valid must be \[batch, length\] = \(2, 6\)"),
+    (dict(value_length=4), "key and value must agree"),
+    (dict(dtype=jnp.int32), "floating-point query, key and value"),
+    (dict(query_chunk_size=0), "query_chunk_size must be a positive integer, got 0"),
+    (dict(key_chunk_size=-2), "key_chunk_size must be a positive integer, got -2"),
+    (dict(query_chunk_size=2.5), "query_chunk_size must be a positive integer, got 2.5"),
+    (dict(key_chunk_size=True), "key_chunk_size must be a positive integer, got True"),
+    (dict(q_length=0), "at least one query and one key, got q_length=0"),
+    (dict(kv_length=0), "at least one query and one key, got q_length=5 and kv_length=0"),
+], ids=lambda value: str(value)[:40])
+def test_chunked_names_bad_inputs(change, message):
+  change = dict(change)
+  dtype = change.pop("dtype", jnp.float32)
+  q_length, kv_length = change.pop("q_length", 5), change.pop("kv_length", 6)
+  query, key, value, _, _, _ = _inputs(9, q_length, kv_length, padding=False)
+  value = value[:, :change.pop("value_length", kv_length)]
+  query, key, value = (x.astype(dtype) for x in (query, key, value))
+  with pytest.raises(ValueError, match=message):
+    ops.chunked_dot_product_attention(query, key, value, **change)
+
+
+def test_numpy_integer_chunk_sizes_are_accepted():
+  query, key, value, query_valid, key_valid, _ = _inputs(10, 5, 6, padding=True)
+  np.testing.assert_allclose(
+      ops.chunked_dot_product_attention(query, key, value, query_valid, key_valid, query_chunk_size=np.int64(2),
+                                        key_chunk_size=np.int32(4)),
+      _dense(query, key, value, query_valid, key_valid, False, True), atol=1e-5, rtol=1e-5)
+
+
+def test_nan_in_an_invalid_key_or_value_reaches_neither_output_nor_gradients():
+  query, key, value, query_valid, key_valid, cotangent = _inputs(11, 5, 6, padding=True)
+  poisoned_key = key.at[1, -1].set(jnp.nan)  # key_valid[1, -3:] is False
+  poisoned_value = value.at[1, -1].set(jnp.nan).at[0, -1].set(jnp.inf)
+  expected, expected_grads = _value_and_grads(_dense, query, key, value, query_valid, key_valid, cotangent,
+                                              True, True, 2, 4)
+  for attention in (_chunked, _dense):
+    output, grads = _value_and_grads(attention, query, poisoned_key, poisoned_value, query_valid, key_valid,
+                                     cotangent, True, True, 2, 4)
+    np.testing.assert_allclose(output, expected, atol=1e-5, rtol=1e-5)
+    for grad, expected_grad in zip(grads, expected_grads):
+      np.testing.assert_allclose(grad, expected_grad, atol=1e-5, rtol=1e-5)

@@ -83,3 +83,19 @@ def test_weighted_sum_returns_numerator_and_denominator():
   assert (float(total), float(count)) == (7.0, 3.0)
   total, count = ops.weighted_sum(values)
   assert (float(total), float(count)) == (21.0, 6.0)
+
+
+@pytest.mark.parametrize("label_smoothing", [0.0, 0.1])
+def test_a_target_outside_the_vocabulary_gives_nan_only_at_its_position(label_smoothing):
+  """Documented: out-of-vocabulary ids (also negative ones, which indexing would wrap to the last class)
+  make that position's loss NaN instead of silently training on another class."""
+  logits = np.random.default_rng(7).normal(size=(2, 3, 5)).astype(np.float32)
+  targets = np.array([[1, 5, 2], [-1, 0, 4]])
+  losses = np.asarray(ops.softmax_cross_entropy(logits, targets, label_smoothing))
+  outside = np.array([[False, True, False], [True, False, False]])
+  assert np.isnan(losses[outside]).all()
+  in_vocabulary = np.where(outside, 0, targets)
+  np.testing.assert_allclose(losses[~outside], _numpy_loss(logits, in_vocabulary, label_smoothing)[~outside],
+                             rtol=1e-5, atol=1e-5)
+  jitted = np.asarray(jax.jit(ops.softmax_cross_entropy, static_argnums=2)(logits, targets, label_smoothing))
+  np.testing.assert_array_equal(np.isnan(jitted), outside)

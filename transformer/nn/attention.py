@@ -92,11 +92,13 @@ class MultiHeadAttention(nn.Module):
       query = ops.apply_rotary_embedding(query, query_positions)
       key = ops.apply_rotary_embedding(key, key_positions)
 
+    kernels = ops.select_kernels(config.kernels)
     use_dropout = not config.deterministic and config.attention_dropout_rate > 0.0
     if config.attention_implementation == "chunked" and not use_dropout:
       output = ops.chunked_dot_product_attention(
           query, key, value, query_valid, key_valid, causal=causal, scale=config.scale_attention,
-          query_chunk_size=config.attention_chunk_size, key_chunk_size=config.attention_chunk_size)
+          query_chunk_size=config.attention_chunk_size, key_chunk_size=config.attention_chunk_size,
+          kernels=kernels)
     else:
       # Attention-weight dropout needs the weights, so it always takes the dense path.
       mask = None
@@ -106,12 +108,16 @@ class MultiHeadAttention(nn.Module):
             jnp.ones((batch, key.shape[1]), bool) if key_valid is None else key_valid)
       if causal:
         mask = ops.combine_masks(mask, ops.make_causal_mask(q_length, key.shape[1]))
-      output, weights = ops.dot_product_attention(
+      # The weights are formed only when sown (a fused kernel, e.g. cuDNN's, never writes them out).
+      sow_weights = self.is_mutable_collection("intermediates")
+      output = ops.dot_product_attention(
           query, key, value, mask=mask, scale=config.scale_attention,
           dropout_rate=config.attention_dropout_rate if use_dropout else 0.0,
-          dropout_rng=self.make_rng("dropout") if use_dropout else None, return_weights=True,
-          float32_logits=config.float32_attention_logits)
-      self.sow("intermediates", "attention_weights", weights)
+          dropout_rng=self.make_rng("dropout") if use_dropout else None, return_weights=sow_weights,
+          float32_logits=config.float32_attention_logits, kernels=kernels)
+      if sow_weights:
+        output, weights = output
+        self.sow("intermediates", "attention_weights", weights)
 
     output = output.reshape(batch, q_length, features)
     return self._projection("output", features, d_model)(output)

@@ -7,6 +7,7 @@ import difflib
 import jax.numpy as jnp
 
 from transformer.errors import ConfigError
+from transformer.ops.kernels import KERNEL_SETTINGS
 
 POSITIONAL_ENCODINGS = ("sinusoidal", "learned", "rotary", "none")
 NORMS = ("layer_norm", "rms_norm")
@@ -108,6 +109,8 @@ class ModelConfig(ValidatedConfig):
   # bfloat16 and less accurate; the chunked implementation always uses float32.
   float32_attention_logits: bool = True
   dtype: str = "float32"  # compute dtype; parameters stay float32
+  # "auto": backend-tuned ops for the platform (transformer/ops/kernels.py); "reference": the formulas
+  kernels: str = "auto"
   pad_id: int = 0
   bos_id: int = 1
   eos_id: int = 2
@@ -117,7 +120,8 @@ class ModelConfig(ValidatedConfig):
   def __post_init__(self):
     for name, allowed in (("positional_encoding", POSITIONAL_ENCODINGS), ("norm", NORMS),
                           ("norm_position", NORM_POSITIONS), ("activation", ACTIVATIONS),
-                          ("attention_implementation", ATTENTION_IMPLEMENTATIONS), ("dtype", DTYPES)):
+                          ("attention_implementation", ATTENTION_IMPLEMENTATIONS), ("dtype", DTYPES),
+                          ("kernels", KERNEL_SETTINGS)):
       self.check_choice(name, allowed)
     for name in ("vocab_size", "d_model", "num_heads", "d_ff", "max_length", "attention_chunk_size"):
       self.check_positive_int(name)

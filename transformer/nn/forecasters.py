@@ -26,9 +26,11 @@ import dataclasses
 import flax.linen as nn
 import jax.numpy as jnp
 
+from transformer.errors import ConfigError
 from transformer.nn.config import DTYPES, NORM_POSITIONS, POSITIONAL_ENCODINGS, ModelConfig, ValidatedConfig
 from transformer.nn.layers import module_dropout
 from transformer.nn.models import Decoder, Encoder
+from transformer.ops.kernels import KERNEL_SETTINGS
 
 RECURRENT_CELLS = {"rnn": nn.SimpleCell, "lstm": nn.OptimizedLSTMCell, "gru": nn.GRUCell}
 TRANSFORMER_ARCHITECTURES = ("transformer", "transformer_encoder")
@@ -59,11 +61,13 @@ class ForecasterConfig(ValidatedConfig):
   norm_position: str = "pre"  # Transformers: one of NORM_POSITIONS
   pooling: str = "last"  # "transformer_encoder": one of FORECAST_POOLINGS
   dtype: str = "float32"  # compute dtype; parameters and forecasts stay float32
+  kernels: str = "auto"  # ops implementations: "auto" (backend-tuned) or "reference" (ops.kernels)
   deterministic: bool = False  # True disables dropout (evaluation)
 
   def __post_init__(self):
     for name, allowed in (("architecture", ARCHITECTURES), ("positional_encoding", POSITIONAL_ENCODINGS),
-                          ("norm_position", NORM_POSITIONS), ("pooling", FORECAST_POOLINGS), ("dtype", DTYPES)):
+                          ("norm_position", NORM_POSITIONS), ("pooling", FORECAST_POOLINGS), ("dtype", DTYPES),
+                          ("kernels", KERNEL_SETTINGS)):
       self.check_choice(name, allowed)
     for name in ("num_features", "input_length", "num_horizons", "d_model", "num_layers", "num_decoder_layers",
                  "num_heads", "d_ff"):
@@ -73,10 +77,10 @@ class ForecasterConfig(ValidatedConfig):
     if self.architecture in TRANSFORMER_ARCHITECTURES:
       if self.d_model % self.num_heads:
         divisors = [h for h in range(1, min(self.d_model, 64) + 1) if self.d_model % h == 0]
-        raise ValueError(f"ForecasterConfig.num_heads={self.num_heads} does not divide d_model={self.d_model}; "
+        raise ConfigError(f"ForecasterConfig.num_heads={self.num_heads} does not divide d_model={self.d_model}; "
                          f"choose num_heads from {divisors} or change d_model.")
       if self.positional_encoding == "rotary" and (self.d_model // self.num_heads) % 2:
-        raise ValueError(f"ForecasterConfig.positional_encoding='rotary' needs an even head dimension "
+        raise ConfigError(f"ForecasterConfig.positional_encoding='rotary' needs an even head dimension "
                          f"(d_model / num_heads), got {self.d_model // self.num_heads}; change d_model or "
                          f"num_heads.")
 
@@ -90,7 +94,7 @@ class ForecasterConfig(ValidatedConfig):
         attention_dropout_rate=self.attention_dropout_rate,
         max_length=max(self.input_length, self.num_horizons), positional_encoding=self.positional_encoding,
         # The projected features and the query table have unit scale already (see TransformerForecaster).
-        scale_embeddings=False, norm_position=self.norm_position, dtype=self.dtype,
+        scale_embeddings=False, norm_position=self.norm_position, dtype=self.dtype, kernels=self.kernels,
         deterministic=self.deterministic)
 
 

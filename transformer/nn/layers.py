@@ -12,10 +12,11 @@ from transformer.nn.config import ModelConfig
 
 
 def module_dropout(module: nn.Module, x, rate: float):
-  """``ops.dropout`` with the module's ``dropout`` key; identity when the config is deterministic."""
+  """``ops.dropout`` with the module's ``dropout`` key and ``config.kernels``; identity when the config is
+  deterministic."""
   if module.config.deterministic or rate == 0.0:
     return x
-  return ops.dropout(x, rate, module.make_rng("dropout"))
+  return ops.dropout(x, rate, module.make_rng("dropout"), kernels=ops.select_kernels(module.config.kernels))
 
 
 class Norm(nn.Module):
@@ -25,11 +26,12 @@ class Norm(nn.Module):
   @nn.compact
   def __call__(self, x):
     features = x.shape[-1]
+    kernels = ops.select_kernels(self.config.kernels)
     scale = self.param("scale", nn.initializers.ones, (features,))
     if self.config.norm == "rms_norm":
-      return ops.rms_norm(x, scale, epsilon=self.config.norm_epsilon)
+      return ops.rms_norm(x, scale, epsilon=self.config.norm_epsilon, kernels=kernels)
     bias = self.param("bias", nn.initializers.zeros, (features,))
-    return ops.layer_norm(x, scale, bias, epsilon=self.config.norm_epsilon)
+    return ops.layer_norm(x, scale, bias, epsilon=self.config.norm_epsilon, kernels=kernels)
 
 
 class FeedForward(nn.Module):
@@ -50,7 +52,7 @@ class FeedForward(nn.Module):
     return ops.feed_forward(
         x.astype(dtype), kernel_in.astype(dtype), bias_in.astype(dtype), kernel_out.astype(dtype),
         bias_out.astype(dtype), activation=config.activation, dropout_rate=rate,
-        dropout_rng=self.make_rng("dropout") if rate > 0.0 else None)
+        dropout_rng=self.make_rng("dropout") if rate > 0.0 else None, kernels=ops.select_kernels(config.kernels))
 
 
 class PositionalEncoding(nn.Module):

@@ -59,6 +59,8 @@ class RNNConfig(ValidatedConfig):
   bidirectional_encoder: bool = True  # forward and backward encoder RNNs, outputs concatenated
   dropout_rate: float = 0.1  # on embeddings, between stacked layers and before the output layer
   dtype: str = "float32"  # compute dtype; parameters stay float32
+  # "auto": backend-tuned ops for the platform (transformer/ops/kernels.py); "reference": the formulas
+  kernels: str = "auto"
   pad_id: int = 0
   bos_id: int = 1
   eos_id: int = 2
@@ -69,6 +71,7 @@ class RNNConfig(ValidatedConfig):
     self.check_choice("cell", CELLS)
     self.check_choice("attention", ATTENTIONS)
     self.check_choice("dtype", DTYPES)
+    self.check_choice("kernels", ops.KERNEL_SETTINGS)
     for name in ("vocab_size", "embedding_dim", "hidden_dim", "num_layers"):
       self.check_positive_int(name)
     for name in ("target_vocab_size", "attention_dim", "readout_dim"):
@@ -144,6 +147,7 @@ class RNNAttention(nn.Module):
       The context ``[batch, d_k]`` and the weights ``[batch, source_length]``.
     """
     config = self.config
+    kernels = ops.select_kernels(config.kernels)
     init = nn.initializers.lecun_normal()
     query = query[:, None, None, :]  # [batch, q_length=1, heads=1, d_q]
     keys = encoded[:, :, None, :]  # [batch, kv_length, heads=1, d_k]
@@ -156,14 +160,14 @@ class RNNAttention(nn.Module):
           query, projected_keys[:, :, None, :], self.param("query_weight", init, (d_q, d_attn)),
           self.param("score_vector", nn.initializers.normal(d_attn ** -0.5), (d_attn,)))
     elif config.attention == "luong_dot":
-      logits = ops.luong_dot_scores(query, keys)
+      logits = ops.luong_dot_scores(query, keys, kernels=kernels)
     elif config.attention == "luong_general":
-      logits = ops.general_scores(query, keys, self.param("weight", init, (d_q, d_k)))
+      logits = ops.general_scores(query, keys, self.param("weight", init, (d_q, d_k)), kernels=kernels)
     else:
-      logits = ops.cosine_scores(query, keys, temperature=config.cosine_temperature)
+      logits = ops.cosine_scores(query, keys, temperature=config.cosine_temperature, kernels=kernels)
     mask = encoded_valid[:, None, None, :]  # [batch, heads=1, q_length=1, kv_length]
-    weights = ops.attention_weights(logits, mask)  # [batch, heads=1, q_length=1, kv_length]
-    context = ops.weighted_values(weights, keys)  # [batch, q_length=1, heads=1, d_k]
+    weights = ops.attention_weights(logits, mask, kernels=kernels)  # [batch, heads=1, q_length=1, kv_length]
+    context = ops.weighted_values(weights, keys, kernels=kernels)  # [batch, q_length=1, heads=1, d_k]
     return context[:, 0, 0, :], weights[:, 0, 0, :]
 
 

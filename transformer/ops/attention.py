@@ -1,4 +1,4 @@
-"""The attention core: masked softmax over logits, then a weighted sum of values.
+"""The attention core: ``softmax(q k^T / sqrt(d_k)) v`` as a masked softmax over logits, then a weighted sum of values.
 
 Every attention variant in this package goes through ``attention_weights`` and ``weighted_values``:
 dot-product (``dot_product_attention``), the Luong and Bahdanau scores of ``scores.py`` (compute logits,
@@ -8,16 +8,18 @@ The memory-efficient path (``chunked.py``) computes the same function block by b
 Shapes: queries ``[batch, q_length, heads, head_dim]``, keys and values ``[batch, kv_length, heads, head_dim]``
 (the convention of ``jax.nn.dot_product_attention``); logits, masks and weights
 ``[batch, heads, q_length, kv_length]``.
+
+Each function computes its formula. The optional ``kernels`` argument (``kernels.select_kernels``, set by
+``ModelConfig.kernels``) swaps in backend-tuned pieces that compute the same values, e.g. cuDNN's fused
+attention on a GPU.
 """
 from __future__ import annotations
-
-import functools
 
 import jax
 import jax.numpy as jnp
 
-from transformer.ops.dense import batched_matmul
 from transformer.ops.dropout import dropout
+from transformer.ops.kernels import REFERENCE, Kernels, fused_attention_blocker
 from transformer.ops.scores import dot_product_scores
 
 # Masked logits are set to this value rather than -inf: a row with every key masked then gives a finite
@@ -26,8 +28,35 @@ from transformer.ops.scores import dot_product_scores
 MASK_VALUE = -1e9
 
 
+def check_attention_inputs(query, key, value) -> None:
+  """Raise a ValueError naming the problem unless query, key and value are float
+  ``[batch, length, heads, head_dim]`` arrays that agree as attention needs."""
+  if query.ndim != 4 or key.ndim != 4 or value.ndim != 4:
+    raise ValueError("query, key and value must be [batch, length, heads, head_dim]; got shapes "
+                     f"{query.shape}, {key.shape}, {value.shape}")
+  if not all(jnp.issubdtype(x.dtype, jnp.floating) for x in (query, key, value)):
+    raise ValueError(f"attention needs floating-point query, key and value, got {query.dtype}, {key.dtype}, "
+                     f"{value.dtype}; cast them, e.g. with .astype(jnp.float32)")
+  if query.shape[-1] != key.shape[-1]:
+    raise ValueError(f"query and key head_dim differ: {query.shape[-1]} vs {key.shape[-1]}")
+  if key.shape[:3] != value.shape[:3]:
+    raise ValueError(f"key and value must agree on [batch, kv_length, heads]: {key.shape} vs {value.shape}")
+  if query.shape[0] != key.shape[0] or query.shape[2] != key.shape[2]:
+    raise ValueError(f"query and key must agree on batch and heads: {query.shape} vs {key.shape}")
+
+
+def _zero_unseen_keys(key, value, mask):
+  """Keys and values set to 0 where no query may attend (e.g. padding): a weight of exactly 0 times a NaN
+  or inf there would otherwise still reach the output (0 * NaN = NaN) and the gradients."""
+  mask = jnp.asarray(mask, bool)
+  mask = mask.reshape((1,) * (4 - mask.ndim) + mask.shape)  # numpy broadcasting adds leading axes
+  seen = jnp.any(mask, axis=(1, 2))[:, :, None, None]  # [batch or 1, kv_length, 1, 1]
+  return jnp.where(seen, key, jnp.zeros((), key.dtype)), jnp.where(seen, value, jnp.zeros((), value.dtype))
+
+
 def attention_weights(logits, mask=None, bias=None, dropout_rate: float = 0.0, dropout_rng=None,
-                      broadcast_dropout: bool = True, dtype=None, float32_logits: bool = True):
+                      broadcast_dropout: bool = True, dtype=None, float32_logits: bool = True,
+                      kernels: Kernels | None = None):
   """Softmax over keys, computed in float32 (by default), with masking and optional dropout.
 
   Args:
@@ -39,13 +68,14 @@ def attention_weights(logits, mask=None, bias=None, dropout_rate: float = 0.0, d
     broadcast_dropout: share one dropout mask across batch and heads (as flax does).
     dtype: dtype of the returned weights (defaults to ``logits.dtype``).
     float32_logits: True (default) adds the bias, masks and takes the softmax in float32; False does so
-      in the logits' own dtype (flax's stock behaviour: less accurate; ``python -m benchmarks.attention``
-      times it beside the default, in its own column of benchmarks/RESULTS.md).
+      in the logits' own dtype (flax's stock behaviour: less accurate, faster in bfloat16).
+    kernels: backend-tuned softmax and dropout (``kernels.py``); None for the formula.
 
   Returns:
     ``[batch, heads, q_length, kv_length]`` weights; rows sum to 1, except rows whose keys are all masked,
     which are exactly 0 (never NaN and never a uniform average over padding).
   """
+  kernels = kernels or REFERENCE
   dtype = logits.dtype if dtype is None else dtype
   # float32 softmax: bfloat16's 8-bit mantissa loses small probabilities and the normaliser.
   softmax_dtype = jnp.float32 if float32_logits else logits.dtype
@@ -54,72 +84,49 @@ def attention_weights(logits, mask=None, bias=None, dropout_rate: float = 0.0, d
     logits = logits + bias.astype(softmax_dtype)
   if mask is not None:
     logits = jnp.where(mask, logits, MASK_VALUE)  # -inf in float16: a fully masked row is NaN until zeroed below
-  if float32_logits and jnp.finfo(dtype).bits < 32:
-    weights = _softmax_saved_in(logits, dtype)  # float32 softmax, weights (and the backward's copy) in dtype
+  if kernels.softmax is not None:
+    weights = kernels.softmax(logits, dtype)
   else:
-    # jax.nn.softmax: its custom JVP differentiates y * (g - sum(y g)) and never through the max it
-    # subtracts (a hand-written exp/sum did, at the cost of an extra [batch, heads, q, kv] backward pass).
     weights = jax.nn.softmax(logits, axis=-1)
   if mask is not None:
     weights = jnp.where(jnp.any(mask, axis=-1, keepdims=True), weights, jnp.zeros((), weights.dtype))
   if dropout_rate > 0.0:
-    weights = dropout(weights, dropout_rate, dropout_rng, broadcast_dims=(0, 1) if broadcast_dropout else ())
+    weights = dropout(weights, dropout_rate, dropout_rng, broadcast_dims=(0, 1) if broadcast_dropout else (),
+                      kernels=kernels)
   return weights.astype(dtype)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
-def _softmax_saved_in(logits, dtype):
-  """``softmax(logits)`` over the last axis, computed in float32 and returned in the low-precision ``dtype``.
-
-  Autodiff of the float32 softmax would keep its float32 ``[batch, heads, q_length, kv_length]`` output for
-  the backward; here the backward reuses the ``dtype`` weights (half the bytes written and read) and
-  computes ``w * (g - sum(w g))`` in float32. In bfloat16, forward+backward of 8 heads of 64 on CPU: 1.10x
-  faster at 1024 tokens, 1.06x at 4096; 1.13x at both with the bfloat16 backward of the scores
-  (``scores.dot_product_scores``); interleaved A/B in one process on a loaded 2-core machine, 2026-11-25.
-  """
-  return jax.nn.softmax(logits.astype(jnp.float32), axis=-1).astype(dtype)
-
-
-def _softmax_forward(logits, dtype):
-  weights = _softmax_saved_in(logits, dtype)
-  return weights, weights
-
-
-def _softmax_backward(dtype, weights, weights_cotangent):
-  del dtype
-  weights = weights.astype(jnp.float32)
-  weights_cotangent = weights_cotangent.astype(jnp.float32)
-  return (weights * (weights_cotangent - jnp.sum(weights * weights_cotangent, axis=-1, keepdims=True)),)
-
-
-_softmax_saved_in.defvjp(_softmax_forward, _softmax_backward)
-
-
-def weighted_values(weights, value, precision=None):
+def weighted_values(weights, value, precision=None, kernels: Kernels | None = None):
   """Weighted sum of values.
 
   Args:
     weights: ``[batch, heads, q_length, kv_length]``.
     value: ``[batch, kv_length, heads, head_dim]``.
+    precision: einsum precision.
+    kernels: a backend-tuned product (``kernels.py``); None for the einsum.
 
   Returns:
     ``[batch, q_length, heads, head_dim]``.
   """
-  # Heads next to batch for the matmul, as in dot_product_scores.
-  output = batched_matmul(weights.astype(value.dtype), jnp.swapaxes(value, 1, 2), precision=precision)
-  return jnp.swapaxes(output, 1, 2)
+  kernels = kernels or REFERENCE
+  weights = weights.astype(value.dtype)
+  if kernels.weights_value_product is not None:
+    return kernels.weights_value_product(weights, value, precision=precision)
+  return jnp.einsum("bhqk,bkhd->bqhd", weights, value, precision=precision)
 
 
 def dot_product_attention(query, key, value, mask=None, bias=None, *, scale: bool | float = True,
                           dropout_rate: float = 0.0, dropout_rng=None, broadcast_dropout: bool = True,
-                          return_weights: bool = False, precision=None, float32_logits: bool = True):
+                          return_weights: bool = False, precision=None, float32_logits: bool = True,
+                          kernels: Kernels | None = None):
   """Scaled dot-product attention, ``softmax(q k^T / sqrt(d_k)) v`` (Vaswani et al. 2017, eq. 1).
 
   Args:
     query: ``[batch, q_length, heads, head_dim]``.
     key: ``[batch, kv_length, heads, head_dim]``.
     value: ``[batch, kv_length, heads, head_dim_v]``.
-    mask: bool ``[batch, heads, q_length, kv_length]`` (broadcastable); True = attend.
+    mask: bool ``[batch, heads, q_length, kv_length]`` (broadcastable); True = attend. Keys and values that
+      no query may attend to are never read (a NaN or inf there does not reach the output).
     bias: float, broadcastable to ``[batch, heads, q_length, kv_length]``.
     scale: True for ``1/sqrt(head_dim)``, False for no scaling (ablation), or a float.
     dropout_rate, dropout_rng, broadcast_dropout: attention-weight dropout.
@@ -128,20 +135,25 @@ def dot_product_attention(query, key, value, mask=None, bias=None, *, scale: boo
     float32_logits: True (default): logits and softmax in float32 whatever the inputs' dtype. False: in the
       inputs' dtype, as flax's stock attention (T5X's ``float32_logits=False``); only differs for
       bfloat16/float16 inputs.
+    kernels: backend-tuned pieces (``kernels.select_kernels``); None for the formula. A fused attention
+      kernel (cuDNN) is used only where ``kernels.fused_attention_blocker`` finds nothing against it.
 
   Returns:
     ``[batch, q_length, heads, head_dim_v]`` in the value's dtype, and the weights if asked.
   """
-  if query.ndim != 4 or key.ndim != 4 or value.ndim != 4:
-    raise ValueError("query, key and value must be [batch, length, heads, head_dim]; got shapes "
-                     f"{query.shape}, {key.shape}, {value.shape}")
-  if query.shape[-1] != key.shape[-1]:
-    raise ValueError(f"query and key head_dim differ: {query.shape[-1]} vs {key.shape[-1]}")
-  if key.shape[:3] != value.shape[:3]:
-    raise ValueError(f"key and value must agree on [batch, kv_length, heads]: {key.shape} vs {value.shape}")
-  logits = dot_product_scores(query, key, scale=scale, precision=precision, float32_logits=float32_logits)
+  kernels = kernels or REFERENCE
+  check_attention_inputs(query, key, value)
+  if mask is not None:
+    key, value = _zero_unseen_keys(key, value, mask)
+  if kernels.attention is not None and fused_attention_blocker(
+      query, key, value, mask=mask, bias=bias, dropout_rate=dropout_rate, return_weights=return_weights,
+      precision=precision) is None:
+    scale = query.shape[-1] ** -0.5 if scale is True else 1.0 if scale is False else scale
+    return kernels.attention(query, key, value, mask, float(scale))
+  logits = dot_product_scores(query, key, scale=scale, precision=precision, float32_logits=float32_logits,
+                              kernels=kernels)
   weights = attention_weights(logits, mask=mask, bias=bias, dropout_rate=dropout_rate,
                               dropout_rng=dropout_rng, broadcast_dropout=broadcast_dropout,
-                              dtype=value.dtype, float32_logits=float32_logits)
-  output = weighted_values(weights, value, precision=precision)
+                              dtype=value.dtype, float32_logits=float32_logits, kernels=kernels)
+  output = weighted_values(weights, value, precision=precision, kernels=kernels)
   return (output, weights) if return_weights else output

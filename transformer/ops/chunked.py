@@ -16,14 +16,17 @@ import math
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
-from transformer.ops.attention import MASK_VALUE
+from transformer.ops.attention import MASK_VALUE, check_attention_inputs
+from transformer.ops.kernels import REFERENCE, Kernels
 from transformer.ops.scores import dot_product_scores
 
 
 def chunked_dot_product_attention(query, key, value, query_valid=None, key_valid=None, *,
                                   causal: bool = False, scale: bool | float = True,
-                                  query_chunk_size: int = 512, key_chunk_size: int = 512):
+                                  query_chunk_size: int = 512, key_chunk_size: int = 512,
+                                  kernels: Kernels | None = None):
   """Block-wise scaled dot-product attention with O(length * chunk) memory.
 
   Args:
@@ -31,29 +34,45 @@ def chunked_dot_product_attention(query, key, value, query_valid=None, key_valid
     key: ``[batch, kv_length, heads, head_dim]``.
     value: ``[batch, kv_length, heads, head_dim_v]``.
     query_valid: ``[batch, q_length]`` bool; invalid (padding) queries return zeros. Default: all valid.
-    key_valid: ``[batch, kv_length]`` bool; invalid keys get no weight. Default: all valid.
+    key_valid: ``[batch, kv_length]`` bool; invalid keys get no weight (a NaN there never reaches the
+      output). Default: all valid.
     causal: query ``i`` sees only keys ``j <= i``.
     scale: as ``dot_product_scores``.
-    query_chunk_size, key_chunk_size: block sizes; lengths need not be multiples of them.
+    query_chunk_size, key_chunk_size: positive block sizes; lengths need not be multiples of them.
+    kernels: a backend-tuned product for the blocks' logits (``kernels.py``); None for the einsum.
 
   Returns:
     ``[batch, q_length, heads, head_dim_v]`` in the query's dtype. Equal (to float rounding) to
     ``dot_product_attention`` with the mask ``make_attention_mask(query_valid, key_valid)`` (and causal).
   """
+  check_attention_inputs(query, key, value)
   batch, q_length = query.shape[:2]
   kv_length = key.shape[1]
+  if not q_length or not kv_length:
+    raise ValueError(f"chunked attention needs at least one query and one key, got q_length={q_length} and "
+                     f"kv_length={kv_length}")
+  for name, size in (("query_chunk_size", query_chunk_size), ("key_chunk_size", key_chunk_size)):
+    if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1:
+      raise ValueError(f"{name} must be a positive integer, got {size!r}")
   if query_valid is None:
     query_valid = jnp.ones((batch, q_length), bool)
   if key_valid is None:
     key_valid = jnp.ones((batch, kv_length), bool)
+  for name, valid, length in (("query_valid", query_valid, q_length), ("key_valid", key_valid, kv_length)):
+    if jnp.shape(valid) != (batch, length):
+      raise ValueError(f"{name} must be [batch, length] = {(batch, length)}, got shape {jnp.shape(valid)}")
+  key_valid = jnp.asarray(key_valid, bool)
+  # Invalid keys and values set to 0: a weight of exactly 0 times a NaN there would still reach the output.
+  key = jnp.where(key_valid[:, :, None, None], key, jnp.zeros((), key.dtype))
+  value = jnp.where(key_valid[:, :, None, None], value, jnp.zeros((), value.dtype))
   if scale is True:
     scale = query.shape[-1] ** -0.5
   elif scale is False:
     scale = 1.0
-  query_chunk_size = min(query_chunk_size, q_length)
-  key_chunk_size = min(key_chunk_size, kv_length)
+  query_chunk_size = min(int(query_chunk_size), q_length)
+  key_chunk_size = min(int(key_chunk_size), kv_length)
   return _chunked_attention(query, key, value, jnp.asarray(query_valid, bool), jnp.asarray(key_valid, bool),
-                            causal, float(scale), query_chunk_size, key_chunk_size)
+                            causal, float(scale), query_chunk_size, key_chunk_size, kernels or REFERENCE)
 
 
 def _split_blocks(x, chunk_size):
@@ -86,13 +105,14 @@ def _block_mask(query_valid, key_valid, query_position, key_position, causal):
   return mask
 
 
-def _block_probabilities(query, key, mask, log_normaliser, scale):
+def _block_probabilities(query, key, mask, log_normaliser, scale, kernels):
   """Softmax weights of one block from the saved log-sum-exp: ``[batch, heads, q_chunk, k_chunk]``."""
-  logits = dot_product_scores(query, key, scale=scale)
+  logits = dot_product_scores(query, key, scale=scale, kernels=kernels)
   return jnp.where(mask, jnp.exp(logits - log_normaliser[..., None]), 0.0)
 
 
-def _forward(query, key, value, query_valid, key_valid, causal, scale, query_chunk_size, key_chunk_size):
+def _forward(query, key, value, query_valid, key_valid, causal, scale, query_chunk_size, key_chunk_size,
+             kernels):
   q_length, kv_length = query.shape[1], key.shape[1]
   key_blocks = (_split_blocks(key, key_chunk_size), _split_blocks(value, key_chunk_size),
                 _split_blocks(key_valid, key_chunk_size), _block_positions(kv_length, key_chunk_size))
@@ -105,7 +125,8 @@ def _forward(query, key, value, query_valid, key_valid, causal, scale, query_chu
       accumulator, running_max, running_sum = carry
       key_block, value_block, key_valid_block, key_position = key_block_inputs
       mask = _block_mask(query_valid_block, key_valid_block, query_position, key_position, causal)
-      logits = jnp.where(mask, dot_product_scores(query_block, key_block, scale=scale), MASK_VALUE)
+      logits = jnp.where(mask, dot_product_scores(query_block, key_block, scale=scale, kernels=kernels),
+                         MASK_VALUE)
       new_max = jnp.maximum(running_max, jnp.max(logits, axis=-1))  # [batch, heads, q_chunk]
       correction = jnp.exp(running_max - new_max)
       probabilities = jnp.where(mask, jnp.exp(logits - new_max[..., None]), 0.0)
@@ -134,22 +155,23 @@ def _forward(query, key, value, query_valid, key_valid, causal, scale, query_chu
   return output, log_normaliser[:, :, :q_length]
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6, 7, 8))
+@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6, 7, 8, 9))
 def _chunked_attention(query, key, value, query_valid, key_valid, causal, scale, query_chunk_size,
-                       key_chunk_size):
+                       key_chunk_size, kernels):
   output, _ = _forward(query, key, value, query_valid, key_valid, causal, scale, query_chunk_size,
-                       key_chunk_size)
+                       key_chunk_size, kernels)
   return output
 
 
 def _chunked_attention_fwd(query, key, value, query_valid, key_valid, causal, scale, query_chunk_size,
-                           key_chunk_size):
+                           key_chunk_size, kernels):
   output, log_normaliser = _forward(query, key, value, query_valid, key_valid, causal, scale,
-                                    query_chunk_size, key_chunk_size)
+                                    query_chunk_size, key_chunk_size, kernels)
   return output, (query, key, value, query_valid, key_valid, output, log_normaliser)
 
 
-def _chunked_attention_bwd(causal, scale, query_chunk_size, key_chunk_size, residuals, output_cotangent):
+def _chunked_attention_bwd(causal, scale, query_chunk_size, key_chunk_size, kernels, residuals,
+                           output_cotangent):
   query, key, value, query_valid, key_valid, output, log_normaliser = residuals
   q_length, kv_length = query.shape[1], key.shape[1]
   output_cotangent = output_cotangent.astype(jnp.float32)
@@ -172,7 +194,7 @@ def _chunked_attention_bwd(causal, scale, query_chunk_size, key_chunk_size, resi
     query_block, query_valid_block, query_position, d_output, log_norm, corr = query_block_inputs
     key_block, value_block, key_valid_block, key_position = key_block_inputs
     mask = _block_mask(query_valid_block, key_valid_block, query_position, key_position, causal)
-    probabilities = _block_probabilities(query_block, key_block, mask, log_norm, scale)
+    probabilities = _block_probabilities(query_block, key_block, mask, log_norm, scale, kernels)
     d_probabilities = jnp.einsum("bqhd,bkhd->bhqk", d_output, value_block.astype(jnp.float32))
     d_logits = probabilities * (d_probabilities - corr[..., None])
     return probabilities, d_logits

@@ -7,6 +7,7 @@ import jax
 
 from transformer.ops.dense import dense
 from transformer.ops.dropout import dropout
+from transformer.ops.kernels import Kernels
 
 ACTIVATIONS = {
     "relu": jax.nn.relu,
@@ -17,7 +18,7 @@ ACTIVATIONS = {
 
 
 def feed_forward(x, kernel_in, bias_in, kernel_out, bias_out, activation: str = "relu",
-                 dropout_rate: float = 0.0, dropout_rng=None, precision=None):
+                 dropout_rate: float = 0.0, dropout_rng=None, precision=None, kernels: Kernels | None = None):
   """``FFN(x) = act(x W_1 + b_1) W_2 + b_2``, applied to each position alike.
 
   Args:
@@ -27,6 +28,7 @@ def feed_forward(x, kernel_in, bias_in, kernel_out, bias_out, activation: str = 
     activation: one of ``ACTIVATIONS`` ("relu" as in the paper, "gelu" (tanh approximation) or
       "gelu_exact").
     dropout_rate, dropout_rng: dropout on the hidden activations.
+    kernels: a backend-tuned dropout (``kernels.py``); None for the reference one.
 
   Returns:
     ``[batch, length, d_model]``.
@@ -34,5 +36,5 @@ def feed_forward(x, kernel_in, bias_in, kernel_out, bias_out, activation: str = 
   if activation not in ACTIVATIONS:
     raise ValueError(f"unknown activation {activation!r}; choose one of {sorted(ACTIVATIONS)}")
   hidden = ACTIVATIONS[activation](dense(x, kernel_in, bias_in, precision=precision))
-  hidden = dropout(hidden, dropout_rate, dropout_rng)
+  hidden = dropout(hidden, dropout_rate, dropout_rng, kernels=kernels)
   return dense(hidden, kernel_out, bias_out, precision=precision)

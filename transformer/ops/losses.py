@@ -14,11 +14,13 @@ def softmax_cross_entropy(logits, targets, label_smoothing: float = 0.0):
 
   Args:
     logits: ``[..., vocab]`` (any float dtype; computed in float32).
-    targets: ``[...]`` int class ids.
+    targets: ``[...]`` int class ids in ``[0, vocab)``.
     label_smoothing: in ``[0, 1)``.
 
   Returns:
-    ``[...]`` float32 losses.
+    ``[...]`` float32 losses. A target outside ``[0, vocab)`` (negative ones included, which indexing would
+    wrap around) gives NaN at its position, so a vocabulary mismatch shows in the loss instead of training
+    silently on another class; padding must use a real id (``pad_id``) with weight 0.
   """
   with jax.named_scope("cross_entropy"):  # a name for its ops in compiled HLO and profiles
     vocab_size = logits.shape[-1]
@@ -37,7 +39,8 @@ def softmax_cross_entropy(logits, targets, label_smoothing: float = 0.0):
       minimum = -(confidence * jnp.log(confidence) + (vocab_size - 1) * low_confidence
                   * jnp.log(low_confidence + 1e-20))
       loss = loss - minimum
-    return loss
+    in_vocabulary = (targets >= 0) & (targets < vocab_size)
+    return jnp.where(in_vocabulary, loss, jnp.nan)
 
 
 def weighted_sum(values, weights=None):

@@ -4,10 +4,10 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from transformer.ops.barriers import gradient_barrier
+from transformer.ops.kernels import REFERENCE, Kernels
 
 
-def layer_norm(x, scale=None, bias=None, epsilon: float = 1e-6):
+def layer_norm(x, scale=None, bias=None, epsilon: float = 1e-6, kernels: Kernels | None = None):
   """LayerNorm (Ba et al. 2016) over the last axis.
 
   Args:
@@ -15,11 +15,12 @@ def layer_norm(x, scale=None, bias=None, epsilon: float = 1e-6):
     scale: ``[features]`` gain (None for 1).
     bias: ``[features]`` offset (None for 0).
     epsilon: added to the variance.
+    kernels: backend-tuned pieces (``kernels.py``: on CPU a gradient barrier on ``x``); None for the formula.
 
   Returns:
     ``[..., features]`` in ``x``'s dtype.
   """
-  x32 = gradient_barrier(x).astype(jnp.float32)  # see gradient_barrier: the input's gradient is computed once
+  x32 = _norm_input(x, kernels).astype(jnp.float32)
   mean = jnp.mean(x32, axis=-1, keepdims=True)
   variance = jnp.mean(jnp.square(x32 - mean), axis=-1, keepdims=True)
   y = (x32 - mean) * jax.lax.rsqrt(variance + epsilon)
@@ -30,10 +31,19 @@ def layer_norm(x, scale=None, bias=None, epsilon: float = 1e-6):
   return y.astype(x.dtype)
 
 
-def rms_norm(x, scale=None, epsilon: float = 1e-6):
-  """RMSNorm (Zhang & Sennrich 2019): ``x / sqrt(mean(x^2) + eps) * scale`` over the last axis."""
-  x32 = gradient_barrier(x).astype(jnp.float32)
+def rms_norm(x, scale=None, epsilon: float = 1e-6, kernels: Kernels | None = None):
+  """RMSNorm (Zhang & Sennrich 2019): ``x / sqrt(mean(x^2) + eps) * scale`` over the last axis.
+
+  Shapes and ``kernels`` as ``layer_norm``.
+  """
+  x32 = _norm_input(x, kernels).astype(jnp.float32)
   y = x32 * jax.lax.rsqrt(jnp.mean(jnp.square(x32), axis=-1, keepdims=True) + epsilon)
   if scale is not None:
     y = y * scale.astype(jnp.float32)
   return y.astype(x.dtype)
+
+
+def _norm_input(x, kernels):
+  """``x``, through the kernels' ``norm_input`` (an identity in value and gradient) if they have one."""
+  kernels = kernels or REFERENCE
+  return x if kernels.norm_input is None else kernels.norm_input(x)

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from transformer.ops.dense import batched_matmul
+from transformer.ops.kernels import REFERENCE, Kernels
 
 
-def dot_product_scores(query, key, scale: bool | float = True, precision=None, float32_logits: bool = True):
+def dot_product_scores(query, key, scale: bool | float = True, precision=None, float32_logits: bool = True,
+                       kernels: Kernels | None = None):
   """Scaled dot product ``q . k / sqrt(d_k)`` (Vaswani et al., eq. 1).
 
   The scale keeps the logits' variance near 1 when q and k have unit-variance entries: without it the
@@ -24,52 +25,44 @@ def dot_product_scores(query, key, scale: bool | float = True, precision=None, f
     query: ``[batch, q_length, heads, d_k]``.
     key: ``[batch, kv_length, heads, d_k]``.
     scale: True for ``1/sqrt(d_k)``, False for none (Luong "dot" and the ablation), or a float.
-    precision: passed to ``jnp.matmul``.
+    precision: passed to the einsum.
     float32_logits: True (default) accumulates and returns float32 logits whatever the inputs' dtype;
       False returns them in the inputs' dtype, as flax's stock attention does (faster in bfloat16, where
       the logits are the largest tensor of attention; less accurate).
+    kernels: a backend-tuned product (``kernels.py``); None for the einsum.
 
   Returns:
     ``[batch, heads, q_length, kv_length]`` logits, float32 unless ``float32_logits`` is False.
   """
+  kernels = kernels or REFERENCE
   if scale is True:
     scale = query.shape[-1] ** -0.5
   elif scale is False:
     scale = None
   if scale is not None:
-    # Scaling the query (as flax does) is one pass over [batch, q_length, heads, d_k] instead of one over the
-    # [batch, heads, q_length, kv_length] logits, forward and backward: about 5% of the forward+backward time
-    # at 512-1024 tokens. In bfloat16 the scaled query is rounded once more, unless the scale is a power of 2
-    # (d_k a power of 4, e.g. 64).
+    # (q / sqrt(d_k)) k^T, as flax: one pass over the queries instead of one over the logits. In bfloat16
+    # the scaled query is rounded once more, unless the scale is a power of 2 (d_k a power of 4, e.g. 64).
     query = query * jnp.asarray(scale, query.dtype)
   # Logits accumulate and stay in float32 (as jax.nn does): no rounding between the dot and the softmax.
-  # Heads moved next to batch before the dot (not inside the einsum): XLA then runs a plain batched
-  # matmul over [batch * heads] instead of choosing strided layouts; on CPU this made the float32
-  # forward at 128-256 tokens 1.7-2.5x faster (benchmarks/attention.py). batched_matmul's backward runs
-  # in the inputs' dtype (bfloat16 stays bfloat16) and as plain matmuls (see its docstring).
-  query, key = jnp.swapaxes(query, 1, 2), jnp.swapaxes(key, 1, 2)
   logits_dtype = jnp.float32 if float32_logits else None
-  if query.shape[2] == 1:
-    # One query (an RNN decoder step inside a scan): as in batched_matmul, plain autodiff; the einsum also
-    # keeps the key's transpose folded into the dot (written as batched_matmul's b it made a 30-step scan
-    # of Luong attention 1.5x slower forward+backward on CPU).
-    return jnp.einsum("bhqd,bhkd->bhqk", query, key, precision=precision, preferred_element_type=logits_dtype)
-  return batched_matmul(query, jnp.swapaxes(key, -1, -2), precision=precision,
-                        preferred_element_type=logits_dtype)
+  if kernels.query_key_product is not None:
+    return kernels.query_key_product(query, key, precision=precision, preferred_element_type=logits_dtype)
+  return jnp.einsum("bqhd,bkhd->bhqk", query, key, precision=precision, preferred_element_type=logits_dtype)
 
 
-def luong_dot_scores(query, key, precision=None):
-  """Luong "dot": ``q . k`` without scaling.  Shapes as ``dot_product_scores``."""
-  return dot_product_scores(query, key, scale=False, precision=precision)
+def luong_dot_scores(query, key, precision=None, kernels: Kernels | None = None):
+  """Luong "dot": ``q . k`` without scaling.  Shapes and ``kernels`` as ``dot_product_scores``."""
+  return dot_product_scores(query, key, scale=False, precision=precision, kernels=kernels)
 
 
-def general_scores(query, key, weight, precision=None):
+def general_scores(query, key, weight, precision=None, kernels: Kernels | None = None):
   """Luong "general" (bilinear): ``q^T W k``.
 
   Args:
     query: ``[batch, q_length, heads, d_q]``.
     key: ``[batch, kv_length, heads, d_k]``.
     weight: ``[d_q, d_k]`` (shared by all heads) or ``[heads, d_q, d_k]``.
+    kernels: as ``dot_product_scores``.
 
   Returns:
     ``[batch, heads, q_length, kv_length]`` logits.
@@ -78,17 +71,19 @@ def general_scores(query, key, weight, precision=None):
     projected = jnp.einsum("bqhd,de->bqhe", query, weight, precision=precision)
   else:
     projected = jnp.einsum("bqhd,hde->bqhe", query, weight, precision=precision)
-  return dot_product_scores(projected, key, scale=False, precision=precision)
+  return dot_product_scores(projected, key, scale=False, precision=precision, kernels=kernels)
 
 
-def cosine_scores(query, key, temperature: float = 1.0, epsilon: float = 1e-8, precision=None):
+def cosine_scores(query, key, temperature: float = 1.0, epsilon: float = 1e-8, precision=None,
+                  kernels: Kernels | None = None):
   """Cosine similarity ``q . k / (|q| |k|)``, divided by ``temperature``.
 
-  Shapes as ``dot_product_scores``. Logits lie in ``[-1/temperature, 1/temperature]``.
+  Shapes and ``kernels`` as ``dot_product_scores``. Logits lie in ``[-1/temperature, 1/temperature]``.
   """
   query_norm = jnp.sqrt(jnp.sum(jnp.square(query), axis=-1, keepdims=True) + epsilon)
   key_norm = jnp.sqrt(jnp.sum(jnp.square(key), axis=-1, keepdims=True) + epsilon)
-  scores = dot_product_scores(query / query_norm, key / key_norm, scale=False, precision=precision)
+  scores = dot_product_scores(query / query_norm, key / key_norm, scale=False, precision=precision,
+                              kernels=kernels)
   return scores / temperature
 
 
