@@ -126,6 +126,23 @@ def markdown_table(header: list[str], rows: list[list]) -> str:
   return "\n".join(lines)
 
 
+def read_markdown_table(text: str, first_column: str) -> list[dict[str, str]]:
+  """The rows of the first table in markdown ``text`` whose header starts with ``first_column``, each as
+  ``{column: cell}`` (the inverse of ``markdown_table`` for cells without ``|``); empty when there is none."""
+  def cells(line: str) -> list[str]:
+    return [cell.strip() for cell in line.strip().strip("|").split("|")]
+  lines = text.splitlines()
+  for index, line in enumerate(lines):
+    if line.startswith("|") and cells(line)[0] == first_column:
+      rows = []
+      for body in lines[index + 2:]:  # after the header and its |---| line
+        if not body.startswith("|"):
+          break
+        rows.append(dict(zip(cells(line), cells(body))))
+      return rows
+  return []
+
+
 def plot_curves(runs: dict[str, list[dict]], metrics: list[str], path: str, title: str) -> None:
   """One panel per metric, one line per run (``name -> metric records``, as read by ``read_metrics``)."""
   import matplotlib
