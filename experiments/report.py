@@ -170,7 +170,7 @@ def plot_curves(runs: dict[str, list[dict]], metrics: list[str], path: str, titl
 
 def portable_command(parts: list[str]) -> str:
   """``parts`` as a shell line without this machine's paths: ``--workdir=WORKDIR``, no TFDS data dir, and a
-  source folder relative to the repository (e.g. ``../shared/data/multi30k``)."""
+  source folder relative to the repository (e.g. ``../data/multi30k``)."""
   kept = []
   for part in parts:
     name, _, value = part.partition("=")

@@ -2,7 +2,7 @@
 
     python -m experiments.translation_results --experiment=multi30k \\
         --run=transformer_small:/tmp/multi30k_small --run=gru_bahdanau:/tmp/multi30k_gru \\
-        --source_dir=../shared/data/multi30k
+        --source_dir=DIR  # the raw files (see transformer/data/multi30k); default: downloaded
 
 Where the page goes: ``--output_dir=DIR``; by default ``WORKDIR/results/`` of the first ``--run`` (with no
 ``--run``: ``./results-<experiment>/``); the folder is printed at the end. A folder without a ``runs.json`` yet

@@ -89,6 +89,12 @@ def resolve_source_dir(dataset_name: str, source_dir: epath.PathLike | None,
   return None, "download"
 
 
+def is_prepared(builder: tfds.core.DatasetBuilder) -> bool:
+  """``builder.is_prepared()`` without the warning TFDS logs for every data set not prepared yet (a first run
+  printed it above its own error line)."""
+  return (epath.Path(builder.data_path) / "dataset_info.json").exists()
+
+
 class ParallelTextBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
   """Base builder: one text file per (split, language), lines aligned across languages.
 
@@ -148,7 +154,7 @@ class ParallelTextBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=Tru
 
   def download_and_prepare(self, *, download_config=None, **kwargs):
     """As TFDS's; first finds the raw files so that a missing one fails here, plainly."""
-    if not self.is_prepared():
+    if not is_prepared(self):
       manual_dir = download_config.manual_dir if download_config is not None else None
       self._local_dir, origin = resolve_source_dir(
           self.name, self._source_dir_argument, manual_dir)

@@ -21,7 +21,7 @@ fails at once with one line naming the file, the URL and these settings (``trans
 Usage (no TensorFlow needed)::
 
   builder = Builder(data_dir="/tmp/tfds", file_format="array_record",
-                    source_dir="../shared/data/beijing_pm25")  # or $TRANSFORMER_DATA_DIR
+                    source_dir="data/beijing_pm25")  # a copy of the UCI file, or leave it out
   builder.download_and_prepare()
   builder.as_data_source("test")[0]  # {"time": 385704, "pm25": 24.0, "cbwd": 1, ...}
 """
@@ -196,7 +196,7 @@ class Builder(tfds.core.GeneratorBasedBuilder):
 
   def download_and_prepare(self, *, download_config=None, **kwargs):
     """As TFDS's; first finds the raw file (or checks the network) so that a failure is plain."""
-    if not self.is_prepared():
+    if not parallel_text.is_prepared(self):
       manual_dir = download_config.manual_dir if download_config is not None else None
       folder, origin = parallel_text.resolve_source_dir(
           self.name, self._source_dir_argument, manual_dir)
