@@ -102,9 +102,21 @@ def machine_description() -> str:
 
 def launch(config: str, workdir: str, overrides: tuple[str, ...] = ()) -> list[str]:
   """Run ``launch.py`` (resuming if ``workdir`` has checkpoints); returns the command for the record."""
-  command = [sys.executable, "launch.py", f"--config={config}", f"--workdir={workdir}", *overrides]
-  subprocess.run(command + ["--config.quiet=True"], cwd=REPO, check=True)
+  run_launch([f"--config={config}", f"--workdir={workdir}", *overrides, "--config.quiet=True"])
   return ["python", "launch.py", f"--config={config}", f"--workdir={workdir}", *overrides]
+
+
+def run_launch(arguments: list[str]) -> None:
+  """``python launch.py ARGUMENTS`` in the repository.
+
+  Raises:
+    UserError: it failed; its own error (one line, or a bug's traceback) is printed above, so the script's
+      message is one line more, not a second traceback.
+  """
+  result = subprocess.run([sys.executable, "launch.py", *arguments], cwd=REPO)
+  if result.returncode:
+    raise UserError(f"python launch.py {command_line(arguments)} exited with status {result.returncode} (its "
+                    "error is printed above)")
 
 
 def series(records: list[dict], name: str) -> tuple[list[int], list[float]]:

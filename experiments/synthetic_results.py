@@ -91,7 +91,7 @@ def main(argv):
   runs = {}
   for variant in VARIANTS:
     workdir = os.path.join(_ROOT.value, variant)
-    command = report.launch(f"experiments/synthetic.py:{variant}", workdir)
+    command = report.exit_on_user_error(report.launch, f"experiments/synthetic.py:{variant}", workdir)
     runs[variant] = (read_metrics(workdir), command)
   print(report.exit_on_user_error(write_results, output, runs, _ROOT.value,
                                   replace_only_longer=output == committed and not _OUTPUT.force.value))

@@ -38,8 +38,6 @@ import math
 import os
 import shlex
 import shutil
-import subprocess
-import sys
 
 from absl import app, flags
 
@@ -57,7 +55,7 @@ _DATA_DIR = flags.DEFINE_string("data_dir", "", "TFDS data dir (as --config.task
 _HARDWARE = flags.DEFINE_string("hardware", "", "Where the runs trained (default: this machine).")
 _AVERAGE = flags.DEFINE_integer(
     "average_checkpoints", 0, "Also score the mean of the last N checkpoints and report it if it is better "
-    "on validation (the runs must keep N: config.keep_checkpoints).")
+    "on validation (each run must have kept N: config.keep_checkpoints and enough checkpoints saved).")
 _VALIDATION_ONLY = flags.DEFINE_bool(
     "validation_only", False, "Record the --run runs from their training logs alone, in the table of runs "
     "compared on validation (no decoding, never scored on the test set): for settings that lost on validation.")
@@ -147,7 +145,7 @@ def evaluate(variant: str, workdir: str, average_checkpoints: int = 0) -> tuple[
                bool(importlib.import_module(f"experiments.{_EXPERIMENT.value}").get_config(variant)
                     .task.length_penalty_candidates))
   if stale:
-    command = [sys.executable, "launch.py", f"--config=experiments/{_EXPERIMENT.value}.py:{variant}",
+    command = [f"--config=experiments/{_EXPERIMENT.value}.py:{variant}",
                f"--workdir={workdir}", "--mode=eval", "--config.quiet=True",
                f"--config.average_checkpoints={average_checkpoints}"]
     with open(os.path.join(workdir, "config.json")) as f:  # the run's settings, should the variant have changed
@@ -156,7 +154,7 @@ def evaluate(variant: str, workdir: str, average_checkpoints: int = 0) -> tuple[
       command.append(f"--config.task.source_dir={_SOURCE_DIR.value}")
     if _DATA_DIR.value:
       command.append(f"--config.task.data_dir={_DATA_DIR.value}")
-    subprocess.run(command, cwd=report.REPO, check=True)
+    report.run_launch(command)
   with open(path) as f:
     return json.load(f), output_dir
 
@@ -407,6 +405,16 @@ def steps_trained(records: list[dict]) -> int:
   return trained[-1]["step"] if trained else 0
 
 
+def check_checkpoints(workdir: str, average_checkpoints: int) -> None:
+  """Refuses (``UserError``) ``--average_checkpoints`` larger than the number of checkpoints ``workdir`` kept."""
+  folder = os.path.join(workdir, "checkpoints")
+  kept = sorted(int(name) for name in os.listdir(folder) if name.isdigit()) if os.path.isdir(folder) else []
+  if len(kept) < average_checkpoints:
+    raise UserError(f"--average_checkpoints={average_checkpoints}: {workdir} kept {len(kept)} checkpoint(s) (steps "
+                    f"{', '.join(map(str, kept)) or 'none'}); give --average_checkpoints={len(kept)} or fewer, or "
+                    "leave it out to score the best checkpoint alone.")
+
+
 def check_replacements(output: str, new_steps: dict[str, int]) -> None:
   """Refuses (``UserError``) to replace a row of ``output``'s page by a run of fewer training steps; ``new_steps``:
   row name -> training steps of its new run."""
@@ -545,12 +553,15 @@ def main(argv):
   if replace_only_longer:  # before the runs are decoded: a refused row costs nothing
     report.exit_on_user_error(check_replacements, output,
                               {name: steps_trained(read_metrics(workdir)) for name, _, workdir in specs})
+  if _AVERAGE.value and not _VALIDATION_ONLY.value:
+    for _, _, workdir in specs:
+      report.exit_on_user_error(check_checkpoints, workdir, _AVERAGE.value)
   new_runs, new_validation_runs = {}, {}
   for name, variant, workdir in specs:
     if _VALIDATION_ONLY.value:
       new_validation_runs[name] = validation_summary(experiment, variant, workdir)
     else:
-      new_runs[name] = summarize(experiment, variant, workdir, _AVERAGE.value)
+      new_runs[name] = report.exit_on_user_error(summarize, experiment, variant, workdir, _AVERAGE.value)
   text = report.exit_on_user_error(write_results, experiment, output, new_runs, new_validation_runs,
                                    start_from=None if updating else committed,
                                    replace_only_longer=replace_only_longer)
