@@ -13,9 +13,9 @@ Where the raw files come from, first match wins:
 2. ``download_config=tfds.download.DownloadConfig(manual_dir=...)`` of ``download_and_prepare``;
 3. the environment variable ``TRANSFORMER_DATA_DIR`` (a folder holding ``multi30k/``,
    ``iwslt15_en_vi/``, ...);
-4. otherwise the official URLs are downloaded (by TFDS, into ``<data_dir>/downloads``); offline, this fails
-   at once with one line naming the files, their official source and the settings above
-   (``transformer.data.download``).
+4. otherwise the official URLs are downloaded (by TFDS, into ``<data_dir>/downloads``);
+   offline, this fails at once with one line naming the files, their official source and the
+   settings above (``transformer.data.download``).
 
 A local folder given in 1-3 may hold the files itself or in a sub-folder named after the dataset
 (``<folder>/multi30k/train.en.gz``). When a local folder is given nothing is downloaded: a missing
@@ -90,17 +90,17 @@ def resolve_source_dir(dataset_name: str, source_dir: epath.PathLike | None,
 
 
 def is_prepared(builder: tfds.core.DatasetBuilder) -> bool:
-  """``builder.is_prepared()`` without the warning TFDS logs for every data set not prepared yet (a first run
-  printed it above its own error line)."""
+  """``builder.is_prepared()`` without the warning TFDS logs for every data set not prepared
+  yet (a first run printed it above its own error line)."""
   return (epath.Path(builder.data_path) / "dataset_info.json").exists()
 
 
 class ParallelTextBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
   """Base builder: one text file per (split, language), lines aligned across languages.
 
-  Subclasses set ``VERSION``, ``BUILDER_CONFIGS`` (of :class:`ParallelTextConfig`), ``HOMEPAGE`` (the
-  official source, named when the files are missing), ``DOWNLOAD_HINT`` (one line saying where the files come
-  from) and implement
+  Subclasses set ``VERSION``, ``BUILDER_CONFIGS`` (of :class:`ParallelTextConfig`),
+  ``HOMEPAGE`` (the official source, named when a download fails), ``DOWNLOAD_HINT`` (one line
+  saying where the files come from) and implement
   :meth:`_split_files` and :meth:`_url`.
 
   Args (beyond those of ``tfds.core.GeneratorBasedBuilder``: ``data_dir``, ``config``,
@@ -204,9 +204,10 @@ class ParallelTextBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=Tru
     return {split: self._generate_examples(split_paths) for split, split_paths in paths.items()}
 
   def _download_urls(self) -> dict[str, str]:
-    """``"<split>.<lang>"`` -> official URL of every file of the current config (when nothing is local)."""
+    """``"<split>.<lang>"`` -> official URL of every file of the current config."""
+    split_files = self._split_files(lambda name: True)
     return {f"{split}.{lang}": self._url(name)
-            for split, files in self._split_files(lambda name: True).items() for lang, name in files.items()}
+            for split, files in split_files.items() for lang, name in files.items()}
 
   def _generate_examples(self, paths: Mapping[str, epath.Path]) -> Iterator[tuple[int, dict]]:
     lines = {lang: read_lines(path) for lang, path in paths.items()}
