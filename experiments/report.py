@@ -1,21 +1,96 @@
-"""Shared pieces of the results scripts: read runs' metrics, write markdown tables and curve plots.
+"""Shared pieces of the results scripts: read runs' metrics, write markdown tables and curve plots, and decide
+where a page goes.
 
-Every number in a RESULTS.md comes from a run's ``metrics.jsonl`` through these functions.
+Every number in a RESULTS.md comes from a run's ``metrics.jsonl`` through these functions. A results script
+writes into a folder of the user's (``--output_dir``, or its default, printed at the end); the committed pages
+under ``experiments/<name>/`` are written only with ``--update_committed``, and there a row is only replaced by
+a run of at least as many training steps as the one it records, unless ``--force``.
 """
 from __future__ import annotations
 
+import dataclasses
 import datetime
+import functools
 import os
 import platform
 import shlex
 import subprocess
 import sys
 
+from absl import flags
 import jax
 
-from transformer.train.writers import read_metrics
+from transformer.errors import UserError
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Where the committed pages live: experiments/<name>/RESULTS.md and what it links.
+COMMITTED = os.path.join(REPO, "experiments")
+
+
+@dataclasses.dataclass(frozen=True)
+class OutputFlags:
+  """The flags that say where a results script writes (``output_flags``)."""
+  output_dir: flags.FlagHolder
+  update_committed: flags.FlagHolder
+  force: flags.FlagHolder
+
+
+@functools.cache  # defined once per process, whichever results script imports it first
+def output_flags() -> OutputFlags:
+  return OutputFlags(
+      output_dir=flags.DEFINE_string(
+          "output_dir", "", "Folder for the page (RESULTS.md, curves.png, ...); default: see the script's "
+          "docstring. The folder is printed at the end."),
+      update_committed=flags.DEFINE_bool(
+          "update_committed", False, "Write into the committed experiments/<name>/ page instead of --output_dir; "
+          "a row there is only replaced by a run of at least as many training steps (see --force)."),
+      force=flags.DEFINE_bool(
+          "force", False, "With --update_committed: replace committed rows even by runs of fewer training steps."))
+
+
+def results_folder(output: OutputFlags, committed: str, default: str) -> str:
+  """The folder a script writes its page to: ``committed`` with ``--update_committed``, else ``--output_dir``,
+  else ``default``."""
+  if output.update_committed.value and output.output_dir.value:
+    raise UserError("give either --output_dir (a page of your own) or --update_committed (the committed page "
+                    f"{os.path.relpath(committed, REPO)}/), not both")
+  if output.force.value and not output.update_committed.value:
+    raise UserError("--force only applies with --update_committed (it lets shorter runs replace committed rows)")
+  if output.update_committed.value:
+    return committed
+  folder = os.path.abspath(output.output_dir.value or default)
+  if os.path.realpath(folder) == os.path.realpath(committed):
+    raise UserError(f"--output_dir={output.output_dir.value} is the committed page; give --update_committed to "
+                    "write there (rows are then only replaced by runs at least as long), or another folder")
+  return folder
+
+
+def check_replacements(page: str, recorded_steps: dict[str, int], new_steps: dict[str, int]) -> None:
+  """Refuses to replace a recorded row by a run of fewer training steps.
+
+  Args:
+    page: the page's file, for the message (e.g. ``experiments/multi30k/runs.json``).
+    recorded_steps: row name -> training steps of the run the page records.
+    new_steps: row name -> training steps of the run that would replace it.
+
+  Raises:
+    UserError: one line naming each refused row, both step counts and ``--force``.
+  """
+  shorter = [f"row {name!r} records a run of {recorded_steps[name]} training steps, the new one trained {steps}"
+             for name, steps in new_steps.items() if name in recorded_steps and steps < recorded_steps[name]]
+  if shorter:
+    raise UserError(f"{page}: {'; '.join(shorter)}. A committed row is only replaced by a run at least as long: "
+                    "give --force to replace it anyway, --run=NEW_ROW=VARIANT:WORKDIR for a row of its own, or "
+                    "leave out --update_committed to write a page of your own.")
+
+
+def exit_on_user_error(function, *args, **kwargs):
+  """``function(...)``, with a ``transformer.errors.UserError`` turned into one line ``error: ...`` on stderr and
+  exit status 1 (as ``launch.py``); any other exception keeps its traceback."""
+  try:
+    return function(*args, **kwargs)
+  except UserError as error:
+    sys.exit(f"error: {error}")
 
 
 def machine_description() -> str:
@@ -27,9 +102,21 @@ def machine_description() -> str:
 
 def launch(config: str, workdir: str, overrides: tuple[str, ...] = ()) -> list[str]:
   """Run ``launch.py`` (resuming if ``workdir`` has checkpoints); returns the command for the record."""
-  command = [sys.executable, "launch.py", f"--config={config}", f"--workdir={workdir}", *overrides]
-  subprocess.run(command + ["--config.quiet=True"], cwd=REPO, check=True)
+  run_launch([f"--config={config}", f"--workdir={workdir}", *overrides, "--config.quiet=True"])
   return ["python", "launch.py", f"--config={config}", f"--workdir={workdir}", *overrides]
+
+
+def run_launch(arguments: list[str]) -> None:
+  """``python launch.py ARGUMENTS`` in the repository.
+
+  Raises:
+    UserError: it failed; its own error (one line, or a bug's traceback) is printed above, so the script's
+      message is one line more, not a second traceback.
+  """
+  result = subprocess.run([sys.executable, "launch.py", *arguments], cwd=REPO)
+  if result.returncode:
+    raise UserError(f"python launch.py {command_line(arguments)} exited with status {result.returncode} (its "
+                    "error is printed above)")
 
 
 def series(records: list[dict], name: str) -> tuple[list[int], list[float]]:
@@ -49,6 +136,23 @@ def markdown_table(header: list[str], rows: list[list]) -> str:
   lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
   lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
   return "\n".join(lines)
+
+
+def read_markdown_table(text: str, first_column: str) -> list[dict[str, str]]:
+  """The rows of the first table in markdown ``text`` whose header starts with ``first_column``, each as
+  ``{column: cell}`` (the inverse of ``markdown_table`` for cells without ``|``); empty when there is none."""
+  def cells(line: str) -> list[str]:
+    return [cell.strip() for cell in line.strip().strip("|").split("|")]
+  lines = text.splitlines()
+  for index, line in enumerate(lines):
+    if line.startswith("|") and cells(line)[0] == first_column:
+      rows = []
+      for body in lines[index + 2:]:  # after the header and its |---| line
+        if not body.startswith("|"):
+          break
+        rows.append(dict(zip(cells(line), cells(body))))
+      return rows
+  return []
 
 
 def plot_curves(runs: dict[str, list[dict]], metrics: list[str], path: str, title: str) -> None:
@@ -78,7 +182,7 @@ def plot_curves(runs: dict[str, list[dict]], metrics: list[str], path: str, titl
 
 def portable_command(parts: list[str]) -> str:
   """``parts`` as a shell line without this machine's paths: ``--workdir=WORKDIR``, no TFDS data dir, and a
-  source folder relative to the repository (e.g. ``../shared/data/multi30k``)."""
+  source folder relative to the repository (e.g. ``../data/multi30k``)."""
   kept = []
   for part in parts:
     name, _, value = part.partition("=")

@@ -1,8 +1,16 @@
-"""Score translation runs and write experiments/<dataset>/RESULTS.md, curves and the best test output.
+"""Score translation runs and write a results page: RESULTS.md, runs.json, curves and the best test output.
 
     python -m experiments.translation_results --experiment=multi30k \\
         --run=transformer_small:/tmp/multi30k_small --run=gru_bahdanau:/tmp/multi30k_gru \\
-        --source_dir=../shared/data/multi30k
+        --source_dir=DIR  # the raw files (see transformer/data/multi30k); default: downloaded
+
+Where the page goes: ``--output_dir=DIR``; by default ``WORKDIR/results/`` of the first ``--run`` (with no
+``--run``: ``./results-<experiment>/``); the folder is printed at the end. A folder without a ``runs.json`` yet
+starts from the committed page's rows (``experiments/<experiment>/``: ``runs.json``, ``validation_runs.json``,
+``runs_not_kept.md``, ``curves.png`` and the test output of its best row), so your rows are shown beside the
+published ones; a committed row of the same name as one of yours is kept as ``NAME (committed)``. The committed
+page is only written with ``--update_committed``, and there a row is only replaced by a run of at least as many
+training steps as it records (else one line says which row and both step counts), unless ``--force``.
 
 Each ``--run=VARIANT:WORKDIR`` is a finished (or interrupted) run of ``experiments/<experiment>.py:VARIANT``;
 ``--run=ROW=VARIANT:WORKDIR`` names its row ROW instead of VARIANT (e.g. a run of an earlier setting of the
@@ -11,16 +19,16 @@ variant, kept beside the current one). Its best checkpoint (chosen on validation
 its run's settings (``config.json`` as saved, read through ``transformer.train.config.upgrade_config`` so that runs
 saved in an older config shape compare field by field), and its command is the variant's plus the ``--config.*``
 overrides that turn the variant as it is when the page is written into those settings, so it reproduces that run
-after later default changes too. Each run's row and curves are kept in
-``experiments/<experiment>/runs.json`` (one entry per row, replaced when that row is reported again), so runs
-made on different days or machines end up in one table. The row with the best validation BLEU gives the
-committed test hypotheses. A second table splits each run's test BLEU by the reference's length in words
-(``transformer.tasks.translation.bleu_by_reference_length``). With ``--validation_only`` the runs are not
+after later default changes too. Each run's row and curves are kept in the page's ``runs.json`` (one entry per
+row, replaced when that row is reported again), so runs made on different days or machines end up in one table.
+The row with the best validation BLEU gives the page's test hypotheses (copied from that run's folder, so the
+file always belongs to a row of the table). A second table splits each run's test BLEU by the reference's length
+in words (``transformer.tasks.translation.bleu_by_reference_length``). With ``--validation_only`` the runs are not
 decoded again: a third table (kept in ``validation_runs.json``) lists them beside the scored ones by the
 validation BLEU their training logged, for settings that lost on validation. Without ``--run`` the page
-is rewritten from ``runs.json`` alone (e.g. after ``experiments/attention_plots.py`` added the
-``attention/`` or ``alignment/`` folder it links). A hand-written ``experiments/<experiment>/runs_not_kept.md``
-(settings tried whose workdirs are gone) is quoted at the end of the page.
+is rewritten from ``runs.json`` alone (e.g. with ``--update_committed`` after ``experiments/attention_plots.py``
+added the ``attention/`` or ``alignment/`` folder it links). A hand-written ``runs_not_kept.md`` in the page's
+folder (settings tried whose workdirs are gone) is quoted at the end of the page.
 """
 from __future__ import annotations
 
@@ -30,13 +38,11 @@ import math
 import os
 import shlex
 import shutil
-import subprocess
-import sys
 
 from absl import app, flags
 
 from experiments import report
-from transformer.errors import ConfigError
+from transformer.errors import ConfigError, UserError
 from transformer.tasks.translation import bleu_by_reference_length
 from transformer.train.config import upgrade_config
 from transformer.train.writers import read_metrics
@@ -49,11 +55,12 @@ _DATA_DIR = flags.DEFINE_string("data_dir", "", "TFDS data dir (as --config.task
 _HARDWARE = flags.DEFINE_string("hardware", "", "Where the runs trained (default: this machine).")
 _AVERAGE = flags.DEFINE_integer(
     "average_checkpoints", 0, "Also score the mean of the last N checkpoints and report it if it is better "
-    "on validation (the runs must keep N: config.keep_checkpoints).")
+    "on validation (each run must have kept N: config.keep_checkpoints and enough checkpoints saved).")
 _VALIDATION_ONLY = flags.DEFINE_bool(
     "validation_only", False, "Record the --run runs from their training logs alone, in the table of runs "
     "compared on validation (no decoding, never scored on the test set): for settings that lost on validation.")
 _NOTE = flags.DEFINE_string("note", "", "A remark stored with the rows of this invocation (e.g. shared CPU).")
+_OUTPUT = report.output_flags()  # --output_dir, --update_committed, --force
 
 # Published full-data results, quoted for reference (not reproduced here).
 PUBLISHED = {
@@ -89,6 +96,8 @@ NOT_TRAINING_SETTINGS = ("task.source_dir", "task.data_dir", "quiet", "tensorboa
                          "average_checkpoints", "translate_input", "translate_output")
 # Hand-written note in experiments/<experiment>/ on settings tried without a workdir left; RESULTS.md quotes it.
 NOT_KEPT_NOTE = "runs_not_kept.md"
+# What a new page folder copies from the committed one (the test output too: it belongs to the best row).
+STARTING_FILES = ("runs.json", "validation_runs.json", NOT_KEPT_NOTE, "curves.png")
 # Folders of experiments/attention_plots.py output linked from RESULTS.md when present.
 PLOT_FOLDERS = {"attention": "Transformer attention (encoder self, decoder self, cross)",
                 "alignment": "RNN attention alignment"}
@@ -136,7 +145,7 @@ def evaluate(variant: str, workdir: str, average_checkpoints: int = 0) -> tuple[
                bool(importlib.import_module(f"experiments.{_EXPERIMENT.value}").get_config(variant)
                     .task.length_penalty_candidates))
   if stale:
-    command = [sys.executable, "launch.py", f"--config=experiments/{_EXPERIMENT.value}.py:{variant}",
+    command = [f"--config=experiments/{_EXPERIMENT.value}.py:{variant}",
                f"--workdir={workdir}", "--mode=eval", "--config.quiet=True",
                f"--config.average_checkpoints={average_checkpoints}"]
     with open(os.path.join(workdir, "config.json")) as f:  # the run's settings, should the variant have changed
@@ -145,7 +154,7 @@ def evaluate(variant: str, workdir: str, average_checkpoints: int = 0) -> tuple[
       command.append(f"--config.task.source_dir={_SOURCE_DIR.value}")
     if _DATA_DIR.value:
       command.append(f"--config.task.data_dir={_DATA_DIR.value}")
-    subprocess.run(command, cwd=report.REPO, check=True)
+    report.run_launch(command)
   with open(path) as f:
     return json.load(f), output_dir
 
@@ -193,14 +202,14 @@ def trained_run(experiment: str, variant: str, workdir: str) -> dict:
   with open(os.path.join(workdir, "model_config.json")) as f:
     model_config = json.load(f)
   records = read_metrics(workdir)
-  trained = [r for r in records if "wall_seconds" in r]
+  trained = [r for r in records if "wall_seconds" in r]  # training logs (evaluations have no wall time)
   size = (f"{model_config['num_encoder_layers']}+{model_config['num_decoder_layers']} layers, "
           f"d_model {model_config['d_model']}" if "d_model" in model_config else
           f"{model_config['cell']}, {model_config['attention']}, hidden {model_config['hidden_dim']}")
   return {
       "size": size,
       "training_pairs": training_pairs(experiment, config),
-      "steps_trained": trained[-1]["step"] if trained else 0,
+      "steps_trained": steps_trained(records),
       "steps_planned": config["num_train_steps"],
       "wall_hours": trained[-1]["wall_seconds"] / 3600 if trained else math.nan,
       # The run's settings: its command is derived from them against the variant's defaults of the day the
@@ -360,20 +369,88 @@ def runs_not_kept(output: str) -> str:
           f"(hand-written in `{NOT_KEPT_NOTE}`, with the numbers their training printed):\n\n{note}\n")
 
 
+def hypothesis_name(experiment: str) -> str:
+  """The page's file of the best row's test output, named after the test set (e.g. ``test_2016_flickr.hyp.de``)."""
+  return f"{TEST_NAME[experiment]}.hyp.{TARGET_LANGUAGE[experiment]}"
+
+
+def read_rows(path: str) -> dict:
+  """Row name -> row of a ``runs.json`` / ``validation_runs.json``; empty when there is none."""
+  if not os.path.exists(path):
+    return {}
+  with open(path) as f:
+    return json.load(f)
+
+
+def start_page(experiment: str, output: str, committed: str, new_names: set[str]) -> None:
+  """Starts the page in ``output`` (a folder without a runs.json) from the committed one in ``committed``: its
+  rows, notes, curves and the test output of its best row. A committed row named as one of ``new_names`` is
+  kept as ``NAME (committed)``, so the new run of that name is shown beside it."""
+  os.makedirs(output, exist_ok=True)
+  for name in (*STARTING_FILES, hypothesis_name(experiment)):
+    if os.path.exists(os.path.join(committed, name)):
+      shutil.copy(os.path.join(committed, name), os.path.join(output, name))
+  for table in ("runs.json", "validation_runs.json"):
+    path = os.path.join(output, table)
+    if os.path.exists(path):
+      rows = {(f"{name} (committed)" if name in new_names else name): row
+              for name, row in read_rows(path).items()}
+      with open(path, "w") as f:
+        json.dump(rows, f, indent=1)
+
+
+def steps_trained(records: list[dict]) -> int:
+  """The last training step a run's metrics record (0 before the first log)."""
+  trained = [r for r in records if "wall_seconds" in r]
+  return trained[-1]["step"] if trained else 0
+
+
+def check_checkpoints(workdir: str, average_checkpoints: int) -> None:
+  """Refuses (``UserError``) ``--average_checkpoints`` larger than the number of checkpoints ``workdir`` kept."""
+  folder = os.path.join(workdir, "checkpoints")
+  kept = sorted(int(name) for name in os.listdir(folder) if name.isdigit()) if os.path.isdir(folder) else []
+  if len(kept) < average_checkpoints:
+    raise UserError(f"--average_checkpoints={average_checkpoints}: {workdir} kept {len(kept)} checkpoint(s) (steps "
+                    f"{', '.join(map(str, kept)) or 'none'}); give --average_checkpoints={len(kept)} or fewer, or "
+                    "leave it out to score the best checkpoint alone.")
+
+
+def check_replacements(output: str, new_steps: dict[str, int]) -> None:
+  """Refuses (``UserError``) to replace a row of ``output``'s page by a run of fewer training steps; ``new_steps``:
+  row name -> training steps of its new run."""
+  recorded = {**read_rows(os.path.join(output, "validation_runs.json")), **read_rows(os.path.join(output, "runs.json"))}
+  report.check_replacements(os.path.join(output, "runs.json"),
+                            {name: run["steps_trained"] for name, run in recorded.items()}, new_steps)
+
+
 def write_results(experiment: str, output: str, new_runs: dict[str, tuple[dict, str]],
-                  new_validation_runs: dict[str, dict] | None = None) -> str:
+                  new_validation_runs: dict[str, dict] | None = None, *, start_from: str | None = None,
+                  replace_only_longer: bool = False) -> str:
   """Merge ``new_runs`` (row name -> ``summarize``'s (row, output folder)) into ``output/runs.json`` and
   ``new_validation_runs`` (row name -> ``validation_summary``) into ``output/validation_runs.json``, copy the
   test output of a run that beats every stored one on validation, and rewrite RESULTS.md and curves.png.
-  Returns the RESULTS.md text."""
+  Returns the RESULTS.md text.
+
+  Args:
+    start_from: a committed page's folder: when ``output`` holds no runs.json yet, the page starts from its rows
+      (``start_page``). Never written.
+    replace_only_longer: refuse (``UserError``, before anything is written) to replace a row by a run of fewer
+      training steps than it records: for committed pages.
+  """
+  new_validation_runs = new_validation_runs or {}
   test = TEST_NAME[experiment]
   written_name = f"{TEST_SPLIT[experiment]}.hyp.{TARGET_LANGUAGE[experiment]}"  # by --mode=eval
-  hypothesis_name = f"{test}.hyp.{TARGET_LANGUAGE[experiment]}"
+  hypotheses = hypothesis_name(experiment)
   runs_path = os.path.join(output, "runs.json")
-  runs = {}
-  if os.path.exists(runs_path):
-    with open(runs_path) as f:
-      runs = json.load(f)
+  if replace_only_longer:
+    check_replacements(output, {**{name: run["steps_trained"] for name, run in new_validation_runs.items()},
+                                **{name: summary["steps_trained"] for name, (summary, _) in new_runs.items()}})
+  if start_from and not os.path.exists(runs_path):
+    start_page(experiment, output, start_from, {*new_runs, *new_validation_runs})
+  os.makedirs(output, exist_ok=True)
+  runs = read_rows(runs_path)
+  # The folder's test output is the best row's (as this function keeps it), until that row is replaced.
+  owner = max(runs, key=lambda name: runs[name]["validation_bleu"], default=None)
   # A row reported again is replaced: the old row's score no longer counts.
   best_before = max((run["validation_bleu"] for name, run in runs.items() if name not in new_runs),
                     default=-math.inf)
@@ -381,16 +458,14 @@ def write_results(experiment: str, output: str, new_runs: dict[str, tuple[dict, 
     runs[name] = summary
     if summary["validation_bleu"] > best_before:  # the best model so far: its test output is committed
       best_before = summary["validation_bleu"]
-      shutil.copy(os.path.join(output_dir, written_name), os.path.join(output, hypothesis_name))
+      shutil.copy(os.path.join(output_dir, written_name), os.path.join(output, hypotheses))
+      owner = name
   if not runs:
     raise app.UsageError("give at least one --run=VARIANT:WORKDIR to score on test (without --validation_only): "
                          "the page needs one model scored on test")
   validation_path = os.path.join(output, "validation_runs.json")
-  validation_runs = {}
-  if os.path.exists(validation_path):
-    with open(validation_path) as f:
-      validation_runs = json.load(f)
-  validation_runs.update(new_validation_runs or {})
+  validation_runs = read_rows(validation_path)
+  validation_runs.update(new_validation_runs)
   for name in runs:  # a run scored on test is no longer a validation-only row
     validation_runs.pop(name, None)
   for run in [*runs.values(), *validation_runs.values()]:
@@ -405,6 +480,8 @@ def write_results(experiment: str, output: str, new_runs: dict[str, tuple[dict, 
   elif os.path.exists(validation_path):
     os.remove(validation_path)
   best = max(runs, key=lambda name: runs[name]["validation_bleu"])
+  if owner in new_runs and owner != best and os.path.exists(os.path.join(output, hypotheses)):
+    os.remove(os.path.join(output, hypotheses))  # the best row was replaced by a worse run: no row's output now
   if any(run["curves"] for run in runs.values()):  # rows carried over without curves keep the old plot
     report.plot_curves({name: run["curves"] for name, run in runs.items()}, list(CURVES),
                        os.path.join(output, "curves.png"), f"{experiment}: training curves")
@@ -417,6 +494,11 @@ def write_results(experiment: str, output: str, new_runs: dict[str, tuple[dict, 
   compared_on_validation = validation_table(runs, validation_runs)
   not_kept = runs_not_kept(output)
   published = report.markdown_table(["published result", f"{test} BLEU"], PUBLISHED[experiment])
+  test_output = (f"The best model on validation ({best}) gives `{hypotheses}` (one line per reference line), so\n"
+                 "anyone can recompute its score with sacreBLEU."
+                 if os.path.exists(os.path.join(output, hypotheses)) else
+                 f"The best model on validation ({best}) has no test output in this folder (the row that gave it was "
+                 f"replaced by a worse run): report {best} again to add `{hypotheses}`.")
   plots = [f"[{title}]({folder}/README.md)" for folder, title in PLOT_FOLDERS.items()
            if os.path.exists(os.path.join(output, folder, "README.md"))]
   plots_line = (f"\nAttention heatmaps (written by `python -m experiments.attention_plots`; each README has its "
@@ -428,8 +510,7 @@ from `runs.json` (one entry per row, added or replaced by each invocation); do n
 
 Checkpoints are chosen on the validation split (the best single checkpoint, or with `--average_checkpoints=N`
 the mean of the last N when that scores higher on validation); the test split is scored by `--mode=eval`,
-with beam search. The best model on validation ({best}) gives `{hypothesis_name}` (one line per reference line), so
-anyone can recompute its score with sacreBLEU.
+with beam search. {test_output}
 
 {table}
 
@@ -463,16 +544,31 @@ def parse_run(experiment: str, spec: str) -> tuple[str, str, str]:
 def main(argv):
   del argv
   experiment = _EXPERIMENT.value
-  output = os.path.join(report.REPO, "experiments", experiment)
-  os.makedirs(output, exist_ok=True)
+  committed = os.path.join(report.COMMITTED, experiment)
+  specs = [parse_run(experiment, spec) for spec in _RUNS.value]
+  default = (os.path.join(specs[0][2], "results") if specs else os.path.join(os.getcwd(), f"results-{experiment}"))
+  output = report.exit_on_user_error(report.results_folder, _OUTPUT, committed, default)
+  updating = output == committed
+  replace_only_longer = updating and not _OUTPUT.force.value
+  if replace_only_longer:  # before the runs are decoded: a refused row costs nothing
+    report.exit_on_user_error(check_replacements, output,
+                              {name: steps_trained(read_metrics(workdir)) for name, _, workdir in specs})
+  if _AVERAGE.value and not _VALIDATION_ONLY.value:
+    for _, _, workdir in specs:
+      report.exit_on_user_error(check_checkpoints, workdir, _AVERAGE.value)
   new_runs, new_validation_runs = {}, {}
-  for spec in _RUNS.value:
-    name, variant, workdir = parse_run(experiment, spec)
+  for name, variant, workdir in specs:
     if _VALIDATION_ONLY.value:
       new_validation_runs[name] = validation_summary(experiment, variant, workdir)
     else:
-      new_runs[name] = summarize(experiment, variant, workdir, _AVERAGE.value)
-  print(write_results(experiment, output, new_runs, new_validation_runs))
+      new_runs[name] = report.exit_on_user_error(summarize, experiment, variant, workdir, _AVERAGE.value)
+  text = report.exit_on_user_error(write_results, experiment, output, new_runs, new_validation_runs,
+                                   start_from=None if updating else committed,
+                                   replace_only_longer=replace_only_longer)
+  print(text)
+  print(f"Wrote the page to {output}/RESULTS.md" + ("" if updating else
+        f" (the committed page {os.path.relpath(committed, report.REPO)}/ is unchanged; --update_committed "
+        "writes there)."))
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 
-from transformer.data import beijing_pm25, parallel_text, timeseries
+from transformer.data import beijing_pm25, download, parallel_text, timeseries
 from transformer.data.beijing_pm25 import beijing_pm25_dataset_builder as builder_module
 from transformer.data.beijing_pm25 import features as pm25_features
 from transformer.errors import InputFileError
@@ -466,8 +466,8 @@ def test_offline_download_fails_at_once_with_one_line_naming_file_url_and_settin
     tmp_path, monkeypatch):
   def unreachable(address, timeout=None):
     raise socket.gaierror(-2, "Name or service not known")
-  monkeypatch.setattr(builder_module.urllib.request, "getproxies", lambda: {})
-  monkeypatch.setattr(builder_module.socket, "create_connection", unreachable)
+  monkeypatch.setattr(download.urllib.request, "getproxies", lambda: {})
+  monkeypatch.setattr(download.socket, "create_connection", unreachable)
   with pytest.raises(parallel_text.MissingDataError) as raised:
     build(tmp_path / "tfds")
   message = str(raised.value)
@@ -480,7 +480,7 @@ def test_offline_download_fails_at_once_with_one_line_naming_file_url_and_settin
 def test_a_failing_download_behind_a_proxy_gives_the_same_line(tmp_path, monkeypatch):
   def fail(self, url):
     raise OSError("Connection refused")
-  monkeypatch.setattr(builder_module.urllib.request, "getproxies",
+  monkeypatch.setattr(download.urllib.request, "getproxies",
                       lambda: {"https": "http://proxy:3128"})
   monkeypatch.setattr(tfds.download.DownloadManager, "download", fail)
   with pytest.raises(parallel_text.MissingDataError, match="Connection refused.*source_dir"):
@@ -494,7 +494,7 @@ def test_without_a_local_copy_the_official_url_is_downloaded(tmp_path, monkeypat
   def serve(self, url):
     requested.append(url)
     return csv_path
-  monkeypatch.setattr(builder_module.urllib.request, "getproxies", lambda: {"https": "proxy"})
+  monkeypatch.setattr(download.urllib.request, "getproxies", lambda: {"https": "proxy"})
   monkeypatch.setattr(tfds.download.DownloadManager, "download", serve)
   builder = build(tmp_path / "tfds")
   assert requested == [beijing_pm25.URL]

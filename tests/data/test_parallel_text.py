@@ -4,15 +4,18 @@ from __future__ import annotations
 import gzip
 import os
 import pathlib
+import socket
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
 from data_fixtures import (IWSLT_SIZES, MULTI30K_SIZES, MULTI30K_SPLITS, sentence_pairs,
                            write_iwslt, write_multi30k)
-from transformer.data import iwslt15_en_vi, multi30k, parallel_text
+from transformer.data import download, iwslt15_en_vi, multi30k, parallel_text
+from transformer.data.multi30k import multi30k_dataset_builder
 
 
 def build(builder_class, data_dir, **kwargs):
@@ -85,8 +88,11 @@ def test_without_a_local_folder_the_official_urls_are_downloaded(raw_root, tmp_p
       paths[key] = copy
     return paths
 
+  checked = []
+  monkeypatch.setattr(download, "check_reachable", lambda dataset, urls, homepage: checked.extend(urls))
   monkeypatch.setattr(parallel_text.tfds.download.DownloadManager, "download", fake_download)
   builder = build(iwslt15_en_vi.Builder, tmp_path / "tfds")
+  assert sorted(checked) == sorted(requested)  # the hosts were probed before the download
   assert sorted(url.rsplit("/", 1)[1] for url in requested) == [
       "train.en", "train.vi", "tst2012.en", "tst2012.vi", "tst2013.en", "tst2013.vi"]
   assert all(url.startswith("https://nlp.stanford.edu/projects/nmt/data/") for url in requested)
@@ -167,3 +173,70 @@ def test_builds_and_reads_without_tensorflow(raw_root, tmp_path):
                           cwd=pathlib.Path(__file__).parents[2], timeout=120)
   assert result.returncode == 0, result.stderr[-3000:]
   assert f"RESULT {MULTI30K_SIZES['train']} False" in result.stdout
+
+
+def closed_port_url() -> str:
+  """``http://127.0.0.1:PORT/`` of a port nothing listens on (bound, then closed): connecting is refused at once."""
+  with socket.socket() as probe:
+    probe.bind(("127.0.0.1", 0))
+    port = probe.getsockname()[1]
+  return f"http://127.0.0.1:{port}/"
+
+
+def test_offline_the_download_fails_at_once_in_one_line_naming_files_source_and_settings(tmp_path, monkeypatch):
+  base = closed_port_url()
+  monkeypatch.setattr(download.urllib.request, "getproxies", lambda: {})
+  monkeypatch.setattr(multi30k_dataset_builder, "_URL_BASE", base)
+  started = time.monotonic()
+  with pytest.raises(parallel_text.MissingDataError) as raised:
+    build(multi30k.Builder, tmp_path / "tfds", config="en-de")
+  assert time.monotonic() - started < 5
+  message = str(raised.value)
+  assert "\n" not in message and raised.value.__cause__ is None  # nothing from the downloader
+  assert message.startswith("multi30k: cannot download train.en.gz train.de.gz val.en.gz")
+  assert f"from {base} (" in message
+  for part in ("official source: https://github.com/multi30k/dataset", "--config.task.source_dir=<folder>",
+               f"${parallel_text.ENV_VAR}", "holding multi30k/"):
+    assert part in message
+  assert not (tmp_path / "tfds" / "multi30k" / "en-de").exists()
+
+
+def test_a_failing_download_is_the_same_one_line(tmp_path, monkeypatch):
+  """Behind a proxy the probe is skipped; the downloader's own failure becomes the same line."""
+  def refuse(self, urls):
+    raise OSError("Max retries exceeded\n(Caused by ProxyError)")
+  monkeypatch.setattr(download.urllib.request, "getproxies", lambda: {"https": "http://proxy:3128"})
+  monkeypatch.setattr(parallel_text.tfds.download.DownloadManager, "download", refuse)
+  with pytest.raises(parallel_text.MissingDataError) as raised:
+    build(iwslt15_en_vi.Builder, tmp_path / "tfds")
+  message = str(raised.value)
+  assert "\n" not in message and "(Max retries exceeded (Caused by ProxyError))" in message
+  assert "tst2013.vi from https://nlp.stanford.edu/projects/nmt/data/iwslt15.en-vi/" in message
+  assert "official source: https://nlp.stanford.edu/projects/nmt/" in message
+
+
+def test_launch_offline_without_data_prints_one_error_line(tmp_path):
+  """launch.py with no source folder, no $TRANSFORMER_DATA_DIR, an empty TFDS data dir and no network (every
+  connection refused): one ``error:`` line and exit status 1, in seconds."""
+  script = textwrap.dedent("""
+      import runpy, socket, sys
+      def refuse(address, *args, **kwargs):
+        raise ConnectionRefusedError(111, "Connection refused")
+      socket.create_connection = refuse  # as if offline
+      sys.argv = ["launch.py", *sys.argv[1:]]
+      runpy.run_path("launch.py", run_name="__main__")
+  """)
+  environment = {key: value for key, value in os.environ.items()
+                 if key != parallel_text.ENV_VAR and "proxy" not in key.lower()}
+  environment["TFDS_DATA_DIR"] = os.fspath(tmp_path / "tfds")
+  started = time.monotonic()
+  result = subprocess.run(
+      [sys.executable, "-c", script, "--config=experiments/multi30k.py:transformer_small",
+       f"--workdir={tmp_path / 'workdir'}", f"--config.task.data_dir={tmp_path / 'tfds'}"],
+      capture_output=True, text=True, cwd=pathlib.Path(__file__).parents[2], env=environment, timeout=120)
+  assert result.returncode == 1, result.stderr[-3000:]
+  errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+  assert len(errors) == 1 and "Traceback" not in result.stderr, result.stderr[-3000:]
+  assert "multi30k: cannot download" in errors[0] and "Connection refused" in errors[0]
+  assert "--config.task.source_dir=<folder>" in errors[0] and parallel_text.ENV_VAR in errors[0]
+  assert time.monotonic() - started < 60

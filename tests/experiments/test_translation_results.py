@@ -322,3 +322,120 @@ def test_every_committed_row_command_reproduces_its_recorded_settings(path):
     defaults = model_section(recorded["model_name"]).to_dict()
     added = {key for key in parsed if key.startswith("model.")} - set(recorded)
     assert {key: parsed[key] for key in added} == {key: defaults[key[len("model."):]] for key in added}, name
+
+
+def _file_bytes(folder) -> dict:
+  return {os.path.relpath(path, folder): open(path, "rb").read()
+          for path in glob.glob(os.path.join(folder, "**"), recursive=True) if os.path.isfile(path)}
+
+
+def _committed_copy(tmp_path):
+  """A copy of the committed experiments/multi30k/ page (tests never write the repository's)."""
+  import shutil
+  committed = tmp_path / "committed" / "multi30k"
+  shutil.copytree(os.path.join(translation_results.report.COMMITTED, "multi30k"), committed)
+  return committed
+
+
+def _fake_workdir(tmp_path, name, steps):
+  """A run's workdir as parse_run and the step check read it: config.json and metrics.jsonl."""
+  workdir = tmp_path / name
+  workdir.mkdir()
+  (workdir / "config.json").write_text("{}")
+  (workdir / "metrics.jsonl").write_text(json.dumps({"step": steps, "train/nll": 2.0, "wall_seconds": 6.0}) + "\n")
+  return workdir
+
+
+def test_by_default_the_page_goes_to_a_new_folder_beside_the_committed_rows(tmp_path, monkeypatch, capsys):
+  """main with --run alone: the committed page (here a copy, and the repository's own) keeps its bytes; the new
+  folder WORKDIR/results shows the new row beside the committed ones, with the committed best row's output."""
+  from absl.testing import flagsaver
+  if not flags.FLAGS.is_parsed():
+    flags.FLAGS.mark_as_parsed()
+  committed = _committed_copy(tmp_path)
+  monkeypatch.setattr(translation_results.report, "COMMITTED", str(committed.parent))
+  before, repository_before = _file_bytes(committed), _file_bytes(
+      os.path.join(translation_results.report.REPO, "experiments", "multi30k"))
+  workdir = _fake_workdir(tmp_path, "short_run", steps=300)
+  (workdir / HYPOTHESIS).write_text("kurz\n")
+  monkeypatch.setattr(translation_results, "summarize",
+                      lambda experiment, variant, workdir, average=0: (summary(9.86, 9.5), workdir))
+  with flagsaver.flagsaver(experiment="multi30k", run=[f"transformer_small:{workdir}"]):
+    translation_results.main([])
+  assert _file_bytes(committed) == before
+  assert _file_bytes(os.path.join(translation_results.report.REPO, "experiments", "multi30k")) == repository_before
+  output = workdir / "results"
+  assert str(output) in capsys.readouterr().out
+  rows = json.loads((output / "runs.json").read_text())
+  committed_rows = json.loads((committed / "runs.json").read_text())
+  assert set(rows) == {"transformer_small"} | {name if name != "transformer_small" else f"{name} (committed)"
+                                               for name in committed_rows}
+  assert rows["transformer_small (committed)"]["validation_bleu"] == committed_rows["transformer_small"][
+      "validation_bleu"]
+  # The new run is worse on validation: the test output is still the committed best row's, which came with it.
+  assert (output / HYPOTHESIS).read_bytes() == (committed / HYPOTHESIS).read_bytes()
+  text = (output / "RESULTS.md").read_text()
+  assert "| transformer_small | " in text and "| transformer_small (committed) | " in text
+
+  with flagsaver.flagsaver(experiment="multi30k", run=[f"transformer_small:{workdir}"],
+                           output_dir=str(committed)):  # the committed folder named as an output: refused
+    with pytest.raises(SystemExit, match="is the committed page; give --update_committed"):
+      translation_results.main([])
+  assert _file_bytes(committed) == before
+
+
+def test_a_committed_row_is_replaced_only_by_a_run_at_least_as_long(tmp_path, monkeypatch):
+  committed = _committed_copy(tmp_path)
+  recorded = json.loads((committed / "runs.json").read_text())["transformer_small"]["steps_trained"]
+  before = _file_bytes(committed)
+  short = run_dir(tmp_path, "short", "kurz\n")
+  with pytest.raises(translation_results.UserError) as refused:
+    translation_results.write_results("multi30k", str(committed), {
+        "transformer_small": ({**summary(9.86, 9.5), "steps_trained": 300}, short)}, replace_only_longer=True)
+  message = str(refused.value)
+  assert "\n" not in message and "'transformer_small'" in message and "--force" in message
+  assert f"{recorded} training steps, the new one trained 300" in message
+  assert _file_bytes(committed) == before  # refused before anything is written
+
+  # Through main: refused before the run is decoded, as one line and exit status 1.
+  from absl.testing import flagsaver
+  if not flags.FLAGS.is_parsed():
+    flags.FLAGS.mark_as_parsed()
+  monkeypatch.setattr(translation_results.report, "COMMITTED", str(committed.parent))
+  monkeypatch.setattr(translation_results, "summarize", lambda *args: pytest.fail("decoded a refused run"))
+  workdir = _fake_workdir(tmp_path, "short_run", steps=300)
+  with flagsaver.flagsaver(experiment="multi30k", run=[f"transformer_small:{workdir}"], update_committed=True):
+    with pytest.raises(SystemExit) as exited:
+      translation_results.main([])
+  assert str(exited.value).startswith("error: ") and "trained 300" in str(exited.value)
+  assert _file_bytes(committed) == before
+
+  longer = run_dir(tmp_path, "longer", "lang\n")  # as long as the recorded run: it replaces the row
+  text = translation_results.write_results("multi30k", str(committed), {
+      "transformer_small": ({**summary(50.0, 51.0), "steps_trained": recorded}, longer)}, replace_only_longer=True)
+  assert json.loads((committed / "runs.json").read_text())["transformer_small"]["test_bleu"] == 51.0
+  assert (committed / HYPOTHESIS).read_text() == "lang\n" and "| 51.00 |" in text
+
+  # --force (replace_only_longer=False) lets a shorter run replace it; the best row (gru_bahdanau now) was not
+  # the one whose output the folder held, so that output goes and the page says so.
+  text = translation_results.write_results("multi30k", str(committed), {
+      "transformer_small": ({**summary(9.86, 9.5), "steps_trained": 300}, short)})
+  rows = json.loads((committed / "runs.json").read_text())
+  assert rows["transformer_small"]["steps_trained"] == 300
+  best = max(rows, key=lambda name: rows[name]["validation_bleu"])
+  assert best != "transformer_small" and not (committed / HYPOTHESIS).exists()
+  assert f"The best model on validation ({best}) has no test output in this folder" in text
+
+
+def test_averaging_more_checkpoints_than_a_run_kept_is_refused_naming_them(tmp_path):
+  for step in (100, 200, 300):
+    (tmp_path / "checkpoints" / str(step)).mkdir(parents=True)
+  translation_results.check_checkpoints(str(tmp_path), 3)
+  with pytest.raises(translation_results.UserError,
+                     match=r"kept 3 checkpoint\(s\) \(steps 100, 200, 300\); give --average_checkpoints=3 or fewer"):
+    translation_results.check_checkpoints(str(tmp_path), 5)
+
+
+def test_a_failing_launch_is_one_more_line_not_a_traceback(tmp_path):
+  with pytest.raises(translation_results.UserError, match="exited with status 1 .its error is printed above"):
+    translation_results.report.run_launch(["--config=experiments/no_such_experiment.py", f"--workdir={tmp_path}"])

@@ -13,7 +13,9 @@ Where the raw files come from, first match wins:
 2. ``download_config=tfds.download.DownloadConfig(manual_dir=...)`` of ``download_and_prepare``;
 3. the environment variable ``TRANSFORMER_DATA_DIR`` (a folder holding ``multi30k/``,
    ``iwslt15_en_vi/``, ...);
-4. otherwise the official URLs are downloaded (by TFDS, into ``<data_dir>/downloads``).
+4. otherwise the official URLs are downloaded (by TFDS, into ``<data_dir>/downloads``);
+   offline, this fails at once with one line naming the files, their official source and the
+   settings above (``transformer.data.download``).
 
 A local folder given in 1-3 may hold the files itself or in a sub-folder named after the dataset
 (``<folder>/multi30k/train.en.gz``). When a local folder is given nothing is downloaded: a missing
@@ -39,9 +41,9 @@ from typing import Callable, Iterator, Mapping
 from etils import epath
 import tensorflow_datasets as tfds
 
+from transformer.data import download
+from transformer.data.download import ENV_VAR  # also imported from here
 from transformer.errors import InputFileError, MissingDataError  # MissingDataError: also imported from here
-
-ENV_VAR = "TRANSFORMER_DATA_DIR"
 
 logger = logging.getLogger(__name__)
 
@@ -87,11 +89,18 @@ def resolve_source_dir(dataset_name: str, source_dir: epath.PathLike | None,
   return None, "download"
 
 
+def is_prepared(builder: tfds.core.DatasetBuilder) -> bool:
+  """``builder.is_prepared()`` without the warning TFDS logs for every data set not prepared
+  yet (a first run printed it above its own error line)."""
+  return (epath.Path(builder.data_path) / "dataset_info.json").exists()
+
+
 class ParallelTextBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
   """Base builder: one text file per (split, language), lines aligned across languages.
 
-  Subclasses set ``VERSION``, ``BUILDER_CONFIGS`` (of :class:`ParallelTextConfig`), ``HOMEPAGE``,
-  ``DOWNLOAD_HINT`` (one line saying where the files come from) and implement
+  Subclasses set ``VERSION``, ``BUILDER_CONFIGS`` (of :class:`ParallelTextConfig`),
+  ``HOMEPAGE`` (the official source, named when a download fails), ``DOWNLOAD_HINT`` (one line
+  saying where the files come from) and implement
   :meth:`_split_files` and :meth:`_url`.
 
   Args (beyond those of ``tfds.core.GeneratorBasedBuilder``: ``data_dir``, ``config``,
@@ -145,7 +154,7 @@ class ParallelTextBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=Tru
 
   def download_and_prepare(self, *, download_config=None, **kwargs):
     """As TFDS's; first finds the raw files so that a missing one fails here, plainly."""
-    if not self.is_prepared():
+    if not is_prepared(self):
       manual_dir = download_config.manual_dir if download_config is not None else None
       self._local_dir, origin = resolve_source_dir(
           self.name, self._source_dir_argument, manual_dir)
@@ -153,6 +162,8 @@ class ParallelTextBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=Tru
         self._local_files = self.check_source_files(self._local_dir, origin)
         logger.info("%s/%s: reading raw files from %s (%s)", self.name, self.builder_config.name,
                     self._local_dir, origin)
+      else:
+        download.check_reachable(self.name, list(self._download_urls().values()), self.HOMEPAGE)
     return super().download_and_prepare(download_config=download_config, **kwargs)
 
   def check_source_files(self, folder: epath.Path,
@@ -184,15 +195,19 @@ class ParallelTextBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=Tru
                for split, files in split_files.items()}
     else:
       split_files = self._split_files(lambda name: True)
-      urls = {f"{split}.{lang}": self._url(name)
-              for split, files in split_files.items() for lang, name in files.items()}
-      downloaded = dl_manager.download(urls)
+      downloaded = download.download(dl_manager, self.name, self._download_urls(), self.HOMEPAGE)
       paths = {split: {lang: epath.Path(downloaded[f"{split}.{lang}"]) for lang in files}
                for split, files in split_files.items()}
     # Saved with the prepared data: which raw file made which split.
     self.info.metadata["source_files"] = {
         split: dict(files) for split, files in split_files.items()}
     return {split: self._generate_examples(split_paths) for split, split_paths in paths.items()}
+
+  def _download_urls(self) -> dict[str, str]:
+    """``"<split>.<lang>"`` -> official URL of every file of the current config."""
+    split_files = self._split_files(lambda name: True)
+    return {f"{split}.{lang}": self._url(name)
+            for split, files in split_files.items() for lang, name in files.items()}
 
   def _generate_examples(self, paths: Mapping[str, epath.Path]) -> Iterator[tuple[int, dict]]:
     lines = {lang: read_lines(path) for lang, path in paths.items()}

@@ -16,12 +16,12 @@ Chronological splits (:data:`SPLIT_YEARS`): ``train`` 2010-2012 (26,304 hours), 
 The raw file comes from, first match wins: the builder argument ``source_dir=...``;
 ``download_config=tfds.download.DownloadConfig(manual_dir=...)``; ``$TRANSFORMER_DATA_DIR``
 (a folder holding ``beijing_pm25/``); otherwise the official UCI URL. Offline, the download
-fails at once with one line naming the file, the URL and these settings.
+fails at once with one line naming the file, the URL and these settings (``transformer.data.download``).
 
 Usage (no TensorFlow needed)::
 
   builder = Builder(data_dir="/tmp/tfds", file_format="array_record",
-                    source_dir="../shared/data/beijing_pm25")  # or $TRANSFORMER_DATA_DIR
+                    source_dir="data/beijing_pm25")  # a copy of the UCI file, or leave it out
   builder.download_and_prepare()
   builder.as_data_source("test")[0]  # {"time": 385704, "pm25": 24.0, "cbwd": 1, ...}
 """
@@ -33,20 +33,18 @@ import inspect
 import io
 import logging
 import math
-import socket
-import urllib.parse
-import urllib.request
 from typing import Iterator
 
 from etils import epath
 import numpy as np
 import tensorflow_datasets as tfds
 
-from transformer.data import parallel_text
+from transformer.data import download, parallel_text
 from transformer.errors import InputFileError
 
 FILE_NAME = "PRSA_data_2010.1.1-2014.12.31.csv"
 URL = "https://archive.ics.uci.edu/ml/machine-learning-databases/00381/" + FILE_NAME
+HOMEPAGE = "https://archive.ics.uci.edu/dataset/381/beijing+pm2+5+data"
 COLUMNS = ("No", "year", "month", "day", "hour", "pm2.5", "DEWP", "TEMP", "PRES", "cbwd", "Iws",
            "Is", "Ir")
 WEATHER_COLUMNS = ("DEWP", "TEMP", "PRES", "Iws", "Is", "Ir")
@@ -153,31 +151,6 @@ def split_of_year(year: int) -> str | None:
   return next((split for split, years in SPLIT_YEARS.items() if year in years), None)
 
 
-def offline_message(reason: object) -> str:
-  """The one line that says where to get the file when it cannot be downloaded."""
-  return (f"beijing_pm25: cannot download {FILE_NAME} from {URL} ({reason}); put a local copy "
-          f"in a folder and pass source_dir=<folder> to the builder, or set "
-          f"${parallel_text.ENV_VAR} to a folder holding beijing_pm25/{FILE_NAME}.")
-
-
-def check_reachable(url: str, timeout: float = 10.0) -> None:
-  """Fails at once when ``url``'s host cannot be reached, instead of after download retries.
-
-  Behind a proxy (``urllib.request.getproxies()``) a direct connection proves nothing, so the
-  check is skipped there and the download itself reports.
-
-  Raises:
-    parallel_text.MissingDataError: with :func:`offline_message`.
-  """
-  if urllib.request.getproxies():
-    return
-  parts = urllib.parse.urlsplit(url)
-  try:
-    socket.create_connection((parts.hostname, parts.port or 443), timeout=timeout).close()
-  except OSError as error:
-    raise parallel_text.MissingDataError(offline_message(error)) from None
-
-
 class Builder(tfds.core.GeneratorBasedBuilder):
   """Beijing PM2.5 hourly rows (see the module docstring).
 
@@ -217,18 +190,18 @@ class Builder(tfds.core.GeneratorBasedBuilder):
     }
     return self.dataset_info_from_configs(
         features=tfds.features.FeaturesDict(features),
-        homepage="https://archive.ics.uci.edu/dataset/381/beijing+pm2+5+data",
+        homepage=HOMEPAGE,
         disable_shuffling=True,  # example i of a split is its i-th hour
     )
 
   def download_and_prepare(self, *, download_config=None, **kwargs):
     """As TFDS's; first finds the raw file (or checks the network) so that a failure is plain."""
-    if not self.is_prepared():
+    if not parallel_text.is_prepared(self):
       manual_dir = download_config.manual_dir if download_config is not None else None
       folder, origin = parallel_text.resolve_source_dir(
           self.name, self._source_dir_argument, manual_dir)
       if folder is None:
-        check_reachable(URL)
+        download.check_reachable(self.name, [URL], HOMEPAGE)
       else:
         self._local_file = folder / FILE_NAME
         if not self._local_file.exists():
@@ -242,10 +215,7 @@ class Builder(tfds.core.GeneratorBasedBuilder):
   def _split_generators(self, dl_manager: tfds.download.DownloadManager):
     path = self._local_file
     if path is None:
-      try:
-        path = epath.Path(dl_manager.download(URL))
-      except Exception as error:  # pylint: disable=broad-except
-        raise parallel_text.MissingDataError(offline_message(error)) from error
+      path = epath.Path(download.download(dl_manager, self.name, URL, HOMEPAGE))
     columns = read_csv(path)
     years = columns["time"].astype("datetime64[Y]").astype(np.int64) + 1970
     outside = np.flatnonzero([split_of_year(year) is None for year in np.unique(years)])

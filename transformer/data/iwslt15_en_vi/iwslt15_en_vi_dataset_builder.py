@@ -16,10 +16,12 @@ pairs is ``builder.info.splits["train"].num_examples``. A prepared dataset is re
 rebuild from other training files, prepare into another ``data_dir`` or pass
 ``download_config=tfds.download.DownloadConfig(download_mode="force_redownload")``.
 
-Usage (no TensorFlow needed)::
+The files are at https://nlp.stanford.edu/projects/nmt/data/iwslt15.en-vi/ (official source:
+https://nlp.stanford.edu/projects/nmt/); without ``source_dir`` (or ``$TRANSFORMER_DATA_DIR``) they are
+downloaded from there. Usage (no TensorFlow needed)::
 
   builder = Builder(data_dir="/tmp/tfds", file_format="array_record",
-                    source_dir="../shared/data/iwslt15_en_vi")  # or $TRANSFORMER_DATA_DIR
+                    source_dir="data/iwslt15_en_vi")  # a copy of the official files, or leave it out
   builder.download_and_prepare()
   builder.as_data_source("test")[0]  # {"en": b"When I was little , ...", "vi": b"..."}
 """

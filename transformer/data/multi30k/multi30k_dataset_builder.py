@@ -12,10 +12,11 @@ after the official files (``<file>.<lang>.gz``), only those that exist for both 
 | ``test_2017_mscoco`` | ``test_2017_mscoco`` | 461 | en-de, en-fr |
 | ``test_2018_flickr`` | ``test_2018_flickr`` | 1,071 | all |
 
-Usage (no TensorFlow needed)::
+The raw files are ``data/task1/raw/<split>.<lang>.gz`` of https://github.com/multi30k/dataset; without
+``source_dir`` (or ``$TRANSFORMER_DATA_DIR``) they are downloaded from there. Usage (no TensorFlow needed)::
 
   builder = Builder(config="en-de", data_dir="/tmp/tfds", file_format="array_record",
-                    source_dir="../shared/data/multi30k")  # or $TRANSFORMER_DATA_DIR
+                    source_dir="data/multi30k")  # a copy of the official files, or leave it out
   builder.download_and_prepare()
   builder.as_data_source("train")[0]  # {"de": b"Zwei junge ...", "en": b"Two young, ..."}
 """
