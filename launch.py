@@ -57,11 +57,12 @@ def main(argv):
   absl_logging.set_verbosity(absl_logging.WARNING)  # orbax logs every save step at INFO
   if not _CONFIG.value.get("quiet", False):  # our own progress: data preparation, tokenizers, padding fraction
     logging.getLogger("transformer").setLevel(logging.INFO)
+  from transformer.errors import TrainingDiverged
   from transformer.train import distributed, run  # after flag parsing: imports JAX
   distributed.initialize(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
   try:
     run(_CONFIG.value, _WORKDIR.value, _MODE.value)
-  except (ValueError, FileNotFoundError) as error:  # bad input or missing data: one clear line, no trace
+  except (ValueError, FileNotFoundError, TrainingDiverged) as error:  # bad input, missing data: one clear line
     sys.exit(f"error: {error}")
 
 

@@ -2,95 +2,209 @@
 
 Two managers share a run directory: ``checkpoints/`` keeps the last ``keep`` periodic checkpoints and
 ``best/`` keeps the one with the best validation metric. Saves are asynchronous; a save interrupted by a
-kill never becomes visible (orbax writes to a temporary directory and renames it when complete), and a
-latest checkpoint that fails to restore is skipped, with a warning, for the one before it.
+kill never becomes visible (orbax writes to a temporary directory and renames it when complete).
+
+Every checkpoint records a SHA-256 of each array of the state (in its JSON ``extra`` item) and restore
+verifies it, so flipped bits are caught like a truncated file: the checkpoint is skipped, with a warning,
+for the one before it, and (when the run owns the workdir, ``repair=True``) renamed aside to
+``<step>.damaged-<time>`` so that later saves of that step and later resumes do not trip over it.
+A state with a non-finite value is never saved.
 """
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
+import time
 from typing import Any
 
 import jax
+import numpy as np
 import orbax.checkpoint as ocp
+
+from transformer.errors import CheckpointRestoreError, TrainingDiverged
 
 log = logging.getLogger(__name__)
 
+__all__ = ["CheckpointRestoreError", "Checkpointer", "state_checksums"]
 
-class CheckpointRestoreError(RuntimeError):
-  """Checkpoints exist but none could be restored: refusing to silently start from scratch."""
+
+def _host_array(leaf) -> np.ndarray | None:
+  """The whole value of ``leaf`` on this host, or None when this process holds only part of it."""
+  if isinstance(leaf, jax.Array) and not leaf.is_fully_addressable:
+    if not leaf.is_fully_replicated:
+      return None
+    leaf = leaf.addressable_data(0)
+  return np.asarray(jax.device_get(leaf))
+
+
+def state_checksums(state) -> tuple[dict[str, str], list[str]]:
+  """``(checksums, non_finite)``: SHA-256 of each leaf's dtype, shape and bytes by tree path, and the paths
+  of floating-point leaves holding a NaN or infinity. Leaves this process holds only a shard of are left out."""
+  checksums, non_finite = {}, []
+  for path, leaf in jax.tree_util.tree_leaves_with_path(state):
+    array = _host_array(leaf)
+    if array is None:
+      continue
+    name = jax.tree_util.keystr(path)
+    array = np.ascontiguousarray(array)
+    digest = hashlib.sha256(f"{array.dtype.str}{array.shape}".encode())
+    digest.update(array.view(np.uint8).reshape(-1) if array.size else b"")
+    checksums[name] = digest.hexdigest()
+    if np.issubdtype(array.dtype, np.inexact) and not np.all(np.isfinite(array)):
+      non_finite.append(name)
+  return checksums, non_finite
+
+
+def _one_line(error: Exception) -> str:
+  text = str(error).strip().splitlines()
+  return f"{type(error).__name__}: {text[0][:200] if text else ''}"
 
 
 class Checkpointer:
-  """Saves and restores ``(state, extra)`` where ``extra`` is a JSON-serialisable dict."""
+  """Saves and restores ``(state, extra)`` where ``extra`` is a JSON-serialisable dict.
+
+  ``repair``: the caller owns the workdir (a training run holding its lock): damaged checkpoints are moved
+  aside and orbax's leftover temporary directories are removed. Off for readers (eval, predict, another
+  run's ``restore_from``), which must never change a directory a training run may be writing.
+  """
 
   def __init__(self, directory: str, keep: int = 3, asynchronous: bool = True, best_metric: str | None = None,
-               best_mode: str = "min"):
+               best_mode: str = "min", repair: bool = False):
     directory = os.path.abspath(directory)
     self.directory = directory
     self.best_metric = best_metric
+    self.repair = repair
     options = ocp.CheckpointManagerOptions(max_to_keep=keep, enable_async_checkpointing=asynchronous,
-                                           create=True)
+                                           create=True, cleanup_tmp_directories=repair)
     self._latest = ocp.CheckpointManager(os.path.join(directory, "checkpoints"), options=options,
                                          item_names=("state", "extra"))
     self._best = None
-    if best_metric:
+    if best_metric or os.path.isdir(os.path.join(directory, "best")):
+      # Also without best_metric when best/ exists: its checkpoint can still be resumed from.
       best_options = ocp.CheckpointManagerOptions(
-          max_to_keep=1, best_fn=lambda metrics: metrics[best_metric], best_mode=best_mode,
-          keep_checkpoints_without_metrics=False, enable_async_checkpointing=asynchronous, create=True)
+          max_to_keep=1, best_fn=(lambda metrics: metrics[best_metric]) if best_metric else None,
+          best_mode=best_mode,
+          keep_checkpoints_without_metrics=False, enable_async_checkpointing=asynchronous, create=True,
+          cleanup_tmp_directories=repair)
       self._best = ocp.CheckpointManager(os.path.join(directory, "best"), options=best_options,
                                          item_names=("state", "extra"))
 
   def steps(self) -> list[int]:
+    """Steps of the kept periodic checkpoints, oldest first."""
     return sorted(self._latest.all_steps())
 
   def best_step(self) -> int | None:
     """Step of the kept best checkpoint (by ``best_metric``), or None."""
-    return self._best.best_step() if self._best is not None else None
+    if self._best is None:
+      return None
+    steps = self._best.all_steps()
+    return (self._best.best_step() if self.best_metric else None) or (max(steps) if steps else None)
+
+  def has_checkpoints(self) -> bool:
+    """Whether any periodic or best checkpoint is kept."""
+    return bool(self.steps()) or self.best_step() is not None
 
   def save(self, step: int, state, extra: dict, metrics: dict | None = None) -> None:
-    """Periodic save of step ``step``; with ``metrics`` (containing ``best_metric``) also the best copy."""
-    args = ocp.args.Composite(state=ocp.args.StandardSave(state), extra=ocp.args.JsonSave(extra))
-    if step not in self._latest.all_steps():
-      self._latest.save(step, args=args, force=True)
-    if self._best is not None and metrics is not None and self.best_metric in metrics:
-      self._best.save(step, args=args, metrics={self.best_metric: float(metrics[self.best_metric])}, force=True)
+    """Periodic save of step ``step``; with ``metrics`` (containing ``best_metric``) also the best copy.
+
+    A step already kept (an earlier attempt of this run got that far before falling back) is replaced.
+
+    Raises:
+      TrainingDiverged: the state holds a NaN or infinity; nothing is saved.
+    """
+    checksums, non_finite = state_checksums(state)
+    if non_finite:
+      self.wait()
+      raise TrainingDiverged(
+          f"refusing to save a non-finite state at step {step} ({', '.join(non_finite[:3])}"
+          f"{', ...' if len(non_finite) > 3 else ''} hold NaN or infinity); the checkpoints saved so far are kept. "
+          "Lower config.optimizer.learning_rate or set --config.skip_nonfinite_steps=True.")
+    args = ocp.args.Composite(state=ocp.args.StandardSave(state),
+                              extra=ocp.args.JsonSave({**extra, "checksums": checksums}))
+    self._replace(self._latest, step, args)
+    if self._best is not None and metrics is not None and self.best_metric and self.best_metric in metrics:
+      self._replace(self._best, step, args, metrics={self.best_metric: float(metrics[self.best_metric])})
+
+  @staticmethod
+  def _replace(manager, step, args, metrics=None) -> None:
+    if step in manager.all_steps():
+      manager.wait_until_finished()
+      manager.delete(step)
+    manager.save(step, args=args, metrics=metrics, force=True)
+
+  def _restore_verified(self, manager, step: int, abstract_state) -> tuple[Any, dict]:
+    """Restore ``step`` and check each array against the checksum recorded when it was saved."""
+    restored = manager.restore(step, args=ocp.args.Composite(
+        state=ocp.args.StandardRestore(abstract_state), extra=ocp.args.JsonRestore()))
+    state, extra = restored["state"], dict(restored["extra"])
+    expected = extra.pop("checksums", None) or {}  # checkpoints written before checksums were recorded: none
+    actual, _ = state_checksums(state)
+    changed = [name for name, digest in actual.items() if name in expected and expected[name] != digest]
+    if changed:
+      raise ValueError(f"checksum mismatch: the data of {len(changed)} array(s) changed since they were "
+                       f"saved ({', '.join(changed[:3])}{', ...' if len(changed) > 3 else ''})")
+    return state, extra
+
+  def _move_aside(self, manager, step: int) -> str | None:
+    """Rename a damaged step directory to ``<step>.damaged-<UTC time>`` (never deleted: it may be rescued)."""
+    if not self.repair or jax.process_index() != 0:
+      return None
+    source = os.path.join(str(manager.directory), str(step))
+    target = f"{source}.damaged-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}"
+    try:
+      os.rename(source, target)
+    except OSError as error:
+      log.warning("could not move the damaged checkpoint %s aside: %s", source, error)
+      return None
+    log.warning("moved the damaged checkpoint %s to %s", source, target)
+    manager.reload()
+    return target
 
   def restore(self, abstract_state, step: int | None = None, best: bool = False) -> tuple[int, Any, dict] | None:
     """Restore onto ``abstract_state`` (ShapeDtypeStructs with the wanted shardings).
 
-    Tries ``step`` (or the newest, or the best), then older ones, warning on each failure. Returns None
-    when there is no checkpoint, ``(step, state, extra)`` otherwise.
+    ``best=False`` (resuming): the newest checkpoint, periodic or best (both hold the whole state), then
+    older ones. ``best=True`` (evaluating): the best checkpoint, then the periodic ones, newest first.
+    ``step``: consider only steps up to it. Each failure (unreadable, truncated, checksum mismatch) is
+    warned about and, with ``repair``, moved aside. Returns None when there is no checkpoint,
+    ``(step, state, extra)`` otherwise.
 
     Raises:
       CheckpointRestoreError: checkpoints exist but none restores.
     """
-    manager = self._best if best else self._latest
-    if manager is None:
+    if best and self._best is None:
       raise ValueError("no best-checkpoint manager: set config.best_metric to keep best checkpoints.")
-    candidates = sorted(manager.all_steps(), reverse=True)
-    if best and manager.best_step() is not None:
-      candidates = [manager.best_step()]
+    periodic = [(s, self._latest) for s in sorted(self._latest.all_steps(), reverse=True)]
+    best_step = self.best_step()
+    kept_best = [(best_step, self._best)] if best_step is not None else []
+    # Newest first; at equal steps the periodic copy first (the best one is kept for evaluation).
+    candidates = kept_best + periodic if best else sorted(periodic + kept_best, key=lambda c: -c[0])
     if step is not None:
-      candidates = [s for s in candidates if s <= step]
+      candidates = [c for c in candidates if c[0] <= step]
     if not candidates:
       return None
     errors = []
-    for candidate in candidates:
+    for candidate, manager in candidates:
+      where = f"step {candidate} in {manager.directory}"
       try:
-        restored = manager.restore(candidate, args=ocp.args.Composite(
-            state=ocp.args.StandardRestore(abstract_state), extra=ocp.args.JsonRestore()))
-        if errors:
-          log.warning("restored step %d after skipping unreadable checkpoint(s): %s", candidate,
-                      "; ".join(errors))
-        return candidate, restored["state"], dict(restored["extra"])
-      except Exception as error:  # a corrupt or truncated checkpoint: fall back to the previous one
-        message = f"step {candidate} in {manager.directory}: {type(error).__name__}: {str(error)[:200]}"
-        log.warning("cannot restore checkpoint %s; trying an older one", message)
-        errors.append(message)
+        state, extra = self._restore_verified(manager, candidate, abstract_state)
+      except Exception as error:  # a corrupt, truncated or altered checkpoint: fall back to the previous one
+        log.warning("cannot restore checkpoint %s (%s); trying an older one", where, _one_line(error))
+        moved = self._move_aside(manager, candidate)
+        errors.append(f"{where}: {_one_line(error)}" + (f" (moved to {moved})" if moved else ""))
+        continue
+      if errors:
+        log.warning("restored %s after skipping unreadable checkpoint(s): %s", where, "; ".join(errors))
+      if best and manager is not self._best:
+        log.warning("the best checkpoint is damaged; using the latest good periodic checkpoint, %s", where)
+      if not best and manager is self._best:
+        log.warning("resuming from the best checkpoint, %s: no newer periodic checkpoint restores", where)
+      return candidate, state, extra
     raise CheckpointRestoreError(
         "checkpoints exist but none could be restored (" + "; ".join(errors) + "). Refusing to start from "
-        "scratch: move the checkpoints away or choose another --workdir.")
+        "scratch: move the checkpoints away (or rerun with --config.restart=True once they are moved aside) or "
+        "choose another --workdir.")
 
   def average_params(self, abstract_state, count: int) -> tuple[list[int], Any]:
     """The mean parameters of the last ``count`` periodic checkpoints (Vaswani et al. 2017 averaged the
@@ -101,6 +215,7 @@ class Checkpointer:
 
     Raises:
       ValueError: fewer than ``count`` periodic checkpoints are kept (``config.keep_checkpoints``).
+      CheckpointRestoreError: one of them is damaged (its checksum does not match).
     """
     steps = self.steps()[-count:]
     if count < 1 or len(steps) < count:
@@ -108,9 +223,12 @@ class Checkpointer:
                        f"which holds steps {self.steps()}; train with config.keep_checkpoints >= {count}.")
     mean = None
     for index, step in enumerate(steps):
-      restored = self._latest.restore(step, args=ocp.args.Composite(
-          state=ocp.args.StandardRestore(abstract_state)))
-      params = restored["state"].params
+      try:
+        state, _ = self._restore_verified(self._latest, step, abstract_state)
+      except Exception as error:
+        raise CheckpointRestoreError(f"cannot average step {step} in {self._latest.directory}: "
+                                     f"{_one_line(error)}") from error
+      params = state.params
       # Running mean: mean_k = mean_{k-1} + (params_k - mean_{k-1}) / k.
       mean = params if mean is None else jax.tree.map(lambda m, p: m + (p - m) / (index + 1), mean, params)
     return steps, mean

@@ -20,32 +20,38 @@ from transformer.train.config import validate_config
 from transformer.train.optimizer import make_optimizer, make_schedule
 from transformer.train.parallel import make_strategy
 from transformer.train.state import create_train_state
-from transformer.train.step import make_eval_step, make_train_step
+from transformer.train.step import DivergenceGuard, make_eval_step, make_train_step
+from transformer.train.workdir import check_fresh_start, lock_workdir
 from transformer.train.writers import MetricWriter, log_line, progress_bar
 
 log = logging.getLogger(__name__)
 
 
 class _Preemption:
-  """Turns SIGTERM into a flag the loop checks between steps, so it can checkpoint before exiting."""
+  """Turns SIGTERM and SIGINT (Ctrl-C) into a flag the loop checks between steps, so it can checkpoint before
+  exiting; a second Ctrl-C interrupts at once."""
+
+  SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
   def __init__(self):
-    self.requested = False
-    self._previous = None
+    self.requested = None  # the name of the signal received, e.g. "SIGTERM"
+    self._previous = {}
 
   def __enter__(self):
     try:
-      self._previous = signal.signal(signal.SIGTERM, self._handle)
+      self._previous = {number: signal.signal(number, self._handle) for number in self.SIGNALS}
     except ValueError:  # not the main thread: no signal handling
-      self._previous = None
+      self._previous = {}
     return self
 
   def _handle(self, signum, frame):
-    self.requested = True
+    if self.requested and signum == signal.SIGINT:
+      raise KeyboardInterrupt
+    self.requested = signal.Signals(signum).name
 
   def __exit__(self, *exc):
-    if self._previous is not None:
-      signal.signal(signal.SIGTERM, self._previous)
+    for number, previous in self._previous.items():
+      signal.signal(number, previous)
 
 
 def _count_tokens(batch) -> int:
@@ -57,7 +63,8 @@ def _means(sums: dict, prefix: str) -> dict:
   """``name -> (sum, weight)`` to ``prefix/name -> sum / weight``; per-seed values get a ``/seed_i`` suffix."""
   out = {}
   for name, (total, weight) in sums.items():
-    value = np.asarray(total, np.float64) / np.maximum(np.asarray(weight, np.float64), 1e-12)
+    weight = np.asarray(weight, np.float64)  # weight 0: a count (train/skipped_steps), reported as its sum
+    value = np.where(weight > 0, np.asarray(total, np.float64) / np.maximum(weight, 1e-12), total)
     if value.ndim == 0:
       out[f"{prefix}/{name}"] = float(value)
     else:
@@ -127,6 +134,7 @@ class RunOutput:
 def run(config, workdir: str, mode: str = "train") -> RunOutput:
   """Train (resuming from the latest checkpoint in ``workdir``), evaluate or predict."""
   validate_config(config, workdir, mode)
+  lock = lock_workdir(workdir, mode)  # reliability hook: one training run per workdir (None in other modes)
   task = build_task(config)
   model_config = task.model_config()
   strategy = make_strategy(config.parallelism, config.num_seeds, config.fsdp)
@@ -141,8 +149,9 @@ def run(config, workdir: str, mode: str = "train") -> RunOutput:
   host_batch_size = config.batch_size // process_count
 
   checkpointer = Checkpointer(workdir, keep=config.keep_checkpoints, asynchronous=config.async_checkpointing,
-                              best_metric=config.best_metric or None, best_mode=config.best_mode)
-  _check_workdir_model(workdir, model_config, bool(checkpointer.steps()), is_main)
+                              best_metric=config.best_metric or None, best_mode=config.best_mode,
+                              repair=lock is not None)
+  _check_workdir_model(workdir, model_config, checkpointer.has_checkpoints(), is_main)
   config_path = os.path.join(workdir, "config.json")
   if is_main:
     # The training configuration: eval/translate runs on the same workdir leave it as trained (reports read it).
@@ -179,6 +188,8 @@ def run(config, workdir: str, mode: str = "train") -> RunOutput:
   # Evaluation and inference use the checkpoint chosen on validation (best_metric) when there is one.
   use_best = mode != "train" and checkpointer.best_step() is not None
   restored = checkpointer.restore(abstract_state, best=use_best)
+  if restored is None and mode == "train":  # reliability hook: never start over on an earlier run's outputs
+    check_fresh_start(workdir, config.restart, config.checkpoint_every)
   window = None
   window_steps = window_tokens = 0
   wall_seconds_before = 0.0  # training wall time of earlier (interrupted) sessions of this run
@@ -251,7 +262,9 @@ def run(config, workdir: str, mode: str = "train") -> RunOutput:
     return RunOutput(start_step, results, strategy.to_canonical(state))
 
   train_step = strategy.compile_train_step(
-      make_train_step(task, model, optimizer, config.grad_accum_steps, getattr(strategy, "axis_name", None)))
+      make_train_step(task, model, optimizer, config.grad_accum_steps, getattr(strategy, "axis_name", None),
+                      skip_nonfinite_steps=config.skip_nonfinite_steps))
+  guard = DivergenceGuard(strategy.fetch, before_raise=checkpointer.wait)  # reliability hook
   schedule = make_schedule(config.optimizer, config.num_train_steps)
   writer = MetricWriter(workdir, resume_step=start_step, enabled=is_main, tensorboard=config.tensorboard)
 
@@ -261,6 +274,7 @@ def run(config, workdir: str, mode: str = "train") -> RunOutput:
     return wall_seconds_before + time.perf_counter() - run_start
 
   def save(step, metrics=None):
+    guard.check()  # reliability hook: never save a state after a non-finite step
     fetched = strategy.fetch(window) if window is not None else None
     extra = {
         "wall_seconds": wall_seconds(),
@@ -282,6 +296,7 @@ def run(config, workdir: str, mode: str = "train") -> RunOutput:
       window = metrics if window is None else jax.tree.map(jnp.add, window, metrics)
       window_steps += 1
       step += 1
+      guard.observe(step, metrics)  # reliability hook: stop at a non-finite loss or gradient norm
       bar.update(1)
 
       if step % config.log_every == 0 or step == config.num_train_steps:
@@ -313,7 +328,8 @@ def run(config, workdir: str, mode: str = "train") -> RunOutput:
       if preemption.requested:
         checkpointer.wait()
         if is_main:
-          print(f"SIGTERM: saved a checkpoint at step {step}; rerun the same command to resume.", flush=True)
+          print(f"{preemption.requested}: saved a checkpoint at step {step}; rerun the same command to resume.",
+                flush=True)
         break
   bar.close()
   if process_count > 1:  # lock-step check across hosts: every process prints a digest of its parameters
@@ -322,4 +338,6 @@ def run(config, workdir: str, mode: str = "train") -> RunOutput:
   checkpointer.wait()
   checkpointer.close()
   writer.close()
+  if lock is not None:
+    lock.release()
   return RunOutput(step, results, strategy.to_canonical(state), strategy.trace_count)
