@@ -60,6 +60,7 @@ def assert_identical_runs(workdir, reference):
     np.testing.assert_array_equal(value, ocp.tree.to_flat_dict(reference_params)[name])
 
 
+@pytest.mark.slow
 def test_sigkill_then_rerun_is_bit_identical(tmp_path, uninterrupted):
   workdir = str(tmp_path)
   process = launch(workdir, wait=False)
@@ -73,6 +74,7 @@ def test_sigkill_then_rerun_is_bit_identical(tmp_path, uninterrupted):
   assert_identical_runs(workdir, uninterrupted)
 
 
+@pytest.mark.slow
 def test_sigterm_saves_a_checkpoint_then_resumes_identically(tmp_path, uninterrupted):
   workdir = str(tmp_path)
   process = launch(workdir, wait=False)

@@ -94,8 +94,6 @@ def check_fresh_start(workdir: str, restart: bool, checkpoint_every: int) -> Non
   Raises:
     WorkdirError: the workdir holds ``best/``, damaged checkpoints, or metrics past a checkpoint step.
   """
-  if jax.process_index() != 0:
-    return
   found = [name for name in EARLIER_OUTPUTS if _has_content(os.path.join(workdir, name))]
   records = read_metrics(workdir) if "metrics.jsonl" in found else []
   saved_checkpoints = any(r["step"] >= checkpoint_every or any(k.startswith("eval/") for k in r) for r in records)
@@ -107,6 +105,8 @@ def check_fresh_start(workdir: str, restart: bool, checkpoint_every: int) -> Non
         f"{max([r['step'] for r in records], default=0)}) but no checkpoint to resume from; "
         "refusing to start from scratch over them. Rerun with --config.restart=True to start again (the "
         f"earlier files are moved to {os.path.join(workdir, 'previous-<time>')}), or choose another --workdir.")
+  if jax.process_index() != 0:  # every process refuses alike; one moves the files
+    return
   target = os.path.join(workdir, f"previous-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}")
   os.makedirs(target)
   for name in found:
