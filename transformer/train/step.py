@@ -98,6 +98,9 @@ def make_eval_step(task, model, axis_name: str | None = None):
   return eval_step
 
 
+_all_finite = jax.jit(all_finite)
+
+
 class DivergenceGuard:
   """Stops training at the first step whose loss or gradient norm is not finite.
 
@@ -117,7 +120,7 @@ class DivergenceGuard:
     Raises:
       TrainingDiverged: the step before has a non-finite loss or gradient norm.
     """
-    pending, self._pending = self._pending, (step, metrics)
+    pending, self._pending = self._pending, (step, metrics, _all_finite(metrics))  # dispatched, not waited for
     if pending is not None:
       self._check(*pending)
 
@@ -131,11 +134,11 @@ class DivergenceGuard:
     if pending is not None:
       self._check(*pending)
 
-  def _check(self, step: int, metrics) -> None:
-    fetched = self._fetch(metrics)
-    if all(np.all(np.isfinite(x)) for x in jax.tree.leaves(fetched)):
+  def _check(self, step: int, metrics, finite: jax.Array) -> None:
+    if bool(np.asarray(finite.addressable_data(0))):  # one scalar to the host (also a multi-host global array)
       return
     self._before_raise()
+    fetched = self._fetch(metrics)
     values = ", ".join(f"{name} {np.asarray(total).tolist()}" for name, (total, _) in sorted(fetched.items())
                        if name in ("loss", "grad_norm"))
     raise TrainingDiverged(
