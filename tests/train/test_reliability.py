@@ -106,25 +106,29 @@ def test_deleted_periodic_checkpoints_resume_from_best(workdir):
 
 
 def test_metrics_without_any_checkpoint_refuse_to_start_over_unless_restart(workdir):
+  run(tiny_config(**BEST, num_train_steps=30), workdir)  # past the second checkpoint: one surely committed
   metrics = open(os.path.join(workdir, "metrics.jsonl")).read()
   shutil.rmtree(os.path.join(workdir, "checkpoints"))
   shutil.rmtree(os.path.join(workdir, "best"))
-  with pytest.raises(WorkdirError, match=r"holds metrics.jsonl of an earlier run \(metrics up to step 20\) but no "
+  with pytest.raises(WorkdirError, match=r"holds metrics.jsonl of an earlier run \(metrics up to step 30\) but no "
                                          r"checkpoint.*--config.restart=True") as error:
     run(tiny_config(**BEST), workdir)
   assert "\n" not in str(error.value)
   assert open(os.path.join(workdir, "metrics.jsonl")).read() == metrics  # untouched
   assert run(tiny_config(**BEST, restart=True), workdir).step == 20
+  assert run(tiny_config(**BEST, restart=True), workdir).step == 20  # restart=True again: resumes, moves nothing
   previous, = [name for name in os.listdir(workdir) if name.startswith("previous-")]
   assert open(os.path.join(workdir, previous, "metrics.jsonl")).read() == metrics
   assert read_metrics(workdir)[0]["step"] == 5  # the new run's own lines
 
 
-def test_a_run_killed_before_its_first_checkpoint_starts_over_without_asking(tmp_path):
-  with open(tmp_path / "metrics.jsonl", "w") as f:  # what a run killed at step 7 leaves
-    f.write(json.dumps({"step": 5, "train/loss": 9.0}) + "\n")
+def test_a_run_killed_before_its_first_checkpoint_committed_starts_over_without_asking(tmp_path):
+  with open(tmp_path / "metrics.jsonl", "w") as f:  # a run killed at step 17 while saving step 10 leaves this
+    f.writelines(json.dumps({"step": step, "train/loss": 9.0}) + "\n" for step in (5, 10, 15))
+  os.makedirs(tmp_path / "checkpoints" / "10.orbax-checkpoint-tmp-1234")
   assert run(tiny_config(num_train_steps=10), str(tmp_path)).step == 10
-  assert [r["step"] for r in read_metrics(str(tmp_path))][:2] == [5, 10]
+  assert [r["step"] for r in read_metrics(str(tmp_path))] == [5, 10, 10]  # its own lines: train, eval
+  assert os.listdir(tmp_path / "checkpoints") == ["10"]  # the leftover was cleaned up
 
 
 # 3. One training run per workdir.

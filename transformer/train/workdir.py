@@ -88,16 +88,17 @@ def check_fresh_start(workdir: str, restart: bool, checkpoint_every: int) -> Non
   """Before training from step 0 in ``workdir`` (no checkpoint restored): refuse when an earlier run saved
   checkpoints that are gone, unless ``restart``, which moves its outputs into ``WORKDIR/previous-<UTC time>/``.
 
-  An earlier run killed before its first checkpoint lost nothing: its metrics lines are rewritten
-  identically, so that start goes on without asking.
+  An earlier run killed before its first checkpoint was committed lost nothing: its metrics lines are
+  rewritten identically, so that start goes on without asking. A metrics line past step
+  ``2 * checkpoint_every`` proves a committed checkpoint: a second save waits for the first to commit.
 
   Raises:
-    WorkdirError: the workdir holds ``best/``, damaged checkpoints, or metrics past a checkpoint step.
+    WorkdirError: the workdir holds ``best/``, damaged checkpoints, or metrics that a checkpoint covered.
   """
   found = [name for name in EARLIER_OUTPUTS if _has_content(os.path.join(workdir, name))]
   records = read_metrics(workdir) if "metrics.jsonl" in found else []
-  saved_checkpoints = any(r["step"] >= checkpoint_every or any(k.startswith("eval/") for k in r) for r in records)
-  if not saved_checkpoints and not {"checkpoints", "best"} & set(found):
+  checkpoint_committed = any(record["step"] > 2 * checkpoint_every for record in records)
+  if not checkpoint_committed and not {"checkpoints", "best"} & set(found):
     return
   if not restart:
     raise WorkdirError(
@@ -122,6 +123,6 @@ def check_fresh_start(workdir: str, restart: bool, checkpoint_every: int) -> Non
 
 
 def _has_content(path: str) -> bool:
-  if os.path.isdir(path):
-    return bool(os.listdir(path))
+  if os.path.isdir(path):  # orbax's temporary directories of a save that never completed do not count
+    return any("orbax-checkpoint-tmp" not in name for name in os.listdir(path))
   return os.path.isfile(path) and os.path.getsize(path) > 0
