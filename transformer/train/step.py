@@ -76,9 +76,8 @@ def make_train_step(task, model, optimizer: optax.GradientTransformation, grad_a
       metrics["grad_norm"] = (optax.tree.norm(grads), jnp.ones((), jnp.float32))
     if skip_nonfinite_steps:
       finite = all_finite(metrics)
-      keep_finite = lambda new, old: jnp.where(finite, new, old)  # noqa: E731
-      params = jax.tree.map(keep_finite, params, state.params)
-      opt_state = jax.tree.map(keep_finite, opt_state, state.opt_state)
+      params, opt_state = jax.tree.map(lambda new, old: jnp.where(finite, new, old), (params, opt_state),
+                                       (state.params, state.opt_state))
       metrics = jax.tree.map(lambda x: jnp.where(finite, x, jnp.zeros_like(x)), metrics)
       metrics["skipped_steps"] = (jnp.where(finite, 0.0, 1.0), jnp.zeros((), jnp.float32))
     return state.replace(step=state.step + 1, params=params, opt_state=opt_state), metrics
