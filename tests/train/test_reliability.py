@@ -327,8 +327,12 @@ def test_all_checkpoints_damaged_is_a_project_error_in_one_line(workdir):
   with pytest.raises(CheckpointRestoreError, match="none could be restored") as error:
     run(tiny_config(**BEST, num_train_steps=30), workdir)
   assert isinstance(error.value, ValueError) and "\n" not in str(error.value)  # launch.py prints it as one line
-  with pytest.raises(WorkdirError, match="no checkpoint to resume from"):  # they were moved aside
-    run(tiny_config(**BEST, num_train_steps=30), workdir)
+  assert "--config.restart=True" in str(error.value)
+  # Nothing is moved while none restores (a changed config fails them all alike); restart=True moves them.
+  assert step_dirs(os.path.join(workdir, "checkpoints")) == [10, 20]
+  assert run(tiny_config(**BEST, restart=True), workdir).step == 20
+  previous, = [name for name in os.listdir(workdir) if name.startswith("previous-")]
+  assert sorted(os.listdir(os.path.join(workdir, previous, "checkpoints")))[0].startswith("10.damaged-")
 
 
 # Through launch.py: signals, two processes, exit codes.

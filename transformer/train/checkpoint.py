@@ -7,8 +7,9 @@ kill never becomes visible (orbax writes to a temporary directory and renames it
 Every checkpoint records a SHA-256 of each array of the state (in its JSON ``extra`` item) and restore
 verifies it, so flipped bits are caught like a truncated file: the checkpoint is skipped, with a warning,
 for the one before it, and (when the run owns the workdir, ``repair=True``) renamed aside to
-``<step>.damaged-<time>`` so that later saves of that step and later resumes do not trip over it.
-A state with a non-finite value is never saved.
+``<step>.damaged-<time>`` once an older one restores, so that later saves of that step and later resumes
+do not trip over it. When none restores, nothing is moved: a changed config (another optimizer, another
+number of seeds) fails them all alike. A state with a non-finite value is never saved.
 """
 from __future__ import annotations
 
@@ -67,14 +68,17 @@ class Checkpointer:
   ``repair``: the caller owns the workdir (a training run holding its lock): damaged checkpoints are moved
   aside and orbax's leftover temporary directories are removed. Off for readers (eval, predict, another
   run's ``restore_from``), which must never change a directory a training run may be writing.
+  ``discard_unrestorable`` (with ``repair``; ``config.restart``): when no checkpoint restores, move them all
+  aside and report none instead of raising.
   """
 
   def __init__(self, directory: str, keep: int = 3, asynchronous: bool = True, best_metric: str | None = None,
-               best_mode: str = "min", repair: bool = False):
+               best_mode: str = "min", repair: bool = False, discard_unrestorable: bool = False):
     directory = os.path.abspath(directory)
     self.directory = directory
     self.best_metric = best_metric
     self.repair = repair
+    self.discard_unrestorable = discard_unrestorable
     options = ocp.CheckpointManagerOptions(max_to_keep=keep, enable_async_checkpointing=asynchronous,
                                            create=True, cleanup_tmp_directories=repair)
     self._latest = ocp.CheckpointManager(os.path.join(directory, "checkpoints"), options=options,
@@ -167,8 +171,8 @@ class Checkpointer:
     ``best=False`` (resuming): the newest checkpoint, periodic or best (both hold the whole state), then
     older ones. ``best=True`` (evaluating): the best checkpoint, then the periodic ones, newest first.
     ``step``: consider only steps up to it. Each failure (unreadable, truncated, checksum mismatch) is
-    warned about and, with ``repair``, moved aside. Returns None when there is no checkpoint,
-    ``(step, state, extra)`` otherwise.
+    warned about and, with ``repair``, moved aside once an older checkpoint restores. Returns None when
+    there is no checkpoint (or none restores and ``discard_unrestorable``), ``(step, state, extra)`` otherwise.
 
     Raises:
       CheckpointRestoreError: checkpoints exist but none restores.
@@ -184,27 +188,34 @@ class Checkpointer:
       candidates = [c for c in candidates if c[0] <= step]
     if not candidates:
       return None
-    errors = []
+    errors, failed = [], []
     for candidate, manager in candidates:
       where = f"step {candidate} in {manager.directory}"
       try:
         state, extra = self._restore_verified(manager, candidate, abstract_state)
       except Exception as error:  # a corrupt, truncated or altered checkpoint: fall back to the previous one
         log.warning("cannot restore checkpoint %s (%s); trying an older one", where, _one_line(error))
-        moved = self._move_aside(manager, candidate)
-        errors.append(f"{where}: {_one_line(error)}" + (f" (moved to {moved})" if moved else ""))
+        errors.append(f"{where}: {_one_line(error)}")
+        failed.append((manager, candidate))
         continue
       if errors:
         log.warning("restored %s after skipping unreadable checkpoint(s): %s", where, "; ".join(errors))
-      if best and manager is not self._best:
+      for failed_manager, failed_step in failed:  # this one restoring shows the others are damaged
+        self._move_aside(failed_manager, failed_step)
+      if best and kept_best and manager is not self._best:
         log.warning("the best checkpoint is damaged; using the latest good periodic checkpoint, %s", where)
       if not best and manager is self._best:
         log.warning("resuming from the best checkpoint, %s: no newer periodic checkpoint restores", where)
       return candidate, state, extra
+    if self.discard_unrestorable and self.repair:
+      for failed_manager, failed_step in failed:
+        self._move_aside(failed_manager, failed_step)
+      return None
     raise CheckpointRestoreError(
         "checkpoints exist but none could be restored (" + "; ".join(errors) + "). Refusing to start from "
-        "scratch: move the checkpoints away (or rerun with --config.restart=True once they are moved aside) or "
-        "choose another --workdir.")
+        "scratch. If the config changed since they were saved (optimizer, number of seeds), set it back; if "
+        "they are damaged, rerun with --config.restart=True to move them aside and start again, or choose "
+        "another --workdir.")
 
   def average_params(self, abstract_state, count: int) -> tuple[list[int], Any]:
     """The mean parameters of the last ``count`` periodic checkpoints (Vaswani et al. 2017 averaged the

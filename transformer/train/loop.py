@@ -150,7 +150,7 @@ def run(config, workdir: str, mode: str = "train") -> RunOutput:
 
   checkpointer = Checkpointer(workdir, keep=config.keep_checkpoints, asynchronous=config.async_checkpointing,
                               best_metric=config.best_metric or None, best_mode=config.best_mode,
-                              repair=lock is not None)
+                              repair=lock is not None, discard_unrestorable=config.restart)
   _check_workdir_model(workdir, model_config, checkpointer.has_checkpoints(), is_main)
   config_path = os.path.join(workdir, "config.json")
   if is_main:
