@@ -20,7 +20,7 @@ from absl import app, flags
 from absl import logging as absl_logging
 from ml_collections import config_flags
 
-from transformer.errors import UserError
+from transformer.errors import exit_on_user_error
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file, optionally :variant.",
                                           lock_config=True)
@@ -53,15 +53,6 @@ def _check_config_argument(argv):
   if variant and not inspect.signature(module.get_config).parameters:
     sys.exit(f"error: {path} has no variants; give --config={path} without :{variant}.")
   exit_on_user_error(module.get_config, *([variant] if variant else []))
-
-
-def exit_on_user_error(function, *args):
-  """``function(*args)``, with a ``transformer.errors.UserError`` turned into one line on stderr and exit status
-  1; any other exception propagates with its traceback."""
-  try:
-    return function(*args)
-  except UserError as error:
-    sys.exit(f"error: {error}")
 
 
 def main(argv):

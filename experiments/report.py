@@ -20,7 +20,7 @@ import sys
 from absl import flags
 import jax
 
-from transformer.errors import UserError
+from transformer.errors import UserError, exit_on_user_error  # noqa: F401 (the scripts' one-line errors)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Where the committed pages live: experiments/<name>/RESULTS.md and what it links.
@@ -82,15 +82,6 @@ def check_replacements(page: str, recorded_steps: dict[str, int], new_steps: dic
     raise UserError(f"{page}: {'; '.join(shorter)}. A committed row is only replaced by a run at least as long: "
                     "give --force to replace it anyway, --run=NEW_ROW=VARIANT:WORKDIR for a row of its own, or "
                     "leave out --update_committed to write a page of your own.")
-
-
-def exit_on_user_error(function, *args, **kwargs):
-  """``function(...)``, with a ``transformer.errors.UserError`` turned into one line ``error: ...`` on stderr and
-  exit status 1 (as ``launch.py``); any other exception keeps its traceback."""
-  try:
-    return function(*args, **kwargs)
-  except UserError as error:
-    sys.exit(f"error: {error}")
 
 
 def machine_description() -> str:

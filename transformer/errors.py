@@ -1,13 +1,15 @@
 """The project's own error types: errors the user causes and can fix, importable from every layer.
 
-``launch.py`` prints these as one line (``error: ...``) and exits non-zero; any other exception is a bug and
-keeps its traceback. All are ``ValueError`` subclasses (and ``MissingDataError`` a ``FileNotFoundError``), so
-code that catches those keeps working. This module imports nothing from the package.
+``launch.py`` and the results scripts print these as one line (``error: ...``) and exit non-zero
+(``exit_on_user_error``); any other exception is a bug and keeps its traceback. All are ``ValueError``
+subclasses (``MissingDataError`` also a ``FileNotFoundError``, ``TrainingDiverged`` a ``RuntimeError``), so code
+that catches those keeps working. This module imports nothing from the package.
 """
+import sys
 
 
 class UserError(ValueError):
-  """Base class: the input (config, data, file) is wrong, not the code; the message names the fix."""
+  """Base class: the input (config, data, file, workdir) is wrong, not the code; the message names the fix."""
 
 
 class ConfigError(UserError):
@@ -23,4 +25,27 @@ class InputFileError(UserError):
   or columns missing."""
 
 
-__all__ = ["UserError", "ConfigError", "MissingDataError", "InputFileError"]
+class WorkdirError(UserError):
+  """The workdir cannot be used as it is (another run holds it, it is a file, it holds earlier outputs but
+  no checkpoint); the message names the workdir and the fix."""
+
+
+class CheckpointRestoreError(WorkdirError):
+  """Checkpoints exist but none could be restored: refusing to silently start from scratch."""
+
+
+class TrainingDiverged(UserError, RuntimeError):
+  """The loss or gradient norm became non-finite; the message names the step and what to change."""
+
+
+def exit_on_user_error(function, *args, **kwargs):
+  """``function(...)``, with a ``UserError`` turned into one line ``error: ...`` on stderr and exit status 1;
+  any other exception propagates with its traceback."""
+  try:
+    return function(*args, **kwargs)
+  except UserError as error:
+    sys.exit(f"error: {error}")
+
+
+__all__ = ["UserError", "ConfigError", "MissingDataError", "InputFileError", "WorkdirError",
+           "CheckpointRestoreError", "TrainingDiverged", "exit_on_user_error"]

@@ -10,6 +10,7 @@ import orbax.checkpoint as ocp
 import pytest
 
 from tests.train.conftest import TINY_FLAGS, finish, start_launch
+from transformer.errors import MissingDataError
 from transformer.train import run
 from transformer.train.checkpoint import CheckpointRestoreError
 
@@ -60,6 +61,7 @@ def assert_identical_runs(workdir, reference):
     np.testing.assert_array_equal(value, ocp.tree.to_flat_dict(reference_params)[name])
 
 
+@pytest.mark.slow
 def test_sigkill_then_rerun_is_bit_identical(tmp_path, uninterrupted):
   workdir = str(tmp_path)
   process = launch(workdir, wait=False)
@@ -73,6 +75,7 @@ def test_sigkill_then_rerun_is_bit_identical(tmp_path, uninterrupted):
   assert_identical_runs(workdir, uninterrupted)
 
 
+@pytest.mark.slow
 def test_sigterm_saves_a_checkpoint_then_resumes_identically(tmp_path, uninterrupted):
   workdir = str(tmp_path)
   process = launch(workdir, wait=False)
@@ -156,5 +159,10 @@ def test_eval_with_averaged_checkpoints_uses_the_mean_parameters(make_config, tm
   for name in mean:
     np.testing.assert_allclose(np.asarray(mean[name]), np.mean([np.asarray(k[name]) for k in kept], axis=0),
                                rtol=1e-5, atol=1e-6)
-  with pytest.raises(ValueError, match="keep_checkpoints >= 4"):
+  with pytest.raises(MissingDataError, match=r"has only 3 checkpoint\(s\) \(steps 10, 15, 20\): give "
+                                            r"--config.average_checkpoints=3 or fewer, or train with "
+                                            r"config.keep_checkpoints >= 4 \(this run keeps 3\)"):
     run(make_config(average_checkpoints=4), str(tmp_path), mode="eval")
+  # A run that already keeps enough: the fix is to train longer, not to raise keep_checkpoints.
+  with pytest.raises(MissingDataError, match=r"or train longer, until 4 periodic checkpoints exist"):
+    run(make_config(average_checkpoints=4, keep_checkpoints=5), str(tmp_path), mode="eval")

@@ -77,5 +77,13 @@ def test_a_workdir_saved_before_the_classifier_fields_moved_still_resumes(tmp_pa
   _check_workdir_model(str(tmp_path), model_config, has_checkpoints=True, is_main=False)
   with pytest.raises(ValueError, match="holds checkpoints of a different model .*d_model: 64 -> 128"):
     _check_workdir_model(str(tmp_path), model_config.replace(d_model=128), has_checkpoints=True, is_main=False)
-  with pytest.raises(ValueError, match="holds checkpoints of a different model .*cell: None -> 'gru'"):
+  with pytest.raises(ValueError, match="holds checkpoints of a different model .*d_model: 64 -> None"):
     _check_workdir_model(str(tmp_path), RNNConfig(), has_checkpoints=True, is_main=False)
+  # A field added since (here kernels, num_token_types, embedding_norm are left out) compares as its default.
+  for added in ("kernels", "num_token_types", "embedding_norm"):
+    del saved[added]
+  (tmp_path / "model_config.json").write_text(json.dumps(saved))
+  _check_workdir_model(str(tmp_path), model_config, has_checkpoints=True, is_main=False)
+  with pytest.raises(ValueError, match="num_token_types: 0 -> 2"):
+    _check_workdir_model(str(tmp_path), model_config.replace(num_token_types=2), has_checkpoints=True,
+                         is_main=False)

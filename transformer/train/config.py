@@ -85,6 +85,12 @@ def base_config(model_name: str = "transformer") -> ml_collections.ConfigDict:
   config.average_checkpoints = 0  # eval/predict/translate: mean parameters of the last N periodic checkpoints
   # (Vaswani et al. 2017 averaged the last 5; outputs go to WORKDIR/average_last_N) instead of the best; 0 = off
   config.restore_from = ""  # a checkpoint directory of another run to start from (fine-tuning: params only)
+  # Train: allow starting from step 0 in a workdir that holds an earlier run's metrics or best/ but no
+  # checkpoint to resume from (its files are moved to WORKDIR/previous-<time>/); off, such a start is refused.
+  config.restart = False
+  # A step with a non-finite loss or gradient norm: False stops the run (TrainingDiverged, non-zero exit);
+  # True skips its update (counted in train/skipped_steps) and trains on.
+  config.skip_nonfinite_steps = False
   config.translate_input = ""  # --mode=translate reads this file ("" = standard input)
   config.translate_output = ""  # and writes this file ("" = standard output)
   config.quiet = False  # no progress bar
@@ -125,6 +131,8 @@ def validate_config(config: ml_collections.ConfigDict, workdir: str | None = Non
     require(0.0 <= config[name] < 1.0, f"config.{name}={config[name]} is outside [0, 1).")
   require(config.best_mode in ("max", "min"), f"config.best_mode={config.best_mode!r}: choose 'max' or 'min'.")
   if workdir is not None:
+    require(not os.path.exists(workdir) or os.path.isdir(workdir),
+            f"--workdir={workdir!r} is a file, not a directory; choose a directory (it is created if missing).")
     try:
       os.makedirs(workdir, exist_ok=True)
       # A uniquely named probe: several processes of one multi-host run check the same workdir at once.

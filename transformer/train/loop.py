@@ -29,32 +29,38 @@ from transformer.train.optimizer import make_optimizer, make_schedule
 from transformer.train.parallel import make_strategy
 from transformer.train.restore import abstract_train_state, load_params, seed_keys
 from transformer.train.state import create_train_state
-from transformer.train.step import make_eval_step, make_train_step
+from transformer.train.step import DivergenceGuard, make_eval_step, make_train_step
+from transformer.train.workdir import check_fresh_start, lock_workdir
 from transformer.train.writers import MetricWriter, log_line, progress_bar
 
 log = logging.getLogger(__name__)
 
 
 class _Preemption:
-  """Turns SIGTERM into a flag the loop checks between steps, so it can checkpoint before exiting."""
+  """Turns SIGTERM and SIGINT (Ctrl-C) into a flag the loop checks between steps, so it can checkpoint before
+  exiting; a second Ctrl-C interrupts at once."""
+
+  SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
   def __init__(self):
-    self.requested = False
-    self._previous = None
+    self.requested = None  # the name of the signal received, e.g. "SIGTERM"
+    self._previous = {}
 
   def __enter__(self):
     try:
-      self._previous = signal.signal(signal.SIGTERM, self._handle)
+      self._previous = {number: signal.signal(number, self._handle) for number in self.SIGNALS}
     except ValueError:  # not the main thread: no signal handling
-      self._previous = None
+      self._previous = {}
     return self
 
   def _handle(self, signum, frame):
-    self.requested = True
+    if self.requested and signum == signal.SIGINT:
+      raise KeyboardInterrupt
+    self.requested = signal.Signals(signum).name
 
   def __exit__(self, *exc):
-    if self._previous is not None:
-      signal.signal(signal.SIGTERM, self._previous)
+    for number, previous in self._previous.items():
+      signal.signal(number, previous)
 
 
 def _count_tokens(batch) -> int:
@@ -66,7 +72,8 @@ def _means(sums: dict, prefix: str) -> dict:
   """``name -> (sum, weight)`` to ``prefix/name -> sum / weight``; per-seed values get a ``/seed_i`` suffix."""
   out = {}
   for name, (total, weight) in sums.items():
-    value = np.asarray(total, np.float64) / np.maximum(np.asarray(weight, np.float64), 1e-12)
+    weight = np.asarray(weight, np.float64)  # weight 0: a count (train/skipped_steps), reported as its sum
+    value = np.where(weight > 0, np.asarray(total, np.float64) / np.maximum(weight, 1e-12), total)
     if value.ndim == 0:
       out[f"{prefix}/{name}"] = float(value)
     else:
@@ -94,10 +101,15 @@ def _check_workdir_model(workdir: str, model_config, has_checkpoints: bool, is_m
   if has_checkpoints and os.path.exists(path):
     with open(path) as f:
       saved = json.load(f)
-    ignored = ("deterministic", "decode", "dropout_rate", "attention_dropout_rate", "feed_forward_dropout_rate")
-    # Over today's fields: one the model no longer has (num_classes, moved to ClassifierConfig) cannot differ.
-    differences = [f"{k}: {saved.get(k)!r} -> {current.get(k)!r}" for k in sorted(current)
-                   if k not in ignored and saved.get(k) != current.get(k)]
+    ignored = ("deterministic", "decode", "dropout_rate", "attention_dropout_rate", "feed_forward_dropout_rate",
+               "kernels")
+    moved = ("num_classes", "pooling")  # moved to ClassifierConfig: Transformer runs saved them before
+    # A field added since the run was saved compares as its default (which keeps the saved model's behaviour).
+    defaults = {field.name: field.default for field in dataclasses.fields(model_config)}
+    differences = [f"{k}: {saved.get(k, defaults.get(k))!r} -> {current.get(k)!r}"
+                   for k in sorted(set(saved) | set(current))
+                   if k not in ignored and not (k in moved and k not in current)
+                   and saved.get(k, defaults.get(k)) != current.get(k)]
     if differences:
       raise ConfigError(f"--workdir={workdir} holds checkpoints of a different model ({'; '.join(differences)}). "
                        "Use a new --workdir, or set the model back to match.")
@@ -132,6 +144,7 @@ class Session:
   process_index: int
   process_count: int
   info: object
+  lock: object = None  # the workdir's training lock (train mode, main process), released when training ends
 
   @property
   def is_main(self) -> bool:
@@ -151,6 +164,7 @@ def prepare(config, workdir: str, mode: str) -> Session:
   """Check the config for ``mode``, build the task, parallelism and checkpointer, and record the run's
   configuration (``config.json`` when training, ``model_config.json``) in ``workdir``."""
   validate_config(config, workdir, mode)
+  lock = lock_workdir(workdir, mode)  # reliability hook: one training run per workdir (None in other modes)
   task = build_task(config)
   if mode == "translate" and not isinstance(task, TranslatesText):
     raise ConfigError(f"--mode=translate needs a task that translates text; config.task.name="
@@ -166,10 +180,11 @@ def prepare(config, workdir: str, mode: str) -> Session:
     raise ConfigError(f"config.batch_size={config.batch_size} must be divisible by the {process_count} processes.")
 
   checkpointer = Checkpointer(workdir, keep=config.keep_checkpoints, asynchronous=config.async_checkpointing,
-                              best_metric=config.best_metric or None, best_mode=config.best_mode)
+                              best_metric=config.best_metric or None, best_mode=config.best_mode,
+                              repair=lock is not None, discard_unrestorable=config.restart)
   session = Session(config, workdir, mode, task, model_config, strategy, checkpointer, process_index,
-                    process_count, sys.stderr if mode == "translate" else sys.stdout)
-  _check_workdir_model(workdir, model_config, bool(checkpointer.steps()), session.is_main)
+                    process_count, sys.stderr if mode == "translate" else sys.stdout, lock)
+  _check_workdir_model(workdir, model_config, checkpointer.has_checkpoints(), session.is_main)
   config_path = os.path.join(workdir, "config.json")
   if session.is_main:
     # The training configuration: eval/translate runs on the same workdir leave it as trained (reports read it).
@@ -256,6 +271,8 @@ def run_train(config, workdir: str) -> RunOutput:
   create, abstract_state = _state_factory(session, model, optimizer, task.init_inputs(init_batch))
 
   restored = checkpointer.restore(abstract_state)
+  if restored is None:  # never start over on an earlier run's outputs (unless config.restart)
+    check_fresh_start(workdir, config.restart, config.checkpoint_every)
   window = None
   window_steps = window_tokens = 0
   wall_seconds_before = 0.0  # training wall time of earlier (interrupted) sessions of this run
@@ -276,7 +293,9 @@ def run_train(config, workdir: str) -> RunOutput:
 
   evaluate = make_evaluator(session, task.build_model(session.model_config.replace(deterministic=True)))
   train_step = strategy.compile_train_step(
-      make_train_step(task, model, optimizer, config.grad_accum_steps, getattr(strategy, "axis_name", None)))
+      make_train_step(task, model, optimizer, config.grad_accum_steps, getattr(strategy, "axis_name", None),
+                      skip_nonfinite_steps=config.skip_nonfinite_steps))
+  guard = DivergenceGuard(strategy.fetch, before_raise=checkpointer.wait)  # reliability hook
   schedule = make_schedule(config.optimizer, config.num_train_steps)
   writer = MetricWriter(workdir, resume_step=start_step, enabled=session.is_main, tensorboard=config.tensorboard)
 
@@ -286,6 +305,7 @@ def run_train(config, workdir: str) -> RunOutput:
     return wall_seconds_before + time.perf_counter() - run_start
 
   def save(step, metrics=None):
+    guard.check()  # reliability hook: never save a state after a non-finite step
     fetched = strategy.fetch(window) if window is not None else None
     extra = {
         "wall_seconds": wall_seconds(),
@@ -307,6 +327,7 @@ def run_train(config, workdir: str) -> RunOutput:
       window = metrics if window is None else jax.tree.map(jnp.add, window, metrics)
       window_steps += 1
       step += 1
+      guard.observe(step, metrics)  # reliability hook: stop at a non-finite loss or gradient norm
       bar.update(1)
 
       if step % config.log_every == 0 or step == config.num_train_steps:
@@ -337,7 +358,7 @@ def run_train(config, workdir: str) -> RunOutput:
         save(step, evaluated)
       if preemption.requested:
         checkpointer.wait()
-        session.say(f"SIGTERM: saved a checkpoint at step {step}; rerun the same command to resume.")
+        session.say(f"{preemption.requested}: saved a checkpoint at step {step}; rerun the same command to resume.")
         break
   bar.close()
   if session.process_count > 1:  # lock-step check across hosts: every process prints a digest of its parameters
@@ -346,6 +367,8 @@ def run_train(config, workdir: str) -> RunOutput:
   checkpointer.wait()
   checkpointer.close()
   writer.close()
+  if session.lock is not None:
+    session.lock.release()
   return RunOutput(step, results, strategy.to_canonical(state), strategy.trace_count)
 
 

@@ -1,15 +1,25 @@
 """Pure train and eval steps: ``(state, batch, rng) -> (state, metrics)``, compiled by ``parallel``."""
 from __future__ import annotations
 
+from typing import Callable
+
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
+from transformer.errors import TrainingDiverged
 from transformer.train.state import TrainState
 
 
+def all_finite(metrics) -> jax.Array:
+  """Whether every metric sum and weight of a step (loss, accuracy, ``grad_norm``, ...) is finite: a NaN or
+  infinity in the loss or the gradients reaches at least one of them."""
+  return jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(metrics)]))
+
+
 def make_train_step(task, model, optimizer: optax.GradientTransformation, grad_accum_steps: int = 1,
-                    axis_name: str | None = None):
+                    axis_name: str | None = None, skip_nonfinite_steps: bool = False):
   """Build ``train_step(state, batch, rng) -> (state, metrics)``.
 
   The loss is normalised once by the total weight (non-padding tokens) of the global batch: gradients of
@@ -18,6 +28,10 @@ def make_train_step(task, model, optimizer: optax.GradientTransformation, grad_a
   accumulation setting optimises exactly the same objective.
 
   Metrics are ``name -> (sum, weight)`` pairs summed over the global batch.
+
+  ``skip_nonfinite_steps``: a step whose loss or gradient norm is not finite leaves parameters and optimizer
+  state as they were (the data and the step counter move on), contributes zeros to the other metrics, and
+  counts in ``skipped_steps``, a ``(count, 0)`` pair: weight 0 marks a count, logged as its sum.
   """
 
   def loss_fn(params, batch, rng):
@@ -60,6 +74,12 @@ def make_train_step(task, model, optimizer: optax.GradientTransformation, grad_a
       params = optax.apply_updates(state.params, updates)
       metrics = dict(metrics)
       metrics["grad_norm"] = (optax.tree.norm(grads), jnp.ones((), jnp.float32))
+    if skip_nonfinite_steps:
+      finite = all_finite(metrics)
+      params, opt_state = jax.tree.map(lambda new, old: jnp.where(finite, new, old), (params, opt_state),
+                                       (state.params, state.opt_state))
+      metrics = jax.tree.map(lambda x: jnp.where(finite, x, jnp.zeros_like(x)), metrics)
+      metrics["skipped_steps"] = (jnp.where(finite, 0.0, 1.0), jnp.zeros((), jnp.float32))
     return state.replace(step=state.step + 1, params=params, opt_state=opt_state), metrics
 
   return train_step
@@ -75,3 +95,53 @@ def make_eval_step(task, model, axis_name: str | None = None):
     return metrics
 
   return eval_step
+
+
+_all_finite = jax.jit(all_finite)
+
+
+class DivergenceGuard:
+  """Stops training at the first step whose loss or gradient norm is not finite.
+
+  ``observe`` checks the previous step's metrics, one step behind, so the host waits for a step only while
+  the device already runs the next one; ``check`` checks the last step too, before anything is saved.
+  With ``skip_nonfinite_steps`` the train step zeroes such metrics, so nothing trips it.
+  """
+
+  def __init__(self, fetch: Callable, before_raise: Callable[[], None] = lambda: None):
+    self._fetch = fetch  # device metrics -> host numpy (the strategy's fetch)
+    self._before_raise = before_raise  # e.g. let asynchronous checkpoint saves finish
+    self._pending = None
+
+  def observe(self, step: int, metrics) -> None:
+    """Record step ``step``'s metrics (not waited for); check those of the step before.
+
+    Raises:
+      TrainingDiverged: the step before has a non-finite loss or gradient norm.
+    """
+    pending, self._pending = self._pending, (step, metrics, _all_finite(metrics))  # dispatched, not waited for
+    if pending is not None:
+      self._check(*pending)
+
+  def check(self) -> None:
+    """Check every observed step (waits for the last one).
+
+    Raises:
+      TrainingDiverged: one has a non-finite loss or gradient norm.
+    """
+    pending, self._pending = self._pending, None
+    if pending is not None:
+      self._check(*pending)
+
+  def _check(self, step: int, metrics, finite: jax.Array) -> None:
+    if bool(np.asarray(finite.addressable_data(0))):  # one scalar to the host (also a multi-host global array)
+      return
+    self._before_raise()
+    fetched = self._fetch(metrics)
+    values = ", ".join(f"{name} {np.asarray(total).tolist()}" for name, (total, _) in sorted(fetched.items())
+                       if name in ("loss", "grad_norm"))
+    raise TrainingDiverged(
+        f"training diverged at step {step}: the loss or gradient norm is not finite ({values}). Nothing from "
+        "this step on was saved; the latest checkpoint is the last finite state. Lower "
+        "config.optimizer.learning_rate (or set config.optimizer.grad_clip_norm), or set "
+        "--config.skip_nonfinite_steps=True to skip such steps.")

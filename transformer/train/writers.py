@@ -2,11 +2,36 @@
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import sys
 
 import tqdm
+
+from transformer.errors import WorkdirError
+
+log = logging.getLogger(__name__)
+
+
+def _read_records(path: str) -> list[dict]:
+  """The records of a ``metrics.jsonl``; a half-written last line (a crash mid-write) is skipped with a
+  warning, a damaged line before it is an error naming the file and the line."""
+  with open(path) as f:
+    lines = f.read().split("\n")
+  records = []
+  for number, line in enumerate(lines, 1):
+    if not line.strip():
+      continue
+    try:
+      records.append(json.loads(line))
+    except json.JSONDecodeError:
+      if any(rest.strip() for rest in lines[number:]):
+        raise WorkdirError(f"{path} line {number} is not a JSON record ({line[:80]!r}); repair or remove that "
+                           "line to resume.") from None
+      log.warning("skipping the half-written last line %d of %s (%r): the run was interrupted while writing it",
+                  number, path, line[:80])
+  return records
 
 
 class MetricWriter:
@@ -23,10 +48,10 @@ class MetricWriter:
     if not enabled:
       return
     if os.path.exists(self.path):
-      with open(self.path) as f:
-        kept = [line for line in f if line.strip() and json.loads(line)["step"] <= resume_step]
-      with open(self.path, "w") as f:
-        f.writelines(kept)
+      kept = [record for record in _read_records(self.path) if record["step"] <= resume_step]
+      with open(self.path + ".tmp", "w") as f:  # replaced atomically: a crash here loses no line
+        f.writelines(json.dumps(record) + "\n" for record in kept)
+      os.replace(self.path + ".tmp", self.path)
     if tensorboard:
       from tensorboardX import SummaryWriter  # imported lazily: optional at read time
       self._tensorboard = SummaryWriter(os.path.join(workdir, "tensorboard"))
@@ -49,9 +74,8 @@ class MetricWriter:
 
 
 def read_metrics(workdir: str) -> list[dict]:
-  """All records of ``workdir/metrics.jsonl``."""
-  with open(os.path.join(workdir, "metrics.jsonl")) as f:
-    return [json.loads(line) for line in f if line.strip()]
+  """All records of ``workdir/metrics.jsonl`` (a half-written last line is skipped with a warning)."""
+  return _read_records(os.path.join(workdir, "metrics.jsonl"))
 
 
 def log_line(step: int, total: int, metrics: dict, seconds_per_step: float) -> str:

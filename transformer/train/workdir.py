@@ -1,0 +1,128 @@
+"""Owning a workdir: one training run at a time (a lock), and never starting over on top of earlier outputs.
+
+The lock is ``WORKDIR/train.lock``, held with ``fcntl.flock`` for the life of the training run, so the OS
+releases it when the process dies however it dies (a lock left by ``kill -9`` never blocks a rerun). The file
+also holds a small JSON of the holder (pid, host, start time) for the message a second run refuses with.
+In a multi-process run only process 0 takes it: the processes of one run share the workdir by design, and a
+second run's process 0 refusing is enough to stop that run.
+
+Evaluation, prediction and translation do not take it: they only read checkpoints (never move or delete
+one) and write their own output files, so they may run while a training run continues, e.g. to evaluate
+the best checkpoint so far.
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+import socket
+import time
+
+import jax
+
+from transformer.errors import WorkdirError
+from transformer.train.writers import read_metrics
+
+log = logging.getLogger(__name__)
+
+LOCK_NAME = "train.lock"
+# Outputs of an earlier run that a run starting from step 0 would overwrite or mix with its own.
+EARLIER_OUTPUTS = ("metrics.jsonl", "checkpoints", "best", "tensorboard")
+
+_held: dict[str, int] = {}  # workdir -> file descriptor of the lock this process holds
+
+
+class WorkdirLock:
+  """The training run's hold on a workdir; ``release()`` it when the run ends (the OS does if it dies)."""
+
+  def __init__(self, workdir: str, descriptor: int):
+    self.workdir = workdir
+    self._descriptor = descriptor
+
+  def release(self) -> None:
+    if _held.get(self.workdir) == self._descriptor:
+      del _held[self.workdir]
+      os.close(self._descriptor)  # closing the descriptor releases the flock
+
+
+def lock_workdir(workdir: str, mode: str = "train") -> WorkdirLock | None:
+  """Take the workdir for a training run (process 0 only; other modes and processes take nothing).
+
+  A lock still held in this process by an earlier ``run`` that raised is taken over.
+
+  Raises:
+    WorkdirError: another live process holds the workdir; the message names its pid, host and start time.
+  """
+  if mode != "train" or jax.process_index() != 0:
+    return None
+  workdir = os.path.realpath(workdir)
+  if workdir in _held:  # an earlier run in this process ended with an exception before releasing it
+    os.close(_held.pop(workdir))
+  path = os.path.join(workdir, LOCK_NAME)
+  descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+  try:
+    fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+  except BlockingIOError:
+    holder = _read_holder(descriptor)
+    os.close(descriptor)
+    raise WorkdirError(f"--workdir={workdir} is in use by another training run ({holder}); wait for it to "
+                       f"finish or stop it, or choose another --workdir.") from None
+  holder = {"pid": os.getpid(), "host": socket.gethostname(),
+            "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
+  os.ftruncate(descriptor, 0)
+  os.pwrite(descriptor, json.dumps(holder).encode(), 0)
+  _held[workdir] = descriptor
+  return WorkdirLock(workdir, descriptor)
+
+
+def _read_holder(descriptor: int) -> str:
+  try:
+    holder = json.loads(os.pread(descriptor, 4096, 0).decode())
+    return f"pid {holder['pid']} on host {holder['host']}, started {holder['started']}"
+  except (OSError, ValueError, KeyError, TypeError):  # the holder is still writing it
+    return "a process that is just starting"
+
+
+def check_fresh_start(workdir: str, restart: bool, checkpoint_every: int) -> None:
+  """Before training from step 0 in ``workdir`` (no checkpoint restored): refuse when an earlier run saved
+  checkpoints that are gone, unless ``restart``, which moves its outputs into ``WORKDIR/previous-<UTC time>/``.
+
+  An earlier run killed before its first checkpoint was committed lost nothing: its metrics lines are
+  rewritten identically, so that start goes on without asking. A metrics line past step
+  ``2 * checkpoint_every`` proves a committed checkpoint: a second save waits for the first to commit.
+
+  Raises:
+    WorkdirError: the workdir holds ``best/``, damaged checkpoints, or metrics that a checkpoint covered.
+  """
+  found = [name for name in EARLIER_OUTPUTS if _has_content(os.path.join(workdir, name))]
+  records = read_metrics(workdir) if "metrics.jsonl" in found else []
+  checkpoint_committed = any(record["step"] > 2 * checkpoint_every for record in records)
+  if not checkpoint_committed and not {"checkpoints", "best"} & set(found):
+    return
+  if not restart:
+    raise WorkdirError(
+        f"--workdir={workdir} holds {', '.join(found)} of an earlier run (metrics up to step "
+        f"{max([r['step'] for r in records], default=0)}) but no checkpoint to resume from; "
+        "refusing to start from scratch over them. Rerun with --config.restart=True to start again (the "
+        f"earlier files are moved to {os.path.join(workdir, 'previous-<time>')}), or choose another --workdir.")
+  if jax.process_index() != 0:  # every process refuses alike; one moves the files
+    return
+  target = os.path.join(workdir, f"previous-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}")
+  os.makedirs(target)
+  for name in found:
+    source = os.path.join(workdir, name)
+    if name in ("checkpoints", "best"):  # their checkpoint managers are open: move what is inside
+      os.makedirs(os.path.join(target, name))
+      for entry in os.listdir(source):
+        os.rename(os.path.join(source, entry), os.path.join(target, name, entry))
+    else:
+      os.rename(source, os.path.join(target, name))
+  print(f"config.restart=True: moved {', '.join(found)} of the earlier run to {target}; training from step 0.",
+        flush=True)
+
+
+def _has_content(path: str) -> bool:
+  if os.path.isdir(path):  # orbax's temporary directories of a save that never completed do not count
+    return any("orbax-checkpoint-tmp" not in name for name in os.listdir(path))
+  return os.path.isfile(path) and os.path.getsize(path) > 0
