@@ -67,6 +67,7 @@ def get_config(variant: str = "gru"):
     config.num_seeds = 1
     config.batch_size = 16
     config.num_train_steps = 20
+    config.optimizer.warmup_steps = 5
     config.log_every = 10
     config.eval_every = 10
     config.checkpoint_every = 10

@@ -271,7 +271,7 @@ class ForecastingTask(Task):
       hours ``origin + h`` of ``config.task.horizons``.
     """
     if isinstance(window, Mapping):
-      inputs = self.features_of_rows(window)[None]
+      inputs = self.features_of_rows(window)
     else:
       inputs = np.asarray(window, np.float32)
     single = inputs.ndim == 2
