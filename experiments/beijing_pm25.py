@@ -31,7 +31,8 @@ def get_config(variant: str = "gru"):
   config.task.source_dir = ""  # folder of the raw CSV; "" = $TRANSFORMER_DATA_DIR/beijing_pm25
   config.task.data_dir = ""  # TFDS data folder; "" = $TFDS_DATA_DIR or ~/tensorflow_datasets
   config.task.horizons = HORIZONS
-  config.task.loss = "mse"  # of the standardised log1p(pm2.5)
+  config.task.loss = "mae"  # of the standardised log1p(pm2.5): forecasts the median, what the MAE rewards
+  config.task.residual = True  # forecast the change from the last hour's pm2.5 (persistence + a learned change)
   config.task.synthetic_hours = 4000  # the "synthetic" dataset's length
 
   model = config.model
@@ -48,19 +49,19 @@ def get_config(variant: str = "gru"):
 
   config.num_seeds = 3  # vmapped replicas: mean and spread over seeds
   config.batch_size = 64
-  config.num_train_steps = 3000
+  config.num_train_steps = 2000  # ~5 epochs; validation MAE stops improving well before
   config.optimizer.learning_rate = 1e-3
   config.optimizer.schedule = "cosine"
   config.optimizer.warmup_steps = 100
   config.optimizer.grad_clip_norm = 1.0
   config.log_every = 100
-  config.eval_every = 500
+  config.eval_every = 250
   config.eval_batch_size = 512
-  config.checkpoint_every = 500
+  config.checkpoint_every = 250
   config.best_metric = "eval/mae"
   config.best_mode = "min"
   if variant in ("transformer", "transformer_encoder"):
-    config.num_train_steps = 2000  # a step costs ~4x a GRU's on CPU: within the same wall-time budget
+    config.num_train_steps = 1500  # a step costs ~4x a GRU's on CPU: a similar wall-time budget
   if variant == "tiny":
     model.input_length = 48
     model.d_model = 16

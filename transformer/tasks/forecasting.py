@@ -6,15 +6,17 @@ The project's regression task on continuous inputs. Batches are windows of one h
     {"inputs": float32 [batch, input_length, num_features], "targets": float32 [batch, num_horizons],
      "target_mask": bool [batch, num_horizons], "time": int32 [batch], "origin": int32 [batch]}
 
-Loss: mean squared (or absolute, ``config.task.loss="mae"``) error of the standardised ``log1p(pm2.5)`` over
-the observed targets. Metrics, in ug/m3 after inverting the normalisation (``forecast_concentration``):
+Forecast: the model's outputs, plus (``config.task.residual``) the last input hour's pm2.5 feature, so that a
+model learns the change from persistence rather than the level. Loss: mean absolute (``config.task.loss="mae"``;
+its minimiser, the median, is the median in ug/m3 too, what the MAE rewards) or squared (``"mse"``) error of the
+standardised ``log1p(pm2.5)`` over the observed targets. Metrics, in ug/m3 after inverting the normalisation (``forecast_concentration``):
 ``mae`` and ``mse`` over all horizons and ``mae_<h>h`` / ``mse_<h>h`` per horizon, summed in the compiled
 eval step (so a ``num_seeds > 1`` run gets them per seed); ``rmse`` and ``rmse_<h>h`` come from the host-side
 ``evaluate`` (one seed), or as ``sqrt(mse)`` from the per-seed values.
 
 ``config.task`` fields: ``dataset`` (``beijing_pm25`` | ``synthetic``: a generated series with a daily cycle,
 for tests and smoke runs), ``source_dir`` (folder of the raw CSV; default ``$TRANSFORMER_DATA_DIR``),
-``data_dir`` (TFDS data folder), ``horizons`` (hours ahead), ``loss`` (``mse`` | ``mae``),
+``data_dir`` (TFDS data folder), ``horizons`` (hours ahead), ``loss`` (``mae`` | ``mse``), ``residual`` (bool),
 ``synthetic_hours`` (length of the generated series). The window length is ``config.model.input_length``.
 
 Splits: ``train`` fits the model and the normalisation, ``validation`` is evaluated during training (best
@@ -40,11 +42,12 @@ from transformer.nn import ForecasterConfig, make_forecaster
 from transformer.tasks.base import Task
 
 DATASETS = ("beijing_pm25", "synthetic")
-LOSSES = ("mse", "mae")
+LOSSES = ("mae", "mse")
 # Forecasts are clipped to [0, expm1(MAX_LOG_CONCENTRATION)] = [0, ~22,000] ug/m3 (the record is under 1,000):
 # an untrained model's wild outputs stay finite in the metrics.
 MAX_LOG_CONCENTRATION = 10.0
 PREDICTIONS_FILE = "forecasts_test.csv"
+PM25_FEATURE = pm25_features.FEATURE_NAMES.index("pm25")  # standardised log1p(pm2.5), as the targets
 SYNTHETIC_SPLITS = {"train": 0.6, "validation": 0.2, "test": 0.2}  # fractions of the generated series
 
 
@@ -95,6 +98,14 @@ def load_series(dataset: str, data_dir: str = "", source_dir: str = "",
   return pm25_features.load(data_dir=data_dir or None, source_dir=source_dir or None)
 
 
+@functools.lru_cache(maxsize=8)
+def _compiled_forecaster(model_config: ForecasterConfig):
+  """A compiled ``(params, inputs [batch, L, F]) -> the model's outputs [batch, H]``, shared by every task
+  (and seed) with this model (deterministic ``model_config``)."""
+  model = make_forecaster(model_config)
+  return jax.jit(lambda params, inputs: model.apply({"params": params}, inputs))
+
+
 def forecast_concentration(log_values, xp=np):
   """Forecasts of ``log1p(ug/m3)`` -> ug/m3, clipped to ``[0, expm1(MAX_LOG_CONCENTRATION)]``.
   ``xp``: ``numpy`` (host, float64) or ``jax.numpy`` (inside the compiled step)."""
@@ -120,9 +131,9 @@ class ForecastingTask(Task):
     self.series = load_series(task.dataset, task.get("data_dir", ""), task.get("source_dir", ""),
                               int(task.get("synthetic_hours", 0)))
     self.input_length = int(config.model.input_length)
+    self.residual = bool(task.get("residual", False))
     self._log_mean = float(self.series.standardization.mean[0])
     self._log_std = float(self.series.standardization.std[0])
-    self._predict_fns = {}
 
   # --- model -----------------------------------------------------------------------------------------------
 
@@ -162,13 +173,19 @@ class ForecastingTask(Task):
 
   # --- loss and metrics ------------------------------------------------------------------------------------
 
+  def standardized_forecast(self, outputs, inputs):
+    """The model's ``outputs`` ``[batch, H]`` as standardised ``log1p`` forecasts: with ``residual``, plus the
+    last input hour's (forward-filled) pm2.5 of ``inputs`` ``[batch, L, F]``, which is in the same units."""
+    return outputs + inputs[:, -1, PM25_FEATURE][:, None] if self.residual else outputs
+
   def to_log_concentration(self, standardized):
     """Standardised targets or forecasts -> ``log1p(ug/m3)``."""
     return standardized * self._log_std + self._log_mean
 
   def loss_and_metrics(self, model, params, batch, dropout_rng):
-    forecasts = model.apply({"params": params}, batch["inputs"],
-                            rngs={"dropout": dropout_rng} if dropout_rng is not None else None)
+    outputs = model.apply({"params": params}, batch["inputs"],
+                          rngs={"dropout": dropout_rng} if dropout_rng is not None else None)
+    forecasts = self.standardized_forecast(outputs, batch["inputs"])
     mask = batch["target_mask"].astype(jnp.float32)  # [batch, num_horizons]
     errors = forecasts - batch["targets"]
     losses = jnp.square(errors) if self.config.task.loss == "mse" else jnp.abs(errors)
@@ -190,12 +207,7 @@ class ForecastingTask(Task):
   # --- host-side forecasts ---------------------------------------------------------------------------------
 
   def _predict_fn(self, model_config):
-    """A compiled ``(params, inputs [batch, L, F]) -> standardised forecasts [batch, H]`` (deterministic)."""
-    key = model_config.replace(deterministic=True)
-    if key not in self._predict_fns:
-      model = make_forecaster(key)
-      self._predict_fns[key] = jax.jit(lambda params, inputs: model.apply({"params": params}, inputs))
-    return self._predict_fns[key]
+    return _compiled_forecaster(model_config.replace(deterministic=True))
 
   def forecast_features(self, model_config, params, inputs, batch_size: int = 512) -> np.ndarray:
     """float64 ug/m3 ``[windows, num_horizons]`` forecasts of prepared feature windows ``[windows, L, F]``."""
@@ -205,7 +217,8 @@ class ForecastingTask(Task):
     for start in range(0, len(inputs), batch_size):
       chunk = inputs[start:start + batch_size]
       padded = np.concatenate([chunk, np.zeros((batch_size - len(chunk),) + chunk.shape[1:], np.float32)])
-      outputs.append(np.asarray(predict(params, padded), np.float64)[:len(chunk)])
+      outputs.append(self.standardized_forecast(np.asarray(predict(params, padded), np.float64)[:len(chunk)],
+                                                chunk.astype(np.float64)))
     standardized = np.concatenate(outputs) if outputs else np.zeros((0, len(self.horizons)))
     return forecast_concentration(self.to_log_concentration(standardized))
 
