@@ -5,12 +5,14 @@
     python launch.py --config=experiments/beijing_pm25.py:transformer --workdir=/tmp/pm25/transformer \\
         --config.task.source_dir=../shared/data/beijing_pm25
     python launch.py --config=experiments/beijing_pm25.py:gru --workdir=/tmp/pm25/gru --mode=predict  # test CSV
-    python -m experiments.beijing_pm25_results --workdir_root=/tmp/pm25   # table and plots of the runs
+    TRANSFORMER_DATA_DIR=../shared/data python -m experiments.beijing_pm25_results --workdir_root=/tmp/pm25 \
+        --write_committed_page   # test-year table and plots of the runs under /tmp/pm25/<variant>
 
 Variants: ``rnn``, ``lstm``, ``gru`` (recurrent forecasters), ``transformer`` (encoder over the window, one
 decoder query per horizon), ``transformer_encoder`` (encoder only, the state at the origin to a linear head),
 ``tiny`` (a seconds-long smoke run on a generated series: no data needed). Three seeds train at once
-(``config.num_seeds=3``, vmapped). Training: 2010-2012; validation (best checkpoint by MAE): 2013; test: 2014.
+(``config.num_seeds=3``, vmapped). Every model forecasts the change from the last hour's pm2.5, trained with an
+MAE loss on the standardised ``log1p(pm2.5)`` (``transformer/tasks/forecasting.py``). Training: 2010-2012; validation (best checkpoint by MAE): 2013; test: 2014.
 The raw CSV is found in ``config.task.source_dir``, else ``$TRANSFORMER_DATA_DIR/beijing_pm25``.
 Measured results: experiments/beijing_pm25/RESULTS.md.
 """

@@ -195,3 +195,10 @@ def test_user_errors_name_the_fix():
     build_task(small_config(model__num_horizons=3)).model_config()
   with pytest.raises(ConfigError, match="choose one of"):
     build_task(small_config(task__loss="huber"))
+
+
+def test_default_token_count_is_the_nonzero_integer_entries():
+  config = load_experiment_config("synthetic", "copy")
+  batch = {"source": np.array([[5, 6, 0], [7, 0, 0]]), "target": np.array([[5, 6, 2, 0], [7, 2, 0, 0]]),
+           "weights": np.ones((2, 3), np.float32)}
+  assert build_task(config).count_tokens(batch) == 3 + 5
