@@ -185,9 +185,20 @@ def test_vmapped_seeds_train_and_load_separately(tmp_path):
   seeds = [output.metrics[f"eval/mae/seed_{i}"] for i in range(2)]
   assert all(np.isfinite(seeds)) and seeds[0] != seeds[1]
   np.testing.assert_allclose(output.metrics["eval/mae"], np.mean(seeds), rtol=1e-9)
+  forecasts = []
   for replica in range(2):
     model = load(str(tmp_path), replica=replica)
-    np.testing.assert_allclose(seeds[replica], numpy_metrics(model.task, model.params)["mae"], rtol=1e-4)
+    expected = numpy_metrics(model.task, model.params)
+    np.testing.assert_allclose(seeds[replica], expected["mae"], rtol=1e-4)
+    forecasts.append(numpy_metrics(model.task, model.params, "test")["forecasts"])
+  # --mode=predict with the seeds' stacked parameters: their mean forecast, and one column per seed.
+  run(config, str(tmp_path), "predict")
+  with open(tmp_path / PREDICTIONS_FILE) as f:
+    rows = list(csv.DictReader(f))
+  row = rows[7]  # window 1, horizon index 2
+  for replica in range(2):
+    np.testing.assert_allclose(float(row[f"forecast_seed_{replica}"]), forecasts[replica][1, 2], atol=2e-3)
+  np.testing.assert_allclose(float(row["forecast"]), (forecasts[0][1, 2] + forecasts[1][1, 2]) / 2, atol=2e-3)
 
 
 def test_user_errors_name_the_fix():

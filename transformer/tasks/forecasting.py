@@ -251,21 +251,35 @@ class ForecastingTask(Task):
         zip(self.horizons, predicted["forecast"][row], predicted["actual"][row])) + " ug/m3")
     return results, [example]
 
+  def seed_params(self, model_config, params) -> list:
+    """``params`` split into one tree per seed: those of a ``num_seeds > 1`` run's state carry a leading seed
+    axis (``--mode=predict`` passes them so), those of one seed (``transformer.load``) do not."""
+    model = make_forecaster(model_config.replace(deterministic=True))
+    shapes = jax.eval_shape(lambda: model.init(jax.random.PRNGKey(0), *self.placeholder_inputs()))["params"]
+    leaf, reference = jax.tree.leaves(params)[0], jax.tree.leaves(shapes)[0]
+    if np.ndim(leaf) == len(reference.shape):
+      return [params]
+    return [jax.tree.map(lambda x, i=i: np.asarray(x)[i], params) for i in range(np.shape(leaf)[0])]
+
   def write_predictions(self, model_config, params, output_dir: str) -> str:
     """``forecasts_test.csv``: one row per test window and horizon, ``timestamp`` (the forecast origin, the
     window's last hour), ``horizon`` (hours), ``target_time``, ``forecast`` and ``actual`` in ug/m3
-    (``actual`` empty where pm2.5 was not measured)."""
-    predicted = self.predict_split(model_config, params, "test")
+    (``actual`` empty where pm2.5 was not measured). Parameters of several seeds (``num_seeds > 1``): ``forecast``
+    is their mean, and ``forecast_seed_<i>`` columns follow."""
+    seeds = [self.predict_split(model_config, p, "test") for p in self.seed_params(model_config, params)]
+    predicted = seeds[0]
+    forecast = np.mean([seed["forecast"] for seed in seeds], axis=0)
     path = os.path.join(output_dir, PREDICTIONS_FILE)
+    per_seed = [f"forecast_seed_{i}" for i in range(len(seeds))] if len(seeds) > 1 else []
     with open(path, "w", newline="") as f:
       writer = csv.writer(f)
-      writer.writerow(["timestamp", "horizon", "target_time", "forecast", "actual"])
+      writer.writerow(["timestamp", "horizon", "target_time", "forecast", "actual"] + per_seed)
       for row, origin in enumerate(predicted["origin_time"]):
         for index, horizon in enumerate(self.horizons):
           actual = predicted["actual"][row, index]
           writer.writerow([str(origin), horizon, str(predicted["target_time"][row, index]),
-                           f"{predicted['forecast'][row, index]:.3f}",
-                           f"{actual:.1f}" if predicted["mask"][row, index] else ""])
+                           f"{forecast[row, index]:.3f}", f"{actual:.1f}" if predicted["mask"][row, index] else ""]
+                          + ([f"{seed['forecast'][row, index]:.3f}" for seed in seeds] if per_seed else []))
     return path
 
   def forecast(self, model_config, params, window) -> np.ndarray:
