@@ -20,6 +20,7 @@ from absl import app, flags
 from experiments import report
 from transformer import load, read_run_config
 from transformer.data import timeseries
+from transformer.tasks.forecasting import PREDICTIONS_FILE
 from transformer.train.writers import read_metrics
 
 _ROOT = flags.DEFINE_string("workdir_root", "/tmp/pm25", "Where the runs' workdirs are: <root>/<variant>.")
@@ -220,6 +221,7 @@ def write_results(workdir_root: str, output: str, committed: bool = False) -> st
 
   plot_errors(everything, horizons, os.path.join(output, "error_by_horizon.png"))
   plot_example(everything, horizons, os.path.join(output, "example_forecast.png"))
+  origins = task.series.times[task.windows("test").origins]
   unscored = {name: b["unscored"] for name, b in baselines.items() if b["unscored"]}
   flag = " --write_committed_page" if committed else ""
   page = f"""# Beijing PM2.5 forecasting
@@ -231,9 +233,11 @@ Machine: {report.machine_description()} (shared with other jobs while these ran)
 
 Task: pm2.5 at {", ".join(map(str, horizons))} hours after the forecast origin, from the {task.input_length} hours
 up to it (pm2.5, weather, wind direction, time of day/week/year). Trained on 2010-2012, best checkpoint by
-validation MAE on 2013, scored on every 2014 (test) window whose target hour was measured. MAE and RMSE in
-µg/m³, mean ± standard deviation over the seeds of each run (trained together, vmapped). Persistence: the last
-measured value; daily persistence: the same hour one day earlier (two days for 48 h); no training.
+validation MAE on 2013, scored on every target hour that was measured of the {len(origins):,} test windows
+inside 2014 (origins {origins[0]} to {origins[-1]}). MAE and RMSE in µg/m³, mean ± standard deviation over the
+seeds of each run (trained together, vmapped; the standard deviation is over seeds, not the uncertainty of the
+test estimate). Persistence: the last measured value; daily persistence: the same hour one day earlier (two days
+for 48 h); no training.
 {f"Baseline targets left unscored for want of an earlier measurement: {unscored}." if unscored else ""}
 
 ## MAE (µg/m³) on 2014, by horizon
@@ -260,6 +264,19 @@ steps) and checkpointing, all seeds of the run together.
 ![error by horizon](error_by_horizon.png)
 
 ![example forecast](example_forecast.png)
+
+## Use
+
+`python launch.py --config=experiments/beijing_pm25.py:gru --workdir=WORKDIR --mode=predict` writes
+`WORKDIR/{PREDICTIONS_FILE}` (timestamp = forecast origin, horizon, target_time, forecast, actual, and one
+forecast column per seed; `forecast` is their mean). In a notebook:
+
+```python
+from transformer import load
+model = load("WORKDIR", replica=0)         # one seed's parameters (best checkpoint)
+model.forecast(raw_rows)                   # dict of read_csv columns, >= input_length hours, last = origin
+model.forecast(features)                   # or prepared features [input_length, 18]; -> [5] ug/m3
+```
 """
   with open(os.path.join(output, "RESULTS.md"), "w") as f:
     f.write(page)
