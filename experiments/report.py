@@ -48,6 +48,12 @@ def output_flags() -> OutputFlags:
           "force", False, "With --update_committed: replace committed rows even by runs of fewer training steps."))
 
 
+@functools.cache  # one flag whichever results script defines it first; each script has its own default
+def workdir_root_flag() -> flags.FlagHolder:
+  return flags.DEFINE_string("workdir_root", "", "Where the runs' workdirs are: <root>/<variant> (default: the "
+                             "script's own, in its docstring).")
+
+
 def results_folder(output: OutputFlags, committed: str, default: str) -> str:
   """The folder a script writes its page to: ``committed`` with ``--update_committed``, else ``--output_dir``,
   else ``default``."""

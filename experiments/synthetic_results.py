@@ -13,12 +13,13 @@ from __future__ import annotations
 import os
 
 import numpy as np
-from absl import app, flags
+from absl import app
 
 from experiments import report
 from transformer.train.writers import read_metrics
 
-_ROOT = flags.DEFINE_string("workdir_root", "/tmp/synthetic", "Where the runs' workdirs go.")
+_ROOT = report.workdir_root_flag()  # default /tmp/synthetic
+DEFAULT_ROOT = "/tmp/synthetic"
 _OUTPUT = report.output_flags()  # --output_dir, --update_committed, --force
 VARIANTS = ("copy", "reverse", "sort")
 HEADER = ["task", "steps", "exact match (512 held-out)", "token accuracy", "first >= 99% exact match",
@@ -85,15 +86,16 @@ tokens/s counts non-padding source and target tokens.
 
 def main(argv):
   del argv
+  root = _ROOT.value or DEFAULT_ROOT
   committed = os.path.join(report.COMMITTED, "synthetic")
   output = report.exit_on_user_error(report.results_folder, _OUTPUT, committed,
-                                     os.path.join(_ROOT.value, "results"))
+                                     os.path.join(root, "results"))
   runs = {}
   for variant in VARIANTS:
-    workdir = os.path.join(_ROOT.value, variant)
+    workdir = os.path.join(root, variant)
     command = report.exit_on_user_error(report.launch, f"experiments/synthetic.py:{variant}", workdir)
     runs[variant] = (read_metrics(workdir), command)
-  print(report.exit_on_user_error(write_results, output, runs, _ROOT.value,
+  print(report.exit_on_user_error(write_results, output, runs, root,
                                   replace_only_longer=output == committed and not _OUTPUT.force.value))
   print(f"Wrote the page to {output}/RESULTS.md")
 

@@ -6,7 +6,7 @@
 
 What a model can do depends on its task: ``TrainedModel`` delegates to the task's methods (``translate_lines``,
 ``decode_sequences``, ``score``, ``attention_weights``), so a new task (classification, forecasting) adds its
-own by giving its task the method and ``TrainedModel`` a one-line delegate.
+own by giving its task the method and ``TrainedModel`` a one-line delegate (``forecast`` for forecasting).
 """
 from __future__ import annotations
 
@@ -77,6 +77,13 @@ class TrainedModel:
     ``cross`` (``alignment`` for an RNN's attention, layer None). Text or token ids, as ``decode``."""
     return self._task_method("attention_weights", "attention_weights")(self.model_config, self.params, sources,
                                                                         targets)
+
+  def forecast(self, window) -> np.ndarray:
+    """Forecasts in ug/m3 (a forecasting task), one per horizon of ``config.task.horizons``, from raw hourly
+    rows (a dict of the columns ``read_csv`` returns, the last row the forecast origin) or from prepared
+    feature windows ``[input_length, num_features]`` / ``[windows, input_length, num_features]``; see
+    ``ForecastingTask.forecast``."""
+    return self._task_method("forecast", "forecast")(self.model_config, self.params, window)
 
 
 def load(workdir: str, checkpoint: str | int = "best", average_last: int = 0, replica: int = 0,

@@ -15,6 +15,7 @@ from transformer.tasks.base import Task, TranslatesText, WritesPredictions, Writ
 TASKS = {
     "synthetic": ("transformer.tasks.synthetic", "SyntheticTask", None),
     "translation": ("transformer.tasks.translation", "TranslationTask", "data"),
+    "forecasting": ("transformer.tasks.forecasting", "ForecastingTask", "data"),
 }
 
 

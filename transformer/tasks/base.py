@@ -10,6 +10,7 @@ from typing import Any, Iterator, Protocol, runtime_checkable
 
 import flax.linen as nn
 import ml_collections
+import numpy as np
 
 from transformer.nn import ModelConfig
 
@@ -65,6 +66,12 @@ class Task(abc.ABC):
   def loss_and_metrics(self, model: nn.Module, params, batch: Batch, dropout_rng) -> tuple[Any, Any, Metrics]:
     """``(loss_sum, weight_sum, metrics)`` of one batch; the loss minimised is ``loss_sum / weight_sum``
     over the global batch, e.g. the number of non-padding target tokens."""
+
+  def count_tokens(self, batch: Batch) -> int:
+    """Units of work in a batch, for the ``tokens_per_second`` log: by default the non-padding tokens (nonzero
+    entries of the batch's 2-D integer arrays); tasks on other data count what suits them."""
+    return int(sum(np.count_nonzero(x) for x in batch.values()
+                   if np.ndim(x) == 2 and np.issubdtype(np.asarray(x).dtype, np.integer)))
 
   def evaluate(self, model_config: ModelConfig, params, batches: list[Batch]) -> tuple[dict, list[str]]:
     """Host-side evaluation beyond the loss (e.g. decoding): ``(metrics, example lines to print)``."""

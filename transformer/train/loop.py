@@ -63,11 +63,6 @@ class _Preemption:
       signal.signal(number, previous)
 
 
-def _count_tokens(batch) -> int:
-  """Non-padding tokens: nonzero entries of the batch's 2-D integer arrays."""
-  return int(sum(np.count_nonzero(x) for x in batch.values() if x.ndim == 2 and np.issubdtype(x.dtype, np.integer)))
-
-
 def _means(sums: dict, prefix: str) -> dict:
   """``name -> (sum, weight)`` to ``prefix/name -> sum / weight``; per-seed values get a ``/seed_i`` suffix."""
   out = {}
@@ -322,7 +317,7 @@ def run_train(config, workdir: str) -> RunOutput:
   with _Preemption() as preemption:
     while step < config.num_train_steps:
       batch = next(train_iterator)
-      window_tokens += _count_tokens(batch)
+      window_tokens += task.count_tokens(batch)
       state, metrics = train_step(state, strategy.put_batch(batch))
       window = metrics if window is None else jax.tree.map(jnp.add, window, metrics)
       window_steps += 1
