@@ -3,10 +3,11 @@
     from transformer import load
     model = load("runs/m30k")                        # config, tokenizer and best (or averaged) parameters
     model.translate(["A man rides a bike ."])         # also model.score(...), model.attention_weights(...)
+    load("runs/tweets").classify(["Forest fire near La Ronge"])  # (labels, probabilities)
 
 What a model can do depends on its task: ``TrainedModel`` delegates to the task's methods (``translate_lines``,
-``decode_sequences``, ``score``, ``attention_weights``), so a new task (classification, forecasting) adds its
-own by giving its task the method and ``TrainedModel`` a one-line delegate.
+``decode_sequences``, ``score``, ``attention_weights``, ``classify_texts``), so a new task (forecasting) adds
+its own by giving its task the method and ``TrainedModel`` a one-line delegate.
 """
 from __future__ import annotations
 
@@ -77,6 +78,10 @@ class TrainedModel:
     ``cross`` (``alignment`` for an RNN's attention, layer None). Text or token ids, as ``decode``."""
     return self._task_method("attention_weights", "attention_weights")(self.model_config, self.params, sources,
                                                                         targets)
+
+  def classify(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """Classify raw texts: ``(labels int32 [n], probabilities float32 [n, num_classes])``."""
+    return self._task_method("classify_texts", "classify")(self.model_config, self.params, list(texts))
 
 
 def load(workdir: str, checkpoint: str | int = "best", average_last: int = 0, replica: int = 0,

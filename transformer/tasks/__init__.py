@@ -9,12 +9,14 @@ import difflib
 import importlib
 
 from transformer.errors import ConfigError
-from transformer.tasks.base import Task, TranslatesText, WritesPredictions, WritesTestOutputs
+from transformer.tasks.base import (StartsFromPretrained, Task, TranslatesText, WritesPredictions,
+                                   WritesTestOutputs)
 
 # name -> (module, class, pip extra its dependencies come from)
 TASKS = {
     "synthetic": ("transformer.tasks.synthetic", "SyntheticTask", None),
     "translation": ("transformer.tasks.translation", "TranslationTask", "data"),
+    "classification": ("transformer.tasks.classification", "ClassificationTask", "data"),
 }
 
 
@@ -36,4 +38,4 @@ def build_task(config) -> Task:
   return getattr(module, class_name)(config)
 
 
-__all__ = ["Task", "TASKS", "TranslatesText", "WritesPredictions", "WritesTestOutputs", "build_task"]
+__all__ = ["StartsFromPretrained", "Task", "TASKS", "TranslatesText", "WritesPredictions", "WritesTestOutputs", "build_task"]
