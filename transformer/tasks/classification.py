@@ -16,7 +16,9 @@ Texts are tokenised by a pretrained model's own WordPiece tokenizer (``tokenizer
 ``test.csv``; default ``$TRANSFORMER_DATA_DIR``), data_dir (TFDS data dir; default ``$TFDS_DATA_DIR`` or
 ``~/tensorflow_datasets``), pretrained_dir (a Hugging Face BERT model folder; default
 ``$TRANSFORMER_MODELS_DIR/<pretrained_model>``), pretrained_model, pretrained_init, max_length (tokens per
-text, ``[CLS]`` and ``[SEP]`` included; longer texts lose their end), eval_split, test_split.
+text, ``[CLS]`` and ``[SEP]`` included; longer texts lose their end), bucket_length_multiple (0: every
+training batch padded to the longest text of the data; else texts of similar length batched together, each
+batch padded to a multiple of this), eval_split, test_split.
 
 Batches: ``{"tokens": int32 [batch, length], "label": int32 [batch], "weight": float32 [batch]}`` (weight 0 marks
 padding rows). Metrics are sums over examples, so they are exact over the whole split (and per seed when
@@ -176,7 +178,8 @@ class ClassificationTask(Task):
   def train_iterator(self, batch_size, seed, shard_index=0, shard_count=1):
     train = self.splits["train"]
     rows = np.arange(shard_index, len(train.labels), shard_count)
-    return ShuffledBatches(train.tokens[rows], train.labels[rows], batch_size, seed)
+    return ShuffledBatches(train.tokens[rows], train.labels[rows], batch_size, seed, self.tokenizer.pad_id,
+                           self.config.task.get("bucket_length_multiple", 0))
 
   def eval_batches(self, batch_size, split: str | None = None):
     data = self.splits[split or self.config.task.eval_split]
@@ -318,25 +321,51 @@ def fixed_batches(tokens: np.ndarray, labels: np.ndarray, batch_size: int) -> li
 
 class ShuffledBatches:
   """Endless training batches: epoch ``e`` is a permutation drawn from ``(seed, e)``, cut into full batches
-  (the remainder waits for the next epoch's order). The state is the batch count, so resuming is exact."""
+  (the remainder waits for the next epoch's order). The state is the batch count, so resuming is exact.
 
-  def __init__(self, tokens: np.ndarray, labels: np.ndarray, batch_size: int, seed: int):
+  With ``length_multiple``, texts of similar lengths share a batch (the permutation is sorted by length
+  within windows of ``BUCKET_WINDOW`` batches, and the window's batches shuffled), and each batch is cut to its
+  longest text rounded up to ``length_multiple`` tokens: less padding, at most ``length / length_multiple``
+  batch shapes (one compilation each)."""
+
+  BUCKET_WINDOW = 16
+
+  def __init__(self, tokens: np.ndarray, labels: np.ndarray, batch_size: int, seed: int, pad_id: int = 0,
+               length_multiple: int = 0):
     if len(labels) < batch_size:
       raise ConfigError(f"config.batch_size={batch_size} is larger than the {len(labels)} training examples.")
     self._tokens, self._labels, self._batch_size, self._seed = tokens, labels, batch_size, seed
+    self._lengths = np.sum(tokens != pad_id, axis=1)
+    self._length_multiple = length_multiple
     self._index = 0
 
   def __iter__(self):
     return self
 
+  @functools.lru_cache(maxsize=1)
+  def _epoch_order(self, epoch: int) -> np.ndarray:
+    rng = np.random.default_rng([self._seed, epoch])
+    order = rng.permutation(len(self._labels))
+    if not self._length_multiple:
+      return order
+    size = self._batch_size
+    batches = []
+    for start in range(0, len(order) - size + 1, size * self.BUCKET_WINDOW):
+      window = order[start:start + size * self.BUCKET_WINDOW]
+      window = window[np.argsort(self._lengths[window], kind="stable")]
+      batches += [window[i:i + size] for i in range(0, len(window) - size + 1, size)]
+    return np.concatenate([batches[i] for i in rng.permutation(len(batches))])
+
   def __next__(self):
     per_epoch = len(self._labels) // self._batch_size
     epoch, position = divmod(self._index, per_epoch)
-    order = np.random.default_rng([self._seed, epoch]).permutation(len(self._labels))
-    rows = order[position * self._batch_size:(position + 1) * self._batch_size]
+    rows = self._epoch_order(epoch)[position * self._batch_size:(position + 1) * self._batch_size]
     self._index += 1
-    return {"tokens": self._tokens[rows], "label": self._labels[rows],
-            "weight": np.ones((self._batch_size,), np.float32)}
+    tokens = self._tokens[rows]
+    if self._length_multiple:
+      length = -(-int(self._lengths[rows].max()) // self._length_multiple) * self._length_multiple
+      tokens = tokens[:, :length]
+    return {"tokens": tokens, "label": self._labels[rows], "weight": np.ones((self._batch_size,), np.float32)}
 
   def get_state(self) -> dict:
     return {"index": self._index}
