@@ -17,7 +17,7 @@ from transformer import load
 from transformer.errors import MissingDataError
 from transformer.nn import EncoderClassifier
 from transformer.tasks import build_task
-from transformer.tasks.classification import ShuffledBatches, binary_metrics, confusion_counts, fixed_batches
+from transformer.tasks.classification import ShuffledBatches, best_threshold, binary_metrics, confusion_counts, fixed_batches
 from transformer.train import run
 from transformer.train.writers import read_metrics
 
@@ -195,3 +195,15 @@ def test_an_epoch_of_batches_holds_every_example_once_and_resumes_exactly(length
     got = next(resumed)
     for name in expected:
       np.testing.assert_array_equal(got[name], expected[name])
+
+
+def test_best_threshold_of_a_hand_worked_example():
+  probabilities = np.array([0.2, 0.9, 0.3, 0.8, 0.4, 0.7])
+  labels = np.array([0, 1, 0, 0, 1, 1])
+  # Predicting the k most probable as positive: F1 2/4, 2/5, 4/6, 6/7, 6/8, 6/9; the best (k = 4) lies
+  # between 0.4 and 0.3.
+  threshold = best_threshold(probabilities, labels)
+  assert threshold == pytest.approx(0.35)
+  assert binary_metrics(confusion_counts(probabilities >= threshold, labels))["f1"] == pytest.approx(6 / 7)
+  # Ties: the threshold cannot fall inside a run of equal probabilities.
+  assert best_threshold(np.array([0.6, 0.6, 0.1]), np.array([1, 0, 0])) == pytest.approx(0.35)

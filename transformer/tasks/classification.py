@@ -72,6 +72,24 @@ def binary_metrics(counts: dict[str, int]) -> dict[str, float]:
           "accuracy": ratio(tp + tn, tp + fp + fn + tn)}
 
 
+def best_threshold(positive_probabilities, labels) -> float:
+  """The threshold ``t`` that maximises F1 when ``probability >= t`` predicts the positive class: the midpoint
+  below the best-scoring probability (0.5 when no threshold beats predicting none)."""
+  probabilities = np.asarray(positive_probabilities, np.float64)
+  positives = np.asarray(labels) == POSITIVE_CLASS
+  order = np.argsort(-probabilities, kind="stable")
+  true_positives = np.cumsum(positives[order])  # predicting the k + 1 most probable as positive
+  predicted = np.arange(1, len(order) + 1)
+  f1 = 2 * true_positives / (predicted + positives.sum())
+  # Only the last of a run of equal probabilities is a threshold one can draw.
+  distinct = np.append(probabilities[order][1:] != probabilities[order][:-1], True)
+  if not len(order) or not np.any(distinct & (true_positives > 0)):
+    return 0.5
+  best = int(np.argmax(np.where(distinct, f1, -1.0)))
+  below = probabilities[order][best + 1] if best + 1 < len(order) else 0.0
+  return float((probabilities[order][best] + below) / 2)
+
+
 def model_dir(task_config) -> str:
   """The pretrained model folder: ``config.task.pretrained_dir``, else ``$TRANSFORMER_MODELS_DIR/<name>``.
 
@@ -243,11 +261,17 @@ class ClassificationTask(Task):
     probabilities = self.probabilities(model_config, params, tokens)
     return probabilities.argmax(-1).astype(np.int32), probabilities
 
-  def split_counts(self, model_config, params, split: str) -> dict[str, int]:
-    """``confusion_counts`` of the model's predictions on a labelled split (e.g. ``"test"``)."""
-    data = self.splits[split]
-    predictions = self.probabilities(model_config, params, data.tokens).argmax(-1)
-    return confusion_counts(predictions, data.labels)
+  def split_counts(self, model_config, params, split: str, threshold: float | None = None) -> dict[str, int]:
+    """``confusion_counts`` of the model's predictions on a labelled split (e.g. ``"test"``): the most probable
+    class, or with ``threshold`` the positive class where its probability is at least that."""
+    probabilities = self.split_probabilities(model_config, params, split)
+    predictions = (probabilities.argmax(-1) if threshold is None
+                   else (probabilities[:, POSITIVE_CLASS] >= threshold).astype(np.int32))
+    return confusion_counts(predictions, self.splits[split].labels)
+
+  def split_probabilities(self, model_config, params, split: str) -> np.ndarray:
+    """float32 ``[n, num_classes]``: the class probabilities of a split's examples, in its order."""
+    return self.probabilities(model_config, params, self.splits[split].tokens)
 
   def write_test_outputs(self, model_config, params, output_dir, eval_metrics):
     """``--mode=eval``: the test split's confusion counts and metrics (a vmapped run: their mean over seeds, and
