@@ -9,7 +9,7 @@
 (or ``--config.task.source_dir=...`` and ``--config.task.pretrained_dir=...`` instead of the variables.)
 Variants, all tokenised by MiniLM's WordPiece tokenizer (``transformer.tasks.classification``):
 
-- ``static_scratch``: mean-pooled token embeddings learned from scratch (d 64), linear head.
+- ``static_scratch``: mean-pooled token embeddings learned from scratch (d 128), linear head.
 - ``static_minilm``: mean-pooled frozen MiniLM input embeddings (d 384), linear head.
 - ``transformer_scratch``: a 2-layer Transformer encoder from scratch (d 128), mean pooling, linear head.
 - ``minilm_finetune``: the pretrained MiniLM encoder (6 layers, d 384), mean pooling, all fine-tuned.
@@ -67,12 +67,16 @@ def get_config(variant: str = "minilm_finetune"):
     model.scale_embeddings = False
     model.num_heads = 1
     model.dropout_rate = 0.1
-    model.d_model = 64  # static_minilm: the checkpoint's 384 instead
+    model.d_model = 64  # tiny; static_scratch: 128 (below), static_minilm: the checkpoint's 384
     config.num_train_steps = 1500
     config.eval_every = 150
     config.checkpoint_every = 150
     config.optimizer.learning_rate = 3e-3
     config.optimizer.warmup_steps = 50
+    if variant == "static_scratch":  # a wider table, more dropout and a lower rate: no early overfitting
+      model.d_model = 128
+      model.dropout_rate = 0.3
+      config.optimizer.learning_rate = 1e-3
     if variant == "static_minilm":
       task.pretrained_init = "embedding"
       config.optimizer.frozen_params = ("encoder/embedding",)

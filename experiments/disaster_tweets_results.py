@@ -103,7 +103,7 @@ def plot_confusion_matrices(scored: dict[str, dict], path: str) -> None:
     axis.set_xlabel("predicted")
     axis.set_ylabel("true")
     seeds = len(result["seeds"])
-    axis.set_title(f"{variant}\n({seeds} seed{'s' * (seeds > 1)} summed)", fontsize=9)
+    axis.set_title(f"{variant}\n({f'{seeds} seeds summed' if seeds > 1 else '1 seed'})", fontsize=9)
   figure.tight_layout()
   figure.savefig(path, dpi=110)
   plt.close(figure)
