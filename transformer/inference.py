@@ -3,10 +3,11 @@
     from transformer import load
     model = load("runs/m30k")                        # config, tokenizer and best (or averaged) parameters
     model.translate(["A man rides a bike ."])         # also model.score(...), model.attention_weights(...)
+    load("runs/tweets").classify(["Forest fire near La Ronge"])  # (labels, probabilities)
 
 What a model can do depends on its task: ``TrainedModel`` delegates to the task's methods (``translate_lines``,
-``decode_sequences``, ``score``, ``attention_weights``), so a new task (classification, forecasting) adds its
-own by giving its task the method and ``TrainedModel`` a one-line delegate (``forecast`` for forecasting).
+``decode_sequences``, ``score``, ``attention_weights``, ``classify_texts``, ``forecast``), so a new task adds
+its own by giving its task the method and ``TrainedModel`` a one-line delegate.
 """
 from __future__ import annotations
 
@@ -84,6 +85,10 @@ class TrainedModel:
     feature windows ``[input_length, num_features]`` / ``[windows, input_length, num_features]``; see
     ``ForecastingTask.forecast``."""
     return self._task_method("forecast", "forecast")(self.model_config, self.params, window)
+
+  def classify(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """Classify raw texts: ``(labels int32 [n], probabilities float32 [n, num_classes])``."""
+    return self._task_method("classify_texts", "classify")(self.model_config, self.params, list(texts))
 
 
 def load(workdir: str, checkpoint: str | int = "best", average_last: int = 0, replica: int = 0,

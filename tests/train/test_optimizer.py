@@ -57,3 +57,34 @@ def test_weight_decay_is_decoupled():
   optimizer = make_optimizer(optimizer_config(schedule="constant", warmup_steps=0, weight_decay=0.1), 10)
   updates, _ = optimizer.update({"w": jnp.array([0.0])}, optimizer.init(params), params)
   np.testing.assert_allclose(updates["w"], [-1e-3 * 0.1 * 2.0], rtol=1e-5)  # zero gradient: decay alone
+
+
+def test_frozen_params_get_no_update_and_the_rest_train_as_without_freezing():
+  params = {"encoder": {"embedding": {"embedding": jnp.ones((5, 3))}, "layer_0": {"kernel": jnp.ones((3, 3))}},
+            "classifier": {"kernel": jnp.ones((3, 2)), "bias": jnp.zeros((2,))}}
+  grads = {"encoder": {"embedding": {"embedding": jnp.full((5, 3), 0.5)}, "layer_0": {"kernel": jnp.full((3, 3), -2.0)}},
+           "classifier": {"kernel": jnp.full((3, 2), 0.25), "bias": jnp.full((2,), 1.0)}}
+  settings = {"schedule": "constant", "warmup_steps": 0, "weight_decay": 0.1, "grad_clip_norm": 1.0}
+  frozen = make_optimizer(optimizer_config(frozen_params=("encoder/embedding",), **settings), 10)
+  reference = make_optimizer(optimizer_config(**settings), 10)
+  trained_grads = {**grads, "encoder": {"layer_0": grads["encoder"]["layer_0"]}}  # what the reference sees
+  trained_params = {**params, "encoder": {"layer_0": params["encoder"]["layer_0"]}}
+  state, reference_state = frozen.init(params), reference.init(trained_params)
+  for _ in range(3):
+    updates, state = frozen.update(grads, state, params)
+    expected, reference_state = reference.update(trained_grads, reference_state, trained_params)
+    np.testing.assert_array_equal(updates["encoder"]["embedding"]["embedding"], 0.0)
+    for path in (("encoder", "layer_0", "kernel"), ("classifier", "kernel"), ("classifier", "bias")):
+      got, want = updates, expected
+      for key in path:
+        got, want = got[key], want[key]
+      # Clipping sees the trained parameters' norm only, so the updates equal the reference's.
+      np.testing.assert_allclose(got, want, rtol=1e-6)
+      assert np.all(np.asarray(got) != 0)
+
+
+def test_a_frozen_prefix_that_names_no_parameter_is_refused():
+  from transformer.errors import ConfigError
+  optimizer = make_optimizer(optimizer_config(frozen_params=("encoder/embeding",)), 10)
+  with pytest.raises(ConfigError, match="encoder/embeding.*no parameter"):
+    optimizer.init({"encoder": {"embedding": {"embedding": jnp.ones((2, 2))}}})

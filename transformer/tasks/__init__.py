@@ -9,13 +9,15 @@ import difflib
 import importlib
 
 from transformer.errors import ConfigError
-from transformer.tasks.base import Task, TranslatesText, WritesPredictions, WritesTestOutputs
+from transformer.tasks.base import (StartsFromPretrained, Task, TranslatesText, WritesPredictions,
+                                   WritesTestOutputs)
 
 # name -> (module, class, pip extra its dependencies come from)
 TASKS = {
     "synthetic": ("transformer.tasks.synthetic", "SyntheticTask", None),
     "translation": ("transformer.tasks.translation", "TranslationTask", "data"),
     "forecasting": ("transformer.tasks.forecasting", "ForecastingTask", "data"),
+    "classification": ("transformer.tasks.classification", "ClassificationTask", "data"),
 }
 
 
@@ -37,4 +39,4 @@ def build_task(config) -> Task:
   return getattr(module, class_name)(config)
 
 
-__all__ = ["Task", "TASKS", "TranslatesText", "WritesPredictions", "WritesTestOutputs", "build_task"]
+__all__ = ["StartsFromPretrained", "Task", "TASKS", "TranslatesText", "WritesPredictions", "WritesTestOutputs", "build_task"]

@@ -107,3 +107,13 @@ class WritesPredictions(Protocol):
 
   def write_predictions(self, model_config: ModelConfig, params, output_dir: str) -> str:
     """Write the predictions into ``output_dir``; returns the path of the file written."""
+
+
+@runtime_checkable
+class StartsFromPretrained(Protocol):
+  """A task whose model starts from pretrained weights (a BERT encoder, an embedding table): a fresh training
+  run replaces those of its initial parameters (not a resumed run, nor one with ``config.restore_from``)."""
+
+  def pretrained_params(self) -> dict:
+    """A partial parameter tree of the model (e.g. ``{"encoder": ...}``): host arrays of the same paths and
+    shapes as the fresh parameters they replace; the rest keep their initialisation."""

@@ -70,6 +70,8 @@ def base_config(model_name: str = "transformer") -> ml_collections.ConfigDict:
   config.optimizer.eps = 1e-9
   config.optimizer.weight_decay = 0.0  # decoupled (AdamW)
   config.optimizer.grad_clip_norm = 0.0  # global-norm clipping; 0 disables
+  # Parameter path prefixes that are not trained, e.g. ("encoder/embedding",) keeps a pretrained table fixed.
+  config.optimizer.frozen_params = ()
 
   config.parallelism = "jit"  # jit | pmap | mesh
   config.fsdp = False  # with parallelism=mesh: shard parameters and optimizer state over devices

@@ -17,12 +17,13 @@ import signal
 import sys
 import time
 
+import flax.traverse_util
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from transformer.errors import ConfigError, InputFileError
-from transformer.tasks import TranslatesText, WritesPredictions, WritesTestOutputs, build_task
+from transformer.tasks import StartsFromPretrained, TranslatesText, WritesPredictions, WritesTestOutputs, build_task
 from transformer.train.checkpoint import Checkpointer
 from transformer.train.config import validate_config
 from transformer.train.optimizer import make_optimizer, make_schedule
@@ -226,6 +227,27 @@ def _initialise_from(session: Session, state, source_workdir: str):
   return _with_params(session, state, params)
 
 
+def _initialise_pretrained(session: Session, state):
+  """``StartsFromPretrained`` tasks: the task's pretrained weights in place of those fresh parameters (every
+  replica of a ``num_seeds > 1`` run gets the same; the others keep each seed's initialisation)."""
+  canonical = flax.traverse_util.flatten_dict(session.strategy.to_canonical(state).params)
+  pretrained = flax.traverse_util.flatten_dict(session.task.pretrained_params())
+  if not pretrained:
+    return state
+  replicas = session.config.num_seeds
+  for path, value in pretrained.items():
+    fresh = canonical.get(path)
+    shape = None if fresh is None else (fresh.shape[1:] if replicas > 1 else fresh.shape)
+    if shape != np.shape(value):
+      raise ConfigError(f"pretrained parameter {'/'.join(path)} has shape {np.shape(value)}, the model's "
+                        f"{'is ' + str(shape) if shape else 'does not exist'}; config.model does not match the "
+                        "pretrained model.")
+    canonical[path] = jax.device_put(np.broadcast_to(value, fresh.shape) if replicas > 1 else value,
+                                     fresh.sharding)
+  session.say(f"initialised {len(pretrained)} parameter tensors from pretrained weights")
+  return _with_params(session, state, flax.traverse_util.unflatten_dict(canonical))
+
+
 def make_evaluator(session: Session, eval_model):
   """``evaluate(state) -> {"eval/<name>": value}``: the loss metrics of the validation set, and (one seed)
   the task's own evaluation (decoding), whose examples the main process prints."""
@@ -285,6 +307,8 @@ def run_train(config, workdir: str) -> RunOutput:
     state = strategy.create_state(create, seed_keys(config))
     if config.restore_from:
       state = _initialise_from(session, state, config.restore_from)
+    elif isinstance(task, StartsFromPretrained):
+      state = _initialise_pretrained(session, state)
 
   evaluate = make_evaluator(session, task.build_model(session.model_config.replace(deterministic=True)))
   train_step = strategy.compile_train_step(

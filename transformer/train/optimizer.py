@@ -1,8 +1,11 @@
 """Learning-rate schedules and the optax optimizer, built from ``config.optimizer``."""
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import optax
+
+from transformer.errors import ConfigError
 
 SCHEDULES = ("inverse_sqrt", "cosine", "constant")
 
@@ -32,12 +35,47 @@ def make_schedule(config, num_train_steps: int) -> optax.Schedule:
                    f"{list(SCHEDULES)}.")
 
 
+def parameter_path(path) -> str:
+  """``"encoder/embedding/embedding"``: a parameter's path in the tree (``jax.tree_util`` keys) joined by ``/``."""
+  return "/".join(str(getattr(key, "key", getattr(key, "name", key))) for key in path)
+
+
+def frozen_labels(params, frozen_prefixes) -> object:
+  """The tree of ``params`` with ``"frozen"`` where a parameter's path equals or lies under one of
+  ``frozen_prefixes`` (``"encoder/embedding"`` freezes ``encoder/embedding/embedding``), else ``"trained"``.
+
+  Raises:
+    ConfigError: a prefix names no parameter (a misspelling would silently train everything).
+  """
+  def is_frozen(path: str, prefix: str) -> bool:
+    return path == prefix or path.startswith(prefix.rstrip("/") + "/")
+
+  paths = [parameter_path(path) for path, _ in jax.tree_util.tree_flatten_with_path(params)[0]]
+  for prefix in frozen_prefixes:
+    if not any(is_frozen(path, prefix) for path in paths):
+      tops = sorted({path.split("/")[0] for path in paths})
+      raise ConfigError(f"config.optimizer.frozen_params names {prefix!r}, which is no parameter's path (nor a "
+                        f"prefix of one); paths start with {tops}, e.g. {paths[0]!r}.")
+  return jax.tree_util.tree_map_with_path(
+      lambda path, _: "frozen" if any(is_frozen(parameter_path(path), p) for p in frozen_prefixes) else "trained",
+      params)
+
+
 def make_optimizer(config, num_train_steps: int) -> optax.GradientTransformation:
-  """Adam (paper: b1 0.9, b2 0.98, eps 1e-9), optional decoupled weight decay and global-norm clipping."""
+  """Adam (paper: b1 0.9, b2 0.98, eps 1e-9), optional decoupled weight decay and global-norm clipping.
+
+  ``config.frozen_params`` (optional; path prefixes such as ``("encoder/embedding",)``): those parameters get
+  zero updates and no Adam moments, and are left out of the clipping norm; the rest train as usual.
+  """
   schedule = make_schedule(config, num_train_steps)
   parts = []
   if config.grad_clip_norm and config.grad_clip_norm > 0:
     parts.append(optax.clip_by_global_norm(config.grad_clip_norm))
   parts.append(optax.adamw(schedule, b1=config.b1, b2=config.b2, eps=config.eps,
                            weight_decay=config.weight_decay))
-  return optax.chain(*parts)
+  optimizer = optax.chain(*parts)
+  frozen = tuple(config.get("frozen_params", ()) or ())
+  if not frozen:
+    return optimizer
+  return optax.multi_transform({"trained": optimizer, "frozen": optax.set_to_zero()},
+                               lambda params: frozen_labels(params, frozen))

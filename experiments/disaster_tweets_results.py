@@ -1,0 +1,198 @@
+"""Score the Disaster Tweets runs on the fixed test split and write RESULTS.md and the plots.
+
+    TRANSFORMER_DATA_DIR=... TRANSFORMER_MODELS_DIR=... \\
+        python -m experiments.disaster_tweets_results --workdir_root=/tmp/dt                # into /tmp/dt/results
+    python -m experiments.disaster_tweets_results --workdir_root=/tmp/dt --update_committed   # the repo's page
+
+Reads the runs of ``experiments/disaster_tweets.py`` in ``WORKDIR_ROOT/<variant>`` (it trains nothing; a variant
+without a run is listed with the command that makes it). Each seed of a run is loaded with
+``transformer.load(workdir, replica=i)`` (the best checkpoint by validation F1) and scored on the test split.
+"""
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+from absl import app
+
+from experiments import disaster_tweets, report
+from transformer import load, read_run_config
+from transformer.errors import ConfigError
+from transformer.tasks.classification import best_threshold, binary_metrics
+from transformer.train.writers import read_metrics
+
+_ROOT = report.workdir_root_flag()  # default /tmp/dt
+_OUTPUT = report.output_flags()  # --output_dir (default WORKDIR_ROOT/results), --update_committed, --force
+DEFAULT_ROOT = "/tmp/dt"
+
+VARIANTS = ("static_scratch", "static_minilm", "transformer_scratch", "minilm_finetune")
+COMMITTED_DIR = os.path.join(report.REPO, "experiments", "disaster_tweets")
+# The issue's targets: test F1 of the class "disaster".
+TARGETS = {"static_scratch": 0.75, "static_minilm": 0.75, "minilm_finetune": 0.83}
+METRICS = ("f1", "precision", "recall", "accuracy")
+# Settings that change how a run reports, not what it learns: left out of the recorded command.
+NOT_SETTINGS = ("quiet", "tensorboard", "task.source_dir", "task.data_dir", "task.pretrained_dir")
+
+
+def _flatten(values: dict, prefix: str = "") -> dict:
+  flat = {}
+  for name, value in values.items():
+    if isinstance(value, dict):
+      flat.update(_flatten(value, f"{prefix}{name}."))
+    else:
+      flat[f"{prefix}{name}"] = value
+  return flat
+
+
+def overrides(variant: str, workdir: str) -> list[str]:
+  """``--config.<field>=<value>`` for each setting in which the run differs from the variant's config today."""
+  def settings(config):
+    return _flatten(json.loads(config.to_json_best_effort()))
+  recorded, default = settings(read_run_config(workdir)), settings(disaster_tweets.get_config(variant))
+  # As config_flags parses them: a tuple field (saved as a JSON list) in Python's tuple syntax.
+  return [f"--config.{name}={tuple(value) if isinstance(value, list) else value}"
+          for name, value in sorted(recorded.items())
+          if name not in NOT_SETTINGS and default.get(name) != value]
+
+
+def score_run(workdir: str) -> dict:
+  """Test metrics and confusion counts of every seed of the run, and what its metrics.jsonl says."""
+  config = read_run_config(workdir)
+  seeds = []
+  for replica in range(config.num_seeds):
+    model = load(workdir, replica=replica)
+    counts = model.task.split_counts(model.model_config, model.params, config.task.test_split)
+    # The decision threshold that maximises F1 on the validation split, applied to the test split.
+    validation = model.task.split_probabilities(model.model_config, model.params, config.task.eval_split)
+    threshold = best_threshold(validation[:, 1], model.task.splits[config.task.eval_split].labels)
+    tuned = binary_metrics(model.task.split_counts(model.model_config, model.params, config.task.test_split,
+                                                   threshold))
+    seeds.append({**counts, **binary_metrics(counts), "step": model.step, "threshold": threshold,
+                  **{f"tuned_{name}": value for name, value in tuned.items()}})
+  records = read_metrics(workdir)
+  evaluations = {r["step"]: r for r in records if "eval/f1" in r}
+  return {"config": config, "seeds": seeds, "records": records,
+          "validation_f1": evaluations[seeds[0]["step"]]["eval/f1"] if seeds[0]["step"] in evaluations else None,
+          "last_step": max((r["step"] for r in records), default=0),
+          "wall_seconds": max((r.get("wall_seconds", 0.0) for r in records), default=0.0)}
+
+
+def mean_std(values) -> str:
+  """``0.812 ± 0.004`` (sample standard deviation over seeds), or the value alone for one seed."""
+  values = np.asarray(values, np.float64)
+  return f"{values.mean():.3f} ± {values.std(ddof=1):.3f}" if len(values) > 1 else f"{values[0]:.3f} (1 seed)"
+
+
+def plot_confusion_matrices(scored: dict[str, dict], path: str) -> None:
+  """One panel per run: the test split's confusion counts summed over its seeds."""
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+  figure, axes = plt.subplots(1, len(scored), figsize=(3.4 * len(scored), 3.3), squeeze=False)
+  for axis, (variant, result) in zip(axes[0], scored.items()):
+    matrix = np.array([[sum(s[name] for s in result["seeds"]) for name in row]
+                       for row in (("tn", "fp"), ("fn", "tp"))])
+    axis.imshow(matrix, cmap="Blues")
+    for (row, column), value in np.ndenumerate(matrix):
+      axis.text(column, row, str(value), ha="center", va="center",
+                color="white" if value > matrix.max() / 2 else "black")
+    axis.set_xticks([0, 1], ["not disaster", "disaster"])
+    axis.set_yticks([0, 1], ["not disaster", "disaster"])
+    axis.set_xlabel("predicted")
+    axis.set_ylabel("true")
+    seeds = len(result["seeds"])
+    axis.set_title(f"{variant}\n({f'{seeds} seeds summed' if seeds > 1 else '1 seed'})", fontsize=9)
+  figure.tight_layout()
+  figure.savefig(path, dpi=110)
+  plt.close(figure)
+
+
+def recorded_steps(output: str) -> dict[str, int]:
+  """Variant -> training steps of the run recorded in ``output``'s page (none there: {})."""
+  path = os.path.join(output, "RESULTS.md")
+  if not os.path.exists(path):
+    return {}
+  with open(path) as f:
+    rows = report.read_markdown_table(f.read(), "variant")
+  return {row["variant"]: int(row["chosen step"].split(" of ")[1].split()[0]) for row in rows}
+
+
+def main(argv):
+  del argv
+  root = _ROOT.value or DEFAULT_ROOT
+  output = report.exit_on_user_error(report.results_folder, _OUTPUT, COMMITTED_DIR, os.path.join(root, "results"))
+  committed = output == COMMITTED_DIR
+  os.makedirs(output, exist_ok=True)
+  scored, rows, not_run, steps_done = {}, [], [], {}
+  for variant in VARIANTS:
+    workdir = os.path.join(root, variant)
+    command = ["python", "launch.py", f"--config=experiments/disaster_tweets.py:{variant}", f"--workdir={workdir}"]
+    if not os.path.exists(os.path.join(workdir, "config.json")):
+      not_run.append(f"- `{variant}`: `{report.portable_command(command)}`")
+      continue
+    command += overrides(variant, workdir)
+    try:
+      result = scored[variant] = score_run(workdir)
+    except ConfigError as error:  # started, no checkpoint yet
+      not_run.append(f"- `{variant}`: started, not scored ({error}): `{report.portable_command(command)}`")
+      continue
+    seeds, config = result["seeds"], result["config"]
+    finished = result["last_step"] >= config.num_train_steps
+    steps_done[variant] = result["last_step"]
+    f1, tuned_f1 = (np.mean([s[name] for s in seeds]) for name in ("f1", "tuned_f1"))
+    target = TARGETS.get(variant)
+    rows.append([
+        variant, len(seeds), *(mean_std([s[name] for s in seeds]) for name in METRICS),
+        f"{mean_std([s['tuned_f1'] for s in seeds])} ({np.mean([s['threshold'] for s in seeds]):.2f})",
+        "" if target is None else (f"{target:.2f}: argmax {'met' if f1 >= target else 'not met'}, threshold "
+                                   f"{'met' if tuned_f1 >= target else 'not met'} (means)"),
+        f"{result['validation_f1']:.3f}" if result["validation_f1"] is not None else "",
+        f"{seeds[0]['step']} of {config.num_train_steps}" + ("" if finished else " (stopped early)"),
+        f"{result['wall_seconds'] / 60:.1f} min", f"`{report.portable_command(command)}`"])
+  if committed and not _OUTPUT.force.value:
+    report.exit_on_user_error(report.check_replacements, os.path.join(output, "RESULTS.md"), recorded_steps(output),
+                              steps_done)
+  if scored:
+    plot_confusion_matrices(scored, os.path.join(output, "confusion_matrices.png"))
+    report.plot_curves({v: r["records"] for v, r in scored.items()}, ["train/loss", "eval/f1"],
+                       os.path.join(output, "curves.png"), "Disaster Tweets: training loss and validation F1")
+  table = report.markdown_table(
+      ["variant", "seeds", "test F1 (disaster)", "precision", "recall", "accuracy",
+       "test F1, threshold chosen on validation (threshold)", "target F1",
+       "validation F1 (chosen step)", "chosen step", "training wall time", "command"], rows)
+  pending = "\n".join(not_run) or "- none"
+  flag = " --update_committed" if committed else ""
+  page = f"""# Disaster Tweets (Kaggle nlp-getting-started)
+
+Written by `python -m experiments.disaster_tweets_results --workdir_root={root}{flag}`; do not edit by hand.
+
+Machine: {report.machine_description()}. Runs read from `{root}`; their commands need
+`TRANSFORMER_DATA_DIR` (Kaggle's `train.csv` and `test.csv`) and `TRANSFORMER_MODELS_DIR` (holding
+`all-MiniLM-L6-v2`, Hugging Face `sentence-transformers/all-MiniLM-L6-v2`).
+
+Test split: the fixed 10% of each class of Kaggle's `train.csv` (761 tweets, 327 disasters) that no run trains
+or selects on. F1, precision and recall are of the class "disaster". Mean ± sample standard deviation over
+the seeds of a run (seeds vmapped in one program, `config.num_seeds`); every seed is scored at the one
+checkpoint kept as best by the seeds' mean validation F1 (`config.best_metric = "eval/f1"`). The first four
+metrics take the most probable class; the threshold column instead predicts "disaster" where its probability
+reaches the threshold that maximises each seed's validation F1 (`best_threshold`). Wall time: the
+whole training run (compilation, evaluations and checkpoints included) on a machine shared with other jobs.
+
+{table}
+
+![confusion matrices](confusion_matrices.png)
+
+![training loss and validation F1](curves.png)
+
+## Not run yet
+
+{pending}
+"""
+  with open(os.path.join(output, "RESULTS.md"), "w") as f:
+    f.write(page)
+  print(page)
+
+
+if __name__ == "__main__":
+  app.run(main)

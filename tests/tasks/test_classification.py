@@ -1,0 +1,209 @@
+"""The classification task: F1, precision and recall against hand-worked counts, metrics of batches summed into
+the metrics of the split, and the task end to end through ``run`` on a hand-made Kaggle CSV with a tiny random
+BERT: pretrained weights in place (and kept when frozen), the test split scored, a valid Kaggle submission,
+``load(...).classify``, and the missing model folder as one clear error."""
+from __future__ import annotations
+
+import csv
+import dataclasses
+
+import jax
+import numpy as np
+import pytest
+
+from experiments import disaster_tweets as experiment
+from tests.pretrained.tiny_bert import write_tiny_bert
+from transformer import load
+from transformer.errors import MissingDataError
+from transformer.nn import EncoderClassifier
+from transformer.tasks import build_task
+from transformer.tasks.classification import ShuffledBatches, best_threshold, binary_metrics, confusion_counts, fixed_batches
+from transformer.train import run
+from transformer.train.writers import read_metrics
+
+# Disaster tweets mention fire, flood, burn or rain; the others do not (words of the tiny BERT's vocabulary).
+DISASTER = ["fire near the road", "flood on the river", "big fire !", "the river is burning", "rain and flood",
+            "a fire is on the road", "burn , burn", "floods near a small road", "big rain on the river",
+            "fire fire"]
+CALM = ["the road is big", "a small river", "the river is small .", "big road , small road", "a road",
+        "on the road", "the big river is near", "small roads", "near a river", "the road is on a river",
+        "a big river", "the small road ."]
+TEST_TWEETS = {7: "fire on the river", 8: "a small road", 11: "the flood is near", 12: "big roads ."}
+
+
+def write_csv(path, header, rows):
+  with open(path, "w", newline="", encoding="utf-8") as file:
+    writer = csv.writer(file, lineterminator="\n")
+    writer.writerow(header)
+    writer.writerows(rows)
+
+
+def test_binary_metrics_of_a_hand_worked_example():
+  predictions = [1, 1, 1, 0, 0, 0, 0]
+  labels = [1, 0, 0, 1, 0, 0, 0]
+  counts = confusion_counts(predictions, labels)
+  assert counts == {"tp": 1, "fp": 2, "fn": 1, "tn": 3}
+  metrics = binary_metrics(counts)
+  # precision 1/3, recall 1/2, F1 their harmonic mean 2 * (1/6) / (5/6) = 0.4, accuracy 4/7.
+  assert metrics == pytest.approx({"precision": 1 / 3, "recall": 1 / 2, "f1": 0.4, "accuracy": 4 / 7})
+  assert binary_metrics(confusion_counts([0, 0], [0, 1])) == {"f1": 0.0, "precision": 0.0, "recall": 0.0,
+                                                              "accuracy": 0.5}
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+  """``(config, paths)``: the experiment's ``tiny`` variant on a hand-made CSV and a tiny random BERT."""
+  root = tmp_path_factory.mktemp("classification")
+  source = root / "raw"
+  source.mkdir()
+  rows = [[index + 100, "", "", text, label]
+          for index, (text, label) in enumerate([(t, 1) for t in DISASTER] * 2 + [(t, 0) for t in CALM] * 2)]
+  write_csv(source / "train.csv", ["id", "keyword", "location", "text", "target"], rows)
+  write_csv(source / "test.csv", ["id", "keyword", "location", "text"],
+            [[tweet_id, "", "", text] for tweet_id, text in TEST_TWEETS.items()])
+  _, tensors = write_tiny_bert(root / "bert")
+  config = experiment.get_config("tiny")
+  config.task.update({"source_dir": str(source), "data_dir": str(root / "tfds"), "pretrained_dir": str(root / "bert"),
+                      "max_length": 12})
+  config.update({"batch_size": 8, "eval_batch_size": 4, "num_seeds": 2, "num_train_steps": 6, "eval_every": 3,
+                 "checkpoint_every": 3, "log_every": 3, "quiet": True, "tensorboard": False})
+  config.optimizer.learning_rate = 0.05
+  return config, root, tensors
+
+
+def test_summed_batch_metrics_are_the_metrics_of_the_split(tiny):
+  config, _, _ = tiny
+  config = config.copy_and_resolve_references()
+  config.num_seeds = 1
+  task = build_task(config)
+  model_config = task.model_config()
+  model = EncoderClassifier(model_config.replace(deterministic=True))
+  data = task.splits["train"]
+  params = model.init(jax.random.PRNGKey(3), data.tokens[:2])["params"]
+  # A bias at the median margin splits the predictions between the classes, so no ratio below is empty.
+  logits = np.asarray(model.apply({"params": params}, data.tokens))
+  params["classifier"]["bias"] = params["classifier"]["bias"].at[1].add(-np.median(logits[:, 1] - logits[:, 0]))
+  batches = fixed_batches(data.tokens, data.labels, 5)  # the last batch carries zero-weight padding rows
+  sums = {}
+  for batch in batches:
+    _, _, metrics = task.loss_and_metrics(model, params, batch, None)
+    for name, (total, weight) in metrics.items():
+      sums[name] = sums.get(name, 0.0) + np.asarray([total, weight], np.float64)
+  predictions = np.asarray(model.apply({"params": params}, data.tokens)).argmax(-1)
+  expected = binary_metrics(confusion_counts(predictions, data.labels))
+  counts = confusion_counts(predictions, data.labels)
+  assert counts["tp"] and counts["fp"] + counts["fn"]  # neither an empty nor a perfect score
+  for name in ("f1", "precision", "recall", "accuracy"):
+    assert sums[name][0] / sums[name][1] == pytest.approx(expected[name]), name
+
+
+def _param(tree, path):
+  for key in path.split("/"):
+    tree = tree[key]
+  return np.asarray(tree)
+
+
+@pytest.mark.parametrize("init", ["embedding", "encoder"])
+def test_train_eval_predict_and_classify_end_to_end(tiny, tmp_path, init):
+  config, _, tensors = tiny
+  config = config.copy_and_resolve_references()
+  config.task.pretrained_init = init
+  frozen = init == "embedding"
+  if frozen:
+    config.optimizer.frozen_params = ("encoder/embedding",)
+  else:  # the whole tiny BERT, fine-tuned
+    config.model.dropout_rate = 0.0
+  workdir = str(tmp_path / init)
+  output = run(config, workdir)
+  evaluations = [record for record in read_metrics(workdir) if "eval/f1" in record]
+  assert [record["step"] for record in evaluations] == [3, 6]
+  assert all(0.0 <= record[f"eval/{name}/seed_1"] <= 1.0 for record in evaluations
+             for name in ("f1", "precision", "recall", "accuracy"))
+
+  table = tensors["embeddings.word_embeddings.weight"]
+  final = output.state.params  # [seeds, ...]
+  embedding = _param(final, "encoder/embedding/embedding")
+  if frozen:  # both seeds still hold the pretrained table exactly; their heads trained apart
+    np.testing.assert_array_equal(embedding, np.broadcast_to(table, embedding.shape))
+    kernel = _param(final, "classifier/kernel")
+    assert not np.allclose(kernel[0], kernel[1])
+  else:  # started from the checkpoint (close to it after 6 small steps), then trained
+    assert not np.array_equal(embedding[0], table)
+    assert np.abs(embedding[0] - table).max() < 0.5 * np.abs(table).max()
+
+  evaluated = run(config, workdir, mode="eval").metrics
+  for name in ("f1", "precision", "recall", "accuracy"):
+    assert 0.0 <= evaluated[f"test/{name}/seed_0"] <= 1.0
+  assert sum(evaluated[f"test/{name}/seed_0"] for name in ("tp", "fp", "fn", "tn")) == 4  # 10% of each class
+
+  run(config, workdir, mode="predict")
+  with open(f"{workdir}/submission.csv", newline="") as file:
+    submission = list(csv.reader(file))
+  assert submission[0] == ["id", "target"]
+  assert [int(row[0]) for row in submission[1:]] == list(TEST_TWEETS)
+  assert {row[1] for row in submission[1:]} <= {"0", "1"}
+
+  model = load(workdir, replica=1)
+  texts = list(TEST_TWEETS.values()) + ["fire", ""]
+  labels, probabilities = model.classify(texts)
+  assert labels.shape == (6,) and probabilities.shape == (6, 2)
+  np.testing.assert_allclose(probabilities.sum(-1), 1.0, rtol=1e-5)
+  # The same as the module applied to the tokenizer's ids of one text at a time (no padding).
+  classifier = EncoderClassifier(dataclasses.replace(model.model_config, deterministic=True))
+  for text, label, probability in zip(texts, labels, probabilities):
+    tokens = model.task.tokenizer.encode(text)[None]
+    expected = jax.nn.softmax(classifier.apply({"params": model.params}, tokens))[0]
+    np.testing.assert_allclose(probability, expected, rtol=1e-4, atol=1e-6)
+    assert label == int(np.argmax(expected))
+
+
+def test_a_missing_model_folder_names_where_to_get_the_model(tiny, monkeypatch):
+  config, root, _ = tiny
+  config = config.copy_and_resolve_references()
+  config.task.pretrained_dir = ""
+  monkeypatch.delenv("TRANSFORMER_MODELS_DIR", raising=False)
+  with pytest.raises(MissingDataError, match="sentence-transformers/all-MiniLM-L6-v2"):
+    build_task(config).model_config()
+  config.task.pretrained_dir = str(root / "nowhere")
+  with pytest.raises(MissingDataError, match="nowhere does not exist.*sentence-transformers/all-MiniLM-L6-v2"):
+    build_task(config).model_config()
+
+
+@pytest.mark.parametrize("length_multiple", [0, 4])
+def test_an_epoch_of_batches_holds_every_example_once_and_resumes_exactly(length_multiple):
+  rng = np.random.default_rng(0)
+  lengths = rng.integers(2, 13, size=103)
+  tokens = np.where(np.arange(12)[None] < lengths[:, None], rng.integers(1, 50, size=(103, 12)), 0).astype(np.int32)
+  labels = np.arange(103, dtype=np.int32)  # the label names the row
+  batches = ShuffledBatches(tokens, labels, 8, seed=5, length_multiple=length_multiple)
+  epoch = [next(batches) for _ in range(103 // 8)]
+  seen = np.concatenate([batch["label"] for batch in epoch])
+  assert len(set(seen.tolist())) == len(seen) == 96  # 12 full batches, no row twice
+  for batch in epoch:
+    width = batch["tokens"].shape[1]
+    np.testing.assert_array_equal(batch["tokens"], tokens[batch["label"]][:, :width])  # only padding cut
+    assert np.all(tokens[batch["label"]][:, width:] == 0)
+    if length_multiple:
+      assert width % length_multiple == 0 and width - lengths[batch["label"]].max() < length_multiple
+  if length_multiple:  # similar lengths together: less padding than one batch shape for all
+    assert sum(batch["tokens"].size for batch in epoch) < 0.8 * 96 * 12
+  state = batches.get_state()
+  following = [next(batches) for _ in range(3)]
+  resumed = ShuffledBatches(tokens, labels, 8, seed=5, length_multiple=length_multiple)
+  resumed.set_state(state)
+  for expected in following:
+    got = next(resumed)
+    for name in expected:
+      np.testing.assert_array_equal(got[name], expected[name])
+
+
+def test_best_threshold_of_a_hand_worked_example():
+  probabilities = np.array([0.2, 0.9, 0.3, 0.8, 0.4, 0.7])
+  labels = np.array([0, 1, 0, 0, 1, 1])
+  # Predicting the k most probable as positive: F1 2/4, 2/5, 4/6, 6/7, 6/8, 6/9; the best (k = 4) lies
+  # between 0.4 and 0.3.
+  threshold = best_threshold(probabilities, labels)
+  assert threshold == pytest.approx(0.35)
+  assert binary_metrics(confusion_counts(probabilities >= threshold, labels))["f1"] == pytest.approx(6 / 7)
+  # Ties: the threshold cannot fall inside a run of equal probabilities.
+  assert best_threshold(np.array([0.6, 0.6, 0.1]), np.array([1, 0, 0])) == pytest.approx(0.35)
