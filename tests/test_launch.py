@@ -15,6 +15,7 @@ def launch(*args):
                         timeout=300)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args,expected", [
     (["--config=experiments/nope.py"], "does not exist. Experiments: "),
     (["--config=experiments/synthetic.py:rotate"], "unknown variant 'rotate'"),
@@ -75,6 +76,7 @@ def launch_with_failing_run(tmp_path, error):
   return subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("error", ["ConfigError('config.x is bad; set it to 1')",
                                    "MissingDataError('no train.en in /data; give --config.task.source_dir')",
                                    "InputFileError('train.en is not UTF-8 text')"])
@@ -85,6 +87,7 @@ def test_errors_the_user_causes_are_one_line(tmp_path, error):
   assert "Traceback" not in result.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("error", ["ValueError('a bug, not bad input')", "FileNotFoundError('a bug')",
                                    "KeyError('a bug')"])
 def test_any_other_exception_keeps_its_traceback(tmp_path, error):
@@ -93,6 +96,7 @@ def test_any_other_exception_keeps_its_traceback(tmp_path, error):
   assert f"{error.split('(')[0]}: " in result.stderr and "in failing_run" in result.stderr, result.stderr
 
 
+@pytest.mark.slow
 def test_missing_config_lists_the_experiments(tmp_path):
   result = launch(f"--workdir={tmp_path}", "--config=experiments/nope.py")
   listed = result.stderr.split("Experiments: ")[1].strip().split(", ")
@@ -100,6 +104,7 @@ def test_missing_config_lists_the_experiments(tmp_path):
   assert "experiments/report.py" not in listed  # helpers without get_config are not experiments
 
 
+@pytest.mark.slow
 def test_unwritable_workdir(tmp_path):
   blocker = tmp_path / "file"
   blocker.write_text("")
@@ -107,6 +112,7 @@ def test_unwritable_workdir(tmp_path):
   assert result.returncode != 0 and "is not writable" in result.stderr and "Traceback" not in result.stderr
 
 
+@pytest.mark.slow
 def test_train_then_eval_and_predict_modes(tmp_path):
   result = launch("--config=experiments/synthetic.py:reverse", f"--workdir={tmp_path}", *TINY_FLAGS)
   assert result.returncode == 0, result.stderr
@@ -118,11 +124,13 @@ def test_train_then_eval_and_predict_modes(tmp_path):
     assert '"step": 20' in result.stdout and (tmp_path / f"{mode}_results.json").exists()
 
 
+@pytest.mark.slow
 def test_eval_without_checkpoint_is_an_error(tmp_path):
   result = launch("--config=experiments/synthetic.py", f"--workdir={tmp_path}", "--mode=eval", *TINY_FLAGS)
   assert result.returncode != 0 and "needs a checkpoint" in result.stderr
 
 
+@pytest.mark.slow
 def test_translation_run_reports_data_preparation_and_padding(tmp_path):
   """Long data preparation says what it does (SentencePiece training) and the batches' padding fraction."""
   from tests.data.data_fixtures import write_multi30k

@@ -143,6 +143,7 @@ def test_read_lines_splits_on_newlines_only(tmp_path):
   assert parallel_text.read_lines(path) == ["a\u2028b", "c\x0cd"]
 
 
+@pytest.mark.slow
 def test_builds_and_reads_without_tensorflow(raw_root, tmp_path):
   """In a fresh interpreter where `import tensorflow` fails, even if it is installed."""
   script = textwrap.dedent(f"""
@@ -215,6 +216,7 @@ def test_a_failing_download_is_the_same_one_line(tmp_path, monkeypatch):
   assert "official source: https://nlp.stanford.edu/projects/nmt/" in message
 
 
+@pytest.mark.slow
 def test_launch_offline_without_data_prints_one_error_line(tmp_path):
   """launch.py with no source folder, no $TRANSFORMER_DATA_DIR, an empty TFDS data dir and no network (every
   connection refused): one ``error:`` line and exit status 1, in seconds."""

@@ -25,6 +25,7 @@ def test_default_metrics_are_the_loss_and_each_eval_metric_without_seed_copies()
   assert plot.default_metrics({"run": RECORDS}) == ["train/loss", "eval/exact_match", "eval/loss"]
 
 
+@pytest.mark.slow
 def test_the_command_writes_a_png_beside_the_metrics(tmp_path):
   workdir = str(tmp_path / "run")
   _write_run(workdir, RECORDS)

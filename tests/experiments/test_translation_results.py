@@ -436,6 +436,7 @@ def test_averaging_more_checkpoints_than_a_run_kept_is_refused_naming_them(tmp_p
     translation_results.check_checkpoints(str(tmp_path), 5)
 
 
+@pytest.mark.slow
 def test_a_failing_launch_is_one_more_line_not_a_traceback(tmp_path):
   with pytest.raises(translation_results.UserError, match="exited with status 1 .its error is printed above"):
     translation_results.report.run_launch(["--config=experiments/no_such_experiment.py", f"--workdir={tmp_path}"])

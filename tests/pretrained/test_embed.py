@@ -18,6 +18,7 @@ TEXTS = ["the fire is near the river", "", "a big flood on the road !", "burning
          "the small fires near the big river burn on the road"]
 
 
+@pytest.mark.slow
 def test_command_reproduces_the_reference_sentence_embeddings(tmp_path):
   """python -m transformer.pretrained.embed on reference/sentences.txt: cosine >= 0.9999 per sentence."""
   model_dir = shared_path("models", "all-MiniLM-L6-v2")

@@ -2,6 +2,8 @@
 import os
 import socket
 
+import pytest
+
 from tests.train.conftest import TINY_FLAGS, finish, start_launch
 
 
@@ -11,6 +13,7 @@ def free_port():
     return s.getsockname()[1]
 
 
+@pytest.mark.slow
 def test_two_processes_train_in_lock_step(tmp_path):
   port = free_port()
   env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}

@@ -4,6 +4,7 @@ import pytest
 from tests.train.conftest import TINY_FLAGS, finish, start_launch
 
 
+@pytest.mark.slow
 def test_a_launch_past_its_timeout_is_aborted_with_every_threads_stack(tmp_path):
   process = start_launch("--config=experiments/synthetic.py:copy", f"--workdir={tmp_path}", *TINY_FLAGS,
                          "--config.num_train_steps=100000")  # far longer than the timeout
