@@ -26,7 +26,8 @@ _CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config fil
                                           lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics and the resolved config.")
 _MODE = flags.DEFINE_enum("mode", "train", ["train", "eval", "predict", "translate"],
-                          "train (resumes), eval (validation and test scores of the latest checkpoint), "
+                          "train (resumes), eval (validation and test scores of the best checkpoint, else the latest; "
+                          "the mean of the last N with --config.average_checkpoints=N), "
                           "predict (decoded validation examples), translate (stdin or "
                           "--config.translate_input to stdout or --config.translate_output).")
 _COORDINATOR = flags.DEFINE_string("coordinator_address", None, "Multi-host: host:port of process 0.")
@@ -63,7 +64,7 @@ def main(argv):
   if not _CONFIG.value.get("quiet", False):  # our own progress: data preparation, tokenizers, padding fraction
     logging.getLogger("transformer").setLevel(logging.INFO)
   from transformer.train import distributed, run  # after flag parsing: imports JAX
-  distributed.initialize(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
+  exit_on_user_error(distributed.initialize, _COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
   exit_on_user_error(run, _CONFIG.value, _WORKDIR.value, _MODE.value)
 
 

@@ -6,7 +6,7 @@
         --config.task.source_dir=../shared/data/beijing_pm25
     python launch.py --config=experiments/beijing_pm25.py:gru --workdir=/tmp/pm25/gru --mode=predict  # test CSV
     TRANSFORMER_DATA_DIR=../shared/data python -m experiments.beijing_pm25_results --workdir_root=/tmp/pm25 \
-        --write_committed_page   # test-year table and plots of the runs under /tmp/pm25/<variant>
+        --update_committed   # test-year table and plots of the runs under /tmp/pm25/<variant>
 
 Variants: ``rnn``, ``lstm``, ``gru`` (recurrent forecasters), ``transformer`` (encoder over the window, one
 decoder query per horizon), ``transformer_encoder`` (encoder only, the state at the origin to a linear head),

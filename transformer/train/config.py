@@ -86,7 +86,7 @@ def base_config(model_name: str = "transformer") -> ml_collections.ConfigDict:
   config.async_checkpointing = True
   config.average_checkpoints = 0  # eval/predict/translate: mean parameters of the last N periodic checkpoints
   # (Vaswani et al. 2017 averaged the last 5; outputs go to WORKDIR/average_last_N) instead of the best; 0 = off
-  config.restore_from = ""  # a checkpoint directory of another run to start from (fine-tuning: params only)
+  config.restore_from = ""  # another run's workdir: start from its latest parameters (fine-tuning: params only)
   # Train: allow starting from step 0 in a workdir that holds an earlier run's metrics or best/ but no
   # checkpoint to resume from (its files are moved to WORKDIR/previous-<time>/); off, such a start is refused.
   config.restart = False

@@ -6,6 +6,8 @@ import os
 
 import jax
 
+from transformer.errors import ConfigError
+
 log = logging.getLogger(__name__)
 
 
@@ -28,7 +30,7 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
     process_id = int(env["TRANSFORMER_PROCESS_ID"])
   if coordinator_address:
     if num_processes is None or process_id is None:
-      raise ValueError("a coordinator address needs num_processes and process_id too "
+      raise ConfigError("a coordinator address needs num_processes and process_id too "
                        "(flags --num_processes/--process_id or TRANSFORMER_NUM_PROCESSES/TRANSFORMER_PROCESS_ID).")
     jax.distributed.initialize(coordinator_address, num_processes, process_id)
   elif int(env.get("SLURM_NTASKS", "1")) > 1 or len(env.get("TPU_WORKER_HOSTNAMES", "").split(",")) > 1:
