@@ -8,6 +8,7 @@ import pytest
 
 from tests.nn import reference
 from transformer import ops
+from transformer.errors import ConfigError
 from transformer.nn import DecoderLayer, EncoderLayer, ModelConfig, Norm, PositionalEncoding
 
 CONFIG = ModelConfig(vocab_size=11, d_model=8, num_heads=2, d_ff=16, dropout_rate=0.0, attention_dropout_rate=0.0,
@@ -78,6 +79,14 @@ def test_positional_encoding_module_adds_the_encoding():
                              atol=1e-6)
   for name in ("rotary", "none"):
     np.testing.assert_array_equal(PositionalEncoding(CONFIG.replace(positional_encoding=name)).apply({}, x), x)
+
+
+def test_learned_positions_refuse_a_sequence_longer_than_their_table():
+  x, _ = _sequence(4)  # LENGTH positions
+  learned = PositionalEncoding(CONFIG.replace(positional_encoding="learned", max_length=LENGTH - 1))
+  with pytest.raises(ConfigError, match=f"a sequence of {LENGTH} positions .*config.model.max_length={LENGTH - 1}"):
+    learned.init(jax.random.key(0), x)
+  PositionalEncoding(CONFIG.replace(positional_encoding="sinusoidal", max_length=LENGTH - 1)).apply({}, x)
 
 
 def test_positional_encoding_continues_from_the_cache_when_decoding():

@@ -5,6 +5,7 @@ import jax
 import numpy as np
 import pytest
 
+from transformer.errors import ConfigError
 from transformer.train import run
 from transformer.train.writers import read_metrics
 
@@ -50,6 +51,14 @@ def test_loss_decreases_and_files_are_written(make_config, tmp_path, capsys):
   assert curve[-1] < 0.8 * curve[0]
   assert json.loads((tmp_path / "config.json").read_text())["model"]["d_model"] == 32
   assert any((tmp_path / "tensorboard").iterdir())
+
+
+def test_a_best_metric_the_task_does_not_report_stops_at_the_first_evaluation_and_resumes(make_config, tmp_path):
+  with pytest.raises(ConfigError, match=r"config.best_metric='eval/acuracy' is not a metric .*'eval/loss'.*step 10"):
+    run(make_config(best_metric="eval/acuracy"), str(tmp_path))
+  output = run(make_config(best_metric="eval/loss", best_mode="min"), str(tmp_path))  # same process: lock released
+  assert output.step == 20
+  assert [record["step"] for record in read_metrics(str(tmp_path)) if "eval/loss" in record] == [10, 20]
 
 
 @pytest.mark.parametrize("parallelism,fsdp", [("pmap", False), ("mesh", False), ("mesh", True)])

@@ -7,6 +7,7 @@ import flax.linen as nn
 import jax.numpy as jnp
 
 from transformer import ops
+from transformer.errors import ConfigError
 from transformer.nn.attention import MultiHeadAttention
 from transformer.nn.config import ModelConfig
 
@@ -69,6 +70,9 @@ class PositionalEncoding(nn.Module):
     if config.positional_encoding in ("rotary", "none"):
       return x
     length = x.shape[1]
+    if config.positional_encoding == "learned" and length > config.max_length:  # indexing would clamp silently
+      raise ConfigError(f"a sequence of {length} positions is longer than the learned position table "
+                        f"(config.model.max_length={config.max_length}); raise max_length or shorten the inputs.")
     positions = jnp.arange(length)
     if config.decode:
       initialized = self.has_variable("cache", "position")

@@ -64,8 +64,8 @@ class Seq2SeqTask(Task):
     if dropout_rng is None or not any(rates):
       return batch["source"], batch["target"]
     if self.unknown_id is None:
-      raise ValueError(f"{type(self).__name__} has no unknown-token id for word dropout; set "
-                       f"config.source_token_dropout and config.target_token_dropout to 0.")
+      raise ConfigError(f"{type(self).__name__} has no unknown-token id for word dropout; set "
+                        f"config.source_token_dropout and config.target_token_dropout to 0.")
     keep_ids = (model_config.pad_id, model_config.eos_id)
     # Keys folded from the dropout key, which the model still gets whole: runs without word dropout keep
     # their random streams.

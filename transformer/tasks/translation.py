@@ -22,6 +22,7 @@ import numpy as np
 
 from transformer.data import batching, tokenizers
 from transformer.data.translation import load_translation_data
+from transformer.errors import ConfigError
 from transformer.tasks.seq2seq import Seq2SeqTask
 
 log = logging.getLogger(__name__)
@@ -81,8 +82,8 @@ class TranslationTask(Seq2SeqTask):
   def data(self):
     task = self.config.task
     if task.tokenizer_type not in TOKENIZER_TYPES:
-      raise ValueError(f"config.task.tokenizer_type={task.tokenizer_type!r} is not a SentencePiece model type "
-                       f"here; choose one of {TOKENIZER_TYPES}.")
+      raise ConfigError(f"config.task.tokenizer_type={task.tokenizer_type!r} is not a SentencePiece model type "
+                        f"here; choose one of {TOKENIZER_TYPES}.")
     return load_translation_data(
         task.dataset, task.pair, data_dir=task.data_dir or None, source_dir=task.source_dir or None,
         vocab_size=task.vocab_size, shared_vocab=task.shared_vocab,
@@ -205,8 +206,8 @@ class TranslationTask(Seq2SeqTask):
     if not task.length_penalty_candidates:
       return task.length_penalty, {}
     if any(float(alpha) < 0 for alpha in task.length_penalty_candidates):
-      raise ValueError(f"config.task.length_penalty_candidates={tuple(task.length_penalty_candidates)} has a "
-                       "negative alpha; GNMT's length penalty takes alpha >= 0 (0 ranks by log probability).")
+      raise ConfigError(f"config.task.length_penalty_candidates={tuple(task.length_penalty_candidates)} has a "
+                        "negative alpha; GNMT's length penalty takes alpha >= 0 (0 ranks by log probability).")
     known, by_candidate = {float(alpha): bleu for alpha, bleu in (known or {}).items()}, {}
     for alpha in map(float, task.length_penalty_candidates):
       by_candidate[alpha] = known[alpha] if alpha in known else self.bleu(

@@ -275,6 +275,14 @@ def make_evaluator(session: Session, eval_model):
 def run_train(config, workdir: str) -> RunOutput:
   """Train, resuming from the latest checkpoint in ``workdir`` (exactly: data position, metrics window)."""
   session = prepare(config, workdir, "train")
+  try:
+    return _train(config, workdir, session)
+  finally:  # also on an error, so that a notebook or test can start the fixed run in the same process
+    if session.lock is not None:
+      session.lock.release()
+
+
+def _train(config, workdir: str, session: Session) -> RunOutput:
   task, strategy, checkpointer = session.task, session.strategy, session.checkpointer
   model = task.build_model(session.model_config)
   optimizer = make_optimizer(config.optimizer, config.num_train_steps)
@@ -372,6 +380,12 @@ def run_train(config, workdir: str) -> RunOutput:
           bar.write(" ".join(f"{k}={v:.4f}" for k, v in sorted(evaluated.items()) if "/seed_" not in k)
                     + f" (step {step})")
           sys.stdout.flush()
+        if config.best_metric and config.best_metric not in evaluated:
+          save(step)  # keep the work: the fixed command resumes from here
+          checkpointer.wait()
+          reported = sorted(k for k in evaluated if "/seed_" not in k)
+          raise ConfigError(f"config.best_metric={config.best_metric!r} is not a metric this task reports; choose "
+                            f"one of {reported} (step {step} is saved; rerun with the fix to resume).")
       if (step % config.checkpoint_every == 0 or step == config.num_train_steps or preemption.requested
           or evaluated is not None):
         save(step, evaluated)
@@ -386,8 +400,6 @@ def run_train(config, workdir: str) -> RunOutput:
   checkpointer.wait()
   checkpointer.close()
   writer.close()
-  if session.lock is not None:
-    session.lock.release()
   return RunOutput(step, results, strategy.to_canonical(state), strategy.trace_count)
 
 
