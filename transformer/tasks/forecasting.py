@@ -52,7 +52,7 @@ SYNTHETIC_SPLITS = {"train": 0.6, "validation": 0.2, "test": 0.2}  # fractions o
 
 
 def synthetic_columns(num_hours: int, seed: int = 0) -> dict[str, np.ndarray]:
-  """A made-up hourly series with the raw columns of ``read_csv``, from 2010-01-01 00h.
+  """A made-up hourly series with the raw columns of ``read_csv``, from the first hour of 2010.
 
   pm2.5 follows a daily cycle times a slow AR(1) level, so both the hour of day and the recent past help a
   forecast; about 3% of the hours are missing (NaN), in runs, as in the real file.
@@ -73,7 +73,7 @@ def synthetic_columns(num_hours: int, seed: int = 0) -> dict[str, np.ndarray]:
   missing = np.convolve(missing_starts, np.ones(6), mode="same") > 0  # runs of ~6 hours
   weather = {name: rng.normal(0.0, 1.0, num_hours) for name in WEATHER_COLUMNS}
   weather["DEWP"] = level * 5.0 + rng.normal(0.0, 1.0, num_hours)  # a weather column that carries signal
-  return {"time": np.datetime64("2010-01-01T00", "h") + hours.astype("timedelta64[h]"),
+  return {"time": np.datetime64("2010", "h") + hours.astype("timedelta64[h]"),
           "pm25": np.where(missing, np.nan, pm25), **weather,
           "cbwd": rng.integers(0, len(WIND_DIRECTIONS), num_hours)}
 

@@ -1,7 +1,7 @@
 """Beijing PM2.5 (UCI dataset 381): hourly PM2.5 at the US Embassy with the airport's weather.
 
 One example per hour of ``PRSA_data_2010.1.1-2014.12.31.csv``, in file order (43,824 hours,
-2010-01-01 00h to 2014-12-31 23h, local time), with the raw values; the feature engineering is
+every hour of the years 2010 to 2014, local time), with the raw values; the feature engineering is
 numpy on the whole series afterwards (``transformer.data.beijing_pm25.features``), as the
 forecasting windows are sliced from one array. Features::
 
