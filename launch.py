@@ -26,7 +26,8 @@ _CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config fil
                                           lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics and the resolved config.")
 _MODE = flags.DEFINE_enum("mode", "train", ["train", "eval", "predict", "translate"],
-                          "train (resumes), eval (validation and test scores of the best checkpoint, else the latest; "
+                          "train (resumes), eval (the run's saved config plus this command's --config.* overrides: "
+                          "validation and test scores of the best checkpoint, else the latest; "
                           "the mean of the last N with --config.average_checkpoints=N), "
                           "predict (decoded validation examples), translate (stdin or "
                           "--config.translate_input to stdout or --config.translate_output).")
@@ -65,7 +66,29 @@ def main(argv):
     logging.getLogger("transformer").setLevel(logging.INFO)
   from transformer.train import distributed, run  # after flag parsing: imports JAX
   exit_on_user_error(distributed.initialize, _COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
-  exit_on_user_error(run, _CONFIG.value, _WORKDIR.value, _MODE.value)
+  config = exit_on_user_error(_config_for_mode, _CONFIG.value, _WORKDIR.value, _MODE.value, sys.argv[1:])
+  exit_on_user_error(run, config, _WORKDIR.value, _MODE.value)
+
+
+def _config_for_mode(config, workdir: str, mode: str, argv):
+  """Train uses ``config``; every other mode the run's saved ``config.json`` (so a run trained with overrides is
+  evaluated as trained), with this command line's ``--config.*`` overrides set on top."""
+  if mode == "train" or not os.path.isfile(os.path.join(workdir, "config.json")):
+    return config
+  from transformer.train import read_run_config
+  saved = read_run_config(workdir)
+  overridden = sorted({arg[len("--config."):].partition("=")[0] for arg in argv if arg.startswith("--config.")})
+  for path in overridden:
+    *parents, leaf = path.split(".")
+    source, target = config, saved
+    for parent in parents:
+      source, target = source[parent], target[parent]
+    with target.ignore_type():  # JSON gave lists where the config file has tuples
+      target[leaf] = source[leaf]
+  print(f"--mode={mode} uses the run's saved config ({os.path.join(workdir, 'config.json')})"
+        + (f" with {', '.join('--config.' + p for p in overridden)} from this command" if overridden else ""),
+        flush=True)
+  return saved
 
 
 def _parse_flags_or_exit(argv):

@@ -125,6 +125,22 @@ def test_train_then_eval_and_predict_modes(tmp_path):
 
 
 @pytest.mark.slow
+def test_modes_after_training_read_the_runs_saved_config(tmp_path):
+  """Trained with a model override, evaluated without it: the saved config is used; a model change is refused."""
+  result = launch("--config=experiments/synthetic.py:reverse", f"--workdir={tmp_path}", *TINY_FLAGS,
+                  "--config.model.num_heads=8")
+  assert result.returncode == 0, result.stderr
+  result = launch("--config=experiments/synthetic.py:reverse", f"--workdir={tmp_path}", "--mode=eval",
+                  "--config.eval_batch_size=8")
+  assert result.returncode == 0, result.stderr
+  assert "--mode=eval uses the run's saved config" in result.stdout and "--config.eval_batch_size" in result.stdout
+  assert '"step": 20' in result.stdout
+  result = launch("--config=experiments/synthetic.py:reverse", f"--workdir={tmp_path}", "--mode=eval",
+                  "--config.model.num_heads=2")
+  assert result.returncode != 0 and "num_heads: 8 -> 2" in result.stderr, result.stderr
+
+
+@pytest.mark.slow
 def test_eval_without_checkpoint_is_an_error(tmp_path):
   result = launch("--config=experiments/synthetic.py", f"--workdir={tmp_path}", "--mode=eval", *TINY_FLAGS)
   assert result.returncode != 0 and "needs a checkpoint" in result.stderr
