@@ -31,6 +31,8 @@ MODELS = ("rnn", "lstm", "gru", "transformer", "transformer_encoder")
 RECURRENT = ("rnn", "lstm", "gru")
 BASELINES = ("persistence", "daily_persistence")
 COMMITTED_DIR = os.path.join(report.REPO, "experiments", "beijing_pm25")
+# Where data lives and how a run printed: not settings, left out of the recorded command.
+NOT_SETTINGS = ("task.source_dir", "task.data_dir", "quiet", "tensorboard")
 EXAMPLE_HORIZON = 24  # hours ahead in the example forecast plot
 EXAMPLE_DAYS = 14
 
@@ -44,24 +46,11 @@ def variant_config(variant: str):
   return module.get_config(variant)
 
 
-def flatten(values: dict, prefix: str = "") -> dict:
-  out = {}
-  for key, value in values.items():
-    if isinstance(value, dict):
-      out.update(flatten(value, f"{prefix}{key}."))
-    else:
-      out[f"{prefix}{key}"] = list(value) if isinstance(value, tuple) else value
-  return out
-
-
 def run_command(variant: str, config=None) -> str:
   """The command that trains ``variant``, with the overrides its run's config has over the variant's."""
   parts = ["python", "launch.py", f"--config=experiments/beijing_pm25.py:{variant}", "--workdir=WORKDIR"]
   if config is not None:
-    default = flatten(variant_config(variant).to_dict())
-    for key, value in sorted(flatten(config.to_dict()).items()):
-      if key in default and default[key] != value and key not in ("task.source_dir", "task.data_dir", "quiet"):
-        parts.append(f"--config.{key}={value}")
+    parts += report.config_overrides(variant_config(variant), config, ignored=NOT_SETTINGS)
   return "TRANSFORMER_DATA_DIR=../shared/data " + report.command_line(parts)
 
 

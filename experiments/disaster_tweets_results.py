@@ -10,7 +10,6 @@ without a run is listed with the command that makes it). Each seed of a run is l
 """
 from __future__ import annotations
 
-import json
 import os
 
 import numpy as np
@@ -35,25 +34,9 @@ METRICS = ("f1", "precision", "recall", "accuracy")
 NOT_SETTINGS = ("quiet", "tensorboard", "task.source_dir", "task.data_dir", "task.pretrained_dir")
 
 
-def _flatten(values: dict, prefix: str = "") -> dict:
-  flat = {}
-  for name, value in values.items():
-    if isinstance(value, dict):
-      flat.update(_flatten(value, f"{prefix}{name}."))
-    else:
-      flat[f"{prefix}{name}"] = value
-  return flat
-
-
 def overrides(variant: str, workdir: str) -> list[str]:
   """``--config.<field>=<value>`` for each setting in which the run differs from the variant's config today."""
-  def settings(config):
-    return _flatten(json.loads(config.to_json_best_effort()))
-  recorded, default = settings(read_run_config(workdir)), settings(disaster_tweets.get_config(variant))
-  # As config_flags parses them: a tuple field (saved as a JSON list) in Python's tuple syntax.
-  return [f"--config.{name}={tuple(value) if isinstance(value, list) else value}"
-          for name, value in sorted(recorded.items())
-          if name not in NOT_SETTINGS and default.get(name) != value]
+  return report.config_overrides(disaster_tweets.get_config(variant), read_run_config(workdir), NOT_SETTINGS)
 
 
 def score_run(workdir: str) -> dict:

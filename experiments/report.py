@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import functools
+import json
 import os
 import platform
 import shlex
@@ -175,6 +176,34 @@ def plot_curves(runs: dict[str, list[dict]], metrics: list[str], path: str, titl
   figure.tight_layout()
   figure.savefig(path, dpi=110)
   plt.close(figure)
+
+
+def flatten_config(tree) -> dict:
+  """A config (``ConfigDict`` or the dict of a ``config.json``) as ``{"a.b": value}``; tuples as lists."""
+  if not isinstance(tree, dict):
+    tree = json.loads(tree.to_json_best_effort())
+  flat = {}
+  for key, value in tree.items():
+    if isinstance(value, dict):
+      flat.update({f"{key}.{name}": inner for name, inner in flatten_config(value).items()})
+    else:
+      flat[key] = list(value) if isinstance(value, tuple) else value
+  return flat
+
+
+def config_overrides(variant_config, run_config, ignored: tuple[str, ...] = ()) -> list[str]:
+  """The ``--config.KEY=VALUE`` flags that turn ``variant_config`` (the variant as it is now) into ``run_config``
+  (a run's saved config), for the fields the variant has, less ``ignored`` (where data lives, how it printed);
+  a list value in Python's tuple syntax, as ``config_flags`` parses it."""
+  now, run = flatten_config(variant_config), flatten_config(run_config)
+  overrides = []
+  for key, value in sorted(run.items()):
+    if key in ignored or key not in now or now[key] == value:
+      continue
+    text = ("(" + ",".join(map(repr, value)) + ("," if len(value) == 1 else "") + ")" if isinstance(value, list)
+            else str(value))
+    overrides.append(f"--config.{key}={text}")
+  return overrides
 
 
 def portable_command(parts: list[str]) -> str:

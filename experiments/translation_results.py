@@ -103,32 +103,16 @@ PLOT_FOLDERS = {"attention": "Transformer attention (encoder self, decoder self,
                 "alignment": "RNN attention alignment"}
 
 
-def _flatten(tree: dict, prefix: str = "") -> dict:
-  """``{"a": {"b": 1}}`` -> ``{"a.b": 1}``."""
-  flat = {}
-  for key, value in tree.items():
-    flat.update(_flatten(value, f"{prefix}{key}.") if isinstance(value, dict) else {f"{prefix}{key}": value})
-  return flat
-
-
 def config_overrides(experiment: str, variant: str, run_config: dict) -> list[str]:
   """The ``--config.KEY=VALUE`` flags that turn ``experiments/<experiment>.py:VARIANT`` as it is now into
   ``run_config`` (a run's config.json, of any shape ``upgrade_config`` reads), so that a run made before the
   variant changed can be reproduced."""
   current = importlib.import_module(f"experiments.{experiment}").get_config(variant)
-  now = _flatten(json.loads(current.to_json_best_effort()))
   run_config = upgrade_config(run_config)
-  if run_config.get("model_name", now["model_name"]) != now["model_name"]:
+  if run_config.get("model_name", current.model_name) != current.model_name:
     raise ConfigError(f"the run trained model_name={run_config['model_name']!r}, but experiments/{experiment}.py:"
-                      f"{variant} builds {now['model_name']!r}; report it under a variant of its model.")
-  overrides = []
-  for key, value in sorted(_flatten(run_config).items()):
-    if key in NOT_TRAINING_SETTINGS or now.get(key, value) == value:
-      continue
-    text = ("(" + ",".join(map(str, value)) + ("," if len(value) == 1 else "") + ")" if isinstance(value, list)
-            else str(value))
-    overrides.append(f"--config.{key}={text}")
-  return overrides
+                      f"{variant} builds {current.model_name!r}; report it under a variant of its model.")
+  return report.config_overrides(current, run_config, NOT_TRAINING_SETTINGS)
 
 
 def evaluate(variant: str, workdir: str, average_checkpoints: int = 0) -> tuple[dict, str]:

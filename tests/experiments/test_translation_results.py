@@ -7,7 +7,7 @@ import os
 import pytest
 from absl import flags
 
-from experiments import translation_results
+from experiments import report, translation_results
 from transformer.train.config import model_section, upgrade_config
 
 HYPOTHESIS = "test_2016_flickr.hyp.de"
@@ -282,7 +282,7 @@ def test_validation_only_runs_are_listed_beside_the_scored_ones_and_never_replac
 
 def _flat_settings(config: dict) -> dict:
   """A config's flattened fields less those that say where data lives or how a command ran."""
-  return {key: value for key, value in translation_results._flatten(config).items()
+  return {key: value for key, value in report.flatten_config(config).items()
           if key not in translation_results.NOT_TRAINING_SETTINGS}
 
 
