@@ -333,8 +333,20 @@ def torch_references(args, config, model_config, batch, device: str) -> dict:
   """name -> ``(step, parameter count)`` of the PyTorch steps to time (eager; compiled with
   ``--torch_compile``)."""
   variants = {"pytorch": False, **({"pytorch compiled": True} if args.torch_compile else {})}
-  return {name: torch_train_step(model_config, config.label_smoothing, config.optimizer, batch, device, compile)
-          for name, compile in variants.items()}
+  steps = {}
+  for name, compile in variants.items():
+    try:  # one step now: torch.compile compiles at the first call, and may fail there (a note, not a crash)
+      step, num_params = torch_train_step(model_config, config.label_smoothing, config.optimizer, batch, device,
+                                          compile)
+      step()
+    except ImportError:
+      raise
+    except Exception as error:  # the JAX rows still get measured
+      print(f"{name}: failed, left out ({type(error).__name__}: {str(error).splitlines()[0][:300]})", flush=True)
+      args.torch_failures = getattr(args, "torch_failures", []) + [f"{name}: {type(error).__name__}"]
+      continue
+    steps[name] = step, num_params
+  return steps
 
 
 def main(argv=None) -> common.Report:
@@ -489,6 +501,8 @@ def main(argv=None) -> common.Report:
       f"excluded) plus attention 12 x layers x q_length x kv_length x d_model per example (causal counted in "
       f"full); see common.encoder_decoder_flops. XLA GFLOP is XLA's own count of the compiled step (all ops).",
       torch_note,
+      *([f"Left out after failing at their first step: {', '.join(args.torch_failures)}."]
+        if getattr(args, "torch_failures", None) else []),
       *mfu_errors,
       *([f"PyTorch's own {args.dtype} {matmul_size}x{matmul_size} matmul in this run: {torch_peak / 1e9:,.1f} "
          f"GFLOP/s, {torch_peak / peaks.measured:.2f}x XLA's best; PyTorch's MFU against its own peak: "

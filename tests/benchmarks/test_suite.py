@@ -60,7 +60,7 @@ def test_part_command_gives_each_script_its_budget_and_where_to_write():
   train_step = next(part for part in suite.PARTS if part.name == "train_step")
   command = suite.part_command(train_step, args, "/tmp/x", 100.0)
   assert command[1:3] == ["-m", "benchmarks.train_step"] and "--torch_compile" in command
-  assert command[command.index("--time_budget_s") + 1] == "70"
+  assert command[command.index("--time_budget_s") + 1] == f"{suite.SOFT_SHARE * 100:.0f}"
   assert command[-2:] == ["--output_dir", "/tmp/x"] and "--update_committed" not in command
   committed = common.parse_args("suite", ["--update_committed"], suite.add_arguments)
   assert suite.part_command(train_step, committed, None, 100.0)[-1] == "--update_committed"
