@@ -342,8 +342,10 @@ def cpu_theoretical_peak(dtype: str, cpuinfo: dict[str, str] | None = None, core
   clock, from /proc/cpuinfo's flags and clock; ``None`` (unknown) where they are not readable.
 
   Lanes: 16 float32 with AVX-512, 8 with AVX2, 4 otherwise; bfloat16 doubles them only with ``avx512_bf16``
-  (XLA:CPU otherwise computes in float32). Two FMA units and every logical core counted: an upper bound,
-  which is what a sanity check of MFU needs (above it, the measurement is wrong).
+  (XLA:CPU otherwise computes in float32). Two FMA units and every logical core counted, to be an upper bound,
+  which is what a sanity check of MFU needs (above it, the measurement is wrong); but a CPU may run above the
+  clock it reports (turbo, or a virtual machine's nominal clock), so ``Peaks`` drops a theoretical peak that
+  the measured matmul beats.
   """
   info = _cpuinfo() if cpuinfo is None else cpuinfo
   flags = set(info.get("flags", "").split())
@@ -362,7 +364,7 @@ def theoretical_peak(dtype: str) -> tuple[float | None, str]:
   device = jax.devices()[0]
   if device.platform == "cpu":
     peak = cpu_theoretical_peak(dtype)
-    return peak, ("cores x lanes x FMA x clock from /proc/cpuinfo (an upper bound)" if peak else "unknown")
+    return peak, ("cores x lanes x 2 FMA units x the clock /proc/cpuinfo reports" if peak else "unknown")
   for name, peaks in GPU_PEAKS:
     if name.lower() in device.device_kind.lower():
       return peaks.get(dtype), f"{name} data sheet, dense {dtype}"
@@ -385,18 +387,28 @@ class Peaks:
   def measured(self) -> float:
     return max(self.before, self.after or 0.0)
 
+  @property
+  def theoretical_below_measured(self) -> bool:
+    """A theoretical peak under the measured one is wrong, not the matmul: e.g. a CPU that runs above the
+    clock /proc/cpuinfo reports (turbo; a virtual machine shows the nominal clock). It is then not used."""
+    return bool(self.theoretical) and self.theoretical < self.measured
+
   def measure_after(self, warmup: int = 1, repeats: int = 5) -> None:
     self.after, _ = best_matmul_flops(self.sizes, jnp.dtype(self.dtype), warmup, repeats)
 
   def mfu(self, flops_per_second: float) -> tuple[float, float | None]:
     """``(MFU against the measured peak, MFU against the theoretical one or None)``."""
-    theoretical = flops_per_second / self.theoretical if self.theoretical else None
+    usable = self.theoretical and not self.theoretical_below_measured
+    theoretical = flops_per_second / self.theoretical if usable else None
     return flops_per_second / self.measured, theoretical
 
   def describe(self) -> str:
     after = f", after {self.after / 1e12:,.3f}" if self.after is not None else ""
     theoretical = (f"{self.theoretical / 1e12:,.3f} TFLOP/s ({self.theoretical_source})" if self.theoretical
                    else self.theoretical_source)
+    if self.theoretical_below_measured:
+      theoretical += (", below the measured peak, so wrong for this machine (e.g. a clock above the one "
+                      "reported) and not used")
     return (f"{self.dtype} matmul peak measured as the fastest call at sides {', '.join(map(str, self.sizes))}: "
             f"before the timed steps {self.before / 1e12:,.3f} TFLOP/s{after}, MFU uses the higher; "
             f"theoretical {theoretical}")
@@ -536,8 +548,21 @@ def machine_description() -> str:
   cores = usable_cores()
   cores_text = (f"{os.cpu_count()} cores" if cores == os.cpu_count()
                 else f"{cores} of its {os.cpu_count()} cores (taskset)")
-  return (f"{device}; host {cpu_name()}, {cores_text}, {memory_gib:.0f} GiB; "
+  return (f"{device}; host {cpu_name()}{cpu_vector_description()}, {cores_text}, {memory_gib:.0f} GiB; "
           f"1-minute load average at start {load:.1f}")
+
+
+def cpu_vector_description(cpuinfo: dict[str, str] | None = None) -> str:
+  """`` (AVX2, FMA, 3.5 GHz)``: what the CPU's theoretical peak is computed from; empty where unreadable."""
+  info = _cpuinfo() if cpuinfo is None else cpuinfo
+  flags = set(info.get("flags", "").split())
+  if not flags:
+    return ""
+  isa = "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "SSE"
+  parts = [isa] + (["FMA"] if "fma" in flags else []) + (["BF16"] if "avx512_bf16" in flags else [])
+  if "max MHz" in info:
+    parts.append(f"{float(info['max MHz']) / 1e3:.2f} GHz")
+  return f" ({', '.join(parts)})"
 
 
 def versions() -> str:

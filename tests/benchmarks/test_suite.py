@@ -122,11 +122,19 @@ def test_peaks_take_the_higher_measurement_and_divide_by_both():
   assert peaks.measured == 200.0
   assert peaks.mfu(50.0) == (pytest.approx(0.25), pytest.approx(0.05))
   assert "before the timed steps" in peaks.describe()
+  # A theoretical peak below the measured one (a CPU above its reported clock) is wrong, so not used.
+  turbo = common.Peaks("float32", (8,), before=400.0, after=420.0, theoretical=333.0)
+  assert turbo.mfu(100.0) == (pytest.approx(100 / 420), None) and "not used" in turbo.describe()
 
 
 def test_measured_peak_is_the_best_of_sizes_and_repeats():
   flops, size = common.best_matmul_flops((16, 32), "float32", warmup=1, repeats=2)
   assert flops > 0 and size in (16, 32)
+
+
+def test_cpu_vector_description_names_what_the_peak_is_computed_from():
+  assert common.cpu_vector_description({"flags": "avx2 fma", "max MHz": "2450"}) == " (AVX2, FMA, 2.45 GHz)"
+  assert common.cpu_vector_description({}) == ""
 
 
 def test_cpu_theoretical_peak_from_cpuinfo():
