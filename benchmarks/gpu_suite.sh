@@ -23,5 +23,8 @@ export JAX_PLATFORMS=${JAX_PLATFORMS:-cuda}  # no silent fall-back to the CPU wi
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$site" \
   "$wheels"/*.whl > "$output/install.log" 2>&1 || { cat "$output/install.log"; exit 1; }
 export PYTHONPATH="$site:$PWD${PYTHONPATH:+:$PYTHONPATH}"
-{ nvidia-smi -L; python3 -c "import jax, flax, optax; print('jax', jax.__version__, 'flax', flax.__version__, 'optax', optax.__version__)"; } > "$output/env.log" 2>&1
+{
+  nvidia-smi -L
+  python3 -c "import jax, flax, optax; print('jax', jax.__version__, 'flax', flax.__version__, 'optax', optax.__version__)"
+} > "$output/env.log" 2>&1
 python3 -m benchmarks.suite --output_dir "$output" "$@" 2>&1 | tee "$output/suite.log"

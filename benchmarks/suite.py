@@ -237,7 +237,8 @@ def main(argv=None) -> common.Report:
     report.rows.append([result.name, result.status, result.seconds, result.limit_s, result.host,
                         os.path.basename(result.log) if result.log else "-"])
   finished = [result for result in results if result.status == "ok"]
-  report.ratios["parts finished / run"] = len(finished) / max(1, sum(not r.status.startswith("skipped") for r in results))
+  ran = [result for result in results if not result.status.startswith("skipped")]
+  report.ratios["parts finished / run"] = len(finished) / max(1, len(ran))
   report.notes += [
       f"Time budget {args.time_budget_s:g} s; each part's limit is its share plus what the parts before it left "
       f"unused; a script stops measuring at {SOFT_SHARE:.0%} of its limit (time_to_bleu: its limit less "
@@ -245,8 +246,8 @@ def main(argv=None) -> common.Report:
       f"Each part's section follows in this page; its output is in the log named here (in {log_dir}).",
   ]
   report = common.finish(report, args, argv, machine)
-  ran = [result for result in results if not result.status.startswith("skipped")]
-  print(f"\nsuite: {len(finished)} of {len(ran)} parts run ok ({len(results) - len(ran)} skipped); logs in {log_dir}"
+  print(f"\nsuite: {len(finished)} of {len(ran)} parts run ok ({len(results) - len(ran)} skipped); logs in "
+        f"{log_dir}"
         + (f"; results in {args.results_path}" if args.results_path else ""), flush=True)
   return report
 

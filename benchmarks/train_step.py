@@ -496,8 +496,8 @@ def main(argv=None) -> common.Report:
       f"the first), {args.dtype} compute (parameters and Adam float32), label smoothing {config.label_smoothing}, "
       f"Adam, dropout {'off' if args.no_dropout else 'as configured'}; step time is the median of "
       f"{args.repeats} steps after {args.warmup} warm-up, all implementations (PyTorch included) taking turns.",
-      f"MFU = model FLOPs / step time / matmul peak; {peaks.describe()}. Model FLOPs: 6 x parameters x tokens (each weight "
-      f"matrix counted for the tokens it multiplies, tied output projection included, embedding lookups "
+      f"MFU = model FLOPs / step time / matmul peak; {peaks.describe()}. Model FLOPs: 6 x parameters x tokens "
+      f"(each weight matrix counted for the tokens it multiplies, tied output projection included, embedding lookups "
       f"excluded) plus attention 12 x layers x q_length x kv_length x d_model per example (causal counted in "
       f"full); see common.encoder_decoder_flops. XLA GFLOP is XLA's own count of the compiled step (all ops).",
       torch_note,

@@ -11,10 +11,11 @@
 
 Variants: ``transformer_small`` (Wu et al. 2021's text-only baseline: 4+4 layers, d_model 128, 4 heads,
 FFN 256), ``transformer_gpu`` (transformer_small's model and schedule shaped for a GPU: bfloat16 compute,
-one padded batch shape ``[256, 64]`` so the step and the beam search compile once, the same sentences per
-batch as transformer_small's 4,096-token buckets, and only test_2016_flickr scored), ``transformer_base`` (the paper's base model, for an accelerator), and the RNN-attention
-baselines ``gru_bahdanau``, ``lstm_bahdanau``, ``lstm_luong_dot``, ``lstm_luong_general`` (shared with the other
-translation experiments: experiments/translation.py). ``config.model`` holds the variant's model fields only
+one padded batch shape ``[256, 64]`` so the step and the beam search compile once, about the sentences per
+batch of transformer_small's 4,096-token buckets, only test_2016_flickr scored), ``transformer_base`` (the
+paper's base model, for an accelerator), and the RNN-attention baselines ``gru_bahdanau``, ``lstm_bahdanau``,
+``lstm_luong_dot``, ``lstm_luong_general`` (shared with the other translation experiments:
+experiments/translation.py). ``config.model`` holds the variant's model fields only
 (``config.model_name``: "transformer" or "rnn"). Checkpoints are chosen on the validation split;
 test_2016_flickr is scored only by --mode=eval. Results: experiments/multi30k/RESULTS.md.
 """
