@@ -76,10 +76,14 @@ def main(argv=None) -> common.Report:
       + ["ours / fastest reference", f"{LOW_PRECISION_LOGITS} / fastest reference"])
   low_precision_ratios = {}
   largest_temporaries = {}  # dtype -> {name: MiB of temporaries XLA plans}, forward+backward, longest length
+  not_run = []  # sizes left out once --time_budget_s is spent
 
   for dtype in dtypes:
     for pass_name in ("forward", "forward+backward"):
       for length in lengths:
+        if common.out_of_time(args):
+          not_run.append(f"{dtype} {pass_name} L={length}")
+          continue
         batch = max(1, tokens // length)
         keys = jax.random.split(jax.random.PRNGKey(length), 4)
         shape = (batch, length, heads, head_dim)
@@ -117,6 +121,8 @@ def main(argv=None) -> common.Report:
   best_of_both = [min(value, low_precision_ratios.get(key, value)) for key, value in report.ratios.items()
                   if value == value]
   worst_either = max(best_of_both) if best_of_both else float("nan")
+  if not_run:
+    report.notes.append(f"Not run, --time_budget_s={args.time_budget_s:g} spent: {', '.join(not_run)}.")
   report.notes += [
       f"Temporaries XLA plans for forward+backward at {max(lengths)} tokens ({dtype}, compiled "
       "memory_analysis): " + ", ".join(f"{name} {mib:,.1f} MiB" for name, mib in temporaries.items()) + "."

@@ -2,9 +2,13 @@
 
 Conventions of the scripts in this folder:
 
-- ``python -m benchmarks.<name>`` measures at full size, prints its table and rewrites its own section of
-  ``benchmarks/RESULTS.md`` (command, machine, JAX version, date, table). ``--smoke`` shrinks every size to
-  something that runs in seconds (what the tests run) and never writes RESULTS.md.
+- ``python -m benchmarks.<name>`` measures at full size, prints its table and writes its own section (command,
+  machine, JAX version, date, table) of ``RESULTS.md`` in ``--output_dir`` (default: a new folder
+  ``runs/benchmarks-<time>/``, printed at the end); the committed ``benchmarks/RESULTS.md`` is written only
+  with ``--update_committed``. ``--smoke`` shrinks every size to something that runs in seconds (what the
+  tests run) and writes nothing unless ``--output_dir`` is given.
+- ``--time_budget_s``: a script checks ``out_of_time(args)`` between measurements and stops adding rows once
+  the budget is spent (a note says what was left out), so a run with a deadline still writes its table.
 - ``main(argv) -> Report``: the table and a dict of ratios (ours / reference, measured side by side in the
   same process), so tests can check that every ratio is a finite number.
 - Times are medians of ``--repeats`` calls after ``--warmup`` calls, each ended by ``block_until_ready``;
@@ -30,12 +34,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-RESULTS_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "RESULTS.md")
-# Sections of RESULTS.md, in the order of the questions (benchmarks/README.md).
-SCRIPTS = ("attention", "chunked_attention", "train_step", "step_profile", "decoding", "input_pipeline",
-           "sequence_length")
+BENCHMARKS_DIR = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(BENCHMARKS_DIR)
+RESULTS_PATH = os.path.join(BENCHMARKS_DIR, "RESULTS.md")  # the committed page (written with --update_committed)
+# Sections of RESULTS.md, in the order of the questions (benchmarks/README.md); the suite's summary first.
+SCRIPTS = ("suite", "attention", "chunked_attention", "train_step", "step_profile", "decoding", "input_pipeline",
+           "sequence_length", "time_to_bleu")
 RESULTS_HEADER = ("# Benchmark results\n\nWritten by the scripts in `benchmarks/` (one section each, replaced "
-                  "when the script runs again without `--smoke`); do not edit by hand.\n")
+                  "when the script runs again into the same page: `--output_dir`, or `--update_committed` for "
+                  "benchmarks/RESULTS.md); do not edit by hand.\n")
 
 
 # ----------------------------------------------------------------------------------------------- flags
@@ -45,12 +52,25 @@ def parse_args(description: str, argv: Sequence[str] | None,
   """The flags every script has (``--smoke``, ``--repeats``, ``--warmup``) plus its own."""
   parser = argparse.ArgumentParser(description=description)
   parser.add_argument("--smoke", action="store_true",
-                      help="tiny sizes and one repeat, for tests; does not write RESULTS.md")
+                      help="tiny sizes and one repeat, for tests; writes RESULTS.md only if --output_dir is given")
   parser.add_argument("--repeats", type=int, default=None, help="timed calls per measurement (median)")
   parser.add_argument("--warmup", type=int, default=None, help="untimed calls before timing")
+  add_output_arguments(parser)
+  parser.add_argument("--time_budget_s", type=float, default=None,
+                      help="stop adding measurements once this many seconds have passed (the table so far is "
+                           "written, with a note); default: no limit")
   if add_arguments is not None:
     add_arguments(parser)
   args = parser.parse_args(list(argv) if argv is not None else None)
+  args.started = time.monotonic()
+  if args.smoke and args.update_committed:
+    parser.error("--smoke numbers mean nothing: it never writes the committed benchmarks/RESULTS.md "
+                 "(leave out --update_committed)")
+  from transformer.errors import UserError
+  try:  # decided before measuring: a wrong combination stops now, not after minutes of it
+    args.results_path = results_path(args)
+  except UserError as error:
+    parser.error(str(error))
   if args.repeats is None:
     args.repeats = 1 if args.smoke else 5
   if args.warmup is None:
@@ -58,6 +78,42 @@ def parse_args(description: str, argv: Sequence[str] | None,
   if args.repeats < 1 or args.warmup < 0:
     parser.error(f"--repeats must be >= 1 and --warmup >= 0, got {args.repeats} and {args.warmup}.")
   return args
+
+
+def add_output_arguments(parser: argparse.ArgumentParser) -> None:
+  """Where a run writes its RESULTS.md: ``--output_dir`` (default a new folder) or, only when asked,
+  ``--update_committed`` (``benchmarks/RESULTS.md``), as ``experiments/report.py``'s results scripts."""
+  parser.add_argument("--output_dir", default="",
+                      help="folder for this run's RESULTS.md (sections added or replaced); default a new folder "
+                           "runs/benchmarks-<time>/ in the repository, printed at the end")
+  parser.add_argument("--update_committed", action="store_true",
+                      help="write the committed benchmarks/RESULTS.md instead of --output_dir")
+
+
+def default_output_dir() -> str:
+  """A new folder per run under the git-ignored ``runs/`` of the repository."""
+  return os.path.join(REPO, "runs", "benchmarks-" + datetime.datetime.now().strftime("%Y%m%d-%H%M%S"))
+
+
+def results_path(args: argparse.Namespace) -> str | None:
+  """The RESULTS.md a run writes: the committed one with ``--update_committed``, else ``--output_dir``'s (its
+  default a new folder); ``None`` for a ``--smoke`` run without ``--output_dir`` (it writes nothing).
+
+  Raises:
+    UserError: both flags, or an ``--output_dir`` that is the committed folder.
+  """
+  from experiments.report import choose_results_folder  # one rule for every results page
+  if args.smoke and not args.output_dir:
+    return None
+  folder = choose_results_folder(args.output_dir, args.update_committed, False, BENCHMARKS_DIR,
+                                 default_output_dir())
+  return os.path.join(folder, "RESULTS.md")
+
+
+def out_of_time(args: argparse.Namespace) -> bool:
+  """Whether the run's ``--time_budget_s`` is spent (never, without one)."""
+  budget = getattr(args, "time_budget_s", None)
+  return budget is not None and time.monotonic() - args.started > budget
 
 
 def positive_int(text: str) -> int:
@@ -216,12 +272,175 @@ def mib(num_bytes: float) -> float:
 
 def matmul_peak(size: int = 2048, dtype=jnp.float32, warmup: int = 2, repeats: int = 10) -> float:
   """FLOP/s of a jitted ``[size, size] @ [size, size]`` matmul (``2 * size**3`` FLOPs) on the default device
-  at the default precision: the practical peak that model FLOPs utilisation (MFU) is measured against. On
-  CPU the issue's reference is float32 at 2048."""
+  at the default precision, from the median call. On CPU the issue's reference is float32 at 2048."""
   keys = jax.random.split(jax.random.PRNGKey(0), 2)
   a, b = (jax.random.normal(key, (size, size), dtype) for key in keys)
   timing = time_fn(jax.jit(jnp.matmul), a, b, warmup=warmup, repeats=repeats)
   return 2.0 * size**3 / timing.median
+
+
+def best_matmul_flops(sizes: Sequence[int], dtype, warmup: int = 1, repeats: int = 5) -> tuple[float, int]:
+  """``(FLOP/s, size)``: the fastest call of ``repeats`` at each of ``sizes`` square matmuls, the best size.
+  The best of several sizes and calls, not a median: a measured peak that is too low makes MFU look too high,
+  the error this guards against."""
+  best, best_size = 0.0, sizes[0]
+  matmul = jax.jit(jnp.matmul)
+  for size in sizes:
+    keys = jax.random.split(jax.random.PRNGKey(size), 2)
+    a, b = (jax.random.normal(key, (size, size), dtype) for key in keys)
+    flops = 2.0 * size**3 / time_fn(matmul, a, b, warmup=warmup, repeats=repeats).minimum
+    if flops > best:
+      best, best_size = flops, size
+  return best, best_size
+
+
+def peak_matmul_sizes(smoke: bool = False) -> tuple[int, ...]:
+  """Square matmul sides the measured peak takes the best of: large enough to be compute bound here."""
+  if smoke:
+    return (64, 128)
+  return (1024, 2048) if jax.default_backend() == "cpu" else (4096, 8192, 16384)
+
+
+# Dense (no sparsity) tensor-core peaks in FLOP/s by device kind, first match wins (NVIDIA data sheets).
+# float32 matmuls at JAX's default precision may use TF32 tensor cores on these GPUs: the TF32 peak is the
+# upper bound for them.
+GPU_PEAKS = (
+    ("H100 PCIe", {"bfloat16": 756e12, "float32": 378e12}),
+    ("H100 NVL", {"bfloat16": 835e12, "float32": 418e12}),
+    ("H100", {"bfloat16": 989e12, "float32": 494e12}),  # SXM
+    ("H200", {"bfloat16": 989e12, "float32": 494e12}),
+    ("A100", {"bfloat16": 312e12, "float32": 156e12}),
+)
+
+
+def _cpuinfo() -> dict[str, str]:
+  """The first processor's fields of /proc/cpuinfo (empty where unreadable), plus ``max MHz``: the highest
+  clock any core reports there."""
+  fields, megahertz = {}, []
+  try:
+    with open("/proc/cpuinfo") as f:
+      for line in f:
+        name, _, value = line.partition(":")
+        name, value = name.strip(), value.strip()
+        if name == "cpu MHz":
+          megahertz.append(float(value))
+        fields.setdefault(name, value)
+  except (OSError, ValueError):
+    return {}
+  try:  # the rated maximum, where the kernel exposes it (boost clocks above "cpu MHz")
+    with open("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq") as f:
+      megahertz.append(int(f.read()) / 1e3)
+  except (OSError, ValueError):
+    pass
+  if megahertz:
+    fields["max MHz"] = str(max(megahertz))
+  return fields
+
+
+def cpu_theoretical_peak(dtype: str, cpuinfo: dict[str, str] | None = None, cores: int | None = None) -> float | None:
+  """An upper bound of this CPU's matmul FLOP/s: cores x vector lanes x 2 (a fused multiply-add) x 2 FMA units x
+  clock, from /proc/cpuinfo's flags and clock; ``None`` (unknown) where they are not readable.
+
+  Lanes: 16 float32 with AVX-512, 8 with AVX2, 4 otherwise; bfloat16 doubles them only with ``avx512_bf16``
+  (XLA:CPU otherwise computes in float32). Two FMA units and every logical core counted, to be an upper bound,
+  which is what a sanity check of MFU needs (above it, the measurement is wrong); but a CPU may run above the
+  clock it reports (turbo, or a virtual machine's nominal clock), so ``Peaks`` drops a theoretical peak that
+  the measured matmul beats.
+  """
+  info = _cpuinfo() if cpuinfo is None else cpuinfo
+  flags = set(info.get("flags", "").split())
+  if not flags or "max MHz" not in info:
+    return None
+  lanes = 16 if "avx512f" in flags else 8 if "avx2" in flags else 4
+  if dtype == "bfloat16" and "avx512_bf16" in flags:
+    lanes *= 2
+  fma = 2 if "fma" in flags or "avx512f" in flags else 1
+  return (cores or usable_cores()) * lanes * 2 * fma * float(info["max MHz"]) * 1e6
+
+
+def theoretical_peak(dtype: str) -> tuple[float | None, str]:
+  """``(FLOP/s or None, where it comes from)`` of the default device in ``dtype``: the GPU table
+  (``GPU_PEAKS``) by device kind, the CPU's from ``cpu_theoretical_peak``, else unknown."""
+  device = jax.devices()[0]
+  if device.platform == "cpu":
+    peak = cpu_theoretical_peak(dtype)
+    return peak, ("cores x lanes x 2 FMA units x the clock /proc/cpuinfo reports" if peak else "unknown")
+  for name, peaks in GPU_PEAKS:
+    if name.lower() in device.device_kind.lower():
+      return peaks.get(dtype), f"{name} data sheet, dense {dtype}"
+  return None, f"unknown ({device.device_kind} is not in benchmarks/common.py GPU_PEAKS)"
+
+
+@dataclasses.dataclass
+class Peaks:
+  """The matmul peaks a run's MFU is measured against: measured (best of several sizes and calls, ``before``
+  and ``after`` the timed steps: a device that throttled or was shared in between shows as a gap) and
+  theoretical (data sheet or CPU formula; ``None``: unknown)."""
+  dtype: str
+  sizes: tuple[int, ...]
+  before: float
+  after: float | None = None
+  theoretical: float | None = None
+  theoretical_source: str = "unknown"
+
+  @property
+  def measured(self) -> float:
+    return max(self.before, self.after or 0.0)
+
+  @property
+  def theoretical_below_measured(self) -> bool:
+    """A theoretical peak under the measured one is wrong, not the matmul: e.g. a CPU that runs above the
+    clock /proc/cpuinfo reports (turbo; a virtual machine shows the nominal clock). It is then not used."""
+    return bool(self.theoretical) and self.theoretical < self.measured
+
+  def measure_after(self, warmup: int = 1, repeats: int = 5) -> None:
+    self.after, _ = best_matmul_flops(self.sizes, jnp.dtype(self.dtype), warmup, repeats)
+
+  def mfu(self, flops_per_second: float) -> tuple[float, float | None]:
+    """``(MFU against the measured peak, MFU against the theoretical one or None)``."""
+    usable = self.theoretical and not self.theoretical_below_measured
+    theoretical = flops_per_second / self.theoretical if usable else None
+    return flops_per_second / self.measured, theoretical
+
+  def describe(self) -> str:
+    after = f", after {self.after / 1e12:,.3f}" if self.after is not None else ""
+    theoretical = (f"{self.theoretical / 1e12:,.3f} TFLOP/s ({self.theoretical_source})" if self.theoretical
+                   else self.theoretical_source)
+    if self.theoretical_below_measured:
+      theoretical += (", below the measured peak, so wrong for this machine (e.g. a clock above the one "
+                      "reported) and not used")
+    return (f"{self.dtype} matmul peak measured as the fastest call at sides {', '.join(map(str, self.sizes))}: "
+            f"before the timed steps {self.before / 1e12:,.3f} TFLOP/s{after}, MFU uses the higher; "
+            f"theoretical {theoretical}")
+
+
+def measure_peaks(dtype: str, smoke: bool = False, warmup: int = 1, repeats: int = 5,
+                  sizes: Sequence[int] | None = None) -> Peaks:
+  """``Peaks`` with the measured peak before the timed steps (call ``measure_after`` after them); ``sizes``
+  default ``peak_matmul_sizes``."""
+  sizes = tuple(sizes or peak_matmul_sizes(smoke))
+  before, _ = best_matmul_flops(sizes, jnp.dtype(dtype), warmup, repeats)
+  theoretical, source = theoretical_peak(dtype)
+  return Peaks(dtype, sizes, before, None, theoretical, source)
+
+
+def mfu_error(name: str, measured_mfu: float, theoretical_mfu: float | None) -> str | None:
+  """A note when an MFU is above 100% against either peak: then the FLOP count, the timing or the peak is
+  wrong, and the number is a measurement error, not a result; ``None`` when both are plausible."""
+  above = [f"{value:.0%} of the {which} peak" for which, value in (("measured", measured_mfu),
+                                                                    ("theoretical", theoretical_mfu))
+           if value is not None and value > 1.0]
+  if not above:
+    return None
+  return (f"{name}: MFU {' and '.join(above)} is a measurement error (above 100%), not a result: the FLOP "
+          "count, the timing or the peak is wrong.")
+
+
+def mfu_cell(measured_mfu: float, theoretical_mfu: float | None):
+  """A table cell for an MFU in percent: the number, or a marked error above 100% against either peak."""
+  if mfu_error("", measured_mfu, theoretical_mfu):
+    return f"error ({100 * measured_mfu:.0f})"
+  return 100 * measured_mfu
 
 
 # ----------------------------------------------------------------------------------------------- FLOPs
@@ -329,8 +548,21 @@ def machine_description() -> str:
   cores = usable_cores()
   cores_text = (f"{os.cpu_count()} cores" if cores == os.cpu_count()
                 else f"{cores} of its {os.cpu_count()} cores (taskset)")
-  return (f"{device}; host {cpu_name()}, {cores_text}, {memory_gib:.0f} GiB; "
+  return (f"{device}; host {cpu_name()}{cpu_vector_description()}, {cores_text}, {memory_gib:.0f} GiB; "
           f"1-minute load average at start {load:.1f}")
+
+
+def cpu_vector_description(cpuinfo: dict[str, str] | None = None) -> str:
+  """`` (AVX2, FMA, 3.5 GHz)``: what the CPU's theoretical peak is computed from; empty where unreadable."""
+  info = _cpuinfo() if cpuinfo is None else cpuinfo
+  flags = set(info.get("flags", "").split())
+  if not flags:
+    return ""
+  isa = "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "SSE"
+  parts = [isa] + (["FMA"] if "fma" in flags else []) + (["BF16"] if "avx512_bf16" in flags else [])
+  if "max MHz" in info:
+    parts.append(f"{float(info['max MHz']) / 1e3:.2f} GHz")
+  return f" ({', '.join(parts)})"
 
 
 def versions() -> str:
@@ -339,8 +571,21 @@ def versions() -> str:
   return f"JAX {jax.__version__} (backend {jax.default_backend()}), flax {flax.__version__}, optax {optax.__version__}"
 
 
+# Flags that say where a run's page goes, not what it measured: left out of the command a section records.
+_WHERE_FLAGS = ("--output_dir", "--update_committed")
+
+
 def command(script: str, argv: Sequence[str] | None) -> str:
-  arguments = list(argv) if argv is not None else sys.argv[1:]
+  arguments, skip_value = [], False
+  for argument in (list(argv) if argv is not None else sys.argv[1:]):
+    if skip_value:
+      skip_value = False
+      continue
+    name = argument.partition("=")[0]
+    if name in _WHERE_FLAGS:
+      skip_value = name == "--output_dir" and "=" not in argument
+      continue
+    arguments.append(argument)
   return " ".join(["python", "-m", f"benchmarks.{script}", *map(shlex.quote, arguments)])
 
 
@@ -391,9 +636,11 @@ def update_results(report: Report, argv: Sequence[str] | None, machine: str, pat
 
 
 def finish(report: Report, args: argparse.Namespace, argv: Sequence[str] | None, machine: str) -> Report:
-  """Print the report; without ``--smoke`` also write it to RESULTS.md."""
+  """Print the report and write its section of ``results_path(args)`` (nothing for a bare ``--smoke``)."""
   print(f"\n## {report.title}\n\n{machine}\n{versions()}\n\n{report.text()}", flush=True)
-  if not args.smoke:
-    update_results(report, argv, machine)
-    print(f"updated {RESULTS_PATH}", flush=True)
+  path = args.results_path
+  if path is not None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    update_results(report, argv, machine, path)
+    print(f"wrote its section of {path}", flush=True)
   return report

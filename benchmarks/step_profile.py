@@ -266,8 +266,8 @@ def main(argv=None) -> common.Report:
   machine = common.machine_description()
   accelerator = jax.default_backend() != "cpu"
   batch_size, length = (2, 8) if args.smoke else (args.batch, args.length)
-  matmul_size = 128 if args.smoke else (args.matmul_size or (8192 if accelerator else 2048))
-  peak = common.matmul_peak(matmul_size, jnp.dtype(args.dtype), warmup=args.warmup, repeats=max(args.repeats, 3))
+  peaks = common.measure_peaks(args.dtype, args.smoke, args.warmup, max(args.repeats, 3),
+                               sizes=(args.matmul_size,) if args.matmul_size else None)
 
   config, model_config = train_step.experiment_config(args.config, args.smoke, args.no_dropout, dtype=args.dtype)
   models = {"ours": build_task(config).build_model(model_config)}
@@ -284,29 +284,41 @@ def main(argv=None) -> common.Report:
       f"Batch {batch_size} x {length} source + {length} target tokens, {args.dtype} compute, dropout "
       f"{'off' if args.no_dropout else 'as configured'}; {args.steps} traced steps after a warm-up of the "
       f"compiled step that benchmarks/train_step.py times. Op time is {where}. Parts come from each op's op_name "
-      f"metadata (Flax module path and JAX name scopes); a fusion counts wholly as its root op's part. MFU against "
-      f"a {args.dtype} {matmul_size}x{matmul_size} matmul peak of {peak / 1e9:,.1f} GFLOP/s measured in this run.")
+      f"metadata (Flax module path and JAX name scopes); a fusion counts wholly as its root op's part.")
   order = [part for part, _ in PARTS] + [OTHER_PART]
   profiles = {}
   for implementation, model in models.items():
     print(f"{name} batch {batch_size} {implementation}: compiling and tracing {args.steps} steps", flush=True)
     trace_dir = os.path.join(args.trace_dir, implementation) if args.trace_dir else None
     result = profiles[implementation] = profile_implementation(config, model, batch, args, trace_dir)
+  peaks.measure_after(args.warmup, max(args.repeats, 3))
+  peak = peaks.measured
+  report.notes.append(f"MFU and matmul efficiency against the {peaks.describe()}.")
+  for implementation, result in profiles.items():
     for part in sorted(result.per_part, key=order.index):
       matmul_us, other_us = result.per_part[part]
       report.rows.append([name, implementation, part, matmul_us / 1e3, other_us / 1e3,
                           100 * (matmul_us + other_us) / result.total])
     report.rows.append([name, implementation, "total", result.matmul / 1e3, (result.total - result.matmul) / 1e3,
                         100.0])
-    mfu = flops / result.wall / peak
+    mfu, theoretical_mfu = peaks.mfu(flops / result.wall)
     prefix = "" if implementation == "ours" else f"{implementation} "
     report.ratios[f"{prefix}matmul share of op time"] = result.matmul / result.total
     report.ratios[f"{prefix}op time / wall time"] = result.total / 1e6 / result.wall
-    report.ratios[f"{prefix}MFU"] = mfu
+    error = common.mfu_error(f"{implementation} (wall time under the profiler)", mfu, theoretical_mfu)
+    if error:
+      report.notes.append(error)
+    else:
+      report.ratios[f"{prefix}MFU"] = mfu
     efficiency_note = ""
     if accelerator:  # kernels run one at a time: matmul kernel time is the matmuls' share of the wall time
       efficiency = flops / (result.matmul / 1e6) / peak
-      report.ratios[f"{prefix}matmul efficiency"] = efficiency
+      error = common.mfu_error(f"{implementation} matmul efficiency (matmul kernel time)", efficiency,
+                               peaks.mfu(flops / (result.matmul / 1e6))[1])
+      if error:
+        report.notes.append(error)
+      else:
+        report.ratios[f"{prefix}matmul efficiency"] = efficiency
       efficiency_note = (f"; matmul efficiency (model FLOPs / matmul kernel time / peak) {efficiency:.0%}, so MFU "
                          f"= efficiency x matmul share ({result.matmul / result.total:.0%}) x busy fraction "
                          f"({result.total / 1e6 / result.wall:.0%})")

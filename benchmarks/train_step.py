@@ -24,8 +24,11 @@ translation experiment's ``transformer_small`` (vocabulary 8k, as its data) and 
 
 With several ``--batch`` sizes the references run at the first; ours runs at each, for the best MFU.
 Throughput is source + target tokens per second; MFU is model FLOPs (``common.encoder_decoder_flops``) per
-second over the ``--matmul_size`` matmul peak in ``--dtype`` measured in the same run (XLA's; PyTorch's own
-peak on the same device is reported beside it). Compile time is tracing + lowering + XLA compilation of the
+second over the matmul peak in ``--dtype`` measured in the same run (XLA's: the fastest call of several sizes,
+before and after the timed steps, the higher counts; PyTorch's own peak on the same device is reported beside
+it), and over the device's theoretical peak (``common.theoretical_peak``: the GPU's data sheet, or the CPU's
+cores x lanes x FMA x clock; "-" where unknown). An MFU above 100% against either is a measurement error and
+shows as one, never as a result. Compile time is tracing + lowering + XLA compilation of the
 step, with the persistent compilation cache off.
 Targets, CPU: ours >= 1.2x flax-stock and >= 1.5x PyTorch tokens/s, base MFU >= 60%, compile < 60 s.
 Accelerator: ours >= 2x PyTorch eager tokens/s at the first batch, base MFU >= 45% at the best batch size.
@@ -74,7 +77,7 @@ def add_arguments(parser):
   parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
                       help="compute dtype of every implementation and of the matmul peak")
   parser.add_argument("--matmul_size", type=int, default=None,
-                      help="side of the peak matmul (default 2048 on CPU, 8192 on an accelerator)")
+                      help="side of the peak matmul (default: the best of common.peak_matmul_sizes)")
   parser.add_argument("--no_dropout", action="store_true", help="train without dropout (all three)")
   parser.add_argument("--no_torch", action="store_true", help="skip the PyTorch reference")
   parser.add_argument("--no_flax_stock", action="store_true", help="skip the flax-stock reference")
@@ -330,8 +333,20 @@ def torch_references(args, config, model_config, batch, device: str) -> dict:
   """name -> ``(step, parameter count)`` of the PyTorch steps to time (eager; compiled with
   ``--torch_compile``)."""
   variants = {"pytorch": False, **({"pytorch compiled": True} if args.torch_compile else {})}
-  return {name: torch_train_step(model_config, config.label_smoothing, config.optimizer, batch, device, compile)
-          for name, compile in variants.items()}
+  steps = {}
+  for name, compile in variants.items():
+    try:  # one step now: torch.compile compiles at the first call, and may fail there (a note, not a crash)
+      step, num_params = torch_train_step(model_config, config.label_smoothing, config.optimizer, batch, device,
+                                          compile)
+      step()
+    except ImportError:
+      raise
+    except Exception as error:  # the JAX rows still get measured
+      print(f"{name}: failed, left out ({type(error).__name__}: {str(error).splitlines()[0][:300]})", flush=True)
+      args.torch_failures = getattr(args, "torch_failures", []) + [f"{name}: {type(error).__name__}"]
+      continue
+    steps[name] = step, num_params
+  return steps
 
 
 def main(argv=None) -> common.Report:
@@ -344,12 +359,16 @@ def main(argv=None) -> common.Report:
   batch_sizes, length = ([2], 8) if args.smoke else (args.batch, args.length)
   matmul_size = 128 if args.smoke else (args.matmul_size or (2048 if kind == "cpu" else 8192))
   variants = args.configs[:1] if args.smoke else args.configs
-  peak = common.matmul_peak(matmul_size, jnp.dtype(args.dtype), warmup=args.warmup, repeats=max(args.repeats, 3))
+  peaks = common.measure_peaks(args.dtype, args.smoke, args.warmup, max(args.repeats, 3),
+                               sizes=(args.matmul_size,) if args.matmul_size else None)
+  peak = peaks.before  # for progress lines; the table uses the higher of before and after (peaks.measured)
+  achieved = []  # (row, model FLOP/s, variant, batch size, implementation): MFU cells filled in at the end
 
   report = common.Report(
       "train_step", "Train step: tokens/s, MFU and compile time (benchmarks/train_step.py)",
       ["config", "batch", "implementation", "parameters", "step ms", "src+tgt tokens/s", "model GFLOP/step",
-       "XLA GFLOP/step", "MFU %", "compile s", "ours / this (tokens/s)"])
+       "XLA GFLOP/step", "MFU % (measured peak)", "MFU % (theoretical peak)", "compile s",
+       "ours / this (tokens/s)"])
   torch_note = None
   torch_peak, torch_own_mfu = None, []
   verdicts = []
@@ -357,8 +376,11 @@ def main(argv=None) -> common.Report:
     config, model_config = experiment_config(variant, args.smoke, args.no_dropout, dtype=args.dtype)
     name = variant + (" (smoke size)" if args.smoke else "")
     ours_model = build_task(config).build_model(model_config)
-    mfu_by_batch = {}
     for batch_index, batch_size in enumerate(batch_sizes):
+      if batch_index and common.out_of_time(args):
+        report.notes.append(f"{variant}: batch sizes {batch_sizes[batch_index:]} not run: --time_budget_s="
+                            f"{args.time_budget_s:g} spent.")
+        break
       with_references = batch_index == 0
       batch = random_batch(batch_size, length, length, model_config.vocab_size)
       tokens = batch_size * 2 * length
@@ -413,13 +435,13 @@ def main(argv=None) -> common.Report:
         rate = tokens / result["seconds"]
         mfu = flops / result["seconds"] / peak
         versus = common.ratio(ours_rate, rate)
-        if implementation == "ours":
-          mfu_by_batch[batch_size] = mfu
-        elif with_references:
+        if implementation != "ours" and with_references:
           report.ratios[f"{variant} ours / {implementation} tokens/s"] = versus
-        report.rows.append([name, batch_size, implementation, result["params"], 1e3 * result["seconds"], rate,
-                            flops / 1e9, (result["xla_flops"] or float("nan")) / 1e9, 100 * mfu,
-                            result["compile"], None if implementation == "ours" else versus])
+        row = [name, batch_size, implementation, result["params"], 1e3 * result["seconds"], rate, flops / 1e9,
+               (result["xla_flops"] or float("nan")) / 1e9, None, None, result["compile"],
+               None if implementation == "ours" else versus]
+        report.rows.append(row)
+        achieved.append((row, flops / result["seconds"], variant, batch_size, implementation))
         print(f"{name} batch {batch_size} {implementation}: {1e3 * result['seconds']:.2f} ms/step, "
               f"{rate:,.0f} tokens/s, MFU {100 * mfu:.1f}%", flush=True)  # progress: the table comes at the end
       if with_references:
@@ -445,10 +467,27 @@ def main(argv=None) -> common.Report:
         if variant == "transformer_base" and kind == "cpu" and not args.smoke:
           compile_s = measured["ours"]["compile"]
           verdicts.append(f"base compile {compile_s:.1f} s ({'met' if compile_s < COMPILE_TARGET_S else 'not met'})")
-    best_batch = max(mfu_by_batch, key=mfu_by_batch.get)
-    report.ratios[f"{variant} MFU"] = mfu_by_batch[best_batch]
+
+  peaks.measure_after(args.warmup, max(args.repeats, 3))
+  mfu_errors = []
+  for row, flops_per_second, variant, batch_size, implementation in achieved:
+    measured_mfu, theoretical_mfu = peaks.mfu(flops_per_second)
+    row[8] = common.mfu_cell(measured_mfu, theoretical_mfu)
+    row[9] = None if theoretical_mfu is None else 100 * theoretical_mfu
+    error = common.mfu_error(f"{variant} batch {batch_size} {implementation}", measured_mfu, theoretical_mfu)
+    if error:
+      mfu_errors.append(error)
+  for variant in variants:
+    ours_mfu = {batch_size: peaks.mfu(flops_per_second)[0] for _, flops_per_second, name, batch_size, implementation
+                in achieved if name == variant and implementation == "ours"
+                and not common.mfu_error("", *peaks.mfu(flops_per_second))}
+    if not ours_mfu:
+      verdicts.append(f"{variant} MFU: a measurement error at every batch size (see the notes)")
+      continue
+    best_batch = max(ours_mfu, key=ours_mfu.get)
+    report.ratios[f"{variant} MFU"] = ours_mfu[best_batch]
     if variant == "transformer_base" and not args.smoke:
-      mfu = mfu_by_batch[best_batch]
+      mfu = ours_mfu[best_batch]
       verdicts.append(f"base MFU {mfu:.0%} at batch {best_batch} ({'met' if mfu >= mfu_target else 'not met'})")
 
   target_text = ", ".join(f">= {target}x {implementation}" for implementation, target in targets.items())
@@ -457,14 +496,16 @@ def main(argv=None) -> common.Report:
       f"the first), {args.dtype} compute (parameters and Adam float32), label smoothing {config.label_smoothing}, "
       f"Adam, dropout {'off' if args.no_dropout else 'as configured'}; step time is the median of "
       f"{args.repeats} steps after {args.warmup} warm-up, all implementations (PyTorch included) taking turns.",
-      f"MFU = model FLOPs / step time / matmul peak; peak = {args.dtype} {matmul_size}x{matmul_size} matmul "
-      f"measured in this run: {peak / 1e9:,.1f} GFLOP/s. Model FLOPs: 6 x parameters x tokens (each weight "
-      f"matrix counted for the tokens it multiplies, tied output projection included, embedding lookups "
+      f"MFU = model FLOPs / step time / matmul peak; {peaks.describe()}. Model FLOPs: 6 x parameters x tokens "
+      f"(each weight matrix counted for the tokens it multiplies, tied output projection included, embedding lookups "
       f"excluded) plus attention 12 x layers x q_length x kv_length x d_model per example (causal counted in "
       f"full); see common.encoder_decoder_flops. XLA GFLOP is XLA's own count of the compiled step (all ops).",
       torch_note,
+      *([f"Left out after failing at their first step: {', '.join(args.torch_failures)}."]
+        if getattr(args, "torch_failures", None) else []),
+      *mfu_errors,
       *([f"PyTorch's own {args.dtype} {matmul_size}x{matmul_size} matmul in this run: {torch_peak / 1e9:,.1f} "
-         f"GFLOP/s, {torch_peak / peak:.2f}x XLA's; PyTorch's MFU against its own peak: "
+         f"GFLOP/s, {torch_peak / peaks.measured:.2f}x XLA's best; PyTorch's MFU against its own peak: "
          f"{', '.join(torch_own_mfu)} (the MFU column uses XLA's peak for every row)."] if torch_peak else []),
       f"Targets ({'CPU' if kind == 'cpu' else 'accelerator'}): ours {target_text} tokens/s; base MFU >= "
       f"{mfu_target:.0%} at the best batch size"

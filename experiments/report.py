@@ -58,16 +58,25 @@ def workdir_root_flag() -> flags.FlagHolder:
 def results_folder(output: OutputFlags, committed: str, default: str) -> str:
   """The folder a script writes its page to: ``committed`` with ``--update_committed``, else ``--output_dir``,
   else ``default``."""
-  if output.update_committed.value and output.output_dir.value:
+  return choose_results_folder(output.output_dir.value, output.update_committed.value, output.force.value,
+                               committed, default)
+
+
+def choose_results_folder(output_dir: str, update_committed: bool, force: bool, committed: str,
+                          default: str) -> str:
+  """``results_folder`` on plain values (also for ``benchmarks/``, whose flags are argparse's): ``committed``
+  with ``update_committed``, else ``output_dir``, else ``default``; a UserError for the combinations that
+  would write the committed page by accident or say nothing."""
+  if update_committed and output_dir:
     raise UserError("give either --output_dir (a page of your own) or --update_committed (the committed page "
                     f"{os.path.relpath(committed, REPO)}/), not both")
-  if output.force.value and not output.update_committed.value:
+  if force and not update_committed:
     raise UserError("--force only applies with --update_committed (it lets shorter runs replace committed rows)")
-  if output.update_committed.value:
+  if update_committed:
     return committed
-  folder = os.path.abspath(output.output_dir.value or default)
+  folder = os.path.abspath(output_dir or default)
   if os.path.realpath(folder) == os.path.realpath(committed):
-    raise UserError(f"--output_dir={output.output_dir.value} is the committed page; give --update_committed to "
+    raise UserError(f"--output_dir={output_dir} is the committed page; give --update_committed to "
                     "write there (rows are then only replaced by runs at least as long), or another folder")
   return folder
 
