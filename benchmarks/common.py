@@ -618,21 +618,31 @@ def section(report: Report, argv: Sequence[str] | None, machine: str, today: str
           f"- Date: {today}\n\n{report.text()}<!-- /benchmarks.{name} -->\n")
 
 
-def update_results(report: Report, argv: Sequence[str] | None, machine: str, path: str | None = None) -> None:
-  """Replace (or add) the run's section of RESULTS.md (``section_name``), keeping the others; sections follow
+SECTION_PATTERN = re.compile(r"<!-- benchmarks\.([\w.]+) -->\n.*?<!-- /benchmarks\.\1 -->\n", re.DOTALL)
+
+
+def read_sections(path: str) -> dict[str, str]:
+  """``{section name: its text}`` of a RESULTS.md page (empty when the file does not exist)."""
+  if not os.path.exists(path):
+    return {}
+  with open(path) as f:
+    return {match.group(1): match.group(0) for match in SECTION_PATTERN.finditer(f.read())}
+
+
+def write_sections(new_sections: Mapping[str, str], path: str | None = None) -> None:
+  """Replace (or add) ``new_sections`` in the page at ``path``, keeping the others; sections follow
   ``SCRIPTS``, each script's accelerator sections after its CPU one."""
   path = path or RESULTS_PATH
-  sections = {}
-  if os.path.exists(path):
-    with open(path) as f:
-      text = f.read()
-    pattern = re.compile(r"<!-- benchmarks\.([\w.]+) -->\n.*?<!-- /benchmarks\.\1 -->\n", re.DOTALL)
-    sections = {match.group(1): match.group(0) for match in pattern.finditer(text)}
-  sections[section_name(report.script)] = section(report, argv, machine)
+  sections = {**read_sections(path), **new_sections}
   rank = {script: index for index, script in enumerate(SCRIPTS)}
   order = sorted(sections, key=lambda name: (rank.get(name.split(".")[0], len(SCRIPTS)), name))
   with open(path, "w") as f:
     f.write(RESULTS_HEADER + "".join("\n" + sections[name] for name in order))
+
+
+def update_results(report: Report, argv: Sequence[str] | None, machine: str, path: str | None = None) -> None:
+  """Replace (or add) the run's section of RESULTS.md (``section_name``), keeping the others."""
+  write_sections({section_name(report.script): section(report, argv, machine)}, path)
 
 
 def finish(report: Report, args: argparse.Namespace, argv: Sequence[str] | None, machine: str) -> Report:

@@ -17,9 +17,9 @@ def _committed_page():
 # ------------------------------------------------------------------------------------------------ dispatch
 
 def test_parts_are_chosen_by_name_in_the_suites_order():
-  assert [part.name for part in suite.chosen_parts("train_step,attention", "")] == ["attention", "train_step"]
+  assert [part.name for part in suite.chosen_parts("attention,train_step", "")] == ["train_step", "attention"]
   assert "decoding" not in [part.name for part in suite.chosen_parts(",".join(suite.PART_NAMES), "decoding")]
-  with pytest.raises(ValueError, match="unknown part.*attentoin.*choose from attention"):
+  with pytest.raises(ValueError, match="unknown part.*attentoin.*choose from time_to_bleu, train_step, attention"):
     suite.chosen_parts("attentoin", "")
 
 
