@@ -53,7 +53,7 @@ _CHAIN = normalize(np.log(_CHAIN))
 def test_beam_finds_the_optimum_that_greedy_misses_on_a_hand_made_chain(length_penalty):
   context = np.zeros(1, np.int32)
   sequences, scores = _beam(_CHAIN, context, length_penalty, beam_size=2, max_length=3)
-  greedy = np.asarray(greedy_search(markov_step_fn(_CHAIN), markov_cache(context), 1, 3, BOS, EOS, PAD))
+  greedy = np.asarray(greedy_search(markov_step_fn(_CHAIN), markov_cache(context), 1, 3, BOS, EOS, PAD)[0])
 
   best_score = (_CHAIN[BOS, 4] + _CHAIN[4, EOS]) / gnmt_penalty(2, length_penalty)  # "b EOS"
   np.testing.assert_array_equal(sequences[0, 0], [4, EOS, PAD])
@@ -77,7 +77,7 @@ def test_length_penalty_lets_a_longer_hypothesis_overtake_an_early_eos():
   chain = normalize(np.log(chain))
   context = np.zeros(1, np.int32)
   sequences, scores = _beam(chain, context, alpha, beam_size=1, max_length=max_length)
-  greedy = greedy_search(markov_step_fn(chain), markov_cache(context), 1, max_length, BOS, EOS, PAD)
+  greedy, _ = greedy_search(markov_step_fn(chain), markov_cache(context), 1, max_length, BOS, EOS, PAD)
 
   long_score = (chain[BOS, 3] + (max_length - 1) * chain[3, 3]) / gnmt_penalty(max_length, alpha)
   assert long_score > chain[BOS, EOS] / gnmt_penalty(1, alpha)
@@ -132,7 +132,7 @@ def test_one_beam_without_length_penalty_is_greedy_search():
     log_probs = normalize(2.0 * np.random.default_rng(seed).normal(size=(vocab,) * 3))
     context = np.arange(batch, dtype=np.int32) % vocab
     sequences, _ = _beam(log_probs, context, 0.0, beam_size=1, max_length=max_length)
-    greedy = greedy_search(markov_step_fn(log_probs), markov_cache(context), batch, max_length, BOS, EOS, PAD)
+    greedy, _ = greedy_search(markov_step_fn(log_probs), markov_cache(context), batch, max_length, BOS, EOS, PAD)
     np.testing.assert_array_equal(sequences[:, 0], greedy)
     ended_with_eos.extend(np.any(np.asarray(greedy) == EOS, axis=1))
   assert 0 < sum(ended_with_eos) < len(ended_with_eos)  # both EOS and cut-off outputs were compared
@@ -212,6 +212,6 @@ def test_cached_beam_scores_equal_teacher_forced_rescoring():
 
 def test_cached_beam_of_one_equals_greedy_decoding_of_the_model():
   source, params = _tiny_model()
-  greedy = greedy_decode(_MODEL_CONFIG, params, source, 6)
+  greedy, _ = greedy_decode(_MODEL_CONFIG, params, source, 6)
   sequences, _ = beam_decode(_MODEL_CONFIG, params, source, 6, 1, 0.0)
   np.testing.assert_array_equal(sequences, greedy)
