@@ -91,7 +91,7 @@ def recompute_decode(model_config, params, source, max_length: int, beam_size: i
   cache = {"tokens": jnp.zeros((batch_size, max_length), jnp.int32), "index": jnp.array(0, jnp.int32)}
   if beam_size == 1:
     return greedy_search(step_fn, cache, batch_size, max_length, model_config.bos_id, model_config.eos_id,
-                         model_config.pad_id)
+                         model_config.pad_id)[0]
   sequences, _ = beam_search(step_fn, cache, batch_size, beam_size, max_length, model_config.bos_id,
                              model_config.eos_id, model_config.pad_id)
   return sequences
@@ -99,7 +99,7 @@ def recompute_decode(model_config, params, source, max_length: int, beam_size: i
 
 def cached_decode(model_config, params, source, max_length: int, beam_size: int):
   if beam_size == 1:
-    return seq2seq.greedy_decode(model_config, params, source, max_length)
+    return seq2seq.greedy_decode(model_config, params, source, max_length)[0]
   return seq2seq.beam_decode(model_config, params, source, max_length, beam_size)[0]
 
 

@@ -60,13 +60,18 @@ class SentenceAttention:
     return ["<s>", *self.target_pieces[:-1]]
 
 
+def _beam_size(model) -> int:
+  """The run's beam: ``config.decode.beam_size`` with beam search, else 1 (greedy)."""
+  return model.config.decode.beam_size if model.config.decode.method == "beam" else 1
+
+
 def attention_for_sentences(model, split: str, indices: list[int], beam_size: int | None = None
                             ) -> list[SentenceAttention]:
   """Decode sentences ``indices`` of ``split`` with ``model`` (a ``transformer.TrainedModel`` of a translation
-  run) and collect their attention maps on (source, hypothesis). ``beam_size`` None uses
-  ``config.task.beam_size`` (1 is greedy)."""
-  settings = model.config.task
-  beam_size = settings.beam_size if beam_size is None else beam_size
+  run) and collect their attention maps on (source, hypothesis). ``beam_size`` None uses the run's
+  ``config.decode`` beam (1 is greedy)."""
+  settings = model.config.decode
+  beam_size = _beam_size(model) if beam_size is None else beam_size
   data = model.task.data
   sources = [data.eval[split].source(i) for i in indices]
   hypotheses = model.decode(sources, beam_size=beam_size, length_penalty=settings.length_penalty)
@@ -181,7 +186,7 @@ def write_attention_plots(model, split: str, indices: list[int], output_dir: str
   size = len(data.eval[split])
   if not indices or min(indices) < 0 or max(indices) >= size:
     raise ValueError(f"sentences {indices} are outside {split}, which has {size} sentences.")
-  beam_size = model.config.task.beam_size if beam_size is None else beam_size
+  beam_size = _beam_size(model) if beam_size is None else beam_size
   os.makedirs(output_dir, exist_ok=True)
   sentences = attention_for_sentences(model, split, indices, beam_size)
   for sentence in sentences:
@@ -236,7 +241,7 @@ if __name__ == "__main__":
   _SPLIT = flags.DEFINE_string("split", "", "Evaluation split; default: the config's first test split.")
   _NUM_SENTENCES = flags.DEFINE_integer("num_sentences", 3, "How many sentences to plot.")
   _FIRST_SENTENCE = flags.DEFINE_integer("first_sentence", 0, "Index of the first sentence in the split.")
-  _BEAM_SIZE = flags.DEFINE_integer("beam_size", 0, "Beam size of the hypotheses; 0: config.task.beam_size, "
+  _BEAM_SIZE = flags.DEFINE_integer("beam_size", 0, "Beam size of the hypotheses; 0: config.decode's, "
                                     "1: greedy.")
   _CHECKPOINT = flags.DEFINE_enum("checkpoint", "latest", ["latest", "best"],
                                   "latest, or best (by config.best_metric; the latest when the run kept none).")

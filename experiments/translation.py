@@ -46,8 +46,9 @@ def translation_config(experiment: str, variant: str) -> ml_collections.ConfigDi
   task.fixed_batch_shape = False
   task.eval_split = "validation"
   task.test_splits = ()  # scored only by --mode=eval
-  task.beam_size = 5
-  task.length_penalty = 0.6  # GNMT's alpha, used during training and whenever no candidates are given
+  config.decode.method = "beam"
+  config.decode.beam_size = 5
+  config.decode.length_penalty = 0.6  # GNMT's alpha, used during training and whenever no candidates are given
   # --mode=eval decodes the tests with the alpha of these that scores best on the validation split; () = off.
   task.length_penalty_candidates = ()
   task.bleu_tokenize = "13a"  # sacreBLEU default on detokenised, cased output

@@ -232,8 +232,8 @@ def summarize(experiment: str, variant: str, workdir: str, average_checkpoints: 
       "validation_bleu_by_checkpoint": candidates,
       "validation_bleu": validation_bleu(results, eval_split),
       # The run's config.json holds the training-time decoding settings; --mode=eval records what it used.
-      "beam_size": config["task"].get("beam_size"),
-      "length_penalty": results.get(f"{test}/length_penalty", config["task"].get("length_penalty")),
+      "beam_size": upgrade_config(config)["decode"]["beam_size"],
+      "length_penalty": results.get(f"{test}/length_penalty", upgrade_config(config)["decode"]["length_penalty"]),
       "validation_bleu_by_length_penalty": results.get(f"{eval_split}/bleu_by_length_penalty", {}),
       "test_bleu": results[f"{test}/bleu"],
       "test_bleu_lowercase": results[f"{test}/bleu_lowercase"],
@@ -245,7 +245,7 @@ def summarize(experiment: str, variant: str, workdir: str, average_checkpoints: 
 
 def validation_summary(experiment: str, variant: str, workdir: str) -> dict:
   """A run recorded only by the validation BLEU its training logged (``eval/bleu`` at each evaluation, decoded
-  with the run's ``task.length_penalty``): a setting compared on validation and never scored on test."""
+  with the run's ``decode.length_penalty``): a setting compared on validation and never scored on test."""
   run = trained_run(experiment, variant, workdir)
   if not any("eval/bleu" in record for record in run["curves"]):
     raise app.UsageError(f"{workdir}/metrics.jsonl has no eval/bleu: the run stopped before its first "
@@ -324,7 +324,8 @@ def validation_table(runs: dict, validation_runs: dict) -> str:
     task = run["config"]["task"]
     evaluations = [r for r in run["curves"] if "eval/bleu" in r]
     sentences = task.get("num_eval_sentences", 0)
-    decoding = (f"beam {task.get('beam_size')}, alpha {task.get('length_penalty'):g}"
+    decode = upgrade_config(run["config"])["decode"]
+    decoding = (f"beam {decode['beam_size']}, alpha {decode['length_penalty']:g}"
                 + (f", first {sentences:,} sentences" if sentences else ""))
     rows.append([name, run["size"], f"{run['training_pairs']:,}", str(run["steps_trained"]),
                  f"{run['wall_hours']:.2f} h", decoding,

@@ -53,15 +53,15 @@ class TrainedModel:
   def translate(self, lines: list[str], beam_size: int | None = None,
                 length_penalty: float | None = None) -> list[str]:
     """Translate raw sentences, one output per input (an empty one for a blank line); beam search of
-    ``beam_size`` ranked with the GNMT ``length_penalty`` (defaults: the run's ``config.task``)."""
+    ``beam_size`` ranked with the GNMT ``length_penalty`` (default: the run's ``config.decode``)."""
     return self._task_method("translate_lines", "translate")(self.model_config, self.params, list(lines), beam_size,
                                                               length_penalty)
 
-  def decode(self, sources, max_length: int | None = None, beam_size: int = 1,
-             length_penalty: float = 0.6) -> list[np.ndarray]:
+  def decode(self, sources, max_length: int | None = None, beam_size: int | None = None,
+             length_penalty: float | None = None) -> list[np.ndarray]:
     """Token ids in, token ids out (any sequence-to-sequence task): each source (a 1-D int sequence, or text
-    for tasks with a tokenizer) decoded greedily (``beam_size`` 1) or by beam search into a 1-D int32 array
-    up to and including EOS. ``max_length`` None: room for 1.5 times the longest source plus 10 tokens."""
+    for tasks with a tokenizer) decoded with the run's ``config.decode`` (or greedily for ``beam_size`` 1, by
+    beam search for more) into a 1-D int32 array up to and including EOS. ``max_length`` None: room for 1.5 times the longest source plus 10 tokens."""
     return self._task_method("decode_sequences", "decode")(self.model_config, self.params, sources, max_length,
                                                             beam_size, length_penalty)
 

@@ -53,7 +53,7 @@ _CHAIN = normalize(np.log(_CHAIN))
 def test_beam_finds_the_optimum_that_greedy_misses_on_a_hand_made_chain(length_penalty):
   context = np.zeros(1, np.int32)
   sequences, scores = _beam(_CHAIN, context, length_penalty, beam_size=2, max_length=3)
-  greedy = np.asarray(greedy_search(markov_step_fn(_CHAIN), markov_cache(context), 1, 3, BOS, EOS, PAD))
+  greedy = np.asarray(greedy_search(markov_step_fn(_CHAIN), markov_cache(context), 1, 3, BOS, EOS, PAD)[0])
 
   best_score = (_CHAIN[BOS, 4] + _CHAIN[4, EOS]) / gnmt_penalty(2, length_penalty)  # "b EOS"
   np.testing.assert_array_equal(sequences[0, 0], [4, EOS, PAD])
@@ -77,7 +77,7 @@ def test_length_penalty_lets_a_longer_hypothesis_overtake_an_early_eos():
   chain = normalize(np.log(chain))
   context = np.zeros(1, np.int32)
   sequences, scores = _beam(chain, context, alpha, beam_size=1, max_length=max_length)
-  greedy = greedy_search(markov_step_fn(chain), markov_cache(context), 1, max_length, BOS, EOS, PAD)
+  greedy, _ = greedy_search(markov_step_fn(chain), markov_cache(context), 1, max_length, BOS, EOS, PAD)
 
   long_score = (chain[BOS, 3] + (max_length - 1) * chain[3, 3]) / gnmt_penalty(max_length, alpha)
   assert long_score > chain[BOS, EOS] / gnmt_penalty(1, alpha)
@@ -132,7 +132,7 @@ def test_one_beam_without_length_penalty_is_greedy_search():
     log_probs = normalize(2.0 * np.random.default_rng(seed).normal(size=(vocab,) * 3))
     context = np.arange(batch, dtype=np.int32) % vocab
     sequences, _ = _beam(log_probs, context, 0.0, beam_size=1, max_length=max_length)
-    greedy = greedy_search(markov_step_fn(log_probs), markov_cache(context), batch, max_length, BOS, EOS, PAD)
+    greedy, _ = greedy_search(markov_step_fn(log_probs), markov_cache(context), batch, max_length, BOS, EOS, PAD)
     np.testing.assert_array_equal(sequences[:, 0], greedy)
     ended_with_eos.extend(np.any(np.asarray(greedy) == EOS, axis=1))
   assert 0 < sum(ended_with_eos) < len(ended_with_eos)  # both EOS and cut-off outputs were compared
@@ -212,6 +212,75 @@ def test_cached_beam_scores_equal_teacher_forced_rescoring():
 
 def test_cached_beam_of_one_equals_greedy_decoding_of_the_model():
   source, params = _tiny_model()
-  greedy = greedy_decode(_MODEL_CONFIG, params, source, 6)
+  greedy, _ = greedy_decode(_MODEL_CONFIG, params, source, 6)
   sequences, _ = beam_decode(_MODEL_CONFIG, params, source, 6, 1, 0.0)
   np.testing.assert_array_equal(sequences, greedy)
+
+
+def _flax_wmt_beam_search(log_probs, context, beam_size, max_length, alpha):
+  """The best hypothesis of flax's ``examples/wmt/decode.py`` beam search on one example of an order-2 chain,
+  re-implemented in plain Python from its description: ``2 * beam`` candidates a step; every EOS among them
+  competes for the finished set, scored ``log P / ((5 + length) / 6) ** alpha``; the other best ``beam`` stay
+  alive; a large negative constant (not -inf) fills empty slots; the loop stops when every finished slot is
+  filled and beats the best alive bound; with no finished hypothesis the best alive one is returned."""
+  neg_inf, vocab = -1.0e7, log_probs.shape[-1]
+
+  def penalty(length):
+    return ((5.0 + length) / 6.0) ** alpha
+
+  def next_log_probs(tokens):
+    history = (context, BOS) + tokens
+    return log_probs[history[-2], history[-1]]
+
+  alive = [((), 0.0)] + [((), neg_inf)] * (beam_size - 1)
+  finished = [((), neg_inf, False)] * beam_size
+  for step in range(max_length):
+    best_alive_bound = max(log_p for _, log_p in alive) / penalty(max_length + 1)  # flax's max_decode_len
+    worst_finished = min(score for _, score, _ in finished)
+    if all((worst_finished if flag else neg_inf) > best_alive_bound for _, _, flag in finished):
+      break
+    candidates = [(tokens + (token,), log_p + next_log_probs(tokens)[token])
+                  for tokens, log_p in alive for token in range(vocab)]
+    # lax.top_k keeps the lower index first on ties: sorted() is stable.
+    top = sorted(candidates, key=lambda c: -c[1])[:2 * beam_size]
+    alive = sorted([(tokens, log_p + (neg_inf if tokens[-1] == EOS else 0.0)) for tokens, log_p in top],
+                   key=lambda c: -c[1])[:beam_size]
+    ended = [(tokens, log_p / penalty(step + 1) + (0.0 if tokens[-1] == EOS else neg_inf), tokens[-1] == EOS)
+             for tokens, log_p in top]
+    finished = sorted(finished + ended, key=lambda c: -c[1])[:beam_size]
+  best = finished[0][0] if any(flag for _, _, flag in finished) else max(alive, key=lambda c: c[1])[0]
+  return best + (PAD,) * (max_length - len(best))
+
+
+@pytest.mark.parametrize("beam_size", [1, 2])
+def test_any_candidate_finishing_scores_at_least_flax_wmt_beam_search(beam_size):
+  """finish_rule='any' (flax's and t5x's rule): on random chains the best hypothesis scores at least as high
+  as flax's examples/wmt search (same candidates; finishing cut-off hypotheses too can only add)."""
+  vocab, max_length, alpha = 4, 5, 0.6
+  differs_from_within_beam = False
+  for seed in range(6):
+    log_probs = normalize(2.0 * np.random.default_rng(seed).normal(size=(vocab,) * 3))
+    context = np.array([0, 3], np.int32)
+    found = _beam_any(log_probs, context, alpha, beam_size=beam_size, max_length=max_length)
+    within, _ = _beam(log_probs, context, alpha, beam_size=beam_size, max_length=max_length)
+    sequences, scores = map(np.asarray, found)
+    for row, before in enumerate(context):
+      exhaustive = exhaustive_search(log_probs, before, max_length, alpha)
+      np.testing.assert_allclose(scores[row, 0], exhaustive[tuple(sequences[row, 0])], atol=1e-5)
+      flax_best = _flax_wmt_beam_search(log_probs, int(before), beam_size, max_length, alpha)
+      assert scores[row, 0] >= exhaustive[flax_best] - 1e-5, (seed, row)
+      differs_from_within_beam |= tuple(sequences[row, 0]) != tuple(np.asarray(within)[row, 0])
+  if beam_size == 1:
+    assert differs_from_within_beam  # the two rules are different searches
+
+
+@functools.partial(jax.jit, static_argnames=("beam_size", "max_length"))
+def _beam_any(log_probs, context, length_penalty, *, beam_size, max_length):
+  return beam_search(markov_step_fn(log_probs), markov_cache(context), context.shape[0], beam_size, max_length,
+                     BOS, EOS, PAD, length_penalty, return_all_beams=True, finish_rule="any")
+
+
+def test_unknown_finish_rule_is_refused():
+  with pytest.raises(ValueError, match="finish_rule"):
+    beam_search(markov_step_fn(_CHAIN), markov_cache(np.zeros(1, np.int32)), 1, 2, 3, BOS, EOS, PAD,
+                finish_rule="flax")

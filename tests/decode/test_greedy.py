@@ -22,7 +22,7 @@ def _numpy_greedy(log_probs, context, max_length):
 @functools.partial(jax.jit, static_argnums=2)
 def _greedy(log_probs, context, max_length):
   return greedy_search(markov_step_fn(log_probs), markov_cache(context), context.shape[0], max_length, BOS, EOS,
-                       PAD)
+                       PAD)[0]
 
 
 @pytest.mark.parametrize("seed", range(3))

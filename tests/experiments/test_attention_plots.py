@@ -13,7 +13,7 @@ from transformer.train import run
 SPLIT = "test_2016_flickr"
 COMMAND = "python -m experiments.attention_plots --config=tiny"
 # A few steps are enough: the properties checked hold for any parameters. Greedy search keeps compiles short.
-QUICK = {"num_train_steps": 3, "eval_every": 3, "checkpoint_every": 3, "log_every": 3, "task.beam_size": 1,
+QUICK = {"num_train_steps": 3, "eval_every": 3, "checkpoint_every": 3, "log_every": 3, "decode.method": "greedy",
          "task.num_eval_sentences": 2, "async_checkpointing": False}
 
 

@@ -81,7 +81,7 @@ def test_cached_decoding_equals_full_causal_attention(kernels):
     output, cache = step(cache, inputs[:, position:position + 1])
     outputs.append(output)
   np.testing.assert_allclose(jnp.concatenate(outputs, axis=1), full, atol=1e-5, rtol=1e-5)
-  assert int(cache["cache_index"]) == Q_LENGTH
+  np.testing.assert_array_equal(cache["cache_index"], [Q_LENGTH] * BATCH)
 
 
 def test_attention_weights_are_sown_for_plots():
@@ -95,12 +95,34 @@ def test_attention_weights_are_sown_for_plots():
   np.testing.assert_array_equal(np.asarray(weights)[1, :, :, 2:], 0.0)  # padding keys of example 1
 
 
-def test_decode_takes_one_position_per_call():
+@pytest.mark.parametrize("positional_encoding", ["sinusoidal", "rotary"])
+def test_prefill_of_different_lengths_then_steps_equals_full_causal_attention(positional_encoding):
+  """A prompt written in one call (3 positions for example 0, 1 for example 1), then one position per call
+  from each example's own next position, gives the full causal self attention."""
+  config = CONFIG.replace(positional_encoding=positional_encoding)
   inputs, _, _, _ = _inputs(2)
-  decoder = MultiHeadAttention(CONFIG.replace(decode=True))
-  variables = decoder.init(jax.random.key(0), inputs, inputs, causal=True)
-  with pytest.raises(ValueError, match="one position per call, got 2"):
-    decoder.apply(variables, inputs[:, :2], inputs[:, :2], causal=True, mutable=["cache"])
+  module = MultiHeadAttention(config)
+  params = reference.perturbed_params(module, inputs, inputs, causal=True)
+  full = np.asarray(module.apply({"params": params}, inputs, inputs, causal=True))
+  decoder = MultiHeadAttention(config.replace(decode=True))
+  cache = decoder.init(jax.random.key(0), inputs, inputs, causal=True)["cache"]
+
+  @jax.jit
+  def call(cache, x, valid):
+    output, variables = decoder.apply({"params": params, "cache": cache}, x, x, valid, valid, causal=True,
+                                      mutable=["cache"])
+    return output, variables["cache"]
+
+  lengths = np.array([3, 1])
+  prompt_valid = np.arange(3)[None] < lengths[:, None]
+  output, cache = call(cache, inputs[:, :3], prompt_valid)
+  np.testing.assert_array_equal(cache["cache_index"], lengths)
+  for row, length in enumerate(lengths):
+    np.testing.assert_allclose(output[row, :length], full[row, :length], atol=1e-5, rtol=1e-5)
+  for step in range(Q_LENGTH - lengths.max()):
+    positions = lengths + step
+    output, cache = call(cache, inputs[np.arange(BATCH), positions][:, None], np.ones((BATCH, 1), bool))
+    np.testing.assert_allclose(output[:, 0], full[np.arange(BATCH), positions], atol=1e-5, rtol=1e-5)
 
 
 def test_float32_attention_logits_flag_reaches_the_dense_attention():

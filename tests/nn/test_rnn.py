@@ -117,7 +117,7 @@ def test_greedy_search_emits_the_argmax_of_the_teacher_forced_logits():
   params = _params(config)
   step, cache = _decoding_step(config, params)
   greedy = np.asarray(greedy_search(step, cache, BATCH, TARGET.shape[1], config.bos_id, config.eos_id,
-                                    config.pad_id))
+                                    config.pad_id)[0])
   # Teacher forcing on the search's own output: each token is the argmax given the tokens before it,
   # up to and including the first EOS (padding follows it).
   forced, _ = _forward(config, params, SOURCE, jnp.asarray(greedy))

@@ -28,7 +28,7 @@ def tiny_translation_config(raw_dir, data_dir, variant="transformer_small", **ov
   settings = {
       "task.source_dir": str(raw_dir), "task.data_dir": str(data_dir), "task.vocab_size": 64,
       "task.max_tokens": 512, "task.max_length": 32, "task.test_splits": ("test_2016_flickr",),
-      "task.beam_size": 2, **{f"model.{name}": value for name, value in TINY_MODELS[config.model_name].items()},
+      "decode.method": "beam", "decode.beam_size": 2, **{f"model.{name}": value for name, value in TINY_MODELS[config.model_name].items()},
       "optimizer.learning_rate": 3e-3, "optimizer.warmup_steps": 10, "num_train_steps": 60, "log_every": 20,
       "eval_every": 60, "checkpoint_every": 60, "quiet": True, "tensorboard": False, **overrides}
   for key, value in settings.items():

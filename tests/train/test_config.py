@@ -5,7 +5,8 @@ import pytest
 
 from transformer.errors import ConfigError
 from transformer.nn import ModelConfig, RNNConfig
-from transformer.train.config import DECIDED_ELSEWHERE, base_config, set_model, upgrade_config, validate_config
+from transformer.train.config import (DECIDED_ELSEWHERE, base_config, decode_section, set_model, upgrade_config,
+                                       validate_config)
 
 
 def test_the_model_section_holds_the_named_models_fields_and_defaults():
@@ -53,7 +54,8 @@ def test_upgrade_config_maps_the_old_sections_to_the_chosen_models_section():
   transformer = {"d_model": 128, "num_heads": 4, "num_classes": 2, "pooling": "mean"}
   rnn = {"cell": "lstm", "hidden_dim": 256}
   old_rnn_run = {"architecture": "rnn", "model": transformer, "rnn": rnn, "seed": 3, "task": {"name": "t"}}
-  assert upgrade_config(old_rnn_run) == {"model_name": "rnn", "model": rnn, "seed": 3, "task": {"name": "t"}}
+  assert upgrade_config(old_rnn_run) == {"model_name": "rnn", "model": rnn, "seed": 3, "task": {"name": "t"},
+                                         "decode": decode_section().to_dict()}
   # Before RNNs there was no architecture field: a Transformer, less the fields moved to ClassifierConfig.
   assert upgrade_config({"model": transformer, "seed": 3}) == {
       "model_name": "transformer", "model": {"d_model": 128, "num_heads": 4}, "seed": 3}
@@ -87,3 +89,21 @@ def test_a_workdir_saved_before_the_classifier_fields_moved_still_resumes(tmp_pa
   with pytest.raises(ValueError, match="num_token_types: 0 -> 2"):
     _check_workdir_model(str(tmp_path), model_config.replace(num_token_types=2), has_checkpoints=True,
                          is_main=False)
+
+
+def test_upgrade_config_moves_the_old_beam_settings_into_decode():
+  old = {"model_name": "transformer", "task": {"name": "translation", "beam_size": 5, "length_penalty": 1.0}}
+  upgraded = upgrade_config(old)
+  assert upgraded["task"] == {"name": "translation"}
+  assert upgraded["decode"] == {**decode_section().to_dict(), "method": "beam", "beam_size": 5, "length_penalty": 1.0}
+  assert upgrade_config({"task": {"name": "t", "beam_size": 1}})["decode"]["method"] == "greedy"
+
+
+@pytest.mark.parametrize("field, value, message", [("method", "nucleus", "method"), ("top_p", 0.0, "top_p"),
+                                                   ("temperature", -1.0, "temperature"),
+                                                   ("finish_rule", "flax", "finish_rule")])
+def test_bad_decode_settings_are_config_errors(field, value, message):
+  config = base_config()
+  config.decode[field] = value
+  with pytest.raises(ConfigError, match=f"config.decode: .*{message}"):
+    validate_config(config)

@@ -4,9 +4,17 @@ Two sets of ``beam_size`` hypotheses are kept per example, as in flax's ``exampl
 ones, which can still grow, and *finished* ones, which have ended (with EOS, or cut at ``max_length``) and
 keep their score. Each step extends every alive hypothesis by every token, keeps the ``2 * beam_size`` most
 likely extensions (at most ``beam_size`` of them end in EOS, one per parent, so at least ``beam_size`` are
-left to grow), finishes those that end and rank within the first ``beam_size`` (as fairseq and Hugging Face
-do; this makes ``beam_size=1`` with ``length_penalty=0`` exactly greedy search), and carries the best
-``beam_size`` of the rest on. The search stops early once no alive hypothesis can beat the worst finished one.
+left to grow), finishes those that end, and carries the best ``beam_size`` of the rest on. The search stops
+early once no alive hypothesis can beat the worst finished one.
+
+Which ending candidates may finish is the ``finish_rule``:
+
+- ``"within_beam"`` (default, as fairseq and Hugging Face): only those ranked within the first
+  ``beam_size`` of the ``2 * beam_size``; an EOS ranked lower is dropped. This makes ``beam_size=1`` with
+  ``length_penalty=0`` exactly greedy search.
+- ``"any"`` (flax's ``examples/wmt`` and t5x): every ending candidate among the ``2 * beam_size`` competes
+  for the finished set, so a hypothesis that a narrow beam would drop can still win; beam 1 is then no
+  longer greedy.
 
 Hypotheses are ranked by ``log P(y) / lp(y)`` with the GNMT length penalty ``lp`` (Wu et al. 2016, eq. 14);
 ``len(y)`` counts the EOS token. A hypothesis that reaches ``max_length`` tokens without EOS is finished
@@ -16,12 +24,14 @@ Layout: beams of one example are contiguous when flattened, ``[batch * beam]`` i
 """
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 
-StepFunction = Callable[[jax.Array, Any], tuple[jax.Array, Any]]
+from transformer.decode.start import PrefillFunction, StepFunction, first_log_probs
+
+FINISH_RULES = ("within_beam", "any")
 
 
 def gnmt_length_penalty(length, alpha: float):
@@ -50,7 +60,7 @@ def gather_beams(x: jax.Array, beam_indices: jax.Array) -> jax.Array:
   return jax.vmap(lambda beams, indices: beams[indices])(x, beam_indices)
 
 
-def _map_batch_leaves(fn, tree, leading_size: int):
+def map_batch_leaves(fn, tree, leading_size: int):
   """Apply ``fn`` to the leaves of ``tree`` whose leading axis has ``leading_size`` entries (the batch
   axis); other leaves (e.g. the scalar ``cache_index``) are shared by all beams and left alone."""
   return jax.tree.map(lambda x: fn(x) if x.ndim and x.shape[0] == leading_size else x, tree)
@@ -59,7 +69,7 @@ def _map_batch_leaves(fn, tree, leading_size: int):
 def _gather_cache(cache, beam_indices: jax.Array, beam_size: int):
   """Each beam's cache from its parent: batch leaves ``[batch * beam, ...]``, ``beam_indices`` int
   ``[batch, beam]`` (the parent of each new beam)."""
-  return _map_batch_leaves(lambda x: flatten_beams(gather_beams(unflatten_beams(x, beam_size), beam_indices)),
+  return map_batch_leaves(lambda x: flatten_beams(gather_beams(unflatten_beams(x, beam_size), beam_indices)),
                            cache, beam_indices.shape[0] * beam_size)
 
 
@@ -67,13 +77,16 @@ class _BeamState(NamedTuple):
   step: jax.Array  # int32 scalar: tokens generated so far
   alive_sequences: jax.Array  # int32 [batch, beam, max_length], pad_id after ``step``
   alive_log_probs: jax.Array  # float32 [batch, beam], sorted descending; -inf for empty beams
+  next_log_probs: jax.Array  # float32 [batch, beam, vocab]: each alive hypothesis's next-token distribution
   finished_sequences: jax.Array  # int32 [batch, beam, max_length], pad_id after EOS
   finished_scores: jax.Array  # float32 [batch, beam], sorted descending; -inf for empty slots
   cache: Any  # batch leaves [batch * beam, ...]
 
 
 def beam_search(step_fn: StepFunction, cache, batch_size: int, beam_size: int, max_length: int, bos_id: int,
-                eos_id: int, pad_id: int = 0, length_penalty: float = 0.6, return_all_beams: bool = False):
+                eos_id: int, pad_id: int = 0, length_penalty: float = 0.6, return_all_beams: bool = False, *,
+                finish_rule: str = "within_beam", prompt=None, prompt_lengths=None,
+                prefill_fn: PrefillFunction | None = None):
   """The ``beam_size`` best-scoring sequences found per example (see the module docstring).
 
   Jit-compatible: shapes are static and the loop is a ``lax.while_loop``.
@@ -82,17 +95,20 @@ def beam_search(step_fn: StepFunction, cache, batch_size: int, beam_size: int, m
     step_fn: maps the previous tokens ``[batch * beam, 1]`` and a cache to logits
       ``[batch * beam, 1, vocab]`` and the updated cache (e.g. a decoder applied with ``decode=True`` and
       ``mutable=['cache']``, whose encoder outputs were repeated with ``expand_to_beams``).
-    cache: the initial cache for ``batch_size`` sequences. Leaves whose leading axis has ``batch_size``
-      entries are repeated per beam and, every step, re-gathered from the parent beams; other leaves (the
-      scalar ``cache_index``) are left alone.
+    cache: the initial cache for ``batch_size`` sequences. After BOS or the prompt, leaves whose leading axis
+      has ``batch_size`` entries are repeated per beam and, every step, re-gathered from the parent beams;
+      other leaves (a scalar step counter) are left alone.
     batch_size: number of examples.
-    beam_size: hypotheses kept per example; 1 with ``length_penalty=0`` is greedy search.
-    max_length: number of tokens to generate at most.
+    beam_size: hypotheses kept per example; 1 with ``length_penalty=0`` is greedy search ("within_beam").
+    max_length: number of tokens to generate at most (after the prompt).
     bos_id, eos_id, pad_id: special ids; the first input is ``bos_id``, and after a hypothesis emits
       ``eos_id`` every later position is ``pad_id``.
     length_penalty: ``alpha`` of the GNMT length penalty (0.6 in GNMT; 0 ranks by log probability); a
       float or a traced scalar.
-    return_all_beams: also return the other beams.
+    return_all_beams: return every finished hypothesis (the n best, to rerank), not only the best.
+    finish_rule: ``"within_beam"`` or ``"any"`` (see the module docstring).
+    prompt, prompt_lengths, prefill_fn: continue a prefix per example, read once per example before the
+      beams split (see ``first_log_probs``); the output holds only the continuation.
 
   Returns:
     ``(sequences, scores)``: int32 ``[batch, max_length]`` tokens (EOS included, padded with ``pad_id``) and
@@ -104,6 +120,8 @@ def beam_search(step_fn: StepFunction, cache, batch_size: int, beam_size: int, m
     raise ValueError(f"beam_search needs beam_size >= 1, got {beam_size!r}.")
   if not isinstance(max_length, int) or max_length < 1:
     raise ValueError(f"beam_search needs max_length >= 1, got {max_length!r}.")
+  if finish_rule not in FINISH_RULES:
+    raise ValueError(f"beam_search's finish_rule={finish_rule!r} is unknown; choose one of {list(FINISH_RULES)}.")
 
   def can_improve(state: _BeamState):
     # An upper bound on any score the alive hypotheses can still reach: log P only falls as they grow, and
@@ -114,12 +132,8 @@ def beam_search(step_fn: StepFunction, cache, batch_size: int, beam_size: int, m
     return (state.step < max_length) & jnp.any(best_alive_bound > state.finished_scores[:, -1])
 
   def step(state: _BeamState) -> _BeamState:
-    last_tokens = jnp.where(state.step == 0, bos_id,
-                            state.alive_sequences[:, :, jnp.maximum(state.step - 1, 0)])  # [batch, beam]
-    logits, cache = step_fn(flatten_beams(last_tokens)[:, None], state.cache)
-    log_probs = unflatten_beams(jax.nn.log_softmax(logits[:, -1].astype(jnp.float32)), beam_size)
-    vocab_size = log_probs.shape[-1]
-    candidate_log_probs = (state.alive_log_probs[:, :, None] + log_probs).reshape(batch_size, -1)
+    vocab_size = state.next_log_probs.shape[-1]
+    candidate_log_probs = (state.alive_log_probs[:, :, None] + state.next_log_probs).reshape(batch_size, -1)
     num_candidates = min(2 * beam_size, beam_size * vocab_size)
     top_log_probs, top_indices = jax.lax.top_k(candidate_log_probs, num_candidates)  # [batch, candidates]
     parents, tokens = top_indices // vocab_size, top_indices % vocab_size
@@ -127,9 +141,9 @@ def beam_search(step_fn: StepFunction, cache, batch_size: int, beam_size: int, m
     length = state.step + 1
 
     is_eos = tokens == eos_id
-    # Only candidates that would have made the beam may finish (fairseq, Hugging Face); an EOS ranked lower
-    # is dropped. Everything still alive finishes at max_length.
-    ends = (is_eos | (length == max_length)) & (jnp.arange(num_candidates) < beam_size)
+    ends = is_eos | (length == max_length)  # everything still alive finishes at max_length
+    if finish_rule == "within_beam":
+      ends = ends & (jnp.arange(num_candidates) < beam_size)
     new_scores = jnp.where(ends, top_log_probs / gnmt_length_penalty(length, length_penalty), -jnp.inf)
     # Earlier finished hypotheses come first, so top_k keeps them on ties.
     finished_scores, keep = jax.lax.top_k(jnp.concatenate([state.finished_scores, new_scores], axis=1),
@@ -137,12 +151,16 @@ def beam_search(step_fn: StepFunction, cache, batch_size: int, beam_size: int, m
     finished_sequences = gather_beams(jnp.concatenate([state.finished_sequences, sequences], axis=1), keep)
 
     alive_log_probs, keep = jax.lax.top_k(jnp.where(is_eos, -jnp.inf, top_log_probs), beam_size)
-    cache = _gather_cache(cache, gather_beams(parents, keep), beam_size)
-    return _BeamState(length, gather_beams(sequences, keep), alive_log_probs, finished_sequences,
+    alive_sequences = gather_beams(sequences, keep)
+    cache = _gather_cache(state.cache, gather_beams(parents, keep), beam_size)
+    logits, cache = step_fn(flatten_beams(alive_sequences[:, :, state.step])[:, None], cache)
+    next_log_probs = unflatten_beams(jax.nn.log_softmax(logits[:, -1].astype(jnp.float32)), beam_size)
+    return _BeamState(length, alive_sequences, alive_log_probs, next_log_probs, finished_sequences,
                       finished_scores, cache)
 
+  log_probs, cache = first_log_probs(step_fn, cache, batch_size, bos_id, prompt, prompt_lengths, prefill_fn)
   empty_sequences = jnp.full((batch_size, beam_size, max_length), pad_id, jnp.int32)
-  # All beams start as the same empty prefix; only the first is live, or the top-k would pick duplicates.
+  # All beams start as the same prefix; only the first is live, or the top-k would pick duplicates.
   # -inf (not a large negative number) marks empty beams: it stays -inf under every update and can never
   # outrank a real hypothesis, however long; log-probabilities are never +inf, so no NaN arises.
   initial_log_probs = jnp.where(jnp.arange(beam_size) == 0, 0.0, -jnp.inf).astype(jnp.float32)
@@ -150,9 +168,10 @@ def beam_search(step_fn: StepFunction, cache, batch_size: int, beam_size: int, m
       step=jnp.array(0, jnp.int32),
       alive_sequences=empty_sequences,
       alive_log_probs=jnp.broadcast_to(initial_log_probs, (batch_size, beam_size)),
+      next_log_probs=unflatten_beams(expand_to_beams(log_probs, beam_size), beam_size),
       finished_sequences=empty_sequences,
       finished_scores=jnp.full((batch_size, beam_size), -jnp.inf, jnp.float32),
-      cache=_map_batch_leaves(lambda x: expand_to_beams(x, beam_size), cache, batch_size))
+      cache=map_batch_leaves(lambda x: expand_to_beams(x, beam_size), cache, batch_size))
   state = jax.lax.while_loop(can_improve, step, state)
   if return_all_beams:
     return state.finished_sequences, state.finished_scores

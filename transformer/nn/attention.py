@@ -21,9 +21,11 @@ class MultiHeadAttention(nn.Module):
 
   Self attention when ``inputs_kv is inputs_q``, cross attention otherwise. Masks are given per position
   (``query_valid``, ``key_valid``, ``causal``) so the dense and the chunked implementations get the
-  same information. With ``config.decode`` and ``causal``, each call takes one new position, appends its
-  key and value to the ``cache`` collection and attends over the cache. Cross attention reads its keys
-  and values from the ``cross_cache`` collection when given one (see ``CROSS_CACHE``).
+  same information. With ``config.decode`` and ``causal``, each call appends its positions' keys and values
+  to the ``cache`` collection, at each example's own ``cache_index``, and attends over the cache: one new
+  token per call, or a whole prompt in one call (prefill; ``query_valid`` marks each row's real positions,
+  which come first). Cross attention reads its keys and values from the ``cross_cache`` collection when
+  given one (see ``CROSS_CACHE``).
 
   Parameters: ``query``/``key``/``value`` kernels ``[d_model, heads * head_dim]`` with biases, and the
   output kernel ``W^O`` ``[heads * head_dim, d_model]`` with bias. The attention weights are sown into the
@@ -82,9 +84,12 @@ class MultiHeadAttention(nn.Module):
       query_positions = jnp.arange(q_length)
       key_positions = jnp.arange(key.shape[1])
 
+    cache_mask = None
     if config.decode and causal and self.has_variable("cache", "cached_key"):
-      key, value, key_valid, query_positions, key_positions = self._update_cache(key, value, query_positions)
-      query_valid, causal = None, False  # the cache mask already hides the future
+      key, value, cache_mask, positions = self._update_cache(key, value, query_valid)
+      if rotary:
+        query_positions, key_positions = positions, jnp.arange(key.shape[1])
+      query_valid, key_valid, causal = None, None, False  # the cache mask already hides the future
     elif config.decode and causal:
       self._create_cache(key, value)  # the init call: behave as full causal attention
 
@@ -94,7 +99,9 @@ class MultiHeadAttention(nn.Module):
 
     kernels = ops.select_kernels(config.kernels)
     use_dropout = not config.deterministic and config.attention_dropout_rate > 0.0
-    if config.attention_implementation == "chunked" and not use_dropout:
+    # The cache mask differs per example and query, which only the dense path takes; a decoding step has
+    # few queries, so the chunked path's memory saving does not matter there.
+    if config.attention_implementation == "chunked" and not use_dropout and cache_mask is None:
       output = ops.chunked_dot_product_attention(
           query, key, value, query_valid, key_valid, causal=causal, scale=config.scale_attention,
           query_chunk_size=config.attention_chunk_size, key_chunk_size=config.attention_chunk_size,
@@ -108,6 +115,7 @@ class MultiHeadAttention(nn.Module):
             jnp.ones((batch, key.shape[1]), bool) if key_valid is None else key_valid)
       if causal:
         mask = ops.combine_masks(mask, ops.make_causal_mask(q_length, key.shape[1]))
+      mask = ops.combine_masks(mask, cache_mask)
       # The weights are formed only when sown (a fused kernel, e.g. cuDNN's, never writes them out).
       sow_weights = self.is_mutable_collection("intermediates")
       output = ops.dot_product_attention(
@@ -123,30 +131,37 @@ class MultiHeadAttention(nn.Module):
     return self._projection("output", features, d_model)(output)
 
   def _create_cache(self, key, value):
-    """Zero cache sized by the init call's inputs: ``[batch, max_length, heads, head_dim]``."""
+    """Zero cache sized by the init call's inputs: keys and values ``[batch, max_length, heads, head_dim]``
+    and each example's next free position ``cache_index`` ``[batch]`` int32."""
     self.variable("cache", "cached_key", jnp.zeros, key.shape, key.dtype)
     self.variable("cache", "cached_value", jnp.zeros, value.shape, value.dtype)
-    self.variable("cache", "cache_index", lambda: jnp.array(0, jnp.int32))
+    self.variable("cache", "cache_index", jnp.zeros, key.shape[:1], jnp.int32)
 
-  def _update_cache(self, key, value, query_positions):
-    """Write this step's ``[batch, 1, heads, head_dim]`` key/value at ``cache_index``.
+  def _update_cache(self, key, value, query_valid):
+    """Write this call's keys/values ``[batch, length, heads, head_dim]`` at each example's ``cache_index``
+    and advance it by the example's number of valid positions (all ``length`` when ``query_valid`` is None).
 
-    Returns the whole cache, its validity ``[batch, max_length]`` (positions written so far) and the
-    rotary positions of the query and keys (None unless rotary).
+    Returns the whole cache (keys and values ``[batch, max_length, heads, head_dim]``), the mask
+    ``[batch, 1, length, max_length]`` (query ``i`` of example ``b`` sees cache slots up to its own position
+    ``cache_index[b] + i``), and the queries' positions ``[batch, length]``.
     """
     cached_key = self.variable("cache", "cached_key")
     cached_value = self.variable("cache", "cached_value")
     cache_index = self.variable("cache", "cache_index")
-    batch, max_length = cached_key.value.shape[:2]
-    if key.shape[1] != 1:
-      raise ValueError(f"decode=True takes one position per call, got {key.shape[1]}.")
-    index = cache_index.value
-    cached_key.value = jax.lax.dynamic_update_slice(cached_key.value, key.astype(cached_key.value.dtype),
-                                                    (0, index, 0, 0))
-    cached_value.value = jax.lax.dynamic_update_slice(cached_value.value,
-                                                      value.astype(cached_value.value.dtype), (0, index, 0, 0))
-    cache_index.value = index + 1
-    key_valid = jnp.broadcast_to(jnp.arange(max_length) <= index, (batch, max_length))
-    if query_positions is None:
-      return cached_key.value, cached_value.value, key_valid, None, None
-    return cached_key.value, cached_value.value, key_valid, index[None], jnp.arange(max_length)
+    max_length, length = cached_key.value.shape[1], key.shape[1]
+    index = cache_index.value  # [batch] int32
+
+    def write(cache, new):
+      # Per example: [max_length, heads, head_dim] <- [length, heads, head_dim] at its index. The start
+      # indices share the index's dtype: int64 literal zeros beside it fail under jax_enable_x64.
+      zero = jnp.zeros((), index.dtype)
+      return jax.vmap(lambda c, n, i: jax.lax.dynamic_update_slice(c, n.astype(c.dtype), (i, zero, zero)))(
+          cache, new, index)
+
+    cached_key.value = write(cached_key.value, key)
+    cached_value.value = write(cached_value.value, value)
+    written = length if query_valid is None else jnp.sum(query_valid, axis=1)
+    cache_index.value = (index + written).astype(jnp.int32)
+    query_positions = index[:, None] + jnp.arange(length, dtype=jnp.int32)  # [batch, length]
+    mask = jnp.arange(max_length, dtype=jnp.int32)[None, None, :] <= query_positions[:, :, None]
+    return cached_key.value, cached_value.value, mask[:, None], query_positions

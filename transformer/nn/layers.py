@@ -60,12 +60,16 @@ class PositionalEncoding(nn.Module):
   """Adds sinusoidal or learned position information to ``[batch, length, d_model]`` embeddings.
 
   "rotary" is applied inside attention and "none" adds nothing (both return the input). With
-  ``config.decode`` the current position is kept in the ``cache`` collection.
+  ``config.decode`` each example's next position is kept in the ``cache`` collection (``position``
+  ``[batch]``) and advances by its number of ``valid`` positions, so a prompt of any length per example can
+  be read in one call.
   """
   config: ModelConfig
 
   @nn.compact
-  def __call__(self, x):
+  def __call__(self, x, valid=None):
+    """``x`` ``[batch, length, d_model]``; ``valid`` ``[batch, length]`` bool, read only when decoding: each
+    row's real positions, first (default: all)."""
     config = self.config
     if config.positional_encoding in ("rotary", "none"):
       return x
@@ -73,20 +77,21 @@ class PositionalEncoding(nn.Module):
     if config.positional_encoding == "learned" and length > config.max_length:  # indexing would clamp silently
       raise ConfigError(f"a sequence of {length} positions is longer than the learned position table "
                         f"(config.model.max_length={config.max_length}); raise max_length or shorten the inputs.")
-    positions = jnp.arange(length)
+    positions = jnp.arange(length, dtype=jnp.int32)[None]  # [1, length]
     if config.decode:
       initialized = self.has_variable("cache", "position")
-      position = self.variable("cache", "position", lambda: jnp.array(0, jnp.int32))
+      position = self.variable("cache", "position", jnp.zeros, x.shape[:1], jnp.int32)
       if initialized:
-        positions = position.value + positions
-        position.value = position.value + length
+        positions = position.value[:, None] + positions  # [batch, length]
+        written = length if valid is None else jnp.sum(valid, axis=1)
+        position.value = (position.value + written).astype(jnp.int32)
     if config.positional_encoding == "sinusoidal":
       encoding = ops.sinusoidal_position_encoding(positions, config.d_model)
     else:
       table = self.param("position_table", nn.initializers.normal(stddev=0.02),
                          (config.max_length, config.d_model))
       encoding = table[positions]
-    return x + encoding[None].astype(x.dtype)
+    return x + encoding.astype(x.dtype)
 
 
 def residual(module: nn.Module, x, sublayer: Callable, norm: Norm):

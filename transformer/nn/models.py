@@ -29,14 +29,15 @@ class Embedder(nn.Module):
   embedding: nn.Module
 
   @nn.compact
-  def __call__(self, tokens, token_types=None):
+  def __call__(self, tokens, token_types=None, valid=None):
     """``[batch, length]`` int tokens (and token types, default all 0) -> ``[batch, length, d_model]`` in the
-    compute dtype."""
+    compute dtype; ``valid`` ``[batch, length]`` bool, when decoding: each row's real positions (see
+    ``PositionalEncoding``)."""
     config = self.config
     x = self.embedding(tokens).astype(config.compute_dtype)
     if config.scale_embeddings:
       x = ops.scale_embeddings(x, config.d_model)
-    x = PositionalEncoding(config, name="positions")(x)
+    x = PositionalEncoding(config, name="positions")(x, valid)
     if config.num_token_types:
       if token_types is None:
         token_types = jnp.zeros_like(tokens)
@@ -92,9 +93,11 @@ class Decoder(nn.Module):
     """Decode.
 
     Args:
-      decoder_inputs: ``[batch, target_length]`` int, the right-shifted targets (teacher forcing), or
-        ``[batch, 1]`` the previous token when ``config.decode``.
-      target_valid: ``[batch, target_length]`` bool, True at real target positions (default: all).
+      decoder_inputs: ``[batch, target_length]`` int, the right-shifted targets (teacher forcing), or, when
+        ``config.decode``, the next positions to write into the cache: ``[batch, 1]`` the previous token, or
+        a whole prompt (prefill).
+      target_valid: ``[batch, target_length]`` bool, True at real target positions (default: all); when
+        decoding, each row's real positions come first and only they advance its cache.
       encoded: ``[batch, source_length, d_model]`` or None for a decoder-only model.
       encoded_valid: ``[batch, source_length]`` bool.
       logits_index: ``[]`` int (may be traced): project only this position to the vocabulary, e.g. the
@@ -109,7 +112,7 @@ class Decoder(nn.Module):
     embedding = self.embedding or make_embedding(config, config.output_vocab_size, "embedding")
     if target_valid is None:
       target_valid = jnp.ones(decoder_inputs.shape, bool)
-    x = Embedder(config, embedding, name="embedder")(decoder_inputs)
+    x = Embedder(config, embedding, name="embedder")(decoder_inputs, valid=target_valid)
     for index in range(config.num_decoder_layers):
       x = DecoderLayer(config, name=f"layer_{index}")(x, target_valid, encoded, encoded_valid)
     if config.norm_position == "pre":
@@ -169,15 +172,17 @@ class TransformerLM(nn.Module):
   config: ModelConfig
 
   @nn.compact
-  def __call__(self, tokens):
+  def __call__(self, tokens, valid=None):
     """``[batch, length]`` targets -> ``[batch, length, vocab]`` logits; position ``i`` predicts ``tokens[:, i]``.
 
-    With ``config.decode``, ``tokens`` is ``[batch, 1]``: the previous token (start with ``bos_id``).
+    With ``config.decode``, ``tokens`` are the next inputs to write into the cache, which start with
+    ``bos_id``: ``[batch, 1]`` the previous token, or a whole prompt in one call, ``valid`` ``[batch, length]``
+    bool marking each row's real positions (first); logits at ``i`` then predict the token after input ``i``.
     """
     config = self.config
     decoder = Decoder(config, name="decoder")
     if config.decode:
-      return decoder(tokens)
+      return decoder(tokens, valid)
     return decoder(ops.shift_right(tokens, config.bos_id), tokens != config.pad_id)
 
 

@@ -5,6 +5,7 @@ Batches: ``{"source": int32 [batch, source_length], "target": int32 [batch, targ
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import jax
@@ -12,15 +13,28 @@ import jax.numpy as jnp
 import numpy as np
 
 from transformer import ops
-from transformer.decode import beam_search, expand_to_beams, greedy_search
+from transformer.decode import DecodeSettings, search
 from transformer.errors import ConfigError
-from transformer.nn import CROSS_CACHE, MODELS, EncoderDecoder, ModelConfig, cross_attention_cache, model_spec
+from transformer.nn import MODELS, EncoderDecoder, ModelConfig, encoder_decoder_decoding, model_spec
 from transformer.tasks.base import Task
 
 # The config.model_name values (keys of transformer.nn.MODELS) a seq2seq task trains. Both models share the
 # EncoderDecoder interface (encode, decode, teacher-forced __call__, a decode cache), so loss and search code
 # is the same for both.
 SEQ2SEQ_MODELS = ("transformer", "rnn")
+
+
+def decode_settings(config) -> DecodeSettings:
+  """The run's ``config.decode`` as ``DecodeSettings``; a bad value is a ``ConfigError`` naming the field."""
+  fields = dict(config.get("decode", {}))
+  unknown = set(fields) - {field.name for field in dataclasses.fields(DecodeSettings)}
+  if unknown:
+    raise ConfigError(f"config.decode has no field {sorted(unknown)[0]!r}; its fields are "
+                      f"{[field.name for field in dataclasses.fields(DecodeSettings)]}.")
+  try:
+    return DecodeSettings(**fields)
+  except ValueError as error:
+    raise ConfigError(f"config.decode: {error} Set it with --config.decode.<field>=...") from None
 
 
 def model_class(model_config) -> type[EncoderDecoder]:
@@ -89,15 +103,22 @@ class Seq2SeqTask(Task):
     }
     return loss_sum, weight_sum, metrics
 
-  def decode_batch(self, model_config: ModelConfig, params, source, max_length: int, beam_size: int = 1,
-                   length_penalty: float = 0.6):
-    """Decode ``[batch, source_length]`` sources into ``[batch, max_length]`` tokens: greedy when
-    ``beam_size`` is 1, else beam search ranked with the GNMT ``length_penalty`` (alpha)."""
-    model_config = model_config.replace(deterministic=True)
-    if beam_size == 1:
-      return greedy_decode(model_config, params, source, max_length)
-    sequences, _ = beam_decode(model_config, params, source, max_length, beam_size, length_penalty)
-    return sequences
+  def decode_settings(self, beam_size: int | None = None, length_penalty: float | None = None) -> DecodeSettings:
+    """``config.decode``, with a call's overrides: ``beam_size`` 1 is greedy search, more is beam search."""
+    settings = decode_settings(self.config)
+    if beam_size is not None:
+      settings = dataclasses.replace(settings, method="greedy" if beam_size == 1 else "beam", beam_size=beam_size)
+    if length_penalty is not None:
+      settings = dataclasses.replace(settings, length_penalty=length_penalty)
+    return settings
+
+  def decode_batch(self, model_config: ModelConfig, params, source, max_length: int, beam_size: int | None = None,
+                   length_penalty: float | None = None):
+    """Decode ``[batch, source_length]`` sources into ``[batch, max_length]`` tokens, the best hypothesis of
+    ``decode_settings(beam_size, length_penalty)`` (of several samples, the likeliest)."""
+    settings = self.decode_settings(beam_size, length_penalty)
+    sequences, _ = search_decode(model_config.replace(deterministic=True), params, source, max_length, settings)
+    return sequences[:, 0]
 
   @staticmethod
   def default_max_length(source_length: int) -> int:
@@ -114,10 +135,11 @@ class Seq2SeqTask(Task):
     return [_as_tokens(target, "target") for target in targets]
 
   def decode_sequences(self, model_config: ModelConfig, params, sources, max_length: int | None = None,
-                       beam_size: int = 1, length_penalty: float = 0.6) -> list[np.ndarray]:
+                       beam_size: int | None = None, length_penalty: float | None = None) -> list[np.ndarray]:
     """Decode ``sources`` (see ``encode_sources``; a padded ``[batch, length]`` array works too) into one 1-D
-    int32 token array each, up to and including its EOS (all ``max_length`` tokens when none came).
-    ``max_length`` None: ``default_max_length`` of the longest source."""
+    int32 token array each, up to and including its EOS (all ``max_length`` tokens when none came), with
+    ``decode_settings(beam_size, length_penalty)``. ``max_length`` None: ``default_max_length`` of the longest
+    source."""
     source = pad_sequences(self.encode_sources(sources), model_config.pad_id)
     if not len(source):
       return []
@@ -149,7 +171,7 @@ class Seq2SeqTask(Task):
     examples = []
     for batch in batches:
       target = np.asarray(batch["target"])
-      predictions = np.asarray(self.decode_batch(model_config, params, batch["source"], target.shape[1]))
+      predictions = np.asarray(self.decode_batch(model_config, params, batch["source"], target.shape[1], 1))
       match, count = ops.sequence_exact_match(predictions, target, target != model_config.pad_id)
       matches += float(match)
       sequences += float(count)
@@ -187,53 +209,41 @@ def until_eos(tokens: np.ndarray, eos_id: int) -> np.ndarray:
   return tokens[: ends[0] + 1] if len(ends) else tokens
 
 
-def _cached_decoder(model_config: ModelConfig, params, source, max_length: int, beam_size: int = 1):
-  """Encode ``source`` ``[batch, source_length]`` once; return ``(step_fn, cache)`` for the searches.
-
-  ``step_fn`` maps the previous tokens ``[batch * beam_size, 1]`` and the cache to logits
-  ``[batch * beam_size, 1, vocab]``: it attends to the encoder output repeated per beam. The cache is the
-  empty key/value cache for ``batch`` sequences of ``max_length`` tokens (``beam_search`` repeats it).
-  """
-  model = model_class(model_config)(model_config)
-  decoder = model_class(model_config)(model_config.replace(decode=True))
-  batch_size = source.shape[0]
-  encoded = model.apply({"params": params}, source, method=EncoderDecoder.encode)
-  # The cache's shapes come from an abstract init with a full-length dummy target; its values start at 0.
-  cache_shapes = jax.eval_shape(
-      lambda: decoder.init(jax.random.PRNGKey(0), source, jnp.zeros((batch_size, max_length), jnp.int32)))
-  cache = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), cache_shapes["cache"])
-  encoded, source = expand_to_beams(encoded, beam_size), expand_to_beams(source, beam_size)
-  # Cross-attention keys and values, projected once; the steps read them (constants of the search loop).
-  cross_cache = cross_attention_cache(model, params, encoded, source)
-
-  def step_fn(tokens, cache):
-    logits, variables = decoder.apply({"params": params, "cache": cache, CROSS_CACHE: cross_cache}, encoded,
-                                      source, tokens, method=EncoderDecoder.decode, mutable=["cache"])
-    return logits, variables["cache"]
-
-  return step_fn, cache
-
-
 # Model-aware decoding lives here rather than in transformer.decode, which by design knows no model (no
 # transformer.nn import): these functions give decode's searches an EncoderDecoder's cached step function.
-@functools.partial(jax.jit, static_argnums=(0, 3))
+@functools.partial(jax.jit, static_argnums=(0, 3, 4))
+def search_decode(model_config: ModelConfig, params, source, max_length: int, settings: DecodeSettings,
+                  prompt=None, prompt_lengths=None):
+  """``settings``' search of an ``EncoderDecoder`` (or RNN) with its key/value cache, for ``source``
+  ``[batch, source_length]``: ``(sequences int32 [batch, n, max_length], scores float32 [batch, n])``, the ``n``
+  hypotheses (beams or samples) best first (see ``transformer.decode.search``).
+
+  ``prompt`` ``[batch, prompt_length]`` with ``prompt_lengths`` ``[batch]``: target prefixes to continue,
+  written into the cache in one pass (Transformer only); the output holds the continuations.
+  ``model_config`` should have ``deterministic=True``.
+  """
+  prompt_length = 0 if prompt is None else prompt.shape[1]
+  # BOS, the prompt and every generated token but the last are written into the cache.
+  step_fn, prefill_fn, cache = encoder_decoder_decoding(model_class(model_config)(model_config), params, source,
+                                                        prompt_length + max_length, settings.copies)
+  return search(settings, step_fn, cache, source.shape[0], max_length, model_config.bos_id, model_config.eos_id,
+                model_config.pad_id, prompt=prompt, prompt_lengths=prompt_lengths, prefill_fn=prefill_fn)
+
+
 def greedy_decode(model_config: ModelConfig, params, source, max_length: int):
-  """Greedy search of an ``EncoderDecoder`` (or RNN) with its key/value cache: ``[batch, max_length]`` int32
-  tokens for ``source`` ``[batch, source_length]``, EOS included, padded after it. ``model_config`` should
-  have ``deterministic=True``."""
-  step_fn, cache = _cached_decoder(model_config, params, source, max_length)
-  return greedy_search(step_fn, cache, source.shape[0], max_length, model_config.bos_id, model_config.eos_id,
-                       model_config.pad_id)
+  """Greedy search of an ``EncoderDecoder`` (or RNN): ``([batch, max_length] int32 tokens, [batch] log P)``,
+  EOS included, padded after it. ``model_config`` should have ``deterministic=True``."""
+  sequences, log_probs = search_decode(model_config, params, source, max_length, DecodeSettings("greedy"))
+  return sequences[:, 0], log_probs[:, 0]
 
 
-@functools.partial(jax.jit, static_argnums=(0, 3, 4, 5, 6))
 def beam_decode(model_config: ModelConfig, params, source, max_length: int, beam_size: int,
-                length_penalty: float = 0.6, return_all_beams: bool = False):
+                length_penalty: float = 0.6, return_all_beams: bool = False, finish_rule: str = "within_beam"):
   """Beam search of an ``EncoderDecoder`` (or RNN) with its key/value cache: ``([batch, max_length] tokens,
   [batch] scores)`` of the best hypothesis, or of all beams (``[batch, beam, ...]``, see ``beam_search``)."""
-  step_fn, cache = _cached_decoder(model_config, params, source, max_length, beam_size)
-  return beam_search(step_fn, cache, source.shape[0], beam_size, max_length, model_config.bos_id,
-                     model_config.eos_id, model_config.pad_id, length_penalty, return_all_beams)
+  settings = DecodeSettings("beam", beam_size=beam_size, length_penalty=length_penalty, finish_rule=finish_rule)
+  sequences, scores = search_decode(model_config, params, source, max_length, settings)
+  return (sequences, scores) if return_all_beams else (sequences[:, 0], scores[:, 0])
 
 
 @functools.partial(jax.jit, static_argnums=0)

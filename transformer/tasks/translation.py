@@ -7,8 +7,8 @@ files; default ``$TRANSFORMER_DATA_DIR``, else the official download), data_dir 
 max_length (training filter only: evaluation never drops or truncates), batch_size_multiple (devices),
 fixed_batch_shape (one ``[max_tokens // max_length, max_length]`` batch shape instead of length buckets: one
 compilation, more padding),
-eval_split (checkpoint selection), test_splits, beam_size, length_penalty, length_penalty_candidates (``--mode=eval``
-decodes the tests with the one of these that scores the highest BLEU on eval_split; empty: length_penalty),
+eval_split (checkpoint selection), test_splits, length_penalty_candidates (``--mode=eval`` decodes the tests with
+the one of these that scores the highest BLEU on eval_split; empty: ``config.decode.length_penalty``),
 bleu_tokenize (sacreBLEU tokenizer: ``13a`` on detokenised text, ``none`` for pre-tokenised references like
 IWSLT's), num_eval_sentences (0 = all: BLEU on a prefix during training keeps evaluations short).
 """
@@ -123,11 +123,8 @@ class TranslationTask(Seq2SeqTask):
   def translate_batches(self, model_config, params, batches, count: int, length_penalty: float | None = None,
                         beam_size: int | None = None) -> list[str]:
     """Decode batches (with ``index``) into ``count`` detokenised hypotheses in the original order, with beam
-    search of ``beam_size`` ranked by ``length_penalty`` (defaults: ``config.task.beam_size`` and
-    ``config.task.length_penalty``)."""
-    task = self.config.task
-    length_penalty = task.length_penalty if length_penalty is None else length_penalty
-    beam_size = task.beam_size if beam_size is None else beam_size
+    search of ``config.decode``, or beam search of ``beam_size`` ranked by ``length_penalty`` when given (see
+    ``decode_settings``)."""
     hypotheses = [""] * count
     for batch in batches:
       index = np.asarray(batch["index"])
@@ -164,8 +161,8 @@ class TranslationTask(Seq2SeqTask):
   def translate_lines(self, model_config, params, lines: list[str], beam_size: int | None = None,
                       length_penalty: float | None = None) -> list[str]:
     """Translate raw source sentences, one output line per input line (``--mode=translate``,
-    ``TrainedModel.translate``); a blank line gives an empty line and is not decoded. Beam search defaults:
-    ``config.task.beam_size`` and ``config.task.length_penalty``."""
+    ``TrainedModel.translate``); a blank line gives an empty line and is not decoded. Decoding: ``config.decode``
+    (``beam_size``, ``length_penalty`` override it)."""
     if isinstance(lines, str):
       raise ValueError("translate_lines takes a list of sentences, got one string; wrap it in a list.")
     nonblank = [index for index, line in enumerate(lines) if line.strip()]
@@ -201,10 +198,10 @@ class TranslationTask(Seq2SeqTask):
     """``(alpha, metrics)``: the candidate of ``task.length_penalty_candidates`` with the highest BLEU on the
     eval split (its first ``num_eval_sentences``), never on a test split; ``metrics`` has that BLEU and the BLEU
     of every candidate. ``known``: alpha -> BLEU already measured there (not decoded again). Without
-    candidates: ``(task.length_penalty, {})``."""
+    candidates: ``(config.decode.length_penalty, {})``."""
     task = self.config.task
     if not task.length_penalty_candidates:
-      return task.length_penalty, {}
+      return self.decode_settings().length_penalty, {}
     if any(float(alpha) < 0 for alpha in task.length_penalty_candidates):
       raise ConfigError(f"config.task.length_penalty_candidates={tuple(task.length_penalty_candidates)} has a "
                         "negative alpha; GNMT's length penalty takes alpha >= 0 (0 ranks by log probability).")
@@ -220,9 +217,10 @@ class TranslationTask(Seq2SeqTask):
   def write_test_outputs(self, model_config, params, output_dir: str, eval_metrics: dict) -> dict:
     """Hypotheses of every test split as ``output_dir/<split>.hyp.<language>`` (one line per reference line), with
     BLEU, decoded with the length penalty chosen on the eval split (whose metrics come back too, when chosen).
-    ``eval_metrics["eval/bleu"]``, decoded by ``evaluate`` with ``task.length_penalty``, is not decoded again."""
+    ``eval_metrics["eval/bleu"]``, decoded by ``evaluate`` with ``config.decode``, is not decoded again."""
     task = self.config.task
-    known = {task.length_penalty: eval_metrics["eval/bleu"]} if "eval/bleu" in eval_metrics else {}
+    default_alpha = self.decode_settings().length_penalty
+    known = {default_alpha: eval_metrics["eval/bleu"]} if "eval/bleu" in eval_metrics else {}
     length_penalty, chosen_on = self.choose_length_penalty(model_config, params, known)
     results = {task.eval_split: chosen_on} if chosen_on else {}
     for split in task.test_splits:

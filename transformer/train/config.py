@@ -16,6 +16,7 @@ import ml_collections
 
 from transformer.errors import ConfigError
 from transformer.nn import MODELS, model_spec
+from transformer.tasks.seq2seq import decode_settings
 from transformer.train.optimizer import SCHEDULES
 from transformer.train.parallel import PARALLELISMS
 
@@ -39,6 +40,23 @@ def set_model(config: ml_collections.ConfigDict, model_name: str) -> ml_collecti
   config.model_name = model_name
   config.model = model_section(model_name)
   return config
+
+
+def decode_section() -> ml_collections.ConfigDict:
+  """``config.decode``: how evaluation, ``--mode=translate``/``predict`` and ``TrainedModel.decode`` search
+  (``transformer.decode.DecodeSettings``)."""
+  return ml_collections.ConfigDict({
+      "method": "greedy",  # greedy | beam | sample
+      "beam_size": 4,  # beam: hypotheses kept
+      "length_penalty": 0.6,  # beam: GNMT alpha (0 ranks by log probability)
+      # beam: "within_beam" (an EOS finishes only within the top beam_size; beam 1 = greedy) or "any" (flax, t5x)
+      "finish_rule": "within_beam",
+      "temperature": 1.0,  # sample: 0 = greedy
+      "top_k": 0,  # sample: keep the k likeliest tokens (0 = all)
+      "top_p": 1.0,  # sample: keep the nucleus of this probability mass (1 = all)
+      "num_samples": 1,  # sample: draws per input; the likeliest is output
+      "seed": 0,  # sample: the PRNG key's seed (same seed, same samples)
+  })
 
 
 def base_config(model_name: str = "transformer") -> ml_collections.ConfigDict:
@@ -93,6 +111,7 @@ def base_config(model_name: str = "transformer") -> ml_collections.ConfigDict:
   # A step with a non-finite loss or gradient norm: False stops the run (TrainingDiverged, non-zero exit);
   # True skips its update (counted in train/skipped_steps) and trains on.
   config.skip_nonfinite_steps = False
+  config.decode = decode_section()
   config.translate_input = ""  # --mode=translate reads this file ("" = standard input)
   config.translate_output = ""  # and writes this file ("" = standard output)
   config.quiet = False  # no progress bar
@@ -132,6 +151,8 @@ def validate_config(config: ml_collections.ConfigDict, workdir: str | None = Non
   for name in ("label_smoothing", "source_token_dropout", "target_token_dropout"):
     require(0.0 <= config[name] < 1.0, f"config.{name}={config[name]} is outside [0, 1).")
   require(config.best_mode in ("max", "min"), f"config.best_mode={config.best_mode!r}: choose 'max' or 'min'.")
+  if "decode" in config:
+    decode_settings(config)  # a ConfigError naming the config.decode field
   if workdir is not None:
     require(not os.path.exists(workdir) or os.path.isdir(workdir),
             f"--workdir={workdir!r} is a file, not a directory; choose a directory (it is created if missing).")
@@ -174,9 +195,11 @@ def upgrade_config(saved: dict) -> dict:
   Configs saved before ``model_name`` existed held a Transformer section ``model`` and an RNN section ``rnn``,
   and ``architecture`` chose one: the chosen section becomes ``model``, less the fields its model no longer has
   (the classifier's ``num_classes`` and ``pooling`` moved to ``ClassifierConfig``), and ``architecture`` becomes
-  ``model_name``. A config of today's shape comes back unchanged (as a copy).
+  ``model_name``. Configs saved before ``decode`` get one (``_upgrade_decode``). A config of today's shape comes
+  back unchanged (as a copy).
   """
   upgraded = copy.deepcopy(dict(saved))
+  _upgrade_decode(upgraded)
   if "model_name" in upgraded or "model" not in upgraded:
     return upgraded
   model_name = upgraded.pop("architecture", "transformer")
@@ -186,3 +209,18 @@ def upgrade_config(saved: dict) -> dict:
   upgraded["model_name"] = model_name
   upgraded["model"] = {name: value for name, value in section.items() if name in fields}
   return upgraded
+
+
+def _upgrade_decode(config: dict) -> None:
+  """Give ``config`` a ``decode`` section: translation configs saved before it kept ``task.beam_size`` and
+  ``task.length_penalty`` (beam search, greedy for beam 1); the other fields get today's defaults."""
+  if "decode" in config or "task" not in config:
+    return
+  task = config["task"] = dict(config["task"])
+  decode = decode_section().to_dict()
+  if "beam_size" in task:
+    beam_size = task.pop("beam_size")
+    decode.update(method="greedy" if beam_size == 1 else "beam", beam_size=beam_size)
+  if "length_penalty" in task:
+    decode["length_penalty"] = task.pop("length_penalty")
+  config["decode"] = decode

@@ -1,0 +1,56 @@
+"""The first step of every search: the log-probabilities of the first new token, after BOS or a prompt.
+
+A search runs over a step function ``(tokens, cache) -> (logits, cache)``. A prompt (a prefix per example
+that the output continues) is read by a prefill function ``(tokens, lengths, cache) -> (logits, cache)`` in
+one parallel pass, rather than one step per token.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+
+# (tokens [batch, length] int32, cache) -> (logits [batch, length, vocab], cache); decoding calls it with one
+# token per row, the previous output.
+StepFunction = Callable[[jax.Array, Any], tuple[jax.Array, Any]]
+# (tokens [batch, length] int32, lengths [batch] int32, cache) -> (logits [batch, length, vocab], cache): writes
+# the first lengths[b] tokens of row b into the cache in one call (those that follow are padding) and leaves
+# the cache ready for row b's next token; logits at i predict the token after input i. It sees one row per
+# example, where the step function may see one per beam or sample.
+PrefillFunction = Callable[[jax.Array, jax.Array, Any], tuple[jax.Array, Any]]
+
+
+def check_prompt(prompt, prompt_lengths, prefill_fn) -> None:
+  """A prompt needs its lengths and a prefill function; a clear error names what is missing."""
+  if prompt is None:
+    if prompt_lengths is not None:
+      raise ValueError("prompt_lengths goes with a prompt; pass prompt=[batch, prompt_length] too.")
+    return
+  if prompt_lengths is None or prefill_fn is None:
+    raise ValueError("a prompt needs prompt_lengths ([batch] int, its real tokens per row) and prefill_fn (which "
+                     "writes it into the cache in one pass); pass both.")
+
+
+def first_log_probs(step_fn: StepFunction, cache, batch_size: int, bos_id: int, prompt=None, prompt_lengths=None,
+                    prefill_fn: PrefillFunction | None = None):
+  """``(log_probs [batch, vocab] float32, cache)`` of the first generated token, for ``batch_size`` rows (a
+  search copies them per beam or sample afterwards).
+
+  ``bos_id``, then the prompt if any (``prompt`` ``[batch, prompt_length]`` int, its first
+  ``prompt_lengths[b]`` tokens real in row ``b``), go through ``prefill_fn`` in one call when it is given
+  (the logits after each row's last real token are kept), else ``bos_id`` through ``step_fn``.
+  """
+  check_prompt(prompt, prompt_lengths, prefill_fn)
+  bos = jnp.full((batch_size, 1), bos_id, jnp.int32)
+  if prefill_fn is None:
+    logits, cache = step_fn(bos, cache)
+    return jax.nn.log_softmax(logits[:, -1].astype(jnp.float32)), cache
+  if prompt is None:
+    inputs, lengths = bos, jnp.ones((batch_size,), jnp.int32)
+  else:
+    inputs = jnp.concatenate([bos, jnp.asarray(prompt, jnp.int32)], axis=1)
+    lengths = jnp.asarray(prompt_lengths, jnp.int32) + 1  # BOS first
+  logits, cache = prefill_fn(inputs, lengths, cache)
+  last = jnp.take_along_axis(logits, (lengths - 1)[:, None, None], axis=1)[:, 0]  # [batch, vocab]
+  return jax.nn.log_softmax(last.astype(jnp.float32)), cache
