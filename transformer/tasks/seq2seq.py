@@ -77,17 +77,8 @@ class Seq2SeqTask(Task):
     source, target = self.drop_tokens(batch, dropout_rng, model.config)
     logits = model.apply({"params": params}, source, target,
                          rngs={"dropout": dropout_rng} if dropout_rng is not None else None)
-    weights = (batch["target"] != model.config.pad_id).astype(jnp.float32)
-    losses = ops.softmax_cross_entropy(logits, batch["target"], self.config.get("label_smoothing", 0.0))
-    loss_sum, weight_sum = ops.weighted_sum(losses, weights)
-    # The unsmoothed loss is what perplexity and comparisons across label_smoothing settings need.
-    nll_sum, _ = ops.weighted_sum(ops.softmax_cross_entropy(logits, batch["target"]), weights)
-    metrics = {
-        "loss": (loss_sum, weight_sum),
-        "nll": (nll_sum, weight_sum),
-        "token_accuracy": ops.token_accuracy(logits, batch["target"], weights),
-    }
-    return loss_sum, weight_sum, metrics
+    return token_loss_and_metrics(logits, batch["target"], model.config.pad_id,
+                                  self.config.get("label_smoothing", 0.0))
 
   def decode_batch(self, model_config: ModelConfig, params, source, max_length: int, beam_size: int = 1,
                    length_penalty: float = 0.6):
@@ -161,6 +152,18 @@ class Seq2SeqTask(Task):
     def show(tokens):
       return " ".join(str(int(t)) for t in tokens if t != 0)
     return f"source: {show(source)}\n  target:     {show(target)}\n  prediction: {show(prediction)}"
+
+
+def token_loss_and_metrics(logits, targets, pad_id: int, label_smoothing: float = 0.0):
+  """``(loss_sum, weight_sum, metrics)`` of teacher-forced ``logits`` ``[batch, length, vocab]`` for ``targets``
+  ``[batch, length]``, over the non-``pad_id`` targets: label-smoothed loss, ``nll`` and ``token_accuracy``."""
+  weights = (targets != pad_id).astype(jnp.float32)
+  loss_sum, weight_sum = ops.weighted_sum(ops.softmax_cross_entropy(logits, targets, label_smoothing), weights)
+  # The unsmoothed loss is what perplexity and comparisons across label_smoothing settings need.
+  nll_sum, _ = ops.weighted_sum(ops.softmax_cross_entropy(logits, targets), weights)
+  metrics = {"loss": (loss_sum, weight_sum), "nll": (nll_sum, weight_sum),
+             "token_accuracy": ops.token_accuracy(logits, targets, weights)}
+  return loss_sum, weight_sum, metrics
 
 
 def _as_tokens(sequence, name: str) -> np.ndarray:

@@ -1,0 +1,160 @@
+"""Language modelling on one side of a parallel-text dataset (the English captions of Multi30k) with the
+decoder-only ``TransformerLM``: next-token cross entropy, perplexity, greedy continuations of prompts.
+
+``config.task`` fields: dataset and pair (a dataset of ``transformer.data.translation.BUILDERS`` and one of its
+pairs), language (the side modelled), source_dir (raw files; default ``$TRANSFORMER_DATA_DIR``, else the
+official download), data_dir (TFDS data dir), vocab_size and tokenizer_type (SentencePiece), max_tokens (per
+batch, padding included), max_length (training filter; evaluation keeps every sentence whole),
+batch_size_multiple, eval_split, num_eval_prompts and prompt_words (greedy continuations shown at each
+evaluation: the first ``prompt_words`` words of the first ``num_eval_prompts`` eval sentences).
+
+Batches: ``{"tokens": int32 [batch, length]}``, one sentence per row ending with EOS, padded with 0; the model
+predicts every token from the ones before it (BOS first), and padding weighs 0.
+"""
+from __future__ import annotations
+
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from transformer import ops
+from transformer.data import batching, tokenizers
+from transformer.data.monolingual import load_monolingual_data
+from transformer.decode import greedy_search
+from transformer.errors import ConfigError
+from transformer.nn import ModelConfig, TransformerLM
+from transformer.tasks.base import Task
+from transformer.tasks.seq2seq import token_loss_and_metrics
+from transformer.tasks.translation import TOKENIZER_TYPES
+
+
+class SentenceBatcher(batching.TokenBatcher):
+  """``TokenBatcher`` over sentences held as targets (``monolingual.sentences_as_targets``): batches
+  ``{"tokens": int32 [batch, length]}``."""
+
+  def make_batch(self, indices):
+    return {"tokens": super().make_batch(indices)["target"]}
+
+
+class LanguageModelTask(Task):
+  """Next-token prediction over sentences with a ``TransformerLM`` (``config.model_name = "lm"``)."""
+
+  @functools.cached_property
+  def data(self):
+    task = self.config.task
+    if task.tokenizer_type not in TOKENIZER_TYPES:
+      raise ConfigError(f"config.task.tokenizer_type={task.tokenizer_type!r} is not a SentencePiece model type "
+                        f"here; choose one of {TOKENIZER_TYPES}.")
+    return load_monolingual_data(task.dataset, task.pair, task.language, data_dir=task.data_dir or None,
+                                 source_dir=task.source_dir or None, vocab_size=task.vocab_size,
+                                 eval_splits=(task.eval_split,),
+                                 tokenizer_options=tokenizers.SentencePieceOptions(model_type=task.tokenizer_type))
+
+  def model_config(self) -> ModelConfig:
+    if self.config.model_name != "lm":
+      raise ConfigError(f"the language_model task trains config.model_name='lm' (a decoder-only TransformerLM), "
+                        f"got {self.config.model_name!r}.")
+    return ModelConfig.from_dict({**self.config.model.to_dict(), "vocab_size": self.data.tokenizer.vocab_size,
+                                  "pad_id": tokenizers.PAD_ID, "bos_id": tokenizers.BOS_ID,
+                                  "eos_id": tokenizers.EOS_ID})
+
+  def build_model(self, model_config):
+    return TransformerLM(model_config)
+
+  def _batcher(self, examples, train: bool, seed: int = 0) -> SentenceBatcher:
+    task = self.config.task
+    return SentenceBatcher(examples, max_tokens=task.max_tokens, max_length=task.max_length, train=train,
+                           seed=seed, batch_size_multiple=task.batch_size_multiple)
+
+  def train_iterator(self, batch_size, seed, shard_index=0, shard_count=1):
+    del batch_size  # batches are sized by config.task.max_tokens
+    examples = self.data.train
+    if shard_count > 1:  # each host batches its own sentences
+      examples = examples.select(np.arange(shard_index, len(examples), shard_count))
+    return batching.PrefetchIterator(self._batcher(examples, train=True, seed=seed).iterator())
+
+  def eval_batches(self, batch_size):
+    del batch_size
+    batcher = self._batcher(self.data.eval[self.config.task.eval_split], train=False)
+    return [batcher.make_batch(indices) for indices in batcher.epoch_batches(0)]
+
+  def init_inputs(self, batch):
+    return (batch["tokens"],)
+
+  def placeholder_inputs(self):
+    return (np.ones((1, 2), np.int32),)  # parameter shapes do not depend on the length
+
+  def loss_and_metrics(self, model, params, batch, dropout_rng):
+    logits = model.apply({"params": params}, batch["tokens"],
+                         rngs={"dropout": dropout_rng} if dropout_rng is not None else None)
+    return token_loss_and_metrics(logits, batch["tokens"], model.config.pad_id,
+                                  self.config.get("label_smoothing", 0.0))
+
+  def derived_metrics(self, metrics):
+    """``<prefix>/perplexity`` = exp(mean token NLL) for every ``<prefix>/nll`` (per seed too)."""
+    return {name.replace("/nll", "/perplexity", 1): math.exp(min(value, 700.0))  # exp overflows past ~709
+            for name, value in metrics.items() if name.split("/")[1:2] == ["nll"]}
+
+  def evaluate(self, model_config, params, batches):
+    """Greedy continuations of the first words of a few eval sentences, as examples (no metrics)."""
+    task = self.config.task
+    sentences = self.data.eval_text[task.eval_split][:task.num_eval_prompts]
+    prompts = [" ".join(sentence.split()[:task.prompt_words]) for sentence in sentences]
+    continuations = self.continue_texts(model_config, params, prompts)
+    return {}, [f"prompt: {prompt}\n  continuation: {text}" for prompt, text in zip(prompts, continuations)]
+
+  def continue_texts(self, model_config, params, prompts: list[str], max_new_tokens: int | None = None
+                     ) -> list[str]:
+    """Each prompt's greedy continuation up to EOS or ``max_new_tokens`` pieces (default
+    ``config.task.max_length``), as text without the prompt. An empty prompt starts a sentence."""
+    if isinstance(prompts, str):
+      raise ValueError("continue_texts takes a list of prompts, got one string; wrap it in a list.")
+    max_new_tokens = self.config.task.max_length if max_new_tokens is None else int(max_new_tokens)
+    encoded = self.data.tokenizer.encode_batch(list(prompts), add_eos=False)
+    outputs = [""] * len(encoded)
+    # Prompts of one length share a batch: the decode cache has one position for every row.
+    for length in sorted({len(ids) for ids in encoded}):
+      rows = [row for row, ids in enumerate(encoded) if len(ids) == length]
+      prompt = np.stack([encoded[row] for row in rows]).reshape(len(rows), length).astype(np.int32)
+      tokens = np.asarray(greedy_continue(model_config.replace(deterministic=True), params, prompt,
+                                          max_new_tokens))
+      for row, generated in zip(rows, tokens):
+        outputs[row] = self.data.tokenizer.decode(generated)
+    return outputs
+
+
+@functools.partial(jax.jit, static_argnums=(0, 3))
+def greedy_continue(model_config: ModelConfig, params, prompt, max_new_tokens: int):
+  """Greedy continuation of a ``TransformerLM`` with its key/value cache.
+
+  Args:
+    model_config: with ``deterministic=True``.
+    prompt: int32 ``[batch, prompt_length]``, no padding and no EOS (``prompt_length`` may be 0).
+    max_new_tokens: tokens generated at most.
+
+  Returns:
+    int32 ``[batch, max_new_tokens]``: the continuation, EOS included, padded after it.
+  """
+  batch, prompt_length = prompt.shape
+  decoder = TransformerLM(model_config.replace(decode=True))
+  cache_shapes = jax.eval_shape(lambda: decoder.init(
+      jax.random.PRNGKey(0), jnp.zeros((batch, prompt_length + max_new_tokens), jnp.int32)))
+  cache = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), cache_shapes["cache"])
+
+  def step_fn(tokens, cache):  # [batch, 1] -> [batch, 1, vocab]
+    logits, variables = decoder.apply({"params": params, "cache": cache}, tokens, mutable=["cache"])
+    return logits, variables["cache"]
+
+  # Seam for the decode library's one-pass prefill and sampling: the prompt is read one token per step
+  # (BOS, then all but its last token), and the search starts from its last token.
+  def read_prompt(cache, token):
+    return step_fn(token[:, None], cache)[1], None
+
+  inputs = ops.shift_right(prompt, model_config.bos_id)
+  cache, _ = jax.lax.scan(read_prompt, cache, inputs.T)
+  first = prompt[:, -1:] if prompt_length else model_config.bos_id
+  # greedy_search broadcasts its first input (``bos_id``) to [batch, 1]: here the prompt's last tokens.
+  return greedy_search(step_fn, cache, batch, max_new_tokens, first, model_config.eos_id, model_config.pad_id)
