@@ -25,7 +25,8 @@ class MultiHeadAttention(nn.Module):
   key and value to the ``cache`` collection and attends over the cache. Cross attention reads its keys
   and values from the ``cross_cache`` collection when given one (see ``CROSS_CACHE``).
 
-  Parameters: ``query``/``key``/``value`` kernels ``[d_model, heads * head_dim]`` with biases, and the
+  Parameters: ``query`` kernel ``[d_model, heads * head_dim]``, ``key``/``value`` kernels
+  ``[d_model, kv_heads * head_dim]`` (``config.num_kv_heads``: grouped-query attention) with biases, and the
   output kernel ``W^O`` ``[heads * head_dim, d_model]`` with bias. The attention weights are sown into the
   ``intermediates`` collection (dense implementation) for plots.
   """
@@ -58,15 +59,16 @@ class MultiHeadAttention(nn.Module):
     """
     config = self.config
     batch, q_length, d_model = inputs_q.shape
-    heads, head_dim = config.num_heads, config.head_dim
+    heads, kv_heads, head_dim = config.num_heads, config.kv_heads, config.head_dim
     features = heads * head_dim
 
-    def split_heads(x):  # [batch, length, heads * head_dim] -> [batch, length, heads, head_dim]
-      return x.reshape(x.shape[0], x.shape[1], heads, head_dim)
+    def split_heads(x):  # [batch, length, n * head_dim] -> [batch, length, n, head_dim]
+      return x.reshape(x.shape[0], x.shape[1], x.shape[2] // head_dim, head_dim)
 
     query = split_heads(self._projection("query", d_model, features)(inputs_q))
-    project_key = self._projection("key", inputs_kv.shape[-1], features)
-    project_value = self._projection("value", inputs_kv.shape[-1], features)
+    # Grouped-query attention: fewer key/value heads, each read by heads // kv_heads query heads.
+    project_key = self._projection("key", inputs_kv.shape[-1], kv_heads * head_dim)
+    project_value = self._projection("value", inputs_kv.shape[-1], kv_heads * head_dim)
     if self.cross_attention and self.has_variable(CROSS_CACHE, "key"):
       # Decoding: the encoder output's keys and values were projected once, before the first step.
       key, value = self.get_variable(CROSS_CACHE, "key"), self.get_variable(CROSS_CACHE, "value")
@@ -82,9 +84,13 @@ class MultiHeadAttention(nn.Module):
       query_positions = jnp.arange(q_length)
       key_positions = jnp.arange(key.shape[1])
 
+    window = None if self.cross_attention else config.attention_window
     if config.decode and causal and self.has_variable("cache", "cached_key"):
       key, value, key_valid, query_positions, key_positions = self._update_cache(key, value, query_positions)
-      query_valid, causal = None, False  # the cache mask already hides the future
+      if window is not None:  # keys older than the window, as position - offset of make_local_mask
+        position = self.get_variable("cache", "cache_index") - 1
+        key_valid = key_valid & ops.make_local_mask(1, window, key.shape[1], offset=position)[0, 0]
+      query_valid, causal, window = None, False, None  # the cache mask already hides the future and the past
     elif config.decode and causal:
       self._create_cache(key, value)  # the init call: behave as full causal attention
 
@@ -96,7 +102,7 @@ class MultiHeadAttention(nn.Module):
     use_dropout = not config.deterministic and config.attention_dropout_rate > 0.0
     if config.attention_implementation == "chunked" and not use_dropout:
       output = ops.chunked_dot_product_attention(
-          query, key, value, query_valid, key_valid, causal=causal, scale=config.scale_attention,
+          query, key, value, query_valid, key_valid, causal=causal, window=window, scale=config.scale_attention,
           query_chunk_size=config.attention_chunk_size, key_chunk_size=config.attention_chunk_size,
           kernels=kernels)
     else:
@@ -108,6 +114,8 @@ class MultiHeadAttention(nn.Module):
             jnp.ones((batch, key.shape[1]), bool) if key_valid is None else key_valid)
       if causal:
         mask = ops.combine_masks(mask, ops.make_causal_mask(q_length, key.shape[1]))
+      if window is not None:
+        mask = ops.combine_masks(mask, ops.make_local_mask(q_length, window, key.shape[1]))
       # The weights are formed only when sown (a fused kernel, e.g. cuDNN's, never writes them out).
       sow_weights = self.is_mutable_collection("intermediates")
       output = ops.dot_product_attention(
@@ -123,7 +131,7 @@ class MultiHeadAttention(nn.Module):
     return self._projection("output", features, d_model)(output)
 
   def _create_cache(self, key, value):
-    """Zero cache sized by the init call's inputs: ``[batch, max_length, heads, head_dim]``."""
+    """Zero cache sized by the init call's inputs: ``[batch, max_length, kv_heads, head_dim]``."""
     self.variable("cache", "cached_key", jnp.zeros, key.shape, key.dtype)
     self.variable("cache", "cached_value", jnp.zeros, value.shape, value.dtype)
     self.variable("cache", "cache_index", lambda: jnp.array(0, jnp.int32))
