@@ -5,7 +5,8 @@ decoder-only ``TransformerLM``: next-token cross entropy, perplexity, greedy con
 pairs), language (the side modelled), source_dir (raw files; default ``$TRANSFORMER_DATA_DIR``, else the
 official download), data_dir (TFDS data dir), vocab_size and tokenizer_type (SentencePiece), max_tokens (per
 batch, padding included), max_length (training filter; evaluation keeps every sentence whole),
-batch_size_multiple, eval_split, num_eval_prompts and prompt_words (greedy continuations shown at each
+batch_size_multiple, fixed_batch_shape (one ``[max_tokens // max_length, max_length]`` shape: one compilation,
+more padding), eval_split, num_eval_prompts and prompt_words (greedy continuations shown at each
 evaluation: the first ``prompt_words`` words of the first ``num_eval_prompts`` eval sentences).
 
 Batches: ``{"tokens": int32 [batch, length]}``, one sentence per row ending with EOS, padded with 0; the model
@@ -67,7 +68,8 @@ class LanguageModelTask(Task):
   def _batcher(self, examples, train: bool, seed: int = 0) -> SentenceBatcher:
     task = self.config.task
     return SentenceBatcher(examples, max_tokens=task.max_tokens, max_length=task.max_length, train=train,
-                           seed=seed, batch_size_multiple=task.batch_size_multiple)
+                           seed=seed, batch_size_multiple=task.batch_size_multiple,
+                           fixed_shape=task.fixed_batch_shape)
 
   def train_iterator(self, batch_size, seed, shard_index=0, shard_count=1):
     del batch_size  # batches are sized by config.task.max_tokens
