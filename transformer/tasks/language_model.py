@@ -29,7 +29,7 @@ from transformer.errors import ConfigError
 from transformer.nn import ModelConfig, TransformerLM
 from transformer.tasks.base import Task
 from transformer.tasks.seq2seq import token_loss_and_metrics
-from transformer.tasks.translation import TOKENIZER_TYPES
+from transformer.tasks.translation import sentencepiece_options
 
 
 class SentenceBatcher(batching.TokenBatcher):
@@ -46,13 +46,9 @@ class LanguageModelTask(Task):
   @functools.cached_property
   def data(self):
     task = self.config.task
-    if task.tokenizer_type not in TOKENIZER_TYPES:
-      raise ConfigError(f"config.task.tokenizer_type={task.tokenizer_type!r} is not a SentencePiece model type "
-                        f"here; choose one of {TOKENIZER_TYPES}.")
     return load_monolingual_data(task.dataset, task.pair, task.language, data_dir=task.data_dir or None,
                                  source_dir=task.source_dir or None, vocab_size=task.vocab_size,
-                                 eval_splits=(task.eval_split,),
-                                 tokenizer_options=tokenizers.SentencePieceOptions(model_type=task.tokenizer_type))
+                                 eval_splits=(task.eval_split,), tokenizer_options=sentencepiece_options(task))
 
   def model_config(self) -> ModelConfig:
     if self.config.model_name != "lm":
