@@ -5,8 +5,8 @@
     python -c "import transformer; print(transformer.load('/tmp/lm').continue_texts(['A man in a red']))"
 
 Variants: ``small`` (default: 3 layers, d_model 192, SentencePiece unigram vocabulary of 4000 pieces, sized to
-train in ~25 minutes on 2 CPU cores), ``tiny`` (a seconds-long smoke run for the tests; give it any Multi30k-style
-``source_dir``). One sentence per example; checkpoints are chosen on validation perplexity (per SentencePiece
+train in about half an hour on 2 CPU cores), ``tiny`` (a seconds-long smoke run for the tests; give it any
+Multi30k-style ``source_dir``). One sentence per example; checkpoints are chosen on validation perplexity (per SentencePiece
 piece, EOS included). Each evaluation prints greedy continuations of the first words of a few validation
 sentences. Results: experiments/language_model/RESULTS.md.
 """

@@ -6,8 +6,8 @@
     load("runs/tweets").classify(["Forest fire near La Ronge"])  # (labels, probabilities)
 
 What a model can do depends on its task: ``TrainedModel`` delegates to the task's methods (``translate_lines``,
-``decode_sequences``, ``score``, ``attention_weights``, ``classify_texts``, ``forecast``, ``continue_texts``), so a new task adds
-its own by giving its task the method and ``TrainedModel`` a one-line delegate.
+``decode_sequences``, ``score``, ``attention_weights``, ``classify_texts``, ``forecast``, ``continue_texts``), so a
+new task adds its own by giving its task the method and ``TrainedModel`` a one-line delegate.
 """
 from __future__ import annotations
 
