@@ -27,7 +27,7 @@ import numpy as np
 
 from benchmarks import common
 from benchmarks.train_step import experiment_config
-from transformer.decode import beam_search, expand_to_beams, greedy_search
+from transformer.decode import beam_search, greedy_search
 from transformer.nn import EncoderDecoder
 from transformer.tasks import seq2seq
 
@@ -52,19 +52,20 @@ def prefix_lengths(max_length: int, buckets: int) -> list[int]:
   return sorted({math.ceil(max_length * (i + 1) / buckets) for i in range(buckets)})
 
 
-def recompute_step_fn(model, params, encoded, source, max_length: int, buckets: int):
+def recompute_step_fn(model, params, max_length: int, buckets: int):
   """A step function without a key/value cache: its "cache" is the decoder input so far.
 
   ``cache["tokens"]`` ``[batch, max_length]`` holds BOS and the tokens generated so far (the right-shifted
   target); each step writes the previous token at ``cache["index"]`` and runs the teacher-forced decoder
   over the shortest bucketed prefix that holds it, projecting only that position to the vocabulary
   (``logits_index``: a fair baseline does not pay for logits it throws away), ``[batch, 1, vocab]``.
-  The token buffer has a leading batch axis, so ``beam_search`` re-gathers it from the parent beams.
+  The encoder output and source are in the cache too: leaves with a leading batch axis are what the searches
+  copy per beam (after the first step, taken once per example) and re-gather from the parent beams.
   """
   lengths = prefix_lengths(max_length, buckets)
 
   def decode_prefix(length):
-    def run(tokens, index):  # the decoder over the prefix, the vocabulary projection at index only
+    def run(tokens, index, encoded, source):  # the decoder over the prefix, the vocabulary projection at index
       return model.apply({"params": params}, encoded, source, tokens[:, :length], logits_index=index,
                          method=EncoderDecoder.decode)  # [batch, 1, vocab]
     return run
@@ -73,8 +74,9 @@ def recompute_step_fn(model, params, encoded, source, max_length: int, buckets: 
     index = cache["index"]
     tokens = jax.lax.dynamic_update_slice(cache["tokens"], previous_tokens.astype(jnp.int32), (0, index))
     bucket = jnp.searchsorted(jnp.asarray(lengths), index + 1)  # first prefix length > index
-    logits = jax.lax.switch(bucket, [decode_prefix(length) for length in lengths], tokens, index)
-    return logits, {"tokens": tokens, "index": index + 1}
+    logits = jax.lax.switch(bucket, [decode_prefix(length) for length in lengths], tokens, index,
+                            cache["encoded"], cache["source"])
+    return logits, {**cache, "tokens": tokens, "index": index + 1}
 
   return step_fn
 
@@ -85,10 +87,10 @@ def recompute_decode(model_config, params, source, max_length: int, beam_size: i
   model = seq2seq.model_class(model_config)(model_config)
   batch_size = source.shape[0]
   encoded = model.apply({"params": params}, source, method=EncoderDecoder.encode)
-  encoded, beam_source = expand_to_beams(encoded, beam_size), expand_to_beams(source, beam_size)
-  step_fn = recompute_step_fn(model, params, encoded, beam_source, max_length, buckets)
-  # One row per example: beam_search repeats the batch-leading leaves per beam itself.
-  cache = {"tokens": jnp.zeros((batch_size, max_length), jnp.int32), "index": jnp.array(0, jnp.int32)}
+  step_fn = recompute_step_fn(model, params, max_length, buckets)
+  # One row per example: the searches repeat the batch-leading leaves per beam themselves.
+  cache = {"tokens": jnp.zeros((batch_size, max_length), jnp.int32), "index": jnp.array(0, jnp.int32),
+           "encoded": encoded, "source": source}
   if beam_size == 1:
     return greedy_search(step_fn, cache, batch_size, max_length, model_config.bos_id, model_config.eos_id,
                          model_config.pad_id)[0]

@@ -6,8 +6,8 @@
     load("runs/tweets").classify(["Forest fire near La Ronge"])  # (labels, probabilities)
 
 What a model can do depends on its task: ``TrainedModel`` delegates to the task's methods (``translate_lines``,
-``decode_sequences``, ``score``, ``attention_weights``, ``classify_texts``, ``forecast``), so a new task adds
-its own by giving its task the method and ``TrainedModel`` a one-line delegate.
+``decode_sequences``, ``score``, ``attention_weights``, ``classify_texts``, ``forecast``, ``continue_texts``), so a
+new task adds its own by giving its task the method and ``TrainedModel`` a one-line delegate.
 """
 from __future__ import annotations
 
@@ -85,6 +85,12 @@ class TrainedModel:
     feature windows ``[input_length, num_features]`` / ``[windows, input_length, num_features]``; see
     ``ForecastingTask.forecast``."""
     return self._task_method("forecast", "forecast")(self.model_config, self.params, window)
+
+  def continue_texts(self, prompts: list[str], max_new_tokens: int | None = None) -> list[str]:
+    """Greedy continuations of text prompts (a language model), without the prompt; see
+    ``LanguageModelTask.continue_texts``."""
+    return self._task_method("continue_texts", "continue texts")(self.model_config, self.params, list(prompts),
+                                                                 max_new_tokens)
 
   def classify(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
     """Classify raw texts: ``(labels int32 [n], probabilities float32 [n, num_classes])``."""

@@ -56,10 +56,13 @@ def test_self_and_cross_attention_match_numpy(positional_encoding, implementatio
   np.testing.assert_allclose(cross, expected, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("num_kv_heads, window", [(None, None), (1, None), (None, 2), (1, 3)])
 @pytest.mark.parametrize("kernels", ["auto", "reference"])
-def test_cached_decoding_equals_full_causal_attention(kernels):
-  """One position per call through the cache gives the full causal self attention (rotary positions too)."""
-  config = CONFIG.replace(positional_encoding="rotary", kernels=kernels)
+def test_cached_decoding_equals_full_causal_attention(kernels, num_kv_heads, window):
+  """One position per call through the cache gives the full causal self attention (rotary positions too; with
+  grouped key/value heads, whose cache is smaller, and a sliding window, which the cache mask must apply)."""
+  config = CONFIG.replace(positional_encoding="rotary", kernels=kernels, num_kv_heads=num_kv_heads,
+                          attention_window=window)
   inputs, _, _, _ = _inputs(1)
   valid = np.ones((BATCH, Q_LENGTH), bool)
   module = MultiHeadAttention(config)
@@ -68,7 +71,7 @@ def test_cached_decoding_equals_full_causal_attention(kernels):
 
   decoder = MultiHeadAttention(config.replace(decode=True))
   cache = decoder.init(jax.random.key(0), inputs, inputs, valid, valid, causal=True)["cache"]
-  assert cache["cached_key"].shape == (BATCH, Q_LENGTH, config.num_heads, config.head_dim)
+  assert cache["cached_key"].shape == (BATCH, Q_LENGTH, config.kv_heads, config.head_dim)
 
   @jax.jit
   def step(cache, x):
@@ -203,3 +206,47 @@ def test_on_a_gpu_auto_fuses_attention_unless_weights_are_sown_or_dropped(monkey
   assert run(kernels="reference") == 0
   assert run(dtype="float32") == 0
   assert run(deterministic=False, attention_dropout_rate=0.1) == 0
+
+
+def _repeat_kv_params(params, groups, head_dim):
+  """Key/value kernels and biases of ``kv_heads`` heads with each head repeated ``groups`` times."""
+  def repeat(x):  # [..., kv_heads * head_dim] -> [..., kv_heads * groups * head_dim]
+    x = x.reshape(*x.shape[:-1], -1, 1, head_dim)
+    return jnp.broadcast_to(x, (*x.shape[:-2], groups, head_dim)).reshape(*x.shape[:-3], -1)
+  return {name: repeat(value) if name.split("_")[0] in ("key", "value") else value for name, value in params.items()}
+
+
+@pytest.mark.parametrize("implementation", ["dense", "chunked"])
+@pytest.mark.parametrize("num_kv_heads", [1, 2])
+def test_grouped_kv_heads_equal_full_attention_with_each_kv_head_repeated(num_kv_heads, implementation):
+  """Grouped-query attention (Ainslie et al. 2023) is multi-head attention whose key/value heads are shared
+  within each group of query heads: query head n reads key/value head n // groups."""
+  config = CONFIG.replace(d_model=16, num_heads=4, attention_implementation=implementation)
+  rng = np.random.default_rng(2)
+  inputs = rng.normal(size=(BATCH, Q_LENGTH, config.d_model)).astype(np.float32)
+  valid = np.array([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]], bool)
+  grouped = MultiHeadAttention(config.replace(num_kv_heads=num_kv_heads))
+  params = reference.perturbed_params(grouped, inputs, inputs, valid, valid, causal=True)
+  assert params["key_kernel"].shape == (config.d_model, num_kv_heads * config.head_dim)
+  full_params = _repeat_kv_params(params, config.num_heads // num_kv_heads, config.head_dim)
+  expected = MultiHeadAttention(config).apply({"params": full_params}, inputs, inputs, valid, valid, causal=True)
+  actual = grouped.apply({"params": params}, inputs, inputs, valid, valid, causal=True)
+  np.testing.assert_allclose(actual, expected, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("kernels", ["auto", "reference"])
+def test_local_window_is_the_same_function_dense_and_chunked_and_limits_what_a_query_sees(kernels):
+  config = CONFIG.replace(attention_window=2, kernels=kernels)
+  inputs, _, valid, _ = _inputs(3)
+  module = MultiHeadAttention(config)
+  params = reference.perturbed_params(module, inputs, inputs, valid, valid, causal=True)
+  dense = module.apply({"params": params}, inputs, inputs, valid, valid, causal=True)
+  chunked = MultiHeadAttention(config.replace(attention_implementation="chunked")).apply(
+      {"params": params}, inputs, inputs, valid, valid, causal=True)
+  np.testing.assert_allclose(chunked, dense, atol=1e-5, rtol=1e-5)
+  # Changing a position more than window - 1 before the last query leaves the last output unchanged.
+  changed = inputs.copy()
+  changed[:, 0] += 10.0
+  again = module.apply({"params": params}, changed, changed, valid, valid, causal=True)
+  np.testing.assert_allclose(again[0, -1], dense[0, -1], atol=1e-5, rtol=1e-5)
+  assert not np.allclose(again[0, 1], dense[0, 1])

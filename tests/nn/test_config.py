@@ -35,6 +35,19 @@ def test_heads_must_divide_d_model():
   assert 8 in suggested and all(512 % h == 0 for h in suggested)
 
 
+def test_kv_heads_must_divide_num_heads_and_the_error_lists_the_divisors():
+  assert ModelConfig(num_heads=8).kv_heads == 8 and ModelConfig(num_heads=8, num_kv_heads=2).kv_heads == 2
+  with pytest.raises(ConfigError, match=re.escape("num_kv_heads=3 does not divide num_heads=8; choose num_kv_heads "
+                                                  "from [1, 2, 4, 8]")):
+    ModelConfig(num_heads=8, num_kv_heads=3)
+
+
+@pytest.mark.parametrize("field", ["num_kv_heads", "attention_window"])
+def test_kv_heads_and_window_are_positive_or_none(field):
+  with pytest.raises(ConfigError, match=f"ModelConfig.{field} must be a positive integer or None, got 0"):
+    ModelConfig(**{field: 0})
+
+
 @pytest.mark.parametrize("field", ["dropout_rate", "attention_dropout_rate", "feed_forward_dropout_rate"])
 @pytest.mark.parametrize("value", [-0.1, 1.0, 1.5])
 def test_dropout_rates_must_be_in_unit_interval(field, value):
@@ -106,6 +119,6 @@ def test_the_registry_names_each_models_config_and_module():
     module = spec.module(config)
     assert isinstance(module, flax.linen.Module) and module.config is config, name
   with pytest.raises(ConfigError, match=r"config.model_name='rnm' is not a known model; choose one of "
-                                        r"\['transformer', 'rnn', 'encoder_classifier', 'forecaster'\]\. "
+                                        r"\['transformer', 'rnn', 'encoder_classifier', 'forecaster', 'lm'\]\. "
                                         r"Did you mean 'rnn'\?"):
     model_spec("rnm")

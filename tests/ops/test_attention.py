@@ -288,3 +288,31 @@ def test_nan_in_a_masked_out_value_does_not_leak_into_the_output():
   np.testing.assert_allclose(ops.dot_product_attention(query, key, value.at[:, 4].set(jnp.nan), mask=causal),
                              ops.dot_product_attention(query, key, value, mask=causal[None, None]),
                              atol=1e-6, rtol=1e-6)
+
+
+@pytest.mark.parametrize("kernels", ["reference", "auto"])
+@pytest.mark.parametrize("kv_heads", [4, 2, 1])
+def test_grouped_query_attention_matches_jax_nn(kv_heads, kernels):
+  """Keys and values with fewer heads than the queries (group sizes 1, 2, 4 of 4 query heads), as jax.nn's own
+  grouped-query test: outputs and gradients, with a padding and causal mask, on the formula and the CPU kernels."""
+  rng = np.random.default_rng(5)
+  query = jnp.asarray(rng.normal(size=(BATCH, 6, 4, DIM)), jnp.float32)
+  key, value = (jnp.asarray(rng.normal(size=(BATCH, 6, kv_heads, DIM)), jnp.float32) for _ in range(2))
+  mask, query_valid = _mask("padding+causal", 6, 6)
+  real = query_valid[:, :, None, None]
+  cotangent = jnp.asarray(rng.normal(size=query.shape) * real, jnp.float32)
+  def ours(query, key, value, mask):
+    return ops.dot_product_attention(query, key, value, mask=mask, kernels=ops.select_kernels(kernels))
+  output, grads = _value_and_grads(ours, query, key, value, mask, cotangent)
+  expected, expected_grads = _value_and_grads(_jax_nn, query, key, value, mask, cotangent)
+  np.testing.assert_allclose(_as_f32(output) * real, _as_f32(expected) * real, atol=1e-5, rtol=1e-5)
+  for name, grad, expected_grad in zip("qkv", grads, expected_grads):
+    assert grad.shape == expected_grad.shape
+    np.testing.assert_allclose(grad, expected_grad, atol=1e-5, rtol=1e-5, err_msg=f"d{name}")
+
+
+def test_key_heads_that_do_not_divide_the_query_heads_are_named():
+  query = jnp.zeros((1, 2, 4, DIM))
+  key = jnp.zeros((1, 2, 3, DIM))
+  with pytest.raises(ValueError, match="must divide"):
+    ops.dot_product_attention(query, key, key)

@@ -150,3 +150,31 @@ def test_nan_in_an_invalid_key_or_value_reaches_neither_output_nor_gradients():
     np.testing.assert_allclose(output, expected, atol=1e-5, rtol=1e-5)
     for grad, expected_grad in zip(grads, expected_grads):
       np.testing.assert_allclose(grad, expected_grad, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("window, causal", [(1, True), (3, True), (2, False)])
+@pytest.mark.parametrize("kv_heads", [2, 1])
+def test_chunked_equals_dense_with_a_local_window_and_grouped_kv_heads(window, causal, kv_heads):
+  """The sliding window and grouped key/value heads (HEADS query heads over kv_heads) in both implementations:
+  the same outputs and gradients (the key/value gradients summed over each group)."""
+  query, key, value, query_valid, key_valid, cotangent = _inputs(4, 7, 7, True)
+  key, value = key[:, :, :kv_heads], value[:, :, :kv_heads]
+
+  def dense(query, key, value, query_valid, key_valid, causal, scale, *_):
+    mask = ops.combine_masks(ops.make_attention_mask(query_valid, key_valid), ops.make_local_mask(7, window))
+    if causal:
+      mask = ops.combine_masks(mask, ops.make_causal_mask(7))
+    return ops.dot_product_attention(query, key, value, mask=mask, scale=scale)
+
+  def chunked(query, key, value, query_valid, key_valid, causal, scale, query_chunk, key_chunk):
+    return ops.chunked_dot_product_attention(query, key, value, query_valid, key_valid, causal=causal,
+                                             window=window, scale=scale, query_chunk_size=query_chunk,
+                                             key_chunk_size=key_chunk)
+
+  args = (query, key, value, query_valid, key_valid, cotangent, causal, True, 3, 2)
+  output, grads = _value_and_grads(chunked, *args)
+  expected, expected_grads = _value_and_grads(dense, *args)
+  np.testing.assert_allclose(output, expected, atol=1e-5, rtol=1e-5)
+  for name, grad, expected_grad in zip("qkv", grads, expected_grads):
+    assert grad.shape == expected_grad.shape
+    np.testing.assert_allclose(grad, expected_grad, atol=1e-5, rtol=1e-5, err_msg=f"d{name}")

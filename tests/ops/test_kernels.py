@@ -402,3 +402,52 @@ def test_cudnn_attention_keeps_the_mask_contract(monkeypatch):
     np.testing.assert_allclose(grad, reference_grad, atol=1e-5, rtol=1e-5)
   unmasked = kernels.cudnn_attention(query, key, value, None, DIM ** -0.5)
   np.testing.assert_allclose(unmasked, ops.dot_product_attention(query, key, value), atol=1e-6, rtol=1e-6)
+
+
+def _grouped_local_inputs(kv_heads, dtype, length=8, heads=4, head_dim=DIM, window=3):
+  """Queries of ``heads`` heads, keys and values of ``kv_heads``, and a padding + causal + sliding-window mask."""
+  rng = np.random.default_rng(11)
+  query = jnp.asarray(rng.normal(size=(BATCH, length, heads, head_dim)), dtype)
+  key, value = (jnp.asarray(rng.normal(size=(BATCH, length, kv_heads, head_dim)), dtype) for _ in range(2))
+  key_valid = np.ones((BATCH, length), bool)
+  key_valid[1, -2:] = False
+  mask = ops.combine_masks(ops.make_attention_mask(np.ones((BATCH, length), bool), key_valid),
+                           ops.make_causal_mask(length), ops.make_local_mask(length, window))
+  return query, key, value, mask
+
+
+@pytest.mark.parametrize("kv_heads", [4, 2, 1])
+def test_cudnn_attention_takes_grouped_kv_heads_and_a_window_mask(monkeypatch, kv_heads):
+  """jax.nn's fused attention reads grouped key/value heads itself (no repeat): run here through jax.nn's XLA
+  implementation, the wrapper equals the reference for grouped-query and multi-query attention."""
+  xla_attention = jax.nn.dot_product_attention
+  monkeypatch.setattr(jax.nn, "dot_product_attention",
+                      lambda *args, implementation, **kwargs: xla_attention(*args, implementation="xla", **kwargs))
+  query, key, value, mask = _grouped_local_inputs(kv_heads, jnp.float32)
+  output, grads = _value_and_grads(lambda q, k, v: kernels.cudnn_attention(q, k, v, mask, DIM ** -0.5),
+                                   query, key, value)
+  expected, expected_grads = _value_and_grads(lambda q, k, v: ops.dot_product_attention(q, k, v, mask=mask),
+                                              query, key, value)
+  np.testing.assert_allclose(output, expected, atol=1e-5, rtol=1e-5)
+  for grad, expected_grad in zip(grads, expected_grads):
+    np.testing.assert_allclose(grad, expected_grad, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.skipif(jax.default_backend() != "gpu", reason="needs a GPU (cuDNN's fused attention)")
+@pytest.mark.parametrize("kv_heads", [8, 2, 1])
+def test_on_a_gpu_cudnn_grouped_and_windowed_attention_equals_the_formula(kv_heads):
+  """The real cuDNN kernel on bfloat16 grouped-query inputs with a padding + causal + sliding-window mask,
+  against the formula on the same inputs: outputs and gradients within bfloat16 rounding."""
+  query, key, value, mask = _grouped_local_inputs(kv_heads, jnp.bfloat16, length=64, heads=8, head_dim=64,
+                                                  window=16)
+  assert kernels.fused_attention_blocker(query, key, value, mask=mask) is None
+  fused = jax.jit(lambda *qkv: _value_and_grads(
+      lambda q, k, v: ops.dot_product_attention(q, k, v, mask=mask, kernels=kernels.CUDNN), *qkv))
+  formula = jax.jit(lambda *qkv: _value_and_grads(
+      lambda q, k, v: ops.dot_product_attention(q, k, v, mask=mask), *qkv))
+  (output, grads), (expected, expected_grads) = fused(query, key, value), formula(query, key, value)
+  assert "cudnn" in fused.lower(query, key, value).compile().as_text().lower()  # the fused kernel ran
+  np.testing.assert_allclose(np.asarray(output, np.float32), np.asarray(expected, np.float32), atol=2e-2, rtol=2e-2)
+  for grad, expected_grad in zip(grads, expected_grads):
+    np.testing.assert_allclose(np.asarray(grad, np.float32), np.asarray(expected_grad, np.float32), atol=5e-2,
+                               rtol=5e-2)

@@ -44,3 +44,17 @@ def test_combine_masks_is_logical_and_and_ignores_none():
 def test_combine_masks_rejects_different_ranks():
   with pytest.raises(ValueError, match="same rank"):
     ops.combine_masks(np.ones((1, 1, 2, 2), bool), np.ones((2, 2), bool))
+
+
+def test_local_mask_is_a_band_and_with_causal_a_sliding_window():
+  # |i - j| < 2: the diagonal and one key on each side.
+  band = np.asarray(ops.make_local_mask(4, 2)[0, 0])
+  np.testing.assert_array_equal(band, np.tril(np.triu(np.ones((4, 4), bool), -1), 1))
+  # With causal masking: query i sees keys i - 2 .. i (a window of 3), as Mistral's sliding window.
+  window = np.asarray(ops.combine_masks(ops.make_causal_mask(5), ops.make_local_mask(5, 3))[0, 0])
+  np.testing.assert_array_equal(window[4], [0, 0, 1, 1, 1])
+  np.testing.assert_array_equal(window.sum(-1), [1, 2, 3, 3, 3])
+  # Offset: one query at position 3 of 6 keys (cached decoding), window 2 -> keys 2..4, 4 hidden by causal.
+  np.testing.assert_array_equal(ops.make_local_mask(1, 2, 6, offset=3)[0, 0], [[0, 0, 1, 1, 1, 0]])
+  with pytest.raises(ValueError, match="positive"):
+    ops.make_local_mask(3, 0)

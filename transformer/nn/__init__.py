@@ -29,6 +29,7 @@ MODELS = {
     "rnn": ModelSpec(RNNConfig, RNNEncoderDecoder),  # GRU/LSTM encoder-decoder with Bahdanau or Luong attention
     "encoder_classifier": ModelSpec(ClassifierConfig, EncoderClassifier),  # Transformer encoder + pooled head
     "forecaster": ModelSpec(ForecasterConfig, make_forecaster),  # time series: RNN/LSTM/GRU or Transformer
+    "lm": ModelSpec(ModelConfig, TransformerLM),  # decoder-only language model (the encoder fields unused)
 }
 
 

@@ -27,7 +27,8 @@ class MultiHeadAttention(nn.Module):
   which come first). Cross attention reads its keys and values from the ``cross_cache`` collection when
   given one (see ``CROSS_CACHE``).
 
-  Parameters: ``query``/``key``/``value`` kernels ``[d_model, heads * head_dim]`` with biases, and the
+  Parameters: ``query`` kernel ``[d_model, heads * head_dim]``, ``key``/``value`` kernels
+  ``[d_model, kv_heads * head_dim]`` (``config.num_kv_heads``: grouped-query attention) with biases, and the
   output kernel ``W^O`` ``[heads * head_dim, d_model]`` with bias. The attention weights are sown into the
   ``intermediates`` collection (dense implementation) for plots.
   """
@@ -60,15 +61,16 @@ class MultiHeadAttention(nn.Module):
     """
     config = self.config
     batch, q_length, d_model = inputs_q.shape
-    heads, head_dim = config.num_heads, config.head_dim
+    heads, kv_heads, head_dim = config.num_heads, config.kv_heads, config.head_dim
     features = heads * head_dim
 
-    def split_heads(x):  # [batch, length, heads * head_dim] -> [batch, length, heads, head_dim]
-      return x.reshape(x.shape[0], x.shape[1], heads, head_dim)
+    def split_heads(x):  # [batch, length, n * head_dim] -> [batch, length, n, head_dim]
+      return x.reshape(x.shape[0], x.shape[1], x.shape[2] // head_dim, head_dim)
 
     query = split_heads(self._projection("query", d_model, features)(inputs_q))
-    project_key = self._projection("key", inputs_kv.shape[-1], features)
-    project_value = self._projection("value", inputs_kv.shape[-1], features)
+    # Grouped-query attention: fewer key/value heads, each read by heads // kv_heads query heads.
+    project_key = self._projection("key", inputs_kv.shape[-1], kv_heads * head_dim)
+    project_value = self._projection("value", inputs_kv.shape[-1], kv_heads * head_dim)
     if self.cross_attention and self.has_variable(CROSS_CACHE, "key"):
       # Decoding: the encoder output's keys and values were projected once, before the first step.
       key, value = self.get_variable(CROSS_CACHE, "key"), self.get_variable(CROSS_CACHE, "value")
@@ -84,12 +86,16 @@ class MultiHeadAttention(nn.Module):
       query_positions = jnp.arange(q_length)
       key_positions = jnp.arange(key.shape[1])
 
+    window = None if self.cross_attention else config.attention_window
     cache_mask = None
     if config.decode and causal and self.has_variable("cache", "cached_key"):
       key, value, cache_mask, positions = self._update_cache(key, value, query_valid)
+      if window is not None:  # and hide keys older than the window: make_local_mask's rule, per example
+        slots = jnp.arange(key.shape[1], dtype=positions.dtype)
+        cache_mask = cache_mask & (slots[None, None, None, :] > positions[:, None, :, None] - window)
       if rotary:
         query_positions, key_positions = positions, jnp.arange(key.shape[1])
-      query_valid, key_valid, causal = None, None, False  # the cache mask already hides the future
+      query_valid, key_valid, causal, window = None, None, False, None  # the cache mask hides future and past
     elif config.decode and causal:
       self._create_cache(key, value)  # the init call: behave as full causal attention
 
@@ -103,7 +109,7 @@ class MultiHeadAttention(nn.Module):
     # few queries, so the chunked path's memory saving does not matter there.
     if config.attention_implementation == "chunked" and not use_dropout and cache_mask is None:
       output = ops.chunked_dot_product_attention(
-          query, key, value, query_valid, key_valid, causal=causal, scale=config.scale_attention,
+          query, key, value, query_valid, key_valid, causal=causal, window=window, scale=config.scale_attention,
           query_chunk_size=config.attention_chunk_size, key_chunk_size=config.attention_chunk_size,
           kernels=kernels)
     else:
@@ -116,6 +122,8 @@ class MultiHeadAttention(nn.Module):
       if causal:
         mask = ops.combine_masks(mask, ops.make_causal_mask(q_length, key.shape[1]))
       mask = ops.combine_masks(mask, cache_mask)
+      if window is not None:
+        mask = ops.combine_masks(mask, ops.make_local_mask(q_length, window, key.shape[1]))
       # The weights are formed only when sown (a fused kernel, e.g. cuDNN's, never writes them out).
       sow_weights = self.is_mutable_collection("intermediates")
       output = ops.dot_product_attention(
@@ -131,17 +139,17 @@ class MultiHeadAttention(nn.Module):
     return self._projection("output", features, d_model)(output)
 
   def _create_cache(self, key, value):
-    """Zero cache sized by the init call's inputs: keys and values ``[batch, max_length, heads, head_dim]``
+    """Zero cache sized by the init call's inputs: keys and values ``[batch, max_length, kv_heads, head_dim]``
     and each example's next free position ``cache_index`` ``[batch]`` int32."""
     self.variable("cache", "cached_key", jnp.zeros, key.shape, key.dtype)
     self.variable("cache", "cached_value", jnp.zeros, value.shape, value.dtype)
     self.variable("cache", "cache_index", jnp.zeros, key.shape[:1], jnp.int32)
 
   def _update_cache(self, key, value, query_valid):
-    """Write this call's keys/values ``[batch, length, heads, head_dim]`` at each example's ``cache_index``
+    """Write this call's keys/values ``[batch, length, kv_heads, head_dim]`` at each example's ``cache_index``
     and advance it by the example's number of valid positions (all ``length`` when ``query_valid`` is None).
 
-    Returns the whole cache (keys and values ``[batch, max_length, heads, head_dim]``), the mask
+    Returns the whole cache (keys and values ``[batch, max_length, kv_heads, head_dim]``), the mask
     ``[batch, 1, length, max_length]`` (query ``i`` of example ``b`` sees cache slots up to its own position
     ``cache_index[b] + i``), and the queries' positions ``[batch, length]``.
     """

@@ -87,6 +87,9 @@ class ModelConfig(ValidatedConfig):
   tie_output_embedding: bool = True  # output logits = decoder states @ target embedding^T
   d_model: int = 512  # residual stream width
   num_heads: int = 8  # attention heads; must divide d_model
+  # Key/value heads, dividing num_heads: None = num_heads; fewer share each among a group of query heads
+  # (grouped-query attention; 1 = multi-query), shrinking the key/value projections and the decode cache.
+  num_kv_heads: int | None = None
   d_ff: int = 2048  # hidden width of the position-wise feed-forward network
   num_encoder_layers: int = 6
   num_decoder_layers: int = 6
@@ -105,6 +108,9 @@ class ModelConfig(ValidatedConfig):
   activation: str = "relu"  # feed-forward activation, one of ACTIVATIONS
   attention_implementation: str = "dense"  # "dense" or "chunked" (memory-efficient, same function)
   attention_chunk_size: int = 512  # block size of the chunked implementation
+  # None: every position; an int w: self attention sees keys less than w positions away (with causal masking,
+  # itself and the w - 1 before it: a sliding window). Cross attention always sees the whole source.
+  attention_window: int | None = None
   # False: dense attention's logits and softmax in the compute dtype (flax's stock behaviour), faster in
   # bfloat16 and less accurate; the chunked implementation always uses float32.
   float32_attention_logits: bool = True
@@ -125,7 +131,8 @@ class ModelConfig(ValidatedConfig):
       self.check_choice(name, allowed)
     for name in ("vocab_size", "d_model", "num_heads", "d_ff", "max_length", "attention_chunk_size"):
       self.check_positive_int(name)
-    self.check_positive_int("target_vocab_size", or_none=True)
+    for name in ("target_vocab_size", "num_kv_heads", "attention_window"):
+      self.check_positive_int(name, or_none=True)
     config_name = type(self).__name__  # ModelConfig, or a subclass such as ClassifierConfig
     for name in ("num_encoder_layers", "num_decoder_layers", "num_token_types"):
       if not isinstance(getattr(self, name), int) or getattr(self, name) < 0:
@@ -134,6 +141,10 @@ class ModelConfig(ValidatedConfig):
       divisors = [h for h in range(1, min(self.d_model, 64) + 1) if self.d_model % h == 0]
       raise ConfigError(f"{config_name}.num_heads={self.num_heads} does not divide d_model={self.d_model}; "
                         f"choose num_heads from {divisors} or change d_model.")
+    if self.num_kv_heads is not None and self.num_heads % self.num_kv_heads:
+      divisors = [h for h in range(1, self.num_heads + 1) if self.num_heads % h == 0]
+      raise ConfigError(f"{config_name}.num_kv_heads={self.num_kv_heads} does not divide num_heads={self.num_heads}; "
+                        f"choose num_kv_heads from {divisors} (or None for one per query head).")
     for name in ("dropout_rate", "attention_dropout_rate", "feed_forward_dropout_rate"):
       self.check_rate(name)
     if self.positional_encoding == "rotary" and self.head_dim % 2:
@@ -147,6 +158,11 @@ class ModelConfig(ValidatedConfig):
   @property
   def head_dim(self) -> int:
     return self.d_model // self.num_heads
+
+  @property
+  def kv_heads(self) -> int:
+    """Key/value heads: ``num_kv_heads``, or ``num_heads`` when that is None."""
+    return self.num_heads if self.num_kv_heads is None else self.num_kv_heads
 
 
 @dataclasses.dataclass(frozen=True)

@@ -16,7 +16,9 @@ from transformer.ops.feed_forward import ACTIVATIONS, feed_forward
 from transformer.ops.kernels import (KERNEL_SETTINGS, Kernels, batched_matmul, effective_dropout_rate,
                                      gradient_barrier, materialized_transpose, select_kernels)
 from transformer.ops.losses import softmax_cross_entropy, weighted_sum
-from transformer.ops.masks import combine_masks, make_attention_mask, make_causal_mask, make_padding_mask
+from transformer.ops.heads import head_groups, repeat_kv_heads
+from transformer.ops.masks import (combine_masks, make_attention_mask, make_causal_mask, make_local_mask,
+                                   make_padding_mask)
 from transformer.ops.metrics import sequence_exact_match, token_accuracy
 from transformer.ops.norms import layer_norm, rms_norm
 from transformer.ops.positional import apply_rotary_embedding, scale_embeddings, sinusoidal_position_encoding
@@ -30,7 +32,8 @@ __all__ = [
     "gradient_barrier", "materialized_transpose", "batched_matmul", "chunked_dot_product_attention", "dense",
     "dropout", "effective_dropout_rate", "token_dropout",
     "feed_forward", "softmax_cross_entropy", "weighted_sum",
-    "combine_masks", "make_attention_mask", "make_causal_mask", "make_padding_mask",
+    "combine_masks", "make_attention_mask", "make_causal_mask", "make_local_mask", "make_padding_mask",
+    "head_groups", "repeat_kv_heads",
     "sequence_exact_match", "token_accuracy", "layer_norm", "rms_norm", "apply_rotary_embedding",
     "scale_embeddings", "sinusoidal_position_encoding", "additive_scores", "additive_scores_projected",
     "project_additive_keys", "cosine_scores",

@@ -5,9 +5,9 @@ dot-product (``dot_product_attention``), the Luong and Bahdanau scores of ``scor
 then call ``attention_weights``), and the cached decoder (``transformer.nn.MultiHeadAttention``).
 The memory-efficient path (``chunked.py``) computes the same function block by block.
 
-Shapes: queries ``[batch, q_length, heads, head_dim]``, keys and values ``[batch, kv_length, heads, head_dim]``
-(the convention of ``jax.nn.dot_product_attention``); logits, masks and weights
-``[batch, heads, q_length, kv_length]``.
+Shapes: queries ``[batch, q_length, heads, head_dim]``, keys and values ``[batch, kv_length, kv_heads, head_dim]``
+(the convention of ``jax.nn.dot_product_attention``; ``kv_heads`` divides ``heads``, equal but for grouped-query
+and multi-query attention, see ``heads.py``); logits, masks and weights ``[batch, heads, q_length, kv_length]``.
 
 Each function computes its formula. The optional ``kernels`` argument (``kernels.select_kernels``, set by
 ``ModelConfig.kernels``) swaps in backend-tuned pieces that compute the same values, e.g. cuDNN's fused
@@ -19,6 +19,7 @@ import jax
 import jax.numpy as jnp
 
 from transformer.ops.dropout import dropout
+from transformer.ops.heads import head_groups, repeat_kv_heads
 from transformer.ops.kernels import REFERENCE, Kernels, fused_attention_blocker
 from transformer.ops.scores import dot_product_scores
 
@@ -41,8 +42,9 @@ def check_attention_inputs(query, key, value) -> None:
     raise ValueError(f"query and key head_dim differ: {query.shape[-1]} vs {key.shape[-1]}")
   if key.shape[:3] != value.shape[:3]:
     raise ValueError(f"key and value must agree on [batch, kv_length, heads]: {key.shape} vs {value.shape}")
-  if query.shape[0] != key.shape[0] or query.shape[2] != key.shape[2]:
-    raise ValueError(f"query and key must agree on batch and heads: {query.shape} vs {key.shape}")
+  if query.shape[0] != key.shape[0] or not key.shape[2] or query.shape[2] % key.shape[2]:
+    raise ValueError(f"query and key must agree on batch, and the key's heads must divide the query's "
+                     f"(grouped-query attention): {query.shape} vs {key.shape}")
 
 
 def _zero_unseen_keys(key, value, mask):
@@ -101,7 +103,7 @@ def weighted_values(weights, value, precision=None, kernels: Kernels | None = No
 
   Args:
     weights: ``[batch, heads, q_length, kv_length]``.
-    value: ``[batch, kv_length, heads, head_dim]``.
+    value: ``[batch, kv_length, kv_heads, head_dim]``, ``kv_heads`` dividing ``heads``.
     precision: einsum precision.
     kernels: a backend-tuned product (``kernels.py``); None for the einsum.
 
@@ -111,8 +113,12 @@ def weighted_values(weights, value, precision=None, kernels: Kernels | None = No
   kernels = kernels or REFERENCE
   weights = weights.astype(value.dtype)
   if kernels.weights_value_product is not None:
-    return kernels.weights_value_product(weights, value, precision=precision)
-  return jnp.einsum("bhqk,bkhd->bqhd", weights, value, precision=precision)
+    return kernels.weights_value_product(weights, repeat_kv_heads(value, weights.shape[1]), precision=precision)
+  batch, heads, q_length, kv_length = weights.shape
+  kv_heads = value.shape[2]
+  weights = weights.reshape(batch, kv_heads, head_groups(heads, kv_heads), q_length, kv_length)
+  output = jnp.einsum("bhgqk,bkhd->bqhgd", weights, value, precision=precision)
+  return output.reshape(batch, q_length, heads, value.shape[-1])
 
 
 def dot_product_attention(query, key, value, mask=None, bias=None, *, scale: bool | float = True,
@@ -123,8 +129,8 @@ def dot_product_attention(query, key, value, mask=None, bias=None, *, scale: boo
 
   Args:
     query: ``[batch, q_length, heads, head_dim]``.
-    key: ``[batch, kv_length, heads, head_dim]``.
-    value: ``[batch, kv_length, heads, head_dim_v]``.
+    key: ``[batch, kv_length, kv_heads, head_dim]``, ``kv_heads`` dividing ``heads`` (grouped-query attention).
+    value: ``[batch, kv_length, kv_heads, head_dim_v]``.
     mask: bool ``[batch, heads, q_length, kv_length]`` (broadcastable); True = attend. Keys and values that
       no query may attend to are never read (a NaN or inf there does not reach the output).
     bias: float, broadcastable to ``[batch, heads, q_length, kv_length]``.

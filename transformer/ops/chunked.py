@@ -19,31 +19,34 @@ import jax.numpy as jnp
 import numpy as np
 
 from transformer.ops.attention import MASK_VALUE, check_attention_inputs
+from transformer.ops.heads import repeat_kv_heads
 from transformer.ops.kernels import REFERENCE, Kernels
 from transformer.ops.scores import dot_product_scores
 
 
 def chunked_dot_product_attention(query, key, value, query_valid=None, key_valid=None, *,
-                                  causal: bool = False, scale: bool | float = True,
+                                  causal: bool = False, window: int | None = None, scale: bool | float = True,
                                   query_chunk_size: int = 512, key_chunk_size: int = 512,
                                   kernels: Kernels | None = None):
   """Block-wise scaled dot-product attention with O(length * chunk) memory.
 
   Args:
     query: ``[batch, q_length, heads, head_dim]``.
-    key: ``[batch, kv_length, heads, head_dim]``.
-    value: ``[batch, kv_length, heads, head_dim_v]``.
+    key: ``[batch, kv_length, kv_heads, head_dim]``, ``kv_heads`` dividing ``heads`` (grouped-query attention).
+    value: ``[batch, kv_length, kv_heads, head_dim_v]``.
     query_valid: ``[batch, q_length]`` bool; invalid (padding) queries return zeros. Default: all valid.
     key_valid: ``[batch, kv_length]`` bool; invalid keys get no weight (a NaN there never reaches the
       output). Default: all valid.
     causal: query ``i`` sees only keys ``j <= i``.
+    window: None, or query ``i`` sees only keys ``j`` with ``|i - j| < window`` (``masks.make_local_mask``).
     scale: as ``dot_product_scores``.
     query_chunk_size, key_chunk_size: positive block sizes; lengths need not be multiples of them.
     kernels: a backend-tuned product for the blocks' logits (``kernels.py``); None for the einsum.
 
   Returns:
     ``[batch, q_length, heads, head_dim_v]`` in the query's dtype. Equal (to float rounding) to
-    ``dot_product_attention`` with the mask ``make_attention_mask(query_valid, key_valid)`` (and causal).
+    ``dot_product_attention`` with the mask ``make_attention_mask(query_valid, key_valid)`` (and causal, and
+    ``make_local_mask``). Blocks outside the window are computed and masked, not skipped.
   """
   check_attention_inputs(query, key, value)
   batch, q_length = query.shape[:2]
@@ -61,7 +64,12 @@ def chunked_dot_product_attention(query, key, value, query_valid=None, key_valid
   for name, valid, length in (("query_valid", query_valid, q_length), ("key_valid", key_valid, kv_length)):
     if jnp.shape(valid) != (batch, length):
       raise ValueError(f"{name} must be [batch, length] = {(batch, length)}, got shape {jnp.shape(valid)}")
+  if window is not None and (isinstance(window, bool) or not isinstance(window, (int, np.integer)) or window < 1):
+    raise ValueError(f"window must be a positive integer or None, got {window!r}")
   key_valid = jnp.asarray(key_valid, bool)
+  # Grouped-query keys and values repeated per query head: the blocks' einsums and the custom VJP see equal
+  # head counts, and the repeat's gradient (a sum over each group) comes from autodiff.
+  key, value = repeat_kv_heads(key, query.shape[2]), repeat_kv_heads(value, query.shape[2])
   # Invalid keys and values set to 0: a weight of exactly 0 times a NaN there would still reach the output.
   key = jnp.where(key_valid[:, :, None, None], key, jnp.zeros((), key.dtype))
   value = jnp.where(key_valid[:, :, None, None], value, jnp.zeros((), value.dtype))
@@ -72,7 +80,8 @@ def chunked_dot_product_attention(query, key, value, query_valid=None, key_valid
   query_chunk_size = min(int(query_chunk_size), q_length)
   key_chunk_size = min(int(key_chunk_size), kv_length)
   return _chunked_attention(query, key, value, jnp.asarray(query_valid, bool), jnp.asarray(key_valid, bool),
-                            causal, float(scale), query_chunk_size, key_chunk_size, kernels or REFERENCE)
+                            causal, None if window is None else int(window), float(scale), query_chunk_size,
+                            key_chunk_size, kernels or REFERENCE)
 
 
 def _split_blocks(x, chunk_size):
@@ -97,11 +106,14 @@ def _block_positions(length, chunk_size):
   return jnp.arange(math.ceil(length / chunk_size) * chunk_size).reshape(-1, chunk_size)
 
 
-def _block_mask(query_valid, key_valid, query_position, key_position, causal):
+def _block_mask(query_valid, key_valid, query_position, key_position, causal, window):
   """``[batch, 1, q_chunk, k_chunk]`` bool mask of one (query block, key block) pair."""
   mask = query_valid[:, None, :, None] & key_valid[:, None, None, :]
   if causal:
     mask = mask & (key_position[None, None, None, :] <= query_position[None, None, :, None])
+  if window is not None:
+    distance = query_position[None, None, :, None] - key_position[None, None, None, :]
+    mask = mask & (jnp.abs(distance) < window)
   return mask
 
 
@@ -111,7 +123,7 @@ def _block_probabilities(query, key, mask, log_normaliser, scale, kernels):
   return jnp.where(mask, jnp.exp(logits - log_normaliser[..., None]), 0.0)
 
 
-def _forward(query, key, value, query_valid, key_valid, causal, scale, query_chunk_size, key_chunk_size,
+def _forward(query, key, value, query_valid, key_valid, causal, window, scale, query_chunk_size, key_chunk_size,
              kernels):
   q_length, kv_length = query.shape[1], key.shape[1]
   key_blocks = (_split_blocks(key, key_chunk_size), _split_blocks(value, key_chunk_size),
@@ -124,7 +136,7 @@ def _forward(query, key, value, query_valid, key_valid, causal, scale, query_chu
     def one_key_block(carry, key_block_inputs):
       accumulator, running_max, running_sum = carry
       key_block, value_block, key_valid_block, key_position = key_block_inputs
-      mask = _block_mask(query_valid_block, key_valid_block, query_position, key_position, causal)
+      mask = _block_mask(query_valid_block, key_valid_block, query_position, key_position, causal, window)
       logits = jnp.where(mask, dot_product_scores(query_block, key_block, scale=scale, kernels=kernels),
                          MASK_VALUE)
       new_max = jnp.maximum(running_max, jnp.max(logits, axis=-1))  # [batch, heads, q_chunk]
@@ -155,22 +167,22 @@ def _forward(query, key, value, query_valid, key_valid, causal, scale, query_chu
   return output, log_normaliser[:, :, :q_length]
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6, 7, 8, 9))
-def _chunked_attention(query, key, value, query_valid, key_valid, causal, scale, query_chunk_size,
+@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6, 7, 8, 9, 10))
+def _chunked_attention(query, key, value, query_valid, key_valid, causal, window, scale, query_chunk_size,
                        key_chunk_size, kernels):
-  output, _ = _forward(query, key, value, query_valid, key_valid, causal, scale, query_chunk_size,
+  output, _ = _forward(query, key, value, query_valid, key_valid, causal, window, scale, query_chunk_size,
                        key_chunk_size, kernels)
   return output
 
 
-def _chunked_attention_fwd(query, key, value, query_valid, key_valid, causal, scale, query_chunk_size,
+def _chunked_attention_fwd(query, key, value, query_valid, key_valid, causal, window, scale, query_chunk_size,
                            key_chunk_size, kernels):
-  output, log_normaliser = _forward(query, key, value, query_valid, key_valid, causal, scale,
+  output, log_normaliser = _forward(query, key, value, query_valid, key_valid, causal, window, scale,
                                     query_chunk_size, key_chunk_size, kernels)
   return output, (query, key, value, query_valid, key_valid, output, log_normaliser)
 
 
-def _chunked_attention_bwd(causal, scale, query_chunk_size, key_chunk_size, kernels, residuals,
+def _chunked_attention_bwd(causal, window, scale, query_chunk_size, key_chunk_size, kernels, residuals,
                            output_cotangent):
   query, key, value, query_valid, key_valid, output, log_normaliser = residuals
   q_length, kv_length = query.shape[1], key.shape[1]
@@ -193,7 +205,7 @@ def _chunked_attention_bwd(causal, scale, query_chunk_size, key_chunk_size, kern
     """Probabilities and logit cotangents of one (query block, key block) pair."""
     query_block, query_valid_block, query_position, d_output, log_norm, corr = query_block_inputs
     key_block, value_block, key_valid_block, key_position = key_block_inputs
-    mask = _block_mask(query_valid_block, key_valid_block, query_position, key_position, causal)
+    mask = _block_mask(query_valid_block, key_valid_block, query_position, key_position, causal, window)
     probabilities = _block_probabilities(query_block, key_block, mask, log_norm, scale, kernels)
     d_probabilities = jnp.einsum("bqhd,bkhd->bhqk", d_output, value_block.astype(jnp.float32))
     d_logits = probabilities * (d_probabilities - corr[..., None])

@@ -57,6 +57,28 @@ def make_causal_mask(length: int, kv_length: int | None = None, offset: int = 0)
   return (key_position <= query_position)[None, None]
 
 
+def make_local_mask(length: int, window: int, kv_length: int | None = None, offset=0):
+  """Sliding-window (local) mask: query ``i`` sees keys ``j`` with ``|i + offset - j| < window``.
+
+  With ``make_causal_mask`` (``combine_masks``) each query sees itself and the ``window - 1`` keys before it
+  (Longformer's and Mistral's causal sliding window); alone, ``window - 1`` keys on either side.
+
+  Args:
+    length: number of queries.
+    window: positive number of keys on one side, the query's own position included.
+    kv_length: number of keys (defaults to ``length``).
+    offset: position of the first query among the keys (may be traced: cached decoding).
+
+  Returns:
+    ``[1, 1, length, kv_length]`` bool mask.
+  """
+  if window < 1:
+    raise ValueError(f"a local attention window must be a positive number of keys, got {window}")
+  kv_length = length if kv_length is None else kv_length
+  distance = jnp.arange(length)[:, None] + offset - jnp.arange(kv_length)[None, :]
+  return (jnp.abs(distance) < window)[None, None]
+
+
 def combine_masks(*masks):
   """Logical AND of masks, ignoring ``None``; ``None`` if all are ``None``.
 

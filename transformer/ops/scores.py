@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
+from transformer.ops.heads import head_groups, repeat_kv_heads
 from transformer.ops.kernels import REFERENCE, Kernels
 
 
@@ -23,7 +24,7 @@ def dot_product_scores(query, key, scale: bool | float = True, precision=None, f
 
   Args:
     query: ``[batch, q_length, heads, d_k]``.
-    key: ``[batch, kv_length, heads, d_k]``.
+    key: ``[batch, kv_length, kv_heads, d_k]``, ``kv_heads`` dividing ``heads`` (grouped-query attention).
     scale: True for ``1/sqrt(d_k)``, False for none (Luong "dot" and the ablation), or a float.
     precision: passed to the einsum.
     float32_logits: True (default) accumulates and returns float32 logits whatever the inputs' dtype;
@@ -46,8 +47,14 @@ def dot_product_scores(query, key, scale: bool | float = True, precision=None, f
   # Logits accumulate and stay in float32 (as jax.nn does): no rounding between the dot and the softmax.
   logits_dtype = jnp.float32 if float32_logits else None
   if kernels.query_key_product is not None:
-    return kernels.query_key_product(query, key, precision=precision, preferred_element_type=logits_dtype)
-  return jnp.einsum("bqhd,bkhd->bhqk", query, key, precision=precision, preferred_element_type=logits_dtype)
+    return kernels.query_key_product(query, repeat_kv_heads(key, query.shape[2]), precision=precision,
+                                     preferred_element_type=logits_dtype)
+  batch, q_length, heads, head_dim = query.shape
+  kv_heads = key.shape[2]
+  # Grouped-query keys: query head h * groups + g reads key head h (as jax.nn.dot_product_attention).
+  query = query.reshape(batch, q_length, kv_heads, head_groups(heads, kv_heads), head_dim)
+  logits = jnp.einsum("bqhgd,bkhd->bhgqk", query, key, precision=precision, preferred_element_type=logits_dtype)
+  return logits.reshape(batch, heads, q_length, key.shape[1])
 
 
 def luong_dot_scores(query, key, precision=None, kernels: Kernels | None = None):

@@ -18,6 +18,7 @@ TASKS = {
     "translation": ("transformer.tasks.translation", "TranslationTask", "data"),
     "forecasting": ("transformer.tasks.forecasting", "ForecastingTask", "data"),
     "classification": ("transformer.tasks.classification", "ClassificationTask", "data"),
+    "language_model": ("transformer.tasks.language_model", "LanguageModelTask", "data"),
 }
 
 

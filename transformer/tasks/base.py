@@ -73,6 +73,11 @@ class Task(abc.ABC):
     return int(sum(np.count_nonzero(x) for x in batch.values()
                    if np.ndim(x) == 2 and np.issubdtype(np.asarray(x).dtype, np.integer)))
 
+  def derived_metrics(self, metrics: dict[str, float]) -> dict[str, float]:
+    """Metrics that are functions of the averaged ones (``{"eval/nll": ...}`` -> ``{"eval/perplexity": ...}``),
+    which a sum over batches cannot give; by default none."""
+    return {}
+
   def evaluate(self, model_config: ModelConfig, params, batches: list[Batch]) -> tuple[dict, list[str]]:
     """Host-side evaluation beyond the loss (e.g. decoding): ``(metrics, example lines to print)``."""
     return {}, []

@@ -24,17 +24,23 @@ from transformer.tasks.base import Task
 SEQ2SEQ_MODELS = ("transformer", "rnn")
 
 
-def decode_settings(config) -> DecodeSettings:
-  """The run's ``config.decode`` as ``DecodeSettings``; a bad value is a ``ConfigError`` naming the field."""
+def decode_settings(config, beam_size: int | None = None, length_penalty: float | None = None) -> DecodeSettings:
+  """The run's ``config.decode`` as ``DecodeSettings``, with a call's overrides (``beam_size`` 1 is greedy
+  search, more is beam search); a bad value is a ``ConfigError`` naming the field."""
   fields = dict(config.get("decode", {}))
   unknown = set(fields) - {field.name for field in dataclasses.fields(DecodeSettings)}
   if unknown:
     raise ConfigError(f"config.decode has no field {sorted(unknown)[0]!r}; its fields are "
                       f"{[field.name for field in dataclasses.fields(DecodeSettings)]}.")
   try:
-    return DecodeSettings(**fields)
+    settings = DecodeSettings(**fields)
   except ValueError as error:
     raise ConfigError(f"config.decode: {error} Set it with --config.decode.<field>=...") from None
+  if beam_size is not None:
+    settings = dataclasses.replace(settings, method="greedy" if beam_size == 1 else "beam", beam_size=beam_size)
+  if length_penalty is not None:
+    settings = dataclasses.replace(settings, length_penalty=length_penalty)
+  return settings
 
 
 def model_class(model_config) -> type[EncoderDecoder]:
@@ -91,26 +97,12 @@ class Seq2SeqTask(Task):
     source, target = self.drop_tokens(batch, dropout_rng, model.config)
     logits = model.apply({"params": params}, source, target,
                          rngs={"dropout": dropout_rng} if dropout_rng is not None else None)
-    weights = (batch["target"] != model.config.pad_id).astype(jnp.float32)
-    losses = ops.softmax_cross_entropy(logits, batch["target"], self.config.get("label_smoothing", 0.0))
-    loss_sum, weight_sum = ops.weighted_sum(losses, weights)
-    # The unsmoothed loss is what perplexity and comparisons across label_smoothing settings need.
-    nll_sum, _ = ops.weighted_sum(ops.softmax_cross_entropy(logits, batch["target"]), weights)
-    metrics = {
-        "loss": (loss_sum, weight_sum),
-        "nll": (nll_sum, weight_sum),
-        "token_accuracy": ops.token_accuracy(logits, batch["target"], weights),
-    }
-    return loss_sum, weight_sum, metrics
+    return token_loss_and_metrics(logits, batch["target"], model.config.pad_id,
+                                  self.config.get("label_smoothing", 0.0))
 
   def decode_settings(self, beam_size: int | None = None, length_penalty: float | None = None) -> DecodeSettings:
     """``config.decode``, with a call's overrides: ``beam_size`` 1 is greedy search, more is beam search."""
-    settings = decode_settings(self.config)
-    if beam_size is not None:
-      settings = dataclasses.replace(settings, method="greedy" if beam_size == 1 else "beam", beam_size=beam_size)
-    if length_penalty is not None:
-      settings = dataclasses.replace(settings, length_penalty=length_penalty)
-    return settings
+    return decode_settings(self.config, beam_size, length_penalty)
 
   def decode_batch(self, model_config: ModelConfig, params, source, max_length: int, beam_size: int | None = None,
                    length_penalty: float | None = None):
@@ -183,6 +175,18 @@ class Seq2SeqTask(Task):
     def show(tokens):
       return " ".join(str(int(t)) for t in tokens if t != 0)
     return f"source: {show(source)}\n  target:     {show(target)}\n  prediction: {show(prediction)}"
+
+
+def token_loss_and_metrics(logits, targets, pad_id: int, label_smoothing: float = 0.0):
+  """``(loss_sum, weight_sum, metrics)`` of teacher-forced ``logits`` ``[batch, length, vocab]`` for ``targets``
+  ``[batch, length]``, over the non-``pad_id`` targets: label-smoothed loss, ``nll`` and ``token_accuracy``."""
+  weights = (targets != pad_id).astype(jnp.float32)
+  loss_sum, weight_sum = ops.weighted_sum(ops.softmax_cross_entropy(logits, targets, label_smoothing), weights)
+  # The unsmoothed loss is what perplexity and comparisons across label_smoothing settings need.
+  nll_sum, _ = ops.weighted_sum(ops.softmax_cross_entropy(logits, targets), weights)
+  metrics = {"loss": (loss_sum, weight_sum), "nll": (nll_sum, weight_sum),
+             "token_accuracy": ops.token_accuracy(logits, targets, weights)}
+  return loss_sum, weight_sum, metrics
 
 
 def _as_tokens(sequence, name: str) -> np.ndarray:

@@ -74,6 +74,15 @@ def bleu_by_reference_length(hypotheses: list[str], references: list[str], token
 TOKENIZER_TYPES = ("unigram", "bpe")
 
 
+def sentencepiece_options(task_config) -> tokenizers.SentencePieceOptions:
+  """The SentencePiece options of ``config.task`` (its ``tokenizer_type``; ``vocab_size`` is set by the loader);
+  a ``ConfigError`` for a model type this codebase does not train."""
+  if task_config.tokenizer_type not in TOKENIZER_TYPES:
+    raise ConfigError(f"config.task.tokenizer_type={task_config.tokenizer_type!r} is not a SentencePiece model "
+                      f"type here; choose one of {TOKENIZER_TYPES}.")
+  return tokenizers.SentencePieceOptions(model_type=task_config.tokenizer_type)
+
+
 class TranslationTask(Seq2SeqTask):
   """Translation with an ``EncoderDecoder``: label-smoothed teacher forcing, beam search, sacreBLEU."""
   unknown_id = tokenizers.UNK_ID  # SentencePiece's <unk>, the replacement of word dropout
@@ -81,13 +90,9 @@ class TranslationTask(Seq2SeqTask):
   @functools.cached_property
   def data(self):
     task = self.config.task
-    if task.tokenizer_type not in TOKENIZER_TYPES:
-      raise ConfigError(f"config.task.tokenizer_type={task.tokenizer_type!r} is not a SentencePiece model type "
-                        f"here; choose one of {TOKENIZER_TYPES}.")
     return load_translation_data(
         task.dataset, task.pair, data_dir=task.data_dir or None, source_dir=task.source_dir or None,
-        vocab_size=task.vocab_size, shared_vocab=task.shared_vocab,
-        tokenizer_options=tokenizers.SentencePieceOptions(model_type=task.tokenizer_type),
+        vocab_size=task.vocab_size, shared_vocab=task.shared_vocab, tokenizer_options=sentencepiece_options(task),
         eval_splits=[task.eval_split, *[s for s in task.test_splits if s != task.eval_split]])
 
   def model_config(self):

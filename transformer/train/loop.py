@@ -261,6 +261,7 @@ def make_evaluator(session: Session, eval_model):
       metrics = eval_step(state.params, strategy.put_batch(batch))
       sums = metrics if sums is None else jax.tree.map(jnp.add, sums, metrics)
     results = _means(strategy.fetch(sums), "eval")
+    results.update(task.derived_metrics(results))
     if session.config.num_seeds == 1:
       params = jax.device_get(strategy.host_params(state))
       task_metrics, examples = task.evaluate(session.model_config, params, eval_batches)

@@ -1,0 +1,130 @@
+"""The language-model task on a tiny Multi30k-format fixture: batches, loss masking, perplexity, training end to
+end, and greedy continuations through ``transformer.load`` checked against the model's own full-pass argmax."""
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from tests.data.data_fixtures import write_multi30k
+from tests.train.conftest import load_experiment_config
+from transformer import load
+from transformer.errors import ConfigError
+from transformer.tasks import build_task
+from transformer.decode import DecodeSettings
+from transformer.tasks.language_model import continue_prompts
+from transformer.train import run
+
+SIZES = {"train": 300, "val": 20, "test_2016_flickr": 2, "test_2017_flickr": 2, "test_2017_mscoco": 2,
+         "test_2018_flickr": 2}
+
+
+@pytest.fixture(scope="module")
+def raw_dir(tmp_path_factory):
+  return write_multi30k(tmp_path_factory.mktemp("raw") / "multi30k", sizes=SIZES)
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+  return tmp_path_factory.mktemp("tfds")
+
+
+def tiny_config(raw_dir, data_dir, **model_overrides):
+  config = load_experiment_config("language_model", "tiny")
+  config.task.source_dir, config.task.data_dir = str(raw_dir), str(data_dir)
+  config.quiet, config.tensorboard = True, False
+  for name, value in model_overrides.items():
+    config.model[name] = value
+  return config
+
+
+def test_batches_are_padded_sentences_ending_with_eos(raw_dir, data_dir):
+  task = build_task(tiny_config(raw_dir, data_dir))
+  batch = next(iter(task.train_iterator(0, seed=0)))
+  assert set(batch) == {"tokens"} and batch["tokens"].dtype == np.int32
+  rows, length = batch["tokens"].shape
+  assert rows * length <= task.config.task.max_tokens
+  model_config = task.model_config()
+  for row in batch["tokens"]:
+    real = row[row != model_config.pad_id]
+    if len(real):
+      assert real[-1] == model_config.eos_id and np.all(row[:len(real)] == real)  # padding only at the end
+  # Evaluation sees every validation sentence once, with its EOS.
+  eval_tokens = [row for batch in task.eval_batches(0) for row in batch["tokens"]]
+  sentences = [row for row in eval_tokens if np.any(row != 0)]
+  assert len(sentences) == SIZES["val"]
+  assert all(np.sum(row == model_config.eos_id) == 1 for row in sentences)
+
+
+def test_loss_counts_real_tokens_only(raw_dir, data_dir):
+  """Extra padding columns and all-padding rows change neither the loss sum nor the weight."""
+  task = build_task(tiny_config(raw_dir, data_dir))
+  model_config = task.model_config().replace(deterministic=True)
+  model = task.build_model(model_config)
+  tokens = np.array([[5, 6, 7, 2], [8, 2, 0, 0]], np.int32)
+  params = model.init(jax.random.key(0), tokens)["params"]
+  loss, weight, metrics = task.loss_and_metrics(model, params, {"tokens": tokens}, None)
+  padded = np.zeros((3, 7), np.int32)
+  padded[:2, :4] = tokens
+  padded_loss, padded_weight, _ = task.loss_and_metrics(model, params, {"tokens": padded}, None)
+  assert float(weight) == float(padded_weight) == 6.0
+  np.testing.assert_allclose(padded_loss, loss, rtol=1e-5)
+  # numpy recomputation: -log softmax(logits)[target] over the non-padding targets.
+  logits = np.asarray(model.apply({"params": params}, tokens), np.float64)
+  log_probs = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+  nll = -np.take_along_axis(log_probs, tokens[..., None], -1)[..., 0]
+  np.testing.assert_allclose(float(metrics["nll"][0]), nll[tokens != 0].sum(), rtol=1e-5)
+
+
+def test_perplexity_is_exp_of_each_nll():
+  task = build_task(load_experiment_config("language_model", "tiny"))
+  derived = task.derived_metrics({"eval/nll": 2.0, "eval/nll/seed_1": 1.0, "eval/loss": 3.0})
+  assert derived == {"eval/perplexity": math.exp(2.0), "eval/perplexity/seed_1": math.exp(1.0)}
+
+
+def test_the_task_refuses_another_model(raw_dir, data_dir):
+  config = tiny_config(raw_dir, data_dir)
+  config.model_name = "transformer"
+  with pytest.raises(ConfigError, match="model_name='lm'"):
+    build_task(config).model_config()
+
+
+def test_tiny_run_trains_reports_perplexity_and_continues_prompts(raw_dir, data_dir, tmp_path):
+  """With multi-query attention and a sliding window, whose cached decoding the continuation check covers."""
+  workdir = str(tmp_path / "run")
+  trained = run(tiny_config(raw_dir, data_dir, num_kv_heads=1, attention_window=4), workdir)
+  metrics = trained.metrics
+  assert metrics["eval/perplexity"] == pytest.approx(math.exp(metrics["eval/nll"]))
+  assert metrics["eval/perplexity"] < 40  # below a uniform guess over the 40-piece vocabulary
+
+  model = load(workdir)
+  texts = model.continue_texts(["a dog", "", "the small man sits"], max_new_tokens=6)
+  assert len(texts) == 3 and all(isinstance(text, str) for text in texts)
+
+  # Prompts of different lengths in one batch, prefilled in one pass: each row's cached continuation is the
+  # argmax of the model's own full pass over its prompt + continuation.
+  model_config = model.model_config.replace(deterministic=True)
+  encoded = model.task.data.tokenizer.encode_batch(["a dog", "the small man sits"], add_eos=False)
+  lengths = np.array([len(ids) for ids in encoded], np.int32)
+  assert lengths[0] != lengths[1]
+  prompt = np.zeros((2, lengths.max()), np.int32)
+  for row, ids in enumerate(encoded):
+    prompt[row, :len(ids)] = ids
+  sequences, _ = continue_prompts(model_config, model.params, jnp.asarray(prompt), jnp.asarray(lengths), 6,
+                                  DecodeSettings("greedy"))
+  for row, ids in enumerate(encoded):
+    generated = np.asarray(sequences)[row, 0]
+    steps = int(np.argmax(generated == model_config.eos_id)) + 1 if model_config.eos_id in generated else 6
+    sequence = np.concatenate([ids, generated[:steps]])[None]
+    logits = model.task.build_model(model_config).apply({"params": model.params}, sequence)
+    expected = np.argmax(np.asarray(logits), -1)[0, len(ids):]
+    np.testing.assert_array_equal(generated[:steps], expected)
+
+  # Sampling: the same seed gives the same continuations; --mode=translate's path reads config.decode.
+  sampled = DecodeSettings("sample", temperature=1.0, top_k=5, num_samples=2, seed=3)
+  first = model.task.continue_texts(model.model_config, model.params, ["a dog", "a"], 6, settings=sampled)
+  assert first == model.task.continue_texts(model.model_config, model.params, ["a dog", "a"], 6, settings=sampled)
+  assert model.task.translate_lines(model.model_config, model.params, ["a dog"], beam_size=2) == \
+      model.task.continue_texts(model.model_config, model.params, ["a dog"],
+                                settings=DecodeSettings("beam", beam_size=2))

@@ -1,0 +1,73 @@
+"""One language of a parallel-text dataset as language-model data: sentences, a SentencePiece tokenizer, ids.
+
+    data = load_monolingual_data("multi30k", "en-de", "en", source_dir="../shared/data/multi30k", vocab_size=4000)
+    data.train.target(0)  # int32 ids of the first English training sentence, ending with EOS
+
+The sentences sit on the ``target`` side of ``batching.TokenizedExamples`` (sources are empty), so
+``batching.TokenBatcher`` buckets and batches them by token count as it does translation pairs.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Mapping, Sequence
+
+from etils import epath
+import numpy as np
+
+from transformer.data import batching, tokenizers
+from transformer.data.translation import prepare_dataset, read_split_text
+
+logger = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class MonolingualData:
+  """Tokenized sentences of one language.
+
+  Attributes:
+    language: its code, e.g. ``"en"``.
+    tokenizer: SentencePiece trained on the language's training sentences.
+    train: the non-empty training sentences, as targets (ids ending with EOS) with empty sources.
+    eval: split name -> every sentence of the split (empty ones too), in file order, as ``train``.
+    eval_text: split name -> the raw sentences, aligned with ``eval``.
+    pieces_per_word: SentencePiece pieces per whitespace-separated training word (EOS not counted).
+  """
+  language: str
+  tokenizer: tokenizers.SentencePieceTokenizer
+  train: batching.TokenizedExamples
+  eval: Mapping[str, batching.TokenizedExamples]
+  eval_text: Mapping[str, list[str]]
+  pieces_per_word: float
+
+
+def sentences_as_targets(ids: Sequence[np.ndarray]) -> batching.TokenizedExamples:
+  """Token sequences ``[length_i]`` as the targets of examples without sources."""
+  return batching.TokenizedExamples.from_sequences([np.zeros([0], np.int32)] * len(ids), ids)
+
+
+def load_monolingual_data(name: str, pair: str, language: str, *, data_dir: epath.PathLike | None = None,
+                          source_dir: epath.PathLike | None = None, vocab_size: int = 8000,
+                          eval_splits: Sequence[str] = ("validation",),
+                          tokenizer_options: tokenizers.SentencePieceOptions | None = None) -> MonolingualData:
+  """Prepares the dataset (as ``translation.prepare_dataset``), trains or loads SentencePiece on the training
+  sentences of ``language`` (a side of ``pair``), and tokenizes the train and ``eval_splits`` sentences.
+
+  The tokenizer is the one a non-shared translation vocabulary of ``language`` uses (same cache entry).
+  """
+  if language not in pair.split("-"):
+    raise ValueError(f"language {language!r} is not a side of the pair {pair!r}; choose one of {pair.split('-')}.")
+  builder, _, _ = prepare_dataset(name, pair, data_dir=data_dir, source_dir=source_dir)
+  train_text = [text for text in read_split_text(builder, "train", [language])[language] if text]
+  options = dataclasses.replace(tokenizer_options or tokenizers.SentencePieceOptions(), vocab_size=vocab_size)
+  tokenizer = tokenizers.load_or_train_sentencepiece(epath.Path(builder.data_dir) / "sentencepiece", language,
+                                                     train_text, options)
+  train = sentences_as_targets(tokenizer.encode_batch(train_text))
+  words = sum(len(text.split()) for text in train_text)
+  pieces_per_word = (train.target_tokens.size - len(train)) / max(words, 1)
+  logger.info("%s/%s: %d training sentences, %.3f pieces per word", name, language, len(train), pieces_per_word)
+  eval_text = {split: read_split_text(builder, split, [language])[language] for split in eval_splits}
+  return MonolingualData(language=language, tokenizer=tokenizer, train=train,
+                         eval={split: sentences_as_targets(tokenizer.encode_batch(texts))
+                               for split, texts in eval_text.items()},
+                         eval_text=eval_text, pieces_per_word=pieces_per_word)

@@ -1,0 +1,155 @@
+"""Language modelling on one side of a parallel-text dataset (the English captions of Multi30k) with the
+decoder-only ``TransformerLM``: next-token cross entropy, perplexity, greedy continuations of prompts.
+
+``config.task`` fields: dataset and pair (a dataset of ``transformer.data.translation.BUILDERS`` and one of its
+pairs), language (the side modelled), source_dir (raw files; default ``$TRANSFORMER_DATA_DIR``, else the
+official download), data_dir (TFDS data dir), vocab_size and tokenizer_type (SentencePiece), max_tokens (per
+batch, padding included), max_length (training filter; evaluation keeps every sentence whole),
+batch_size_multiple, fixed_batch_shape (one ``[max_tokens // max_length, max_length]`` shape: one compilation,
+more padding), eval_split, num_eval_prompts and prompt_words (continuations shown at each
+evaluation: the first ``prompt_words`` words of the first ``num_eval_prompts`` eval sentences).
+
+Batches: ``{"tokens": int32 [batch, length]}``, one sentence per row ending with EOS, padded with 0; the model
+predicts every token from the ones before it (BOS first), and padding weighs 0.
+"""
+from __future__ import annotations
+
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from transformer.data import batching, tokenizers
+from transformer.data.monolingual import load_monolingual_data
+from transformer.decode import DecodeSettings, search
+from transformer.errors import ConfigError
+from transformer.nn import ModelConfig, TransformerLM, language_model_decoding
+from transformer.tasks.base import Task
+from transformer.tasks.seq2seq import decode_settings, token_loss_and_metrics
+from transformer.tasks.translation import sentencepiece_options
+
+
+class SentenceBatcher(batching.TokenBatcher):
+  """``TokenBatcher`` over sentences held as targets (``monolingual.sentences_as_targets``): batches
+  ``{"tokens": int32 [batch, length]}``."""
+
+  def make_batch(self, indices):
+    return {"tokens": super().make_batch(indices)["target"]}
+
+
+class LanguageModelTask(Task):
+  """Next-token prediction over sentences with a ``TransformerLM`` (``config.model_name = "lm"``)."""
+
+  @functools.cached_property
+  def data(self):
+    task = self.config.task
+    return load_monolingual_data(task.dataset, task.pair, task.language, data_dir=task.data_dir or None,
+                                 source_dir=task.source_dir or None, vocab_size=task.vocab_size,
+                                 eval_splits=(task.eval_split,), tokenizer_options=sentencepiece_options(task))
+
+  def model_config(self) -> ModelConfig:
+    if self.config.model_name != "lm":
+      raise ConfigError(f"the language_model task trains config.model_name='lm' (a decoder-only TransformerLM), "
+                        f"got {self.config.model_name!r}.")
+    return ModelConfig.from_dict({**self.config.model.to_dict(), "vocab_size": self.data.tokenizer.vocab_size,
+                                  "pad_id": tokenizers.PAD_ID, "bos_id": tokenizers.BOS_ID,
+                                  "eos_id": tokenizers.EOS_ID})
+
+  def build_model(self, model_config):
+    return TransformerLM(model_config)
+
+  def _batcher(self, examples, train: bool, seed: int = 0) -> SentenceBatcher:
+    task = self.config.task
+    return SentenceBatcher(examples, max_tokens=task.max_tokens, max_length=task.max_length, train=train,
+                           seed=seed, batch_size_multiple=task.batch_size_multiple,
+                           fixed_shape=task.fixed_batch_shape)
+
+  def train_iterator(self, batch_size, seed, shard_index=0, shard_count=1):
+    del batch_size  # batches are sized by config.task.max_tokens
+    examples = self.data.train
+    if shard_count > 1:  # each host batches its own sentences
+      examples = examples.select(np.arange(shard_index, len(examples), shard_count))
+    return batching.PrefetchIterator(self._batcher(examples, train=True, seed=seed).iterator())
+
+  def eval_batches(self, batch_size):
+    del batch_size
+    batcher = self._batcher(self.data.eval[self.config.task.eval_split], train=False)
+    return [batcher.make_batch(indices) for indices in batcher.epoch_batches(0)]
+
+  def init_inputs(self, batch):
+    return (batch["tokens"],)
+
+  def placeholder_inputs(self):
+    return (np.ones((1, 2), np.int32),)  # parameter shapes do not depend on the length
+
+  def loss_and_metrics(self, model, params, batch, dropout_rng):
+    logits = model.apply({"params": params}, batch["tokens"],
+                         rngs={"dropout": dropout_rng} if dropout_rng is not None else None)
+    return token_loss_and_metrics(logits, batch["tokens"], model.config.pad_id,
+                                  self.config.get("label_smoothing", 0.0))
+
+  def derived_metrics(self, metrics):
+    """``<prefix>/perplexity`` = exp(mean token NLL) for every ``<prefix>/nll`` (per seed too)."""
+    return {name.replace("/nll", "/perplexity", 1): math.exp(min(value, 700.0))  # exp overflows past ~709
+            for name, value in metrics.items() if name.split("/")[1:2] == ["nll"]}
+
+  def evaluate(self, model_config, params, batches):
+    """Greedy continuations of the first words of a few eval sentences, as examples (no metrics)."""
+    task = self.config.task
+    sentences = self.data.eval_text[task.eval_split][:task.num_eval_prompts]
+    prompts = [" ".join(sentence.split()[:task.prompt_words]) for sentence in sentences]
+    continuations = self.continue_texts(model_config, params, prompts)
+    return {}, [f"prompt: {prompt}\n  continuation: {text}" for prompt, text in zip(prompts, continuations)]
+
+  def continue_texts(self, model_config, params, prompts: list[str], max_new_tokens: int | None = None,
+                     settings: DecodeSettings | None = None) -> list[str]:
+    """Each prompt's continuation up to EOS or ``max_new_tokens`` pieces (default ``config.task.max_length``),
+    as text without the prompt, by ``settings`` (default the run's ``config.decode``: greedy, beam or
+    sampling; of several beams or samples, the likeliest). An empty prompt starts a sentence. All prompts go
+    through the model in one batch, each written into the key/value cache in one parallel pass."""
+    if isinstance(prompts, str):
+      raise ValueError("continue_texts takes a list of prompts, got one string; wrap it in a list.")
+    if not prompts:
+      return []
+    max_new_tokens = self.config.task.max_length if max_new_tokens is None else int(max_new_tokens)
+    settings = decode_settings(self.config) if settings is None else settings
+    encoded = self.data.tokenizer.encode_batch(list(prompts), add_eos=False)
+    lengths = np.array([len(ids) for ids in encoded], np.int32)
+    prompt = np.full((len(encoded), max(1, int(lengths.max()))), model_config.pad_id, np.int32)
+    for row, ids in enumerate(encoded):
+      prompt[row, :len(ids)] = ids
+    sequences, _ = continue_prompts(model_config.replace(deterministic=True), params, prompt, lengths,
+                                    max_new_tokens, settings)
+    return [self.data.tokenizer.decode(best) for best in np.asarray(sequences)[:, 0]]
+
+  def translate_lines(self, model_config, params, lines: list[str], beam_size: int | None = None,
+                      length_penalty: float | None = None) -> list[str]:
+    """``--mode=translate`` for a language model: each input line is a prompt, each output line its
+    continuation (``config.decode``; ``beam_size``/``length_penalty`` override it as for translation)."""
+    return self.continue_texts(model_config, params, lines,
+                               settings=decode_settings(self.config, beam_size, length_penalty))
+
+
+@functools.partial(jax.jit, static_argnums=(0, 4, 5))
+def continue_prompts(model_config: ModelConfig, params, prompt, prompt_lengths, max_new_tokens: int,
+                     settings: DecodeSettings):
+  """Continuations of a ``TransformerLM`` with its key/value cache, the prompts prefilled in one pass.
+
+  Args:
+    model_config: with ``deterministic=True``.
+    prompt: int32 ``[batch, prompt_length]``, row ``b``'s first ``prompt_lengths[b]`` tokens real (no BOS, no
+      EOS; a length may be 0).
+    max_new_tokens: tokens generated at most.
+    settings: the search (``transformer.decode.DecodeSettings``).
+
+  Returns:
+    ``(sequences int32 [batch, n, max_new_tokens], scores float32 [batch, n])``: the ``n`` continuations
+    (beams or samples) best first, EOS included, padded after it (``transformer.decode.search``).
+  """
+  batch, prompt_length = prompt.shape
+  step_fn, prefill_fn, cache = language_model_decoding(TransformerLM(model_config), params, batch,
+                                                       prompt_length + max_new_tokens)
+  return search(settings, step_fn, cache, batch, max_new_tokens, model_config.bos_id, model_config.eos_id,
+                model_config.pad_id, prompt=prompt, prompt_lengths=prompt_lengths, prefill_fn=prefill_fn)
