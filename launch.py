@@ -60,6 +60,8 @@ def _check_config_argument(argv):
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+  if not sys.stderr.isatty():  # output to a log file: no progress bars (TFDS's write terminal escape codes)
+    os.environ["TQDM_DISABLE"] = "1"
   logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
   absl_logging.set_verbosity(absl_logging.WARNING)  # orbax logs every save step at INFO
   if not _CONFIG.value.get("quiet", False):  # our own progress: data preparation, tokenizers, padding fraction

@@ -11,11 +11,12 @@ FFN 256), ``transformer_base`` (the paper's base model, for an accelerator), and
 baselines ``gru_bahdanau``, ``lstm_bahdanau``, ``lstm_luong_dot``, ``lstm_luong_general`` (shared with the other
 translation experiments: experiments/translation.py). ``config.model`` holds the variant's model fields only
 (``config.model_name``: "transformer" or "rnn"). Checkpoints are chosen on the validation split;
-test_2016_flickr is scored only by --mode=eval. Results: experiments/multi30k/RESULTS.md.
+test_2016_flickr is scored only by --mode=eval. ``tiny``: a smoke run (train, eval, translate) in a few minutes on
+2 CPU cores, not a result. Results: experiments/multi30k/RESULTS.md.
 """
-from experiments.translation import RNNS, TRANSFORMERS, VARIANTS, translation_config
+from experiments.translation import RNNS, SMOKE, TRANSFORMERS, VARIANTS, translation_config
 
-__all__ = ["RNNS", "TRANSFORMERS", "VARIANTS", "get_config"]
+__all__ = ["RNNS", "SMOKE", "TRANSFORMERS", "VARIANTS", "get_config"]
 
 
 def get_config(variant: str = "transformer_small"):
@@ -24,6 +25,8 @@ def get_config(variant: str = "transformer_small"):
   task.dataset = "multi30k"
   task.pair = "en-de"
   task.test_splits = ("test_2016_flickr", "test_2017_flickr", "test_2018_flickr")
+  if variant == SMOKE:  # minutes end to end: one test split
+    task.test_splits = ("test_2016_flickr",)
   if variant == "transformer_small":
     model = config.model
     model.d_model = 128
