@@ -51,7 +51,6 @@ class TranslationData:
   target_language: str
   source_tokenizer: tokenizers.SentencePieceTokenizer
   target_tokenizer: tokenizers.SentencePieceTokenizer
-  train: batching.TokenizedExamples
   eval: Mapping[str, batching.TokenizedExamples]
   eval_source_text: Mapping[str, list[str]]
   eval_reference_text: Mapping[str, list[str]]

@@ -135,6 +135,7 @@ class Progress:
     self.description, self.total, self.unit = description, total, unit
     self.done = 0
     self.lines = 0  # log lines written
+    self._logged = 0  # the count the last of them gave
     self._quiet, self._interval = quiet, interval_seconds
     self._bar = None
     if not quiet and sys.stderr.isatty():
@@ -152,10 +153,11 @@ class Progress:
     log.info("%s: %d/%d %s (%.0f%%)", self.description, self.done, self.total, self.unit,
              100 * self.done / max(self.total, 1))
     self.lines += 1
+    self._logged = self.done
     self._last = time.monotonic()
 
   def close(self) -> None:
     if self._bar is not None:
       self._bar.close()
-    elif self.lines:
+    elif self.lines and self._logged != self.done:
       self._log()  # a loop that logged says that it finished
