@@ -29,7 +29,7 @@ _MODE = flags.DEFINE_enum("mode", "train", ["train", "eval", "predict", "transla
                           "train (resumes), eval (the run's saved config plus this command's --config.* overrides: "
                           "validation and test scores of the best checkpoint, else the latest; "
                           "the mean of the last N with --config.average_checkpoints=N), "
-                          "predict (decoded validation examples), translate (stdin or "
+                          "predict (the task's predictions file: one line per example), translate (stdin or "
                           "--config.translate_input to stdout or --config.translate_output).")
 _COORDINATOR = flags.DEFINE_string("coordinator_address", None, "Multi-host: host:port of process 0.")
 _NUM_PROCESSES = flags.DEFINE_integer("num_processes", None, "Multi-host: number of processes.")
