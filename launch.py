@@ -60,8 +60,6 @@ def _check_config_argument(argv):
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
-  if not sys.stderr.isatty():  # output to a log file: no progress bars (TFDS's write terminal escape codes)
-    os.environ["TQDM_DISABLE"] = "1"
   logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
   absl_logging.set_verbosity(absl_logging.WARNING)  # orbax logs every save step at INFO
   if not _CONFIG.value.get("quiet", False):  # our own progress: data preparation, tokenizers, padding fraction
@@ -89,7 +87,7 @@ def _config_for_mode(config, workdir: str, mode: str, argv):
       target[leaf] = source[leaf]
   print(f"--mode={mode} uses the run's saved config ({os.path.join(workdir, 'config.json')})"
         + (f" with {', '.join('--config.' + p for p in overridden)} from this command" if overridden else ""),
-        flush=True)
+        file=sys.stderr if mode == "translate" else sys.stdout, flush=True)  # translate's stdout: translations only
   return saved
 
 
@@ -112,5 +110,7 @@ def _parse_flags_or_exit(argv):
 
 
 if __name__ == "__main__":
+  if not sys.stderr.isatty():  # output to a log file: no tqdm bars (TFDS's write terminal escape codes)
+    os.environ["TQDM_DISABLE"] = "1"  # read when tqdm is imported: before the experiment's config imports it
   _check_config_argument(sys.argv)
   app.run(main, flags_parser=_parse_flags_or_exit)
