@@ -10,7 +10,8 @@ tst2013. The files are Moses-tokenised, so hypotheses stay in that form and BLEU
 ``tokenize="none"`` against tst2013.vi as distributed, comparable to the published tokenised BLEU.
 Variants: ``transformer_small`` (3+3 layers of d_model 256 with rotary positions, sized for the 10k pairs),
 ``transformer_base`` (full data, accelerator), and the RNN-attention baselines of experiments/translation.py
-(3000 steps here); ``tiny``, a smoke run (train, eval, translate) in a few minutes on 2 CPU cores. Results, and the settings tried and not kept: experiments/iwslt15_en_vi/RESULTS.md.
+(3000 steps here); ``tiny``, a smoke run (train, eval, translate) in a few minutes on 2 CPU cores. Results,
+and the settings tried and not kept: experiments/iwslt15_en_vi/RESULTS.md.
 """
 from experiments.translation import RNNS, SMOKE, TRANSFORMERS, VARIANTS, translation_config
 

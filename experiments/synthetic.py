@@ -2,8 +2,9 @@
 
     python launch.py --config=experiments/synthetic.py:copy --workdir=/tmp/synthetic_copy
 
-Variants: ``copy`` (default), ``reverse``, ``sort``; ``tiny``, a copy run of seconds for smoke tests (not a result). Sequences of 1..12 symbols from 10, variable length with
-padding; success is exact-match accuracy of greedy decoding on 512 held-out sequences.
+Variants: ``copy`` (default), ``reverse``, ``sort``; ``tiny``, a copy run of seconds for smoke tests (not a
+result). Sequences of 1..12 symbols from 10, variable length with padding; success is exact-match accuracy of
+greedy decoding on 512 held-out sequences.
 Measured results: experiments/synthetic/RESULTS.md.
 """
 from transformer.errors import ConfigError

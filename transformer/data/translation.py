@@ -163,7 +163,8 @@ def load_translation_data(
     source_tokenizer = target_tokenizer = shared
   else:
     source_tokenizer, target_tokenizer = (
-        tokenizers.load_or_train_sentencepiece(cache_dir, language, lambda language=language: train_text()[language], options)
+        tokenizers.load_or_train_sentencepiece(cache_dir, language, lambda language=language: train_text()[language],
+                                               options)
         for language in languages)
 
   def tokenize(texts: Mapping[str, list[str]]) -> batching.TokenizedExamples:

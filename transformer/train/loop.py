@@ -4,7 +4,8 @@ Each mode is its own function over shared pieces: ``prepare`` (config checks, ta
 the run's files), ``initial_state`` / ``restore_for_inference``, ``make_evaluator`` and ``save``:
 ``run_train`` (the step loop; resumes from the latest checkpoint; a finished run reports and stops),
 ``run_eval`` (the validation metrics of the best or averaged checkpoint, and the test splits), ``run_predict``
-(the task's predictions file), ``run_translate`` (text in, text out). ``run`` dispatches on the mode, as ``launch.py --mode=...`` asks.
+(the task's predictions file), ``run_translate`` (text in, text out). ``run`` dispatches on the mode, as
+``launch.py --mode=...`` asks.
 """
 from __future__ import annotations
 
