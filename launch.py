@@ -29,7 +29,7 @@ _MODE = flags.DEFINE_enum("mode", "train", ["train", "eval", "predict", "transla
                           "train (resumes), eval (the run's saved config plus this command's --config.* overrides: "
                           "validation and test scores of the best checkpoint, else the latest; "
                           "the mean of the last N with --config.average_checkpoints=N), "
-                          "predict (decoded validation examples), translate (stdin or "
+                          "predict (the task's predictions file: one line per example), translate (stdin or "
                           "--config.translate_input to stdout or --config.translate_output).")
 _COORDINATOR = flags.DEFINE_string("coordinator_address", None, "Multi-host: host:port of process 0.")
 _NUM_PROCESSES = flags.DEFINE_integer("num_processes", None, "Multi-host: number of processes.")
@@ -87,7 +87,7 @@ def _config_for_mode(config, workdir: str, mode: str, argv):
       target[leaf] = source[leaf]
   print(f"--mode={mode} uses the run's saved config ({os.path.join(workdir, 'config.json')})"
         + (f" with {', '.join('--config.' + p for p in overridden)} from this command" if overridden else ""),
-        flush=True)
+        file=sys.stderr if mode == "translate" else sys.stdout, flush=True)  # translate's stdout: translations only
   return saved
 
 
@@ -110,5 +110,7 @@ def _parse_flags_or_exit(argv):
 
 
 if __name__ == "__main__":
+  if not sys.stderr.isatty():  # output to a log file: no tqdm bars (TFDS's write terminal escape codes)
+    os.environ["TQDM_DISABLE"] = "1"  # read when tqdm is imported: before the experiment's config imports it
   _check_config_argument(sys.argv)
   app.run(main, flags_parser=_parse_flags_or_exit)

@@ -40,7 +40,7 @@ TEST_SPLIT = "test_2016_flickr"
 SMOKE_OVERRIDES = ("--config.model.d_model=16", "--config.model.num_heads=2", "--config.model.d_ff=32",
                    "--config.model.num_encoder_layers=1", "--config.model.num_decoder_layers=1",
                    "--config.model.dtype=float32", "--config.task.vocab_size=64", "--config.task.max_tokens=256",
-                   "--config.task.max_length=32", "--config.task.beam_size=2", "--config.num_train_steps=4",
+                   "--config.task.max_length=32", "--config.decode.beam_size=2", "--config.num_train_steps=4",
                    "--config.eval_every=4", "--config.checkpoint_every=4", "--config.log_every=2")
 
 

@@ -10,11 +10,12 @@ tst2013. The files are Moses-tokenised, so hypotheses stay in that form and BLEU
 ``tokenize="none"`` against tst2013.vi as distributed, comparable to the published tokenised BLEU.
 Variants: ``transformer_small`` (3+3 layers of d_model 256 with rotary positions, sized for the 10k pairs),
 ``transformer_base`` (full data, accelerator), and the RNN-attention baselines of experiments/translation.py
-(3000 steps here). Results, and the settings tried and not kept: experiments/iwslt15_en_vi/RESULTS.md.
+(3000 steps here); ``tiny``, a smoke run (train, eval, translate) in a few minutes on 2 CPU cores. Results,
+and the settings tried and not kept: experiments/iwslt15_en_vi/RESULTS.md.
 """
-from experiments.translation import RNNS, TRANSFORMERS, VARIANTS, translation_config
+from experiments.translation import RNNS, SMOKE, TRANSFORMERS, VARIANTS, translation_config
 
-__all__ = ["RNNS", "TRANSFORMERS", "VARIANTS", "get_config"]
+__all__ = ["RNNS", "SMOKE", "TRANSFORMERS", "VARIANTS", "get_config"]
 
 
 def get_config(variant: str = "transformer_small"):
@@ -27,6 +28,9 @@ def get_config(variant: str = "transformer_small"):
   task.bleu_tokenize = "none"  # the references are already tokenised
   task.tokenizer_type = "bpe"  # the unigram model cut frequent words apart on these 10k pairs (RESULTS.md)
   if variant == "transformer_base":
+    return config
+  if variant == SMOKE:  # translation_config's tiny model and schedule; minutes end to end
+    task.vocab_size = 1000
     return config
   # Sized for the 10,000 training pairs: 2048-token batches give about 200 updates per epoch. With the full
   # 133k pairs, raise the steps (e.g. --config.num_train_steps=30000) and --config.task.max_tokens=4096.

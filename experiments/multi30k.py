@@ -17,14 +17,15 @@ paper's base model, for an accelerator), and the RNN-attention baselines ``gru_b
 ``lstm_luong_dot``, ``lstm_luong_general`` (shared with the other translation experiments:
 experiments/translation.py). ``config.model`` holds the variant's model fields only
 (``config.model_name``: "transformer" or "rnn"). Checkpoints are chosen on the validation split;
-test_2016_flickr is scored only by --mode=eval. Results: experiments/multi30k/RESULTS.md.
+test_2016_flickr is scored only by --mode=eval. ``tiny``: a smoke run (train, eval, translate) in a few minutes on
+2 CPU cores, not a result. Results: experiments/multi30k/RESULTS.md.
 """
 from experiments import translation
-from experiments.translation import RNNS, translation_config
+from experiments.translation import RNNS, SMOKE, translation_config
 
 TRANSFORMERS = translation.TRANSFORMERS + ("transformer_gpu",)
 VARIANTS = translation.VARIANTS + ("transformer_gpu",)
-__all__ = ["RNNS", "TRANSFORMERS", "VARIANTS", "get_config"]
+__all__ = ["RNNS", "SMOKE", "TRANSFORMERS", "VARIANTS", "get_config"]
 
 
 def get_config(variant: str = "transformer_small"):
@@ -36,6 +37,8 @@ def get_config(variant: str = "transformer_small"):
   task.dataset = "multi30k"
   task.pair = "en-de"
   task.test_splits = ("test_2016_flickr", "test_2017_flickr", "test_2018_flickr")
+  if variant == SMOKE:  # minutes end to end: one test split
+    task.test_splits = ("test_2016_flickr",)
   if variant == "transformer_small":
     model = config.model
     model.d_model = 128

@@ -2,20 +2,29 @@
 
     python launch.py --config=experiments/synthetic.py:copy --workdir=/tmp/synthetic_copy
 
-Variants: ``copy`` (default), ``reverse``, ``sort``. Sequences of 1..12 symbols from 10, variable length with
-padding; success is exact-match accuracy of greedy decoding on 512 held-out sequences.
+Variants: ``copy`` (default), ``reverse``, ``sort``; ``tiny``, a copy run of seconds for smoke tests (not a
+result). Sequences of 1..12 symbols from 10, variable length with padding; success is exact-match accuracy of
+greedy decoding on 512 held-out sequences.
 Measured results: experiments/synthetic/RESULTS.md.
 """
 from transformer.errors import ConfigError
 from transformer.train import base_config
 
-VARIANTS = ("copy", "reverse", "sort")
+VARIANTS = ("copy", "reverse", "sort")  # the experiments (RESULTS.md has a row for each)
+SMOKE = "tiny"
 
 
 def get_config(variant: str = "copy"):
-  if variant not in VARIANTS:
-    raise ConfigError(f"unknown variant {variant!r} of experiments/synthetic.py; choose one of {list(VARIANTS)} "
-                     f"(e.g. --config=experiments/synthetic.py:reverse).")
+  if variant not in (*VARIANTS, SMOKE):
+    raise ConfigError(f"unknown variant {variant!r} of experiments/synthetic.py; choose one of "
+                     f"{[*VARIANTS, SMOKE]} (e.g. --config=experiments/synthetic.py:reverse).")
+  if variant == SMOKE:
+    config = get_config("copy")
+    config.num_train_steps = 40
+    config.log_every = 10
+    config.eval_every = config.checkpoint_every = 20
+    config.task.num_eval_examples = 64
+    return config
   config = base_config("transformer")  # config.model: the fields of transformer.nn.ModelConfig
   config.task.name = "synthetic"
   config.task.kind = variant  # copy | reverse | sort

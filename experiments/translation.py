@@ -15,7 +15,10 @@ TRANSFORMERS = ("transformer_small", "transformer_base")
 # RNN encoder-decoder baselines: cell_attention, as in Bahdanau et al. 2015 and Luong et al. 2015.
 RNNS = {"gru_bahdanau": ("gru", "bahdanau"), "lstm_bahdanau": ("lstm", "bahdanau"),
         "lstm_luong_dot": ("lstm", "luong_dot"), "lstm_luong_general": ("lstm", "luong_general")}
-VARIANTS = TRANSFORMERS + tuple(RNNS)
+# tiny: a one-layer Transformer that trains, evaluates and translates in a few minutes on 2 CPU cores (a smoke
+# test of the data, tokenizer, batching and decoding, not a result).
+SMOKE = "tiny"
+VARIANTS = TRANSFORMERS + tuple(RNNS) + (SMOKE,)
 
 
 def translation_config(experiment: str, variant: str) -> ml_collections.ConfigDict:
@@ -80,4 +83,21 @@ def translation_config(experiment: str, variant: str) -> ml_collections.ConfigDi
     config.num_train_steps = 20000
     config.eval_every = 2000
     config.checkpoint_every = 1000
+  elif variant == SMOKE:
+    task.vocab_size = 1000
+    task.max_tokens = 1024
+    config.decode.method = "greedy"  # decoding an untrained model is the slow part of the evaluation
+    task.num_eval_sentences = 64
+    model = config.model
+    model.d_model = 32
+    model.num_heads = 2
+    model.d_ff = 64
+    model.num_encoder_layers = 1
+    model.num_decoder_layers = 1
+    config.optimizer.learning_rate = 2e-3
+    config.optimizer.warmup_steps = 20
+    config.num_train_steps = 40
+    config.log_every = 10
+    config.eval_every = 40
+    config.checkpoint_every = 20
   return config

@@ -117,11 +117,15 @@ def test_train_then_eval_and_predict_modes(tmp_path):
   result = launch("--config=experiments/synthetic.py:reverse", f"--workdir={tmp_path}", *TINY_FLAGS)
   assert result.returncode == 0, result.stderr
   assert "examples:" in result.stdout and "eval/exact_match=" in result.stdout
-  for mode in ("eval", "predict"):
-    result = launch("--config=experiments/synthetic.py:reverse", f"--workdir={tmp_path}", f"--mode={mode}",
-                    *TINY_FLAGS)
-    assert result.returncode == 0, result.stderr
-    assert '"step": 20' in result.stdout and (tmp_path / f"{mode}_results.json").exists()
+  result = launch("--config=experiments/synthetic.py:reverse", f"--workdir={tmp_path}", "--mode=eval", *TINY_FLAGS)
+  assert result.returncode == 0, result.stderr
+  assert "step 20:\nmetric" in result.stdout and (tmp_path / "eval_results.json").exists()
+  result = launch("--config=experiments/synthetic.py:reverse", f"--workdir={tmp_path}", "--mode=predict",
+                  *TINY_FLAGS)
+  assert result.returncode == 0, result.stderr
+  assert f"predictions of step 20: {tmp_path}/predictions.txt" in result.stdout
+  assert "eval/" not in result.stdout  # predict writes predictions; it does not repeat the evaluation
+  assert len((tmp_path / "predictions.txt").read_text().splitlines()) == 32  # task.num_eval_examples
 
 
 @pytest.mark.slow
@@ -134,7 +138,7 @@ def test_modes_after_training_read_the_runs_saved_config(tmp_path):
                   "--config.eval_batch_size=8")
   assert result.returncode == 0, result.stderr
   assert "--mode=eval uses the run's saved config" in result.stdout and "--config.eval_batch_size" in result.stdout
-  assert '"step": 20' in result.stdout
+  assert "step 20:\nmetric" in result.stdout
   result = launch("--config=experiments/synthetic.py:reverse", f"--workdir={tmp_path}", "--mode=eval",
                   "--config.model.num_heads=2")
   assert result.returncode != 0 and "num_heads: 8 -> 2" in result.stderr, result.stderr

@@ -22,7 +22,7 @@ LAYERS = {
     "data": ({"numpy", "tensorflow_datasets", "etils", "sentencepiece", "tokenizers", "grain"}, set()),
     "decode": ({"jax", "numpy"}, {"ops"}),
     "pretrained": ({"jax", "numpy", "flax", "safetensors", "tokenizers", "tqdm"}, {"nn", "data", "ops"}),
-    "tasks": ({"jax", "numpy", "flax", "ml_collections", "sacrebleu", "optax"},
+    "tasks": ({"jax", "numpy", "flax", "ml_collections", "sacrebleu", "optax", "tqdm"},
               {"nn", "data", "decode", "ops", "pretrained"}),
 }
 

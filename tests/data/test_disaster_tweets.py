@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import csv
+import logging
 import os
 import random
 import re
@@ -166,3 +167,11 @@ def test_the_real_files_split_as_documented(tmp_path):
   first = read_split(builder, "train")[0]
   assert (int(first["id"]), first["text"].decode()) == (1, "Our Deeds are the Reason of this #earthquake May "
                                                            "ALLAH Forgive us all")
+
+
+def test_a_first_preparation_logs_no_warning(source, tmp_path, caplog):
+  """TFDS's is_prepared() warns 'Variant folder ... has no dataset_info.json' for every data set not prepared
+  yet; the builder asks without it."""
+  caplog.set_level(logging.WARNING)
+  build(tmp_path / "tfds", source_dir=source)
+  assert [record.getMessage() for record in caplog.records if record.levelno >= logging.WARNING] == []

@@ -1,6 +1,7 @@
 """load_translation_data end to end on the tiny Multi30k and IWSLT fixtures."""
 from __future__ import annotations
 
+import logging
 import os
 
 import numpy as np
@@ -65,3 +66,17 @@ def test_unknown_pair_or_split_is_a_clear_error(raw_root, tmp_path):
   with pytest.raises(ValueError, match="no split"):
     translation.load_translation_data("iwslt15_en_vi", "vi-en", data_dir=os.fspath(tmp_path),
                                       source_dir=raw_root, vocab_size=40, eval_splits=["tst2013"])
+
+
+def test_training_pairs_are_tokenized_only_when_used(raw_root, tmp_path, caplog):
+  """Evaluating or translating needs the tokenizer and the eval splits, not 29,000 tokenized training pairs."""
+  caplog.set_level(logging.INFO, "transformer.data.translation")
+  data = translation.load_translation_data("multi30k", "en-de", data_dir=os.fspath(tmp_path / "tfds"),
+                                           source_dir=raw_root, vocab_size=64, eval_splits=["validation"])
+  assert len(data.eval["validation"]) == data.split_sizes["validation"] > 0
+  assert not any("training pairs" in record.getMessage() for record in caplog.records)
+  assert len(data.train) == MULTI30K_SIZES["train"]  # on first use
+  assert [record.getMessage() for record in caplog.records if "training pairs" in record.getMessage()] == [
+      f"multi30k: tokenizing {MULTI30K_SIZES['train']} training pairs..."]
+  assert data.pieces_per_word["en"] > 0 and len(data.train) == MULTI30K_SIZES["train"]  # computed once
+  assert sum("training pairs" in record.getMessage() for record in caplog.records) == 1

@@ -119,7 +119,7 @@ def test_a_negative_length_penalty_candidate_is_named_in_the_error(raw_dir, tmp_
 
 
 def test_choosing_the_length_penalty_reuses_the_bleu_already_measured(raw_dir, tmp_path, monkeypatch):
-  """--mode=eval has just decoded the eval split with task.length_penalty: only the other candidates decode."""
+  """--mode=eval has just decoded the eval split with config.decode.length_penalty: only the other candidates decode."""
   from transformer.tasks import build_task
   config = tiny_translation_config(raw_dir, tmp_path / "tfds", **{"task.length_penalty_candidates": (0.6, 2.0)})
   task = build_task(config)

@@ -294,6 +294,11 @@ class BatchIterator:
       self._epoch, self._batch = self._epoch + 1, 0
     raise StopIteration
 
+  @property
+  def batch_shapes(self) -> list[tuple[int, int]]:
+    """The batcher's :attr:`TokenBatcher.batch_shapes`: the shapes a train step will be compiled for."""
+    return self.batcher.batch_shapes
+
   def get_state(self) -> dict[str, Any]:
     return {"epoch": self._epoch, "batch": self._batch, "seed": self.batcher.seed,
             "num_examples": len(self.batcher.examples)}
@@ -383,6 +388,10 @@ class PrefetchIterator:
       raise item
     self._state = state
     return item
+
+  @property
+  def batch_shapes(self) -> list[tuple[int, int]]:
+    return self._iterator.batch_shapes
 
   def get_state(self) -> dict[str, Any]:
     return dict(self._state)

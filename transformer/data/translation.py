@@ -10,8 +10,9 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 from etils import epath
 import tensorflow_datasets as tfds
@@ -34,7 +35,8 @@ class TranslationData:
   Attributes:
     source_language, target_language: language codes, e.g. ``"en"``, ``"de"``.
     source_tokenizer, target_tokenizer: the same object when the vocabulary is shared.
-    train: training pairs, ids ending with EOS (pairs with an empty side removed).
+    train: training pairs, ids ending with EOS (pairs with an empty side removed); read and tokenized on first
+      use, so that evaluating or translating with cached tokenizers never touches the training split.
     eval: split name -> every pair of that split, in file order; ``eval[s][i]`` is
       ``(source int32 [source_length_i], target int32 [target_length_i])``.
     eval_source_text, eval_reference_text: split name -> the raw texts, aligned with ``eval``;
@@ -42,19 +44,32 @@ class TranslationData:
     split_sizes: split name -> number of pairs in the prepared dataset.
     dataset_dir: the prepared TFDS dataset (its ``sentencepiece/`` holds the tokenizers).
     pieces_per_word: language -> SentencePiece pieces per whitespace-separated word of the training text
-      (EOS not counted): how finely the tokenizer cuts; 1.0 keeps every word whole.
+      (EOS not counted): how finely the tokenizer cuts; 1.0 keeps every word whole. Computed with ``train``.
+    tokenize_training_pairs: makes ``(train, pieces_per_word)``, called once on first use of either.
   """
   source_language: str
   target_language: str
   source_tokenizer: tokenizers.SentencePieceTokenizer
   target_tokenizer: tokenizers.SentencePieceTokenizer
-  train: batching.TokenizedExamples
   eval: Mapping[str, batching.TokenizedExamples]
   eval_source_text: Mapping[str, list[str]]
   eval_reference_text: Mapping[str, list[str]]
   split_sizes: Mapping[str, int]
   dataset_dir: str
-  pieces_per_word: Mapping[str, float] = dataclasses.field(default_factory=dict)
+  tokenize_training_pairs: Callable[[], tuple[batching.TokenizedExamples, Mapping[str, float]]] = (
+      dataclasses.field(repr=False, compare=False))
+
+  @functools.cached_property
+  def _training(self) -> tuple[batching.TokenizedExamples, Mapping[str, float]]:
+    return self.tokenize_training_pairs()
+
+  @property
+  def train(self) -> batching.TokenizedExamples:
+    return self._training[0]
+
+  @property
+  def pieces_per_word(self) -> Mapping[str, float]:
+    return self._training[1]
 
 
 def prepare_dataset(name: str, pair: str, *, data_dir: epath.PathLike | None = None,
@@ -134,18 +149,22 @@ def load_translation_data(
   logger.info("%s/%s: splits %s; training files %s", name, builder.builder_config.name,
               split_sizes, builder.info.metadata.get("source_files", {}).get("train"))
 
-  train_text = read_split_text(builder, "train", languages)
+  @functools.cache
+  def train_text() -> dict[str, list[str]]:
+    return read_split_text(builder, "train", languages)
+
   options = dataclasses.replace(tokenizer_options or tokenizers.SentencePieceOptions(),
                                 vocab_size=vocab_size)
   cache_dir = epath.Path(builder.data_dir) / "sentencepiece"
   if shared_vocab:
     shared = tokenizers.load_or_train_sentencepiece(
         cache_dir, builder.builder_config.name,
-        lambda: train_text[builder.languages[0]] + train_text[builder.languages[1]], options)
+        lambda: train_text()[builder.languages[0]] + train_text()[builder.languages[1]], options)
     source_tokenizer = target_tokenizer = shared
   else:
     source_tokenizer, target_tokenizer = (
-        tokenizers.load_or_train_sentencepiece(cache_dir, language, train_text[language], options)
+        tokenizers.load_or_train_sentencepiece(cache_dir, language, lambda language=language: train_text()[language],
+                                               options)
         for language in languages)
 
   def tokenize(texts: Mapping[str, list[str]]) -> batching.TokenizedExamples:
@@ -153,33 +172,33 @@ def load_translation_data(
         source_tokenizer.encode_batch(texts[source_language]),
         target_tokenizer.encode_batch(texts[target_language]))
 
-  nonempty = [i for i, (source, target) in enumerate(zip(*(train_text[l] for l in languages)))
-              if source and target]
-  if len(nonempty) < split_sizes["train"]:
-    logger.info("%s: %d training pairs with an empty side removed.", name,
-                split_sizes["train"] - len(nonempty))
-  logger.info("%s: tokenizing %d training pairs and the splits %s...", name, len(nonempty), list(eval_splits))
-  train = tokenize({language: [train_text[language][i] for i in nonempty]
-                    for language in languages})
-  train_words = {language: sum(len(train_text[language][i].split()) for i in nonempty) for language in languages}
-  train_pieces = {source_language: train.source_tokens.size, target_language: train.target_tokens.size}
-  pieces_per_word = {language: (train_pieces[language] - len(train)) / max(train_words[language], 1)
-                     for language in languages}
-  # A unigram SentencePiece model trained on little text can cut frequent words apart (IWSLT'15 en-vi, 10k
-  # pairs: 79 of the 300 most frequent Vietnamese words, against 1 with BPE); this number shows it.
-  logger.info("%s: SentencePiece pieces per word on train: %s", name,
-              ", ".join(f"{language} {value:.3f}" for language, value in pieces_per_word.items()))
+  def tokenize_training_pairs():
+    texts = train_text()
+    nonempty = [i for i, (source, target) in enumerate(zip(*(texts[l] for l in languages))) if source and target]
+    if len(nonempty) < split_sizes["train"]:
+      logger.info("%s: %d training pairs with an empty side removed.", name, split_sizes["train"] - len(nonempty))
+    logger.info("%s: tokenizing %d training pairs...", name, len(nonempty))
+    train = tokenize({language: [texts[language][i] for i in nonempty] for language in languages})
+    train_words = {language: sum(len(texts[language][i].split()) for i in nonempty) for language in languages}
+    train_pieces = {source_language: train.source_tokens.size, target_language: train.target_tokens.size}
+    pieces_per_word = {language: (train_pieces[language] - len(train)) / max(train_words[language], 1)
+                       for language in languages}
+    # A unigram SentencePiece model trained on little text can cut frequent words apart (IWSLT'15 en-vi, 10k
+    # pairs: 79 of the 300 most frequent Vietnamese words, against 1 with BPE); this number shows it.
+    logger.info("%s: SentencePiece pieces per word on train: %s", name,
+                ", ".join(f"{language} {value:.3f}" for language, value in pieces_per_word.items()))
+    return train, pieces_per_word
+
   eval_text = {split: read_split_text(builder, split, languages) for split in eval_splits}
   return TranslationData(
       source_language=source_language,
       target_language=target_language,
       source_tokenizer=source_tokenizer,
       target_tokenizer=target_tokenizer,
-      train=train,
       eval={split: tokenize(texts) for split, texts in eval_text.items()},
       eval_source_text={split: texts[source_language] for split, texts in eval_text.items()},
       eval_reference_text={split: texts[target_language] for split, texts in eval_text.items()},
       split_sizes=split_sizes,
       dataset_dir=str(builder.data_dir),
-      pieces_per_word=pieces_per_word,
+      tokenize_training_pairs=tokenize_training_pairs,
   )

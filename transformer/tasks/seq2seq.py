@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 
 import jax
 import jax.numpy as jnp
@@ -171,6 +172,18 @@ class Seq2SeqTask(Task):
         examples.append(self.format_example(batch["source"][row], target[row], predictions[row]))
     return {"exact_match": matches / max(sequences, 1.0)}, examples
 
+  def write_predictions(self, model_config, params, output_dir: str) -> str:
+    """``--mode=predict``: ``predictions.txt``, one line per eval example, its source and its prediction by
+    ``config.decode`` (up to EOS) as token ids, tab-separated."""
+    path = os.path.join(output_dir, PREDICTIONS_FILE)
+    with open(path, "w") as f:
+      for batch in self.eval_batches(self.config.eval_batch_size):
+        source, target = np.asarray(batch["source"]), np.asarray(batch["target"])
+        predictions = np.asarray(self.decode_batch(model_config, params, source, target.shape[1]))
+        for row in np.flatnonzero((target != model_config.pad_id).any(axis=1)):  # padding rows have no target
+          f.write(f"{_ids_text(source[row], model_config)}\t{_ids_text(predictions[row], model_config)}\n")
+    return path
+
   def format_example(self, source, target, prediction) -> str:
     def show(tokens):
       return " ".join(str(int(t)) for t in tokens if t != 0)
@@ -187,6 +200,15 @@ def token_loss_and_metrics(logits, targets, pad_id: int, label_smoothing: float 
   metrics = {"loss": (loss_sum, weight_sum), "nll": (nll_sum, weight_sum),
              "token_accuracy": ops.token_accuracy(logits, targets, weights)}
   return loss_sum, weight_sum, metrics
+
+
+PREDICTIONS_FILE = "predictions.txt"
+
+
+def _ids_text(tokens, model_config) -> str:
+  """Token ids up to (without) EOS and without padding, space-separated."""
+  return " ".join(str(int(t)) for t in until_eos(np.asarray(tokens), model_config.eos_id)
+                  if t not in (model_config.pad_id, model_config.eos_id))
 
 
 def _as_tokens(sequence, name: str) -> np.ndarray:

@@ -23,6 +23,7 @@ import numpy as np
 from transformer.data import batching, tokenizers
 from transformer.data.translation import load_translation_data
 from transformer.errors import ConfigError
+from transformer.tasks.base import Progress
 from transformer.tasks.seq2seq import Seq2SeqTask
 
 log = logging.getLogger(__name__)
@@ -126,11 +127,12 @@ class TranslationTask(Seq2SeqTask):
     return [batcher.make_batch(indices) for indices in batcher.epoch_batches(0)]
 
   def translate_batches(self, model_config, params, batches, count: int, length_penalty: float | None = None,
-                        beam_size: int | None = None) -> list[str]:
+                        beam_size: int | None = None, description: str = "translating") -> list[str]:
     """Decode batches (with ``index``) into ``count`` detokenised hypotheses in the original order, with beam
     search of ``config.decode``, or beam search of ``beam_size`` ranked by ``length_penalty`` when given (see
-    ``decode_settings``)."""
+    ``decode_settings``). Shows ``Progress`` as ``description``: sentences done of ``count``."""
     hypotheses = [""] * count
+    progress = Progress(description, count, quiet=self.config.get("quiet", False))
     for batch in batches:
       index = np.asarray(batch["index"])
       if not np.any((index >= 0) & (index < count)):
@@ -141,13 +143,16 @@ class TranslationTask(Seq2SeqTask):
       for row, example in enumerate(index):
         if 0 <= example < count:
           hypotheses[example] = self.data.target_tokenizer.decode(tokens[row])
+      progress.update(int(np.sum((index >= 0) & (index < count))))
+    progress.close()
     return hypotheses
 
   def bleu(self, model_config, params, split: str, count: int | None = None, length_penalty: float | None = None):
     """``(metrics, hypotheses)`` on ``split`` (its first ``count`` sentences if given)."""
     references = self.data.eval_reference_text[split]
     count = len(references) if not count else min(count, len(references))
-    hypotheses = self.translate_batches(model_config, params, self.eval_batches(0, split), count, length_penalty)
+    hypotheses = self.translate_batches(model_config, params, self.eval_batches(0, split), count, length_penalty,
+                                        description=f"decoding {split}")
     tokenize = self.config.task.bleu_tokenize
     bleu, signature = corpus_bleu(hypotheses, references[:count], tokenize)
     bleu_lowercase, signature_lowercase = corpus_bleu(hypotheses, references[:count], tokenize, lowercase=True)
@@ -162,6 +167,18 @@ class TranslationTask(Seq2SeqTask):
     examples = [f"source:     {sources[i]}\n  reference:  {references[i]}\n  hypothesis: {hypotheses[i]}"
                 for i in range(min(3, len(hypotheses)))]
     return {k: v for k, v in metrics.items() if isinstance(v, float)}, examples
+
+  def write_predictions(self, model_config, params, output_dir: str) -> str:
+    """``--mode=predict``: the translations of the eval split, ``<eval_split>.hyp.<target language>``, one line
+    per source line."""
+    split = self.config.task.eval_split
+    count = len(self.data.eval_reference_text[split])
+    hypotheses = self.translate_batches(model_config, params, self.eval_batches(0, split), count,
+                                        description=f"decoding {split}")
+    path = os.path.join(output_dir, f"{split}.hyp.{self.data.target_language}")
+    with open(path, "w", encoding="utf-8") as f:
+      f.write("".join(line + "\n" for line in hypotheses))
+    return path
 
   def translate_lines(self, model_config, params, lines: list[str], beam_size: int | None = None,
                       length_penalty: float | None = None) -> list[str]:

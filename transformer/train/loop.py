@@ -2,9 +2,10 @@
 
 Each mode is its own function over shared pieces: ``prepare`` (config checks, task, parallelism, checkpointer,
 the run's files), ``initial_state`` / ``restore_for_inference``, ``make_evaluator`` and ``save``:
-``run_train`` (the step loop; resumes from the latest checkpoint), ``run_eval`` and ``run_predict`` (the
-validation metrics of the best or averaged checkpoint; eval also scores the test splits), ``run_translate``
-(text in, text out). ``run`` dispatches on the mode, as ``launch.py --mode=...`` asks.
+``run_train`` (the step loop; resumes from the latest checkpoint; a finished run reports and stops),
+``run_eval`` (the validation metrics of the best or averaged checkpoint, and the test splits), ``run_predict``
+(the task's predictions file), ``run_translate`` (text in, text out). ``run`` dispatches on the mode, as
+``launch.py --mode=...`` asks.
 """
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ from transformer.train.restore import abstract_train_state, load_params, seed_ke
 from transformer.train.state import create_train_state
 from transformer.train.step import DivergenceGuard, make_eval_step, make_train_step
 from transformer.train.workdir import check_fresh_start, lock_workdir
-from transformer.train.writers import MetricWriter, log_line, progress_bar
+from transformer.train.writers import MetricWriter, log_line, progress_bar, read_metrics, results_table
 
 log = logging.getLogger(__name__)
 
@@ -165,6 +166,9 @@ def prepare(config, workdir: str, mode: str) -> Session:
   if mode == "translate" and not isinstance(task, TranslatesText):
     raise ConfigError(f"--mode=translate needs a task that translates text; config.task.name="
                      f"{config.task.name!r} ({type(task).__name__}) does not. Use --mode=eval or --mode=predict.")
+  if mode == "predict" and not isinstance(task, WritesPredictions):
+    raise ConfigError(f"--mode=predict needs a task that writes predictions; config.task.name={config.task.name!r} "
+                      f"({type(task).__name__}) does not. Use --mode=eval.")
   model_config = task.model_config()
   strategy = make_strategy(config.parallelism, config.num_seeds, config.fsdp)
   process_count, process_index = jax.process_count(), jax.process_index()
@@ -187,7 +191,8 @@ def prepare(config, workdir: str, mode: str) -> Session:
     if mode == "train" or not os.path.exists(config_path):
       with open(config_path, "w") as f:
         f.write(config.to_json_best_effort(indent=2, sort_keys=True))
-  session.say(f"config:\n{config}")
+  if mode == "train":  # the full config is in the file, not in the log
+    session.say(f"config: {config_path}")
   session.say(f"devices: {jax.device_count()} x {jax.devices()[0].platform}, processes: {process_count}, "
               f"parallelism: {strategy.name}")
   return session
@@ -248,9 +253,10 @@ def _initialise_pretrained(session: Session, state):
   return _with_params(session, state, flax.traverse_util.unflatten_dict(canonical))
 
 
-def make_evaluator(session: Session, eval_model):
+def make_evaluator(session: Session, eval_model, write=print):
   """``evaluate(state) -> {"eval/<name>": value}``: the loss metrics of the validation set, and (one seed)
-  the task's own evaluation (decoding), whose examples the main process prints."""
+  the task's own evaluation (decoding), whose examples the main process prints with ``write`` (the training
+  loop's ``bar.write``, so that they never land inside its progress bar)."""
   strategy, task = session.strategy, session.task
   eval_step = strategy.compile_eval_step(make_eval_step(task, eval_model, getattr(strategy, "axis_name", None)))
   eval_batches = task.eval_batches(session.config.eval_batch_size)
@@ -267,7 +273,8 @@ def make_evaluator(session: Session, eval_model):
       task_metrics, examples = task.evaluate(session.model_config, params, eval_batches)
       results.update({f"eval/{k}": v for k, v in task_metrics.items()})
       if session.is_main and examples:
-        print("examples:\n  " + "\n  ".join(examples), flush=True)
+        write("examples:\n  " + "\n  ".join(examples))
+        sys.stdout.flush()
     return results
 
   return evaluate
@@ -310,6 +317,13 @@ def _train(config, workdir: str, session: Session) -> RunOutput:
     if extra.get("window"):
       window = jax.tree.map(jnp.asarray, {k: tuple(v) for k, v in extra["window"].items()})
       window_steps, window_tokens = extra["window_steps"], extra["window_tokens"]
+    if start_step >= config.num_train_steps:  # a finished run: report it, train nothing
+      session.say(f"already done: {workdir} is trained to step {start_step} (config.num_train_steps="
+                  f"{config.num_train_steps}); raise --config.num_train_steps to train further.")
+      results = _last_evaluation(session)
+      _print_summary(session, start_step, results)
+      checkpointer.close()
+      return RunOutput(start_step, results, canonical)
     session.say(f"resumed from step {start_step} in {workdir}")
   else:
     start_step = 0
@@ -319,7 +333,11 @@ def _train(config, workdir: str, session: Session) -> RunOutput:
     elif isinstance(task, StartsFromPretrained):
       state = _initialise_pretrained(session, state)
 
-  evaluate = make_evaluator(session, task.build_model(session.model_config.replace(deterministic=True)))
+  results = {}
+  step = start_step
+  bar = progress_bar(config.num_train_steps, start_step, config.quiet or not session.is_main)
+  evaluate = make_evaluator(session, task.build_model(session.model_config.replace(deterministic=True)),
+                            write=bar.write)
   train_step = strategy.compile_train_step(
       make_train_step(task, model, optimizer, config.grad_accum_steps, getattr(strategy, "axis_name", None),
                       skip_nonfinite_steps=config.skip_nonfinite_steps))
@@ -343,13 +361,20 @@ def _train(config, workdir: str, session: Session) -> RunOutput:
     }
     checkpointer.save(step, strategy.to_canonical(state), extra, metrics)
 
-  results = {}
-  step = start_step
   window_start = time.perf_counter()
-  bar = progress_bar(config.num_train_steps, start_step, config.quiet or not session.is_main)
+  # Bucketed data (translation) compiles the step once per batch shape: say so, or the first minutes are silent.
+  known_shapes = getattr(train_iterator, "batch_shapes", None)
+  seen_shapes = set()
   with _Preemption() as preemption:
     while step < config.num_train_steps:
       batch = next(train_iterator)
+      shape = _shape_text(batch)
+      if shape not in seen_shapes:
+        seen_shapes.add(shape)
+        if session.is_main and not config.quiet:
+          of = f"/{max(len(known_shapes), len(seen_shapes))}" if known_shapes else ""
+          bar.write(f"compiling the train step for batch shape {len(seen_shapes)}{of} ({shape})")
+          sys.stdout.flush()
       window_tokens += task.count_tokens(batch)
       state, metrics = train_step(state, strategy.put_batch(batch))
       window = metrics if window is None else jax.tree.map(jnp.add, window, metrics)
@@ -374,6 +399,8 @@ def _train(config, workdir: str, session: Session) -> RunOutput:
 
       evaluated = None
       if step % config.eval_every == 0 or step == config.num_train_steps:
+        if step == config.num_train_steps:
+          bar.close()  # on a terminal: the final evaluation prints below the finished bar, not inside it
         evaluated = evaluate(state)
         results = evaluated
         writer.write(step, {**evaluated, "wall_seconds": wall_seconds()})
@@ -399,9 +426,52 @@ def _train(config, workdir: str, session: Session) -> RunOutput:
     print(f"params checksum (process {session.process_index} of {session.process_count}): "
           f"{_local_digest(state.params)}", flush=True)
   checkpointer.wait()
-  checkpointer.close()
   writer.close()
+  if not preemption.requested:
+    _print_summary(session, step, results)
+  checkpointer.close()
   return RunOutput(step, results, strategy.to_canonical(state), strategy.trace_count)
+
+
+def _shape_text(batch) -> str:
+  """The distinct array shapes of a batch, e.g. ``128x8`` or ``16x24x9 16x5``: what a new compilation is for."""
+  return " ".join(sorted({"x".join(map(str, np.shape(value))) for value in batch.values()}))
+
+
+def _last_evaluation(session: Session) -> dict:
+  """The ``eval/...`` metrics of the last evaluation in the run's ``metrics.jsonl`` ({} without one)."""
+  if not os.path.exists(os.path.join(session.workdir, "metrics.jsonl")):
+    return {}
+  for record in reversed(read_metrics(session.workdir)):
+    evaluated = {name: value for name, value in record.items() if name.startswith("eval/")}
+    if evaluated:
+      return evaluated
+  return {}
+
+
+def _print_summary(session: Session, step: int, results: dict) -> None:
+  """The end of a training run in a few lines: final and best metrics, where the outputs are, how to see them."""
+  if not session.is_main:
+    return
+  config, workdir = session.config, session.workdir
+  lines = [f"done: step {step} of {config.num_train_steps}"]
+  final = {name: value for name, value in sorted(results.items()) if "/seed_" not in name}
+  if final:
+    lines.append("final: " + " ".join(f"{name}={value:.4f}" for name, value in final.items()))
+  best_step = session.checkpointer.best_step()
+  if config.best_metric and best_step is not None:
+    values = [record[config.best_metric] for record in read_metrics(workdir)
+              if record["step"] == best_step and config.best_metric in record]
+    value = f"={values[-1]:.4f}" if values else ""
+    lines.append(f"best: {config.best_metric}{value} at step {best_step}: {os.path.join(workdir, 'best')}")
+  lines.append(f"checkpoints: {os.path.join(workdir, 'checkpoints')}")
+  lines.append(f"metrics: {os.path.join(workdir, 'metrics.jsonl')}")
+  tensorboard = os.path.join(workdir, "tensorboard")
+  if config.tensorboard:
+    lines.append(f"tensorboard: {tensorboard}")
+  lines.append(f"curves: python -m experiments.plot {workdir}"
+               + (f"  or  tensorboard --logdir {tensorboard}" if config.tensorboard else ""))
+  session.say("\n".join(lines))
 
 
 @dataclasses.dataclass
@@ -439,39 +509,47 @@ def restore_for_inference(session: Session) -> _Restored:
   return _Restored(steps[-1], _with_params(session, state, params), output_dir, {"averaged_steps": steps})
 
 
-def _evaluate_checkpoint(config, workdir: str, mode: str) -> RunOutput:
-  """``--mode=eval`` / ``predict``: validation metrics of the restored checkpoint (eval adds the task's test
-  splits, when it has any), printed and written to ``<output dir>/<mode>_results.json``."""
-  session = prepare(config, workdir, mode)
+def _file_times(folder: str) -> dict:
+  return {name: os.path.getmtime(os.path.join(folder, name)) for name in os.listdir(folder)
+          if os.path.isfile(os.path.join(folder, name))}
+
+
+def run_eval(config, workdir: str) -> RunOutput:
+  """Validation metrics of the best (or averaged) checkpoint, and the task's test splits scored and written
+  (``WritesTestOutputs``): printed as a table and written to ``<output dir>/eval_results.json``."""
+  session = prepare(config, workdir, "eval")
   restored = restore_for_inference(session)
+  before = _file_times(restored.output_dir)
   evaluate = make_evaluator(session, session.task.build_model(session.model_config.replace(deterministic=True)))
   results = evaluate(restored.state)
-  if mode == "eval" and isinstance(session.task, WritesTestOutputs):
+  if isinstance(session.task, WritesTestOutputs):
     params = jax.device_get(session.strategy.host_params(restored.state))
     tests = session.task.write_test_outputs(session.model_config, params, restored.output_dir, results)
     results.update({f"{split}/{k}": v for split, metrics in tests.items() for k, v in metrics.items()})
-  if mode == "predict" and isinstance(session.task, WritesPredictions) and session.is_main:
-    params = jax.device_get(session.strategy.host_params(restored.state))
-    path = session.task.write_predictions(session.model_config, params, restored.output_dir)
-    print(f"predictions: {path}", flush=True)
   if session.is_main:
     summary = {"step": restored.step, **restored.averaged, **results}
-    print(json.dumps(summary, indent=2), flush=True)
-    with open(os.path.join(restored.output_dir, f"{mode}_results.json"), "w") as f:
+    with open(os.path.join(restored.output_dir, "eval_results.json"), "w") as f:
       json.dump(summary, f, indent=2)
+    written = sorted(name for name, time_ in _file_times(restored.output_dir).items() if before.get(name) != time_)
+    print(f"step {restored.step}:\n{results_table(results)}\n"
+          f"written: {', '.join(os.path.join(restored.output_dir, name) for name in written)}", flush=True)
   session.checkpointer.close()
   return RunOutput(restored.step, results, session.strategy.to_canonical(restored.state))
 
 
-def run_eval(config, workdir: str) -> RunOutput:
-  """Validation metrics of the best (or averaged) checkpoint, and the task's test splits scored and written."""
-  return _evaluate_checkpoint(config, workdir, "eval")
-
-
 def run_predict(config, workdir: str) -> RunOutput:
-  """Validation metrics and decoded examples of the best (or averaged) checkpoint; tasks that predict for
-  unlabelled inputs also write their predictions file (``WritesPredictions``)."""
-  return _evaluate_checkpoint(config, workdir, "predict")
+  """The task's predictions of the best (or averaged) checkpoint written to a file (``WritesPredictions``: one
+  line or row per example), whose path is printed and recorded in ``<output dir>/predict_results.json``."""
+  session = prepare(config, workdir, "predict")
+  restored = restore_for_inference(session)
+  if session.is_main:
+    params = jax.device_get(session.strategy.host_params(restored.state))
+    path = session.task.write_predictions(session.model_config, params, restored.output_dir)
+    with open(os.path.join(restored.output_dir, "predict_results.json"), "w") as f:
+      json.dump({"step": restored.step, **restored.averaged, "predictions": path}, f, indent=2)
+    print(f"predictions of step {restored.step}: {path}", flush=True)
+  session.checkpointer.close()
+  return RunOutput(restored.step, {}, session.strategy.to_canonical(restored.state))
 
 
 def split_input_lines(text: str) -> list[str]:
@@ -523,6 +601,8 @@ def run_translate(config, workdir: str) -> RunOutput:
   else:
     sys.stdout.write(text)
     sys.stdout.flush()
+  session.say(f"translated {len(lines)} lines with the checkpoint of step {restored.step}"
+              + (f" into {config.translate_output}" if config.translate_output else ""))
   session.checkpointer.close()
   return RunOutput(restored.step, {}, session.strategy.to_canonical(restored.state))
 

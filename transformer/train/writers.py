@@ -88,6 +88,35 @@ def log_line(step: int, total: int, metrics: dict, seconds_per_step: float) -> s
           f"ETA {hours}h{minutes:02d}m")
 
 
+def _format_value(value: float) -> str:
+  text = f"{value:.4f}"
+  return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+def results_table(metrics: dict) -> str:
+  """Metrics named ``<split>/<name>`` (``eval/bleu``, ``test/f1``) as a text table, one row per metric and one
+  column per split, e.g.::
+
+      metric  eval    test_2016_flickr
+      bleu    38.12   39.86
+      loss    1.9021
+
+  Values that are not numbers (signatures, nested dicts) and per-seed copies (``f1/seed_0``) are left out:
+  the results JSON file has them."""
+  columns, rows = [], {}
+  for key, value in metrics.items():
+    split, _, name = key.partition("/")
+    if not name or "/" in name or isinstance(value, bool) or not isinstance(value, (int, float)):
+      continue
+    if split not in columns:
+      columns.append(split)
+    rows.setdefault(name, {})[split] = _format_value(float(value))
+  table = [["metric", *columns]] + [[name, *(row.get(split, "") for split in columns)]
+                                    for name, row in sorted(rows.items())]
+  widths = [max(len(line[i]) for line in table) for i in range(len(table[0]))]
+  return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip() for line in table)
+
+
 def progress_bar(total: int, initial: int, quiet: bool):
   """tqdm bar with step, loss, throughput and ETA; silent when quiet or when stderr is not a terminal."""
   return tqdm.tqdm(total=total, initial=initial, unit="step", dynamic_ncols=True,

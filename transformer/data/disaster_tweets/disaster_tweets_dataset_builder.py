@@ -177,7 +177,7 @@ class Builder(tfds.core.GeneratorBasedBuilder):
 
   def download_and_prepare(self, *, download_config=None, **kwargs):
     """As TFDS's; first finds the two files so that a missing one fails here, plainly."""
-    if not self.is_prepared():
+    if not parallel_text.is_prepared(self):  # self.is_prepared() warns of a missing dataset_info.json
       manual_dir = download_config.manual_dir if download_config is not None else None
       self._local_dir, origin = parallel_text.resolve_source_dir(NAME, self._source_dir_argument, manual_dir)
       if self._local_dir is None:

@@ -1,0 +1,113 @@
+"""What a run tells its user: the config's path (not its ~90 lines), a line per compiled batch shape, an
+end-of-run summary, a finished run reported instead of retrained, eval as a table, predict's file, and on a
+terminal no text written inside the progress bar."""
+import io
+import os
+import re
+import sys
+
+import numpy as np
+import pytest
+
+from transformer import load
+from transformer.tasks import build_task
+from transformer.train import run
+from transformer.train.writers import read_metrics, results_table
+
+
+def test_a_run_prints_the_config_path_one_compile_line_and_a_summary(make_config, tmp_path, capsys):
+  run(make_config(quiet=False, best_metric="eval/loss", best_mode="min", tensorboard=True), str(tmp_path))
+  out = capsys.readouterr().out
+  assert f"config: {tmp_path}/config.json" in out
+  assert "num_train_steps" not in out and "d_model" not in out  # the full config stays in the file
+  assert out.count("compiling the train step for batch shape") == 1  # synthetic batches have one shape
+  summary = out[out.index("done: step 20 of 20"):]
+  evals = [record for record in read_metrics(str(tmp_path)) if "eval/loss" in record]
+  best = min(evals, key=lambda record: record["eval/loss"])
+  final_line = next(line for line in summary.splitlines() if line.startswith("final: "))
+  assert f"eval/loss={evals[-1]['eval/loss']:.4f}" in final_line
+  assert f"best: eval/loss={best['eval/loss']:.4f} at step {best['step']}: {tmp_path}/best" in summary
+  for expected in (f"checkpoints: {tmp_path}/checkpoints", f"metrics: {tmp_path}/metrics.jsonl",
+                   f"python -m experiments.plot {tmp_path}", f"tensorboard --logdir {tmp_path}/tensorboard"):
+    assert expected in summary
+
+
+def test_quiet_leaves_out_the_compile_lines_not_the_summary(make_config, tmp_path, capsys):
+  run(make_config(quiet=True), str(tmp_path))
+  out = capsys.readouterr().out
+  assert "compiling" not in out and "done: step 20 of 20" in out
+
+
+def test_rerunning_a_finished_run_reports_it_and_trains_nothing(make_config, tmp_path, capsys):
+  first = run(make_config(), str(tmp_path))
+  records = read_metrics(str(tmp_path))
+  checkpoints = sorted(os.listdir(tmp_path / "checkpoints"))
+  capsys.readouterr()
+  again = run(make_config(), str(tmp_path))
+  out = capsys.readouterr().out
+  assert f"already done: {tmp_path} is trained to step 20" in out and "final: eval/" in out
+  assert again.step == 20 and again.metrics == pytest.approx(first.metrics)
+  assert read_metrics(str(tmp_path)) == records and sorted(os.listdir(tmp_path / "checkpoints")) == checkpoints
+
+
+def test_results_table_has_a_row_per_metric_and_a_column_per_split():
+  table = results_table({"eval/bleu": 38.1234567, "eval/loss": 1.5, "test/bleu": 39.86,
+                         "test/bleu_signature": "nrefs:1", "test/f1/seed_0": 0.5, "test/by_length": {"0-9": 1.0}})
+  assert table.splitlines() == ["metric  eval     test",
+                                "bleu    38.1235  39.86",
+                                "loss    1.5"]
+
+
+def test_eval_prints_its_metrics_as_a_table(make_config, tmp_path, capsys):
+  run(make_config(), str(tmp_path))
+  capsys.readouterr()
+  output = run(make_config(), str(tmp_path), mode="eval")
+  out = capsys.readouterr().out
+  lines = out[out.index("step 20:\n"):].splitlines()[1:]
+  assert lines[0].split() == ["metric", "eval"]
+  rows = {}
+  for line in lines[1:]:
+    if line.startswith("written: "):
+      break
+    name, value = line.split()
+    rows[f"eval/{name}"] = float(value)
+  assert rows == pytest.approx(output.metrics, abs=1e-4)
+  assert f"written: {tmp_path}/eval_results.json" in out
+
+
+def test_predict_writes_one_line_per_example_and_does_not_evaluate(make_config, tmp_path, capsys):
+  config = make_config()
+  run(config, str(tmp_path))
+  capsys.readouterr()
+  output = run(config, str(tmp_path), mode="predict")
+  out = capsys.readouterr().out
+  assert output.metrics == {} and "eval/" not in out
+  assert f"predictions of step 20: {tmp_path}/predictions.txt" in out
+  lines = (tmp_path / "predictions.txt").read_text().splitlines()
+  assert len(lines) == config.task.num_eval_examples
+  source = build_task(config).eval_batches(config.eval_batch_size)[0]["source"][0]
+  source_text, predicted_text = lines[0].split("\t")
+  assert source_text.split() == [str(t) for t in source if t]
+  model = load(str(tmp_path))
+  decoded = [int(t) for t in model.decode([source[source != 0]])[0] if t not in (0, model.model_config.eos_id)]
+  predicted = [int(t) for t in predicted_text.split()]
+  assert predicted == decoded[:len(predicted)]  # the same greedy decoding (the file's may be cut shorter)
+
+
+class _Terminal(io.StringIO):
+  def isatty(self):
+    return True
+
+
+def test_on_a_terminal_every_message_starts_its_own_line_outside_the_bar(make_config, tmp_path, monkeypatch):
+  terminal = _Terminal()
+  monkeypatch.setattr(sys, "stdout", terminal)
+  monkeypatch.setattr(sys, "stderr", terminal)
+  run(make_config(quiet=False), str(tmp_path))
+  text = terminal.getvalue()
+  assert "20/20" in text  # the bar was drawn
+  pieces = re.split(r"[\r\n]", text)
+  for marker, start in (("compiling the train step", "compiling"), ("examples:", "examples:"),
+                        (" (step ", "eval/exact_match="), ("done: step 20 of 20", "done:")):
+    hits = [piece for piece in pieces if marker in piece]
+    assert hits and all(piece.startswith(start) for piece in hits), (marker, hits)
