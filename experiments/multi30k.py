@@ -36,7 +36,7 @@ def get_config(variant: str = "transformer_small"):
   task = config.task
   task.dataset = "multi30k"
   task.pair = "en-de"
-  task.test_splits = ("test_2016_flickr", "test_2017_flickr", "test_2018_flickr")
+  task.test_splits = ("test_2016_flickr", "test_2017_flickr", "test_2017_mscoco", "test_2018_flickr")
   if variant == SMOKE:  # minutes end to end: one test split
     task.test_splits = ("test_2016_flickr",)
   if variant == "transformer_small":
