@@ -91,9 +91,10 @@ TEST_SPLIT = {"multi30k": "test_2016_flickr", "iwslt15_en_vi": "test"}
 TEST_NAME = {"multi30k": "test_2016_flickr", "iwslt15_en_vi": "tst2013"}
 TARGET_LANGUAGE = {"multi30k": "de", "iwslt15_en_vi": "vi"}
 CURVES = ("train/nll", "eval/nll", "eval/bleu")
-# Settings that say where the data lives or how a command ran, not what was trained: never in a row's command.
-NOT_TRAINING_SETTINGS = ("task.source_dir", "task.data_dir", "quiet", "tensorboard", "async_checkpointing",
-                         "average_checkpoints", "translate_input", "translate_output")
+# Settings that say where the data lives, how a command ran or which test sets --mode=eval scores, not what was
+# trained: never in a row's command.
+NOT_TRAINING_SETTINGS = ("task.source_dir", "task.data_dir", "task.test_splits", "quiet", "tensorboard",
+                         "async_checkpointing", "average_checkpoints", "translate_input", "translate_output")
 # Hand-written note in experiments/<experiment>/ on settings tried without a workdir left; RESULTS.md quotes it.
 NOT_KEPT_NOTE = "runs_not_kept.md"
 # What a new page folder copies from the committed one (the test output too: it belongs to the best row).
