@@ -24,11 +24,7 @@ def layer_norm(x, scale=None, bias=None, epsilon: float = 1e-6, kernels: Kernels
   mean = jnp.mean(x32, axis=-1, keepdims=True)
   variance = jnp.mean(jnp.square(x32 - mean), axis=-1, keepdims=True)
   y = (x32 - mean) * jax.lax.rsqrt(variance + epsilon)
-  if scale is not None:
-    y = y * scale.astype(jnp.float32)
-  if bias is not None:
-    y = y + bias.astype(jnp.float32)
-  return y.astype(x.dtype)
+  return _affine(y, scale, bias).astype(x.dtype)
 
 
 def rms_norm(x, scale=None, epsilon: float = 1e-6, kernels: Kernels | None = None):
@@ -38,9 +34,7 @@ def rms_norm(x, scale=None, epsilon: float = 1e-6, kernels: Kernels | None = Non
   """
   x32 = _norm_input(x, kernels).astype(jnp.float32)
   y = x32 * jax.lax.rsqrt(jnp.mean(jnp.square(x32), axis=-1, keepdims=True) + epsilon)
-  if scale is not None:
-    y = y * scale.astype(jnp.float32)
-  return y.astype(x.dtype)
+  return _affine(y, scale, None).astype(x.dtype)
 
 
 def batch_norm(x, scale=None, bias=None, valid=None, epsilon: float = 1e-6, kernels: Kernels | None = None):
@@ -67,11 +61,16 @@ def batch_norm(x, scale=None, bias=None, valid=None, epsilon: float = 1e-6, kern
   mean = jnp.sum(x32 * weight, axis=axes) / count
   variance = jnp.sum(jnp.square(x32 - mean) * weight, axis=axes) / count
   y = (x32 - mean) * jax.lax.rsqrt(variance + epsilon)
+  return _affine(y, scale, bias).astype(x.dtype)
+
+
+def _affine(y, scale, bias):
+  """The learned gain and offset of a normalised float32 ``y`` (None: 1 and 0)."""
   if scale is not None:
     y = y * scale.astype(jnp.float32)
   if bias is not None:
     y = y + bias.astype(jnp.float32)
-  return y.astype(x.dtype)
+  return y
 
 
 def _norm_input(x, kernels):
