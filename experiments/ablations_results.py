@@ -26,6 +26,7 @@ import math
 import os
 from typing import Callable
 
+import jax
 import numpy as np
 from absl import app, flags
 
@@ -43,7 +44,7 @@ _LAUNCH_FLAGS = flags.DEFINE_multi_string("launch_flag", [], "Passed to every la
                                           "--launch_flag=--config.task.source_dir=../shared/data/multi30k.")
 METRICS = (("eval/exact_match", "exact match"), ("eval/token_accuracy", "token accuracy"), ("eval/nll", "NLL"))
 HEADER = ["run", "exact match", "token accuracy", "NLL (nats/token)", "diverged", "steps", "seeds",
-          "wall time", "command"]
+          "wall time", "hardware", "command"]
 ATTENTION_HEADER = ["run", "attention", "entropy (nats)", "uniform entropy (nats)", "rows with max weight > 0.9"]
 
 
@@ -56,10 +57,18 @@ class Cell:
   workdir: str
   num_train_steps: int
   num_seeds: int
+  separate_seeds: bool = False  # each seed its own run in workdir/seed_<i> (common.Ablation.vmap_seeds False)
 
   @property
   def name(self) -> str:
     return f"{self.ablation}/{self.variant}"
+
+  def runs(self) -> list[tuple[str, tuple[str, ...]]]:
+    """``(workdir, extra launch flags)`` of each run of the cell: one, or one per seed."""
+    if not self.separate_seeds:
+      return [(self.workdir, ())]
+    return [(os.path.join(self.workdir, f"seed_{i}"), (f"--config.seed={i}", "--config.data_seed=0"))
+            for i in range(self.num_seeds)]
 
 
 def ablation_module(name: str):
@@ -80,8 +89,10 @@ def expand_grid(names: list[str], task: str, root: str, ablations: tuple[str, ..
       config = module.get_config(variant + suffix)
       key = json.dumps(report.flatten_config(config), sort_keys=True, default=str)
       workdir = owner.setdefault(key, os.path.join(root, name, variant))
+      separate = not module.ABLATION.vmap_seeds
       cells[(name, variant)] = Cell(name, variant, f"experiments/ablations/{name}.py:{variant}{suffix}", workdir,
-                                    config.num_train_steps, config.num_seeds)
+                                    config.num_train_steps, common.NUM_SEEDS if separate else config.num_seeds,
+                                    separate)
   return [cell for (name, _), cell in cells.items() if name in names]
 
 
@@ -97,14 +108,38 @@ def run_grid(cells: list[Cell], train: Callable[[str, str, tuple], object] = rep
   ``report.launch``, which resumes from the latest checkpoint); returns cell name -> its launch command."""
   commands = {}
   for cell in cells:
-    metrics = os.path.join(cell.workdir, "metrics.jsonl")
-    finished = os.path.exists(metrics) and final_evaluation(read_metrics(cell.workdir), cell.num_train_steps)
-    if not finished:
-      print(f"training {cell.name} in {cell.workdir}", flush=True)
-      train(cell.config, cell.workdir, tuple(launch_flags))
-    commands[cell.name] = ["python", "launch.py", f"--config={cell.config}", f"--workdir={cell.workdir}",
+    for workdir, seed_flags in cell.runs():
+      metrics = os.path.join(workdir, "metrics.jsonl")
+      finished = os.path.exists(metrics) and final_evaluation(read_metrics(workdir), cell.num_train_steps)
+      if not finished:
+        print(f"training {cell.name} in {workdir}", flush=True)
+        train(cell.config, workdir, (*seed_flags, *launch_flags))
+    # I = 0, 1, 2: the page says so
+    seeds = ["--config.seed=I", "--config.data_seed=0"] if cell.separate_seeds else []
+    workdir = os.path.join(cell.workdir, "seed_I") if cell.separate_seeds else cell.workdir
+    commands[cell.name] = ["python", "launch.py", f"--config={cell.config}", f"--workdir={workdir}", *seeds,
                            *launch_flags]
   return commands
+
+
+def read_cell(cell: Cell) -> list[dict]:
+  """The cell's metric records; for separate seeds, one record per step with each run's values as
+  ``<name>/seed_i`` (the layout of a vmapped run)."""
+  if not cell.separate_seeds:
+    return read_metrics(cell.workdir)
+  merged = {}
+  for seed, (workdir, _) in enumerate(cell.runs()):
+    for record in read_metrics(workdir):
+      kind = "eval" if any(k.startswith("eval/") for k in record) else "train"
+      target = merged.setdefault((record["step"], kind), {"step": record["step"], "wall_seconds": 0.0})
+      target["wall_seconds"] += record.get("wall_seconds", 0.0)  # the seeds ran one after the other
+      target.update({f"{k}/seed_{seed}": v for k, v in record.items() if k.startswith(("train/", "eval/"))})
+  records = [merged[key] for key in sorted(merged, key=lambda key: (key[0], key[1] == "eval"))]
+  for record in records:
+    names = {k.rsplit("/seed_", 1)[0] for k in record if "/seed_" in k}
+    record.update({name: float(np.mean([record[f"{name}/seed_{i}"] for i in range(cell.num_seeds)
+                                        if f"{name}/seed_{i}" in record])) for name in names})
+  return records
 
 
 @dataclasses.dataclass
@@ -247,6 +282,8 @@ def write_results(output: str, results: dict[str, list[CellResult]], commands: d
   if replace_only_longer:
     report.check_replacements(os.path.join(output, "RESULTS.md"), recorded_steps(output), new_steps)
   os.makedirs(output, exist_ok=True)
+  devices = jax.devices()
+  hardware = f"{len(devices)} x {devices[0].device_kind}, {os.cpu_count()} cores"
   sections = []
   for name, cells in results.items():
     ablation = ablation_module(name).ABLATION
@@ -256,7 +293,7 @@ def write_results(output: str, results: dict[str, list[CellResult]], commands: d
       rows.append([cell.name, *(mean_std(result.per_seed[metric]) if metric in result.per_seed else "n/a"
                                 for metric, _ in METRICS),
                    f"{result.diverged} of {cell.num_seeds}", result.steps, cell.num_seeds,
-                   f"{result.wall_seconds:.0f} s", f"`{report.portable_command(commands[cell.name])}`"])
+                   f"{result.wall_seconds:.0f} s", hardware, f"`{report.portable_command(commands[cell.name])}`"])
     plot_ablation(cells, os.path.join(output, f"{name}.png"), ablation.title)
     reading = "\n".join(f"- {comparison(result, cells[0])}" for result in cells[1:])
     text = f"""## {ablation.title}
@@ -267,7 +304,7 @@ def write_results(output: str, results: dict[str, list[CellResult]], commands: d
 
 Against the reference ({cells[0].cell.variant}), exact match:
 {reading}
-
+{chr(10) + ablation.note + chr(10) if ablation.note else ""}
 ![{name}]({name}.png)
 """
     attention_rows = []
@@ -290,10 +327,10 @@ of uniform weights over the same keys, and the share of query rows whose largest
 """
     sections.append(text)
   if task == "synthetic":
-    setting = ("Task: reverse 1-24 symbols of 10 (`experiments/ablations/common.py`, `synthetic_base`), greedy "
-               "decoding of 512 held-out sequences; a small encoder-decoder (2+2 layers, d_model 64, 4 heads, "
-               "d_ff 128) or a GRU encoder-decoder (hidden 64), batch 64, cosine schedule to 0 from 3e-3, 500 steps "
-               "(norm_position: 4+4 layers, 300 steps at a constant 5e-3).")
+    setting = ("Task: reverse 1-16 symbols of 10 (`experiments/ablations/common.py`, `synthetic_base`), greedy "
+               "decoding of 256 held-out sequences; a small encoder-decoder (2+2 layers, d_model 64, 4 heads, "
+               "d_ff 128) or a GRU encoder-decoder (hidden 64), batch 64, cosine schedule to 0 from 3e-3 after 50 warmup steps, 300 steps "
+               "(norm_position: 4+4 layers, 200 steps at a constant 5e-3, no clipping).")
     missing = ("The budgeted Multi30k runs of the same ablations (`--task=multi30k`, 2000 steps x 3 seeds each, "
                "`common.multi30k_base`) are supported by the driver but were not run: they do not fit a CPU "
                "session. Their page would be `experiments/ablations/multi30k/RESULTS.md`.")
@@ -311,7 +348,9 @@ order). Each number is the mean ± sample standard deviation over the seeds of t
 counts seeds whose training loss became non-finite, that skipped a non-finite step, or whose final training loss
 is above {common.DIVERGED_LOSS} nats. A difference is called "larger than the spread of seeds" when it exceeds twice
 its standard error; with 3 seeds that is a screen, not a significance test. Wall time includes compilation and
-evaluation. Cells with the same config (the reference model) are one run, listed under each ablation.
+evaluation. Cells with the same config (the reference model) are one run, listed under each ablation. The RNN
+ablation's seeds are separate runs (`--config.seed=I` for I = 0, 1, 2, in `WORKDIR/seed_I`): with its seeds vmapped
+the program stalls on XLA:CPU; its wall time is the sum of the three.
 
 {missing}
 
@@ -335,7 +374,7 @@ def main(argv):
   results = {}
   for cell in cells:
     results.setdefault(cell.ablation, []).append(
-        report.exit_on_user_error(cell_result, cell, read_metrics(cell.workdir)))
+        report.exit_on_user_error(cell_result, cell, read_cell(cell)))
   attention = {}
   if "scaling" in names and task == "synthetic":
     for cell in (c for c in cells if c.ablation == "scaling"):

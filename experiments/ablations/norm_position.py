@@ -7,7 +7,7 @@ A deeper model (4+4 layers) at a high constant learning rate (5e-3) without grad
 without warmup is expected to struggle (Xiong et al. 2020); non-finite steps are skipped per seed
 (``skip_nonfinite_steps``) so that one diverging seed does not stop the others, and the page counts a seed as
 diverged when it skipped steps or ends above ``common.DIVERGED_LOSS``. Variants: post_warmup, post_no_warmup,
-pre_warmup, pre_no_warmup (warmup: 100 steps); ``NAME,multi30k`` for the Multi30k base.
+pre_warmup, pre_no_warmup (warmup: 50 steps); ``NAME,multi30k`` for the Multi30k base.
 Results: experiments/ablations/RESULTS.md.
 """
 from experiments.ablations.common import Ablation
@@ -20,8 +20,8 @@ ABLATION = Ablation(
     question="Does post-LN need warmup at a high learning rate where pre-LN does not?",
     variants={f"{position}_{'warmup' if warmup else 'no_warmup'}":
               {"model.norm_position": position, "optimizer.warmup_steps": warmup}
-              for position in ("post", "pre") for warmup in (100, 0)},
-    setup={**_UNSTABLE, "num_train_steps": 300, "eval_every": 300},
+              for position in ("post", "pre") for warmup in (50, 0)},
+    setup={**_UNSTABLE, "num_train_steps": 200, "eval_every": 200},
     multi30k_setup={"optimizer.grad_clip_norm": 0.0, "skip_nonfinite_steps": True})
 
 

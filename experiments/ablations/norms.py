@@ -13,7 +13,12 @@ from experiments.ablations.common import Ablation
 ABLATION = Ablation(
     name="norms", title="LayerNorm vs RMSNorm vs BatchNorm",
     question="Does the choice of normalisation matter, and how does BatchNorm (batch statistics) fare?",
-    variants={norm: {"model.norm": norm} for norm in ("layer_norm", "rms_norm", "batch_norm")})
+    variants={norm: {"model.norm": norm} for norm in ("layer_norm", "rms_norm", "batch_norm")},
+    note="BatchNorm here has no running averages: teacher-forced evaluation (token accuracy, NLL) normalises "
+         "by the statistics of whole target sequences, as in training, and those statistics mix in later "
+         "positions of the causal decoder; greedy decoding with a cache (exact match) normalises by the "
+         "statistics of one position per row. A gap between the two metrics measures that mismatch, not "
+         "BatchNorm with running statistics.")
 
 
 def get_config(variant: str = "layer_norm"):

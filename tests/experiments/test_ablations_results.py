@@ -1,6 +1,7 @@
 """The ablation grid: its cells, resuming a killed grid, per-seed results and the page (into tmp_path only)."""
 import dataclasses
 import importlib
+import json
 import os
 
 import numpy as np
@@ -27,6 +28,9 @@ def test_the_grid_expands_to_every_variant_and_shares_identical_configs():
   assert len({cell.workdir for cell in cells}) == len(cells) - 4
   assert all(cell.num_seeds == common.NUM_SEEDS for cell in cells)
   assert by_name["norm_position/pre_no_warmup"].num_train_steps < by_name["heads/2"].num_train_steps
+  rnn = by_name["rnn_attention/none"]  # seeds as separate runs, in seed_<i>, with the same data order
+  assert rnn.separate_seeds and not by_name["heads/2"].separate_seeds
+  assert rnn.runs()[2] == ("/root/rnn_attention/none/seed_2", ("--config.seed=2", "--config.data_seed=0"))
   # Choosing ablations does not move a shared cell: heads/4 stays where a full grid puts it.
   assert [c.workdir for c in ablations_results.expand_grid(["norms"], "synthetic", "/root")][0] == "/root/heads/4"
 
@@ -138,3 +142,20 @@ def test_cell_result_counts_diverged_seeds_and_reports_mean_and_spread():
   assert "+0.400 exact match against post_no_warmup" in ablations_results.comparison(other, result)
   assert "larger than the spread" in ablations_results.comparison(other, result)
 
+
+
+def test_separate_seed_runs_read_as_one_vmapped_run(tmp_path):
+  cell = ablations_results.Cell("rnn_attention", "dot", "c", str(tmp_path), 4, 2, separate_seeds=True)
+  for seed, (workdir, _) in enumerate(cell.runs()):
+    os.makedirs(workdir)
+    with open(os.path.join(workdir, "metrics.jsonl"), "w") as f:
+      f.write(json.dumps({"step": 4, "train/loss": 1.0 + seed, "wall_seconds": 5.0}) + "\n")
+      f.write(json.dumps({"step": 4, "eval/exact_match": 0.5 + seed / 4, "wall_seconds": 6.0}) + "\n")
+  records = ablations_results.read_cell(cell)
+  assert records == [{"step": 4, "wall_seconds": 10.0, "train/loss/seed_0": 1.0, "train/loss/seed_1": 2.0,
+                      "train/loss": 1.5},
+                     {"step": 4, "wall_seconds": 12.0, "eval/exact_match/seed_0": 0.5, "eval/exact_match/seed_1": 0.75,
+                      "eval/exact_match": 0.625}]
+  result = ablations_results.cell_result(cell, records)
+  np.testing.assert_allclose(result.per_seed["eval/exact_match"], [0.5, 0.75])
+  assert result.wall_seconds == 12.0
