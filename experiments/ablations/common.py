@@ -88,28 +88,20 @@ def synthetic_base(model_name: str = "transformer"):
   """Reversal of 1..16 symbols (experiments/synthetic.py: 1..12) on a budget of 300 steps of batch 64, where a
   small model is still far from 100% and the variants can differ in how fast they learn; 3 seeds. The budget is
   that of a 2-core CPU shared with other work: all seven ablations in about an hour."""
-  config = base_config(model_name)
-  config.task.name = "synthetic"
-  config.task.kind = "reverse"
-  config.task.num_symbols = 10
-  config.task.min_length = 1
+  from experiments import synthetic
+  reverse = synthetic.get_config("reverse")  # the task, and the 2+2-layer d_model 64 Transformer
+  if model_name == "transformer":
+    config = reverse
+    config.model.max_length = 20
+  else:  # the RNN encoder-decoder of the same width, on the same task
+    config = base_config(model_name)
+    config.task = reverse.task
+    config.model.cell = "gru"
+    config.model.embedding_dim = 32
+    config.model.hidden_dim = 64
+    config.model.dropout_rate = 0.0
   config.task.max_length = 16
   config.task.num_eval_examples = 256
-  model = config.model
-  if model_name == "transformer":
-    model.d_model = 64
-    model.num_heads = 4
-    model.d_ff = 128
-    model.num_encoder_layers = 2
-    model.num_decoder_layers = 2
-    model.dropout_rate = 0.0
-    model.attention_dropout_rate = 0.0
-    model.max_length = 20
-  else:  # the RNN encoder-decoder of the same width
-    model.cell = "gru"
-    model.embedding_dim = 32
-    model.hidden_dim = 64
-    model.dropout_rate = 0.0
   config.num_seeds = NUM_SEEDS
   config.batch_size = 64
   config.num_train_steps = 300
