@@ -11,7 +11,7 @@ from transformer.nn import MODELS, ClassifierConfig, ModelConfig, RNNConfig, mod
 
 @pytest.mark.parametrize("field, value, allowed", [
     ("positional_encoding", "sinusoid", ["sinusoidal", "learned", "rotary", "none"]),
-    ("norm", "batch_norm", ["layer_norm", "rms_norm"]),
+    ("norm", "group_norm", ["layer_norm", "rms_norm", "batch_norm"]),
     ("norm_position", "middle", ["post", "pre"]),
     ("activation", "tanh", ["relu", "gelu", "gelu_exact"]),
     ("attention_implementation", "flash", ["dense", "chunked"]),

@@ -9,7 +9,7 @@ import pytest
 from tests.nn import reference
 from transformer import ops
 from transformer.errors import ConfigError
-from transformer.nn import DecoderLayer, EncoderLayer, ModelConfig, Norm, PositionalEncoding
+from transformer.nn import DecoderLayer, Encoder, EncoderLayer, ModelConfig, Norm, PositionalEncoding
 
 CONFIG = ModelConfig(vocab_size=11, d_model=8, num_heads=2, d_ff=16, dropout_rate=0.0, attention_dropout_rate=0.0,
                      max_length=16, deterministic=True)
@@ -48,6 +48,31 @@ def test_norm_module_is_the_configured_norm():
         x.astype(np.float64), reference.as_numpy(params), 1e-3)
     np.testing.assert_allclose(module.apply({"params": params}, x), expected, atol=1e-5, rtol=1e-5)
   assert set(Norm(CONFIG.replace(norm="rms_norm")).init(jax.random.key(0), x)["params"]) == {"scale"}
+
+
+def test_batch_norm_module_normalises_each_feature_over_the_valid_positions():
+  x, _ = _sequence(1)
+  valid = np.ones(x.shape[:-1], bool)
+  valid[-1, 1:] = False
+  module = Norm(CONFIG.replace(norm="batch_norm", norm_epsilon=1e-3))
+  params = reference.perturbed_params(module, x, valid)
+  rows = x.reshape(-1, x.shape[-1]).astype(np.float64)[valid.reshape(-1)]
+  expected = (x - rows.mean(0)) / np.sqrt(rows.var(0) + 1e-3) * np.asarray(params["scale"]) + np.asarray(
+      params["bias"])
+  np.testing.assert_allclose(np.asarray(module.apply({"params": params}, x, valid))[valid], expected[valid],
+                             atol=1e-5, rtol=1e-5)
+
+
+def test_a_batch_norm_encoder_ignores_what_padding_holds():
+  """The padding mask reaches every norm of the stack: padded positions change no statistics."""
+  config = CONFIG.replace(norm="batch_norm", vocab_size=11, num_encoder_layers=2)
+  tokens = np.array([[3, 4, 5, 6], [7, 8, 0, 0]], np.int32)
+  encoder = Encoder(config.replace(deterministic=True))
+  params = encoder.init(jax.random.key(0), tokens)["params"]
+  valid = tokens != 0
+  extra = np.concatenate([tokens, np.zeros((2, 3), np.int32)], axis=1)  # more padding columns
+  np.testing.assert_allclose(np.asarray(encoder.apply({"params": params}, extra))[:, :4][valid],
+                             np.asarray(encoder.apply({"params": params}, tokens))[valid], atol=1e-5, rtol=1e-5)
 
 
 def test_decoder_layer_is_causal():

@@ -51,7 +51,7 @@ def _forward(config, params, source, target):
 
 COMBINATIONS = [pytest.param(cell, attention, id=f"{cell}-{attention}")
                 for cell in ("gru", "lstm") for attention in ("bahdanau", "luong_dot", "luong_general",
-                                                              "luong_cosine")]
+                                                              "luong_cosine", "none")]
 
 
 @pytest.mark.parametrize("cell, attention", COMBINATIONS)
@@ -275,7 +275,7 @@ def test_teacher_forced_logits_match_numpy_reference(changes):
     (dict(cell="rnn"), "RNNConfig.cell='rnn' is not supported; choose one of ['gru', 'lstm']"),
     (dict(attention="luong_concat"),
      "RNNConfig.attention='luong_concat' is not supported; choose one of "
-     "['bahdanau', 'luong_dot', 'luong_general', 'luong_cosine']"),
+     "['bahdanau', 'luong_dot', 'luong_general', 'luong_cosine', 'none']"),
     (dict(dtype="float16"), "RNNConfig.dtype='float16' is not supported; choose one of ['float32', 'bfloat16']"),
     (dict(hidden_dim=0), "RNNConfig.hidden_dim must be a positive integer, got 0"),
     (dict(num_layers=1.5), "RNNConfig.num_layers must be a positive integer, got 1.5"),
@@ -354,3 +354,24 @@ def test_kernels_auto_and_reference_agree_in_logits_and_gradients(attention):
   np.testing.assert_allclose(auto_loss, reference_loss, rtol=1e-5)
   for auto_grad, reference_grad in zip(jax.tree.leaves(auto_grads), jax.tree.leaves(reference_grads)):
     np.testing.assert_allclose(auto_grad, reference_grad, atol=1e-5, rtol=1e-5)
+
+
+def test_without_attention_the_decoder_sees_the_source_only_through_its_initial_state():
+  """attention='none': zero weights, and changing a source token moves the logits only through the encoder's
+  summary (the bridge), so with the bridge's inputs held fixed the logits do not move."""
+  config = CONFIG.replace(attention="none")
+  model = RNNEncoderDecoder(config)
+  params = model.init(jax.random.key(0), SOURCE, TARGET)["params"]
+  logits, weights = _forward(config, params, SOURCE, TARGET)
+  assert np.all(np.asarray(weights) == 0.0)
+  encoded = model.apply({"params": params}, SOURCE, method=EncoderDecoder.encode)
+  # Encoder states other than the summary's (last forward, first backward) do not reach the decoder.
+  lengths = np.sum(np.asarray(SOURCE) != config.pad_id, axis=1)
+  keep = np.zeros(encoded.shape[:2], bool)
+  keep[np.arange(len(lengths)), lengths - 1] = True
+  keep[:, 0] = True
+  scrambled = jnp.where(keep[..., None], encoded, 7.0)
+  decode = functools.partial(model.apply, {"params": params}, method=RNNEncoderDecoder.decode)
+  np.testing.assert_allclose(decode(scrambled, SOURCE, TARGET), decode(encoded, SOURCE, TARGET), atol=1e-5,
+                             rtol=1e-5)
+  assert logits.shape == (BATCH, 5, config.target_vocab_size)

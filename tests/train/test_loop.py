@@ -86,6 +86,14 @@ def test_vmap_over_seeds_equals_separate_runs(make_config, tmp_path):
                                losses(tmp_path / f"seed{replica}"), rtol=1e-5)
     replica_params = jax.tree.map(lambda x: np.asarray(x)[replica], together.state.params)
     assert_params_close(replica_params, alone.state.params, rtol=1e-4, atol=1e-6)
+    # Evaluation per replica too: the loss metrics and the task's own (greedy decoding's exact match).
+    for name in ("eval/token_accuracy", "eval/exact_match"):
+      np.testing.assert_allclose(losses(tmp_path / "vmap", f"{name}/seed_{replica}"),
+                                 losses(tmp_path / f"seed{replica}", name),
+                                 rtol=1e-5)
+  for record in (r for r in read_metrics(str(tmp_path / "vmap")) if "eval/exact_match" in r):
+    seeds = [record[f"eval/exact_match/seed_{i}"] for i in range(2)]
+    assert record["eval/exact_match"] == pytest.approx(np.mean(seeds))
 
 
 @pytest.mark.parametrize("first,second", [("mesh", "jit"), ("jit", "pmap")])

@@ -10,7 +10,7 @@ from transformer.errors import ConfigError
 from transformer.ops.kernels import KERNEL_SETTINGS
 
 POSITIONAL_ENCODINGS = ("sinusoidal", "learned", "rotary", "none")
-NORMS = ("layer_norm", "rms_norm")
+NORMS = ("layer_norm", "rms_norm", "batch_norm")  # batch_norm: this batch's statistics (ops.batch_norm)
 NORM_POSITIONS = ("post", "pre")
 ACTIVATIONS = ("relu", "gelu", "gelu_exact")  # "gelu": tanh approximation; "gelu_exact": erf (BERT)
 ATTENTION_IMPLEMENTATIONS = ("dense", "chunked")

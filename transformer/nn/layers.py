@@ -21,17 +21,24 @@ def module_dropout(module: nn.Module, x, rate: float):
 
 
 class Norm(nn.Module):
-  """LayerNorm or RMSNorm over the last axis (``config.norm``), with a learned gain (and bias for LN)."""
+  """LayerNorm, RMSNorm or BatchNorm (``config.norm``) with a learned gain (and bias for LN and BN).
+
+  LayerNorm and RMSNorm normalise each position over its features; BatchNorm each feature over the batch's
+  ``valid`` positions, with this batch's statistics also at evaluation (``ops.batch_norm``: no running averages).
+  """
   config: ModelConfig
 
   @nn.compact
-  def __call__(self, x):
+  def __call__(self, x, valid=None):
+    """``x``: ``[batch, length, features]``; ``valid``: ``[batch, length]`` bool, used by BatchNorm only."""
     features = x.shape[-1]
     kernels = ops.select_kernels(self.config.kernels)
     scale = self.param("scale", nn.initializers.ones, (features,))
     if self.config.norm == "rms_norm":
       return ops.rms_norm(x, scale, epsilon=self.config.norm_epsilon, kernels=kernels)
     bias = self.param("bias", nn.initializers.zeros, (features,))
+    if self.config.norm == "batch_norm":
+      return ops.batch_norm(x, scale, bias, valid, epsilon=self.config.norm_epsilon, kernels=kernels)
     return ops.layer_norm(x, scale, bias, epsilon=self.config.norm_epsilon, kernels=kernels)
 
 
@@ -94,12 +101,13 @@ class PositionalEncoding(nn.Module):
     return x + encoding.astype(x.dtype)
 
 
-def residual(module: nn.Module, x, sublayer: Callable, norm: Norm):
-  """One residual sublayer: post-LN ``LN(x + Dropout(f(x)))`` (paper) or pre-LN ``x + Dropout(f(LN(x)))``."""
+def residual(module: nn.Module, x, sublayer: Callable, norm: Norm, valid=None):
+  """One residual sublayer: post-LN ``LN(x + Dropout(f(x)))`` (paper) or pre-LN ``x + Dropout(f(LN(x)))``;
+  ``valid`` (``[batch, length]`` bool) goes to the norm (BatchNorm's statistics skip padding)."""
   rate = module.config.dropout_rate
   if module.config.norm_position == "pre":
-    return x + module_dropout(module, sublayer(norm(x)), rate)
-  return norm(x + module_dropout(module, sublayer(x), rate))
+    return x + module_dropout(module, sublayer(norm(x, valid)), rate)
+  return norm(x + module_dropout(module, sublayer(x), rate), valid)
 
 
 class EncoderLayer(nn.Module):
@@ -110,9 +118,9 @@ class EncoderLayer(nn.Module):
   def __call__(self, x, valid):
     """``x``: ``[batch, length, d_model]``; ``valid``: ``[batch, length]`` bool. Returns ``x``'s shape."""
     attention = MultiHeadAttention(self.config, name="self_attention")
-    x = residual(self, x, lambda h: attention(h, h, valid, valid), Norm(self.config, name="attention_norm"))
+    x = residual(self, x, lambda h: attention(h, h, valid, valid), Norm(self.config, name="attention_norm"), valid)
     return residual(self, x, FeedForward(self.config, name="feed_forward"),
-                    Norm(self.config, name="feed_forward_norm"))
+                    Norm(self.config, name="feed_forward_norm"), valid)
 
 
 class DecoderLayer(nn.Module):
@@ -135,9 +143,10 @@ class DecoderLayer(nn.Module):
     config = self.config
     self_attention = MultiHeadAttention(config, name="self_attention")
     x = residual(self, x, lambda h: self_attention(h, h, valid, valid, causal=True),
-                 Norm(config, name="self_attention_norm"))
+                 Norm(config, name="self_attention_norm"), valid)
     if encoded is not None:
       cross_attention = MultiHeadAttention(config, cross_attention=True, name="cross_attention")
       x = residual(self, x, lambda h: cross_attention(h, encoded, valid, encoded_valid),
-                   Norm(config, name="cross_attention_norm"))
-    return residual(self, x, FeedForward(config, name="feed_forward"), Norm(config, name="feed_forward_norm"))
+                   Norm(config, name="cross_attention_norm"), valid)
+    return residual(self, x, FeedForward(config, name="feed_forward"), Norm(config, name="feed_forward_norm"),
+                    valid)

@@ -79,7 +79,7 @@ class Encoder(nn.Module):
     for index in range(config.num_encoder_layers):
       x = EncoderLayer(config, name=f"layer_{index}")(x, valid)
     if config.norm_position == "pre":
-      x = Norm(config, name="final_norm")(x)
+      x = Norm(config, name="final_norm")(x, valid)
     return x
 
 
@@ -116,7 +116,7 @@ class Decoder(nn.Module):
     for index in range(config.num_decoder_layers):
       x = DecoderLayer(config, name=f"layer_{index}")(x, target_valid, encoded, encoded_valid)
     if config.norm_position == "pre":
-      x = Norm(config, name="final_norm")(x)
+      x = Norm(config, name="final_norm")(x, target_valid)
     if logits_index is not None:
       x = jax.lax.dynamic_slice_in_dim(x, logits_index, 1, axis=1)
     if config.tie_output_embedding:

@@ -35,7 +35,9 @@ from transformer.nn.layers import module_dropout
 from transformer.nn.models import EncoderDecoder
 
 CELLS = ("gru", "lstm")
-ATTENTIONS = ("bahdanau", "luong_dot", "luong_general", "luong_cosine")
+# "none": no attention (the ablation): the context is 0, so the decoder sees the source only through its initial
+# state (the bridge from the encoder's summary), as Cho et al. 2014 / Sutskever et al. 2014.
+ATTENTIONS = ("bahdanau", "luong_dot", "luong_general", "luong_cosine", "none")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,7 +131,8 @@ class RNNAttention(nn.Module):
 
   Parameters: Bahdanau ``query_weight`` ``W`` ``[d_q, d_attn]`` and ``score_vector`` ``v`` ``[d_attn]`` (its
   ``U`` is applied to the keys once per sentence, by ``project_keys``, not at every step); Luong general
-  ``weight`` ``W_a`` ``[d_q, d_k]``; dot and cosine none.
+  ``weight`` ``W_a`` ``[d_q, d_k]``; dot and cosine none. ``attention="none"`` returns a zero context and
+  zero weights.
   """
   config: RNNConfig
 
@@ -147,6 +150,8 @@ class RNNAttention(nn.Module):
       The context ``[batch, d_k]`` and the weights ``[batch, source_length]``.
     """
     config = self.config
+    if config.attention == "none":
+      return jnp.zeros_like(encoded[:, 0, :]), jnp.zeros(encoded.shape[:2], jnp.float32)
     kernels = ops.select_kernels(config.kernels)
     init = nn.initializers.lecun_normal()
     query = query[:, None, None, :]  # [batch, q_length=1, heads=1, d_q]

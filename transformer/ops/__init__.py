@@ -20,7 +20,7 @@ from transformer.ops.heads import head_groups, repeat_kv_heads
 from transformer.ops.masks import (combine_masks, make_attention_mask, make_causal_mask, make_local_mask,
                                    make_padding_mask)
 from transformer.ops.metrics import sequence_exact_match, token_accuracy
-from transformer.ops.norms import layer_norm, rms_norm
+from transformer.ops.norms import batch_norm, layer_norm, rms_norm
 from transformer.ops.positional import apply_rotary_embedding, scale_embeddings, sinusoidal_position_encoding
 from transformer.ops.scores import (additive_scores, additive_scores_projected, cosine_scores, dot_product_scores,
                                     general_scores, luong_dot_scores, project_additive_keys)
@@ -34,7 +34,7 @@ __all__ = [
     "feed_forward", "softmax_cross_entropy", "weighted_sum",
     "combine_masks", "make_attention_mask", "make_causal_mask", "make_local_mask", "make_padding_mask",
     "head_groups", "repeat_kv_heads",
-    "sequence_exact_match", "token_accuracy", "layer_norm", "rms_norm", "apply_rotary_embedding",
+    "sequence_exact_match", "token_accuracy", "layer_norm", "rms_norm", "batch_norm", "apply_rotary_embedding",
     "scale_embeddings", "sinusoidal_position_encoding", "additive_scores", "additive_scores_projected",
     "project_additive_keys", "cosine_scores",
     "dot_product_scores", "general_scores", "luong_dot_scores", "shift_right",

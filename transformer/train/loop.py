@@ -254,9 +254,10 @@ def _initialise_pretrained(session: Session, state):
 
 
 def make_evaluator(session: Session, eval_model, write=print):
-  """``evaluate(state) -> {"eval/<name>": value}``: the loss metrics of the validation set, and (one seed)
-  the task's own evaluation (decoding), whose examples the main process prints with ``write`` (the training
-  loop's ``bar.write``, so that they never land inside its progress bar)."""
+  """``evaluate(state) -> {"eval/<name>": value}``: the loss metrics of the validation set and the task's own
+  evaluation (decoding), whose examples (of the first replica) the main process prints with ``write`` (the
+  training loop's ``bar.write``, so that they never land inside its progress bar). With ``num_seeds > 1`` each
+  metric is the mean over replicas, with each replica's value as ``eval/<name>/seed_i``."""
   strategy, task = session.strategy, session.task
   eval_step = strategy.compile_eval_step(make_eval_step(task, eval_model, getattr(strategy, "axis_name", None)))
   eval_batches = task.eval_batches(session.config.eval_batch_size)
@@ -268,13 +269,21 @@ def make_evaluator(session: Session, eval_model, write=print):
       sums = metrics if sums is None else jax.tree.map(jnp.add, sums, metrics)
     results = _means(strategy.fetch(sums), "eval")
     results.update(task.derived_metrics(results))
-    if session.config.num_seeds == 1:
-      params = jax.device_get(strategy.host_params(state))
-      task_metrics, examples = task.evaluate(session.model_config, params, eval_batches)
-      results.update({f"eval/{k}": v for k, v in task_metrics.items()})
-      if session.is_main and examples:
+    params = jax.device_get(strategy.host_params(state))
+    replicas = session.config.num_seeds
+    per_replica = []  # each replica's own evaluation (e.g. decoding): seeds are compared on it, not on a mean
+    for replica in range(replicas):
+      replica_params = params if replicas == 1 else jax.tree.map(lambda x, i=replica: x[i], params)
+      task_metrics, examples = task.evaluate(session.model_config, replica_params, eval_batches)
+      per_replica.append(task_metrics)
+      if session.is_main and examples and replica == 0:
         write("examples:\n  " + "\n  ".join(examples))
         sys.stdout.flush()
+    for name in per_replica[0]:
+      values = [metrics[name] for metrics in per_replica]
+      results[f"eval/{name}"] = float(np.mean(values))
+      if replicas > 1:
+        results.update({f"eval/{name}/seed_{i}": float(v) for i, v in enumerate(values)})
     return results
 
   return evaluate

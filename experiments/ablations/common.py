@@ -1,0 +1,131 @@
+"""What every ablation shares: the base configs (synthetic and Multi30k), how a variant becomes config overrides,
+and the ``Ablation`` record the driver (``experiments/ablations_results.py``) reads. No ``get_config`` here:
+each ablation is its own config file beside this one.
+
+A variant is ``NAME`` (the synthetic task) or ``NAME,multi30k`` (the Multi30k base, a budgeted run):
+
+    python launch.py --config=experiments/ablations/heads.py:8 --workdir=/tmp/ablations/heads/8
+    python launch.py --config=experiments/ablations/heads.py:8,multi30k --workdir=/tmp/ablations_m30k/heads/8 \\
+        --config.task.source_dir=../shared/data/multi30k
+
+Every run trains ``NUM_SEEDS`` replicas (seeds 0, 1, 2) in one program (``config.num_seeds``: ``jax.vmap``);
+their metrics are logged per seed (``.../seed_i`` in ``metrics.jsonl``).
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from transformer.errors import ConfigError
+from transformer.train import base_config
+
+NUM_SEEDS = 3
+TASKS = ("synthetic", "multi30k")
+# A run counts as diverged when a seed's final training loss is above this (or it skipped non-finite steps):
+# the loss of guessing uniformly among the 10 symbols and EOS is ln 11 = 2.4 nats.
+DIVERGED_LOSS = 2.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Ablation:
+  """One design choice measured over its variants.
+
+  Attributes:
+    name: the config file's name (``experiments/ablations/<name>.py``).
+    title: the heading of its section on the results page.
+    question: what it measures, one sentence.
+    variants: variant name -> ``{"a.b": value}`` overrides of the config (the first is the reference).
+    model_name: ``transformer`` or ``rnn`` (a key of ``transformer.nn.MODELS``).
+    setup: overrides of the synthetic base for every variant (a deeper model, another learning rate, ...).
+    multi30k_setup: the same for the Multi30k base.
+    note: a paragraph for the results page, under the table (how to read it; no numbers).
+    vmap_seeds: train the seeds in one program (``config.num_seeds``), or as separate runs (``--config.seed=i``).
+  """
+  name: str
+  title: str
+  question: str
+  variants: dict[str, dict]
+  model_name: str = "transformer"
+  # False: each seed is a run of its own (config.num_seeds = 1), for models whose vmapped program does not run
+  # (the RNN's: XLA:CPU stalls in the vmapped scan over time steps).
+  vmap_seeds: bool = True
+  note: str = ""  # what a reader needs to read the table right (printed under it)
+  setup: dict = dataclasses.field(default_factory=dict)
+  multi30k_setup: dict = dataclasses.field(default_factory=dict)
+
+  def get_config(self, variant: str):
+    """The config of ``variant`` (``NAME`` or ``NAME,multi30k``)."""
+    name, _, task = variant.partition(",")
+    task = task or "synthetic"
+    if name not in self.variants or task not in TASKS:
+      choices = ", ".join(list(self.variants) + [f"{v},multi30k" for v in self.variants][:1])
+      raise ConfigError(f"unknown variant {variant!r} of experiments/ablations/{self.name}.py; choose one of "
+                        f"{choices}, ... (e.g. --config=experiments/ablations/{self.name}.py:{next(iter(self.variants))}).")
+    if task == "synthetic":
+      config = synthetic_base(self.model_name)
+      apply_overrides(config, self.setup)
+    else:
+      config = multi30k_base(self.model_name)
+      apply_overrides(config, self.multi30k_setup)
+    apply_overrides(config, self.variants[name])
+    if not self.vmap_seeds:
+      config.num_seeds = 1
+    return config
+
+
+def apply_overrides(config, overrides: dict) -> None:
+  """Set ``{"a.b": value}`` fields of ``config`` (a ``ConfigDict``); an unknown field is a ``ConfigError``."""
+  for path, value in overrides.items():
+    *parents, leaf = path.split(".")
+    node = config
+    for parent in parents:
+      node = node[parent]
+    if leaf not in node:
+      raise ConfigError(f"ablation override {path}={value!r}: the config has no field {path!r}.")
+    node[leaf] = value
+
+
+def synthetic_base(model_name: str = "transformer"):
+  """Reversal of 1..16 symbols (experiments/synthetic.py: 1..12) on a budget of 300 steps of batch 64, where a
+  small model is still far from 100% and the variants can differ in how fast they learn; 3 seeds. The budget is
+  that of a 2-core CPU shared with other work: all seven ablations in about an hour."""
+  from experiments import synthetic
+  reverse = synthetic.get_config("reverse")  # the task, and the 2+2-layer d_model 64 Transformer
+  if model_name == "transformer":
+    config = reverse
+    config.model.max_length = 20
+  else:  # the RNN encoder-decoder of the same width, on the same task
+    config = base_config(model_name)
+    config.task = reverse.task
+    config.model.cell = "gru"
+    config.model.embedding_dim = 32
+    config.model.hidden_dim = 64
+    config.model.dropout_rate = 0.0
+  config.task.max_length = 16
+  config.task.num_eval_examples = 256
+  config.num_seeds = NUM_SEEDS
+  config.batch_size = 64
+  config.num_train_steps = 300
+  config.optimizer.learning_rate = 3e-3
+  config.optimizer.warmup_steps = 50
+  config.optimizer.schedule = "cosine"
+  config.optimizer.grad_clip_norm = 1.0
+  config.log_every = 25
+  config.eval_every = 300  # once, at the end: greedy decoding of every seed is a large part of a short run
+  config.checkpoint_every = 100
+  config.best_metric = "eval/exact_match"
+  config.tensorboard = False
+  return config
+
+
+def multi30k_base(model_name: str = "transformer"):
+  """experiments/multi30k.py's ``transformer_small`` (or ``gru_bahdanau`` for the RNN) on a budget of 2000
+  steps and 3 seeds; needs ``--config.task.source_dir`` (see experiments/multi30k.py)."""
+  from experiments import multi30k
+  config = multi30k.get_config("transformer_small" if model_name == "transformer" else "gru_bahdanau")
+  config.num_seeds = NUM_SEEDS
+  config.num_train_steps = 2000
+  config.optimizer.warmup_steps = min(config.optimizer.warmup_steps, 500)
+  config.eval_every = 1000
+  config.checkpoint_every = 500
+  config.tensorboard = False
+  return config

@@ -1,0 +1,392 @@
+"""Run the ablation grid (variants x seeds) and write its results page: RESULTS.md and one plot per ablation.
+
+    python -m experiments.ablations_results --workdir_root=/tmp/ablations                   # all seven
+    python -m experiments.ablations_results --ablation=heads,norms --workdir_root=/tmp/ablations
+    python -m experiments.ablations_results --workdir_root=/tmp/ablations --update_committed
+    python -m experiments.ablations_results --task=multi30k --workdir_root=/tmp/ablations_m30k \\
+        --launch_flag=--config.task.source_dir=../shared/data/multi30k
+
+The ablations are the config files in ``experiments/ablations/`` (``ABLATIONS``); each cell of the grid is one
+``launch.py`` run of a variant that trains ``config.num_seeds`` seeds in one program (``jax.vmap``), in
+``<workdir_root>/<ablation>/<variant>``. Variants with the same config (the reference model appears in several
+ablations) share the cell of the first. The grid resumes: a cell whose ``metrics.jsonl`` has its final
+evaluation is not run again, and any other is launched, which resumes from its latest checkpoint.
+
+Every number on the page is the mean +- standard deviation over the seeds of a cell's final evaluation
+(``eval/<metric>/seed_i``). The page goes to ``--output_dir``, by default ``<workdir_root>/results/``; the
+committed page ``experiments/ablations/`` (``experiments/ablations/multi30k/`` for ``--task=multi30k``) only with
+``--update_committed``, and then only when no cell trained fewer steps than the committed row records.
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import json
+import math
+import os
+from typing import Callable
+
+import jax
+import numpy as np
+from absl import app, flags
+
+from experiments import report
+from experiments.ablations import common
+from transformer.train.writers import read_metrics
+
+ABLATIONS = ("scaling", "heads", "positions", "norm_position", "norms", "regularization", "rnn_attention")
+DEFAULT_ROOT = "/tmp/ablations"
+_ROOT = report.workdir_root_flag()
+_OUTPUT = report.output_flags()
+_ABLATION = flags.DEFINE_string("ablation", "all", f"Comma-separated ablations, or 'all': {', '.join(ABLATIONS)}.")
+_TASK = flags.DEFINE_enum("task", "synthetic", list(common.TASKS), "The base: synthetic (reversal) or multi30k.")
+_LAUNCH_FLAGS = flags.DEFINE_multi_string("launch_flag", [], "Passed to every launch.py run, e.g. "
+                                          "--launch_flag=--config.task.source_dir=../shared/data/multi30k.")
+METRICS = (("eval/exact_match", "exact match"), ("eval/token_accuracy", "token accuracy"), ("eval/nll", "NLL"))
+HEADER = ["run", "exact match", "token accuracy", "NLL (nats/token)", "diverged", "steps", "seeds",
+          "wall time", "hardware", "command"]
+ATTENTION_HEADER = ["run", "attention", "entropy (nats)", "uniform entropy (nats)", "rows with max weight > 0.9"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Cell:
+  """One variant of one ablation: ``config`` (``path:variant``) trained in ``workdir``."""
+  ablation: str
+  variant: str
+  config: str
+  workdir: str
+  num_train_steps: int
+  num_seeds: int
+  separate_seeds: bool = False  # each seed its own run in workdir/seed_<i> (common.Ablation.vmap_seeds False)
+
+  @property
+  def name(self) -> str:
+    return f"{self.ablation}/{self.variant}"
+
+  def runs(self) -> list[tuple[str, tuple[str, ...]]]:
+    """``(workdir, extra launch flags)`` of each run of the cell: one, or one per seed."""
+    if not self.separate_seeds:
+      return [(self.workdir, ())]
+    return [(os.path.join(self.workdir, f"seed_{i}"), (f"--config.seed={i}", "--config.data_seed=0"))
+            for i in range(self.num_seeds)]
+
+
+def ablation_module(name: str):
+  if name not in ABLATIONS:
+    raise report.UserError(f"unknown ablation {name!r}; choose from {', '.join(ABLATIONS)} or 'all'")
+  return importlib.import_module(f"experiments.ablations.{name}")
+
+
+def expand_grid(names: list[str], task: str, root: str, ablations: tuple[str, ...] = ABLATIONS) -> list[Cell]:
+  """The cells of the ablations ``names``, in order. A variant whose config equals one earlier in
+  ``ablations`` (all of them, so the choice does not depend on ``names``) gets that one's workdir."""
+  suffix = "" if task == "synthetic" else f",{task}"
+  owner = {}  # config (JSON) -> the workdir of its first variant
+  cells = {}
+  for name in ablations:
+    module = ablation_module(name)
+    for variant in module.ABLATION.variants:
+      config = module.get_config(variant + suffix)
+      key = json.dumps(report.flatten_config(config), sort_keys=True, default=str)
+      workdir = owner.setdefault(key, os.path.join(root, name, variant))
+      separate = not module.ABLATION.vmap_seeds
+      cells[(name, variant)] = Cell(name, variant, f"experiments/ablations/{name}.py:{variant}{suffix}", workdir,
+                                    config.num_train_steps, common.NUM_SEEDS if separate else config.num_seeds,
+                                    separate)
+  return [cell for (name, _), cell in cells.items() if name in names]
+
+
+def final_evaluation(records: list[dict], num_train_steps: int) -> dict | None:
+  """The evaluation record at ``num_train_steps`` (None while the run has not finished)."""
+  done = [r for r in records if r.get("step") == num_train_steps and any(k.startswith("eval/") for k in r)]
+  return done[-1] if done else None
+
+
+def run_grid(cells: list[Cell], train: Callable[[str, str, tuple], object] = report.launch,
+             launch_flags: tuple[str, ...] = ()) -> dict[str, list[str]]:
+  """Train every cell that has not finished (``train(config, workdir, launch_flags)``, by default
+  ``report.launch``, which resumes from the latest checkpoint); returns cell name -> its launch command."""
+  commands = {}
+  for cell in cells:
+    for workdir, seed_flags in cell.runs():
+      metrics = os.path.join(workdir, "metrics.jsonl")
+      finished = os.path.exists(metrics) and final_evaluation(read_metrics(workdir), cell.num_train_steps)
+      if not finished:
+        print(f"training {cell.name} in {workdir}", flush=True)
+        train(cell.config, workdir, (*seed_flags, *launch_flags))
+    # I = 0, 1, 2: the page says so
+    seeds = ["--config.seed=I", "--config.data_seed=0"] if cell.separate_seeds else []
+    workdir = os.path.join(cell.workdir, "seed_I") if cell.separate_seeds else cell.workdir
+    commands[cell.name] = ["python", "launch.py", f"--config={cell.config}", f"--workdir={workdir}", *seeds,
+                           *launch_flags]
+  return commands
+
+
+def read_cell(cell: Cell) -> list[dict]:
+  """The cell's metric records; for separate seeds, one record per step with each run's values as
+  ``<name>/seed_i`` (the layout of a vmapped run)."""
+  if not cell.separate_seeds:
+    return read_metrics(cell.workdir)
+  merged = {}
+  for seed, (workdir, _) in enumerate(cell.runs()):
+    for record in read_metrics(workdir):
+      kind = "eval" if any(k.startswith("eval/") for k in record) else "train"
+      target = merged.setdefault((record["step"], kind), {"step": record["step"], "wall_seconds": 0.0})
+      target["wall_seconds"] += record.get("wall_seconds", 0.0)  # the seeds ran one after the other
+      target.update({f"{k}/seed_{seed}": v for k, v in record.items() if k.startswith(("train/", "eval/"))})
+  records = [merged[key] for key in sorted(merged, key=lambda key: (key[0], key[1] == "eval"))]
+  for record in records:
+    names = {k.rsplit("/seed_", 1)[0] for k in record if "/seed_" in k}
+    record.update({name: float(np.mean([record[f"{name}/seed_{i}"] for i in range(cell.num_seeds)
+                                        if f"{name}/seed_{i}" in record])) for name in names})
+  return records
+
+
+@dataclasses.dataclass
+class CellResult:
+  """Per-seed values of a finished cell."""
+  cell: Cell
+  per_seed: dict[str, np.ndarray]  # metric -> [seeds]
+  diverged: int
+  wall_seconds: float
+  steps: int
+  records: list[dict]
+
+
+def seed_values(record: dict, name: str, num_seeds: int) -> np.ndarray:
+  if num_seeds == 1:
+    return np.array([record.get(name, np.nan)], np.float64)
+  return np.array([record.get(f"{name}/seed_{i}", np.nan) for i in range(num_seeds)], np.float64)
+
+
+def cell_result(cell: Cell, records: list[dict]) -> CellResult:
+  final = final_evaluation(records, cell.num_train_steps)
+  if final is None:
+    raise report.UserError(f"{cell.workdir} has no evaluation at step {cell.num_train_steps}: its run has not "
+                           "finished; rerun the script to resume it")
+  per_seed = {name: seed_values(final, name, cell.num_seeds) for name, _ in METRICS if name in final}
+  train = [r for r in records if "train/loss" in r]
+  last_loss = seed_values(train[-1], "train/loss", cell.num_seeds)
+  skipped = sum(seed_values(r, "train/skipped_steps", cell.num_seeds) for r in train
+                if "train/skipped_steps" in r) if any("train/skipped_steps" in r for r in train) else 0.0
+  losses = np.array([seed_values(r, "train/loss", cell.num_seeds) for r in train])
+  diverged = (~np.isfinite(losses)).any(axis=0) | (last_loss > common.DIVERGED_LOSS) | (np.asarray(skipped) > 0)
+  return CellResult(cell, per_seed, int(diverged.sum()), final["wall_seconds"], final["step"], records)
+
+
+def mean_std(values: np.ndarray, digits: int = 3) -> str:
+  """``mean ± std`` (sample standard deviation over seeds) of the finite values, and how many are not."""
+  finite = values[np.isfinite(values)]
+  if not finite.size:
+    return "n/a"
+  spread = finite.std(ddof=1) if finite.size > 1 else 0.0
+  text = f"{finite.mean():.{digits}f} ± {spread:.{digits}f}"
+  return text if finite.size == values.size else f"{text} ({values.size - finite.size} not finite)"
+
+
+def comparison(result: CellResult, reference: CellResult, metric: str = "eval/exact_match") -> str:
+  """One sentence on ``result`` against ``reference``: the difference of means and whether it exceeds the seeds'
+  spread (more than twice the standard error of the difference)."""
+  a, b = result.per_seed.get(metric), reference.per_seed.get(metric)
+  if a is None or b is None or not (np.isfinite(a).all() and np.isfinite(b).all()):
+    return f"{result.cell.variant}: not comparable (missing or non-finite values)"
+  difference = a.mean() - b.mean()
+  error = math.sqrt(a.var(ddof=1) / a.size + b.var(ddof=1) / b.size) if min(a.size, b.size) > 1 else 0.0
+  verdict = ("larger than the spread of seeds" if abs(difference) > 2 * error
+             else "within the spread of seeds: no conclusion")
+  return (f"{result.cell.variant}: {difference:+.3f} exact match against {reference.cell.variant} "
+          f"(standard error {error:.3f}; {verdict})")
+
+
+def attention_statistics(workdir: str, replica: int, count: int = 64) -> dict[str, tuple[float, float, float]]:
+  """Mean row entropy, the mean entropy of uniform rows of the same lengths, and the share of rows with a
+  weight above 0.9, per attention kind (encoder_self, decoder_self, cross), of replica ``replica``'s final
+  parameters on ``count`` validation pairs (teacher-forced), through ``transformer.load``."""
+  import transformer
+  model = transformer.load(workdir, checkpoint="latest", replica=replica)
+  batch = model.task.eval_batches(count)[0]
+  pad = model.model_config.pad_id if hasattr(model, "model_config") else 0
+  sources = [row[row != pad] for row in np.asarray(batch["source"])]
+  targets = [row[row != pad] for row in np.asarray(batch["target"])]
+  rows = {}
+  for maps in model.attention_weights(sources, targets):
+    for (kind, _), weights in maps.items():  # [heads, q_length, kv_length]
+      entropy = -np.sum(np.where(weights > 0, weights * np.log(np.maximum(weights, 1e-30)), 0.0), axis=-1)
+      valid_keys = np.broadcast_to(np.arange(1, weights.shape[1] + 1)[:, None] if kind == "decoder_self"
+                                   else np.full((weights.shape[1], 1), weights.shape[2]), weights.shape[1:2] + (1,))
+      uniform = np.broadcast_to(np.log(valid_keys[:, 0]), entropy.shape)
+      saturated = weights.max(axis=-1) > 0.9
+      bucket = rows.setdefault(kind, ([], [], []))
+      bucket[0].append(entropy.ravel())
+      bucket[1].append(uniform.ravel())
+      bucket[2].append(saturated.ravel())
+  return {kind: (float(np.concatenate(e).mean()), float(np.concatenate(u).mean()), float(np.concatenate(s).mean()))
+          for kind, (e, u, s) in rows.items()}
+
+
+def plot_ablation(results: list[CellResult], path: str, title: str) -> None:
+  """Left: final exact match per variant (mean bar, one dot per seed); right: training loss, mean over seeds."""
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+  figure, (bars, curves) = plt.subplots(1, 2, figsize=(11, 3.8))
+  for index, result in enumerate(results):
+    values = result.per_seed.get("eval/exact_match", np.array([np.nan]))
+    bars.bar(index, np.nanmean(values) if np.isfinite(values).any() else 0.0, color=f"C{index}", alpha=0.6)
+    bars.scatter(np.full(values.size, index), values, color="black", s=12, zorder=3)
+    train = [r for r in result.records if "train/loss" in r]
+    losses = np.array([seed_values(r, "train/loss", result.cell.num_seeds) for r in train])
+    curves.plot([r["step"] for r in train], np.nanmean(losses, axis=1), color=f"C{index}",
+                label=result.cell.variant)
+  bars.set_xticks(range(len(results)), [r.cell.variant for r in results], rotation=20, ha="right")
+  bars.set_ylabel("exact match (final, per seed)")
+  bars.set_ylim(0, 1.02)
+  bars.grid(alpha=0.3, axis="y")
+  curves.set_yscale("log")
+  curves.set_xlabel("step")
+  curves.set_ylabel("training loss (mean over seeds)")
+  curves.grid(alpha=0.3)
+  curves.legend(fontsize=8)
+  figure.suptitle(title)
+  figure.tight_layout()
+  figure.savefig(path, dpi=100)
+  plt.close(figure)
+
+
+def recorded_steps(output: str) -> dict[str, int]:
+  """Run (``ablation/variant``) -> the steps column of every table of ``output/RESULTS.md``."""
+  path = os.path.join(output, "RESULTS.md")
+  if not os.path.exists(path):
+    return {}
+  with open(path) as f:
+    sections = f.read().split("\n## ")
+  steps = {}
+  for section in sections:
+    steps.update({row["run"]: int(row["steps"]) for row in report.read_markdown_table(section, "run")
+                  if "steps" in row})
+  return steps
+
+
+def write_results(output: str, results: dict[str, list[CellResult]], commands: dict[str, list[str]],
+                  attention: dict[str, dict], invocation: str, task: str, *,
+                  replace_only_longer: bool = False) -> str:
+  """Writes ``output/RESULTS.md`` and ``output/<ablation>.png`` (ablation -> its cells' results, in variant
+  order, the first the reference); returns the page's text.
+
+  Args:
+    attention: cell name -> replica -> ``attention_statistics``, for the cells that have them.
+    replace_only_longer: refuse (``UserError``, before anything is written) when a run trained fewer steps than
+      the page in ``output`` records for it: for the committed page.
+  """
+  new_steps = {result.cell.name: result.steps for cells in results.values() for result in cells}
+  if replace_only_longer:
+    report.check_replacements(os.path.join(output, "RESULTS.md"), recorded_steps(output), new_steps)
+  os.makedirs(output, exist_ok=True)
+  devices = jax.devices()
+  hardware = f"{len(devices)} x {devices[0].device_kind}, {os.cpu_count()} cores"
+  sections = []
+  for name, cells in results.items():
+    ablation = ablation_module(name).ABLATION
+    rows = []
+    for result in cells:
+      cell = result.cell
+      rows.append([cell.name, *(mean_std(result.per_seed[metric]) if metric in result.per_seed else "n/a"
+                                for metric, _ in METRICS),
+                   f"{result.diverged} of {cell.num_seeds}", result.steps, cell.num_seeds,
+                   f"{result.wall_seconds:.0f} s", hardware, f"`{report.portable_command(commands[cell.name])}`"])
+    plot_ablation(cells, os.path.join(output, f"{name}.png"), ablation.title)
+    reading = "\n".join(f"- {comparison(result, cells[0])}" for result in cells[1:])
+    text = f"""## {ablation.title}
+
+{ablation.question} Config: `experiments/ablations/{name}.py`.
+
+{report.markdown_table(HEADER, rows)}
+
+Against the reference ({cells[0].cell.variant}), exact match:
+{reading}
+{chr(10) + ablation.note + chr(10) if ablation.note else ""}
+![{name}]({name}.png)
+"""
+    attention_rows = []
+    for result in cells:
+      per_replica = attention.get(result.cell.name)
+      if not per_replica:
+        continue
+      for kind in ("encoder_self", "decoder_self", "cross"):
+        values = np.array([[per_replica[r][kind][i] for r in sorted(per_replica)] for i in range(3)])
+        attention_rows.append([result.cell.name, kind, mean_std(values[0], 2), f"{values[1].mean():.2f}",
+                               mean_std(values[2], 3)])
+    if attention_rows:
+      text += f"""
+Attention of the trained models (final parameters, 64 validation pairs, teacher-forced; mean ± std over seeds,
+through `transformer.load(workdir, replica=i).attention_weights`): the mean entropy of a query's weights, that
+of uniform weights over the same keys, and the share of query rows whose largest weight exceeds 0.9
+(a saturated softmax, whose gradient is small: the paper's reason for the scale).
+
+{report.markdown_table(ATTENTION_HEADER, attention_rows)}
+"""
+    sections.append(text)
+  if task == "synthetic":
+    setting = ("Task: reverse 1-16 symbols of 10 (`experiments/ablations/common.py`, `synthetic_base`), greedy "
+               "decoding of 256 held-out sequences; a small encoder-decoder (2+2 layers, d_model 64, 4 heads, "
+               "d_ff 128) or a GRU encoder-decoder (hidden 64), batch 64, cosine schedule to 0 from 3e-3 after 50 warmup steps, 300 steps "
+               "(norm_position: 4+4 layers, 200 steps at a constant 5e-3, no clipping).")
+    missing = ("The budgeted Multi30k runs of the same ablations (`--task=multi30k`, 2000 steps x 3 seeds each, "
+               "`common.multi30k_base`) are supported by the driver but were not run: they do not fit a CPU "
+               "session. Their page would be `experiments/ablations/multi30k/RESULTS.md`.")
+  else:
+    setting = "Task: Multi30k en-de (`common.multi30k_base`), a budgeted run of 2000 steps per cell."
+    missing = ""
+  page = f"""# Ablations: the paper's design choices over seeds
+
+Written by `{invocation}`; do not edit by hand.
+
+Machine: {report.machine_description()}.
+
+{setting} Every cell trains its seeds in one program (`config.num_seeds`, `jax.vmap`; seeds share the data
+order). Each number is the mean ± sample standard deviation over the seeds of the final evaluation; "diverged"
+counts seeds whose training loss became non-finite, that skipped a non-finite step, or whose final training loss
+is above {common.DIVERGED_LOSS} nats. A difference is called "larger than the spread of seeds" when it exceeds twice
+its standard error; with 3 seeds that is a screen, not a significance test. Wall time includes compilation and
+evaluation. Cells with the same config (the reference model) are one run, listed under each ablation. The RNN
+ablation's seeds are separate runs (`--config.seed=I` for I = 0, 1, 2, in `WORKDIR/seed_I`): with its seeds vmapped
+the program stalls on XLA:CPU; its wall time is the sum of the three.
+
+{missing}
+
+{chr(10).join(sections)}"""
+  with open(os.path.join(output, "RESULTS.md"), "w") as f:
+    f.write(page)
+  return page
+
+
+def main(argv):
+  del argv
+  root = os.path.abspath(_ROOT.value or DEFAULT_ROOT)
+  task = _TASK.value
+  names = list(ABLATIONS) if _ABLATION.value == "all" else [n.strip() for n in _ABLATION.value.split(",")]
+  for name in names:
+    report.exit_on_user_error(ablation_module, name)
+  committed = os.path.join(report.COMMITTED, "ablations", *(() if task == "synthetic" else (task,)))
+  output = report.exit_on_user_error(report.results_folder, _OUTPUT, committed, os.path.join(root, "results"))
+  cells = expand_grid(names, task, root)
+  commands = report.exit_on_user_error(run_grid, cells, report.launch, tuple(_LAUNCH_FLAGS.value))
+  results = {}
+  for cell in cells:
+    results.setdefault(cell.ablation, []).append(
+        report.exit_on_user_error(cell_result, cell, read_cell(cell)))
+  attention = {}
+  if "scaling" in names and task == "synthetic":
+    for cell in (c for c in cells if c.ablation == "scaling"):
+      attention[cell.name] = {replica: attention_statistics(cell.workdir, replica)
+                              for replica in range(cell.num_seeds)}
+  invocation = "python -m experiments.ablations_results" + (
+      f" --ablation={_ABLATION.value}" if _ABLATION.value != "all" else "") + (
+      f" --task={task}" if task != "synthetic" else "") + f" --workdir_root={root}"
+  print(report.exit_on_user_error(write_results, output, results, commands, attention, invocation, task,
+                                  replace_only_longer=output == committed and not _OUTPUT.force.value))
+  print(f"Wrote the page to {output}/RESULTS.md")
+
+
+if __name__ == "__main__":
+  app.run(main)

@@ -1,0 +1,161 @@
+"""The ablation grid: its cells, resuming a killed grid, per-seed results and the page (into tmp_path only)."""
+import dataclasses
+import importlib
+import json
+import os
+
+import numpy as np
+import pytest
+
+from experiments import ablations_results
+from experiments.ablations import common
+from transformer.errors import ConfigError, UserError
+from transformer.train import run
+from transformer.train.writers import read_metrics
+
+
+def test_the_grid_expands_to_every_variant_and_shares_identical_configs():
+  cells = ablations_results.expand_grid(list(ablations_results.ABLATIONS), "synthetic", "/root")
+  expected = [(name, variant) for name in ablations_results.ABLATIONS
+              for variant in importlib.import_module(f"experiments.ablations.{name}").ABLATION.variants]
+  assert [(cell.ablation, cell.variant) for cell in cells] == expected
+  by_name = {cell.name: cell for cell in cells}
+  # The reference model is one run: 4 heads, sinusoidal, LayerNorm, no regularisation.
+  for name in ("positions/sinusoidal", "norms/layer_norm", "regularization/none"):
+    assert by_name[name].workdir == "/root/heads/4"
+  assert by_name["heads/1"].workdir == "/root/scaling/scaled"  # d_k = 64: the scaling ablation's reference
+  assert by_name["norm_position/post_warmup"].workdir == "/root/norm_position/post_warmup"
+  assert len({cell.workdir for cell in cells}) == len(cells) - 4
+  assert all(cell.num_seeds == common.NUM_SEEDS for cell in cells)
+  assert by_name["norm_position/pre_no_warmup"].num_train_steps < by_name["heads/2"].num_train_steps
+  rnn = by_name["rnn_attention/none"]  # seeds as separate runs, in seed_<i>, with the same data order
+  assert rnn.separate_seeds and not by_name["heads/2"].separate_seeds
+  assert rnn.runs()[2] == ("/root/rnn_attention/none/seed_2", ("--config.seed=2", "--config.data_seed=0"))
+  # Choosing ablations does not move a shared cell: heads/4 stays where a full grid puts it.
+  assert [c.workdir for c in ablations_results.expand_grid(["norms"], "synthetic", "/root")][0] == "/root/heads/4"
+
+
+def test_each_variant_is_its_override_and_multi30k_variants_expand():
+  heads = importlib.import_module("experiments.ablations.heads")
+  assert heads.get_config("16").model.num_heads == 16
+  scaling = importlib.import_module("experiments.ablations.scaling")
+  assert scaling.get_config("unscaled").model.scale_attention is False
+  rnn = importlib.import_module("experiments.ablations.rnn_attention")
+  assert rnn.get_config("none").model.attention == "none"
+  assert rnn.get_config("dot,multi30k").task.dataset == "multi30k"
+  cells = ablations_results.expand_grid(["heads"], "multi30k", "/root")
+  assert [cell.config for cell in cells][0] == "experiments/ablations/heads.py:1,multi30k"
+  with pytest.raises(ConfigError, match="unknown variant '3' of experiments/ablations/heads.py"):
+    heads.get_config("3")
+
+
+@pytest.fixture
+def tiny_norms(monkeypatch):
+  """The norms ablation with two variants on a 1+1-layer model of 4 steps and 2 seeds."""
+  original = common.synthetic_base
+
+  def tiny_base(model_name="transformer"):
+    config = original(model_name)
+    common.apply_overrides(config, {
+        "model.d_model": 16, "model.num_heads": 2, "model.d_ff": 32, "model.num_encoder_layers": 1,
+        "model.num_decoder_layers": 1, "model.max_length": 8, "task.max_length": 6, "task.num_eval_examples": 16,
+        "batch_size": 8, "eval_batch_size": 16, "num_seeds": 2, "num_train_steps": 4, "log_every": 2,
+        "eval_every": 4, "checkpoint_every": 2, "quiet": True, "async_checkpointing": False})
+    return config
+
+  monkeypatch.setattr(common, "synthetic_base", tiny_base)
+  norms = importlib.import_module("experiments.ablations.norms")
+  two = dataclasses.replace(norms.ABLATION, variants=dict(list(norms.ABLATION.variants.items())[:2]))
+  monkeypatch.setattr(norms, "ABLATION", two)
+  return norms
+
+
+def train_in_process(calls, **overrides):
+  """A ``run_grid`` trainer that runs ``transformer.train.run`` here (no subprocess), recording its calls."""
+  def train(config_argument, workdir, launch_flags):
+    path, _, variant = config_argument.partition(":")
+    module = importlib.import_module("experiments.ablations." + os.path.basename(path)[:-3])
+    config = module.get_config(variant)
+    config.update(overrides)
+    calls.append(workdir)
+    run(config, workdir)
+  return train
+
+
+def test_a_killed_grid_resumes_without_redoing_finished_cells(tiny_norms, tmp_path):
+  cells = ablations_results.expand_grid(["norms"], "synthetic", str(tmp_path), ablations=("norms",))
+  assert [cell.variant for cell in cells] == ["layer_norm", "rms_norm"]
+  finished, killed = cells
+  calls = []
+  ablations_results.run_grid([finished], train_in_process(calls))
+  # The killed cell: a checkpoint at step 2 of 4 and the metrics up to it, as a run stopped there leaves them.
+  train_in_process(calls, num_train_steps=2, eval_every=2)("experiments/ablations/norms.py:rms_norm",
+                                                         killed.workdir, ())
+  assert ablations_results.final_evaluation(read_metrics(killed.workdir), killed.num_train_steps) is None
+  before = (tmp_path / "norms" / "layer_norm" / "metrics.jsonl").read_text()
+
+  calls.clear()
+  commands = ablations_results.run_grid(cells, train_in_process(calls))
+  assert calls == [killed.workdir]  # the finished cell is not run again
+  assert (tmp_path / "norms" / "layer_norm" / "metrics.jsonl").read_text() == before
+  steps = [record["step"] for record in read_metrics(killed.workdir) if "train/loss" in record]
+  assert steps == [2, 4]  # resumed from step 2, not restarted
+  assert commands[killed.name][:3] == ["python", "launch.py", "--config=experiments/ablations/norms.py:rms_norm"]
+
+  calls.clear()
+  ablations_results.run_grid(cells, train_in_process(calls))
+  assert calls == []
+
+  results = {"norms": [ablations_results.cell_result(cell, read_metrics(cell.workdir)) for cell in cells]}
+  for result in results["norms"]:
+    assert result.per_seed["eval/exact_match"].shape == (2,)  # per seed, from eval/exact_match/seed_i
+    assert result.steps == 4 and result.diverged in (0, 1, 2)
+  output = tmp_path / "page"
+  page = ablations_results.write_results(str(output), results, commands, {}, "python -m ...", "synthetic")
+  assert "## LayerNorm vs RMSNorm vs BatchNorm" in page
+  assert "`python launch.py --config=experiments/ablations/norms.py:rms_norm --workdir=WORKDIR`" in page
+  assert (output / "norms.png").stat().st_size > 0
+  assert ablations_results.recorded_steps(str(output)) == {"norms/layer_norm": 4, "norms/rms_norm": 4}
+  shorter = {"norms": [dataclasses.replace(result, steps=2) for result in results["norms"]]}
+  with pytest.raises(UserError, match="row 'norms/layer_norm' records a run of 4 training steps"):
+    ablations_results.write_results(str(output), shorter, commands, {}, "python -m ...", "synthetic",
+                                    replace_only_longer=True)
+
+
+def test_cell_result_counts_diverged_seeds_and_reports_mean_and_spread():
+  cell = ablations_results.Cell("norm_position", "post_no_warmup", "c", "w", 4, 3)
+  records = [
+      {"step": 2, "train/loss": 1.0, "train/loss/seed_0": 1.0, "train/loss/seed_1": float("nan"),
+       "train/loss/seed_2": 1.0},
+      {"step": 4, "train/loss": 1.0, "train/loss/seed_0": 0.5, "train/loss/seed_1": 0.5, "train/loss/seed_2": 2.3,
+       "train/skipped_steps/seed_0": 0.0, "train/skipped_steps/seed_1": 0.0, "train/skipped_steps/seed_2": 0.0},
+      {"step": 4, "wall_seconds": 9.0, "eval/exact_match": 0.5, "eval/exact_match/seed_0": 0.4,
+       "eval/exact_match/seed_1": 0.5, "eval/exact_match/seed_2": 0.6},
+  ]
+  result = ablations_results.cell_result(cell, records)
+  assert result.diverged == 2  # seed 1 went non-finite, seed 2 ends above DIVERGED_LOSS
+  np.testing.assert_allclose(result.per_seed["eval/exact_match"], [0.4, 0.5, 0.6])
+  assert ablations_results.mean_std(result.per_seed["eval/exact_match"]) == "0.500 ± 0.100"
+  assert ablations_results.mean_std(np.array([1.0, np.nan])) == "1.000 ± 0.000 (1 not finite)"
+  other = dataclasses.replace(result, cell=dataclasses.replace(cell, variant="pre"),
+                              per_seed={"eval/exact_match": np.array([0.9, 0.9, 0.9])})
+  assert "+0.400 exact match against post_no_warmup" in ablations_results.comparison(other, result)
+  assert "larger than the spread" in ablations_results.comparison(other, result)
+
+
+
+def test_separate_seed_runs_read_as_one_vmapped_run(tmp_path):
+  cell = ablations_results.Cell("rnn_attention", "dot", "c", str(tmp_path), 4, 2, separate_seeds=True)
+  for seed, (workdir, _) in enumerate(cell.runs()):
+    os.makedirs(workdir)
+    with open(os.path.join(workdir, "metrics.jsonl"), "w") as f:
+      f.write(json.dumps({"step": 4, "train/loss": 1.0 + seed, "wall_seconds": 5.0}) + "\n")
+      f.write(json.dumps({"step": 4, "eval/exact_match": 0.5 + seed / 4, "wall_seconds": 6.0}) + "\n")
+  records = ablations_results.read_cell(cell)
+  assert records == [{"step": 4, "wall_seconds": 10.0, "train/loss/seed_0": 1.0, "train/loss/seed_1": 2.0,
+                      "train/loss": 1.5},
+                     {"step": 4, "wall_seconds": 12.0, "eval/exact_match/seed_0": 0.5, "eval/exact_match/seed_1": 0.75,
+                      "eval/exact_match": 0.625}]
+  result = ablations_results.cell_result(cell, records)
+  np.testing.assert_allclose(result.per_seed["eval/exact_match"], [0.5, 0.75])
+  assert result.wall_seconds == 12.0
