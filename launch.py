@@ -14,6 +14,7 @@ import importlib.util
 import inspect
 import logging
 import os
+import re
 import sys
 
 from absl import app, flags
@@ -47,7 +48,8 @@ def _check_config_argument(argv):
   if not os.path.isfile(path):
     here = os.path.dirname(os.path.abspath(__file__))
     candidates = glob.glob(os.path.join(here, "experiments", "**", "*.py"), recursive=True)
-    available = sorted(os.path.relpath(p, here) for p in candidates if "def get_config" in open(p).read())
+    available = sorted(os.path.relpath(p, here) for p in candidates
+                       if re.search(r"^def get_config", open(p).read(), re.MULTILINE))
     sys.exit(f"error: --config file {path!r} does not exist. Experiments: {', '.join(available)}")
   spec = importlib.util.spec_from_file_location("_experiment_config", path)
   module = importlib.util.module_from_spec(spec)

@@ -20,6 +20,7 @@ from transformer.train import base_config
 
 NUM_SEEDS = 3
 TASKS = ("synthetic", "multi30k")
+SMOKE = "tiny"
 # A run counts as diverged when a seed's final training loss is above this (or it skipped non-finite steps):
 # the loss of guessing uniformly among the 10 symbols and EOS is ln 11 = 2.4 nats.
 DIVERGED_LOSS = 2.0
@@ -53,11 +54,18 @@ class Ablation:
   multi30k_setup: dict = dataclasses.field(default_factory=dict)
 
   def get_config(self, variant: str):
-    """The config of ``variant`` (``NAME`` or ``NAME,multi30k``)."""
+    """The config of ``variant`` (``NAME`` or ``NAME,multi30k``); ``tiny``: the reference variant on the
+    synthetic task for 20 steps, a smoke run of seconds (not a grid cell)."""
+    if variant == SMOKE:
+      config = self.get_config(next(iter(self.variants)))
+      config.num_train_steps = 20
+      config.eval_every = config.checkpoint_every = 10
+      config.task.num_eval_examples = 32
+      return config
     name, _, task = variant.partition(",")
     task = task or "synthetic"
     if name not in self.variants or task not in TASKS:
-      choices = ", ".join(list(self.variants) + [f"{v},multi30k" for v in self.variants][:1])
+      choices = ", ".join(list(self.variants) + [f"{v},multi30k" for v in self.variants][:1] + [SMOKE])
       raise ConfigError(f"unknown variant {variant!r} of experiments/ablations/{self.name}.py; choose one of "
                         f"{choices}, ... (e.g. --config=experiments/ablations/{self.name}.py:{next(iter(self.variants))}).")
     if task == "synthetic":

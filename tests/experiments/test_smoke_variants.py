@@ -3,6 +3,7 @@
 import importlib.util
 import os
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -13,7 +14,8 @@ from transformer.train.config import validate_config
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 # As launch.py lists them: every file under experiments/ with a get_config.
-EXPERIMENTS = sorted(path for path in (REPO / "experiments").rglob("*.py") if "def get_config" in path.read_text())
+EXPERIMENTS = sorted(path for path in (REPO / "experiments").rglob("*.py")
+                     if re.search(r"^def get_config", path.read_text(), re.MULTILINE))
 
 
 def _get_config(path: pathlib.Path, variant: str):
