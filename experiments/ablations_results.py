@@ -382,7 +382,7 @@ def main(argv):
                               for replica in range(cell.num_seeds)}
   invocation = "python -m experiments.ablations_results" + (
       f" --ablation={_ABLATION.value}" if _ABLATION.value != "all" else "") + (
-      f" --task={task}" if task != "synthetic" else "") + f" --workdir_root={root}"
+      f" --task={task}" if task != "synthetic" else "") + " --workdir_root=WORKDIR_ROOT"  # a local folder
   print(report.exit_on_user_error(write_results, output, results, commands, attention, invocation, task,
                                   replace_only_longer=output == committed and not _OUTPUT.force.value))
   print(f"Wrote the page to {output}/RESULTS.md")

@@ -46,7 +46,7 @@ def recorded_steps(output: str) -> dict[str, int]:
     return {row["variant"]: int(row["steps"]) for row in report.read_markdown_table(f.read(), HEADER[0])}
 
 
-def write_results(output: str, workdir: str, workdir_root: str, *, replace_only_longer: bool = False) -> str:
+def write_results(output: str, workdir: str, *, replace_only_longer: bool = False) -> str:
   records = read_metrics(workdir)
   evaluations = [r for r in records if "eval/perplexity" in r]
   best = min(evaluations, key=lambda r: r["eval/perplexity"])
@@ -76,7 +76,8 @@ def write_results(output: str, workdir: str, workdir_root: str, *, replace_only_
   model_config = model.model_config
   text = f"""# Multi30k English language model
 
-Written by `python -m experiments.language_model_results --workdir_root={workdir_root}`; do not edit by hand.
+Written by `python -m experiments.language_model_results --workdir_root=WORKDIR_ROOT` (a local folder holding the
+run); do not edit by hand.
 
 Machine: {report.machine_description()}; trained on its CPU, shared with other jobs, so the wall time is an
 upper bound.
@@ -113,7 +114,7 @@ def main(argv):
   root = _ROOT.value or DEFAULT_ROOT
   committed = os.path.join(report.COMMITTED, "language_model")
   output = report.exit_on_user_error(report.results_folder, _OUTPUT, committed, os.path.join(root, "results"))
-  print(report.exit_on_user_error(write_results, output, os.path.join(root, VARIANT), root,
+  print(report.exit_on_user_error(write_results, output, os.path.join(root, VARIANT),
                                   replace_only_longer=output == committed and not _OUTPUT.force.value))
   print(f"Wrote the page to {output}/RESULTS.md")
 

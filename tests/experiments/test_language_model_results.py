@@ -13,7 +13,7 @@ def test_page_from_a_tiny_run(tmp_path, monkeypatch):
   workdir = str(tmp_path / "runs" / "small")
   run(tiny_config(raw_dir, tmp_path / "tfds"), workdir)
   output = str(tmp_path / "page")
-  text = language_model_results.write_results(output, workdir, str(tmp_path / "runs"))
+  text = language_model_results.write_results(output, workdir)
   assert sorted(os.listdir(output)) == ["RESULTS.md", "curves.png"]
   rows = report.read_markdown_table(text, "variant")
   assert [row["steps"] for row in rows] == ["20"]
