@@ -112,6 +112,13 @@ def steps_trained(workdir: str) -> int:
   return last
 
 
+def describe_search(decode: dict) -> str:
+  """``config.decode`` in words, e.g. "beam search 5" or "greedy search"."""
+  if decode["method"] == "beam":
+    return f"beam search {decode['beam_size']}"
+  return "greedy search" if decode["method"] == "greedy" else f"sampling (temperature {decode['temperature']})"
+
+
 def main(argv=None) -> common.Report:
   args = common.parse_args(__doc__.splitlines()[0], argv, add_arguments)
   machine = common.machine_description()
@@ -159,7 +166,7 @@ def main(argv=None) -> common.Report:
       "Wall time of two fresh processes: training (TFDS preparation of the raw files and SentencePiece training "
       "into the workdir, compilation, training with its validation BLEU every "
       f"{config['eval_every']:,} steps, checkpoints) and --mode=eval (the best checkpoint on validation; "
-      f"{TEST_SPLIT} by beam search {task['beam_size']}, sacreBLEU "
+      f"{TEST_SPLIT} by {describe_search(config['decode'])}, sacreBLEU "
       f"{results.get(f'{TEST_SPLIT}/bleu_signature', '')}); a persistent compilation cache shared by both.",
       *([f"Training was stopped by the time budget at step {trained:,} of {planned:,} (SIGTERM, checkpoint saved)."]
         if stopped else []),

@@ -12,6 +12,7 @@ import dataclasses
 import os
 import tempfile
 
+import jax
 import ml_collections
 
 from transformer.errors import ConfigError
@@ -142,6 +143,11 @@ def validate_config(config: ml_collections.ConfigDict, workdir: str | None = Non
           f"config.parallelism={config.parallelism!r} is not supported; choose one of {list(PARALLELISMS)}.")
   require(config.num_seeds == 1 or config.parallelism == "jit",
           "config.num_seeds > 1 (vmap over seeds) needs config.parallelism='jit'.")
+  # The vmapped RNN program (scans over time inside vmap) stalls on XLA:CPU: it never finishes, with the CPU idle.
+  require(not (mode == "train" and config.model_name == "rnn" and config.num_seeds > 1
+               and jax.default_backend() == "cpu"),
+          "config.num_seeds > 1 with model_name='rnn' stalls on the CPU (the vmapped recurrent program never "
+          "finishes); train each seed as a run of its own: --config.num_seeds=1 --config.seed=I.")
   require(config.optimizer.schedule in SCHEDULES,
           f"config.optimizer.schedule={config.optimizer.schedule!r} is not supported; choose one of "
           f"{list(SCHEDULES)}.")
