@@ -255,11 +255,10 @@ def plot_ablation(results: list[CellResult], path: str, title: str) -> None:
 
 def recorded_steps(output: str) -> dict[str, int]:
   """Run (``ablation/variant``) -> the steps column of every table of ``output/RESULTS.md``."""
-  path = os.path.join(output, "RESULTS.md")
-  if not os.path.exists(path):
+  page = report.read_page(output)
+  if not page:
     return {}
-  with open(path) as f:
-    sections = f.read().split("\n## ")
+  sections = page.split("\n## ")
   steps = {}
   for section in sections:
     steps.update({row["run"]: int(row["steps"]) for row in report.read_markdown_table(section, "run")
@@ -355,9 +354,7 @@ the program stalls on XLA:CPU; its wall time is the sum of the three.
 {missing}
 
 {chr(10).join(sections)}"""
-  with open(os.path.join(output, "RESULTS.md"), "w") as f:
-    f.write(page)
-  return page
+  return report.write_page(output, page)
 
 
 def main(argv):

@@ -177,11 +177,10 @@ def verdicts(scores: dict, horizons) -> list[str]:
 
 def recorded_steps(output: str) -> dict[str, int]:
   """Model -> training steps done, from the Runs table of the page already in ``output`` (none: {})."""
-  path = os.path.join(output, "RESULTS.md")
-  if not os.path.exists(path):
+  page = report.read_page(output)
+  if not page:
     return {}
-  with open(path) as f:
-    rows = report.read_markdown_table(f.read().split("## Runs", 1)[-1], "model")
+  rows = report.read_markdown_table(page.split("## Runs", 1)[-1], "model")
   return {row["model"]: int(row["steps done"].split("/")[0]) for row in rows}
 
 
@@ -289,9 +288,7 @@ model.forecast(raw_rows)                   # dict of read_csv columns, >= input_
 model.forecast(features)                   # or prepared features [input_length, 18]; -> [5] ug/m3
 ```
 """
-  with open(os.path.join(output, "RESULTS.md"), "w") as f:
-    f.write(page)
-  return page
+  return report.write_page(output, page)
 
 
 def main(argv):

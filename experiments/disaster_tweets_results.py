@@ -93,11 +93,10 @@ def plot_confusion_matrices(scored: dict[str, dict], path: str) -> None:
 
 def recorded_steps(output: str) -> dict[str, int]:
   """Variant -> training steps of the run recorded in ``output``'s page (none there: {})."""
-  path = os.path.join(output, "RESULTS.md")
-  if not os.path.exists(path):
+  page = report.read_page(output)
+  if not page:
     return {}
-  with open(path) as f:
-    rows = report.read_markdown_table(f.read(), "variant")
+  rows = report.read_markdown_table(page, "variant")
   return {row["variant"]: int(row["chosen step"].split(" of ")[1].split()[0]) for row in rows}
 
 
@@ -172,8 +171,7 @@ whole training run (compilation, evaluations and checkpoints included) on a mach
 
 {pending}
 """
-  with open(os.path.join(output, "RESULTS.md"), "w") as f:
-    f.write(page)
+  report.write_page(output, page)
   print(page)
 
 

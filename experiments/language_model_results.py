@@ -39,11 +39,10 @@ def per_word_perplexity(nll_per_piece: float, pieces: int, words: int, sentences
 
 
 def recorded_steps(output: str) -> dict[str, int]:
-  path = os.path.join(output, "RESULTS.md")
-  if not os.path.exists(path):
+  page = report.read_page(output)
+  if not page:
     return {}
-  with open(path) as f:
-    return {row["variant"]: int(row["steps"]) for row in report.read_markdown_table(f.read(), HEADER[0])}
+  return {row["variant"]: int(row["steps"]) for row in report.read_markdown_table(page, HEADER[0])}
 
 
 def write_results(output: str, workdir: str, *, replace_only_longer: bool = False) -> str:
@@ -104,9 +103,7 @@ The best checkpoint through `transformer.load(workdir).continue_texts(prompts)` 
 |---|---|
 {examples}
 """
-  with open(os.path.join(output, "RESULTS.md"), "w") as f:
-    f.write(text)
-  return text
+  return report.write_page(output, text)
 
 
 def main(argv):

@@ -81,6 +81,22 @@ def choose_results_folder(output_dir: str, update_committed: bool, force: bool, 
   return folder
 
 
+def read_page(output: str) -> str:
+  """The text of ``output/RESULTS.md``; empty when there is no page yet."""
+  path = os.path.join(output, "RESULTS.md")
+  if not os.path.exists(path):
+    return ""
+  with open(path) as f:
+    return f.read()
+
+
+def write_page(output: str, text: str) -> str:
+  """Write ``text`` as ``output/RESULTS.md``; returns it."""
+  with open(os.path.join(output, "RESULTS.md"), "w") as f:
+    f.write(text)
+  return text
+
+
 def check_replacements(page: str, recorded_steps: dict[str, int], new_steps: dict[str, int]) -> None:
   """Refuses to replace a recorded row by a run of fewer training steps.
 

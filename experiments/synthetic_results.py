@@ -41,11 +41,10 @@ def row(variant: str, records: list[dict], command: list[str]) -> list:
 
 def recorded_steps(output: str) -> dict[str, int]:
   """Task -> the steps column of ``output/RESULTS.md``'s table; empty when there is no page yet."""
-  path = os.path.join(output, "RESULTS.md")
-  if not os.path.exists(path):
+  page = report.read_page(output)
+  if not page:
     return {}
-  with open(path) as f:
-    return {row["task"]: int(row["steps"]) for row in report.read_markdown_table(f.read(), HEADER[0])}
+  return {row["task"]: int(row["steps"]) for row in report.read_markdown_table(page, HEADER[0])}
 
 
 def write_results(output: str, runs: dict[str, tuple[list[dict], list[str]]], workdir_root: str, *,
@@ -79,9 +78,7 @@ tokens/s counts non-padding source and target tokens.
 
 ![training curves](curves.png)
 """
-  with open(os.path.join(output, "RESULTS.md"), "w") as f:
-    f.write(text)
-  return text
+  return report.write_page(output, text)
 
 
 def main(argv):

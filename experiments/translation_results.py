@@ -506,9 +506,7 @@ with beam search. {test_output}
 
 ![training curves](curves.png)
 {plots_line}{not_kept}"""
-  with open(os.path.join(output, "RESULTS.md"), "w") as f:
-    f.write(text)
-  return text
+  return report.write_page(output, text)
 
 
 def parse_run(experiment: str, spec: str) -> tuple[str, str, str]:
