@@ -365,18 +365,22 @@ def test_sigint_saves_a_checkpoint_and_the_rerun_finishes(tmp_path):
 
 @pytest.mark.slow
 def test_two_runs_on_one_workdir_the_second_refuses_then_a_rerun_after_kill_works(tmp_path):
-  first = start_launch(*LAUNCH, f"--workdir={tmp_path}")
+  # The first run is far too long to finish while the second starts (a finished run would only be reported);
+  # the rerun after the kill trains 50 steps past the last checkpoint.
+  long_run = [flag for flag in LAUNCH if not flag.startswith("--config.num_train_steps=")]
+  first = start_launch(*long_run, "--config.num_train_steps=1000000", f"--workdir={tmp_path}")
   wait_for(tmp_path / "checkpoints" / "50", first)
-  second = start_launch(*LAUNCH, f"--workdir={tmp_path}")
+  second = start_launch(*long_run, "--config.num_train_steps=1000000", f"--workdir={tmp_path}")
   output, = finish(second, timeout=120)
   assert second.returncode != 0 and "Traceback" not in output
   assert f"error: --workdir={os.path.realpath(tmp_path)} is in use by another training run (pid {first.pid} on host" \
       in output, output
   first.send_signal(signal.SIGKILL)
   first.wait()
-  rerun = start_launch(*LAUNCH, f"--workdir={tmp_path}")
+  last = max(step_dirs(tmp_path / "checkpoints"))
+  rerun = start_launch(*long_run, f"--config.num_train_steps={last + 50}", f"--workdir={tmp_path}")
   output, = finish(rerun, timeout=300)
-  assert rerun.returncode == 0 and "resumed from step" in output, output
+  assert rerun.returncode == 0 and f"resumed from step {last}" in output, output
 
 
 @pytest.mark.slow
