@@ -242,3 +242,18 @@ def test_launch_offline_without_data_prints_one_error_line(tmp_path):
   assert "multi30k: cannot download" in errors[0] and "Connection refused" in errors[0]
   assert "--config.task.source_dir=<folder>" in errors[0] and parallel_text.ENV_VAR in errors[0]
   assert time.monotonic() - started < 60
+
+
+@pytest.mark.parametrize("builder_name", ["multi30k", "iwslt15_en_vi", "disaster_tweets", "beijing_pm25"])
+def test_making_a_builder_leaves_no_temporary_folder(builder_name, tmp_path, monkeypatch):
+  # TFDS asks its GCS bucket for the info of an unprepared data set through a /tmp/tmp*tfds folder it
+  # never removes; ours skip the ask.
+  import importlib
+  import tempfile
+  temporary = tmp_path / "tmp"
+  temporary.mkdir()
+  monkeypatch.setattr(tempfile, "tempdir", os.fspath(temporary))
+  builder_class = importlib.import_module(f"transformer.data.{builder_name}").Builder
+  builder = builder_class(data_dir=os.fspath(tmp_path / "tfds"), file_format="array_record")
+  assert builder.info.name == builder_name
+  assert list(temporary.iterdir()) == []

@@ -95,6 +95,17 @@ def is_prepared(builder: tfds.core.DatasetBuilder) -> bool:
   return (epath.Path(builder.data_path) / "dataset_info.json").exists()
 
 
+def local_dataset_info(builder: tfds.core.GeneratorBasedBuilder, **fields) -> tfds.core.DatasetInfo:
+  """``builder.dataset_info_from_configs(**fields)`` for a data set that is not on TFDS's GCS bucket.
+
+  A builder of an unprepared data set asks the bucket for precomputed info, and TFDS makes an empty
+  ``/tmp/tmp*tfds`` folder for the answer that it never removes (one per builder made); ours skip the ask.
+  """
+  info = builder.dataset_info_from_configs(**fields)
+  info.initialize_from_bucket = lambda: None
+  return info
+
+
 class ParallelTextBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
   """Base builder: one text file per (split, language), lines aligned across languages.
 
@@ -144,7 +155,8 @@ class ParallelTextBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=Tru
     return self.builder_config.languages
 
   def _info(self) -> tfds.core.DatasetInfo:
-    return self.dataset_info_from_configs(
+    return local_dataset_info(
+        self,
         features=tfds.features.Translation(languages=list(self.languages)),
         supervised_keys=self.languages,
         homepage=self.HOMEPAGE,

@@ -188,7 +188,8 @@ class Builder(tfds.core.GeneratorBasedBuilder):
         "cbwd": tfds.features.ClassLabel(names=list(WIND_DIRECTIONS),
                                          doc="combined wind direction (cv: calm and variable)"),
     }
-    return self.dataset_info_from_configs(
+    return parallel_text.local_dataset_info(
+        self,
         features=tfds.features.FeaturesDict(features),
         homepage=HOMEPAGE,
         disable_shuffling=True,  # example i of a split is its i-th hour

@@ -161,7 +161,8 @@ class Builder(tfds.core.GeneratorBasedBuilder):
     self._original_state["source_dir"] = source_dir  # so that the builder pickles
 
   def _info(self) -> tfds.core.DatasetInfo:
-    return self.dataset_info_from_configs(
+    return parallel_text.local_dataset_info(
+        self,
         features=tfds.features.FeaturesDict({
             "id": tfds.features.Scalar(np.int64, doc="Kaggle's tweet id"),
             "keyword": tfds.features.Text(doc="a disaster keyword of the tweet (may be empty; %20 = space)"),
