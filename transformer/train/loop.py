@@ -349,7 +349,8 @@ def _train(config, workdir: str, session: Session) -> RunOutput:
                             write=bar.write)
   train_step = strategy.compile_train_step(
       make_train_step(task, model, optimizer, config.grad_accum_steps, getattr(strategy, "axis_name", None),
-                      skip_nonfinite_steps=config.skip_nonfinite_steps))
+                      skip_nonfinite_steps=config.skip_nonfinite_steps,
+                      frozen_params=tuple(config.optimizer.get("frozen_params", ()) or ())))
   guard = DivergenceGuard(strategy.fetch, before_raise=checkpointer.wait)  # reliability hook
   schedule = make_schedule(config.optimizer, config.num_train_steps)
   writer = MetricWriter(workdir, resume_step=start_step, enabled=session.is_main, tensorboard=config.tensorboard)

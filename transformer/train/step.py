@@ -9,6 +9,7 @@ import numpy as np
 import optax
 
 from transformer.errors import TrainingDiverged
+from transformer.train.optimizer import frozen_labels
 from transformer.train.state import TrainState
 
 
@@ -19,7 +20,8 @@ def all_finite(metrics) -> jax.Array:
 
 
 def make_train_step(task, model, optimizer: optax.GradientTransformation, grad_accum_steps: int = 1,
-                    axis_name: str | None = None, skip_nonfinite_steps: bool = False):
+                    axis_name: str | None = None, skip_nonfinite_steps: bool = False,
+                    frozen_params: tuple[str, ...] = ()):
   """Build ``train_step(state, batch, rng) -> (state, metrics)``.
 
   The loss is normalised once by the total weight (non-padding tokens) of the global batch: gradients of
@@ -32,9 +34,16 @@ def make_train_step(task, model, optimizer: optax.GradientTransformation, grad_a
   ``skip_nonfinite_steps``: a step whose loss or gradient norm is not finite leaves parameters and optimizer
   state as they were (the data and the step counter move on), contributes zeros to the other metrics, and
   counts in ``skipped_steps``, a ``(count, 0)`` pair: weight 0 marks a count, logged as its sum.
+
+  ``frozen_params`` (``config.optimizer.frozen_params``, path prefixes): no gradient flows into those
+  parameters (zeros in their place), so autodiff skips the backward pass of whatever only they feed, e.g. a
+  whole frozen pretrained encoder. The optimizer must leave them unchanged too (``make_optimizer`` does).
   """
 
   def loss_fn(params, batch, rng):
+    if frozen_params:
+      labels = frozen_labels(params, frozen_params)
+      params = jax.tree.map(lambda p, label: jax.lax.stop_gradient(p) if label == "frozen" else p, params, labels)
     loss_sum, weight_sum, metrics = task.loss_and_metrics(model, params, batch, rng)
     return loss_sum, (weight_sum, metrics)
 
