@@ -26,6 +26,8 @@ from transformer.errors import UserError, exit_on_user_error  # noqa: F401 (the 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Where the committed pages live: experiments/<name>/RESULTS.md and what it links.
 COMMITTED = os.path.join(REPO, "experiments")
+# A hand-written note beside a results page: settings tried whose workdirs are gone (see runs_not_kept).
+NOT_KEPT_NOTE = "runs_not_kept.md"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,6 +81,18 @@ def choose_results_folder(output_dir: str, update_committed: bool, force: bool, 
     raise UserError(f"--output_dir={output_dir} is the committed page; give --update_committed to "
                     "write there (rows are then only replaced by runs at least as long), or another folder")
   return folder
+
+
+def runs_not_kept(output: str) -> str:
+  """Markdown section: the hand-written ``output/runs_not_kept.md`` (settings tried whose workdirs are gone, so
+  in no table), or "" when there is none."""
+  path = os.path.join(output, NOT_KEPT_NOTE)
+  if not os.path.exists(path):
+    return ""
+  with open(path) as f:
+    note = f.read().strip()
+  return (f"\n## Runs not kept\n\nSettings tried whose workdirs are gone, so they are in no table above "
+          f"(hand-written in `{NOT_KEPT_NOTE}`, with the numbers their training printed):\n\n{note}\n")
 
 
 def read_page(output: str) -> str:

@@ -96,9 +96,8 @@ CURVES = ("train/nll", "eval/nll", "eval/bleu")
 NOT_TRAINING_SETTINGS = ("task.source_dir", "task.data_dir", "task.test_splits", "quiet", "tensorboard",
                          "async_checkpointing", "average_checkpoints", "translate_input", "translate_output")
 # Hand-written note in experiments/<experiment>/ on settings tried without a workdir left; RESULTS.md quotes it.
-NOT_KEPT_NOTE = "runs_not_kept.md"
 # What a new page folder copies from the committed one (the test output too: it belongs to the best row).
-STARTING_FILES = ("runs.json", "validation_runs.json", NOT_KEPT_NOTE, "curves.png")
+STARTING_FILES = ("runs.json", "validation_runs.json", report.NOT_KEPT_NOTE, "curves.png")
 # Folders of experiments/attention_plots.py output linked from RESULTS.md when present.
 PLOT_FOLDERS = {"attention": "Transformer attention (encoder self, decoder self, cross)",
                 "alignment": "RNN attention alignment"}
@@ -343,18 +342,6 @@ def validation_table(runs: dict, validation_runs: dict) -> str:
           f"between runs of the same tokenizer):\n\n{table}\n")
 
 
-def runs_not_kept(output: str) -> str:
-  """Markdown section: the hand-written ``output/runs_not_kept.md`` (settings tried whose workdirs are gone, so
-  in no table), or "" when there is none."""
-  path = os.path.join(output, NOT_KEPT_NOTE)
-  if not os.path.exists(path):
-    return ""
-  with open(path) as f:
-    note = f.read().strip()
-  return (f"\n## Runs not kept\n\nSettings tried whose workdirs are gone, so they are in no table above "
-          f"(hand-written in `{NOT_KEPT_NOTE}`, with the numbers their training printed):\n\n{note}\n")
-
-
 def hypothesis_name(experiment: str) -> str:
   """The page's file of the best row's test output, named after the test set (e.g. ``test_2016_flickr.hyp.de``)."""
   return f"{TEST_NAME[experiment]}.hyp.{TARGET_LANGUAGE[experiment]}"
@@ -478,7 +465,7 @@ def write_results(experiment: str, output: str, new_runs: dict[str, tuple[dict, 
        "sacreBLEU signature", "command"], [row(name, run) for name, run in runs.items()])
   by_length = by_length_table(test, runs)
   compared_on_validation = validation_table(runs, validation_runs)
-  not_kept = runs_not_kept(output)
+  not_kept = report.runs_not_kept(output)
   published = report.markdown_table(["published result", f"{test} BLEU"], PUBLISHED[experiment])
   test_output = (f"The best model on validation ({best}) gives `{hypotheses}` (one line per reference line), so\n"
                  "anyone can recompute its score with sacreBLEU."
