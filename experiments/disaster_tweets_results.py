@@ -25,7 +25,7 @@ _ROOT = report.workdir_root_flag()  # default /tmp/dt
 _OUTPUT = report.output_flags()  # --output_dir (default WORKDIR_ROOT/results), --update_committed, --force
 DEFAULT_ROOT = "/tmp/dt"
 
-VARIANTS = ("static_scratch", "static_minilm", "transformer_scratch", "minilm_finetune")
+VARIANTS = ("static_scratch", "static_minilm", "transformer_scratch", "minilm_frozen", "minilm_finetune")
 COMMITTED_DIR = os.path.join(report.REPO, "experiments", "disaster_tweets")
 # The issue's targets: test F1 of the class "disaster".
 TARGETS = {"static_scratch": 0.75, "static_minilm": 0.75, "minilm_finetune": 0.83}
@@ -170,7 +170,7 @@ whole training run (compilation, evaluations and checkpoints included) on a mach
 ## Not run yet
 
 {pending}
-"""
+{report.runs_not_kept(COMMITTED_DIR)}"""
   report.write_page(output, page)
   print(page)
 
