@@ -158,8 +158,9 @@ or selects on. F1, precision and recall are of the class "disaster". Mean ± sam
 the seeds of a run (seeds vmapped in one program, `config.num_seeds`); every seed is scored at the one
 checkpoint kept as best by the seeds' mean validation F1 (`config.best_metric = "eval/f1"`). The first four
 metrics take the most probable class; the threshold column instead predicts "disaster" where its probability
-reaches the threshold that maximises each seed's validation F1 (`best_threshold`). Wall time: the
-whole training run (compilation, evaluations and checkpoints included) on a machine shared with other jobs.
+reaches the threshold that maximises each seed's validation F1 (`best_threshold`). Wall time: the whole
+training run of all its seeds (compilation, evaluations and checkpoints included), on a machine that other jobs
+shared during some of the runs (not during the minilm_frozen and minilm_finetune runs).
 
 {table}
 
