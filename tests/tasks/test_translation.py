@@ -28,6 +28,9 @@ def tiny_translation_config(raw_dir, data_dir, variant="transformer_small", **ov
   settings = {
       "task.source_dir": str(raw_dir), "task.data_dir": str(data_dir), "task.vocab_size": 64,
       "task.max_tokens": 512, "task.max_length": 32, "task.test_splits": ("test_2016_flickr",),
+      # One batch shape, so one compilation per program instead of one per length bucket: compiling is most of
+      # these tests' time. Length buckets are tested below and end to end in tests/test_launch.py.
+      "task.fixed_batch_shape": True,
       "decode.method": "beam", "decode.beam_size": 2, **{f"model.{name}": value for name, value in TINY_MODELS[config.model_name].items()},
       "optimizer.learning_rate": 3e-3, "optimizer.warmup_steps": 10, "num_train_steps": 60, "log_every": 20,
       "eval_every": 60, "checkpoint_every": 60, "quiet": True, "tensorboard": False, **overrides}
@@ -146,7 +149,7 @@ def test_fixed_batch_shape_gives_one_shape_and_keeps_every_example(raw_dir, tmp_
   assert shapes == {(512 // 32 // 8 * 8, 32)}  # batch rows a multiple of batch_size_multiple (8)
   indices = [index for batch in task.eval_batches(0) for index in batch["index"].tolist() if index >= 0]
   assert sorted(indices) == list(range(SIZES["val"]))
-  bucketed = build_task(tiny_translation_config(raw_dir, tmp_path / "tfds"))
+  bucketed = build_task(tiny_translation_config(raw_dir, tmp_path / "tfds", **{"task.fixed_batch_shape": False}))
   bucketed_iterator = bucketed.train_iterator(batch_size=0, seed=0)
   assert len({next(bucketed_iterator)["source"].shape for _ in range(12)}) > 1  # the default: length buckets
 
