@@ -42,9 +42,14 @@ _ABLATION = flags.DEFINE_string("ablation", "all", f"Comma-separated ablations, 
 _TASK = flags.DEFINE_enum("task", "synthetic", list(common.TASKS), "The base: synthetic (reversal) or multi30k.")
 _LAUNCH_FLAGS = flags.DEFINE_multi_string("launch_flag", [], "Passed to every launch.py run, e.g. "
                                           "--launch_flag=--config.task.source_dir=../shared/data/multi30k.")
-METRICS = (("eval/exact_match", "exact match"), ("eval/token_accuracy", "token accuracy"), ("eval/nll", "NLL"))
-HEADER = ["run", "exact match", "token accuracy", "NLL (nats/token)", "diverged", "steps", "seeds",
-          "wall time", "hardware", "command"]
+# Per task, the table's metrics as (name, heading, digits); the first is the one variants are compared on and
+# plotted: exact match of greedy decoding on the synthetic task, BLEU of beam search on Multi30k validation.
+METRICS = {
+    "synthetic": (("eval/exact_match", "exact match", 3), ("eval/token_accuracy", "token accuracy", 3),
+                  ("eval/nll", "NLL (nats/token)", 3)),
+    "multi30k": (("eval/bleu", "BLEU", 2), ("eval/token_accuracy", "token accuracy", 3),
+                 ("eval/nll", "NLL (nats/token)", 3)),
+}
 ATTENTION_HEADER = ["run", "attention", "entropy (nats)", "uniform entropy (nats)", "rows with max weight > 0.9"]
 
 
@@ -58,6 +63,7 @@ class Cell:
   num_train_steps: int
   num_seeds: int
   separate_seeds: bool = False  # each seed its own run in workdir/seed_<i> (common.Ablation.vmap_seeds False)
+  task: str = "synthetic"  # a key of METRICS
 
   @property
   def name(self) -> str:
@@ -92,7 +98,7 @@ def expand_grid(names: list[str], task: str, root: str, ablations: tuple[str, ..
       separate = not module.ABLATION.vmap_seeds
       cells[(name, variant)] = Cell(name, variant, f"experiments/ablations/{name}.py:{variant}{suffix}", workdir,
                                     config.num_train_steps, common.NUM_SEEDS if separate else config.num_seeds,
-                                    separate)
+                                    separate, task)
   return [cell for (name, _), cell in cells.items() if name in names]
 
 
@@ -164,13 +170,13 @@ def cell_result(cell: Cell, records: list[dict]) -> CellResult:
   if final is None:
     raise report.UserError(f"{cell.workdir} has no evaluation at step {cell.num_train_steps}: its run has not "
                            "finished; rerun the script to resume it")
-  per_seed = {name: seed_values(final, name, cell.num_seeds) for name, _ in METRICS if name in final}
+  per_seed = {name: seed_values(final, name, cell.num_seeds) for name, _, _ in METRICS[cell.task] if name in final}
   train = [r for r in records if "train/loss" in r]
   last_loss = seed_values(train[-1], "train/loss", cell.num_seeds)
   skipped = sum(seed_values(r, "train/skipped_steps", cell.num_seeds) for r in train
                 if "train/skipped_steps" in r) if any("train/skipped_steps" in r for r in train) else 0.0
   losses = np.array([seed_values(r, "train/loss", cell.num_seeds) for r in train])
-  diverged = (~np.isfinite(losses)).any(axis=0) | (last_loss > common.DIVERGED_LOSS) | (np.asarray(skipped) > 0)
+  diverged = (~np.isfinite(losses)).any(axis=0) | (last_loss > common.DIVERGED_LOSS[cell.task]) | (np.asarray(skipped) > 0)
   return CellResult(cell, per_seed, int(diverged.sum()), final["wall_seconds"], final["step"], records)
 
 
@@ -184,9 +190,10 @@ def mean_std(values: np.ndarray, digits: int = 3) -> str:
   return text if finite.size == values.size else f"{text} ({values.size - finite.size} not finite)"
 
 
-def comparison(result: CellResult, reference: CellResult, metric: str = "eval/exact_match") -> str:
-  """One sentence on ``result`` against ``reference``: the difference of means and whether it exceeds the seeds'
-  spread (more than twice the standard error of the difference)."""
+def comparison(result: CellResult, reference: CellResult) -> str:
+  """One sentence on ``result`` against ``reference`` in the task's first metric: the difference of means and
+  whether it exceeds the seeds' spread (more than twice the standard error of the difference)."""
+  metric, heading, digits = METRICS[result.cell.task][0]
   a, b = result.per_seed.get(metric), reference.per_seed.get(metric)
   if a is None or b is None or not (np.isfinite(a).all() and np.isfinite(b).all()):
     return f"{result.cell.variant}: not comparable (missing or non-finite values)"
@@ -194,8 +201,22 @@ def comparison(result: CellResult, reference: CellResult, metric: str = "eval/ex
   error = math.sqrt(a.var(ddof=1) / a.size + b.var(ddof=1) / b.size) if min(a.size, b.size) > 1 else 0.0
   verdict = ("larger than the spread of seeds" if abs(difference) > 2 * error
              else "within the spread of seeds: no conclusion")
-  return (f"{result.cell.variant}: {difference:+.3f} exact match against {reference.cell.variant} "
-          f"(standard error {error:.3f}; {verdict})")
+  return (f"{result.cell.variant}: {difference:+.{digits}f} {heading} against {reference.cell.variant} "
+          f"(standard error {error:.{digits}f}; {verdict})")
+
+
+def first_pairs(batches, count: int, pad: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
+  """The split's first ``count`` (source, target) pairs, padding removed, from its evaluation ``batches``: in
+  the order of ``batch["index"]`` where batches have one (token batches group sentences by length and end in
+  filler rows, index -1), else in batch order; rows of padding only are skipped."""
+  pairs = []  # (position in the split, source, target)
+  for batch in batches:
+    rows = np.asarray(batch["source"]), np.asarray(batch["target"])
+    indices = np.asarray(batch["index"]) if "index" in batch else len(pairs) + np.arange(len(rows[0]))
+    pairs.extend((index, source[source != pad], target[target != pad])
+                 for index, source, target in zip(indices, *rows) if index >= 0 and np.any(source != pad))
+  pairs = sorted(pairs, key=lambda pair: pair[0])[:count]
+  return [pair[1] for pair in pairs], [pair[2] for pair in pairs]
 
 
 def attention_statistics(workdir: str, replica: int, count: int = 64) -> dict[str, tuple[float, float, float]]:
@@ -204,10 +225,8 @@ def attention_statistics(workdir: str, replica: int, count: int = 64) -> dict[st
   parameters on ``count`` validation pairs (teacher-forced), through ``transformer.load``."""
   import transformer
   model = transformer.load(workdir, checkpoint="latest", replica=replica)
-  batch = model.task.eval_batches(count)[0]
   pad = model.model_config.pad_id if hasattr(model, "model_config") else 0
-  sources = [row[row != pad] for row in np.asarray(batch["source"])]
-  targets = [row[row != pad] for row in np.asarray(batch["target"])]
+  sources, targets = first_pairs(model.task.eval_batches(count), count, pad)
   rows = {}
   for maps in model.attention_weights(sources, targets):
     for (kind, _), weights in maps.items():  # [heads, q_length, kv_length]
@@ -225,13 +244,15 @@ def attention_statistics(workdir: str, replica: int, count: int = 64) -> dict[st
 
 
 def plot_ablation(results: list[CellResult], path: str, title: str) -> None:
-  """Left: final exact match per variant (mean bar, one dot per seed); right: training loss, mean over seeds."""
+  """Left: the task's first metric, final, per variant (mean bar, one dot per seed); right: training loss, mean
+  over seeds."""
   import matplotlib
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
+  metric, heading, _ = METRICS[results[0].cell.task][0]
   figure, (bars, curves) = plt.subplots(1, 2, figsize=(11, 3.8))
   for index, result in enumerate(results):
-    values = result.per_seed.get("eval/exact_match", np.array([np.nan]))
+    values = result.per_seed.get(metric, np.array([np.nan]))
     bars.bar(index, np.nanmean(values) if np.isfinite(values).any() else 0.0, color=f"C{index}", alpha=0.6)
     bars.scatter(np.full(values.size, index), values, color="black", s=12, zorder=3)
     train = [r for r in result.records if "train/loss" in r]
@@ -239,8 +260,8 @@ def plot_ablation(results: list[CellResult], path: str, title: str) -> None:
     curves.plot([r["step"] for r in train], np.nanmean(losses, axis=1), color=f"C{index}",
                 label=result.cell.variant)
   bars.set_xticks(range(len(results)), [r.cell.variant for r in results], rotation=20, ha="right")
-  bars.set_ylabel("exact match (final, per seed)")
-  bars.set_ylim(0, 1.02)
+  bars.set_ylabel(f"{heading} (final, per seed)")
+  bars.set_ylim(0, 1.02 if metric == "eval/exact_match" else None)
   bars.grid(alpha=0.3, axis="y")
   curves.set_yscale("log")
   curves.set_xlabel("step")
@@ -266,6 +287,25 @@ def recorded_steps(output: str) -> dict[str, int]:
   return steps
 
 
+def task_setting(task: str) -> str:
+  """The page's paragraph on the task, the models and the budget."""
+  if task == "synthetic":
+    return ("Task: reverse 1-16 symbols of 10 (`experiments/ablations/common.py`, `synthetic_base`), greedy "
+            "decoding of 256 held-out sequences; a small encoder-decoder (2+2 layers, d_model 64, 4 heads, "
+            "d_ff 128) or a GRU encoder-decoder (hidden 64), batch 64, cosine schedule to 0 from 3e-3 after 50 "
+            "warmup steps, 300 steps (norm_position: 4+4 layers, 200 steps at a constant 5e-3, no clipping).")
+  base = common.multi30k_base()
+  model, optimizer = base.model, base.optimizer
+  return (f"Task: Multi30k en-de (`experiments/ablations/common.py`, `multi30k_base`): experiments/multi30k.py's "
+          f"`transformer_small` ({model.num_encoder_layers}+{model.num_decoder_layers} layers, d_model "
+          f"{model.d_model}, {model.norm_position}-LN; the RNN ablation: its `gru_bahdanau`), batches of "
+          f"{base.task.max_tokens:,} tokens, peak learning rate {optimizer.learning_rate:g} after "
+          f"{optimizer.warmup_steps} warmup steps, then {optimizer.schedule.replace('_', ' ')} decay, on a budget of "
+          f"{base.num_train_steps} steps; BLEU of beam search (beam {base.decode.beam_size}) on the "
+          f"validation set at the end. A budget this short compares the variants early in training, not at "
+          f"convergence.")
+
+
 def write_results(output: str, results: dict[str, list[CellResult]], commands: dict[str, list[str]],
                   attention: dict[str, dict], invocation: str, task: str, *,
                   replace_only_longer: bool = False) -> str:
@@ -283,14 +323,16 @@ def write_results(output: str, results: dict[str, list[CellResult]], commands: d
   os.makedirs(output, exist_ok=True)
   devices = jax.devices()
   hardware = f"{len(devices)} x {devices[0].device_kind}, {os.cpu_count()} cores"
+  header = ["run", *(heading for _, heading, _ in METRICS[task]), "diverged", "steps", "seeds", "wall time",
+            "hardware", "command"]
   sections = []
   for name, cells in results.items():
     ablation = ablation_module(name).ABLATION
     rows = []
     for result in cells:
       cell = result.cell
-      rows.append([cell.name, *(mean_std(result.per_seed[metric]) if metric in result.per_seed else "n/a"
-                                for metric, _ in METRICS),
+      rows.append([cell.name, *(mean_std(result.per_seed[metric], digits) if metric in result.per_seed else "n/a"
+                                for metric, _, digits in METRICS[task]),
                    f"{result.diverged} of {cell.num_seeds}", result.steps, cell.num_seeds,
                    f"{result.wall_seconds:.0f} s", hardware, f"`{report.portable_command(commands[cell.name])}`"])
     plot_ablation(cells, os.path.join(output, f"{name}.png"), ablation.title)
@@ -299,9 +341,9 @@ def write_results(output: str, results: dict[str, list[CellResult]], commands: d
 
 {ablation.question} Config: `experiments/ablations/{name}.py`.
 
-{report.markdown_table(HEADER, rows)}
+{report.markdown_table(header, rows)}
 
-Against the reference ({cells[0].cell.variant}), exact match:
+Against the reference ({cells[0].cell.variant}), {METRICS[task][0][1]}:
 {reading}
 {chr(10) + ablation.note + chr(10) if ablation.note else ""}
 ![{name}]({name}.png)
@@ -317,25 +359,26 @@ Against the reference ({cells[0].cell.variant}), exact match:
                                mean_std(values[2], 3)])
     if attention_rows:
       text += f"""
-Attention of the trained models (final parameters, 64 validation pairs, teacher-forced; mean ± std over seeds,
-through `transformer.load(workdir, replica=i).attention_weights`): the mean entropy of a query's weights, that
-of uniform weights over the same keys, and the share of query rows whose largest weight exceeds 0.9
-(a saturated softmax, whose gradient is small: the paper's reason for the scale).
+Attention of the trained models (final parameters, the first 64 validation pairs, teacher-forced; mean ± std
+over seeds, through `transformer.load(workdir, replica=i).attention_weights`): the mean entropy of a query's
+weights, that of uniform weights over the same keys, and the share of query rows whose largest weight exceeds
+0.9 (a saturated softmax, whose gradient is small: the paper's reason for the scale).
 
 {report.markdown_table(ATTENTION_HEADER, attention_rows)}
 """
     sections.append(text)
+  setting = task_setting(task)
   if task == "synthetic":
-    setting = ("Task: reverse 1-16 symbols of 10 (`experiments/ablations/common.py`, `synthetic_base`), greedy "
-               "decoding of 256 held-out sequences; a small encoder-decoder (2+2 layers, d_model 64, 4 heads, "
-               "d_ff 128) or a GRU encoder-decoder (hidden 64), batch 64, cosine schedule to 0 from 3e-3 after 50 warmup steps, 300 steps "
-               "(norm_position: 4+4 layers, 200 steps at a constant 5e-3, no clipping).")
-    missing = ("The budgeted Multi30k runs of the same ablations (`--task=multi30k`, 2000 steps x 3 seeds each, "
-               "`common.multi30k_base`) are supported by the driver but were not run: they do not fit a CPU "
-               "session. Their page would be `experiments/ablations/multi30k/RESULTS.md`.")
+    base = common.multi30k_base()
+    other = (f"The same ablations on Multi30k, a budgeted run of {base.num_train_steps} steps x {base.num_seeds} "
+             f"seeds per cell (`--task=multi30k`, `common.multi30k_base`): ")
+    multi30k_page = os.path.join(report.COMMITTED, "ablations", "multi30k", "RESULTS.md")
+    missing = other + ("[multi30k/RESULTS.md](multi30k/RESULTS.md)." if os.path.exists(multi30k_page)
+                       else "not run yet.")
   else:
-    setting = "Task: Multi30k en-de (`common.multi30k_base`), a budgeted run of 2000 steps per cell."
-    missing = ""
+    not_run = [name for name in ABLATIONS if name not in results]
+    missing = (f"Not run on Multi30k yet: {', '.join(not_run)} (their synthetic results: "
+               f"[../RESULTS.md](../RESULTS.md)).") if not_run else ""
   page = f"""# Ablations: the paper's design choices over seeds
 
 Written by `{invocation}`; do not edit by hand.
@@ -345,7 +388,7 @@ Machine: {report.machine_description()}.
 {setting} Every cell trains its seeds in one program (`config.num_seeds`, `jax.vmap`; seeds share the data
 order). Each number is the mean ± sample standard deviation over the seeds of the final evaluation; "diverged"
 counts seeds whose training loss became non-finite, that skipped a non-finite step, or whose final training loss
-is above {common.DIVERGED_LOSS} nats. A difference is called "larger than the spread of seeds" when it exceeds twice
+is above {common.DIVERGED_LOSS[task]} nats. A difference is called "larger than the spread of seeds" when it exceeds twice
 its standard error; with 3 seeds that is a screen, not a significance test. Wall time includes compilation and
 evaluation. Cells with the same config (the reference model) are one run, listed under each ablation. The RNN
 ablation's seeds are separate runs (`--config.seed=I` for I = 0, 1, 2, in `WORKDIR/seed_I`): with its seeds vmapped
@@ -373,7 +416,7 @@ def main(argv):
     results.setdefault(cell.ablation, []).append(
         report.exit_on_user_error(cell_result, cell, read_cell(cell)))
   attention = {}
-  if "scaling" in names and task == "synthetic":
+  if "scaling" in names:
     for cell in (c for c in cells if c.ablation == "scaling"):
       attention[cell.name] = {replica: attention_statistics(cell.workdir, replica)
                               for replica in range(cell.num_seeds)}

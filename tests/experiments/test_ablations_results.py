@@ -107,6 +107,10 @@ def test_a_killed_grid_resumes_without_redoing_finished_cells(tiny_norms, tmp_pa
   assert calls == []
 
   results = {"norms": [ablations_results.cell_result(cell, read_metrics(cell.workdir)) for cell in cells]}
+  statistics = ablations_results.attention_statistics(finished.workdir, replica=1)
+  assert set(statistics) == {"encoder_self", "decoder_self", "cross"}
+  for entropy, uniform, saturated in statistics.values():
+    assert 0.0 <= entropy <= uniform + 1e-6 and 0.0 <= saturated <= 1.0  # no row is flatter than uniform
   for result in results["norms"]:
     assert result.per_seed["eval/exact_match"].shape == (2,)  # per seed, from eval/exact_match/seed_i
     assert result.steps == 4 and result.diverged in (0, 1, 2)
@@ -142,6 +146,41 @@ def test_cell_result_counts_diverged_seeds_and_reports_mean_and_spread():
   assert "+0.400 exact match against post_no_warmup" in ablations_results.comparison(other, result)
   assert "larger than the spread" in ablations_results.comparison(other, result)
 
+
+def test_a_multi30k_cell_is_read_and_compared_in_bleu_with_its_own_divergence_threshold(tmp_path):
+  """Multi30k cells report BLEU (first column, compared and plotted) and call a seed diverged above 5 nats,
+  where a synthetic cell's 2-nat threshold would count every seed of a translation model."""
+  cell = ablations_results.Cell("scaling", "scaled", "c", "w", 4, 2, task="multi30k")
+  records = [{"step": 4, "train/loss": 4.25, "train/loss/seed_0": 3.1, "train/loss/seed_1": 5.4},
+             {"step": 4, "wall_seconds": 9.0, "eval/bleu": 22.0, "eval/bleu/seed_0": 20.0, "eval/bleu/seed_1": 24.0,
+              "eval/nll": 2.25, "eval/nll/seed_0": 2.0, "eval/nll/seed_1": 2.5, "eval/exact_match": 0.1}]
+  reference = ablations_results.cell_result(cell, records)
+  assert reference.diverged == 1  # 3.1 nats trains, 5.4 does not
+  assert set(reference.per_seed) == {"eval/bleu", "eval/nll"}  # the task's metrics only
+  other = dataclasses.replace(reference, cell=dataclasses.replace(cell, variant="unscaled"),
+                              per_seed={"eval/bleu": np.array([10.0, 11.0])})
+  assert ablations_results.comparison(other, reference).startswith(
+      "unscaled: -11.50 BLEU against scaled (standard error 2.06; larger than the spread")
+  page = ablations_results.write_results(str(tmp_path), {"scaling": [reference, other]},
+                                         {"scaling/scaled": ["python"], "scaling/unscaled": ["python"]}, {},
+                                         "python -m ...", "multi30k")
+  assert "| run | BLEU | token accuracy | NLL (nats/token) | diverged |" in page
+  assert "| scaling/scaled | 22.00 ± 2.83 | n/a | 2.250 ± 0.354 | 1 of 2 |" in page
+  assert "Against the reference (scaled), BLEU:" in page and "above 5.0 nats" in page
+
+
+
+def test_attention_statistics_read_the_splits_first_pairs_whatever_the_batching():
+  # Token batches: the shortest sentences first, filler rows (index -1, all padding) at the end of a batch.
+  bucketed = [{"source": np.array([[7, 0], [8, 0], [0, 0]]), "target": np.array([[5, 0], [6, 0], [0, 0]]),
+               "index": np.array([2, 0, -1])},
+              {"source": np.array([[3, 4], [0, 0]]), "target": np.array([[9, 9], [0, 0]]), "index": np.array([1, -1])}]
+  sources, targets = ablations_results.first_pairs(bucketed, 2, pad=0)
+  assert [s.tolist() for s in sources] == [[8], [3, 4]] and [t.tolist() for t in targets] == [[6], [9, 9]]
+  # Fixed-size batches without an index: batch order.
+  plain = [{"source": np.array([[1, 2], [3, 0]]), "target": np.array([[1, 0], [2, 0]])},
+           {"source": np.array([[4, 4]]), "target": np.array([[3, 3]])}]
+  assert [s.tolist() for s in ablations_results.first_pairs(plain, 5, pad=0)[0]] == [[1, 2], [3], [4, 4]]
 
 
 def test_separate_seed_runs_read_as_one_vmapped_run(tmp_path):
