@@ -176,7 +176,8 @@ def cell_result(cell: Cell, records: list[dict]) -> CellResult:
   skipped = sum(seed_values(r, "train/skipped_steps", cell.num_seeds) for r in train
                 if "train/skipped_steps" in r) if any("train/skipped_steps" in r for r in train) else 0.0
   losses = np.array([seed_values(r, "train/loss", cell.num_seeds) for r in train])
-  diverged = (~np.isfinite(losses)).any(axis=0) | (last_loss > common.DIVERGED_LOSS[cell.task]) | (np.asarray(skipped) > 0)
+  diverged = ((~np.isfinite(losses)).any(axis=0) | (last_loss > common.DIVERGED_LOSS[cell.task])
+              | (np.asarray(skipped) > 0))
   return CellResult(cell, per_seed, int(diverged.sum()), final["wall_seconds"], final["step"], records)
 
 
@@ -388,8 +389,8 @@ Machine: {report.machine_description()}.
 {setting} Every cell trains its seeds in one program (`config.num_seeds`, `jax.vmap`; seeds share the data
 order). Each number is the mean ± sample standard deviation over the seeds of the final evaluation; "diverged"
 counts seeds whose training loss became non-finite, that skipped a non-finite step, or whose final training loss
-is above {common.DIVERGED_LOSS[task]} nats. A difference is called "larger than the spread of seeds" when it exceeds twice
-its standard error; with 3 seeds that is a screen, not a significance test. Wall time includes compilation and
+is above {common.DIVERGED_LOSS[task]} nats. A difference is called "larger than the spread of seeds" when it exceeds
+twice its standard error; with 3 seeds that is a screen, not a significance test. Wall time includes compilation and
 evaluation. Cells with the same config (the reference model) are one run, listed under each ablation. The RNN
 ablation's seeds are separate runs (`--config.seed=I` for I = 0, 1, 2, in `WORKDIR/seed_I`): with its seeds vmapped
 the program stalls on XLA:CPU; its wall time is the sum of the three.
