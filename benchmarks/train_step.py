@@ -12,8 +12,9 @@ translation experiment's ``transformer_small`` (vocabulary 8k, as its data) and 
 
 - ours: the translation task + ``make_train_step`` + ``make_optimizer``, compiled by the ``jit`` strategy,
   exactly as ``transformer.train.run`` builds it;
-- ours, Eigen dots (CPU only): the same step compiled with the XLA option in ``CPU_DOT_LIBRARY_OPTIONS``,
-  which moves the matmuls from YNNPACK (this jaxlib's default) to Eigen: how much is the matmul library;
+- ours, Eigen dots (CPU only): the same step compiled with the XLA option in ``CPU_OPTION_ROWS`` that
+  moves the matmuls from YNNPACK (this jaxlib's default) to Eigen: how much is the matmul library
+  (``--cpu_option_rows=all``: a row for each of the other options there too);
 - flax-stock: the same model built from ``flax.linen``'s stock ``MultiHeadDotProductAttention``,
   ``LayerNorm``, ``Dense`` and ``Embed.attend`` (``FlaxStockTransformer`` below), trained by the same task
   loss, optimizer and step, so only the model code differs;
@@ -63,9 +64,23 @@ VOCAB_SIZES = {"transformer_small": 8000, "transformer_base": 32000}
 TARGETS = {"cpu": {"flax-stock": 1.2, "pytorch": 1.5}, "accelerator": {"pytorch": 2.0}}
 MFU_TARGETS = {"cpu": 0.60, "accelerator": 0.45}
 COMPILE_TARGET_S = 60.0
-# XLA:CPU hands dots to YNNPACK by default in this jaxlib; an empty fusion type sends them to Eigen instead.
-# Measured as an extra row of ours (same model and step, only the compiler option differs), CPU only.
-CPU_DOT_LIBRARY_OPTIONS = {"ours, Eigen dots": {"xla_cpu_experimental_ynn_fusion_type": ""}}
+# XLA:CPU compiler options, each measured as an extra row of ours (same model and step, only the option
+# differs), CPU only. This jaxlib hands dots to YNNPACK by default; an empty YNN fusion type sends them to
+# Eigen (the row run by default), the others are the alternatives tried before keeping XLA's defaults
+# (``--cpu_option_rows=all``; benchmarks/README.md, "Why these kernels").
+_FUSION = "LIBRARY_FUSION_TYPE_"
+CPU_OPTION_ROWS = {
+    "ours, Eigen dots": {"xla_cpu_experimental_ynn_fusion_type": ""},
+    "ours, oneDNN dots": {"xla_cpu_experimental_ynn_fusion_type": "",
+                          "xla_cpu_experimental_onednn_fusion_type": _FUSION + "DOT"},
+    "ours, XNNPACK dots": {"xla_cpu_experimental_ynn_fusion_type": "",
+                           "xla_cpu_experimental_xnn_fusion_type": _FUSION + "DOT"},
+    "ours, YNNPACK dots and elementwise": {"xla_cpu_experimental_ynn_fusion_type": f"{_FUSION}DOT,{_FUSION}ELTWISE"},
+    "ours, YNNPACK dots, elementwise and reductions": {
+        "xla_cpu_experimental_ynn_fusion_type": f"{_FUSION}DOT,{_FUSION}ELTWISE,{_FUSION}REDUCE"},
+    "ours, 512-bit vectors": {"xla_cpu_prefer_vector_width": 512},
+    "ours, FAST_RUNTIME preset": {"xla_cpu_opt_preset": "CPU_OPT_PRESET_FAST_RUNTIME"},
+}
 
 
 def add_arguments(parser):
@@ -82,6 +97,9 @@ def add_arguments(parser):
   parser.add_argument("--no_torch", action="store_true", help="skip the PyTorch reference")
   parser.add_argument("--no_flax_stock", action="store_true", help="skip the flax-stock reference")
   parser.add_argument("--torch_compile", action="store_true", help="also time the torch.compile'd PyTorch step")
+  parser.add_argument("--cpu_option_rows", default="eigen", choices=["none", "eigen", "all"],
+                      help="extra rows of ours compiled with XLA:CPU options (CPU_OPTION_ROWS): none, the Eigen "
+                           "dots row, or all of them")
 
 
 # --------------------------------------------------------------------------------- the configs, the batch
@@ -355,6 +373,8 @@ def main(argv=None) -> common.Report:
     common.disable_persistent_cache()
   machine = common.machine_description()
   kind = "cpu" if jax.default_backend() == "cpu" else "accelerator"
+  option_rows = {"none": {}, "eigen": dict(list(CPU_OPTION_ROWS.items())[:1]), "all": CPU_OPTION_ROWS}[
+      args.cpu_option_rows] if kind == "cpu" else {}
   targets, mfu_target = TARGETS[kind], MFU_TARGETS[kind]
   batch_sizes, length = ([2], 8) if args.smoke else (args.batch, args.length)
   matmul_size = 128 if args.smoke else (args.matmul_size or (2048 if kind == "cpu" else 8192))
@@ -393,8 +413,8 @@ def main(argv=None) -> common.Report:
         steps[implementation] = compile_step(config, model, batch, smoke=args.smoke)
         print(f"{name} batch {batch_size} {implementation}: compiled in {steps[implementation].compile_seconds:.1f} s",
               flush=True)
-      if kind == "cpu" and with_references:
-        for implementation, options in CPU_DOT_LIBRARY_OPTIONS.items():
+      if with_references:
+        for implementation, options in option_rows.items():
           try:
             steps[implementation] = compile_step(config, ours_model, batch, smoke=args.smoke,
                                                  compiler_options=options)
@@ -453,7 +473,7 @@ def main(argv=None) -> common.Report:
             verdicts.append(f"{variant} ours / {implementation} {value:.2f}x at batch {batch_size} "
                             f"({'met' if value >= target else 'not met'}; {target}x needs ours at "
                             f"{needed_mfu:.0%} MFU)")
-        for alternative in CPU_DOT_LIBRARY_OPTIONS:  # what the compiler option alone gives against each reference
+        for alternative in option_rows:  # what the compiler option alone gives against each reference
           if alternative in measured:
             alternative_rate = tokens / measured[alternative]["seconds"]
             versus_references = ", ".join(

@@ -138,8 +138,9 @@ def machine_description() -> str:
 
 
 def launch(config: str, workdir: str, overrides: tuple[str, ...] = ()) -> list[str]:
-  """Run ``launch.py`` (resuming if ``workdir`` has checkpoints); returns the command for the record."""
-  run_launch([f"--config={config}", f"--workdir={workdir}", *overrides, "--config.quiet=True"])
+  """Run ``launch.py`` (resuming if ``workdir`` has checkpoints) with its progress output (a bar on a terminal,
+  else a line per logging step: a grid of cells can train for hours); returns the command for the record."""
+  run_launch([f"--config={config}", f"--workdir={workdir}", *overrides])
   return ["python", "launch.py", f"--config={config}", f"--workdir={workdir}", *overrides]
 
 

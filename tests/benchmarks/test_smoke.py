@@ -37,3 +37,14 @@ def test_smoke_run_prints_table_with_finite_ratios(script, capsys):
   for name, value in report.ratios.items():
     assert isinstance(value, float) and math.isfinite(value), f"{script}: ratio {name!r} is {value!r}"
   assert _results_snapshot() == before, "--smoke must not write benchmarks/RESULTS.md"
+
+
+def test_train_step_compiles_a_row_for_every_cpu_option(capsys):
+  """Every XLA:CPU option the benchmarks/README.md measured is still accepted by this jaxlib and times a row."""
+  from benchmarks import train_step
+  report = train_step.main(["--smoke", "--no_torch", "--no_flax_stock", "--cpu_option_rows=all"])
+  capsys.readouterr()
+  implementations = [row[2] for row in report.rows]
+  assert implementations == ["ours", *train_step.CPU_OPTION_ROWS]
+  assert not [note for note in report.notes if "skipped: XLA rejected" in note]
+  assert all(math.isfinite(row[4]) and row[4] > 0 for row in report.rows)  # step ms
