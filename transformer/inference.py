@@ -105,7 +105,8 @@ def load(workdir: str, checkpoint: str | int = "best", average_last: int = 0, re
     checkpoint: ``"best"`` (the checkpoint kept by the run's ``best_metric``, else the latest),
       ``"latest"`` or a step number.
     average_last: > 0: the mean parameters of the last ``average_last`` periodic checkpoints instead.
-    replica: which seed of a ``config.num_seeds > 1`` run.
+    replica: which replica of a run of several: variant ``replica // num_seeds`` of ``config.sweep``, seed
+      ``config.seed + replica % num_seeds``.
     config: build the task and model from this configuration instead of the run's ``config.json``
       (``read_run_config``), e.g. with the data moved elsewhere.
   """

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from transformer.errors import ConfigError
+from transformer.inference import load_params
 from transformer.train import run
 from transformer.train.writers import read_metrics
 
@@ -94,6 +95,48 @@ def test_vmap_over_seeds_equals_separate_runs(make_config, tmp_path):
   for record in (r for r in read_metrics(str(tmp_path / "vmap")) if "eval/exact_match" in r):
     seeds = [record[f"eval/exact_match/seed_{i}"] for i in range(2)]
     assert record["eval/exact_match"] == pytest.approx(np.mean(seeds))
+
+
+def test_vmap_over_swept_variants_equals_separate_runs(make_config, tmp_path):
+  """config.sweep: 2 variants (learning rate and label smoothing zipped) x 2 seeds in one program; replica r
+  is variant r // 2 with seed 3 + r % 2, and follows the separate run of that variant and seed."""
+  sweep = "optimizer.learning_rate=0.002,0.0005;label_smoothing=0,0.1"
+  together = run(make_config(num_seeds=2, seed=3, sweep=sweep), str(tmp_path / "vmap"))
+  assert together.train_step_compilations == 1
+  variants = [dict(optimizer__learning_rate=0.002, label_smoothing=0.0),
+              dict(optimizer__learning_rate=0.0005, label_smoothing=0.1)]
+  for replica in range(4):
+    alone_dir = tmp_path / f"replica{replica}"
+    alone = run(make_config(seed=3 + replica % 2, data_seed=3, **variants[replica // 2]), str(alone_dir))
+    for name in ("train/loss", "train/learning_rate"):
+      np.testing.assert_allclose(losses(tmp_path / "vmap", f"{name}/seed_{replica}"), losses(alone_dir, name),
+                                 rtol=1e-5)
+    replica_params = jax.tree.map(lambda x: np.asarray(x)[replica], together.state.params)
+    assert_params_close(replica_params, alone.state.params, rtol=1e-4, atol=1e-6)
+    for name in ("eval/loss", "eval/exact_match"):  # the eval loss is smoothed as the replica's training was
+      np.testing.assert_allclose(losses(tmp_path / "vmap", f"{name}/seed_{replica}"), losses(alone_dir, name),
+                                 rtol=1e-5)
+    loaded = load_params(str(tmp_path / "vmap"), checkpoint="latest", replica=replica)
+    assert_params_close(loaded.params, replica_params, rtol=0, atol=0)
+  # The variants differ: a run that ignored the sweep would give all four the first variant's curve.
+  assert not np.allclose(losses(tmp_path / "vmap", "train/loss/seed_0"), losses(tmp_path / "vmap", "train/loss/seed_2"))
+
+
+@pytest.mark.parametrize("sweep,message", [
+    ("model.num_heads=2,4", r"'model.num_heads' cannot be swept in one program; choose from \['optimizer"),
+    ("optimizer.learning_rate=1e-3,fast", r"must be numbers separated by commas"),
+    ("optimizer.learning_rate=1e-3,2e-3;label_smoothing=0", r"as many values each; got \{'optimizer"),
+    ("optimizer.learning_rate=1e-3,-1", r"every learning rate must be > 0, got -1"),
+    ("label_smoothing=0,1.5", r"label_smoothing=1.5 is outside \[0, 1\)"),
+])
+def test_a_bad_sweep_is_one_clear_error(make_config, tmp_path, sweep, message):
+  with pytest.raises(ConfigError, match=message):
+    run(make_config(sweep=sweep), str(tmp_path))
+
+
+def test_a_sweep_needs_jit(make_config, tmp_path):
+  with pytest.raises(ConfigError, match=r"vmap over variants\) needs config.parallelism='jit'"):
+    run(make_config(sweep="optimizer.learning_rate=1e-3,2e-3", parallelism="pmap"), str(tmp_path))
 
 
 @pytest.mark.parametrize("first,second", [("mesh", "jit"), ("jit", "pmap")])

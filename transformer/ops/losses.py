@@ -15,7 +15,8 @@ def softmax_cross_entropy(logits, targets, label_smoothing: float = 0.0):
   Args:
     logits: ``[..., vocab]`` (any float dtype; computed in float32).
     targets: ``[...]`` int class ids in ``[0, vocab)``.
-    label_smoothing: in ``[0, 1)``.
+    label_smoothing: in ``[0, 1)``; a Python number, or a traced scalar (one per replica when a sweep vmaps
+      several settings; 0 then gives the unsmoothed loss through the smoothed formula).
 
   Returns:
     ``[...]`` float32 losses. A target outside ``[0, vocab)`` (negative ones included, which indexing would
@@ -31,7 +32,7 @@ def softmax_cross_entropy(logits, targets, label_smoothing: float = 0.0):
     true_log_prob = jnp.take_along_axis(logits, targets[..., None], axis=-1)[..., 0] - log_normalizer
     confidence = 1.0 - label_smoothing
     loss = -confidence * true_log_prob
-    if label_smoothing > 0.0:
+    if not isinstance(label_smoothing, (int, float)) or label_smoothing > 0.0:
       low_confidence = label_smoothing / (vocab_size - 1)
       sum_log_probs = jnp.sum(logits, axis=-1) - vocab_size * log_normalizer
       # Sum over the wrong classes = sum over all classes minus the true one.

@@ -71,7 +71,13 @@ class Task(abc.ABC):
   @abc.abstractmethod
   def loss_and_metrics(self, model: nn.Module, params, batch: Batch, dropout_rng) -> tuple[Any, Any, Metrics]:
     """``(loss_sum, weight_sum, metrics)`` of one batch; the loss minimised is ``loss_sum / weight_sum``
-    over the global batch, e.g. the number of non-padding target tokens."""
+    over the global batch, e.g. the number of non-padding target tokens. A task whose loss is label-smoothed
+    also takes ``label_smoothing=None`` (a replica's value of ``config.sweep``, maybe traced; None: the
+    config's), through ``label_smoothing``."""
+
+  def label_smoothing(self, swept=None):
+    """The label smoothing of the loss: a replica's swept value (``config.sweep``) if given, else the config's."""
+    return self.config.get("label_smoothing", 0.0) if swept is None else swept
 
   def count_tokens(self, batch: Batch) -> int:
     """Units of work in a batch, for the ``tokens_per_second`` log: by default the non-padding tokens (nonzero

@@ -212,12 +212,12 @@ class ClassificationTask(Task):
 
   # ----- loss and metrics
 
-  def loss_and_metrics(self, model, params, batch, dropout_rng):
+  def loss_and_metrics(self, model, params, batch, dropout_rng, label_smoothing=None):
     logits = model.apply({"params": params}, batch["tokens"],
                          rngs={"dropout": dropout_rng} if dropout_rng is not None else None)
     weights = batch["weight"]
     labels = batch["label"]
-    losses = ops.softmax_cross_entropy(logits, labels, self.config.get("label_smoothing", 0.0))
+    losses = ops.softmax_cross_entropy(logits, labels, self.label_smoothing(label_smoothing))
     loss_sum, weight_sum = ops.weighted_sum(losses, weights)
     predicted = jnp.argmax(logits, axis=-1)
     # Each metric is a ratio of sums over examples, so summing over batches (and not averaging) is exact.

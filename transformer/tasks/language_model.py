@@ -84,11 +84,11 @@ class LanguageModelTask(Task):
   def placeholder_inputs(self):
     return (np.ones((1, 2), np.int32),)  # parameter shapes do not depend on the length
 
-  def loss_and_metrics(self, model, params, batch, dropout_rng):
+  def loss_and_metrics(self, model, params, batch, dropout_rng, label_smoothing=None):
     logits = model.apply({"params": params}, batch["tokens"],
                          rngs={"dropout": dropout_rng} if dropout_rng is not None else None)
     return token_loss_and_metrics(logits, batch["tokens"], model.config.pad_id,
-                                  self.config.get("label_smoothing", 0.0))
+                                  self.label_smoothing(label_smoothing))
 
   def derived_metrics(self, metrics):
     """``<prefix>/perplexity`` = exp(mean token NLL) for every ``<prefix>/nll`` (per seed too)."""

@@ -94,12 +94,12 @@ class Seq2SeqTask(Task):
                                    self.unknown_id, keep_ids)
                  for index, (name, rate) in enumerate(zip(("source", "target"), rates)))
 
-  def loss_and_metrics(self, model, params, batch, dropout_rng):
+  def loss_and_metrics(self, model, params, batch, dropout_rng, label_smoothing=None):
     source, target = self.drop_tokens(batch, dropout_rng, model.config)
     logits = model.apply({"params": params}, source, target,
                          rngs={"dropout": dropout_rng} if dropout_rng is not None else None)
     return token_loss_and_metrics(logits, batch["target"], model.config.pad_id,
-                                  self.config.get("label_smoothing", 0.0))
+                                  self.label_smoothing(label_smoothing))
 
   def decode_settings(self, beam_size: int | None = None, length_penalty: float | None = None) -> DecodeSettings:
     """``config.decode``, with a call's overrides: ``beam_size`` 1 is greedy search, more is beam search."""

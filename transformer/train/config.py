@@ -14,14 +14,18 @@ import tempfile
 
 import jax
 import ml_collections
+import optax
 
 from transformer.errors import ConfigError
 from transformer.nn import MODELS, model_spec
 from transformer.tasks.seq2seq import decode_settings
-from transformer.train.optimizer import SCHEDULES
+from transformer.train.optimizer import SCHEDULES, make_optimizer
 from transformer.train.parallel import PARALLELISMS
 
 MODES = ("train", "eval", "predict", "translate")
+# Fields whose variants can share one vmapped program: they enter the train step as per-replica numbers
+# (the model's own fields change its code or shapes, so their variants are separate runs).
+SWEEPABLE = ("optimizer.learning_rate", "label_smoothing")
 # Model fields the task fills in from the data (vocabulary, special ids) or the mode switches: not in config.model.
 DECIDED_ELSEWHERE = ("vocab_size", "target_vocab_size", "pad_id", "bos_id", "eos_id", "deterministic", "decode")
 
@@ -71,6 +75,9 @@ def base_config(model_name: str = "transformer") -> ml_collections.ConfigDict:
   config.seed = 0  # seed of parameters and dropout (and of the data order unless data_seed is set)
   config.data_seed = -1  # seed of the data order; -1: use seed
   config.num_seeds = 1  # >1: replicas with seeds seed, seed+1, ... trained in one program by jax.vmap (jit only)
+  # Variants in the same program (jit only): "FIELD=V1,V2,...[;FIELD=...]" over SWEEPABLE fields, e.g.
+  # "optimizer.learning_rate=1e-3,3e-3"; fields in one sweep are zipped. Each variant trains num_seeds replicas.
+  config.sweep = ""
   config.batch_size = 64  # global batch (examples), over all devices and hosts
   config.grad_accum_steps = 1  # micro-batches per optimizer step (batch_size must divide by it)
   config.num_train_steps = 1000
@@ -120,6 +127,58 @@ def base_config(model_name: str = "transformer") -> ml_collections.ConfigDict:
   return config
 
 
+def parse_sweep(text: str) -> dict[str, tuple[float, ...]]:
+  """``config.sweep`` as ``field -> values``: ``"optimizer.learning_rate=1e-3,3e-3;label_smoothing=0,0.1"``
+  gives two variants, the first with learning rate 1e-3 and no label smoothing. ``""``: no sweep, ``{}``.
+
+  Raises:
+    ConfigError: a field not in ``SWEEPABLE``, a value that is not a number, or fields of unequal lengths.
+  """
+  sweep = {}
+  for part in filter(None, (part.strip() for part in text.split(";"))):
+    field, _, values = part.partition("=")
+    field = field.strip()
+    if field not in SWEEPABLE:
+      raise ConfigError(f"config.sweep={text!r}: {field!r} cannot be swept in one program; choose from "
+                        f"{list(SWEEPABLE)} (other fields change the model's code or shapes: run each variant "
+                        "on its own).")
+    try:
+      sweep[field] = tuple(float(value) for value in values.split(","))
+    except ValueError:
+      raise ConfigError(f"config.sweep={text!r}: the values of {field} must be numbers separated by commas, "
+                        f"e.g. {field}=0.001,0.003.") from None
+  lengths = {field: len(values) for field, values in sweep.items()}
+  if len(set(lengths.values())) > 1:
+    raise ConfigError(f"config.sweep={text!r}: its fields are zipped into variants, so they need as many values "
+                      f"each; got {lengths}.")
+  return sweep
+
+
+def num_variants(config) -> int:
+  """How many variants ``config.sweep`` holds (1 without a sweep)."""
+  sweep = parse_sweep(config.get("sweep", ""))
+  return len(next(iter(sweep.values()))) if sweep else 1
+
+
+def num_replicas(config) -> int:
+  """Replicas trained in one program: ``num_variants(config) * config.num_seeds``. Replica ``r`` is variant
+  ``r // num_seeds`` with seed ``config.seed + r % num_seeds``, so every variant sees the same seeds."""
+  return num_variants(config) * config.num_seeds
+
+
+def replica_values(config) -> dict[str, tuple[float, ...]]:
+  """``field -> one value per replica`` of the swept fields (``{}`` without a sweep)."""
+  return {field: tuple(value for value in values for _ in range(config.num_seeds))
+          for field, values in parse_sweep(config.get("sweep", "")).items()}
+
+
+def run_optimizer(config) -> optax.GradientTransformation:
+  """The optimizer of a run: ``make_optimizer`` of ``config.optimizer``, at a peak of 1 when the learning rate
+  is swept (the train step scales each replica's updates by its rate)."""
+  swept = "optimizer.learning_rate" in parse_sweep(config.get("sweep", ""))
+  return make_optimizer(config.optimizer, config.num_train_steps, unit_peak=swept)
+
+
 def validate_config(config: ml_collections.ConfigDict, workdir: str | None = None, mode: str = "train") -> None:
   """Reject bad values before anything is compiled, with a message naming the field and the fix."""
   def require(condition, message):
@@ -141,13 +200,21 @@ def validate_config(config: ml_collections.ConfigDict, workdir: str | None = Non
           f"{config.grad_accum_steps}.")
   require(config.parallelism in PARALLELISMS,
           f"config.parallelism={config.parallelism!r} is not supported; choose one of {list(PARALLELISMS)}.")
+  sweep = parse_sweep(config.get("sweep", ""))
   require(config.num_seeds == 1 or config.parallelism == "jit",
           "config.num_seeds > 1 (vmap over seeds) needs config.parallelism='jit'.")
+  require(not sweep or config.parallelism == "jit",
+          f"config.sweep={config.sweep!r} (vmap over variants) needs config.parallelism='jit'.")
   # The vmapped RNN program (scans over time inside vmap) stalls on XLA:CPU: it never finishes, with the CPU idle.
-  require(not (mode == "train" and config.model_name == "rnn" and config.num_seeds > 1
+  require(not (mode == "train" and config.model_name == "rnn" and num_replicas(config) > 1
                and jax.default_backend() == "cpu"),
-          "config.num_seeds > 1 with model_name='rnn' stalls on the CPU (the vmapped recurrent program never "
-          "finishes); train each seed as a run of its own: --config.num_seeds=1 --config.seed=I.")
+          "config.num_seeds > 1 or config.sweep with model_name='rnn' stalls on the CPU (the vmapped recurrent "
+          "program never finishes); train each seed and variant as a run of its own: --config.num_seeds=1 "
+          "--config.seed=I.")
+  for value in sweep.get("optimizer.learning_rate", ()):
+    require(value > 0, f"config.sweep={config.sweep!r}: every learning rate must be > 0, got {value:g}.")
+  for value in sweep.get("label_smoothing", ()):
+    require(0.0 <= value < 1.0, f"config.sweep={config.sweep!r}: label_smoothing={value:g} is outside [0, 1).")
   require(config.optimizer.schedule in SCHEDULES,
           f"config.optimizer.schedule={config.optimizer.schedule!r} is not supported; choose one of "
           f"{list(SCHEDULES)}.")

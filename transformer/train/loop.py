@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import inspect
 import json
 import logging
 import os
@@ -26,8 +27,8 @@ import numpy as np
 from transformer.errors import ConfigError, InputFileError
 from transformer.tasks import StartsFromPretrained, TranslatesText, WritesPredictions, WritesTestOutputs, build_task
 from transformer.train.checkpoint import Checkpointer
-from transformer.train.config import validate_config
-from transformer.train.optimizer import make_optimizer, make_schedule
+from transformer.train.config import SWEEPABLE, num_replicas, replica_values, run_optimizer, validate_config
+from transformer.train.optimizer import make_schedule
 from transformer.train.parallel import make_strategy
 from transformer.train.restore import abstract_train_state, load_params, seed_keys
 from transformer.train.state import create_train_state
@@ -169,8 +170,13 @@ def prepare(config, workdir: str, mode: str) -> Session:
   if mode == "predict" and not isinstance(task, WritesPredictions):
     raise ConfigError(f"--mode=predict needs a task that writes predictions; config.task.name={config.task.name!r} "
                       f"({type(task).__name__}) does not. Use --mode=eval.")
+  swept = replica_values(config)
+  if "label_smoothing" in swept and "label_smoothing" not in inspect.signature(task.loss_and_metrics).parameters:
+    others = [field for field in SWEEPABLE if field != "label_smoothing"]
+    raise ConfigError(f"config.sweep={config.sweep!r} sweeps label_smoothing, but the loss of "
+                      f"{type(task).__name__} is not label-smoothed; sweep {others} only.")
   model_config = task.model_config()
-  strategy = make_strategy(config.parallelism, config.num_seeds, config.fsdp)
+  strategy = make_strategy(config.parallelism, num_replicas(config), config.fsdp, swept)
   process_count, process_index = jax.process_count(), jax.process_index()
   if config.batch_size % (strategy.num_devices * config.grad_accum_steps) and config.parallelism != "jit":
     raise ConfigError(f"config.batch_size={config.batch_size} must be divisible by the {strategy.num_devices} "
@@ -218,14 +224,14 @@ def _initialise_from(session: Session, state, source_workdir: str):
   canonical = session.strategy.to_canonical(state).params
   fresh = jax.tree_util.tree_flatten_with_path(canonical)[0]
   loaded = jax.tree_util.tree_flatten_with_path(source.params)[0]
-  replicas = session.config.num_seeds
+  replicas = num_replicas(session.config)
   expected = [(jax.tree_util.keystr(path), leaf.shape[1:] if replicas > 1 else leaf.shape) for path, leaf in fresh]
   found = [(jax.tree_util.keystr(path), np.shape(leaf)) for path, leaf in loaded]
   if expected != found:
     differences = [f"{e} != {f}" for e, f in zip(expected, found) if e != f] or ["a different number of tensors"]
     raise ConfigError(f"config.restore_from={source_workdir!r} holds parameters of another model shape "
                      f"({'; '.join(differences[:3])}); set config.model as that run had it.")
-  # Every replica of a num_seeds > 1 run starts from the same parameters.
+  # Every replica of a run of several (seeds, variants) starts from the same parameters.
   params = jax.tree.map(lambda new, old: jax.device_put(
       np.broadcast_to(new, old.shape) if replicas > 1 else new, old.sharding), source.params, canonical)
   session.say(f"initialised parameters from {source_workdir} step {source.step}")
@@ -234,12 +240,12 @@ def _initialise_from(session: Session, state, source_workdir: str):
 
 def _initialise_pretrained(session: Session, state):
   """``StartsFromPretrained`` tasks: the task's pretrained weights in place of those fresh parameters (every
-  replica of a ``num_seeds > 1`` run gets the same; the others keep each seed's initialisation)."""
+  replica of a run of several gets the same; the others keep each seed's initialisation)."""
   canonical = flax.traverse_util.flatten_dict(session.strategy.to_canonical(state).params)
   pretrained = flax.traverse_util.flatten_dict(session.task.pretrained_params())
   if not pretrained:
     return state
-  replicas = session.config.num_seeds
+  replicas = num_replicas(session.config)
   for path, value in pretrained.items():
     fresh = canonical.get(path)
     shape = None if fresh is None else (fresh.shape[1:] if replicas > 1 else fresh.shape)
@@ -256,8 +262,9 @@ def _initialise_pretrained(session: Session, state):
 def make_evaluator(session: Session, eval_model, write=print):
   """``evaluate(state) -> {"eval/<name>": value}``: the loss metrics of the validation set and the task's own
   evaluation (decoding), whose examples (of the first replica) the main process prints with ``write`` (the
-  training loop's ``bar.write``, so that they never land inside its progress bar). With ``num_seeds > 1`` each
-  metric is the mean over replicas, with each replica's value as ``eval/<name>/seed_i``."""
+  training loop's ``bar.write``, so that they never land inside its progress bar). With several replicas
+  (``num_seeds > 1``, ``config.sweep``) each metric is the mean over replicas, with each replica's value as
+  ``eval/<name>/seed_i`` (``i`` the replica: variant ``i // num_seeds``, seed ``config.seed + i % num_seeds``)."""
   strategy, task = session.strategy, session.task
   eval_step = strategy.compile_eval_step(make_eval_step(task, eval_model, getattr(strategy, "axis_name", None)))
   eval_batches = task.eval_batches(session.config.eval_batch_size)
@@ -270,7 +277,7 @@ def make_evaluator(session: Session, eval_model, write=print):
     results = _means(strategy.fetch(sums), "eval")
     results.update(task.derived_metrics(results))
     params = jax.device_get(strategy.host_params(state))
-    replicas = session.config.num_seeds
+    replicas = num_replicas(session.config)
     per_replica = []  # each replica's own evaluation (e.g. decoding): seeds are compared on it, not on a mean
     for replica in range(replicas):
       replica_params = params if replicas == 1 else jax.tree.map(lambda x, i=replica: x[i], params)
@@ -302,7 +309,7 @@ def run_train(config, workdir: str) -> RunOutput:
 def _train(config, workdir: str, session: Session) -> RunOutput:
   task, strategy, checkpointer = session.task, session.strategy, session.checkpointer
   model = task.build_model(session.model_config)
-  optimizer = make_optimizer(config.optimizer, config.num_train_steps)
+  optimizer = run_optimizer(config)
   data_seed = config.seed if config.data_seed < 0 else config.data_seed
   train_iterator = task.train_iterator(session.host_batch_size, data_seed, session.process_index,
                                        session.process_count)
@@ -352,7 +359,8 @@ def _train(config, workdir: str, session: Session) -> RunOutput:
                       skip_nonfinite_steps=config.skip_nonfinite_steps,
                       frozen_params=tuple(config.optimizer.get("frozen_params", ()) or ())))
   guard = DivergenceGuard(strategy.fetch, before_raise=checkpointer.wait)  # reliability hook
-  schedule = make_schedule(config.optimizer, config.num_train_steps)
+  swept_rates = replica_values(config).get("optimizer.learning_rate")  # then the schedule's peak is each replica's
+  schedule = make_schedule(config.optimizer, config.num_train_steps, peak=1.0 if swept_rates else None)
   writer = MetricWriter(workdir, resume_step=start_step, enabled=session.is_main, tensorboard=config.tensorboard)
 
   run_start = time.perf_counter()
@@ -396,7 +404,10 @@ def _train(config, workdir: str, session: Session) -> RunOutput:
       if step % config.log_every == 0 or step == config.num_train_steps:
         elapsed = time.perf_counter() - window_start
         logged = _means(strategy.fetch(window), "train")
-        logged["train/learning_rate"] = float(schedule(step - 1))
+        rates = [float(schedule(step - 1)) * peak for peak in swept_rates or (1.0,)]
+        logged["train/learning_rate"] = float(np.mean(rates))
+        if swept_rates:
+          logged.update({f"train/learning_rate/seed_{i}": rate for i, rate in enumerate(rates)})
         logged["train/steps_per_second"] = window_steps / elapsed
         logged["train/tokens_per_second"] = window_tokens * session.process_count / elapsed
         logged["wall_seconds"] = wall_seconds()
@@ -500,7 +511,7 @@ def restore_for_inference(session: Session) -> _Restored:
   go to ``WORKDIR/average_last_N``."""
   config, checkpointer, workdir = session.config, session.checkpointer, session.workdir
   task = session.task
-  optimizer = make_optimizer(config.optimizer, config.num_train_steps)
+  optimizer = run_optimizer(config)
   _, abstract_state = _state_factory(session, task.build_model(session.model_config), optimizer,
                                      task.placeholder_inputs())
   use_best = checkpointer.best_step() is not None

@@ -4,7 +4,8 @@
 - ``pmap``: classic replicated data parallelism over local devices; gradients summed with ``psum``.
 - ``mesh``: ``jax.jit`` over a ``Mesh`` with ``NamedSharding``: the batch split over the ``data`` axis,
   parameters replicated or, with ``fsdp``, each parameter sharded along its largest divisible axis.
-- ``num_seeds > 1`` (with ``jit``): ``jax.vmap`` trains that many replicas (different seeds) in one program.
+- several replicas (with ``jit``): ``jax.vmap`` trains ``num_replicas`` of them in one program: seeds
+  (``config.num_seeds``) and the variants of ``config.sweep``, each replica with its own ``settings``.
 
 Every strategy exposes the same methods, so the training loop never branches on the mode. Checkpoints
 always hold the canonical (unreplicated, global) state, so a run can resume under another strategy or
@@ -22,11 +23,19 @@ DATA_AXIS = "data"
 
 
 class Strategy:
-  """Base: single device ``jit``; ``num_seeds`` > 1 adds a leading replica axis with ``vmap``."""
+  """Base: single device ``jit``; ``num_replicas`` > 1 adds a leading replica axis with ``vmap``.
+
+  ``settings``: swept values, ``name -> one number per replica`` (``config.replica_values``), which the train
+  and eval steps get as their ``settings`` argument, each replica its own (``{}``: none).
+  """
   name = "jit"
 
-  def __init__(self, num_seeds: int = 1):
-    self.num_seeds = num_seeds
+  def __init__(self, num_replicas: int = 1, settings: dict | None = None):
+    self.num_replicas = num_replicas
+    self.settings = {name: np.asarray(values, np.float32) for name, values in (settings or {}).items()}
+    if any(len(values) != num_replicas for values in self.settings.values()):
+      raise ValueError(f"settings need one value per replica ({num_replicas}): "
+                       f"{ {name: len(values) for name, values in self.settings.items()} }")
     self.trace_count = 0  # how many times the train step was traced (= compiled) — tests check it is 1
 
   @property
@@ -40,23 +49,37 @@ class Strategy:
     return traced
 
   def _vmapped(self, fn, in_axes):
-    return jax.vmap(fn, in_axes=in_axes) if self.num_seeds > 1 else fn
+    return jax.vmap(fn, in_axes=in_axes) if self.num_replicas > 1 else fn
+
+  def _with_settings(self, fn):
+    """``fn(*args) = vmapped(*args, settings)``: the replicas' settings passed as the last argument, a
+    compile-time constant of the program (``[num_replicas]`` per name; scalars for a single replica)."""
+    settings = self.settings
+
+    def call(*args):
+      if not settings:
+        return fn(*args)
+      values = settings if self.num_replicas > 1 else {name: value[0] for name, value in settings.items()}
+      return fn(*args, {name: jnp.asarray(value) for name, value in values.items()})
+    return call
 
   def create_state(self, create_fn, seed_key):
     """Run ``create_fn(key) -> TrainState`` compiled, placed as this strategy wants it.
 
-    With ``num_seeds > 1``, ``seed_key`` is a stack of ``num_seeds`` keys.
+    With ``num_replicas > 1``, ``seed_key`` is a stack of ``num_replicas`` keys.
     """
     return jax.jit(self._vmapped(create_fn, 0))(seed_key)
 
   def compile_train_step(self, train_step):
     """``(state, batch) -> (state, metrics)``; the step's key is ``fold_in(state.rng, state.step)``."""
-    def step_with_rng(state, batch):
-      return train_step(state, batch, jax.random.fold_in(state.rng, state.step))
-    return jax.jit(self._counted(self._vmapped(step_with_rng, (0, None))), donate_argnums=(0,))
+    def step_with_rng(state, batch, *settings):
+      return train_step(state, batch, jax.random.fold_in(state.rng, state.step), *settings)
+    in_axes = (0, None, 0) if self.settings else (0, None)
+    return jax.jit(self._counted(self._with_settings(self._vmapped(step_with_rng, in_axes))), donate_argnums=(0,))
 
   def compile_eval_step(self, eval_step):
-    return jax.jit(self._vmapped(eval_step, (0, None)))
+    in_axes = (0, None, 0) if self.settings else (0, None)
+    return jax.jit(self._with_settings(self._vmapped(eval_step, in_axes)))
 
   def put_batch(self, batch):
     return jax.device_put(batch)
@@ -85,10 +108,10 @@ class PmapStrategy(Strategy):
   name = "pmap"
   axis_name = "batch"
 
-  def __init__(self, num_seeds: int = 1):
-    super().__init__(num_seeds)
-    if num_seeds > 1:
-      raise ValueError("num_seeds > 1 (vmap over seeds) works with parallelism='jit' only.")
+  def __init__(self, num_replicas: int = 1):
+    super().__init__(num_replicas)
+    if num_replicas > 1:
+      raise ValueError("several replicas (vmap over seeds or variants) work with parallelism='jit' only.")
     self.devices = jax.local_devices()
 
   @property
@@ -134,10 +157,10 @@ class PmapStrategy(Strategy):
 class MeshStrategy(Strategy):
   name = "mesh"
 
-  def __init__(self, num_seeds: int = 1, fsdp: bool = False):
-    super().__init__(num_seeds)
-    if num_seeds > 1:
-      raise ValueError("num_seeds > 1 (vmap over seeds) works with parallelism='jit' only.")
+  def __init__(self, num_replicas: int = 1, fsdp: bool = False):
+    super().__init__(num_replicas)
+    if num_replicas > 1:
+      raise ValueError("several replicas (vmap over seeds or variants) work with parallelism='jit' only.")
     self.fsdp = fsdp
     self.mesh = jax.make_mesh((jax.device_count(),), (DATA_AXIS,), axis_types=(jax.sharding.AxisType.Auto,))
     self.batch_sharding = NamedSharding(self.mesh, PartitionSpec(DATA_AXIS))
@@ -191,11 +214,15 @@ class MeshStrategy(Strategy):
     return jax.tree.map(lambda x: np.asarray(jax.device_get(x)), tree)
 
 
-def make_strategy(parallelism: str, num_seeds: int = 1, fsdp: bool = False) -> Strategy:
+def make_strategy(parallelism: str, num_replicas: int = 1, fsdp: bool = False,
+                  settings: dict | None = None) -> Strategy:
+  """The strategy of ``parallelism``; ``num_replicas`` and per-replica ``settings`` with ``jit`` only."""
   if parallelism == "jit":
-    return Strategy(num_seeds)
+    return Strategy(num_replicas, settings)
+  if settings:
+    raise ValueError("swept settings (vmap over variants) work with parallelism='jit' only.")
   if parallelism == "pmap":
-    return PmapStrategy(num_seeds)
+    return PmapStrategy(num_replicas)
   if parallelism == "mesh":
-    return MeshStrategy(num_seeds, fsdp)
+    return MeshStrategy(num_replicas, fsdp)
   raise ValueError(f"config.parallelism={parallelism!r} is not supported; choose one of {list(PARALLELISMS)}.")

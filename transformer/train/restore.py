@@ -18,8 +18,7 @@ import ml_collections
 from transformer.errors import ConfigError
 from transformer.tasks import Task, build_task
 from transformer.train.checkpoint import Checkpointer, CheckpointRestoreError
-from transformer.train.config import upgrade_config
-from transformer.train.optimizer import make_optimizer
+from transformer.train.config import num_replicas, run_optimizer, upgrade_config
 from transformer.train.parallel import Strategy, make_strategy
 from transformer.train.state import create_train_state
 
@@ -46,17 +45,18 @@ def read_run_config(workdir: str) -> ml_collections.ConfigDict:
 
 
 def seed_keys(config: ml_collections.ConfigDict) -> jax.Array:
-  """The run's parameter keys: ``[2]``, or ``[num_seeds, 2]`` for replicas with seeds seed, seed + 1, ..."""
-  if config.num_seeds > 1:
-    return jnp.stack([jax.random.PRNGKey(config.seed + i) for i in range(config.num_seeds)])
+  """The run's parameter keys: ``[2]``, or ``[num_replicas, 2]`` for replicas with seeds seed, seed + 1, ...,
+  seed + num_seeds - 1 (repeated for each variant of ``config.sweep``)."""
+  if num_replicas(config) > 1:
+    return jnp.stack([jax.random.PRNGKey(config.seed + i % config.num_seeds) for i in range(num_replicas(config))])
   return jax.random.PRNGKey(config.seed)
 
 
 def abstract_train_state(create, config: ml_collections.ConfigDict, strategy: Strategy):
   """Shapes, dtypes and ``strategy``'s shardings of the canonical train state that ``create(key)`` makes
-  (one per replica when ``config.num_seeds > 1``): the target checkpoints are restored onto."""
+  (one per replica when ``num_replicas(config) > 1``): the target checkpoints are restored onto."""
   keys = seed_keys(config)
-  shapes = jax.eval_shape(jax.vmap(create) if config.num_seeds > 1 else create, keys)
+  shapes = jax.eval_shape(jax.vmap(create) if num_replicas(config) > 1 else create, keys)
   return strategy.abstract_canonical(shapes)
 
 
@@ -93,7 +93,8 @@ def load_params(workdir: str, checkpoint: str | int = "best", average_last: int 
       none), ``"latest"``, or a step number.
     average_last: > 0: the mean parameters of the last ``average_last`` periodic checkpoints instead
       (``checkpoint`` must then be left at ``"best"`` or ``"latest"``).
-    replica: which seed's parameters of a ``config.num_seeds > 1`` run (seed ``config.seed + replica``).
+    replica: which replica's parameters of a run of several (``config.num_seeds > 1`` or ``config.sweep``):
+      variant ``replica // num_seeds`` of the sweep, seed ``config.seed + replica % num_seeds``.
     config: the configuration to build the task and model from; default: the run's own
       (``read_run_config``). Give one to change e.g. where the task finds its data.
 
@@ -108,18 +109,19 @@ def load_params(workdir: str, checkpoint: str | int = "best", average_last: int 
   if average_last and isinstance(checkpoint, int):
     raise ConfigError(f"average_last={average_last} averages the last checkpoints; it cannot be combined with "
                      f"checkpoint={checkpoint}.")
-  if not 0 <= replica < config.num_seeds:
-    raise ConfigError(f"replica={replica}: the run trained config.num_seeds={config.num_seeds} replicas.")
+  if not 0 <= replica < num_replicas(config):
+    raise ConfigError(f"replica={replica}: the run trained {num_replicas(config)} replicas (config.num_seeds="
+                      f"{config.num_seeds}, config.sweep={config.get('sweep', '')!r}).")
   if not os.path.isdir(os.path.join(workdir, "checkpoints")):
     raise ConfigError(f"{workdir!r} holds no checkpoints/ folder; train first.")
 
   task = build_task(config)
   model_config = task.model_config()
   model = task.build_model(model_config)
-  optimizer = make_optimizer(config.optimizer, config.num_train_steps)
+  optimizer = run_optimizer(config)
   init_inputs = task.placeholder_inputs()
   abstract_state = abstract_train_state(lambda key: create_train_state(model, optimizer, init_inputs, key), config,
-                                        make_strategy("jit", config.num_seeds))
+                                        make_strategy("jit", num_replicas(config)))
   checkpointer = Checkpointer(workdir, asynchronous=False, best_metric=config.get("best_metric") or None,
                               best_mode=config.get("best_mode", "max"))
   try:
@@ -139,6 +141,6 @@ def load_params(workdir: str, checkpoint: str | int = "best", average_last: int 
   finally:
     checkpointer.close()
   params = jax.device_get(params)
-  if config.num_seeds > 1:
+  if num_replicas(config) > 1:
     params = jax.tree.map(lambda x: x[replica], params)
   return RestoredParams(params=params, steps=list(steps), config=config, task=task, model_config=model_config)

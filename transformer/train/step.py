@@ -38,20 +38,25 @@ def make_train_step(task, model, optimizer: optax.GradientTransformation, grad_a
   ``frozen_params`` (``config.optimizer.frozen_params``, path prefixes): no gradient flows into those
   parameters (zeros in their place), so autodiff skips the backward pass of whatever only they feed, e.g. a
   whole frozen pretrained encoder. The optimizer must leave them unchanged too (``make_optimizer`` does).
+
+  ``train_step``'s optional ``settings`` are one replica's swept values (``config.sweep``; the strategy passes
+  each replica its own): ``"optimizer.learning_rate"`` multiplies the updates (build ``optimizer`` with a peak
+  rate of 1: Adam's update is linear in its rate, weight decay included), ``"label_smoothing"`` goes to the
+  task's loss in place of the config's.
   """
 
-  def loss_fn(params, batch, rng):
+  def loss_fn(params, batch, rng, loss_settings):
     if frozen_params:
       labels = frozen_labels(params, frozen_params)
       params = jax.tree.map(lambda p, label: jax.lax.stop_gradient(p) if label == "frozen" else p, params, labels)
-    loss_sum, weight_sum, metrics = task.loss_and_metrics(model, params, batch, rng)
+    loss_sum, weight_sum, metrics = task.loss_and_metrics(model, params, batch, rng, **loss_settings)
     return loss_sum, (weight_sum, metrics)
 
   grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
 
-  def gradients(params, batch, rng):
+  def gradients(params, batch, rng, loss_settings):
     if grad_accum_steps == 1:
-      (_, (weight_sum, metrics)), grads = grad_fn(params, batch, rng)
+      (_, (weight_sum, metrics)), grads = grad_fn(params, batch, rng, loss_settings)
       return grads, weight_sum, metrics
 
     def split(x):  # [batch, ...] -> [accum, batch / accum, ...]
@@ -61,25 +66,30 @@ def make_train_step(task, model, optimizer: optax.GradientTransformation, grad_a
 
     def accumulate(carry, inputs):
       micro_batch, index = inputs
-      (_, (weight_sum, metrics)), grads = grad_fn(params, micro_batch, jax.random.fold_in(rng, index))
+      (_, (weight_sum, metrics)), grads = grad_fn(params, micro_batch, jax.random.fold_in(rng, index),
+                                                  loss_settings)
       return jax.tree.map(jnp.add, carry, (grads, weight_sum, metrics)), None
 
     first = jax.tree.map(lambda x: x[0], micro_batches)
-    zeros = jax.tree.map(jnp.zeros_like, jax.eval_shape(grad_fn, params, first, rng))
+    zeros = jax.tree.map(jnp.zeros_like, jax.eval_shape(grad_fn, params, first, rng, loss_settings))
     initial = (zeros[1], zeros[0][1][0], zeros[0][1][1])
     (grads, weight_sum, metrics), _ = jax.lax.scan(accumulate, initial,
                                                    (micro_batches, jnp.arange(grad_accum_steps)))
     return grads, weight_sum, metrics
 
-  def train_step(state: TrainState, batch, rng):
+  def train_step(state: TrainState, batch, rng, settings=None):
+    settings = dict(settings or {})
+    learning_rate = settings.pop("optimizer.learning_rate", None)
     if axis_name is not None:  # independent dropout on each data-parallel device
       rng = jax.random.fold_in(rng, jax.lax.axis_index(axis_name))
-    grads, weight_sum, metrics = gradients(state.params, batch, rng)
+    grads, weight_sum, metrics = gradients(state.params, batch, rng, settings)
     if axis_name is not None:
       grads, weight_sum, metrics = jax.lax.psum((grads, weight_sum, metrics), axis_name)
     with jax.named_scope("optimizer"):  # a name for its ops in compiled HLO and profiles
       grads = jax.tree.map(lambda g: g / jnp.maximum(weight_sum, 1.0), grads)
       updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
+      if learning_rate is not None:
+        updates = jax.tree.map(lambda u: u * learning_rate.astype(u.dtype), updates)
       params = optax.apply_updates(state.params, updates)
       metrics = dict(metrics)
       metrics["grad_norm"] = (optax.tree.norm(grads), jnp.ones((), jnp.float32))
@@ -95,10 +105,12 @@ def make_train_step(task, model, optimizer: optax.GradientTransformation, grad_a
 
 
 def make_eval_step(task, model, axis_name: str | None = None):
-  """``eval_step(params, batch) -> metrics`` with the deterministic model."""
+  """``eval_step(params, batch, settings=None) -> metrics`` with the deterministic model (``settings``: a
+  replica's swept values, as in ``make_train_step``; those of the loss apply)."""
 
-  def eval_step(params, batch):
-    _, _, metrics = task.loss_and_metrics(model, params, batch, None)
+  def eval_step(params, batch, settings=None):
+    loss_settings = {name: value for name, value in (settings or {}).items() if name != "optimizer.learning_rate"}
+    _, _, metrics = task.loss_and_metrics(model, params, batch, None, **loss_settings)
     if axis_name is not None:
       metrics = jax.lax.psum(metrics, axis_name)
     return metrics
