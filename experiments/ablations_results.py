@@ -32,6 +32,7 @@ from absl import app, flags
 
 from experiments import report
 from experiments.ablations import common
+from transformer.train.config import SWEEPABLE
 from transformer.train.writers import read_metrics
 
 ABLATIONS = ("scaling", "heads", "positions", "norm_position", "norms", "regularization", "rnn_attention")
@@ -64,6 +65,10 @@ class Cell:
   num_seeds: int
   separate_seeds: bool = False  # each seed its own run in workdir/seed_<i> (common.Ablation.vmap_seeds False)
   task: str = "synthetic"  # a key of METRICS
+  # Variants that differ only in SWEEPABLE fields train in one program: ``config`` (the group's first variant)
+  # with ``--config.sweep=<sweep>``; this cell's seeds are replicas replica_offset, ... of that run.
+  sweep: str = ""
+  replica_offset: int = 0
 
   @property
   def name(self) -> str:
@@ -72,7 +77,7 @@ class Cell:
   def runs(self) -> list[tuple[str, tuple[str, ...]]]:
     """``(workdir, extra launch flags)`` of each run of the cell: one, or one per seed."""
     if not self.separate_seeds:
-      return [(self.workdir, ())]
+      return [(self.workdir, (f"--config.sweep={self.sweep}",) if self.sweep else ())]
     return [(os.path.join(self.workdir, f"seed_{i}"), (f"--config.seed={i}", "--config.data_seed=0"))
             for i in range(self.num_seeds)]
 
@@ -83,23 +88,47 @@ def ablation_module(name: str):
   return importlib.import_module(f"experiments.ablations.{name}")
 
 
+def _config_key(flat: dict, leave_out: tuple[str, ...] = ()) -> str:
+  return json.dumps({k: v for k, v in flat.items() if k not in leave_out}, sort_keys=True, default=str)
+
+
 def expand_grid(names: list[str], task: str, root: str, ablations: tuple[str, ...] = ABLATIONS) -> list[Cell]:
   """The cells of the ablations ``names``, in order. A variant whose config equals one earlier in
-  ``ablations`` (all of them, so the choice does not depend on ``names``) gets that one's workdir."""
+  ``ablations`` (all of them, so the choice does not depend on ``names``) gets that one's cell. Of the others,
+  the variants of one ablation that differ only in ``SWEEPABLE`` fields (learning rate, label smoothing) share
+  one run, vmapped over variants and seeds (``config.sweep``), in ``<ablation>/<variant>+<variant>``."""
   suffix = "" if task == "synthetic" else f",{task}"
-  owner = {}  # config (JSON) -> the workdir of its first variant
+  owner = {}  # config (JSON) -> the cell that trains it
   cells = {}
   for name in ablations:
     module = ablation_module(name)
+    separate = not module.ABLATION.vmap_seeds
+    fresh = {}  # config without its sweepable fields (JSON) -> [(variant, flat config)] of configs not seen before
+    repeats = {}  # variant -> the config (JSON) of an earlier variant of this ablation that it equals
     for variant in module.ABLATION.variants:
-      config = module.get_config(variant + suffix)
-      key = json.dumps(report.flatten_config(config), sort_keys=True, default=str)
-      workdir = owner.setdefault(key, os.path.join(root, name, variant))
-      separate = not module.ABLATION.vmap_seeds
-      cells[(name, variant)] = Cell(name, variant, f"experiments/ablations/{name}.py:{variant}{suffix}", workdir,
-                                    config.num_train_steps, common.NUM_SEEDS if separate else config.num_seeds,
-                                    separate, task)
-  return [cell for (name, _), cell in cells.items() if name in names]
+      flat = report.flatten_config(module.get_config(variant + suffix))
+      key = _config_key(flat)
+      if key in owner or any(key == _config_key(f) for group in fresh.values() for _, f in group):
+        repeats[variant] = key
+        continue
+      fresh.setdefault(_config_key(flat, leave_out=() if separate else SWEEPABLE), []).append((variant, flat))
+    for group in fresh.values():
+      variants = [variant for variant, _ in group]
+      first, flat = group[0]
+      swept = [field for field in SWEEPABLE if len({str(f[field]) for _, f in group}) > 1]
+      sweep = ";".join(f"{field}={','.join(repr(f[field]) for _, f in group)}" for field in swept)
+      num_seeds = common.NUM_SEEDS if separate else flat["num_seeds"]
+      for index, (variant, variant_flat) in enumerate(group):
+        cell = Cell(name, variant, f"experiments/ablations/{name}.py:{first}{suffix}",
+                    os.path.join(root, name, "+".join(variants)), flat["num_train_steps"], num_seeds, separate, task,
+                    sweep, index * num_seeds)
+        owner[_config_key(variant_flat)] = cells[(name, variant)] = cell
+    for variant, key in repeats.items():  # its own config names the run, unless only a sweep's command does
+      shared = owner[key]
+      config = shared.config if shared.sweep else f"experiments/ablations/{name}.py:{variant}{suffix}"
+      cells[(name, variant)] = dataclasses.replace(shared, ablation=name, variant=variant, config=config)
+  return [cells[(name, variant)] for name in ablations if name in names
+          for variant in ablation_module(name).ABLATION.variants]
 
 
 def final_evaluation(records: list[dict], num_train_steps: int) -> dict | None:
@@ -122,15 +151,34 @@ def run_grid(cells: list[Cell], train: Callable[[str, str, tuple], object] = rep
         train(cell.config, workdir, (*seed_flags, *launch_flags))
     # I = 0, 1, 2: the page says so
     seeds = ["--config.seed=I", "--config.data_seed=0"] if cell.separate_seeds else []
+    sweep = [f"--config.sweep={cell.sweep}"] if cell.sweep else []
     workdir = os.path.join(cell.workdir, "seed_I") if cell.separate_seeds else cell.workdir
-    commands[cell.name] = ["python", "launch.py", f"--config={cell.config}", f"--workdir={workdir}", *seeds,
-                           *launch_flags]
+    commands[cell.name] = ["python", "launch.py", f"--config={cell.config}", f"--workdir={workdir}", *sweep,
+                           *seeds, *launch_flags]
   return commands
+
+
+def _own_replicas(records: list[dict], offset: int, count: int) -> list[dict]:
+  """Records of a run of several variants as the cell's own: its replicas ``offset .. offset + count - 1`` as
+  ``<name>/seed_0 ..``, the other replicas dropped and each mean over the cell's replicas only."""
+  own = []
+  for record in records:
+    kept = {key: value for key, value in record.items() if "/seed_" not in key}
+    for key, value in record.items():
+      name, marker, index = key.rpartition("/seed_")
+      if marker and offset <= int(index) < offset + count:
+        kept[f"{name}/seed_{int(index) - offset}"] = value
+    names = {key.rsplit("/seed_", 1)[0] for key in kept if "/seed_" in key}
+    kept.update({name: float(np.mean([kept[f"{name}/seed_{i}"] for i in range(count)])) for name in names})
+    own.append(kept)
+  return own
 
 
 def read_cell(cell: Cell) -> list[dict]:
   """The cell's metric records; for separate seeds, one record per step with each run's values as
-  ``<name>/seed_i`` (the layout of a vmapped run)."""
+  ``<name>/seed_i`` (the layout of a vmapped run); for a cell of a sweep, its own replicas as its seeds."""
+  if cell.sweep:
+    return _own_replicas(read_metrics(cell.workdir), cell.replica_offset, cell.num_seeds)
   if not cell.separate_seeds:
     return read_metrics(cell.workdir)
   merged = {}
@@ -391,7 +439,9 @@ order). Each number is the mean ± sample standard deviation over the seeds of t
 counts seeds whose training loss became non-finite, that skipped a non-finite step, or whose final training loss
 is above {common.DIVERGED_LOSS[task]} nats. A difference is called "larger than the spread of seeds" when it exceeds
 twice its standard error; with 3 seeds that is a screen, not a significance test. Wall time includes compilation and
-evaluation. Cells with the same config (the reference model) are one run, listed under each ablation. The RNN
+evaluation. Cells with the same config (the reference model) are one run, listed under each ablation; so are
+variants that differ only in the learning rate or label smoothing (`--config.sweep`: variants and seeds in one
+vmapped program; the wall time is the program's, listed under each of its variants). The RNN
 ablation's seeds are separate runs (`--config.seed=I` for I = 0, 1, 2, in `WORKDIR/seed_I`): with its seeds vmapped
 the program stalls on XLA:CPU; its wall time is the sum of the three.
 
@@ -419,7 +469,7 @@ def main(argv):
   attention = {}
   if "scaling" in names:
     for cell in (c for c in cells if c.ablation == "scaling"):
-      attention[cell.name] = {replica: attention_statistics(cell.workdir, replica)
+      attention[cell.name] = {replica: attention_statistics(cell.workdir, cell.replica_offset + replica)
                               for replica in range(cell.num_seeds)}
   invocation = "python -m experiments.ablations_results" + (
       f" --ablation={_ABLATION.value}" if _ABLATION.value != "all" else "") + (

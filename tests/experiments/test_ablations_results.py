@@ -25,7 +25,15 @@ def test_the_grid_expands_to_every_variant_and_shares_identical_configs():
     assert by_name[name].workdir == "/root/heads/4"
   assert by_name["heads/1"].workdir == "/root/scaling/scaled"  # d_k = 64: the scaling ablation's reference
   assert by_name["norm_position/post_warmup"].workdir == "/root/norm_position/post_warmup"
-  assert len({cell.workdir for cell in cells}) == len(cells) - 4
+  # Variants that differ only in label smoothing train in one program, vmapped over variants and seeds.
+  dropout, both = by_name["regularization/dropout"], by_name["regularization/both"]
+  assert dropout.workdir == both.workdir == "/root/regularization/dropout+both"
+  assert dropout.sweep == both.sweep == "label_smoothing=0.0,0.1"
+  assert (dropout.replica_offset, both.replica_offset) == (0, common.NUM_SEEDS)
+  assert both.config == "experiments/ablations/regularization.py:dropout"
+  assert both.runs() == [("/root/regularization/dropout+both", ("--config.sweep=label_smoothing=0.0,0.1",))]
+  assert not by_name["norms/rms_norm"].sweep  # a model field: its own program
+  assert len({cell.workdir for cell in cells}) == len(cells) - 5
   assert all(cell.num_seeds == common.NUM_SEEDS for cell in cells)
   assert by_name["norm_position/pre_no_warmup"].num_train_steps < by_name["heads/2"].num_train_steps
   rnn = by_name["rnn_attention/none"]  # seeds as separate runs, in seed_<i>, with the same data order
@@ -77,9 +85,40 @@ def train_in_process(calls, **overrides):
     module = importlib.import_module("experiments.ablations." + os.path.basename(path)[:-3])
     config = module.get_config(variant)
     config.update(overrides)
+    for flag in launch_flags:  # the one launch flag a grid adds to the config (seeds: separate runs)
+      if flag.startswith("--config.sweep="):
+        config.sweep = flag.partition("=")[2]
     calls.append(workdir)
     run(config, workdir)
   return train
+
+
+def test_variants_of_a_sweep_train_once_and_read_as_their_own_replicas(tiny_norms, tmp_path, monkeypatch):
+  regularization = importlib.import_module("experiments.ablations.regularization")
+  two = dataclasses.replace(regularization.ABLATION, variants={
+      name: regularization.ABLATION.variants[name] for name in ("none", "label_smoothing")})
+  monkeypatch.setattr(regularization, "ABLATION", two)
+  cells = ablations_results.expand_grid(["regularization"], "synthetic", str(tmp_path), ablations=("regularization",))
+  assert {cell.workdir for cell in cells} == {str(tmp_path / "regularization" / "none+label_smoothing")}
+  calls = []
+  commands = ablations_results.run_grid(cells, train_in_process(calls))
+  assert calls == [cells[0].workdir]  # one program for both variants
+  assert commands["regularization/label_smoothing"][:5] == [
+      "python", "launch.py", "--config=experiments/ablations/regularization.py:none",
+      f"--workdir={cells[0].workdir}", "--config.sweep=label_smoothing=0.0,0.1"]
+  run_records = read_metrics(cells[0].workdir)
+  final = ablations_results.final_evaluation(run_records, 4)
+  results = [ablations_results.cell_result(cell, ablations_results.read_cell(cell)) for cell in cells]
+  for result, replicas in zip(results, ([0, 1], [2, 3])):
+    np.testing.assert_allclose(result.per_seed["eval/exact_match"],
+                               [final[f"eval/exact_match/seed_{r}"] for r in replicas])
+    own_final = ablations_results.final_evaluation(ablations_results.read_cell(result.cell), 4)
+    assert own_final["eval/loss"] == pytest.approx(np.mean([final[f"eval/loss/seed_{r}"] for r in replicas]))
+    assert "eval/loss/seed_2" not in own_final
+  # Each variant's replicas got its own label smoothing: without it the loss is the NLL, with it it is not.
+  unsmoothed, smoothed = (result.records[-1] for result in results)
+  assert unsmoothed["eval/loss"] == pytest.approx(unsmoothed["eval/nll"], rel=1e-6)
+  assert abs(smoothed["eval/loss"] - smoothed["eval/nll"]) > 0.01
 
 
 def test_a_killed_grid_resumes_without_redoing_finished_cells(tiny_norms, tmp_path):
