@@ -160,10 +160,11 @@ def run_grid(cells: list[Cell], train: Callable[[str, str, tuple], object] = rep
 
 def _own_replicas(records: list[dict], offset: int, count: int) -> list[dict]:
   """Records of a run of several variants as the cell's own: its replicas ``offset .. offset + count - 1`` as
-  ``<name>/seed_0 ..``, the other replicas dropped and each mean over the cell's replicas only."""
+  ``<name>/seed_0 ..``, the other replicas (and the run's per-variant means) dropped, and each mean over the
+  cell's replicas only."""
   own = []
   for record in records:
-    kept = {key: value for key, value in record.items() if "/seed_" not in key}
+    kept = {key: value for key, value in record.items() if "/seed_" not in key and "/variant_" not in key}
     for key, value in record.items():
       name, marker, index = key.rpartition("/seed_")
       if marker and offset <= int(index) < offset + count:

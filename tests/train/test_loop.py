@@ -118,6 +118,11 @@ def test_vmap_over_swept_variants_equals_separate_runs(make_config, tmp_path):
                                  rtol=1e-5)
     loaded = load_params(str(tmp_path / "vmap"), checkpoint="latest", replica=replica)
     assert_params_close(loaded.params, replica_params, rtol=0, atol=0)
+  # Each variant's mean over its seeds, beside the mean over all replicas.
+  for record in (r for r in read_metrics(str(tmp_path / "vmap")) if "eval/loss" in r):
+    for variant in range(2):
+      assert record[f"eval/loss/variant_{variant}"] == pytest.approx(
+          np.mean([record[f"eval/loss/seed_{2 * variant + i}"] for i in range(2)]))
   # The variants differ: a run that ignored the sweep would give all four the first variant's curve.
   assert not np.allclose(losses(tmp_path / "vmap", "train/loss/seed_0"), losses(tmp_path / "vmap", "train/loss/seed_2"))
 

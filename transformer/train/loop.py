@@ -66,17 +66,27 @@ class _Preemption:
       signal.signal(number, previous)
 
 
-def _means(sums: dict, prefix: str) -> dict:
-  """``name -> (sum, weight)`` to ``prefix/name -> sum / weight``; per-seed values get a ``/seed_i`` suffix."""
+def _means(sums: dict, prefix: str, num_seeds: int = 1) -> dict:
+  """``name -> (sum, weight)`` to ``prefix/name -> sum / weight``; per-replica values get a ``/seed_i`` suffix,
+  and with several variants (``config.sweep``: replicas in groups of ``num_seeds``) each variant's mean over
+  its seeds a ``/variant_v`` suffix."""
   out = {}
   for name, (total, weight) in sums.items():
     weight = np.asarray(weight, np.float64)  # weight 0: a count (train/skipped_steps), reported as its sum
     value = np.where(weight > 0, np.asarray(total, np.float64) / np.maximum(weight, 1e-12), total)
-    if value.ndim == 0:
-      out[f"{prefix}/{name}"] = float(value)
-    else:
-      out[f"{prefix}/{name}"] = float(value.mean())
-      out.update({f"{prefix}/{name}/seed_{i}": float(v) for i, v in enumerate(value)})
+    out.update(_replica_means(f"{prefix}/{name}", value, num_seeds))
+  return out
+
+
+def _replica_means(name: str, value, num_seeds: int) -> dict:
+  """``name``: the mean of ``value`` (one per replica, or a scalar), ``name/seed_i`` each replica's, and
+  ``name/variant_v`` each variant's mean when the replicas are several variants of ``num_seeds`` seeds."""
+  value = np.asarray(value, np.float64)
+  if value.ndim == 0:
+    return {name: float(value)}
+  out = {name: float(value.mean()), **{f"{name}/seed_{i}": float(v) for i, v in enumerate(value)}}
+  if len(value) > num_seeds:
+    out.update({f"{name}/variant_{v}": float(m) for v, m in enumerate(value.reshape(-1, num_seeds).mean(axis=1))})
   return out
 
 
@@ -274,7 +284,8 @@ def make_evaluator(session: Session, eval_model, write=print):
     for batch in eval_batches:
       metrics = eval_step(state.params, strategy.put_batch(batch))
       sums = metrics if sums is None else jax.tree.map(jnp.add, sums, metrics)
-    results = _means(strategy.fetch(sums), "eval")
+    num_seeds = session.config.num_seeds
+    results = _means(strategy.fetch(sums), "eval", num_seeds)
     results.update(task.derived_metrics(results))
     params = jax.device_get(strategy.host_params(state))
     replicas = num_replicas(session.config)
@@ -288,9 +299,7 @@ def make_evaluator(session: Session, eval_model, write=print):
         sys.stdout.flush()
     for name in per_replica[0]:
       values = [metrics[name] for metrics in per_replica]
-      results[f"eval/{name}"] = float(np.mean(values))
-      if replicas > 1:
-        results.update({f"eval/{name}/seed_{i}": float(v) for i, v in enumerate(values)})
+      results.update(_replica_means(f"eval/{name}", values[0] if replicas == 1 else values, num_seeds))
     return results
 
   return evaluate
@@ -403,11 +412,10 @@ def _train(config, workdir: str, session: Session) -> RunOutput:
 
       if step % config.log_every == 0 or step == config.num_train_steps:
         elapsed = time.perf_counter() - window_start
-        logged = _means(strategy.fetch(window), "train")
-        rates = [float(schedule(step - 1)) * peak for peak in swept_rates or (1.0,)]
-        logged["train/learning_rate"] = float(np.mean(rates))
-        if swept_rates:
-          logged.update({f"train/learning_rate/seed_{i}": rate for i, rate in enumerate(rates)})
+        logged = _means(strategy.fetch(window), "train", config.num_seeds)
+        rate = float(schedule(step - 1))
+        logged.update(_replica_means("train/learning_rate", [rate * peak for peak in swept_rates] if swept_rates
+                                     else rate, config.num_seeds))
         logged["train/steps_per_second"] = window_steps / elapsed
         logged["train/tokens_per_second"] = window_tokens * session.process_count / elapsed
         logged["wall_seconds"] = wall_seconds()
