@@ -95,7 +95,7 @@ def _config_key(flat: dict, leave_out: tuple[str, ...] = ()) -> str:
 def expand_grid(names: list[str], task: str, root: str, ablations: tuple[str, ...] = ABLATIONS) -> list[Cell]:
   """The cells of the ablations ``names``, in order. A variant whose config equals one earlier in
   ``ablations`` (all of them, so the choice does not depend on ``names``) gets that one's cell. Of the others,
-  the variants of one ablation that differ only in ``SWEEPABLE`` fields (learning rate, label smoothing) share
+  the variants of one ablation that differ only in ``SWEEPABLE`` fields (learning rate, warmup, label smoothing) share
   one run, vmapped over variants and seeds (``config.sweep``), in ``<ablation>/<variant>+<variant>``."""
   suffix = "" if task == "synthetic" else f",{task}"
   owner = {}  # config (JSON) -> the cell that trains it
@@ -441,8 +441,8 @@ counts seeds whose training loss became non-finite, that skipped a non-finite st
 is above {common.DIVERGED_LOSS[task]} nats. A difference is called "larger than the spread of seeds" when it exceeds
 twice its standard error; with 3 seeds that is a screen, not a significance test. Wall time includes compilation and
 evaluation. Cells with the same config (the reference model) are one run, listed under each ablation; so are
-variants that differ only in the learning rate or label smoothing (`--config.sweep`: variants and seeds in one
-vmapped program; the wall time is the program's, listed under each of its variants). The RNN
+variants that differ only in the learning rate, its warmup or label smoothing (`--config.sweep`: variants and
+seeds in one vmapped program; the wall time is the program's, listed under each of its variants). The RNN
 ablation's seeds are separate runs (`--config.seed=I` for I = 0, 1, 2, in `WORKDIR/seed_I`): with its seeds vmapped
 the program stalls on XLA:CPU; its wall time is the sum of the three.
 

@@ -24,7 +24,9 @@ def test_the_grid_expands_to_every_variant_and_shares_identical_configs():
   for name in ("positions/sinusoidal", "norms/layer_norm", "regularization/none"):
     assert by_name[name].workdir == "/root/heads/4"
   assert by_name["heads/1"].workdir == "/root/scaling/scaled"  # d_k = 64: the scaling ablation's reference
-  assert by_name["norm_position/post_warmup"].workdir == "/root/norm_position/post_warmup"
+  # Warmup is swept in one program: each norm position's two warmups share a run.
+  assert by_name["norm_position/post_no_warmup"].workdir == "/root/norm_position/post_warmup+post_no_warmup"
+  assert by_name["norm_position/post_no_warmup"].sweep == "optimizer.warmup_steps=50,0"
   # Variants that differ only in label smoothing train in one program, vmapped over variants and seeds.
   dropout, both = by_name["regularization/dropout"], by_name["regularization/both"]
   assert dropout.workdir == both.workdir == "/root/regularization/dropout+both"
@@ -33,7 +35,7 @@ def test_the_grid_expands_to_every_variant_and_shares_identical_configs():
   assert both.config == "experiments/ablations/regularization.py:dropout"
   assert both.runs() == [("/root/regularization/dropout+both", ("--config.sweep=label_smoothing=0.0,0.1",))]
   assert not by_name["norms/rms_norm"].sweep  # a model field: its own program
-  assert len({cell.workdir for cell in cells}) == len(cells) - 5
+  assert len({cell.workdir for cell in cells}) == len(cells) - 7
   assert all(cell.num_seeds == common.NUM_SEEDS for cell in cells)
   assert by_name["norm_position/pre_no_warmup"].num_train_steps < by_name["heads/2"].num_train_steps
   rnn = by_name["rnn_attention/none"]  # seeds as separate runs, in seed_<i>, with the same data order

@@ -98,13 +98,13 @@ def test_vmap_over_seeds_equals_separate_runs(make_config, tmp_path):
 
 
 def test_vmap_over_swept_variants_equals_separate_runs(make_config, tmp_path):
-  """config.sweep: 2 variants (learning rate and label smoothing zipped) x 2 seeds in one program; replica r
-  is variant r // 2 with seed 3 + r % 2, and follows the separate run of that variant and seed."""
-  sweep = "optimizer.learning_rate=0.002,0.0005;label_smoothing=0,0.1"
+  """config.sweep: 2 variants (learning rate, warmup and label smoothing zipped) x 2 seeds in one program;
+  replica r is variant r // 2 with seed 3 + r % 2, and follows the separate run of that variant and seed."""
+  sweep = "optimizer.learning_rate=0.002,0.0005;optimizer.warmup_steps=8,0;label_smoothing=0,0.1"
   together = run(make_config(num_seeds=2, seed=3, sweep=sweep), str(tmp_path / "vmap"))
   assert together.train_step_compilations == 1
-  variants = [dict(optimizer__learning_rate=0.002, label_smoothing=0.0),
-              dict(optimizer__learning_rate=0.0005, label_smoothing=0.1)]
+  variants = [dict(optimizer__learning_rate=0.002, optimizer__warmup_steps=8, label_smoothing=0.0),
+              dict(optimizer__learning_rate=0.0005, optimizer__warmup_steps=0, label_smoothing=0.1)]
   for replica in range(4):
     alone_dir = tmp_path / f"replica{replica}"
     alone = run(make_config(seed=3 + replica % 2, data_seed=3, **variants[replica // 2]), str(alone_dir))
@@ -132,6 +132,7 @@ def test_vmap_over_swept_variants_equals_separate_runs(make_config, tmp_path):
     ("optimizer.learning_rate=1e-3,fast", r"must be numbers separated by commas"),
     ("optimizer.learning_rate=1e-3,2e-3;label_smoothing=0", r"as many values each; got \{'optimizer"),
     ("optimizer.learning_rate=1e-3,-1", r"every learning rate must be > 0, got -1"),
+    ("optimizer.warmup_steps=10,2.5", r"warmup steps must be whole numbers >= 0, got 2.5"),
     ("label_smoothing=0,1.5", r"label_smoothing=1.5 is outside \[0, 1\)"),
 ])
 def test_a_bad_sweep_is_one_clear_error(make_config, tmp_path, sweep, message):

@@ -19,13 +19,14 @@ import optax
 from transformer.errors import ConfigError
 from transformer.nn import MODELS, model_spec
 from transformer.tasks.seq2seq import decode_settings
-from transformer.train.optimizer import SCHEDULES, make_optimizer
+from transformer.train.optimizer import SCHEDULES, make_optimizer, make_schedule
 from transformer.train.parallel import PARALLELISMS
 
 MODES = ("train", "eval", "predict", "translate")
 # Fields whose variants can share one vmapped program: they enter the train step as per-replica numbers
 # (the model's own fields change its code or shapes, so their variants are separate runs).
-SWEEPABLE = ("optimizer.learning_rate", "label_smoothing")
+SWEEPABLE = ("optimizer.learning_rate", "optimizer.warmup_steps", "label_smoothing")
+SCHEDULE_FIELDS = ("optimizer.learning_rate", "optimizer.warmup_steps")  # swept: a schedule per variant
 # Model fields the task fills in from the data (vocabulary, special ids) or the mode switches: not in config.model.
 DECIDED_ELSEWHERE = ("vocab_size", "target_vocab_size", "pad_id", "bos_id", "eos_id", "deterministic", "decode")
 
@@ -166,17 +167,50 @@ def num_replicas(config) -> int:
   return num_variants(config) * config.num_seeds
 
 
-def replica_values(config) -> dict[str, tuple[float, ...]]:
-  """``field -> one value per replica`` of the swept fields (``{}`` without a sweep)."""
-  return {field: tuple(value for value in values for _ in range(config.num_seeds))
-          for field, values in parse_sweep(config.get("sweep", "")).items()}
+def variant_configs(config) -> list[ml_collections.ConfigDict]:
+  """Each variant's config: ``config`` with the variant's values of the swept fields (``[config]`` without a
+  sweep)."""
+  sweep = parse_sweep(config.get("sweep", ""))
+  variants = []
+  for index in range(num_variants(config)):
+    variant = copy.deepcopy(config)
+    for field, values in sweep.items():
+      section, _, name = field.rpartition(".")
+      target = variant[section] if section else variant
+      target[name] = type(target[name])(values[index])  # warmup steps stay an int
+    variants.append(variant)
+  return variants
+
+
+def sweeps_schedule(config) -> bool:
+  """Whether the learning-rate schedule differs between variants (``SCHEDULE_FIELDS`` swept)."""
+  return any(field in SCHEDULE_FIELDS for field in parse_sweep(config.get("sweep", "")))
+
+
+def replica_values(config) -> dict[str, tuple]:
+  """What each replica's train and eval steps get as ``settings``, one value per replica: ``variant`` (its
+  index, when the schedule is swept: the step picks that variant's learning rate) and the swept
+  ``label_smoothing``. ``{}`` without a sweep."""
+  sweep = parse_sweep(config.get("sweep", ""))
+  values = {}
+  if sweeps_schedule(config):
+    values["variant"] = tuple(index for index in range(num_variants(config)) for _ in range(config.num_seeds))
+  if "label_smoothing" in sweep:
+    values["label_smoothing"] = tuple(value for value in sweep["label_smoothing"] for _ in range(config.num_seeds))
+  return values
 
 
 def run_optimizer(config) -> optax.GradientTransformation:
-  """The optimizer of a run: ``make_optimizer`` of ``config.optimizer``, at a peak of 1 when the learning rate
-  is swept (the train step scales each replica's updates by its rate)."""
-  swept = "optimizer.learning_rate" in parse_sweep(config.get("sweep", ""))
-  return make_optimizer(config.optimizer, config.num_train_steps, unit_peak=swept)
+  """The optimizer of a run: ``make_optimizer`` of ``config.optimizer``; when the schedule is swept, at a
+  constant rate of 1 instead, and the train step multiplies each replica's updates by its variant's rate
+  (``run_schedules``): Adam's update is linear in its rate, decoupled weight decay included."""
+  return make_optimizer(config.optimizer, config.num_train_steps,
+                        constant_rate=1.0 if sweeps_schedule(config) else None)
+
+
+def run_schedules(config) -> list:
+  """The learning-rate schedule of each variant (one without a sweep), as ``make_schedule`` builds it."""
+  return [make_schedule(variant.optimizer, variant.num_train_steps) for variant in variant_configs(config)]
 
 
 def validate_config(config: ml_collections.ConfigDict, workdir: str | None = None, mode: str = "train") -> None:
@@ -213,6 +247,9 @@ def validate_config(config: ml_collections.ConfigDict, workdir: str | None = Non
           "--config.seed=I.")
   for value in sweep.get("optimizer.learning_rate", ()):
     require(value > 0, f"config.sweep={config.sweep!r}: every learning rate must be > 0, got {value:g}.")
+  for value in sweep.get("optimizer.warmup_steps", ()):
+    require(value >= 0 and value == int(value),
+            f"config.sweep={config.sweep!r}: warmup steps must be whole numbers >= 0, got {value:g}.")
   for value in sweep.get("label_smoothing", ()):
     require(0.0 <= value < 1.0, f"config.sweep={config.sweep!r}: label_smoothing={value:g} is outside [0, 1).")
   require(config.optimizer.schedule in SCHEDULES,

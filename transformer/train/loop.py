@@ -27,8 +27,8 @@ import numpy as np
 from transformer.errors import ConfigError, InputFileError
 from transformer.tasks import StartsFromPretrained, TranslatesText, WritesPredictions, WritesTestOutputs, build_task
 from transformer.train.checkpoint import Checkpointer
-from transformer.train.config import SWEEPABLE, num_replicas, replica_values, run_optimizer, validate_config
-from transformer.train.optimizer import make_schedule
+from transformer.train.config import (SWEEPABLE, num_replicas, replica_values, run_optimizer, run_schedules,
+                                     sweeps_schedule, validate_config)
 from transformer.train.parallel import make_strategy
 from transformer.train.restore import abstract_train_state, load_params, seed_keys
 from transformer.train.state import create_train_state
@@ -363,13 +363,13 @@ def _train(config, workdir: str, session: Session) -> RunOutput:
   bar = progress_bar(config.num_train_steps, start_step, config.quiet or not session.is_main)
   evaluate = make_evaluator(session, task.build_model(session.model_config.replace(deterministic=True)),
                             write=bar.write)
+  schedules = run_schedules(config)  # one per variant of config.sweep
   train_step = strategy.compile_train_step(
       make_train_step(task, model, optimizer, config.grad_accum_steps, getattr(strategy, "axis_name", None),
                       skip_nonfinite_steps=config.skip_nonfinite_steps,
-                      frozen_params=tuple(config.optimizer.get("frozen_params", ()) or ())))
+                      frozen_params=tuple(config.optimizer.get("frozen_params", ()) or ()),
+                      variant_schedules=schedules if sweeps_schedule(config) else None))
   guard = DivergenceGuard(strategy.fetch, before_raise=checkpointer.wait)  # reliability hook
-  swept_rates = replica_values(config).get("optimizer.learning_rate")  # then the schedule's peak is each replica's
-  schedule = make_schedule(config.optimizer, config.num_train_steps, peak=1.0 if swept_rates else None)
   writer = MetricWriter(workdir, resume_step=start_step, enabled=session.is_main, tensorboard=config.tensorboard)
 
   run_start = time.perf_counter()
@@ -413,9 +413,9 @@ def _train(config, workdir: str, session: Session) -> RunOutput:
       if step % config.log_every == 0 or step == config.num_train_steps:
         elapsed = time.perf_counter() - window_start
         logged = _means(strategy.fetch(window), "train", config.num_seeds)
-        rate = float(schedule(step - 1))
-        logged.update(_replica_means("train/learning_rate", [rate * peak for peak in swept_rates] if swept_rates
-                                     else rate, config.num_seeds))
+        rates = [float(schedule(step - 1)) for schedule in schedules]
+        logged.update(_replica_means("train/learning_rate", np.repeat(rates, config.num_seeds)
+                                     if sweeps_schedule(config) else rates[0], config.num_seeds))
         logged["train/steps_per_second"] = window_steps / elapsed
         logged["train/tokens_per_second"] = window_tokens * session.process_count / elapsed
         logged["wall_seconds"] = wall_seconds()

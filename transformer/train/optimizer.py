@@ -10,8 +10,8 @@ from transformer.errors import ConfigError
 SCHEDULES = ("inverse_sqrt", "cosine", "constant")
 
 
-def make_schedule(config, num_train_steps: int, peak: float | None = None) -> optax.Schedule:
-  """Learning rate as a function of the step (0-based); ``peak`` in place of ``config.learning_rate`` if given.
+def make_schedule(config, num_train_steps: int) -> optax.Schedule:
+  """Learning rate as a function of the step (0-based).
 
   - ``inverse_sqrt`` (Vaswani et al., eq. 3): linear warmup to ``learning_rate`` over ``warmup_steps``, then
     ``learning_rate * sqrt(warmup_steps / step)``. The paper's ``d_model^-0.5 * min(step^-0.5,
@@ -19,7 +19,7 @@ def make_schedule(config, num_train_steps: int, peak: float | None = None) -> op
   - ``cosine``: linear warmup, then cosine decay to 0 at ``num_train_steps``.
   - ``constant``: linear warmup, then constant.
   """
-  peak, warmup = config.learning_rate if peak is None else peak, max(int(config.warmup_steps), 0)
+  peak, warmup = config.learning_rate, max(int(config.warmup_steps), 0)
   if config.schedule == "inverse_sqrt":
     def schedule(step):
       step = jnp.asarray(step, jnp.float32) + 1.0
@@ -61,16 +61,14 @@ def frozen_labels(params, frozen_prefixes) -> object:
       params)
 
 
-def make_optimizer(config, num_train_steps: int, unit_peak: bool = False) -> optax.GradientTransformation:
+def make_optimizer(config, num_train_steps: int, constant_rate: float | None = None) -> optax.GradientTransformation:
   """Adam (paper: b1 0.9, b2 0.98, eps 1e-9), optional decoupled weight decay and global-norm clipping.
 
   ``config.frozen_params`` (optional; path prefixes such as ``("encoder/embedding",)``): those parameters get
   zero updates and no Adam moments, and are left out of the clipping norm; the rest train as usual.
-  ``unit_peak``: the schedule peaks at 1 instead of ``config.learning_rate``, for a sweep over learning rates
-  in one program, whose train step multiplies each replica's updates by its own rate (the update is linear
-  in the rate, decoupled weight decay included).
+  ``constant_rate``: this fixed rate instead of the schedule (a sweep's train step applies each replica's).
   """
-  schedule = make_schedule(config, num_train_steps, peak=1.0 if unit_peak else None)
+  schedule = make_schedule(config, num_train_steps) if constant_rate is None else constant_rate
   parts = []
   if config.grad_clip_norm and config.grad_clip_norm > 0:
     parts.append(optax.clip_by_global_norm(config.grad_clip_norm))

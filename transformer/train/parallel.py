@@ -32,7 +32,7 @@ class Strategy:
 
   def __init__(self, num_replicas: int = 1, settings: dict | None = None):
     self.num_replicas = num_replicas
-    self.settings = {name: np.asarray(values, np.float32) for name, values in (settings or {}).items()}
+    self.settings = {name: np.asarray(values) for name, values in (settings or {}).items()}
     if any(len(values) != num_replicas for values in self.settings.values()):
       raise ValueError(f"settings need one value per replica ({num_replicas}): "
                        f"{ {name: len(values) for name, values in self.settings.items()} }")

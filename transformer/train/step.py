@@ -21,7 +21,7 @@ def all_finite(metrics) -> jax.Array:
 
 def make_train_step(task, model, optimizer: optax.GradientTransformation, grad_accum_steps: int = 1,
                     axis_name: str | None = None, skip_nonfinite_steps: bool = False,
-                    frozen_params: tuple[str, ...] = ()):
+                    frozen_params: tuple[str, ...] = (), variant_schedules: list | None = None):
   """Build ``train_step(state, batch, rng) -> (state, metrics)``.
 
   The loss is normalised once by the total weight (non-padding tokens) of the global batch: gradients of
@@ -39,10 +39,11 @@ def make_train_step(task, model, optimizer: optax.GradientTransformation, grad_a
   parameters (zeros in their place), so autodiff skips the backward pass of whatever only they feed, e.g. a
   whole frozen pretrained encoder. The optimizer must leave them unchanged too (``make_optimizer`` does).
 
-  ``train_step``'s optional ``settings`` are one replica's swept values (``config.sweep``; the strategy passes
-  each replica its own): ``"optimizer.learning_rate"`` multiplies the updates (build ``optimizer`` with a peak
-  rate of 1: Adam's update is linear in its rate, weight decay included), ``"label_smoothing"`` goes to the
-  task's loss in place of the config's.
+  ``train_step``'s optional ``settings`` are one replica's swept values (``config.replica_values``; the
+  strategy passes each replica its own): ``"variant"`` picks the schedule of ``variant_schedules`` whose rate
+  multiplies the updates (``optimizer`` then runs at a constant rate of 1: Adam's update is linear in its rate,
+  decoupled weight decay included; the schedule reads the optimizer's own step count, as optax's does, which
+  a skipped non-finite step does not advance), ``"label_smoothing"`` goes to the task's loss.
   """
 
   def loss_fn(params, batch, rng, loss_settings):
@@ -79,7 +80,7 @@ def make_train_step(task, model, optimizer: optax.GradientTransformation, grad_a
 
   def train_step(state: TrainState, batch, rng, settings=None):
     settings = dict(settings or {})
-    learning_rate = settings.pop("optimizer.learning_rate", None)
+    variant = settings.pop("variant", None)
     if axis_name is not None:  # independent dropout on each data-parallel device
       rng = jax.random.fold_in(rng, jax.lax.axis_index(axis_name))
     grads, weight_sum, metrics = gradients(state.params, batch, rng, settings)
@@ -88,8 +89,10 @@ def make_train_step(task, model, optimizer: optax.GradientTransformation, grad_a
     with jax.named_scope("optimizer"):  # a name for its ops in compiled HLO and profiles
       grads = jax.tree.map(lambda g: g / jnp.maximum(weight_sum, 1.0), grads)
       updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
-      if learning_rate is not None:
-        updates = jax.tree.map(lambda u: u * learning_rate.astype(u.dtype), updates)
+      if variant_schedules:
+        count = optax.tree_utils.tree_get(state.opt_state, "count")  # Adam's: updates applied so far
+        rate = jnp.stack([schedule(count) for schedule in variant_schedules])[variant]
+        updates = jax.tree.map(lambda u: u * rate.astype(u.dtype), updates)
       params = optax.apply_updates(state.params, updates)
       metrics = dict(metrics)
       metrics["grad_norm"] = (optax.tree.norm(grads), jnp.ones((), jnp.float32))
@@ -109,7 +112,7 @@ def make_eval_step(task, model, axis_name: str | None = None):
   replica's swept values, as in ``make_train_step``; those of the loss apply)."""
 
   def eval_step(params, batch, settings=None):
-    loss_settings = {name: value for name, value in (settings or {}).items() if name != "optimizer.learning_rate"}
+    loss_settings = {name: value for name, value in (settings or {}).items() if name != "variant"}
     _, _, metrics = task.loss_and_metrics(model, params, batch, None, **loss_settings)
     if axis_name is not None:
       metrics = jax.lax.psum(metrics, axis_name)
