@@ -16,9 +16,9 @@ ABLATION = Ablation(
     variants={norm: {"model.norm": norm} for norm in ("layer_norm", "rms_norm", "batch_norm")},
     note="BatchNorm here has no running averages: teacher-forced evaluation (token accuracy, NLL) normalises "
          "by the statistics of whole target sequences, as in training, and those statistics mix in later "
-         "positions of the causal decoder; greedy decoding with a cache (exact match) normalises by the "
-         "statistics of one position per row. A gap between the two metrics measures that mismatch, not "
-         "BatchNorm with running statistics.")
+         "positions of the causal decoder; decoding with a cache (greedy's exact match, beam search's BLEU) "
+         "normalises by the statistics of one position per row. A gap between the two kinds of metric measures "
+         "that mismatch, not BatchNorm with running statistics.")
 
 
 def get_config(variant: str = "layer_norm"):
