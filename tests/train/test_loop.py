@@ -1,5 +1,6 @@
 """The training loop: compiles once, parallel modes agree, vmap over seeds, resume across device counts."""
 import json
+import shutil
 
 import jax
 import numpy as np
@@ -123,6 +124,15 @@ def test_vmap_over_swept_variants_equals_separate_runs(make_config, tmp_path):
     for variant in range(2):
       assert record[f"eval/loss/variant_{variant}"] == pytest.approx(
           np.mean([record[f"eval/loss/seed_{2 * variant + i}"] for i in range(2)]))
+  # Interrupted at step 10 and resumed, the sweep ends where the uninterrupted one did (Adam's count, which
+  # drives each variant's schedule, is in the checkpoint).
+  shutil.copytree(tmp_path / "vmap", tmp_path / "resumed")
+  shutil.rmtree(tmp_path / "resumed" / "checkpoints" / "20")  # as if killed before the last save
+  resumed = run(make_config(num_seeds=2, seed=3, sweep=sweep), str(tmp_path / "resumed"))
+  assert resumed.step == 20
+  np.testing.assert_allclose(losses(tmp_path / "resumed", "train/loss/seed_3"),
+                             losses(tmp_path / "vmap", "train/loss/seed_3"), rtol=1e-6)
+  assert_params_close(resumed.state.params, together.state.params, rtol=1e-6, atol=1e-7)
   # The variants differ: a run that ignored the sweep would give all four the first variant's curve.
   assert not np.allclose(losses(tmp_path / "vmap", "train/loss/seed_0"), losses(tmp_path / "vmap", "train/loss/seed_2"))
 

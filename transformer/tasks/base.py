@@ -72,8 +72,8 @@ class Task(abc.ABC):
   def loss_and_metrics(self, model: nn.Module, params, batch: Batch, dropout_rng) -> tuple[Any, Any, Metrics]:
     """``(loss_sum, weight_sum, metrics)`` of one batch; the loss minimised is ``loss_sum / weight_sum``
     over the global batch, e.g. the number of non-padding target tokens. A task whose loss is label-smoothed
-    also takes ``label_smoothing=None`` (a replica's value of ``config.sweep``, maybe traced; None: the
-    config's), through ``label_smoothing``."""
+    also takes ``label_smoothing=None`` (a replica's value of ``config.sweep``, maybe traced) and reads it
+    through ``self.label_smoothing``, which falls back to the config's."""
 
   def label_smoothing(self, swept=None):
     """The label smoothing of the loss: a replica's swept value (``config.sweep``) if given, else the config's."""
