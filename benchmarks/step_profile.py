@@ -131,6 +131,8 @@ def parse_hlo(text: str) -> dict[str, HloOp]:
   return ops
 
 
+GPU_TRACE_FLAGS = "--xla_gpu_enable_command_buffer="
+
 # Kernel names of vendor matmul libraries (cuBLAS, CUTLASS), for kernels the HLO text cannot name.
 MATMUL_KERNEL = re.compile(r"gemm|xmma|nvjet|cutlass|matmul", re.IGNORECASE)
 
@@ -262,6 +264,9 @@ def profile_implementation(config, model, batch, args, trace_dir: str | None) ->
 
 
 def main(argv=None) -> common.Report:
+  # A GPU's command buffers (CUDA graphs) replay many kernels as one traced op; off, each kernel is its own op.
+  if GPU_TRACE_FLAGS not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {GPU_TRACE_FLAGS}".strip()
   args = common.parse_args(__doc__.splitlines()[0], argv, add_arguments)
   machine = common.machine_description()
   accelerator = jax.default_backend() != "cpu"
@@ -311,7 +316,11 @@ def main(argv=None) -> common.Report:
     else:
       report.ratios[f"{prefix}MFU"] = mfu
     efficiency_note = ""
-    if accelerator:  # kernels run one at a time: matmul kernel time is the matmuls' share of the wall time
+    if accelerator and not result.matmul:
+      report.notes.append(
+          f"{implementation}: no op of the trace was recognised as a matmul, so no matmul efficiency (a "
+          f"measurement error, not a result); its slowest ops: {', '.join(result.slowest[:5])}.")
+    elif accelerator:  # kernels run one at a time: matmul kernel time is the matmuls' share of the wall time
       efficiency = flops / (result.matmul / 1e6) / peak
       error = common.mfu_error(f"{implementation} matmul efficiency (matmul kernel time)", efficiency,
                                peaks.mfu(flops / (result.matmul / 1e6))[1])
