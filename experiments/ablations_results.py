@@ -12,6 +12,12 @@ The ablations are the config files in ``experiments/ablations/`` (``ABLATIONS``)
 ablations) share the cell of the first. The grid resumes: a cell whose ``metrics.jsonl`` has its final
 evaluation is not run again, and any other is launched, which resumes from its latest checkpoint.
 
+Each finished cell's numbers (final metrics per seed, training loss curve, divergence, wall time, hardware,
+attention statistics, its flattened config) are kept in ``cells.json`` beside the page, so the page outlives the
+workdirs: a cell whose run is absent or unfinished under ``--workdir_root`` is read from the record of the same
+run in ``cells.json`` (the committed page's, then the output folder's) when the record's config agrees with the
+cell's on every field both have, and trained only when there is none (``--ignore_recorded`` trains it anyway).
+
 Every number on the page is the mean +- standard deviation over the seeds of a cell's final evaluation
 (``eval/<metric>/seed_i``). The page goes to ``--output_dir``, by default ``<workdir_root>/results/``; the
 committed page ``experiments/ablations/`` (``experiments/ablations/multi30k/`` for ``--task=multi30k``) only with
@@ -41,6 +47,8 @@ _ROOT = report.workdir_root_flag()
 _OUTPUT = report.output_flags()
 _ABLATION = flags.DEFINE_string("ablation", "all", f"Comma-separated ablations, or 'all': {', '.join(ABLATIONS)}.")
 _TASK = flags.DEFINE_enum("task", "synthetic", list(common.TASKS), "The base: synthetic (reversal) or multi30k.")
+_IGNORE_RECORDED = flags.DEFINE_bool("ignore_recorded", False, "Train every unfinished cell, even one whose "
+                                     "result cells.json records.")
 _LAUNCH_FLAGS = flags.DEFINE_multi_string("launch_flag", [], "Passed to every launch.py run, e.g. "
                                           "--launch_flag=--config.task.source_dir=../shared/data/multi30k.")
 # Per task, the table's metrics as (name, heading, digits); the first is the one variants are compared on and
@@ -52,6 +60,7 @@ METRICS = {
                  ("eval/nll", "NLL (nats/token)", 3)),
 }
 ATTENTION_HEADER = ["run", "attention", "entropy (nats)", "uniform entropy (nats)", "rows with max weight > 0.9"]
+RECORDS_FILE = "cells.json"  # beside RESULTS.md: each finished cell's numbers, so the page outlives its workdirs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,12 +83,23 @@ class Cell:
   def name(self) -> str:
     return f"{self.ablation}/{self.variant}"
 
+  @property
+  def run(self) -> str:
+    """The run's folder under the workdir root (``<ablation>/<variant>[+<variant>]``); cells may share one."""
+    return "/".join(self.workdir.rstrip("/").split("/")[-2:])
+
   def runs(self) -> list[tuple[str, tuple[str, ...]]]:
     """``(workdir, extra launch flags)`` of each run of the cell: one, or one per seed."""
     if not self.separate_seeds:
       return [(self.workdir, (f"--config.sweep={self.sweep}",) if self.sweep else ())]
     return [(os.path.join(self.workdir, f"seed_{i}"), (f"--config.seed={i}", "--config.data_seed=0"))
             for i in range(self.num_seeds)]
+
+
+def cell_config(cell: Cell) -> dict:
+  """The cell's own variant config, flattened (``report.flatten_config``)."""
+  suffix = "" if cell.task == "synthetic" else f",{cell.task}"
+  return report.flatten_config(ablation_module(cell.ablation).get_config(cell.variant + suffix))
 
 
 def ablation_module(name: str):
@@ -137,16 +157,26 @@ def final_evaluation(records: list[dict], num_train_steps: int) -> dict | None:
   return done[-1] if done else None
 
 
+def run_finished(workdir: str, num_train_steps: int) -> bool:
+  return bool(os.path.exists(os.path.join(workdir, "metrics.jsonl"))
+              and final_evaluation(read_metrics(workdir), num_train_steps))
+
+
+def cell_finished(cell: Cell) -> bool:
+  return all(run_finished(workdir, cell.num_train_steps) for workdir, _ in cell.runs())
+
+
 def run_grid(cells: list[Cell], train: Callable[[str, str, tuple], object] = report.launch,
-             launch_flags: tuple[str, ...] = ()) -> dict[str, list[str]]:
+             launch_flags: tuple[str, ...] = (), recorded: frozenset[str] = frozenset()) -> dict[str, list[str]]:
   """Train every cell that has not finished (``train(config, workdir, launch_flags)``, by default
-  ``report.launch``, which resumes from the latest checkpoint); returns cell name -> its launch command."""
+  ``report.launch``, which resumes from the latest checkpoint), except those named in ``recorded`` (their
+  result comes from ``cells.json``); returns cell name -> its launch command."""
   commands = {}
   for cell in cells:
-    for workdir, seed_flags in cell.runs():
-      metrics = os.path.join(workdir, "metrics.jsonl")
-      finished = os.path.exists(metrics) and final_evaluation(read_metrics(workdir), cell.num_train_steps)
-      if not finished:
+    if cell.name in recorded:
+      print(f"{cell.name}: its result recorded in {RECORDS_FILE} (no finished run in {cell.workdir})", flush=True)
+    for workdir, seed_flags in () if cell.name in recorded else cell.runs():
+      if not run_finished(workdir, cell.num_train_steps):
         print(f"training {cell.name} in {workdir}", flush=True)
         train(cell.config, workdir, (*seed_flags, *launch_flags))
     # I = 0, 1, 2: the page says so
@@ -205,7 +235,8 @@ class CellResult:
   diverged: int
   wall_seconds: float
   steps: int
-  records: list[dict]
+  records: list[dict]  # the metric records; read back from cells.json, only the training loss
+  hardware: str = ""  # where the cell ran: this machine unless cells.json records the same run elsewhere
 
 
 def seed_values(record: dict, name: str, num_seeds: int) -> np.ndarray:
@@ -227,7 +258,86 @@ def cell_result(cell: Cell, records: list[dict]) -> CellResult:
   losses = np.array([seed_values(r, "train/loss", cell.num_seeds) for r in train])
   diverged = ((~np.isfinite(losses)).any(axis=0) | (last_loss > common.DIVERGED_LOSS[cell.task])
               | (np.asarray(skipped) > 0))
-  return CellResult(cell, per_seed, int(diverged.sum()), final["wall_seconds"], final["step"], records)
+  return CellResult(cell, per_seed, int(diverged.sum()), final["wall_seconds"], final["step"], records,
+                    current_hardware())
+
+
+def current_hardware() -> str:
+  devices = jax.devices()
+  return f"{len(devices)} x {devices[0].device_kind}, {os.cpu_count()} cores"
+
+
+# ------------------------------------------------------------------------------------------ recorded results
+
+def result_record(result: CellResult, config: dict, attention: dict[int, dict] | None = None) -> dict:
+  """What ``cells.json`` keeps of a finished cell: enough to write its rows, plot and comparisons again."""
+  cell = result.cell
+  train = [r for r in result.records if "train/loss" in r]
+  record = {"run": cell.run,
+            "replica_offset": cell.replica_offset, "num_seeds": cell.num_seeds, "steps": result.steps,
+            "per_seed": {name: values.tolist() for name, values in result.per_seed.items()},
+            "diverged": result.diverged, "wall_seconds": result.wall_seconds, "hardware": result.hardware,
+            "train_loss": [[r["step"], seed_values(r, "train/loss", cell.num_seeds).tolist()] for r in train],
+            "config": config}
+  if attention:
+    record["attention"] = {str(replica): statistics for replica, statistics in attention.items()}
+  return record
+
+
+def recorded_result(cell: Cell, record: dict) -> CellResult:
+  """The ``CellResult`` of a ``result_record``, as ``cell``'s."""
+  if cell.num_seeds == 1:
+    records = [{"step": step, "train/loss": losses[0]} for step, losses in record["train_loss"]]
+  else:
+    records = [{"step": step, "train/loss": float(np.mean(losses)),
+                **{f"train/loss/seed_{i}": loss for i, loss in enumerate(losses)}}
+               for step, losses in record["train_loss"]]
+  per_seed = {name: np.asarray(values, np.float64) for name, values in record["per_seed"].items()}
+  return CellResult(cell, per_seed, record["diverged"], record["wall_seconds"], record["steps"], records,
+                    record["hardware"])
+
+
+def recorded_attention(record: dict) -> dict[int, dict]:
+  return {int(replica): {kind: tuple(values) for kind, values in statistics.items()}
+          for replica, statistics in record.get("attention", {}).items()}
+
+
+def read_records(*folders: str) -> dict[str, dict]:
+  """Cell name -> record, from each folder's ``cells.json`` (a later folder's record of a cell wins)."""
+  records = {}
+  for folder in folders:
+    path = os.path.join(folder, RECORDS_FILE)
+    if os.path.exists(path):
+      with open(path) as f:
+        records.update(json.load(f))
+  return records
+
+
+def config_disagreement(recorded: dict, config: dict) -> list[str]:
+  """The fields both configs have, with different values (``str`` compared: JSON lists vs tuples)."""
+  return sorted(key for key in recorded.keys() & config.keys()
+                if json.dumps(recorded[key], default=str) != json.dumps(config[key], default=str))
+
+
+def find_record(cell: Cell, config: dict, records: dict[str, dict]) -> dict | None:
+  """The record of ``cell``'s run: its own, else another cell's of the same run (a shared reference), whose
+  config agrees with ``config``; None if there is none."""
+  candidates = [records[cell.name]] if cell.name in records else []
+  candidates += [record for name, record in records.items() if name != cell.name and record["run"] == cell.run
+                 and record["replica_offset"] == cell.replica_offset]
+  for record in candidates:
+    if (record["num_seeds"] == cell.num_seeds and record["steps"] == cell.num_train_steps
+        and not config_disagreement(record["config"], config)):
+      return record
+  return None
+
+
+def write_records(output: str, records: dict[str, dict]) -> None:
+  """Add ``records`` to ``output/cells.json`` (its other cells kept)."""
+  merged = {**read_records(output), **records}
+  with open(os.path.join(output, RECORDS_FILE), "w") as f:
+    json.dump(dict(sorted(merged.items())), f, indent=1, sort_keys=True)
+    f.write("\n")
 
 
 def mean_std(values: np.ndarray, digits: int = 3) -> str:
@@ -358,7 +468,7 @@ def task_setting(task: str) -> str:
 
 def write_results(output: str, results: dict[str, list[CellResult]], commands: dict[str, list[str]],
                   attention: dict[str, dict], invocation: str, task: str, *,
-                  replace_only_longer: bool = False) -> str:
+                  replace_only_longer: bool = False, records: dict[str, dict] | None = None) -> str:
   """Writes ``output/RESULTS.md`` and ``output/<ablation>.png`` (ablation -> its cells' results, in variant
   order, the first the reference); returns the page's text.
 
@@ -366,13 +476,12 @@ def write_results(output: str, results: dict[str, list[CellResult]], commands: d
     attention: cell name -> replica -> ``attention_statistics``, for the cells that have them.
     replace_only_longer: refuse (``UserError``, before anything is written) when a run trained fewer steps than
       the page in ``output`` records for it: for the committed page.
+    records: cell name -> ``result_record``, added to ``output/cells.json``.
   """
   new_steps = {result.cell.name: result.steps for cells in results.values() for result in cells}
   if replace_only_longer:
     report.check_replacements(os.path.join(output, "RESULTS.md"), recorded_steps(output), new_steps)
   os.makedirs(output, exist_ok=True)
-  devices = jax.devices()
-  hardware = f"{len(devices)} x {devices[0].device_kind}, {os.cpu_count()} cores"
   header = ["run", *(heading for _, heading, _ in METRICS[task]), "diverged", "steps", "seeds", "wall time",
             "hardware", "command"]
   sections = []
@@ -384,7 +493,7 @@ def write_results(output: str, results: dict[str, list[CellResult]], commands: d
       rows.append([cell.name, *(mean_std(result.per_seed[metric], digits) if metric in result.per_seed else "n/a"
                                 for metric, _, digits in METRICS[task]),
                    f"{result.diverged} of {cell.num_seeds}", result.steps, cell.num_seeds,
-                   f"{result.wall_seconds:.0f} s", hardware, f"`{report.portable_command(commands[cell.name])}`"])
+                   f"{result.wall_seconds:.0f} s", result.hardware, f"`{report.portable_command(commands[cell.name])}`"])
     plot_ablation(cells, os.path.join(output, f"{name}.png"), ablation.title)
     reading = "\n".join(f"- {comparison(result, cells[0])}" for result in cells[1:])
     text = f"""## {ablation.title}
@@ -433,7 +542,7 @@ weights, that of uniform weights over the same keys, and the share of query rows
 
 Written by `{invocation}`; do not edit by hand.
 
-Machine: {report.machine_description()}.
+Page written on: {report.machine_description()}; each row names the hardware its cell ran on.
 
 {setting} Every cell trains its seeds in one program (`config.num_seeds`, `jax.vmap`; seeds share the data
 order). Each number is the mean ± sample standard deviation over the seeds of the final evaluation; "diverged"
@@ -449,7 +558,42 @@ the program stalls on XLA:CPU; its wall time is the sum of the three.
 {missing}
 
 {chr(10).join(sections)}"""
+  if records:
+    write_records(output, records)
   return report.write_page(output, page)
+
+
+def gather(cells: list[Cell], known: dict[str, dict], train: Callable[[str, str, tuple], object] = report.launch,
+           launch_flags: tuple[str, ...] = (), ignore_recorded: bool = False):
+  """Train what is left of the grid and read every cell: from its finished run, else from its record in
+  ``known`` (``read_records``; unless ``ignore_recorded``), else after training it.
+
+  Returns ``(commands, results, attention, records)``: cell name -> launch command; ablation -> its
+  ``CellResult``s in variant order; cell name -> replica -> ``attention_statistics`` (scaling cells); cell name
+  -> ``result_record``.
+  """
+  configs = {cell.name: cell_config(cell) for cell in cells}
+  stand_ins = {} if ignore_recorded else {
+      cell.name: record for cell in cells if not cell_finished(cell)
+      for record in [find_record(cell, configs[cell.name], known)] if record}
+  commands = run_grid(cells, train, launch_flags, frozenset(stand_ins))
+  results, attention, records = {}, {}, {}
+  for cell in cells:
+    if cell.name in stand_ins:
+      result = recorded_result(cell, stand_ins[cell.name])
+      attention[cell.name] = recorded_attention(stand_ins[cell.name])
+    else:
+      result = cell_result(cell, read_cell(cell))
+      same_run = find_record(cell, configs[cell.name], known)
+      if same_run and same_run["wall_seconds"] == result.wall_seconds:  # recorded from this run: where it ran
+        result = dataclasses.replace(result, hardware=same_run["hardware"])
+      if cell.ablation == "scaling":
+        attention[cell.name] = {replica: attention_statistics(cell.workdir, cell.replica_offset + replica)
+                                for replica in range(cell.num_seeds)}
+    results.setdefault(cell.ablation, []).append(result)
+    records[cell.name] = result_record(result, configs[cell.name], attention.get(cell.name))
+  attention = {name: statistics for name, statistics in attention.items() if statistics}
+  return commands, results, attention, records
 
 
 def main(argv):
@@ -462,21 +606,15 @@ def main(argv):
   committed = os.path.join(report.COMMITTED, "ablations", *(() if task == "synthetic" else (task,)))
   output = report.exit_on_user_error(report.results_folder, _OUTPUT, committed, os.path.join(root, "results"))
   cells = expand_grid(names, task, root)
-  commands = report.exit_on_user_error(run_grid, cells, report.launch, tuple(_LAUNCH_FLAGS.value))
-  results = {}
-  for cell in cells:
-    results.setdefault(cell.ablation, []).append(
-        report.exit_on_user_error(cell_result, cell, read_cell(cell)))
-  attention = {}
-  if "scaling" in names:
-    for cell in (c for c in cells if c.ablation == "scaling"):
-      attention[cell.name] = {replica: attention_statistics(cell.workdir, cell.replica_offset + replica)
-                              for replica in range(cell.num_seeds)}
+  commands, results, attention, records = report.exit_on_user_error(
+      gather, cells, read_records(committed, output), report.launch, tuple(_LAUNCH_FLAGS.value),
+      _IGNORE_RECORDED.value)
   invocation = "python -m experiments.ablations_results" + (
       f" --ablation={_ABLATION.value}" if _ABLATION.value != "all" else "") + (
       f" --task={task}" if task != "synthetic" else "") + " --workdir_root=WORKDIR_ROOT"  # a local folder
   print(report.exit_on_user_error(write_results, output, results, commands, attention, invocation, task,
-                                  replace_only_longer=output == committed and not _OUTPUT.force.value))
+                                  replace_only_longer=output == committed and not _OUTPUT.force.value,
+                                  records=records))
   print(f"Wrote the page to {output}/RESULTS.md")
 
 

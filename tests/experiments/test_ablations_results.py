@@ -167,6 +167,52 @@ def test_a_killed_grid_resumes_without_redoing_finished_cells(tiny_norms, tmp_pa
                                     replace_only_longer=True)
 
 
+def test_recorded_cells_stand_in_for_absent_runs_unless_their_config_changed(tiny_norms, tmp_path):
+  cells = ablations_results.expand_grid(["norms"], "synthetic", str(tmp_path / "first"), ablations=("norms",))
+  calls = []
+  commands, results, attention, records = ablations_results.gather(cells, {}, train_in_process(calls))
+  assert calls == [cell.workdir for cell in cells]
+  page = ablations_results.write_results(str(tmp_path / "page"), results, commands, attention, "python -m ...",
+                                         "synthetic", records=records)
+  known = ablations_results.read_records(str(tmp_path / "page"))
+  assert set(known) == {"norms/layer_norm", "norms/rms_norm"}
+
+  # Another machine: the same grid under an empty root is read from the records; nothing trains, same page.
+  elsewhere = ablations_results.expand_grid(["norms"], "synthetic", str(tmp_path / "second"), ablations=("norms",))
+  calls.clear()
+  commands, results, attention, records_again = ablations_results.gather(elsewhere, known, train_in_process(calls))
+  assert calls == []
+  assert not any(os.path.exists(cell.workdir) for cell in elsewhere)
+  assert json.dumps(records_again, sort_keys=True) == json.dumps(known, sort_keys=True)
+  again = ablations_results.write_results(str(tmp_path / "page_again"), results, commands, attention,
+                                          "python -m ...", "synthetic")
+  assert again == page
+
+  # A record whose config disagrees on a field both have trains its cell; a field only the record has does not.
+  known["norms/rms_norm"]["config"]["optimizer.learning_rate"] *= 2
+  known["norms/layer_norm"]["config"]["a_field.since_removed"] = 1
+  calls.clear()
+  ablations_results.gather(elsewhere, known, train_in_process(calls))
+  assert calls == [elsewhere[1].workdir]
+  calls.clear()  # --ignore_recorded: the unfinished cell trains, the finished one is read from its run
+  ablations_results.gather(elsewhere, known, train_in_process(calls), ignore_recorded=True)
+  assert calls == [elsewhere[0].workdir]
+
+
+def test_a_cell_sharing_a_run_finds_the_record_of_that_run():
+  cells = {cell.name: cell for cell in ablations_results.expand_grid(
+      list(ablations_results.ABLATIONS), "synthetic", "/root")}
+  shared = cells["positions/sinusoidal"]
+  assert shared.run == "heads/4" and cells["heads/4"].run == "heads/4"
+  config = ablations_results.cell_config(shared)
+  record = {"run": "heads/4", "replica_offset": 0, "num_seeds": shared.num_seeds,
+            "steps": shared.num_train_steps, "config": config}
+  assert ablations_results.find_record(shared, config, {"heads/4": record}) is record
+  assert ablations_results.find_record(shared, config, {"heads/4": {**record, "steps": 1}}) is None
+  assert ablations_results.find_record(cells["heads/8"], ablations_results.cell_config(cells["heads/8"]),
+                                       {"heads/4": record}) is None
+
+
 def test_cell_result_counts_diverged_seeds_and_reports_mean_and_spread():
   cell = ablations_results.Cell("norm_position", "post_no_warmup", "c", "w", 4, 3)
   records = [
