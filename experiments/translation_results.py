@@ -90,6 +90,9 @@ TEST_SPLIT = {"multi30k": "test_2016_flickr", "iwslt15_en_vi": "test"}
 # The test set's own name, for the table and the committed hypotheses (IWSLT's TFDS "test" split is tst2013).
 TEST_NAME = {"multi30k": "test_2016_flickr", "iwslt15_en_vi": "tst2013"}
 TARGET_LANGUAGE = {"multi30k": "de", "iwslt15_en_vi": "vi"}
+# Further test sets --mode=eval scores when the run's task.test_splits has them: reported beside the test set,
+# never used to choose anything, their hypotheses committed beside its.
+OTHER_TESTS = {"multi30k": ("test_2017_flickr", "test_2017_mscoco", "test_2018_flickr"), "iwslt15_en_vi": ()}
 CURVES = ("train/nll", "eval/nll", "eval/bleu")
 # Settings that say where the data lives, how a command ran or which test sets --mode=eval scores, not what was
 # trained: never in a row's command.
@@ -239,6 +242,8 @@ def summarize(experiment: str, variant: str, workdir: str, average_checkpoints: 
       "test_bleu_lowercase": results[f"{test}/bleu_lowercase"],
       "test_bleu_by_reference_length": test_bleu_by_reference_length(experiment, config, output_dir),
       "signature": results[f"{test}/bleu_signature"],
+      "other_tests": {split: {"bleu": results[f"{split}/bleu"], "bleu_lowercase": results[f"{split}/bleu_lowercase"]}
+                      for split in OTHER_TESTS[experiment] if f"{split}/bleu" in results},
   }
   return {**summary, "command": run_command(experiment, summary)}, output_dir
 
@@ -347,6 +352,27 @@ def hypothesis_name(experiment: str) -> str:
   return f"{TEST_NAME[experiment]}.hyp.{TARGET_LANGUAGE[experiment]}"
 
 
+def test_outputs(experiment: str) -> list[tuple[str, str]]:
+  """``(file --mode=eval writes, the page's file)`` of the test set and of each of ``OTHER_TESTS``."""
+  language = TARGET_LANGUAGE[experiment]
+  return [(f"{TEST_SPLIT[experiment]}.hyp.{language}", hypothesis_name(experiment)),
+          *((f"{split}.hyp.{language}",) * 2 for split in OTHER_TESTS[experiment])]
+
+
+def other_tests_table(experiment: str, runs: dict) -> str:
+  """BLEU on ``OTHER_TESTS`` of the rows that have it ("" when none has)."""
+  splits = OTHER_TESTS[experiment]
+  scored = {name: run for name, run in runs.items() if run.get("other_tests")}
+  if not scored:
+    return ""
+  rows = [[name, *(f"{run['other_tests'][split][key]:.2f}" if split in run["other_tests"] else "-"
+                   for split in splits for key in ("bleu", "bleu_lowercase"))] for name, run in scored.items()]
+  table = report.markdown_table(
+      ["model", *(f"{split} BLEU{suffix}" for split in splits for suffix in ("", " lowercased"))], rows)
+  return (f"\nThe other test sets, scored with the same checkpoint and decoding as the row's {TEST_NAME[experiment]} "
+          f"(rows whose `--mode=eval` had them in `task.test_splits`); nothing was chosen on them:\n\n{table}\n")
+
+
 def read_rows(path: str) -> dict:
   """Row name -> row of a ``runs.json`` / ``validation_runs.json``; empty when there is none."""
   if not os.path.exists(path):
@@ -360,7 +386,7 @@ def start_page(experiment: str, output: str, committed: str, new_names: set[str]
   rows, notes, curves and the test output of its best row. A committed row named as one of ``new_names`` is
   kept as ``NAME (committed)``, so the new run of that name is shown beside it."""
   os.makedirs(output, exist_ok=True)
-  for name in (*STARTING_FILES, hypothesis_name(experiment)):
+  for name in (*STARTING_FILES, *(page_name for _, page_name in test_outputs(experiment))):
     if os.path.exists(os.path.join(committed, name)):
       shutil.copy(os.path.join(committed, name), os.path.join(output, name))
   for table in ("runs.json", "validation_runs.json"):
@@ -412,7 +438,6 @@ def write_results(experiment: str, output: str, new_runs: dict[str, tuple[dict, 
   """
   new_validation_runs = new_validation_runs or {}
   test = TEST_NAME[experiment]
-  written_name = f"{TEST_SPLIT[experiment]}.hyp.{TARGET_LANGUAGE[experiment]}"  # by --mode=eval
   hypotheses = hypothesis_name(experiment)
   runs_path = os.path.join(output, "runs.json")
   if replace_only_longer:
@@ -429,9 +454,13 @@ def write_results(experiment: str, output: str, new_runs: dict[str, tuple[dict, 
                     default=-math.inf)
   for name, (summary, output_dir) in new_runs.items():
     runs[name] = summary
-    if summary["validation_bleu"] > best_before:  # the best model so far: its test output is committed
+    if summary["validation_bleu"] > best_before:  # the best model so far: its test outputs are committed
       best_before = summary["validation_bleu"]
-      shutil.copy(os.path.join(output_dir, written_name), os.path.join(output, hypotheses))
+      for written, page_name in test_outputs(experiment):
+        if os.path.exists(os.path.join(output_dir, written)) or page_name == hypotheses:
+          shutil.copy(os.path.join(output_dir, written), os.path.join(output, page_name))
+        elif os.path.exists(os.path.join(output, page_name)):
+          os.remove(os.path.join(output, page_name))  # the previous best's: not this run's
       owner = name
   if not runs:
     raise app.UsageError("give at least one --run=VARIANT:WORKDIR to score on test (without --validation_only): "
@@ -453,8 +482,10 @@ def write_results(experiment: str, output: str, new_runs: dict[str, tuple[dict, 
   elif os.path.exists(validation_path):
     os.remove(validation_path)
   best = max(runs, key=lambda name: runs[name]["validation_bleu"])
-  if owner in new_runs and owner != best and os.path.exists(os.path.join(output, hypotheses)):
-    os.remove(os.path.join(output, hypotheses))  # the best row was replaced by a worse run: no row's output now
+  if owner in new_runs and owner != best:  # the best row was replaced by a worse run: no row's output now
+    for _, page_name in test_outputs(experiment):
+      if os.path.exists(os.path.join(output, page_name)):
+        os.remove(os.path.join(output, page_name))
   if any(run["curves"] for run in runs.values()):  # rows carried over without curves keep the old plot
     report.plot_curves({name: run["curves"] for name, run in runs.items()}, list(CURVES),
                        os.path.join(output, "curves.png"), f"{experiment}: training curves")
@@ -467,8 +498,11 @@ def write_results(experiment: str, output: str, new_runs: dict[str, tuple[dict, 
   compared_on_validation = validation_table(runs, validation_runs)
   not_kept = report.runs_not_kept(output)
   published = report.markdown_table(["published result", f"{test} BLEU"], PUBLISHED[experiment])
-  test_output = (f"The best model on validation ({best}) gives `{hypotheses}` (one line per reference line), so\n"
-                 "anyone can recompute its score with sacreBLEU."
+  others = [page_name for _, page_name in test_outputs(experiment)[1:]
+            if os.path.exists(os.path.join(output, page_name))]
+  test_output = (f"The best model on validation ({best}) gives `{hypotheses}`"
+                 + "".join(f", `{name}`" for name in others)
+                 + " (one line per reference line), so\nanyone can recompute its score with sacreBLEU."
                  if os.path.exists(os.path.join(output, hypotheses)) else
                  f"The best model on validation ({best}) has no test output in this folder (the row that gave it was "
                  f"replaced by a worse run): report {best} again to add `{hypotheses}`.")
@@ -488,7 +522,7 @@ with beam search. {test_output}
 {table}
 
 {NOTES[experiment]}
-{by_length}{compared_on_validation}
+{other_tests_table(experiment, runs)}{by_length}{compared_on_validation}
 {published}
 
 ![training curves](curves.png)

@@ -69,6 +69,35 @@ def test_rows_accumulate_and_best_hypotheses_are_kept(tmp_path):
   assert "The best model on validation (gru_bahdanau)" in text
 
 
+def test_the_other_test_sets_are_tabled_and_their_hypotheses_follow_the_best_row(tmp_path):
+  output = tmp_path / "multi30k"
+  output.mkdir()
+  others = {"test_2017_flickr": {"bleu": 33.0, "bleu_lowercase": 33.5},
+            "test_2018_flickr": {"bleu": 29.0, "bleu_lowercase": 29.25}}
+  first = run_dir(tmp_path, "first", "erste\n")
+  for split in others:
+    (tmp_path / "first" / f"{split}.hyp.de").write_text(f"{split}\n")
+  text = translation_results.write_results(
+      "multi30k", str(output), {"transformer_small": ({**summary(30.0, 31.0), "other_tests": others}, first)})
+  assert (output / "test_2017_flickr.hyp.de").read_text() == "test_2017_flickr\n"
+  assert (output / "test_2018_flickr.hyp.de").read_text() == "test_2018_flickr\n"
+  assert not (output / "test_2017_mscoco.hyp.de").exists()  # not scored: no file, a dash in the table
+  assert "| transformer_small | 33.00 | 33.50 | - | - | 29.00 | 29.25 |" in text
+  assert "gives `test_2016_flickr.hyp.de`, `test_2017_flickr.hyp.de`, `test_2018_flickr.hyp.de`" in text
+
+  worse = run_dir(tmp_path, "worse", "schlechter\n")  # a worse model, without the other sets: a row, no files
+  text = translation_results.write_results("multi30k", str(output), {"gru_bahdanau": (summary(20.0, 21.0), worse)})
+  assert (output / "test_2017_flickr.hyp.de").read_text() == "test_2017_flickr\n"
+  assert "| gru_bahdanau | " not in text.split("The other test sets")[1].split("\n\n")[1]
+
+  better = run_dir(tmp_path, "better", "besser\n")  # the new best has no other sets: the old files go
+  text = translation_results.write_results("multi30k", str(output), {"gru_bahdanau": (summary(35.0, 36.0), better)})
+  assert (output / HYPOTHESIS).read_text() == "besser\n"
+  assert not (output / "test_2017_flickr.hyp.de").exists() and not (output / "test_2018_flickr.hyp.de").exists()
+  assert "gives `test_2016_flickr.hyp.de` (one line" in text
+  assert "| transformer_small | 33.00 |" in text  # its scores stay in the table
+
+
 @pytest.mark.parametrize("averaged_validation, chosen", [(33.0, "averaged"), (31.0, "best")])
 def test_checkpoint_average_is_reported_only_when_better_on_validation(tmp_path, monkeypatch, averaged_validation,
                                                                         chosen):
