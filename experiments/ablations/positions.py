@@ -12,7 +12,7 @@ from experiments.ablations.common import Ablation
 
 ABLATION = Ablation(
     name="positions", title="Positional encoding and the embedding scale",
-    question="Which positional encoding works for reversal, and does the sqrt(d_model) embedding scale matter?",
+    question="Which positional encoding works, and does the sqrt(d_model) embedding scale matter?",
     variants={
         "sinusoidal": {"model.positional_encoding": "sinusoidal"},
         "learned": {"model.positional_encoding": "learned"},

@@ -12,7 +12,7 @@ from experiments.ablations.common import Ablation
 
 ABLATION = Ablation(
     name="rnn_attention", title="RNN encoder-decoder: attention score",
-    question="How much does attention, and which score, matter to an RNN encoder-decoder on reversal?",
+    question="How much does attention, and which score, matter to an RNN encoder-decoder?",
     model_name="rnn", vmap_seeds=False,  # its 3 seeds vmapped stall on XLA:CPU: three runs of one seed each
     variants={"additive": {"model.attention": "bahdanau"}, "dot": {"model.attention": "luong_dot"},
               "general": {"model.attention": "luong_general"}, "cosine": {"model.attention": "luong_cosine"},
