@@ -308,8 +308,12 @@ def read_records(*folders: str) -> dict[str, dict]:
   for folder in folders:
     path = os.path.join(folder, RECORDS_FILE)
     if os.path.exists(path):
-      with open(path) as f:
-        records.update(json.load(f))
+      try:
+        with open(path) as f:
+          records.update(json.load(f))
+      except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise report.UserError(f"{path} is not the JSON this script writes ({error}); restore it from git "
+                               "(git checkout -- PATH) or delete it to train the cells it recorded again") from None
   return records
 
 

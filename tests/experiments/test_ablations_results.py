@@ -199,6 +199,12 @@ def test_recorded_cells_stand_in_for_absent_runs_unless_their_config_changed(tin
   assert calls == [elsewhere[0].workdir]
 
 
+def test_a_damaged_records_file_is_one_clear_error(tmp_path):
+  (tmp_path / ablations_results.RECORDS_FILE).write_text('{"heads/4": {"run": ')
+  with pytest.raises(UserError, match="cells.json is not the JSON this script writes.*git checkout"):
+    ablations_results.read_records(str(tmp_path))
+
+
 def test_a_cell_sharing_a_run_finds_the_record_of_that_run():
   cells = {cell.name: cell for cell in ablations_results.expand_grid(
       list(ablations_results.ABLATIONS), "synthetic", "/root")}
