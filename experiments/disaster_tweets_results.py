@@ -13,16 +13,18 @@ from __future__ import annotations
 import os
 
 import numpy as np
-from absl import app
+from absl import app, flags
 
 from experiments import disaster_tweets, report
 from transformer import load, read_run_config
 from transformer.errors import ConfigError
-from transformer.tasks.classification import best_threshold, binary_metrics
+from transformer.tasks.classification import best_threshold, binary_metrics, confusion_counts
 from transformer.train.writers import read_metrics
 
 _ROOT = report.workdir_root_flag()  # default /tmp/dt
 _OUTPUT = report.output_flags()  # --output_dir (default WORKDIR_ROOT/results), --update_committed, --force
+_CONDITIONS = flags.DEFINE_string("conditions", "", "What else the machine ran during the runs (their wall times "
+                                  "depend on it), printed on the page.")
 DEFAULT_ROOT = "/tmp/dt"
 
 VARIANTS = ("static_scratch", "static_minilm", "transformer_scratch", "minilm_frozen", "minilm_finetune")
@@ -42,20 +44,24 @@ def overrides(variant: str, workdir: str) -> list[str]:
 def score_run(workdir: str) -> dict:
   """Test metrics and confusion counts of every seed of the run, and what its metrics.jsonl says."""
   config = read_run_config(workdir)
-  seeds = []
+  seeds, test_probabilities = [], []
   for replica in range(config.num_seeds):
     model = load(workdir, replica=replica)
-    counts = model.task.split_counts(model.model_config, model.params, config.task.test_split)
+    test_labels = model.task.splits[config.task.test_split].labels
+    probabilities = model.task.split_probabilities(model.model_config, model.params, config.task.test_split)
+    test_probabilities.append(probabilities)
+    counts = confusion_counts(probabilities.argmax(-1), test_labels)
     # The decision threshold that maximises F1 on the validation split, applied to the test split.
     validation = model.task.split_probabilities(model.model_config, model.params, config.task.eval_split)
     threshold = best_threshold(validation[:, 1], model.task.splits[config.task.eval_split].labels)
-    tuned = binary_metrics(model.task.split_counts(model.model_config, model.params, config.task.test_split,
-                                                   threshold))
+    tuned = binary_metrics(confusion_counts((probabilities[:, 1] >= threshold).astype(np.int32), test_labels))
     seeds.append({**counts, **binary_metrics(counts), "step": model.step, "threshold": threshold,
                   **{f"tuned_{name}": value for name, value in tuned.items()}})
+  # The seeds as one model (their mean probability): what --mode=predict submits to Kaggle.
+  ensemble = binary_metrics(confusion_counts(np.mean(test_probabilities, axis=0).argmax(-1), test_labels))
   records = read_metrics(workdir)
   evaluations = {r["step"]: r for r in records if "eval/f1" in r}
-  return {"config": config, "seeds": seeds, "records": records,
+  return {"config": config, "seeds": seeds, "ensemble": ensemble, "records": records,
           "validation_f1": evaluations[seeds[0]["step"]]["eval/f1"] if seeds[0]["step"] in evaluations else None,
           "last_step": max((r["step"] for r in records), default=0),
           "wall_seconds": max((r.get("wall_seconds", 0.0) for r in records), default=0.0)}
@@ -123,12 +129,17 @@ def main(argv):
     finished = result["last_step"] >= config.num_train_steps
     steps_done[variant] = result["last_step"]
     f1, tuned_f1 = (np.mean([s[name] for s in seeds]) for name in ("f1", "tuned_f1"))
+    ensemble_f1 = result["ensemble"]["f1"]
     target = TARGETS.get(variant)
+
+    def met(value):
+      return "met" if value >= target else "not met"
     rows.append([
         variant, len(seeds), *(mean_std([s[name] for s in seeds]) for name in METRICS),
         f"{mean_std([s['tuned_f1'] for s in seeds])} ({np.mean([s['threshold'] for s in seeds]):.2f})",
-        "" if target is None else (f"{target:.2f}: argmax {'met' if f1 >= target else 'not met'}, threshold "
-                                   f"{'met' if tuned_f1 >= target else 'not met'} (means)"),
+        f"{ensemble_f1:.3f}" if len(seeds) > 1 else "",
+        "" if target is None else (f"{target:.2f}: argmax {met(f1)}, threshold {met(tuned_f1)} (means), "
+                                   f"ensemble {met(ensemble_f1)}"),
         f"{result['validation_f1']:.3f}" if result["validation_f1"] is not None else "",
         f"{seeds[0]['step']} of {config.num_train_steps}" + ("" if finished else " (stopped early)"),
         f"{result['wall_seconds'] / 60:.1f} min", f"`{report.portable_command(command)}`"])
@@ -141,7 +152,7 @@ def main(argv):
                        os.path.join(output, "curves.png"), "Disaster Tweets: training loss and validation F1")
   table = report.markdown_table(
       ["variant", "seeds", "test F1 (disaster)", "precision", "recall", "accuracy",
-       "test F1, threshold chosen on validation (threshold)", "target F1",
+       "test F1, threshold chosen on validation (threshold)", "test F1 of the seeds' ensemble", "target F1",
        "validation F1 (chosen step)", "chosen step", "training wall time", "command"], rows)
   pending = "\n".join(not_run) or "- none"
   flag = " --update_committed" if committed else ""
@@ -158,9 +169,10 @@ or selects on. F1, precision and recall are of the class "disaster". Mean ± sam
 the seeds of a run (seeds vmapped in one program, `config.num_seeds`); every seed is scored at the one
 checkpoint kept as best by the seeds' mean validation F1 (`config.best_metric = "eval/f1"`). The first four
 metrics take the most probable class; the threshold column instead predicts "disaster" where its probability
-reaches the threshold that maximises each seed's validation F1 (`best_threshold`). Wall time: the whole
-training run of all its seeds (compilation, evaluations and checkpoints included), on a machine that other jobs
-shared during some of the runs (not during the minilm_frozen and minilm_finetune runs).
+reaches the threshold that maximises each seed's validation F1 (`best_threshold`). The ensemble column takes
+the seeds as one model: the most probable class of their mean probability (what `--mode=predict` writes to
+`submission.csv`; it is not one model's accuracy, and costs the seeds' training and inference). Wall time: the whole
+training run of all its seeds (compilation, evaluations and checkpoints included). {_CONDITIONS.value or ""}
 
 {table}
 

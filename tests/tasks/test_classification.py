@@ -11,7 +11,7 @@ import jax
 import numpy as np
 import pytest
 
-from experiments import disaster_tweets as experiment
+from experiments import disaster_tweets as experiment, disaster_tweets_results
 from tests.pretrained.tiny_bert import write_tiny_bert
 from transformer import load
 from transformer.errors import MissingDataError
@@ -135,6 +135,16 @@ def test_train_eval_predict_and_classify_end_to_end(tiny, tmp_path, init):
   for name in ("f1", "precision", "recall", "accuracy"):
     assert 0.0 <= evaluated[f"test/{name}/seed_0"] <= 1.0
   assert sum(evaluated[f"test/{name}/seed_0"] for name in ("tp", "fp", "fn", "tn")) == 4  # 10% of each class
+  # The seeds as one model: the argmax of their mean probability, each seed loaded on its own.
+  seeds = [load(workdir, replica=i) for i in range(config.num_seeds)]
+  mean = np.mean([seed.task.split_probabilities(seed.model_config, seed.params, "test") for seed in seeds], axis=0)
+  expected = confusion_counts(mean.argmax(-1), seeds[0].task.splits["test"].labels)
+  assert {name: evaluated[f"test/ensemble/{name}"] for name in expected} == expected
+  assert evaluated["test/ensemble/f1"] == pytest.approx(binary_metrics(expected)["f1"])
+  scored = disaster_tweets_results.score_run(workdir)  # the results page's path to the same numbers
+  assert scored["ensemble"]["f1"] == pytest.approx(evaluated["test/ensemble/f1"])
+  assert [seed["f1"] for seed in scored["seeds"]] == pytest.approx(
+      [evaluated[f"test/f1/seed_{i}"] for i in range(config.num_seeds)])
 
   run(config, workdir, mode="predict")
   with open(f"{workdir}/submission.csv", newline="") as file:

@@ -273,16 +273,24 @@ class ClassificationTask(Task):
     """float32 ``[n, num_classes]``: the class probabilities of a split's examples, in its order."""
     return self.probabilities(model_config, params, self.splits[split].tokens)
 
+  def ensemble_probabilities(self, model_config, params, tokens: np.ndarray) -> np.ndarray:
+    """float32 ``[n, num_classes]``: the mean over the seeds of a vmapped run (``params`` with a replica axis)
+    of each seed's class probabilities; one seed's own for a run of one."""
+    return np.mean([self.probabilities(model_config, replica, tokens) for replica in replica_params(params)],
+                   axis=0)
+
   def write_test_outputs(self, model_config, params, output_dir, eval_metrics):
-    """``--mode=eval``: the test split's confusion counts and metrics (a vmapped run: their mean over seeds, and
-    each seed's under ``<name>/seed_i``); its predictions written as ``<split>_predictions.csv`` (id, label, probability of class 1, target; replica 0)."""
+    """``--mode=eval``: the test split's confusion counts and metrics (a vmapped run: their mean over seeds, each
+    seed's under ``<name>/seed_i``, and the seeds' mean probability's under ``ensemble/<name>``); its predictions written as ``<split>_predictions.csv`` (id, label, probability of
+    class 1, target; replica 0)."""
     del eval_metrics
     split = self.config.task.test_split
     data = self.splits[split]
     replicas = replica_params(params)
-    per_seed = []
+    per_seed, seed_probabilities = [], []
     for index, replica in enumerate(replicas):
       probabilities = self.probabilities(model_config, replica, data.tokens)
+      seed_probabilities.append(probabilities)
       counts = confusion_counts(probabilities.argmax(-1), data.labels)
       per_seed.append({**counts, **binary_metrics(counts)})
       if index == 0:
@@ -293,14 +301,16 @@ class ClassificationTask(Task):
     # As the eval metrics of a vmapped run: the mean over seeds, and each seed's under /seed_i.
     results = {name: float(np.mean([seed[name] for seed in per_seed])) for name in per_seed[0]}
     results.update({f"{name}/seed_{index}": value for index, seed in enumerate(per_seed) for name, value in seed.items()})
+    # The seeds as one model (their mean probability), the predictor that --mode=predict submits.
+    counts = confusion_counts(np.mean(seed_probabilities, axis=0).argmax(-1), data.labels)
+    results.update({f"ensemble/{name}": value for name, value in {**counts, **binary_metrics(counts)}.items()})
     return {split: results}
 
   def write_predictions(self, model_config, params, output_dir) -> str:
     """``--mode=predict``: Kaggle's ``submission.csv`` (``id,target``) for every tweet of ``test.csv``; the
     replicas of a vmapped run vote by their mean probability."""
     data = self.splits["kaggle_test"]
-    probabilities = np.mean([self.probabilities(model_config, replica, data.tokens)
-                             for replica in replica_params(params)], axis=0)
+    probabilities = self.ensemble_probabilities(model_config, params, data.tokens)
     path = os.path.join(output_dir, SUBMISSION_FILE)
     _write_rows(path, ["id", "target"], zip(data.ids, probabilities.argmax(-1)))
     return path
