@@ -18,7 +18,8 @@ from absl import app, flags
 from experiments import disaster_tweets, report
 from transformer import load, read_run_config
 from transformer.errors import ConfigError
-from transformer.tasks.classification import best_threshold, binary_metrics, confusion_counts
+from transformer.tasks.classification import (best_threshold, binary_metrics, confusion_counts,
+                                               f1_bootstrap_interval)
 from transformer.train.writers import read_metrics
 
 _ROOT = report.workdir_root_flag()  # default /tmp/dt
@@ -58,7 +59,9 @@ def score_run(workdir: str) -> dict:
     seeds.append({**counts, **binary_metrics(counts), "step": model.step, "threshold": threshold,
                   **{f"tuned_{name}": value for name, value in tuned.items()}})
   # The seeds as one model (their mean probability): what --mode=predict submits to Kaggle.
-  ensemble = binary_metrics(confusion_counts(np.mean(test_probabilities, axis=0).argmax(-1), test_labels))
+  ensemble_predictions = np.mean(test_probabilities, axis=0).argmax(-1)
+  ensemble = {**binary_metrics(confusion_counts(ensemble_predictions, test_labels)),
+              "f1_interval": f1_bootstrap_interval(ensemble_predictions, test_labels)}
   records = read_metrics(workdir)
   evaluations = {r["step"]: r for r in records if "eval/f1" in r}
   return {"config": config, "seeds": seeds, "ensemble": ensemble, "records": records,
@@ -129,7 +132,7 @@ def main(argv):
     finished = result["last_step"] >= config.num_train_steps
     steps_done[variant] = result["last_step"]
     f1, tuned_f1 = (np.mean([s[name] for s in seeds]) for name in ("f1", "tuned_f1"))
-    ensemble_f1 = result["ensemble"]["f1"]
+    ensemble_f1, (low, high) = result["ensemble"]["f1"], result["ensemble"]["f1_interval"]
     target = TARGETS.get(variant)
 
     def met(value):
@@ -137,7 +140,7 @@ def main(argv):
     rows.append([
         variant, len(seeds), *(mean_std([s[name] for s in seeds]) for name in METRICS),
         f"{mean_std([s['tuned_f1'] for s in seeds])} ({np.mean([s['threshold'] for s in seeds]):.2f})",
-        f"{ensemble_f1:.3f}" if len(seeds) > 1 else "",
+        f"{ensemble_f1:.3f} ({low:.3f}-{high:.3f})",
         "" if target is None else (f"{target:.2f}: argmax {met(f1)}, threshold {met(tuned_f1)} (means), "
                                    f"ensemble {met(ensemble_f1)}"),
         f"{result['validation_f1']:.3f}" if result["validation_f1"] is not None else "",
@@ -152,7 +155,8 @@ def main(argv):
                        os.path.join(output, "curves.png"), "Disaster Tweets: training loss and validation F1")
   table = report.markdown_table(
       ["variant", "seeds", "test F1 (disaster)", "precision", "recall", "accuracy",
-       "test F1, threshold chosen on validation (threshold)", "test F1 of the seeds' ensemble", "target F1",
+       "test F1, threshold chosen on validation (threshold)", "test F1 of the seeds' ensemble (95% interval)",
+       "target F1",
        "validation F1 (chosen step)", "chosen step", "training wall time", "command"], rows)
   pending = "\n".join(not_run) or "- none"
   flag = " --update_committed" if committed else ""
@@ -171,7 +175,9 @@ checkpoint kept as best by the seeds' mean validation F1 (`config.best_metric = 
 metrics take the most probable class; the threshold column instead predicts "disaster" where its probability
 reaches the threshold that maximises each seed's validation F1 (`best_threshold`). The ensemble column takes
 the seeds as one model: the most probable class of their mean probability (what `--mode=predict` writes to
-`submission.csv`; it is not one model's accuracy, and costs the seeds' training and inference). Wall time: the whole
+`submission.csv`; it is not one model's accuracy, and costs the seeds' training and inference), with the 95%
+percentile bootstrap interval of that F1 over the 761 test tweets (`f1_bootstrap_interval`): how far the score
+would move on another test set of this size, the yardstick for a gap to a target. Wall time: the whole
 training run of all its seeds (compilation, evaluations and checkpoints included). {_CONDITIONS.value or ""}
 
 {table}

@@ -17,7 +17,8 @@ from transformer import load
 from transformer.errors import MissingDataError
 from transformer.nn import EncoderClassifier
 from transformer.tasks import build_task
-from transformer.tasks.classification import ShuffledBatches, best_threshold, binary_metrics, confusion_counts, fixed_batches
+from transformer.tasks.classification import (ShuffledBatches, best_threshold, binary_metrics, confusion_counts,
+                                             f1_bootstrap_interval, fixed_batches)
 from transformer.train import run
 from transformer.train.writers import read_metrics
 
@@ -80,9 +81,12 @@ def test_summed_batch_metrics_are_the_metrics_of_the_split(tiny):
   model = EncoderClassifier(model_config.replace(deterministic=True))
   data = task.splits["train"]
   params = model.init(jax.random.PRNGKey(3), data.tokens[:2])["params"]
-  # A bias at the median margin splits the predictions between the classes, so no ratio below is empty.
+  # A bias between the two middle margins splits the predictions between the classes, so no ratio below is
+  # empty, and leaves no example on the boundary, where batching's rounding could flip its prediction.
   logits = np.asarray(model.apply({"params": params}, data.tokens))
-  params["classifier"]["bias"] = params["classifier"]["bias"].at[1].add(-np.median(logits[:, 1] - logits[:, 0]))
+  margins = np.unique(logits[:, 1] - logits[:, 0])  # sorted; the data repeat some texts
+  middle = len(margins) // 2
+  params["classifier"]["bias"] = params["classifier"]["bias"].at[1].add(-(margins[middle - 1] + margins[middle]) / 2)
   batches = fixed_batches(data.tokens, data.labels, 5)  # the last batch carries zero-weight padding rows
   sums = {}
   for batch in batches:
@@ -217,3 +221,23 @@ def test_best_threshold_of_a_hand_worked_example():
   assert binary_metrics(confusion_counts(probabilities >= threshold, labels))["f1"] == pytest.approx(6 / 7)
   # Ties: the threshold cannot fall inside a run of equal probabilities.
   assert best_threshold(np.array([0.6, 0.6, 0.1]), np.array([1, 0, 0])) == pytest.approx(0.35)
+
+
+def test_f1_bootstrap_interval_is_the_percentiles_of_resampled_f1():
+  rng = np.random.default_rng(3)
+  labels = rng.integers(0, 2, size=200)
+  predictions = np.where(rng.random(200) < 0.8, labels, 1 - labels)  # 80% right
+  low, high = f1_bootstrap_interval(predictions, labels, samples=500, seed=7)
+  # The same resamples scored one at a time through confusion_counts and binary_metrics.
+  rows = np.random.default_rng(7).integers(0, 200, size=(500, 200))
+  scores = [binary_metrics(confusion_counts(predictions[row], labels[row]))["f1"] for row in rows]
+  assert (low, high) == pytest.approx(tuple(np.percentile(scores, [2.5, 97.5])))
+  point = binary_metrics(confusion_counts(predictions, labels))["f1"]
+  assert low < point < high
+  # Four times the examples (the same ones repeated): about half the width, around the same F1.
+  wider = high - low
+  low4, high4 = f1_bootstrap_interval(np.tile(predictions, 4), np.tile(labels, 4), samples=500, seed=7)
+  assert 0.4 * wider < high4 - low4 < 0.6 * wider
+  assert f1_bootstrap_interval(labels, labels) == (1.0, 1.0)
+  with pytest.raises(ValueError, match="at least one example"):
+    f1_bootstrap_interval([], [])

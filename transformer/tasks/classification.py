@@ -72,6 +72,22 @@ def binary_metrics(counts: dict[str, int]) -> dict[str, float]:
           "accuracy": ratio(tp + tn, tp + fp + fn + tn)}
 
 
+def f1_bootstrap_interval(predictions, labels, confidence: float = 0.95, samples: int = 2000,
+                          seed: int = 0) -> tuple[float, float]:
+  """The percentile bootstrap interval of F1 over the examples: how much the score would move on another test
+  set of the same size from the same distribution (resampled with replacement, ``samples`` times)."""
+  predictions, labels = np.asarray(predictions) == POSITIVE_CLASS, np.asarray(labels) == POSITIVE_CLASS
+  if not len(labels):
+    raise ValueError("f1_bootstrap_interval needs at least one example.")
+  rows = np.random.default_rng(seed).integers(0, len(labels), size=(samples, len(labels)))
+  tp = np.sum(predictions[rows] & labels[rows], axis=1)
+  wrong = np.sum(predictions[rows] != labels[rows], axis=1)  # fp + fn
+  f1 = np.where(2 * tp + wrong > 0, 2 * tp / np.maximum(2 * tp + wrong, 1), 0.0)
+  tail = (1 - confidence) / 2 * 100
+  low, high = np.percentile(f1, [tail, 100 - tail])
+  return float(low), float(high)
+
+
 def best_threshold(positive_probabilities, labels) -> float:
   """The threshold ``t`` that maximises F1 when ``probability >= t`` predicts the positive class: the midpoint
   below the best-scoring probability (0.5 when no threshold beats predicting none)."""
@@ -281,8 +297,8 @@ class ClassificationTask(Task):
 
   def write_test_outputs(self, model_config, params, output_dir, eval_metrics):
     """``--mode=eval``: the test split's confusion counts and metrics (a vmapped run: their mean over seeds, each
-    seed's under ``<name>/seed_i``, and the seeds' mean probability's under ``ensemble/<name>``); its predictions written as ``<split>_predictions.csv`` (id, label, probability of
-    class 1, target; replica 0)."""
+    seed's under ``<name>/seed_i``, and the seeds' mean probability's under ``ensemble/<name>``); its predictions
+    written as ``<split>_predictions.csv`` (id, label, probability of class 1, target; replica 0)."""
     del eval_metrics
     split = self.config.task.test_split
     data = self.splits[split]
@@ -300,7 +316,8 @@ class ClassificationTask(Task):
       return {split: per_seed[0]}
     # As the eval metrics of a vmapped run: the mean over seeds, and each seed's under /seed_i.
     results = {name: float(np.mean([seed[name] for seed in per_seed])) for name in per_seed[0]}
-    results.update({f"{name}/seed_{index}": value for index, seed in enumerate(per_seed) for name, value in seed.items()})
+    results.update({f"{name}/seed_{index}": value for index, seed in enumerate(per_seed)
+                    for name, value in seed.items()})
     # The seeds as one model (their mean probability), the predictor that --mode=predict submits.
     counts = confusion_counts(np.mean(seed_probabilities, axis=0).argmax(-1), data.labels)
     results.update({f"ensemble/{name}": value for name, value in {**counts, **binary_metrics(counts)}.items()})
