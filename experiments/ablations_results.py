@@ -49,6 +49,9 @@ _ABLATION = flags.DEFINE_string("ablation", "all", f"Comma-separated ablations, 
 _TASK = flags.DEFINE_enum("task", "synthetic", list(common.TASKS), "The base: synthetic (reversal) or multi30k.")
 _IGNORE_RECORDED = flags.DEFINE_bool("ignore_recorded", False, "Train every unfinished cell, even one whose "
                                      "result cells.json records.")
+_TRAIN = flags.DEFINE_bool("train", True, "Train the cells that have neither a finished run nor a record. "
+                           "--notrain writes the page from what has finished and lists the rest as not finished "
+                           "(e.g. at a session's end, while the grid still trains).")
 _LAUNCH_FLAGS = flags.DEFINE_multi_string("launch_flag", [], "Passed to every launch.py run, e.g. "
                                           "--launch_flag=--config.task.source_dir=../shared/data/multi30k.")
 # Per task, the table's metrics as (name, heading, digits); the first is the one variants are compared on and
@@ -166,16 +169,16 @@ def cell_finished(cell: Cell) -> bool:
   return all(run_finished(workdir, cell.num_train_steps) for workdir, _ in cell.runs())
 
 
-def run_grid(cells: list[Cell], train: Callable[[str, str, tuple], object] = report.launch,
+def run_grid(cells: list[Cell], train: Callable[[str, str, tuple], object] | None = report.launch,
              launch_flags: tuple[str, ...] = (), recorded: frozenset[str] = frozenset()) -> dict[str, list[str]]:
   """Train every cell that has not finished (``train(config, workdir, launch_flags)``, by default
   ``report.launch``, which resumes from the latest checkpoint), except those named in ``recorded`` (their
-  result comes from ``cells.json``); returns cell name -> its launch command."""
+  result comes from ``cells.json``); ``train=None`` trains nothing. Returns cell name -> its launch command."""
   commands = {}
   for cell in cells:
     if cell.name in recorded:
       print(f"{cell.name}: its result recorded in {RECORDS_FILE} (no finished run in {cell.workdir})", flush=True)
-    for workdir, seed_flags in () if cell.name in recorded else cell.runs():
+    for workdir, seed_flags in () if cell.name in recorded or train is None else cell.runs():
       if not run_finished(workdir, cell.num_train_steps):
         print(f"training {cell.name} in {workdir}", flush=True)
         train(cell.config, workdir, (*seed_flags, *launch_flags))
@@ -472,7 +475,8 @@ def task_setting(task: str) -> str:
 
 def write_results(output: str, results: dict[str, list[CellResult]], commands: dict[str, list[str]],
                   attention: dict[str, dict], invocation: str, task: str, *,
-                  replace_only_longer: bool = False, records: dict[str, dict] | None = None) -> str:
+                  replace_only_longer: bool = False, records: dict[str, dict] | None = None,
+                  unfinished: tuple[str, ...] = ()) -> str:
   """Writes ``output/RESULTS.md`` and ``output/<ablation>.png`` (ablation -> its cells' results, in variant
   order, the first the reference); returns the page's text.
 
@@ -481,6 +485,7 @@ def write_results(output: str, results: dict[str, list[CellResult]], commands: d
     replace_only_longer: refuse (``UserError``, before anything is written) when a run trained fewer steps than
       the page in ``output`` records for it: for the committed page.
     records: cell name -> ``result_record``, added to ``output/cells.json``.
+    unfinished: cells left out because they have not finished (``--notrain``), named on the page.
   """
   new_steps = {result.cell.name: result.steps for cells in results.values() for result in cells}
   if replace_only_longer:
@@ -542,6 +547,9 @@ weights, that of uniform weights over the same keys, and the share of query rows
     not_run = [name for name in ABLATIONS if name not in results]
     missing = (f"Not run on Multi30k yet: {', '.join(not_run)} (their synthetic results: "
                f"[../RESULTS.md](../RESULTS.md)).") if not_run else ""
+  if unfinished:
+    missing += (f"{chr(10) * 2 if missing else ''}Not finished when this page was written (`--notrain`), so left "
+                f"out with any table whose reference they are: {', '.join(unfinished)}.")
   page = f"""# Ablations: the paper's design choices over seeds
 
 Written by `{invocation}`; do not edit by hand.
@@ -567,10 +575,13 @@ the program stalls on XLA:CPU; its wall time is the sum of the three.
   return report.write_page(output, page)
 
 
-def gather(cells: list[Cell], known: dict[str, dict], train: Callable[[str, str, tuple], object] = report.launch,
-           launch_flags: tuple[str, ...] = (), ignore_recorded: bool = False):
+def gather(cells: list[Cell], known: dict[str, dict],
+           train: Callable[[str, str, tuple], object] | None = report.launch, launch_flags: tuple[str, ...] = (),
+           ignore_recorded: bool = False):
   """Train what is left of the grid and read every cell: from its finished run, else from its record in
-  ``known`` (``read_records``; unless ``ignore_recorded``), else after training it.
+  ``known`` (``read_records``; unless ``ignore_recorded``), else after training it. ``train=None`` trains
+  nothing: a cell with neither a finished run nor a record is left out of the results and records, and so is
+  its ablation's table when it is the reference (the cells it compares against).
 
   Returns ``(commands, results, attention, records)``: cell name -> launch command; ablation -> its
   ``CellResult``s in variant order; cell name -> replica -> ``attention_statistics`` (scaling cells); cell name
@@ -586,6 +597,8 @@ def gather(cells: list[Cell], known: dict[str, dict], train: Callable[[str, str,
     if cell.name in stand_ins:
       result = recorded_result(cell, stand_ins[cell.name])
       attention[cell.name] = recorded_attention(stand_ins[cell.name])
+    elif train is None and not cell_finished(cell):
+      continue
     else:
       result = cell_result(cell, read_cell(cell))
       same_run = find_record(cell, configs[cell.name], known)
@@ -597,6 +610,10 @@ def gather(cells: list[Cell], known: dict[str, dict], train: Callable[[str, str,
     results.setdefault(cell.ablation, []).append(result)
     records[cell.name] = result_record(result, configs[cell.name], attention.get(cell.name))
   attention = {name: statistics for name, statistics in attention.items() if statistics}
+  references = {}
+  for cell in cells:
+    references.setdefault(cell.ablation, cell.name)
+  results = {name: rows for name, rows in results.items() if rows[0].cell.name == references[name]}
   return commands, results, attention, records
 
 
@@ -611,14 +628,17 @@ def main(argv):
   output = report.exit_on_user_error(report.results_folder, _OUTPUT, committed, os.path.join(root, "results"))
   cells = expand_grid(names, task, root)
   commands, results, attention, records = report.exit_on_user_error(
-      gather, cells, read_records(committed, output), report.launch, tuple(_LAUNCH_FLAGS.value),
-      _IGNORE_RECORDED.value)
+      gather, cells, read_records(committed, output), report.launch if _TRAIN.value else None,
+      tuple(_LAUNCH_FLAGS.value), _IGNORE_RECORDED.value)
+  unfinished = tuple(dict.fromkeys(cell.name for cell in cells if cell.name not in records))
   invocation = "python -m experiments.ablations_results" + (
       f" --ablation={_ABLATION.value}" if _ABLATION.value != "all" else "") + (
       f" --task={task}" if task != "synthetic" else "") + " --workdir_root=WORKDIR_ROOT"  # a local folder
+  if unfinished:
+    print(f"not finished, left out of the page: {', '.join(unfinished)}")
   print(report.exit_on_user_error(write_results, output, results, commands, attention, invocation, task,
                                   replace_only_longer=output == committed and not _OUTPUT.force.value,
-                                  records=records))
+                                  records=records, unfinished=unfinished))
   print(f"Wrote the page to {output}/RESULTS.md")
 
 

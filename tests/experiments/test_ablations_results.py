@@ -199,6 +199,29 @@ def test_recorded_cells_stand_in_for_absent_runs_unless_their_config_changed(tin
   assert calls == [elsewhere[0].workdir]
 
 
+def test_without_training_the_page_holds_the_finished_cells_and_names_the_others(tiny_norms, tmp_path):
+  cells = ablations_results.expand_grid(["norms"], "synthetic", str(tmp_path / "a"), ablations=("norms",))
+  reference, killed = cells
+  calls = []
+  ablations_results.run_grid([reference], train_in_process(calls))
+  train_in_process(calls, num_train_steps=2, eval_every=2)("experiments/ablations/norms.py:rms_norm",
+                                                         killed.workdir, ())
+  calls.clear()
+  commands, results, attention, records = ablations_results.gather(cells, {}, train=None)
+  assert calls == [] and max(r["step"] for r in read_metrics(killed.workdir)) == 2  # nothing trained or resumed
+  assert [result.cell.name for result in results["norms"]] == [reference.name] and set(records) == {reference.name}
+  page = ablations_results.write_results(str(tmp_path / "page"), results, commands, attention, "python -m ...",
+                                         "synthetic", records=records, unfinished=(killed.name,))
+  assert f"(`--notrain`), so left out with any table whose reference they are: {killed.name}." in page
+  assert "| norms/layer_norm |" in page and "| norms/rms_norm |" not in page
+
+  # Only a non-reference cell finished: it is recorded, but its ablation has no table to compare it in.
+  cells = ablations_results.expand_grid(["norms"], "synthetic", str(tmp_path / "b"), ablations=("norms",))
+  ablations_results.run_grid(cells[1:], train_in_process(calls))
+  commands, results, attention, records = ablations_results.gather(cells, {}, train=None)
+  assert results == {} and set(records) == {cells[1].name}
+
+
 def test_a_damaged_records_file_is_one_clear_error(tmp_path):
   (tmp_path / ablations_results.RECORDS_FILE).write_text('{"heads/4": {"run": ')
   with pytest.raises(UserError, match="cells.json is not the JSON this script writes.*git checkout"):
