@@ -137,6 +137,23 @@ def test_vmap_over_swept_variants_equals_separate_runs(make_config, tmp_path):
   assert not np.allclose(losses(tmp_path / "vmap", "train/loss/seed_0"), losses(tmp_path / "vmap", "train/loss/seed_2"))
 
 
+def test_vmapped_seeds_resume_from_a_checkpoint_between_logging_steps(make_config, tmp_path):
+  """A checkpoint between two logging steps (as a SIGTERM's) holds each seed's partial window of metrics;
+  resumed from it, the next logged means are those of the uninterrupted run."""
+  config = dict(num_seeds=2, seed=3, num_train_steps=10, log_every=5, checkpoint_every=3, eval_every=10,
+                keep_checkpoints=5)
+  run(make_config(**config), str(tmp_path / "whole"))
+  shutil.copytree(tmp_path / "whole", tmp_path / "resumed")
+  for step in (tmp_path / "resumed" / "checkpoints").iterdir():
+    if step.name.isdigit() and int(step.name) > 3:
+      shutil.rmtree(step)  # as if killed after the save at step 3, two steps into the window that logs at 5
+  resumed = run(make_config(**config), str(tmp_path / "resumed"))
+  assert resumed.step == 10
+  for replica in range(2):
+    np.testing.assert_allclose(losses(tmp_path / "resumed", f"train/loss/seed_{replica}"),
+                               losses(tmp_path / "whole", f"train/loss/seed_{replica}"), rtol=1e-6)
+
+
 @pytest.mark.parametrize("sweep,message", [
     ("model.num_heads=2,4", r"'model.num_heads' cannot be swept in one program; choose from \['optimizer"),
     ("optimizer.learning_rate=1e-3,fast", r"must be numbers separated by commas"),

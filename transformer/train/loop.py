@@ -340,7 +340,8 @@ def _train(config, workdir: str, session: Session) -> RunOutput:
     state = strategy.from_canonical(canonical)
     train_iterator.set_state(extra["iterator"])
     if extra.get("window"):
-      window = jax.tree.map(jnp.asarray, {k: tuple(v) for k, v in extra["window"].items()})
+      # Each half of a (sum, count) pair is one array: a vector with a value per seed when they are vmapped.
+      window = {k: tuple(jnp.asarray(half) for half in pair) for k, pair in extra["window"].items()}
       window_steps, window_tokens = extra["window_steps"], extra["window_tokens"]
     if start_step >= config.num_train_steps:  # a finished run: report it, train nothing
       session.say(f"already done: {workdir} is trained to step {start_step} (config.num_train_steps="
