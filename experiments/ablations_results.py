@@ -53,6 +53,9 @@ _IGNORE_RECORDED = flags.DEFINE_bool("ignore_recorded", False, "Train every unfi
 _TRAIN = flags.DEFINE_bool("train", True, "Train the cells that have neither a finished run nor a record. "
                            "--notrain writes the page from what has finished and lists the rest as not finished "
                            "(e.g. at a session's end, while the grid still trains).")
+_HARDWARE = flags.DEFINE_string("hardware", "", "Where the finished runs under --workdir_root trained, for their rows "
+                                "(default: this machine), e.g. '1 x NVIDIA H200, 16 cores' for workdirs copied "
+                                "back from a GPU machine; cells.json keeps it with each cell's record.")
 _LAUNCH_FLAGS = flags.DEFINE_multi_string("launch_flag", [], "Passed to every launch.py run, e.g. "
                                           "--launch_flag=--config.task.source_dir=../shared/data/multi30k.")
 # Per task, the table's metrics as (name, heading, digits); the first is the one variants are compared on and
@@ -249,7 +252,8 @@ def seed_values(record: dict, name: str, num_seeds: int) -> np.ndarray:
   return np.array([record.get(f"{name}/seed_{i}", np.nan) for i in range(num_seeds)], np.float64)
 
 
-def cell_result(cell: Cell, records: list[dict]) -> CellResult:
+def cell_result(cell: Cell, records: list[dict], hardware: str = "") -> CellResult:
+  """The cell's final per-seed metrics and divergence count; ``hardware``: where it ran (default: here)."""
   final = final_evaluation(records, cell.num_train_steps)
   if final is None:
     raise report.UserError(f"{cell.workdir} has no evaluation at step {cell.num_train_steps}: its run has not "
@@ -263,7 +267,7 @@ def cell_result(cell: Cell, records: list[dict]) -> CellResult:
   diverged = ((~np.isfinite(losses)).any(axis=0) | (last_loss > common.DIVERGED_LOSS[cell.task])
               | (np.asarray(skipped) > 0))
   return CellResult(cell, per_seed, int(diverged.sum()), final["wall_seconds"], final["step"], records,
-                    current_hardware())
+                    hardware or current_hardware())
 
 
 def current_hardware() -> str:
@@ -578,11 +582,12 @@ the program stalls on XLA:CPU; its wall time is the sum of the three.
 
 def gather(cells: list[Cell], known: dict[str, dict],
            train: Callable[[str, str, tuple], object] | None = report.launch, launch_flags: tuple[str, ...] = (),
-           ignore_recorded: bool = False):
+           ignore_recorded: bool = False, hardware: str = ""):
   """Train what is left of the grid and read every cell: from its finished run, else from its record in
   ``known`` (``read_records``; unless ``ignore_recorded``), else after training it. ``train=None`` trains
   nothing: a cell with neither a finished run nor a record is left out of the results and records, and so is
-  its ablation's table when it is the reference (the cells it compares against).
+  its ablation's table when it is the reference (the cells it compares against). ``hardware``: where the
+  finished runs trained (default: this machine), unless ``known`` records the same run elsewhere.
 
   Returns ``(commands, results, attention, records)``: cell name -> launch command; ablation -> its
   ``CellResult``s in variant order; cell name -> replica -> ``attention_statistics`` (scaling cells); cell name
@@ -601,7 +606,7 @@ def gather(cells: list[Cell], known: dict[str, dict],
     elif train is None and not cell_finished(cell):
       continue
     else:
-      result = cell_result(cell, read_cell(cell))
+      result = cell_result(cell, read_cell(cell), hardware)
       same_run = find_record(cell, configs[cell.name], known)
       if same_run and same_run["wall_seconds"] == result.wall_seconds:  # recorded from this run: where it ran
         result = dataclasses.replace(result, hardware=same_run["hardware"])
@@ -630,7 +635,7 @@ def main(argv):
   cells = expand_grid(names, task, root)
   commands, results, attention, records = report.exit_on_user_error(
       gather, cells, read_records(committed, output), report.launch if _TRAIN.value else None,
-      tuple(_LAUNCH_FLAGS.value), _IGNORE_RECORDED.value)
+      tuple(_LAUNCH_FLAGS.value), _IGNORE_RECORDED.value, _HARDWARE.value)
   unfinished = tuple(dict.fromkeys(cell.name for cell in cells if cell.name not in records))
   invocation = "python -m experiments.ablations_results" + (
       f" --ablation={_ABLATION.value}" if _ABLATION.value != "all" else "") + (

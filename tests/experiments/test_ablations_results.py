@@ -170,12 +170,21 @@ def test_a_killed_grid_resumes_without_redoing_finished_cells(tiny_norms, tmp_pa
 def test_recorded_cells_stand_in_for_absent_runs_unless_their_config_changed(tiny_norms, tmp_path):
   cells = ablations_results.expand_grid(["norms"], "synthetic", str(tmp_path / "first"), ablations=("norms",))
   calls = []
-  commands, results, attention, records = ablations_results.gather(cells, {}, train_in_process(calls))
+  elsewhere_hardware = "1 x NVIDIA H200, 16 cores"  # --hardware: the runs were copied back from a GPU machine
+  commands, results, attention, records = ablations_results.gather(cells, {}, train_in_process(calls),
+                                                                   hardware=elsewhere_hardware)
   assert calls == [cell.workdir for cell in cells]
   page = ablations_results.write_results(str(tmp_path / "page"), results, commands, attention, "python -m ...",
                                          "synthetic", records=records)
   known = ablations_results.read_records(str(tmp_path / "page"))
   assert set(known) == {"norms/layer_norm", "norms/rms_norm"}
+  assert {record["hardware"] for record in known.values()} == {elsewhere_hardware}
+  assert page.count(f"| {elsewhere_hardware} |") == 2
+  # Read again from the same runs without --hardware: the record of the same run says where it trained.
+  _, again, _, _ = ablations_results.gather(cells, known, train=None)
+  assert {result.hardware for result in again["norms"]} == {elsewhere_hardware}
+  _, here, _, _ = ablations_results.gather(cells, {}, train=None)
+  assert {result.hardware for result in here["norms"]} == {ablations_results.current_hardware()}
 
   # Another machine: the same grid under an empty root is read from the records; nothing trains, same page.
   elsewhere = ablations_results.expand_grid(["norms"], "synthetic", str(tmp_path / "second"), ablations=("norms",))
