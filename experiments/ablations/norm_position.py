@@ -23,9 +23,9 @@ ABLATION = Ablation(
               for position in ("post", "pre") for warmup in (50, 0)},
     note=("Warmup ramps the learning rate linearly from 0 over 50 steps. On the synthetic task the rate is "
           "constant after it, so the ramp is the only difference; on Multi30k the base's inverse-sqrt schedule "
-          "stays, so without warmup the rate starts at its peak and decays as peak / sqrt(step), below the "
-          "warmed-up rate (peak * sqrt(50 / step)) after the first step: there the variants differ in the "
-          "whole schedule, not only the ramp."),
+          "stays, so without warmup the rate starts at its peak and decays as peak / sqrt(step): above the "
+          "warmed-up rate for the first 13 steps, then below it, sqrt(50) times below from step 50 on "
+          "(peak * sqrt(50 / step)). There the variants differ in the whole schedule, not only the ramp."),
     setup={**_UNSTABLE, "num_train_steps": 200, "eval_every": 200},
     multi30k_setup={"optimizer.grad_clip_norm": 0.0, "skip_nonfinite_steps": True})
 
