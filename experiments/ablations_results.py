@@ -17,7 +17,9 @@ attention statistics, its flattened config) are kept in ``cells.json`` beside th
 workdirs: a cell whose run is absent or unfinished under ``--workdir_root`` is read from the record of the same
 run in ``cells.json`` (the committed page's, then the output folder's) when the record's config agrees with the
 cell's on every field both have, and trained only when there is none (``--ignore_recorded`` trains it anyway).
-``--notrain`` trains nothing: the page holds the finished and recorded cells and names the others.
+``--notrain`` trains nothing: the page holds the finished and recorded cells and names the others. Each row
+names the hardware its cell trained on: this machine's, unless ``cells.json`` records the run elsewhere or
+``--hardware`` names it (workdirs copied back from a GPU machine).
 
 Every number on the page is the mean +- standard deviation over the seeds of a cell's final evaluation
 (``eval/<metric>/seed_i``). The page goes to ``--output_dir``, by default ``<workdir_root>/results/``; the
