@@ -1,7 +1,6 @@
 """transformer/train/config.py: one model section per config, its validation, and old configs' migration."""
 import dataclasses
 
-import jax
 import pytest
 
 from transformer.errors import ConfigError
@@ -41,17 +40,6 @@ def test_validation_checks_the_model_section_before_any_data():
   with pytest.raises(ConfigError, match="'lstm' is not a known model"):
     validate_config(config)
 
-
-@pytest.mark.skipif(jax.default_backend() != "cpu", reason="the stall is XLA:CPU's")
-def test_vmapped_rnn_seeds_are_refused_on_the_cpu_before_they_stall():
-  config = base_config("rnn")
-  config.num_seeds = 3
-  with pytest.raises(ConfigError,
-                     match="num_seeds > 1 or config.sweep with model_name='rnn' stalls on the CPU.*--config.seed=I"):
-    validate_config(config)
-  validate_config(config, mode="eval")  # a finished run's replicas can still be evaluated
-  config.num_seeds = 1
-  validate_config(config)
 
 
 def test_a_seq2seq_task_refuses_a_model_that_is_not_seq2seq():

@@ -98,6 +98,35 @@ def test_vmap_over_seeds_equals_separate_runs(make_config, tmp_path):
     assert record["eval/exact_match"] == pytest.approx(np.mean(seeds))
 
 
+def test_vmapped_rnn_seeds_equal_separate_runs(tmp_path):
+  """The GRU encoder-decoder's seeds in one program follow the separate runs, training and greedy evaluation.
+  The vmapped program runs on one CPU device, where a vmapped init of this model never finished (the
+  replicas are initialised one after the other); the tests' 8 virtual devices hid that stall."""
+  import os
+  from experiments.ablations import rnn_attention
+  from experiments.ablations.common import apply_overrides
+  from tests.train.conftest import finish, start_launch
+
+  settings = {"num_train_steps": 6, "log_every": 3, "eval_every": 6, "checkpoint_every": 6, "quiet": True,
+              "async_checkpointing": False, "data_seed": 5, "task.num_eval_examples": 16}
+  env = {name: value for name, value in os.environ.items() if name != "XLA_FLAGS"}
+  together = tmp_path / "vmap"
+  process = start_launch("--config=experiments/ablations/rnn_attention.py:additive", f"--workdir={together}",
+                         "--config.num_seeds=2", "--config.seed=5",
+                         *(f"--config.{name}={value}" for name, value in settings.items()), env=env)
+  output, = finish(process, timeout=300)
+  assert process.returncode == 0, output
+  for replica in range(2):
+    config = rnn_attention.get_config("additive")
+    apply_overrides(config, {**settings, "seed": 5 + replica, "num_seeds": 1})
+    alone = run(config, str(tmp_path / f"seed{replica}"))
+    for name in ("train/loss", "eval/exact_match", "eval/token_accuracy"):
+      np.testing.assert_allclose(losses(together, f"{name}/seed_{replica}"),
+                                 losses(tmp_path / f"seed{replica}", name), rtol=1e-5)
+    loaded = load_params(str(together), checkpoint="latest", replica=replica)
+    assert_params_close(loaded.params, alone.state.params, rtol=1e-4, atol=1e-6)
+
+
 def test_vmap_over_swept_variants_equals_separate_runs(make_config, tmp_path):
   """config.sweep: 2 variants (learning rate, warmup and label smoothing zipped) x 2 seeds in one program;
   replica r is variant r // 2 with seed 3 + r % 2, and follows the separate run of that variant and seed."""

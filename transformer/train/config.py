@@ -12,7 +12,6 @@ import dataclasses
 import os
 import tempfile
 
-import jax
 import ml_collections
 import optax
 
@@ -239,12 +238,6 @@ def validate_config(config: ml_collections.ConfigDict, workdir: str | None = Non
           "config.num_seeds > 1 (vmap over seeds) needs config.parallelism='jit'.")
   require(not sweep or config.parallelism == "jit",
           f"config.sweep={config.sweep!r} (vmap over variants) needs config.parallelism='jit'.")
-  # The vmapped RNN program (scans over time inside vmap) stalls on XLA:CPU: it never finishes, with the CPU idle.
-  require(not (mode == "train" and config.model_name == "rnn" and num_replicas(config) > 1
-               and jax.default_backend() == "cpu"),
-          "config.num_seeds > 1 or config.sweep with model_name='rnn' stalls on the CPU (the vmapped recurrent "
-          "program never finishes); train each seed and variant as a run of its own: --config.num_seeds=1 "
-          "--config.seed=I.")
   for value in sweep.get("optimizer.learning_rate", ()):
     require(value > 0, f"config.sweep={config.sweep!r}: every learning rate must be > 0, got {value:g}.")
   for value in sweep.get("optimizer.warmup_steps", ()):
