@@ -81,7 +81,6 @@ class Cell:
   workdir: str
   num_train_steps: int
   num_seeds: int
-  separate_seeds: bool = False  # each seed its own run in workdir/seed_<i> (common.Ablation.vmap_seeds False)
   task: str = "synthetic"  # a key of METRICS
   # Variants that differ only in SWEEPABLE fields train in one program: ``config`` (the group's first variant)
   # with ``--config.sweep=<sweep>``; this cell's seeds are replicas replica_offset, ... of that run.
@@ -97,12 +96,10 @@ class Cell:
     """The run's folder under the workdir root (``<ablation>/<variant>[+<variant>]``); cells may share one."""
     return "/".join(self.workdir.rstrip("/").split("/")[-2:])
 
-  def runs(self) -> list[tuple[str, tuple[str, ...]]]:
-    """``(workdir, extra launch flags)`` of each run of the cell: one, or one per seed."""
-    if not self.separate_seeds:
-      return [(self.workdir, (f"--config.sweep={self.sweep}",) if self.sweep else ())]
-    return [(os.path.join(self.workdir, f"seed_{i}"), (f"--config.seed={i}", "--config.data_seed=0"))
-            for i in range(self.num_seeds)]
+  @property
+  def launch_flags(self) -> tuple[str, ...]:
+    """What the cell's run adds to ``--config`` (its sweep)."""
+    return (f"--config.sweep={self.sweep}",) if self.sweep else ()
 
 
 def cell_config(cell: Cell) -> dict:
@@ -131,7 +128,6 @@ def expand_grid(names: list[str], task: str, root: str, ablations: tuple[str, ..
   cells = {}
   for name in ablations:
     module = ablation_module(name)
-    separate = not module.ABLATION.vmap_seeds
     fresh = {}  # config without its sweepable fields (JSON) -> [(variant, flat config)] of configs not seen before
     repeats = {}  # variant -> the config (JSON) of an earlier variant of this ablation that it equals
     for variant in module.ABLATION.variants:
@@ -140,17 +136,17 @@ def expand_grid(names: list[str], task: str, root: str, ablations: tuple[str, ..
       if key in owner or any(key == _config_key(f) for group in fresh.values() for _, f in group):
         repeats[variant] = key
         continue
-      fresh.setdefault(_config_key(flat, leave_out=() if separate else SWEEPABLE), []).append((variant, flat))
+      fresh.setdefault(_config_key(flat, leave_out=SWEEPABLE), []).append((variant, flat))
     for group in fresh.values():
       variants = [variant for variant, _ in group]
       first, flat = group[0]
       swept = [field for field in SWEEPABLE if len({str(f[field]) for _, f in group}) > 1]
       sweep = ";".join(f"{field}={','.join(repr(f[field]) for _, f in group)}" for field in swept)
-      num_seeds = common.NUM_SEEDS if separate else flat["num_seeds"]
+      num_seeds = flat["num_seeds"]
       for index, (variant, variant_flat) in enumerate(group):
         cell = Cell(name, variant, f"experiments/ablations/{name}.py:{first}{suffix}",
-                    os.path.join(root, name, "+".join(variants)), flat["num_train_steps"], num_seeds, separate, task,
-                    sweep, index * num_seeds)
+                    os.path.join(root, name, "+".join(variants)), flat["num_train_steps"], num_seeds, task, sweep,
+                    index * num_seeds)
         owner[_config_key(variant_flat)] = cells[(name, variant)] = cell
     for variant, key in repeats.items():  # its own config names the run, unless only a sweep's command does
       shared = owner[key]
@@ -172,7 +168,7 @@ def run_finished(workdir: str, num_train_steps: int) -> bool:
 
 
 def cell_finished(cell: Cell) -> bool:
-  return all(run_finished(workdir, cell.num_train_steps) for workdir, _ in cell.runs())
+  return run_finished(cell.workdir, cell.num_train_steps)
 
 
 def run_grid(cells: list[Cell], train: Callable[[str, str, tuple], object] | None = report.launch,
@@ -184,16 +180,11 @@ def run_grid(cells: list[Cell], train: Callable[[str, str, tuple], object] | Non
   for cell in cells:
     if cell.name in recorded:
       print(f"{cell.name}: its result recorded in {RECORDS_FILE} (no finished run in {cell.workdir})", flush=True)
-    for workdir, seed_flags in () if cell.name in recorded or train is None else cell.runs():
-      if not run_finished(workdir, cell.num_train_steps):
-        print(f"training {cell.name} in {workdir}", flush=True)
-        train(cell.config, workdir, (*seed_flags, *launch_flags))
-    # I = 0, 1, 2: the page says so
-    seeds = ["--config.seed=I", "--config.data_seed=0"] if cell.separate_seeds else []
-    sweep = [f"--config.sweep={cell.sweep}"] if cell.sweep else []
-    workdir = os.path.join(cell.workdir, "seed_I") if cell.separate_seeds else cell.workdir
-    commands[cell.name] = ["python", "launch.py", f"--config={cell.config}", f"--workdir={workdir}", *sweep,
-                           *seeds, *launch_flags]
+    if cell.name not in recorded and train is not None and not cell_finished(cell):
+      print(f"training {cell.name} in {cell.workdir}", flush=True)
+      train(cell.config, cell.workdir, (*cell.launch_flags, *launch_flags))
+    commands[cell.name] = ["python", "launch.py", f"--config={cell.config}", f"--workdir={cell.workdir}",
+                           *cell.launch_flags, *launch_flags]
   return commands
 
 
@@ -215,25 +206,10 @@ def _own_replicas(records: list[dict], offset: int, count: int) -> list[dict]:
 
 
 def read_cell(cell: Cell) -> list[dict]:
-  """The cell's metric records; for separate seeds, one record per step with each run's values as
-  ``<name>/seed_i`` (the layout of a vmapped run); for a cell of a sweep, its own replicas as its seeds."""
+  """The cell's metric records; for a cell of a sweep, its own replicas as its seeds."""
   if cell.sweep:
     return _own_replicas(read_metrics(cell.workdir), cell.replica_offset, cell.num_seeds)
-  if not cell.separate_seeds:
-    return read_metrics(cell.workdir)
-  merged = {}
-  for seed, (workdir, _) in enumerate(cell.runs()):
-    for record in read_metrics(workdir):
-      kind = "eval" if any(k.startswith("eval/") for k in record) else "train"
-      target = merged.setdefault((record["step"], kind), {"step": record["step"], "wall_seconds": 0.0})
-      target["wall_seconds"] += record.get("wall_seconds", 0.0)  # the seeds ran one after the other
-      target.update({f"{k}/seed_{seed}": v for k, v in record.items() if k.startswith(("train/", "eval/"))})
-  records = [merged[key] for key in sorted(merged, key=lambda key: (key[0], key[1] == "eval"))]
-  for record in records:
-    names = {k.rsplit("/seed_", 1)[0] for k in record if "/seed_" in k}
-    record.update({name: float(np.mean([record[f"{name}/seed_{i}"] for i in range(cell.num_seeds)
-                                        if f"{name}/seed_{i}" in record])) for name in names})
-  return records
+  return read_metrics(cell.workdir)
 
 
 @dataclasses.dataclass
@@ -570,9 +546,7 @@ is above {common.DIVERGED_LOSS[task]} nats. A difference is called "larger than 
 twice its standard error; with 3 seeds that is a screen, not a significance test. Wall time includes compilation and
 evaluation. Cells with the same config (the reference model) are one run, listed under each ablation; so are
 variants that differ only in the learning rate, its warmup or label smoothing (`--config.sweep`: variants and
-seeds in one vmapped program; the wall time is the program's, listed under each of its variants). The RNN
-ablation's seeds are separate runs (`--config.seed=I` for I = 0, 1, 2, in `WORKDIR/seed_I`): with its seeds vmapped
-the program stalls on XLA:CPU; its wall time is the sum of the three.
+seeds in one vmapped program; the wall time is the program's, listed under each of its variants).
 
 {missing}
 

@@ -41,16 +41,12 @@ class Ablation:
     setup: overrides of the synthetic base for every variant (a deeper model, another learning rate, ...).
     multi30k_setup: the same for the Multi30k base.
     note: a paragraph for the results page, under the table (how to read it; no numbers).
-    vmap_seeds: train the seeds in one program (``config.num_seeds``), or as separate runs (``--config.seed=i``).
   """
   name: str
   title: str
   question: str
   variants: dict[str, dict]
   model_name: str = "transformer"
-  # False: each seed is a run of its own (config.num_seeds = 1), for models whose vmapped program does not run
-  # (the RNN's: XLA:CPU stalls in the vmapped scan over time steps).
-  vmap_seeds: bool = True
   note: str = ""  # what a reader needs to read the table right (printed under it)
   setup: dict = dataclasses.field(default_factory=dict)
   multi30k_setup: dict = dataclasses.field(default_factory=dict)
@@ -77,8 +73,6 @@ class Ablation:
       config = multi30k_base(self.model_name)
       apply_overrides(config, self.multi30k_setup)
     apply_overrides(config, self.variants[name])
-    if not self.vmap_seeds:
-      config.num_seeds = 1
     return config
 
 

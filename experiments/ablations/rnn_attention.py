@@ -4,8 +4,7 @@
     python launch.py --config=experiments/ablations/rnn_attention.py:none --workdir=/tmp/ablations/rnn/none
 
 A GRU encoder-decoder (bidirectional encoder, hidden 64). ``none`` has no attention: the decoder sees the
-source only through its initial state. Its seeds are separate runs (``--config.seed=0,1,2``, in
-``<workdir>/seed_<i>``): vmapped, the scan over time steps stalls on XLA:CPU. Variants: additive, dot, general, cosine, none; ``NAME,multi30k`` for
+source only through its initial state. Variants: additive, dot, general, cosine, none; ``NAME,multi30k`` for
 the Multi30k base (experiments/multi30k.py's gru_bahdanau). Results: experiments/ablations/RESULTS.md.
 """
 from experiments.ablations.common import Ablation
@@ -13,7 +12,7 @@ from experiments.ablations.common import Ablation
 ABLATION = Ablation(
     name="rnn_attention", title="RNN encoder-decoder: attention score",
     question="How much does attention, and which score, matter to an RNN encoder-decoder?",
-    model_name="rnn", vmap_seeds=False,  # its 3 seeds vmapped stall on XLA:CPU: three runs of one seed each
+    model_name="rnn",
     variants={"additive": {"model.attention": "bahdanau"}, "dot": {"model.attention": "luong_dot"},
               "general": {"model.attention": "luong_general"}, "cosine": {"model.attention": "luong_cosine"},
               "none": {"model.attention": "none"}})

@@ -33,14 +33,13 @@ def test_the_grid_expands_to_every_variant_and_shares_identical_configs():
   assert dropout.sweep == both.sweep == "label_smoothing=0.0,0.1"
   assert (dropout.replica_offset, both.replica_offset) == (0, common.NUM_SEEDS)
   assert both.config == "experiments/ablations/regularization.py:dropout"
-  assert both.runs() == [("/root/regularization/dropout+both", ("--config.sweep=label_smoothing=0.0,0.1",))]
+  assert both.launch_flags == ("--config.sweep=label_smoothing=0.0,0.1",)
   assert not by_name["norms/rms_norm"].sweep  # a model field: its own program
   assert len({cell.workdir for cell in cells}) == len(cells) - 7
   assert all(cell.num_seeds == common.NUM_SEEDS for cell in cells)
   assert by_name["norm_position/pre_no_warmup"].num_train_steps < by_name["heads/2"].num_train_steps
-  rnn = by_name["rnn_attention/none"]  # seeds as separate runs, in seed_<i>, with the same data order
-  assert rnn.separate_seeds and not by_name["heads/2"].separate_seeds
-  assert rnn.runs()[2] == ("/root/rnn_attention/none/seed_2", ("--config.seed=2", "--config.data_seed=0"))
+  rnn = by_name["rnn_attention/none"]  # the RNN's seeds too are one vmapped program
+  assert (rnn.workdir, rnn.launch_flags, rnn.num_seeds) == ("/root/rnn_attention/none", (), common.NUM_SEEDS)
   # Choosing ablations does not move a shared cell: heads/4 stays where a full grid puts it.
   assert [c.workdir for c in ablations_results.expand_grid(["norms"], "synthetic", "/root")][0] == "/root/heads/4"
 
@@ -87,7 +86,7 @@ def train_in_process(calls, **overrides):
     module = importlib.import_module("experiments.ablations." + os.path.basename(path)[:-3])
     config = module.get_config(variant)
     config.update(overrides)
-    for flag in launch_flags:  # the one launch flag a grid adds to the config (seeds: separate runs)
+    for flag in launch_flags:  # the one launch flag a grid adds to the config
       if flag.startswith("--config.sweep="):
         config.sweep = flag.partition("=")[2]
     calls.append(workdir)
@@ -306,20 +305,3 @@ def test_attention_statistics_read_the_splits_first_pairs_whatever_the_batching(
   plain = [{"source": np.array([[1, 2], [3, 0]]), "target": np.array([[1, 0], [2, 0]])},
            {"source": np.array([[4, 4]]), "target": np.array([[3, 3]])}]
   assert [s.tolist() for s in ablations_results.first_pairs(plain, 5, pad=0)[0]] == [[1, 2], [3], [4, 4]]
-
-
-def test_separate_seed_runs_read_as_one_vmapped_run(tmp_path):
-  cell = ablations_results.Cell("rnn_attention", "dot", "c", str(tmp_path), 4, 2, separate_seeds=True)
-  for seed, (workdir, _) in enumerate(cell.runs()):
-    os.makedirs(workdir)
-    with open(os.path.join(workdir, "metrics.jsonl"), "w") as f:
-      f.write(json.dumps({"step": 4, "train/loss": 1.0 + seed, "wall_seconds": 5.0}) + "\n")
-      f.write(json.dumps({"step": 4, "eval/exact_match": 0.5 + seed / 4, "wall_seconds": 6.0}) + "\n")
-  records = ablations_results.read_cell(cell)
-  assert records == [{"step": 4, "wall_seconds": 10.0, "train/loss/seed_0": 1.0, "train/loss/seed_1": 2.0,
-                      "train/loss": 1.5},
-                     {"step": 4, "wall_seconds": 12.0, "eval/exact_match/seed_0": 0.5, "eval/exact_match/seed_1": 0.75,
-                      "eval/exact_match": 0.625}]
-  result = ablations_results.cell_result(cell, records)
-  np.testing.assert_allclose(result.per_seed["eval/exact_match"], [0.5, 0.75])
-  assert result.wall_seconds == 12.0
