@@ -55,9 +55,7 @@ _IGNORE_RECORDED = flags.DEFINE_bool("ignore_recorded", False, "Train every unfi
 _TRAIN = flags.DEFINE_bool("train", True, "Train the cells that have neither a finished run nor a record. "
                            "--notrain writes the page from what has finished and lists the rest as not finished "
                            "(e.g. at a session's end, while the grid still trains).")
-_HARDWARE = flags.DEFINE_string("hardware", "", "Where the finished runs under --workdir_root trained, for their rows "
-                                "(default: this machine), e.g. '1 x NVIDIA H200, 16 cores' for workdirs copied "
-                                "back from a GPU machine; cells.json keeps it with each cell's record.")
+_HARDWARE = report.hardware_flag()  # for the cells read from finished runs; cells.json keeps it
 _LAUNCH_FLAGS = flags.DEFINE_multi_string("launch_flag", [], "Passed to every launch.py run, e.g. "
                                           "--launch_flag=--config.task.source_dir=../shared/data/multi30k.")
 # Per task, the table's metrics as (name, heading, digits); the first is the one variants are compared on and

@@ -57,6 +57,12 @@ def workdir_root_flag() -> flags.FlagHolder:
                              "script's own, in its docstring).")
 
 
+@functools.cache  # as workdir_root_flag: results scripts imported together (the tests) share it
+def hardware_flag() -> flags.FlagHolder:
+  return flags.DEFINE_string("hardware", "", "Where the runs read trained, for the page (default: this "
+                             "machine), e.g. '1 x NVIDIA H200, 16 cores' for workdirs copied back from a GPU host.")
+
+
 def results_folder(output: OutputFlags, committed: str, default: str) -> str:
   """The folder a script writes its page to: ``committed`` with ``--update_committed``, else ``--output_dir``,
   else ``default``."""

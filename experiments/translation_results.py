@@ -52,7 +52,7 @@ _RUNS = flags.DEFINE_multi_string("run", [], "[ROW=]VARIANT:WORKDIR of a run to 
                                    "default VARIANT).")
 _SOURCE_DIR = flags.DEFINE_string("source_dir", "", "Raw data folder (as --config.task.source_dir).")
 _DATA_DIR = flags.DEFINE_string("data_dir", "", "TFDS data dir (as --config.task.data_dir).")
-_HARDWARE = flags.DEFINE_string("hardware", "", "Where the runs trained (default: this machine).")
+_HARDWARE = report.hardware_flag()
 _AVERAGE = flags.DEFINE_integer(
     "average_checkpoints", 0, "Also score the mean of the last N checkpoints and report it if it is better "
     "on validation (each run must have kept N: config.keep_checkpoints and enough checkpoints saved).")
