@@ -1,0 +1,38 @@
+#!/bin/bash
+# Multi30k ablations on a bare GPU machine (experiments/ablations/README.md, "Cells trained on another machine"):
+#
+#   BUDGET_S=530 bash experiments/ablations/gpu_grid.sh WHEEL_DIR MULTI30K_DIR OUTPUT_DIR ABLATION [ABLATION ...]
+#
+# Runs the grid driver once per ablation (each writes its own page and cells.json), stops starting or running
+# them after BUDGET_S seconds (default 530), and packs the workdirs without checkpoints, with the pages and
+# logs, into OUTPUT_DIR/ablations.tgz: unpack it here and read it with --hardware and --notrain. A killed run
+# is lost with the machine; a finished cell is not. WHEEL_DIR: see benchmarks/gpu_run.sh.
+set -u -o pipefail
+if [ $# -lt 4 ]; then
+  echo "usage: BUDGET_S=530 bash experiments/ablations/gpu_grid.sh WHEEL_DIR MULTI30K_DIR OUTPUT_DIR ABLATION ..." >&2
+  exit 2
+fi
+wheels=$1
+source_dir=$2
+output=$3
+shift 3
+cd "$(dirname "$0")/../.." || exit 1
+mkdir -p "$output" || exit 1
+work=$(mktemp -d)
+export GPU_INSTALL_LOG="$output/install.log"
+pack() { tar czf "$output/ablations.tgz" --exclude=checkpoints --exclude=best -C "$work" . 2>/dev/null; }
+{ nvidia-smi -L; bash benchmarks/gpu_run.sh "$wheels" python3 -c \
+  "from experiments import report; print(report.machine_description())"; } 2>&1 | tee "$output/env.log"
+start=$(date +%s)
+for ablation in "$@"; do
+  left=$(( ${BUDGET_S:-530} - ($(date +%s) - start) ))
+  [ "$left" -gt 60 ] || { echo "$ablation: not started, the budget is spent"; continue; }
+  # timeout stops the driver only: its launch.py, which would save a checkpoint first, is killed below.
+  timeout -k 20 "$left" bash benchmarks/gpu_run.sh "$wheels" python3 -m experiments.ablations_results \
+    --ablation="$ablation" --task=multi30k --workdir_root="$work/runs" --output_dir="$work/pages/$ablation" \
+    --launch_flag=--config.task.source_dir="$source_dir" > "$work/$ablation.log" 2>&1
+  echo "$ablation: exit status $? after $(( $(date +%s) - start )) s"
+  grep -E "^(training|step|not finished)" "$work/$ablation.log" | tail -3
+  pkill -9 -f -- "--workdir=$work/"  # this grid's runs only; a checkpoint would leave with the machine anyway
+  pack
+done
