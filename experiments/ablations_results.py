@@ -42,6 +42,7 @@ from absl import app, flags
 from experiments import report
 from experiments.ablations import common
 from transformer.train.config import SWEEPABLE
+from transformer.train.workdir import recorded_tokenizers
 from transformer.train.writers import read_metrics
 
 ABLATIONS = ("scaling", "heads", "positions", "norm_position", "norms", "regularization", "rnn_attention")
@@ -220,6 +221,7 @@ class CellResult:
   steps: int
   records: list[dict]  # the metric records; read back from cells.json, only the training loss
   hardware: str = ""  # where the cell ran: this machine unless cells.json records the same run elsewhere
+  tokenizers: str = ""  # fingerprint(s) of the run's SentencePiece model(s); "" for runs that did not keep them
 
 
 def seed_values(record: dict, name: str, num_seeds: int) -> np.ndarray:
@@ -243,7 +245,12 @@ def cell_result(cell: Cell, records: list[dict], hardware: str = "") -> CellResu
   diverged = ((~np.isfinite(losses)).any(axis=0) | (last_loss > common.DIVERGED_LOSS[cell.task])
               | (np.asarray(skipped) > 0))
   return CellResult(cell, per_seed, int(diverged.sum()), final["wall_seconds"], final["step"], records,
-                    hardware or current_hardware())
+                    hardware or current_hardware(), tokenizer_label(cell.workdir))
+
+
+def tokenizer_label(workdir: str) -> str:
+  """The fingerprints of the tokenizers a run kept (``WORKDIR/tokenizers/``), each once; "" if none."""
+  return ", ".join(sorted(set(recorded_tokenizers(workdir).values())))
 
 
 def current_hardware() -> str:
@@ -261,6 +268,7 @@ def result_record(result: CellResult, config: dict, attention: dict[int, dict] |
             "replica_offset": cell.replica_offset, "num_seeds": cell.num_seeds, "steps": result.steps,
             "per_seed": {name: values.tolist() for name, values in result.per_seed.items()},
             "diverged": result.diverged, "wall_seconds": result.wall_seconds, "hardware": result.hardware,
+            "tokenizers": result.tokenizers,
             "train_loss": [[r["step"], seed_values(r, "train/loss", cell.num_seeds).tolist()] for r in train],
             "config": config}
   if attention:
@@ -278,7 +286,7 @@ def recorded_result(cell: Cell, record: dict) -> CellResult:
                for step, losses in record["train_loss"]]
   per_seed = {name: np.asarray(values, np.float64) for name, values in record["per_seed"].items()}
   return CellResult(cell, per_seed, record["diverged"], record["wall_seconds"], record["steps"], records,
-                    record["hardware"])
+                    record["hardware"], record.get("tokenizers", ""))
 
 
 def recorded_attention(record: dict) -> dict[int, dict]:
@@ -486,6 +494,7 @@ def write_results(output: str, results: dict[str, list[CellResult]], commands: d
                    f"{result.wall_seconds:.0f} s", result.hardware, f"`{report.portable_command(commands[cell.name])}`"])
     plot_ablation(cells, os.path.join(output, f"{name}.png"), ablation.title)
     reading = "\n".join(f"- {comparison(result, cells[0])}" for result in cells[1:])
+    reading += tokenizer_caveat(cells)
     text = f"""## {ablation.title}
 
 {ablation.question} Config: `experiments/ablations/{name}.py`.
@@ -548,10 +557,43 @@ seeds in one vmapped program; the wall time is the program's, listed under each 
 
 {missing}
 
+{tokenizer_summary(results)}
+
 {chr(10).join(sections)}"""
   if records:
     write_records(output, records)
   return report.write_page(output, page)
+
+
+def tokenizer_caveat(cells: list[CellResult]) -> str:
+  """A line for a table whose cells tokenized with different SentencePiece models, or may have: some runs
+  did not keep theirs and the table mixes hardware (another host can train another model). "" otherwise."""
+  known = {result.tokenizers for result in cells if result.tokenizers}
+  unknown = any(not result.tokenizers for result in cells)
+  if len(known) <= 1 and not (unknown and len({result.hardware for result in cells}) > 1):
+    return ""
+  which = "; ".join(f"{result.cell.variant}: {result.tokenizers or 'not recorded'}" for result in cells)
+  verdict = "did not all" if len(known) > 1 else "may not all"
+  return (f"\n- These cells {verdict} tokenize with one SentencePiece model ({which}), so their differences "
+          "may include the tokenizers'.")
+
+
+def tokenizer_summary(results: dict[str, list[CellResult]]) -> str:
+  """Which SentencePiece model each cell's run tokenized with, grouped by model: the same options and text can
+  train another model on another host, so numbers compare across tables only within one group."""
+  groups: dict[str, dict[str, list[str]]] = {}
+  for cells in results.values():
+    for result in cells:
+      hardware = groups.setdefault(result.tokenizers, {}).setdefault(result.hardware, [])
+      if result.cell.name not in hardware:
+        hardware.append(result.cell.name)
+  if not groups or set(groups) == {""}:
+    return ""
+  lines = [f"- {fingerprint or 'not recorded (the run predates WORKDIR/tokenizers/)'}: "
+           + "; ".join(f"{', '.join(names)} ({hardware})" for hardware, names in by_hardware.items())
+           for fingerprint, by_hardware in sorted(groups.items(), key=lambda item: item[0] == "")]
+  return ("SentencePiece model of each cell's run (fingerprint of `WORKDIR/tokenizers/`; the same options and "
+          "text can train a different model on another host):\n" + "\n".join(lines))
 
 
 def gather(cells: list[Cell], known: dict[str, dict],
@@ -583,7 +625,8 @@ def gather(cells: list[Cell], known: dict[str, dict],
       result = cell_result(cell, read_cell(cell), hardware)
       same_run = find_record(cell, configs[cell.name], known)
       if same_run and same_run["wall_seconds"] == result.wall_seconds:  # recorded from this run: where it ran
-        result = dataclasses.replace(result, hardware=same_run["hardware"])
+        result = dataclasses.replace(result, hardware=same_run["hardware"],
+                                     tokenizers=result.tokenizers or same_run.get("tokenizers", ""))
       if cell.ablation == "scaling":
         attention[cell.name] = {replica: attention_statistics(cell.workdir, cell.replica_offset + replica)
                                 for replica in range(cell.num_seeds)}

@@ -291,6 +291,35 @@ def test_a_multi30k_cell_is_read_and_compared_in_bleu_with_its_own_divergence_th
   assert "| run | BLEU | token accuracy | NLL (nats/token) | diverged |" in page
   assert "| scaling/scaled | 22.00 ± 2.83 | n/a | 2.250 ± 0.354 | 1 of 2 |" in page
   assert "Against the reference (scaled), BLEU:" in page and "above 5.0 nats" in page
+  assert "SentencePiece" not in page  # nothing recorded, one machine: nothing to say
+
+
+def test_the_page_groups_cells_by_tokenizer_and_flags_tables_that_mix_them(tmp_path):
+  """A run keeps its SentencePiece models in WORKDIR/tokenizers/: the record carries their fingerprint and a
+  table whose cells tokenized differently (or may have: unrecorded runs on other hardware) says so."""
+  cell = ablations_results.Cell("scaling", "scaled", "c", str(tmp_path / "scaled"), 4, 1, task="multi30k")
+  os.makedirs(tmp_path / "scaled" / "tokenizers")
+  for name in ("source", "target"):
+    (tmp_path / "scaled" / "tokenizers" / f"{name}.aaaa1111bbbb.model").write_bytes(b"x")
+  records = [{"step": 4, "train/loss": 3.0}, {"step": 4, "wall_seconds": 9.0, "eval/bleu": 20.0}]
+  reference = ablations_results.cell_result(cell, records, hardware="1 x cpu, 2 cores")
+  assert reference.tokenizers == "aaaa1111bbbb"
+  record = ablations_results.result_record(reference, {})
+  assert ablations_results.recorded_result(cell, record).tokenizers == "aaaa1111bbbb"
+  unscaled = dataclasses.replace(cell, variant="unscaled", workdir=str(tmp_path / "unscaled"))
+  same = dataclasses.replace(reference, cell=unscaled)
+  other = dataclasses.replace(same, tokenizers="cccc2222dddd")
+  unknown_elsewhere = dataclasses.replace(same, tokenizers="", hardware="1 x NVIDIA H200, 16 cores")
+  assert ablations_results.tokenizer_caveat([reference, same]) == ""
+  assert "did not all tokenize" in ablations_results.tokenizer_caveat([reference, other])
+  assert "may not all tokenize" in ablations_results.tokenizer_caveat([reference, unknown_elsewhere])
+  assert ablations_results.tokenizer_caveat([reference, dataclasses.replace(same, tokenizers="")]) == ""
+  page = ablations_results.write_results(str(tmp_path / "page"), {"scaling": [reference, unknown_elsewhere]},
+                                         {"scaling/scaled": ["python"], "scaling/unscaled": ["python"]}, {},
+                                         "python -m ...", "multi30k")
+  assert "- aaaa1111bbbb: scaling/scaled (1 x cpu, 2 cores)\n" in page
+  assert "- not recorded (the run predates WORKDIR/tokenizers/): scaling/unscaled (1 x NVIDIA H200, 16 cores)" in page
+  assert "(scaled: aaaa1111bbbb; unscaled: not recorded)" in page
 
 
 

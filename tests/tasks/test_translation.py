@@ -212,3 +212,41 @@ def test_tokenizer_type_selects_the_sentencepiece_algorithm(raw_dir, tmp_path):
   assert bpe_tokenizer.path != unigram.path  # both cached, neither overwrites the other
   with pytest.raises(ValueError, match=r"tokenizer_type='wordpiece'.*'unigram', 'bpe'"):
     build_task(tiny_translation_config(raw_dir, tmp_path / "tfds", **{"task.tokenizer_type": "wordpiece"})).data
+
+
+def test_a_run_refuses_a_tokenizer_other_than_the_one_it_trained_with(raw_dir, tmp_path):
+  """The SentencePiece cache is keyed by the options, but another host can train another model from them: a run
+  keeps its own models and refuses to resume, evaluate or load with a different one, naming the file to copy."""
+  import shutil
+
+  from transformer.data.tokenizers import SentencePieceOptions, train_sentencepiece
+  from transformer.errors import WorkdirError
+
+  data_dir, workdir = tmp_path / "tfds", str(tmp_path / "run")
+  short = {"num_train_steps": 4, "eval_every": 4, "checkpoint_every": 4, "log_every": 2}
+  run(tiny_translation_config(raw_dir, data_dir, **short), workdir)
+  model = load(workdir)
+  ours = model.task.data.source_tokenizer
+  recorded = {name: tokenizer.fingerprint for name, tokenizer in model.task.trained_tokenizers().items()}
+  assert sorted(os.listdir(os.path.join(workdir, "tokenizers"))) == [
+      f"source.{ours.fingerprint}.model", f"target.{ours.fingerprint}.model"]  # the shared vocabulary, twice
+  assert recorded == {"source": ours.fingerprint, "target": ours.fingerprint}
+  other = train_sentencepiece(model.task.data.eval_source_text["validation"] * 4,  # same size, other pieces
+                              SentencePieceOptions(vocab_size=ours.vocab_size, model_type="bpe"))
+  assert other.fingerprint != ours.fingerprint
+  saved = tmp_path / "ours.model"
+  shutil.copy(ours.path, saved)
+  with open(ours.path, "wb") as f:  # what the cache of another host could hold under the same name
+    f.write(other.model_proto)
+
+  expected = rf"trained with another source tokenizer \(fingerprint {ours.fingerprint}\).*cp \S+/tokenizers/source\."
+  with pytest.raises(WorkdirError, match=expected):
+    load(workdir)
+  with pytest.raises(WorkdirError, match=expected):
+    run(tiny_translation_config(raw_dir, data_dir, **{**short, "num_train_steps": 8}), workdir)
+  with pytest.raises(WorkdirError, match=expected):
+    run(tiny_translation_config(raw_dir, data_dir, **short), workdir, mode="eval")
+
+  shutil.copy(os.path.join(workdir, "tokenizers", f"source.{ours.fingerprint}.model"), ours.path)  # the fix named
+  assert open(ours.path, "rb").read() == saved.read_bytes()
+  assert load(workdir).translate(["a dog runs"]) == model.translate(["a dog runs"])

@@ -63,6 +63,12 @@ class SentencePieceTokenizer:
   def model_proto(self) -> bytes:
     return self._model_proto
 
+  @property
+  def fingerprint(self) -> str:
+    """SHA-256 (first 12 hex digits) of the serialised model: two tokenizers with one fingerprint encode alike.
+    The cache key cannot promise that: the same options and text trained on another host can give another model."""
+    return hashlib.sha256(self._model_proto).hexdigest()[:12]
+
   def encode(self, text: str, *, add_eos: bool = True) -> np.ndarray:
     """int32 ``[length]`` ids of ``text``, ending with EOS when ``add_eos``."""
     return self.encode_batch([text], add_eos=add_eos)[0]

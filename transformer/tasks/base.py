@@ -63,6 +63,12 @@ class Task(abc.ABC):
   def init_inputs(self, batch: Batch) -> tuple:
     """Positional inputs of ``model.init`` / ``model.apply`` for a batch."""
 
+  def trained_tokenizers(self) -> dict:
+    """name -> tokenizer (with ``fingerprint``, ``model_proto``, ``path``) that this task trains from its data,
+    e.g. ``{"source": ..., "target": ...}``; none by default. Another host can train another model from the
+    same text and options, so a run records these and refuses to resume or load with different ones."""
+    return {}
+
   def placeholder_inputs(self) -> tuple:
     """Inputs of ``model.init`` that give the parameters their shapes, for restoring a checkpoint without
     reading training data: by default those of the first validation batch."""

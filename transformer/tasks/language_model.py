@@ -49,6 +49,9 @@ class LanguageModelTask(Task):
                                  source_dir=task.source_dir or None, vocab_size=task.vocab_size,
                                  eval_splits=(task.eval_split,), tokenizer_options=sentencepiece_options(task))
 
+  def trained_tokenizers(self):
+    return {"text": self.data.tokenizer}
+
   def model_config(self) -> ModelConfig:
     if self.config.model_name != "lm":
       raise ConfigError(f"the language_model task trains config.model_name='lm' (a decoder-only TransformerLM), "

@@ -96,6 +96,9 @@ class TranslationTask(Seq2SeqTask):
         vocab_size=task.vocab_size, shared_vocab=task.shared_vocab, tokenizer_options=sentencepiece_options(task),
         eval_splits=[task.eval_split, *[s for s in task.test_splits if s != task.eval_split]])
 
+  def trained_tokenizers(self):
+    return {"source": self.data.source_tokenizer, "target": self.data.target_tokenizer}
+
   def model_config(self):
     data = self.data
     return self.make_model_config(

@@ -33,7 +33,7 @@ from transformer.train.parallel import make_strategy
 from transformer.train.restore import abstract_train_state, load_params, seed_keys
 from transformer.train.state import create_train_state
 from transformer.train.step import DivergenceGuard, make_eval_step, make_train_step
-from transformer.train.workdir import check_fresh_start, lock_workdir
+from transformer.train.workdir import check_fresh_start, check_tokenizers, lock_workdir
 from transformer.train.writers import MetricWriter, log_line, progress_bar, read_metrics, results_table
 
 log = logging.getLogger(__name__)
@@ -201,6 +201,8 @@ def prepare(config, workdir: str, mode: str) -> Session:
   session = Session(config, workdir, mode, task, model_config, strategy, checkpointer, process_index,
                     process_count, sys.stderr if mode == "translate" else sys.stdout, lock)
   _check_workdir_model(workdir, model_config, checkpointer.has_checkpoints(), session.is_main)
+  check_tokenizers(workdir, task.trained_tokenizers(), checkpointer.has_checkpoints(),
+                   write=session.is_main and mode == "train")
   config_path = os.path.join(workdir, "config.json")
   if session.is_main:
     # The training configuration: eval/translate runs on the same workdir leave it as trained (reports read it).

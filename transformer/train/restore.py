@@ -21,6 +21,7 @@ from transformer.train.checkpoint import Checkpointer, CheckpointRestoreError
 from transformer.train.config import num_replicas, run_optimizer, upgrade_config
 from transformer.train.parallel import Strategy, make_strategy
 from transformer.train.state import create_train_state
+from transformer.train.workdir import check_tokenizers
 
 CONFIG_FILE = "config.json"
 
@@ -117,6 +118,7 @@ def load_params(workdir: str, checkpoint: str | int = "best", average_last: int 
 
   task = build_task(config)
   model_config = task.model_config()
+  check_tokenizers(workdir, task.trained_tokenizers(), has_checkpoints=True, write=False)
   model = task.build_model(model_config)
   optimizer = run_optimizer(config)
   init_inputs = task.placeholder_inputs()

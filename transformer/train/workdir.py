@@ -27,6 +27,7 @@ from transformer.train.writers import read_metrics
 log = logging.getLogger(__name__)
 
 LOCK_NAME = "train.lock"
+TOKENIZERS_DIR = "tokenizers"  # the run's own tokenizer models (check_tokenizers)
 # Outputs of an earlier run that a run starting from step 0 would overwrite or mix with its own.
 EARLIER_OUTPUTS = ("metrics.jsonl", "checkpoints", "best", "tensorboard")
 
@@ -82,6 +83,52 @@ def _read_holder(descriptor: int) -> str:
     return f"pid {holder['pid']} on host {holder['host']}, started {holder['started']}"
   except (OSError, ValueError, KeyError, TypeError):  # the holder is still writing it
     return "a process that is just starting"
+
+
+def recorded_tokenizers(workdir: str) -> dict[str, str]:
+  """name -> fingerprint of the tokenizers the run in ``workdir`` trained with (``check_tokenizers``)."""
+  folder = os.path.join(workdir, TOKENIZERS_DIR)
+  files = os.listdir(folder) if os.path.isdir(folder) else []
+  return {name: rest[:-len(".model")] for name, _, rest in (file.partition(".") for file in files)
+          if rest.endswith(".model")}
+
+
+def check_tokenizers(workdir: str, tokenizers: dict, has_checkpoints: bool, write: bool) -> None:
+  """The checkpoints' token ids mean what the run's tokenizers made them mean: refuse others.
+
+  A task that trains its tokenizers (``Task.trained_tokenizers``) finds them in a cache keyed by the training
+  options, but another host can train a different model from the same options and text, which would silently
+  resume, evaluate or load the run with other pieces. The run's own models are kept in
+  ``WORKDIR/tokenizers/`` (``<name>.<fingerprint>.model``), so the error names the file to copy.
+
+  Args:
+    tokenizers: name -> tokenizer with ``fingerprint``, ``model_proto``, ``path``.
+    has_checkpoints: whether the workdir holds a trained state to protect (else it is (re)recorded).
+    write: record the tokenizers (the main process of a training run); other modes only read.
+  """
+  folder = os.path.join(workdir, TOKENIZERS_DIR)
+  recorded = recorded_tokenizers(workdir)
+  if has_checkpoints:
+    for name, tokenizer in sorted(tokenizers.items()):
+      fingerprint = recorded.get(name)
+      if fingerprint is not None and fingerprint != tokenizer.fingerprint:
+        raise WorkdirError(
+            f"--workdir={workdir} was trained with another {name} tokenizer (fingerprint {fingerprint}) than this "
+            f"host's {tokenizer.path or 'tokenizer'} ({tokenizer.fingerprint}): SentencePiece can train a different "
+            f"model from the same text and options on another host, and the checkpoints' token ids would mean "
+            f"other pieces. Copy the run's own model over this one: cp {folder}/{name}.{fingerprint}.model "
+            f"{tokenizer.path or 'TOKENIZER_PATH'}")
+  if write and tokenizers:
+    os.makedirs(folder, exist_ok=True)
+    for name, tokenizer in tokenizers.items():
+      if recorded.get(name) == tokenizer.fingerprint:
+        continue
+      for stale in [f for f in os.listdir(folder) if f.startswith(f"{name}.")]:
+        os.remove(os.path.join(folder, stale))
+      path = os.path.join(folder, f"{name}.{tokenizer.fingerprint}.model")
+      with open(path + ".tmp", "wb") as f:
+        f.write(tokenizer.model_proto)
+      os.replace(path + ".tmp", path)
 
 
 def check_fresh_start(workdir: str, restart: bool, checkpoint_every: int) -> None:
