@@ -12,6 +12,8 @@
 # prepared multi30k and its sentencepiece/ model. Without it the GPU machine trains its own SentencePiece
 # model, which can differ from that host's (pieces per word on train: en 1.187 there, 1.232 here), so its
 # cells would compare different tokens; every run keeps the model it used in WORKDIR/tokenizers/.
+# DRIVER_FLAGS (optional): more flags of experiments.ablations_results, e.g. --ignore_recorded to train again
+# cells that cells.json records (from another tokenizer, say).
 # XLA's GPU autotuning is off unless XLA_FLAGS says otherwise: with it, compiling each of the ~10 batch
 # shapes took most of a 600-step program.
 set -u -o pipefail
@@ -41,7 +43,7 @@ for ablation in "$@"; do
   # timeout stops the driver only: its launch.py, which would save a checkpoint first, is killed below.
   timeout -k 20 "$left" bash benchmarks/gpu_run.sh "$wheels" python3 -m experiments.ablations_results \
     --ablation="$ablation" --task=multi30k --workdir_root="$work/runs" --output_dir="$work/pages/$ablation" \
-    --launch_flag=--config.task.source_dir="$source_dir" "${data_flag[@]}" > "$work/$ablation.log" 2>&1
+    --launch_flag=--config.task.source_dir="$source_dir" "${data_flag[@]}" ${DRIVER_FLAGS:-} > "$work/$ablation.log" 2>&1
   echo "$ablation: exit status $? after $(( $(date +%s) - start )) s"
   grep -E "^(training|step|not finished)" "$work/$ablation.log" | tail -3
   pkill -9 -f -- "--workdir=$work/"  # this grid's runs only; a checkpoint would leave with the machine anyway
