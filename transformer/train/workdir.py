@@ -117,7 +117,7 @@ def check_tokenizers(workdir: str, tokenizers: dict, has_checkpoints: bool, writ
             f"host's {tokenizer.path or 'tokenizer'} ({tokenizer.fingerprint}): SentencePiece can train a different "
             f"model from the same text and options on another host, and the checkpoints' token ids would mean "
             f"other pieces. Copy the run's own model over this one: cp {folder}/{name}.{fingerprint}.model "
-            f"{tokenizer.path or 'TOKENIZER_PATH'}")
+            f"{tokenizer.path or 'TOKENIZER_PATH'} (or train from scratch in a new --workdir).")
   if write and tokenizers:
     os.makedirs(folder, exist_ok=True)
     for name, tokenizer in tokenizers.items():
