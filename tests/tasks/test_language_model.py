@@ -1,6 +1,7 @@
 """The language-model task on a tiny Multi30k-format fixture: batches, loss masking, perplexity, training end to
 end, and greedy continuations through ``transformer.load`` checked against the model's own full-pass argmax."""
 import math
+import os
 
 import jax
 import jax.numpy as jnp
@@ -99,6 +100,10 @@ def test_tiny_run_trains_reports_perplexity_and_continues_prompts(raw_dir, data_
   assert metrics["eval/perplexity"] < 40  # below a uniform guess over the 40-piece vocabulary
 
   model = load(workdir)
+  # The run keeps the SentencePiece model it trained with, the one a later load checks against.
+  fingerprint = model.task.data.tokenizer.fingerprint
+  with open(os.path.join(workdir, "tokenizers", f"text.{fingerprint}.model"), "rb") as f:
+    assert f.read() == model.task.data.tokenizer.model_proto
   texts = model.continue_texts(["a dog", "", "the small man sits"], max_new_tokens=6)
   assert len(texts) == 3 and all(isinstance(text, str) for text in texts)
 
