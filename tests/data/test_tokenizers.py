@@ -1,11 +1,13 @@
 """SentencePiece: fixed special ids, EOS handling, round trip, caching, pickling."""
 from __future__ import annotations
 
+import hashlib
 import json
 import pickle
 
 import numpy as np
 import pytest
+import sentencepiece
 
 from data_fixtures import sentence_pairs
 from transformer.data import tokenizers
@@ -64,6 +66,8 @@ def test_cache_is_reused_without_retraining(english, tmp_path, monkeypatch):
   record = json.loads((tmp_path / first.path.split("/")[-1].replace(".model", ".json")).read_text())
   assert record["options"]["vocab_size"] == OPTIONS.vocab_size
   assert record["num_sentences"] == len(english)
+  assert record["fingerprint"] == first.fingerprint == hashlib.sha256(first.model_proto).hexdigest()[:12]
+  assert record["sentencepiece_version"] == sentencepiece.__version__
 
   def no_training(*args, **kwargs):
     raise AssertionError("retrained although the model is cached")

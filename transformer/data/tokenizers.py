@@ -179,7 +179,8 @@ def load_or_train_sentencepiece(
 
   Returns:
     The tokenizer; ``tokenizer.path`` is the model file. A ``.json`` beside it records the
-    options, the number of training sentences and the training time.
+    options, the number of training sentences, the training time, the model's fingerprint and the
+    sentencepiece version that trained it.
   """
   cache_dir = pathlib.Path(cache_dir)
   stem = f"{name}.{options.model_type}{options.vocab_size}.{options.fingerprint()}"
@@ -197,7 +198,9 @@ def load_or_train_sentencepiece(
   seconds = time.perf_counter() - start
   record = {"options": dataclasses.asdict(options), "name": name,
             "num_sentences": len(sample),
-            "training_seconds": round(seconds, 3), "vocab_size": tokenizer.vocab_size}
+            "training_seconds": round(seconds, 3), "vocab_size": tokenizer.vocab_size,
+            # Not in the cache key (a cached model stays in use across upgrades), but versions train differently.
+            "sentencepiece_version": spm.__version__, "fingerprint": tokenizer.fingerprint}
   _write_atomically(cache_dir / f"{stem}.json", json.dumps(record, indent=2).encode())
   logger.info("SentencePiece %s: trained vocab %d on %d sentences in %.1f s -> %s", name,
               tokenizer.vocab_size, record["num_sentences"], seconds, model_path)
