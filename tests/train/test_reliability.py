@@ -396,3 +396,35 @@ def test_divergence_and_unrestorable_checkpoints_exit_non_zero_in_one_line(tmp_p
   output, = finish(resumed, timeout=300)
   assert resumed.returncode != 0 and "Traceback" not in output
   assert "error: checkpoints exist but none could be restored" in output, output
+
+
+def test_tokenizers_are_recorded_on_a_fresh_workdir_and_checked_once_it_holds_checkpoints(tmp_path):
+  """``check_tokenizers`` on its own: a training run without checkpoints (re)records every tokenizer, replacing
+  a stale model of the same name; with checkpoints a differing fingerprint is refused and nothing is written;
+  a tokenizer the run did not record (a run from before they were kept) is not refused."""
+  import dataclasses as dc
+
+  from transformer.train.workdir import check_tokenizers, recorded_tokenizers
+
+  @dc.dataclass
+  class Tokenizer:
+    fingerprint: str
+    model_proto: bytes
+    path: str = "/data/sentencepiece/en-de.model"
+
+  workdir = str(tmp_path)
+  check_tokenizers(workdir, {"source": Tokenizer("aaa", b"a"), "target": Tokenizer("bbb", b"b")},
+                   has_checkpoints=False, write=True)
+  assert recorded_tokenizers(workdir) == {"source": "aaa", "target": "bbb"}
+  check_tokenizers(workdir, {"source": Tokenizer("ccc", b"c")}, has_checkpoints=False, write=True)
+  assert recorded_tokenizers(workdir) == {"source": "ccc", "target": "bbb"}  # aaa replaced, not kept beside
+  assert (tmp_path / "tokenizers" / "source.ccc.model").read_bytes() == b"c"
+
+  with pytest.raises(WorkdirError, match=r"another target tokenizer \(fingerprint bbb\).*\(ddd\).*"
+                                         r"cp \S+/tokenizers/target\.bbb\.model /data/sentencepiece/en-de\.model"):
+    check_tokenizers(workdir, {"source": Tokenizer("ccc", b"c"), "target": Tokenizer("ddd", b"d")},
+                     has_checkpoints=True, write=True)
+  assert recorded_tokenizers(workdir) == {"source": "ccc", "target": "bbb"}
+  check_tokenizers(workdir, {"source": Tokenizer("ccc", b"c"), "text": Tokenizer("eee", b"e")},
+                   has_checkpoints=True, write=False)
+  assert recorded_tokenizers(workdir) == {"source": "ccc", "target": "bbb"}  # read-only modes write nothing
