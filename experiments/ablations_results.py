@@ -575,7 +575,7 @@ def tokenizer_caveat(cells: list[CellResult]) -> str:
   which = "; ".join(f"{result.cell.variant}: {result.tokenizers or 'not recorded'}" for result in cells)
   verdict = "did not all" if len(known) > 1 else "may not all"
   return (f"\n- These cells {verdict} tokenize with one SentencePiece model ({which}), so their differences "
-          "may include the tokenizers'.")
+          f"{'include' if len(known) > 1 else 'may include'} the tokenizers'.")
 
 
 def tokenizer_summary(results: dict[str, list[CellResult]]) -> str:

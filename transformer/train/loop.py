@@ -34,7 +34,8 @@ from transformer.train.restore import abstract_train_state, load_params, seed_ke
 from transformer.train.state import create_train_state
 from transformer.train.step import DivergenceGuard, make_eval_step, make_train_step
 from transformer.train.workdir import check_fresh_start, check_tokenizers, lock_workdir
-from transformer.train.writers import MetricWriter, log_line, progress_bar, read_metrics, results_table
+from transformer.train.writers import (MetricWriter, log_line, progress_bar, read_metrics, results_table,
+                                      write_atomically)
 
 log = logging.getLogger(__name__)
 
@@ -122,9 +123,7 @@ def _check_workdir_model(workdir: str, model_config, has_checkpoints: bool, is_m
       raise ConfigError(f"--workdir={workdir} holds checkpoints of a different model ({'; '.join(differences)}). "
                        "Use a new --workdir, or set the model back to match.")
   if is_main:
-    with open(path + ".tmp", "w") as f:
-      json.dump(current, f, indent=2, sort_keys=True)
-    os.replace(path + ".tmp", path)
+    write_atomically(path, json.dumps(current, indent=2, sort_keys=True))
 
 
 @dataclasses.dataclass

@@ -22,7 +22,7 @@ import time
 import jax
 
 from transformer.errors import WorkdirError
-from transformer.train.writers import read_metrics
+from transformer.train.writers import read_metrics, write_atomically
 
 log = logging.getLogger(__name__)
 
@@ -125,10 +125,7 @@ def check_tokenizers(workdir: str, tokenizers: dict, has_checkpoints: bool, writ
         continue
       for stale in [f for f in os.listdir(folder) if f.startswith(f"{name}.")]:
         os.remove(os.path.join(folder, stale))
-      path = os.path.join(folder, f"{name}.{tokenizer.fingerprint}.model")
-      with open(path + ".tmp", "wb") as f:
-        f.write(tokenizer.model_proto)
-      os.replace(path + ".tmp", path)
+      write_atomically(os.path.join(folder, f"{name}.{tokenizer.fingerprint}.model"), tokenizer.model_proto)
 
 
 def check_fresh_start(workdir: str, restart: bool, checkpoint_every: int) -> None:

@@ -14,6 +14,13 @@ from transformer.errors import WorkdirError
 log = logging.getLogger(__name__)
 
 
+def write_atomically(path: str, data: str | bytes) -> None:
+  """Readers (and a crash mid-write) see the old file or the whole new one, never a partial write."""
+  with open(path + ".tmp", "wb" if isinstance(data, bytes) else "w") as f:
+    f.write(data)
+  os.replace(path + ".tmp", path)
+
+
 def _read_records(path: str) -> list[dict]:
   """The records of a ``metrics.jsonl``; a half-written last line (a crash mid-write) is skipped with a
   warning, a damaged line before it is an error naming the file and the line."""
@@ -49,9 +56,7 @@ class MetricWriter:
       return
     if os.path.exists(self.path):
       kept = [record for record in _read_records(self.path) if record["step"] <= resume_step]
-      with open(self.path + ".tmp", "w") as f:  # replaced atomically: a crash here loses no line
-        f.writelines(json.dumps(record) + "\n" for record in kept)
-      os.replace(self.path + ".tmp", self.path)
+      write_atomically(self.path, "".join(json.dumps(record) + "\n" for record in kept))  # a crash loses no line
     if tensorboard:
       from tensorboardX import SummaryWriter  # imported lazily: optional at read time
       self._tensorboard = SummaryWriter(os.path.join(workdir, "tensorboard"))
