@@ -159,16 +159,19 @@ class CompiledStep:
 
 
 def compile_step(config, model, batch, seed: int = 0, smoke: bool = False,
-                 compiler_options: dict | None = None) -> CompiledStep:
+                 compiler_options: dict | None = None, num_replicas: int = 1) -> CompiledStep:
   """``model``'s train step as ``transformer.train.run`` builds it for ``config`` (its task's loss, optimizer,
   ``jit`` strategy with the state donated), compiled for ``batch`` (quickly but unoptimised if ``smoke``;
-  with XLA ``compiler_options`` if given)."""
+  with XLA ``compiler_options`` if given); ``num_replicas`` > 1: that many seeds in one ``vmap``ped step
+  (``config.num_seeds``), all on ``batch``."""
   task = build_task(config)
   optimizer = make_optimizer(config.optimizer, config.num_train_steps)
-  strategy = make_strategy("jit")
+  strategy = make_strategy("jit", num_replicas)
   batch = strategy.put_batch(batch)
+  key = jax.random.PRNGKey(seed)
   state = strategy.create_state(
-      lambda key: create_train_state(model, optimizer, task.init_inputs(batch), key), jax.random.PRNGKey(seed))
+      lambda key: create_train_state(model, optimizer, task.init_inputs(batch), key),
+      jax.random.split(key, num_replicas) if num_replicas > 1 else key)
   step = strategy.compile_train_step(make_train_step(task, model, optimizer))
   compiled, seconds = common.compile_timed(
       step, state, batch,

@@ -159,3 +159,27 @@ def test_kernels_setting_is_validated_and_reaches_the_norms_and_dropout():
       {"params": {"scale": jnp.ones(8), "bias": jnp.zeros(8)}}, x) ** 3))).lower(x).as_text()
       for kernels in ("auto", "reference")}
   assert "optimization_barrier" in backward["auto"] and "optimization_barrier" not in backward["reference"]
+
+
+@pytest.mark.parametrize("use_bias, dtype", [(True, None), (False, None), (True, jnp.bfloat16)])
+def test_dense_is_flax_dense_in_parameters_values_and_gradients(use_bias, dtype):
+  import flax.linen as nn
+  from transformer.nn.layers import Dense
+  x = jnp.asarray(np.random.default_rng(0).normal(size=(3, 4, 6)), jnp.float32)  # [batch, length, features]
+  ours, flax_dense = Dense(5, use_bias=use_bias, dtype=dtype), nn.Dense(5, use_bias=use_bias, dtype=dtype)
+  params = ours.init(jax.random.key(1), x)
+  flax_params = flax_dense.init(jax.random.key(1), x)
+  assert jax.tree.structure(params) == jax.tree.structure(flax_params)
+  for ours_leaf, flax_leaf in zip(jax.tree.leaves(params), jax.tree.leaves(flax_params)):
+    np.testing.assert_array_equal(ours_leaf, flax_leaf)  # same names, shapes and initialisation
+  params = jax.tree.map(lambda p: p + 0.1, params)  # a nonzero bias too
+  out = ours.apply(params, x)
+  assert out.shape == (3, 4, 5) and out.dtype == (dtype or jnp.float32)
+  tolerance = 2e-2 if dtype == jnp.bfloat16 else 1e-5
+  np.testing.assert_allclose(out.astype(jnp.float32), flax_dense.apply(params, x).astype(jnp.float32),
+                             rtol=tolerance, atol=tolerance)
+  loss = lambda module: lambda p, x: jnp.sum(jnp.sin(module.apply(p, x).astype(jnp.float32)))
+  grads = jax.grad(loss(ours), argnums=(0, 1))(params, x)
+  flax_grads = jax.grad(loss(flax_dense), argnums=(0, 1))(params, x)
+  for ours_leaf, flax_leaf in zip(jax.tree.leaves(grads), jax.tree.leaves(flax_grads)):
+    np.testing.assert_allclose(ours_leaf, flax_leaf, rtol=5 * tolerance, atol=5 * tolerance)

@@ -1,7 +1,7 @@
 """Transformer layers: norms, feed-forward, positions, residual sublayers, encoder and decoder layers."""
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 import flax.linen as nn
 import jax.numpy as jnp
@@ -18,6 +18,26 @@ def module_dropout(module: nn.Module, x, rate: float):
   if module.config.deterministic or rate == 0.0:
     return x
   return ops.dropout(x, rate, module.make_rng("dropout"), kernels=ops.select_kernels(module.config.kernels))
+
+
+class Dense(nn.Module):
+  """``nn.Dense`` (the same parameters, names and initialisation) computed by ``ops.dense``: one 2-D matmul over
+  the flattened leading axes, ``[..., features_in] -> [..., features]``.
+
+  Why: with a 3-D input, XLA:CPU computes ``nn.Dense``'s weight gradient from a transposed copy of the
+  ``[..., features]`` cotangent; under ``jax.vmap`` (seeds in one program) that copy of the vocabulary logits'
+  gradient was the costliest op of a step (benchmarks/README.md#why-these-kernels).
+  """
+  features: int
+  use_bias: bool = True
+  dtype: Any = None  # compute dtype (None: that of the input and parameters); parameters stay float32
+
+  @nn.compact
+  def __call__(self, x):
+    kernel = self.param("kernel", nn.linear.default_kernel_init, (x.shape[-1], self.features))
+    bias = self.param("bias", nn.initializers.zeros_init(), (self.features,)) if self.use_bias else None
+    dtype = self.dtype or jnp.result_type(x, kernel)
+    return ops.dense(x.astype(dtype), kernel.astype(dtype), None if bias is None else bias.astype(dtype))
 
 
 class Norm(nn.Module):

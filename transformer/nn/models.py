@@ -8,7 +8,7 @@ import jax.numpy as jnp
 from transformer import ops
 from transformer.nn.attention import CROSS_CACHE
 from transformer.nn.config import ClassifierConfig, ModelConfig
-from transformer.nn.layers import DecoderLayer, EncoderLayer, Norm, PositionalEncoding, module_dropout
+from transformer.nn.layers import Dense, DecoderLayer, EncoderLayer, Norm, PositionalEncoding, module_dropout
 
 
 def make_embedding(config: ModelConfig, vocab_size: int, name: str) -> nn.Embed:
@@ -122,10 +122,11 @@ class Decoder(nn.Module):
     if config.tie_output_embedding:
       # Operands in the compute dtype (in bfloat16 this matmul is a large share of a step's FLOPs: d_model x
       # vocabulary per target token), products accumulated and returned in float32 for the softmax.
+      # ops.dense, not a 3-D einsum: see layers.Dense.
       x, table = x.astype(config.compute_dtype), embedding.embedding.astype(config.compute_dtype)
-      logits = jnp.einsum("bld,vd->blv", x, table, preferred_element_type=jnp.float32)
+      logits = ops.dense(x, table.T, preferred_element_type=jnp.float32)
     else:
-      logits = nn.Dense(config.output_vocab_size, dtype=config.compute_dtype, name="logits")(x)
+      logits = Dense(config.output_vocab_size, dtype=config.compute_dtype, name="logits")(x)
     return logits.astype(jnp.float32)
 
 

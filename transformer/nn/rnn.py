@@ -31,7 +31,7 @@ import jax.numpy as jnp
 
 from transformer import ops
 from transformer.nn.config import DTYPES, ValidatedConfig
-from transformer.nn.layers import module_dropout
+from transformer.nn.layers import Dense, module_dropout
 from transformer.nn.models import EncoderDecoder
 
 CELLS = ("gru", "lstm")
@@ -304,10 +304,10 @@ class RNNDecoder(nn.Module):
       # Bahdanau et al. 2015 (A.2.2) deep output: t_i = maxout(U_o s_i + V_o E y_{i-1} + C_o c_i), pool size 2,
       # so the vocabulary projection reads readout_dim features instead of hidden + context + embedding.
       width = config.readout_dim or config.embedding_dim
-      pre_maxout = nn.Dense(2 * width, dtype=config.compute_dtype, name="readout")(features)
+      pre_maxout = Dense(2 * width, dtype=config.compute_dtype, name="readout")(features)
       features = jnp.max(pre_maxout.reshape(*pre_maxout.shape[:-1], width, 2), axis=-1)
     features = module_dropout(self, features, config.dropout_rate)
-    logits = nn.Dense(config.output_vocab_size, dtype=config.compute_dtype, name="logits")(features)
+    logits = Dense(config.output_vocab_size, dtype=config.compute_dtype, name="logits")(features)
     return logits.astype(jnp.float32)
 
   @nn.nowrap
