@@ -450,14 +450,18 @@ def task_setting(task: str) -> str:
             "decoding of 256 held-out sequences; a small encoder-decoder (2+2 layers, d_model 64, 4 heads, "
             "d_ff 128) or a GRU encoder-decoder (hidden 64), batch 64, cosine schedule to 0 from 3e-3 after 50 "
             "warmup steps, 300 steps (norm_position: 4+4 layers, 200 steps at a constant 5e-3, no clipping).")
+  from experiments.ablations import rnn_attention
   base = common.multi30k_base()
   model, optimizer = base.model, base.optimizer
+  rnn = rnn_attention.get_config(f"{next(iter(rnn_attention.ABLATION.variants))},multi30k")
+  schedule = lambda optimizer: (f"peak learning rate {optimizer.learning_rate:g} after {optimizer.warmup_steps} "
+                                f"warmup steps, then {optimizer.schedule.replace('_', ' ')} decay")
   return (f"Task: Multi30k en-de (`experiments/ablations/common.py`, `multi30k_base`): experiments/multi30k.py's "
           f"`transformer_small` ({model.num_encoder_layers}+{model.num_decoder_layers} layers, d_model "
-          f"{model.d_model}, {model.norm_position}-LN; the RNN ablation: its `gru_bahdanau`), batches of "
-          f"{base.task.max_tokens:,} tokens, peak learning rate {optimizer.learning_rate:g} after "
-          f"{optimizer.warmup_steps} warmup steps, then {optimizer.schedule.replace('_', ' ')} decay, on a budget of "
-          f"{base.num_train_steps} steps; BLEU of beam search (beam {base.decode.beam_size}) on the "
+          f"{model.d_model}, {model.norm_position}-LN), {schedule(optimizer)}; the RNN ablation: its "
+          f"`gru_bahdanau` with hidden {rnn.model.hidden_dim}, embeddings {rnn.model.embedding_dim}, "
+          f"`rnn_attention.py`), {schedule(rnn.optimizer)}; batches of {base.task.max_tokens:,} tokens, a budget "
+          f"of {base.num_train_steps} steps; BLEU of beam search (beam {base.decode.beam_size}) on the "
           f"validation set at the end. A budget this short compares the variants early in training, not at "
           f"convergence.")
 
