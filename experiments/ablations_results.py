@@ -459,8 +459,8 @@ def task_setting(task: str) -> str:
   return (f"Task: Multi30k en-de (`experiments/ablations/common.py`, `multi30k_base`): experiments/multi30k.py's "
           f"`transformer_small` ({model.num_encoder_layers}+{model.num_decoder_layers} layers, d_model "
           f"{model.d_model}, {model.norm_position}-LN), {schedule(optimizer)}; the RNN ablation: its "
-          f"`gru_bahdanau` with hidden {rnn.model.hidden_dim}, embeddings {rnn.model.embedding_dim}, "
-          f"`rnn_attention.py`), {schedule(rnn.optimizer)}; batches of {base.task.max_tokens:,} tokens, a budget "
+          f"`gru_bahdanau` with hidden {rnn.model.hidden_dim} and embeddings {rnn.model.embedding_dim} "
+          f"(`rnn_attention.py`), {schedule(rnn.optimizer)}; batches of {base.task.max_tokens:,} tokens, a budget "
           f"of {base.num_train_steps} steps; BLEU of beam search (beam {base.decode.beam_size}) on the "
           f"validation set at the end. A budget this short compares the variants early in training, not at "
           f"convergence.")
