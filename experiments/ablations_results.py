@@ -499,13 +499,14 @@ def write_results(output: str, results: dict[str, list[CellResult]], commands: d
     plot_ablation(cells, os.path.join(output, f"{name}.png"), ablation.title)
     reading = "\n".join(f"- {comparison(result, cells[0])}" for result in cells[1:])
     reading += tokenizer_caveat(cells)
+    if len(cells) > 1:  # only the reference finished: nothing to compare yet
+      reading = f"Against the reference ({cells[0].cell.variant}), {METRICS[task][0][1]}:\n{reading}"
     text = f"""## {ablation.title}
 
 {ablation.question} Config: `experiments/ablations/{name}.py`.
 
 {report.markdown_table(header, rows)}
 
-Against the reference ({cells[0].cell.variant}), {METRICS[task][0][1]}:
 {reading}
 {chr(10) + ablation.note + chr(10) if ablation.note else ""}
 ![{name}]({name}.png)
