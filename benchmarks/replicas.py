@@ -6,7 +6,8 @@
 The ablations (experiments/ablations) train each cell's seeds as one ``jax.vmap``ped program
 (``config.num_seeds``: ``Strategy`` with ``num_replicas``). For both models of their Multi30k base
 (``experiments/ablations/common.py``'s ``multi30k_base``: ``transformer_small`` and the GRU encoder-decoder
-``gru_bahdanau``, vocabulary 8,000, dropout as configured) this compiles the train step of one replica and
+``gru_bahdanau`` at its full width, hidden 512, where rnn_attention's Multi30k cells run at half width;
+vocabulary 8,000, dropout as configured) this compiles the train step of one replica and
 of ``--replicas`` replicas for the same batch of ``--batch`` x ``--length`` source and target tokens (a
 Multi30k bucket's shape: 128 x 32 is one of the 4,096-token buckets), and times them in turns. The ratio
 ``t(N replicas) / (N x t(1 replica))`` is below 1 where one vmapped program saves time (one dispatch, larger
@@ -72,7 +73,7 @@ def main(argv=None) -> common.Report:
     batch = random_batch(batch_size, length, length, model_config.vocab_size)
     steps = {count: compile_step(config, model, batch, smoke=args.smoke, num_replicas=count)
              for count in (1, replicas)}
-    timings = common.time_interleaved({count: step for count, step in steps.items()}, warmup=args.warmup,
+    timings = common.time_interleaved(steps, warmup=args.warmup,
                                       repeats=args.repeats, budget_s=args.budget_s)
     one, many = timings[1].median, timings[replicas].median
     value = common.ratio(many, replicas * one)

@@ -1,4 +1,5 @@
-"""Transformer layers: norms, feed-forward, positions, residual sublayers, encoder and decoder layers."""
+"""Transformer layers: dense (output layers), norms, feed-forward, positions, residual sublayers, encoder and decoder
+layers."""
 from __future__ import annotations
 
 from typing import Any, Callable
