@@ -560,11 +560,7 @@ evaluation. Cells with the same config (the reference model) are one run, listed
 variants that differ only in the learning rate, its warmup or label smoothing (`--config.sweep`: variants and
 seeds in one vmapped program; the wall time is the program's, listed under each of its variants).
 
-{missing}
-
-{tokenizer_summary(results)}
-
-{chr(10).join(sections)}"""
+{"".join(part + chr(10) * 2 for part in (missing, tokenizer_summary(results)) if part)}{chr(10).join(sections)}"""
   if records:
     write_records(output, records)
   return report.write_page(output, page)
