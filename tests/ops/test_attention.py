@@ -316,3 +316,14 @@ def test_key_heads_that_do_not_divide_the_query_heads_are_named():
   key = jnp.zeros((1, 2, 3, DIM))
   with pytest.raises(ValueError, match="must divide"):
     ops.dot_product_attention(query, key, key)
+
+
+def test_nested_lists_are_taken_as_jax_nn_takes_them():
+  query, key, value = (np.asarray(x).tolist() for x in _qkv(0, 3, 3))
+  mask = np.asarray(_mask("causal", 3, 3)[0]).tolist()
+  expected = jax.nn.dot_product_attention(query, key, value, mask=mask)  # jax.nn converts array-likes
+  output = ops.dot_product_attention(query, key, value, mask=mask)
+  np.testing.assert_allclose(output, expected, **TOLERANCE[jnp.float32])
+  bias = np.zeros((1, 1, 3, 3)).tolist()
+  np.testing.assert_allclose(ops.dot_product_attention(query, key, value, bias=bias),
+                             jax.nn.dot_product_attention(query, key, value), **TOLERANCE[jnp.float32])

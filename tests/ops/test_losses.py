@@ -99,3 +99,31 @@ def test_a_target_outside_the_vocabulary_gives_nan_only_at_its_position(label_sm
                              rtol=1e-5, atol=1e-5)
   jitted = np.asarray(jax.jit(ops.softmax_cross_entropy, static_argnums=2)(logits, targets, label_smoothing))
   np.testing.assert_array_equal(np.isnan(jitted), outside)
+
+
+@pytest.mark.parametrize("label_smoothing", [1.0, -0.1, 1.5])
+def test_label_smoothing_outside_zero_one_is_named(label_smoothing):
+  """1 would make the loss NaN (0 * log 0) and -0.1 a plausible finite wrong one; both are refused."""
+  logits, targets = np.zeros((2, 4), np.float32), np.array([0, 3])
+  with pytest.raises(ValueError, match=rf"label_smoothing={label_smoothing} is outside \[0, 1\)"):
+    ops.softmax_cross_entropy(logits, targets, label_smoothing)
+
+
+def test_smoothing_a_vocabulary_of_one_is_named_and_unsmoothed_is_zero():
+  logits, targets = np.array([[3.0], [-1.0]], np.float32), np.array([0, 0])
+  with pytest.raises(ValueError, match="needs a vocabulary of at least 2 classes.*the logits have 1"):
+    ops.softmax_cross_entropy(logits, targets, 0.1)
+  with pytest.raises(ValueError, match="a traced value needs a vocabulary of at least 2"):
+    jax.jit(lambda ls: ops.softmax_cross_entropy(logits, targets, ls))(0.0)
+  np.testing.assert_array_equal(ops.softmax_cross_entropy(logits, targets, 0.0), [0.0, 0.0])  # log 1
+
+
+def test_a_traced_label_smoothing_outside_zero_one_gives_nan():
+  """A traced value (one per replica of a vmapped sweep) cannot be checked while tracing: out of range, the loss
+  is NaN (which the training loop reports), inside it is the eager loss."""
+  rng = np.random.default_rng(0)
+  logits, targets = rng.normal(size=(3, 5)).astype(np.float32), np.array([0, 2, 4])
+  swept = jax.jit(jax.vmap(lambda ls: ops.softmax_cross_entropy(logits, targets, ls)))(
+      np.array([0.1, 1.0, -0.1], np.float32))
+  np.testing.assert_allclose(swept[0], ops.softmax_cross_entropy(logits, targets, 0.1), rtol=1e-6)
+  assert np.all(np.isnan(swept[1:]))

@@ -18,7 +18,8 @@ Which ending candidates may finish is the ``finish_rule``:
 
 Hypotheses are ranked by ``log P(y) / lp(y)`` with the GNMT length penalty ``lp`` (Wu et al. 2016, eq. 14);
 ``len(y)`` counts the EOS token. A hypothesis that reaches ``max_length`` tokens without EOS is finished
-there with length ``max_length``.
+there with length ``max_length``; one whose next-token logits are no distribution (a NaN) is finished
+without a token, with the score NaN, ranked first (as greedy search and sampling end such a row).
 
 Layout: beams of one example are contiguous when flattened, ``[batch * beam]`` index ``b * beam + k``.
 """
@@ -29,9 +30,13 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from transformer.decode.start import PrefillFunction, StepFunction, first_log_probs
+from transformer.decode.start import (PrefillFunction, StepFunction, check_special_ids, first_log_probs,
+                                      non_finite_rows)
 
 FINISH_RULES = ("within_beam", "any")
+# The finished score of a hypothesis that met logits that are no distribution, while searching: above every
+# real score (log P <= 0), so it ranks first; returned as NaN.
+BROKEN = jnp.inf
 
 
 def gnmt_length_penalty(length, alpha: float):
@@ -114,7 +119,11 @@ def beam_search(step_fn: StepFunction, cache, batch_size: int, beam_size: int, m
     ``(sequences, scores)``: int32 ``[batch, max_length]`` tokens (EOS included, padded with ``pad_id``) and
     float32 ``[batch]`` scores ``log P / lp`` of the best hypothesis; with ``return_all_beams``,
     ``[batch, beam, max_length]`` and ``[batch, beam]`` sorted best first (``-inf`` scores mark slots no
-    hypothesis filled, e.g. a beam wider than the number of possible sequences).
+    hypothesis filled, e.g. a beam wider than the number of possible sequences). A hypothesis that met
+    logits that are no distribution (a NaN) is finished there, padded, with the score NaN, ranked first.
+
+  Raises:
+    ValueError: a bad setting, or ``bos_id``, ``eos_id`` or ``pad_id`` outside the vocabulary of the logits.
   """
   if not isinstance(beam_size, int) or beam_size < 1:
     raise ValueError(f"beam_search needs beam_size >= 1, got {beam_size!r}.")
@@ -133,7 +142,13 @@ def beam_search(step_fn: StepFunction, cache, batch_size: int, beam_size: int, m
 
   def step(state: _BeamState) -> _BeamState:
     vocab_size = state.next_log_probs.shape[-1]
-    candidate_log_probs = (state.alive_log_probs[:, :, None] + state.next_log_probs).reshape(batch_size, -1)
+    # A live hypothesis whose next-token logits are no distribution ends here without a token and is
+    # finished with the score BROKEN (NaN once returned). None of its extensions may be chosen: such a row of
+    # log_softmax holds only NaN and -inf, and the NaN become -inf before the top-k (which ranks NaN first).
+    broken = non_finite_rows(state.next_log_probs) & (state.alive_log_probs > -jnp.inf)  # [batch, beam]
+    candidate_log_probs = (state.alive_log_probs[:, :, None] + state.next_log_probs).reshape(
+        batch_size, beam_size * vocab_size)  # not -1: a batch of 0 has no size to infer it from
+    candidate_log_probs = jnp.where(jnp.isnan(candidate_log_probs), -jnp.inf, candidate_log_probs)
     num_candidates = min(2 * beam_size, beam_size * vocab_size)
     top_log_probs, top_indices = jax.lax.top_k(candidate_log_probs, num_candidates)  # [batch, candidates]
     parents, tokens = top_indices // vocab_size, top_indices % vocab_size
@@ -145,10 +160,12 @@ def beam_search(step_fn: StepFunction, cache, batch_size: int, beam_size: int, m
     if finish_rule == "within_beam":
       ends = ends & (jnp.arange(num_candidates) < beam_size)
     new_scores = jnp.where(ends, top_log_probs / gnmt_length_penalty(length, length_penalty), -jnp.inf)
+    broken_scores = jnp.where(broken, BROKEN, -jnp.inf)
     # Earlier finished hypotheses come first, so top_k keeps them on ties.
-    finished_scores, keep = jax.lax.top_k(jnp.concatenate([state.finished_scores, new_scores], axis=1),
-                                          beam_size)
-    finished_sequences = gather_beams(jnp.concatenate([state.finished_sequences, sequences], axis=1), keep)
+    finished_scores, keep = jax.lax.top_k(
+        jnp.concatenate([state.finished_scores, broken_scores, new_scores], axis=1), beam_size)
+    finished_sequences = gather_beams(
+        jnp.concatenate([state.finished_sequences, state.alive_sequences, sequences], axis=1), keep)
 
     alive_log_probs, keep = jax.lax.top_k(jnp.where(is_eos, -jnp.inf, top_log_probs), beam_size)
     alive_sequences = gather_beams(sequences, keep)
@@ -159,6 +176,7 @@ def beam_search(step_fn: StepFunction, cache, batch_size: int, beam_size: int, m
                       finished_scores, cache)
 
   log_probs, cache = first_log_probs(step_fn, cache, batch_size, bos_id, prompt, prompt_lengths, prefill_fn)
+  check_special_ids(log_probs.shape[-1], bos_id=bos_id, eos_id=eos_id, pad_id=pad_id)
   empty_sequences = jnp.full((batch_size, beam_size, max_length), pad_id, jnp.int32)
   # All beams start as the same prefix; only the first is live, or the top-k would pick duplicates.
   # -inf (not a large negative number) marks empty beams: it stays -inf under every update and can never
@@ -173,6 +191,7 @@ def beam_search(step_fn: StepFunction, cache, batch_size: int, beam_size: int, m
       finished_scores=jnp.full((batch_size, beam_size), -jnp.inf, jnp.float32),
       cache=map_batch_leaves(lambda x: expand_to_beams(x, beam_size), cache, batch_size))
   state = jax.lax.while_loop(can_improve, step, state)
+  scores = jnp.where(state.finished_scores == BROKEN, jnp.nan, state.finished_scores)
   if return_all_beams:
-    return state.finished_sequences, state.finished_scores
-  return state.finished_sequences[:, 0], state.finished_scores[:, 0]
+    return state.finished_sequences, scores
+  return state.finished_sequences[:, 0], scores[:, 0]

@@ -21,7 +21,8 @@ def greedy_search(step_fn: StepFunction, cache, batch_size: int, max_length: int
 
   Returns:
     ``(tokens, log_probs)``: ``[batch, max_length]`` int32 tokens (EOS included, padded with ``pad_id``) and
-    ``[batch]`` float32 ``log P(tokens | prompt)`` (EOS included).
+    ``[batch]`` float32 ``log P(tokens | prompt)`` (EOS included); a row that met logits that are no
+    distribution (a NaN) ends there, padded, with ``log P`` NaN (see ``start``).
   """
   sequences, log_probs = sample(step_fn, cache, batch_size, max_length, bos_id, eos_id, pad_id, temperature=0.0,
                                 prompt=prompt, prompt_lengths=prompt_lengths, prefill_fn=prefill_fn)

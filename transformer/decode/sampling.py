@@ -10,7 +10,8 @@ import jax
 import jax.numpy as jnp
 
 from transformer.decode.beam import expand_to_beams, map_batch_leaves, unflatten_beams
-from transformer.decode.start import PrefillFunction, StepFunction, first_log_probs
+from transformer.decode.start import (PrefillFunction, StepFunction, check_special_ids, first_log_probs,
+                                      non_finite_rows)
 
 
 def top_k_logits(logits, top_k: int):
@@ -80,7 +81,11 @@ def sample(step_fn: StepFunction, cache, batch_size: int, max_length: int, bos_i
   Returns:
     ``(sequences, log_probs)``: int32 ``[batch, num_samples, max_length]`` (EOS included, then ``pad_id``) and
     float32 ``[batch, num_samples]`` ``log P(sequence | prompt)`` under the model itself (temperature 1, no
-    cut), EOS included, for reranking.
+    cut), EOS included, for reranking. A sequence that met logits that are no distribution (a NaN) ends
+    there, padded, with ``log_probs`` NaN (see ``start``).
+
+  Raises:
+    ValueError: a bad setting, or ``bos_id``, ``eos_id`` or ``pad_id`` outside the vocabulary of the logits.
   """
   check_sampling(temperature, top_k, top_p, num_samples)
   if not isinstance(max_length, int) or max_length < 1:
@@ -89,15 +94,20 @@ def sample(step_fn: StepFunction, cache, batch_size: int, max_length: int, bos_i
     raise ValueError("sampling with temperature > 0 needs rng=jax.random.key(...); temperature=0 is greedy.")
   rng = jax.random.key(0) if rng is None else rng  # unused by greedy choices
   log_probs, cache = first_log_probs(step_fn, cache, batch_size, bos_id, prompt, prompt_lengths, prefill_fn)
+  check_special_ids(log_probs.shape[-1], bos_id=bos_id, eos_id=eos_id, pad_id=pad_id)
   rows = batch_size * num_samples
   cache = map_batch_leaves(lambda x: expand_to_beams(x, num_samples), cache, batch_size)
   log_probs = expand_to_beams(log_probs, num_samples)  # [rows, vocab]
 
   def choose(step, log_probs, finished, total):
+    # A row that meets logits that are no distribution ends here without a token, its total NaN.
+    broken = ~finished & non_finite_rows(log_probs)
+    ended = finished | broken
     tokens = sample_logits(jax.random.fold_in(rng, step), log_probs, temperature, top_k, top_p)
-    tokens = jnp.where(finished, pad_id, tokens)
-    total = total + jnp.where(finished, 0.0, jnp.take_along_axis(log_probs, tokens[:, None], axis=1)[:, 0])
-    return tokens, finished | (tokens == eos_id), total
+    tokens = jnp.where(ended, pad_id, tokens)
+    total = total + jnp.where(ended, 0.0, jnp.take_along_axis(log_probs, tokens[:, None], axis=1)[:, 0])
+    total = jnp.where(broken, jnp.nan, total)
+    return tokens, ended | (tokens == eos_id), total
 
   def step(carry, step_index):
     log_probs, cache, finished, total = carry

@@ -5,6 +5,7 @@ import dataclasses
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from transformer.decode.beam import FINISH_RULES, beam_search, gather_beams
 from transformer.decode.sampling import check_sampling, sample
@@ -54,7 +55,8 @@ def search(settings: DecodeSettings, step_fn: StepFunction, cache, batch_size: i
   """Decode with ``settings``: ``(sequences int32 [batch, n, max_length], scores float32 [batch, n])``, best first.
 
   ``n`` is 1 (greedy), ``beam_size`` (every finished beam, scored ``log P / lp``) or ``num_samples`` (scored
-  ``log P``). ``step_fn`` takes ``batch * settings.copies`` rows; the other arguments are ``sample``'s.
+  ``log P``). ``step_fn`` takes ``batch * settings.copies`` rows; the other arguments are ``sample``'s. A
+  hypothesis that met logits that are no distribution scores NaN and comes first (``check_scores_finite``).
   """
   prompt_args = dict(prompt=prompt, prompt_lengths=prompt_lengths, prefill_fn=prefill_fn)
   if settings.method == "beam":
@@ -66,5 +68,19 @@ def search(settings: DecodeSettings, step_fn: StepFunction, cache, batch_size: i
       step_fn, cache, batch_size, max_length, bos_id, eos_id, pad_id, rng=jax.random.key(settings.seed),
       temperature=0.0 if greedy else settings.temperature, top_k=settings.top_k, top_p=settings.top_p,
       num_samples=1 if greedy else settings.num_samples, **prompt_args)
-  order = jnp.argsort(-log_probs, axis=1)  # the likeliest sample first, as beams are
+  # The likeliest sample first, as beams are; a NaN (logits that were no distribution) before all, as in beams.
+  order = jnp.argsort(jnp.where(jnp.isnan(log_probs), -jnp.inf, -log_probs), axis=1)
   return gather_beams(sequences, order), gather_beams(log_probs, order)
+
+
+def check_scores_finite(scores, what: str = "decoding") -> None:
+  """On the host, after a search: a FloatingPointError naming the examples whose hypotheses met logits that
+  were no distribution (their NaN scores, ``scores`` ``[batch]`` or ``[batch, n]``), rather than output cut
+  short without a word. The searches cannot raise it themselves: they are compiled loops."""
+  scores = np.asarray(scores)
+  rows = np.flatnonzero(np.isnan(scores.reshape(len(scores), -1)).any(axis=1))
+  if len(rows):
+    shown = ", ".join(map(str, rows[:10])) + (", ..." if len(rows) > 10 else "")
+    raise FloatingPointError(f"{what}: the model's logits were NaN or infinite for {len(rows)} of {len(scores)} "
+                             f"examples (rows {shown}); the parameters or the inputs hold non-finite values, "
+                             "e.g. a checkpoint saved after the training diverged.")

@@ -3,6 +3,10 @@
 A search runs over a step function ``(tokens, cache) -> (logits, cache)``. A prompt (a prefix per example
 that the output continues) is read by a prefill function ``(tokens, lengths, cache) -> (logits, cache)`` in
 one parallel pass, rather than one step per token.
+
+Logits that are no distribution (``non_finite_rows``) end the hypothesis that meets them, in every search
+alike: it gets no token at that step (``pad_id`` from there on) and the score NaN, and ranks first among its
+example's hypotheses, so a model that fails is not hidden behind another beam or sample (docs/decoding.md).
 """
 from __future__ import annotations
 
@@ -19,6 +23,23 @@ StepFunction = Callable[[jax.Array, Any], tuple[jax.Array, Any]]
 # the cache ready for row b's next token; logits at i predict the token after input i. It sees one row per
 # example, where the step function may see one per beam or sample.
 PrefillFunction = Callable[[jax.Array, jax.Array, Any], tuple[jax.Array, Any]]
+
+
+def check_special_ids(vocab_size: int, **ids) -> None:
+  """A ValueError naming the id unless every special id given (``bos_id=1, eos_id=2, pad_id=0``) is in
+  ``[0, vocab_size)``, the vocabulary of the step function's logits. Traced ids cannot be checked here."""
+  for name, value in ids.items():
+    if not isinstance(value, jax.core.Tracer) and not 0 <= int(value) < vocab_size:
+      raise ValueError(f"{name}={int(value)} is outside the vocabulary [0, {vocab_size}) of the step function's "
+                       "logits: the model never emits such an id (an eos_id there never ends a sequence) and "
+                       "cannot read it back; give the id the model was trained with.")
+
+
+def non_finite_rows(log_probs):
+  """``[rows]`` bool: the rows of ``log_probs`` ``[rows, vocab]`` (a ``log_softmax``) that are no distribution,
+  because their logits held a NaN or a +inf, or were all -inf (each makes ``log_softmax`` NaN). Single -inf
+  logits, e.g. tokens a model rules out, are a valid distribution."""
+  return jnp.any(jnp.isnan(log_probs), axis=-1)
 
 
 def check_prompt(prompt, prompt_lengths, prefill_fn) -> None:

@@ -78,12 +78,13 @@ def attention_weights(logits, mask=None, bias=None, dropout_rate: float = 0.0, d
     which are exactly 0 (never NaN and never a uniform average over padding).
   """
   kernels = kernels or REFERENCE
+  logits, mask = jnp.asarray(logits), None if mask is None else jnp.asarray(mask)
   dtype = logits.dtype if dtype is None else dtype
   # float32 softmax: bfloat16's 8-bit mantissa loses small probabilities and the normaliser.
   softmax_dtype = jnp.float32 if float32_logits else logits.dtype
   logits = logits.astype(softmax_dtype)
   if bias is not None:
-    logits = logits + bias.astype(softmax_dtype)
+    logits = logits + jnp.asarray(bias, softmax_dtype)
   if mask is not None:
     logits = jnp.where(mask, logits, MASK_VALUE)  # -inf in float16: a fully masked row is NaN until zeroed below
   if kernels.softmax is not None:
@@ -128,7 +129,8 @@ def dot_product_attention(query, key, value, mask=None, bias=None, *, scale: boo
   """Scaled dot-product attention, ``softmax(q k^T / sqrt(d_k)) v`` (Vaswani et al. 2017, eq. 1).
 
   Args:
-    query: ``[batch, q_length, heads, head_dim]``.
+    query: ``[batch, q_length, heads, head_dim]`` (any array-like: a nested list is converted with
+      ``jnp.asarray``, as ``jax.nn.dot_product_attention`` does; so are ``key``, ``value``, ``mask``, ``bias``).
     key: ``[batch, kv_length, kv_heads, head_dim]``, ``kv_heads`` dividing ``heads`` (grouped-query attention).
     value: ``[batch, kv_length, kv_heads, head_dim_v]``.
     mask: bool ``[batch, heads, q_length, kv_length]`` (broadcastable); True = attend. Keys and values that
@@ -148,6 +150,9 @@ def dot_product_attention(query, key, value, mask=None, bias=None, *, scale: boo
     ``[batch, q_length, heads, head_dim_v]`` in the value's dtype, and the weights if asked.
   """
   kernels = kernels or REFERENCE
+  # Array-likes (nested lists, numpy) are taken as jax.nn.dot_product_attention takes them.
+  query, key, value = jnp.asarray(query), jnp.asarray(key), jnp.asarray(value)
+  mask, bias = (None if x is None else jnp.asarray(x) for x in (mask, bias))
   check_attention_inputs(query, key, value)
   if mask is not None:
     key, value = _zero_unseen_keys(key, value, mask)

@@ -16,15 +16,22 @@ def softmax_cross_entropy(logits, targets, label_smoothing: float = 0.0):
     logits: ``[..., vocab]`` (any float dtype; computed in float32).
     targets: ``[...]`` int class ids in ``[0, vocab)``.
     label_smoothing: in ``[0, 1)``; a Python number, or a traced scalar (one per replica when a sweep vmaps
-      several settings; 0 then gives the unsmoothed loss through the smoothed formula).
+      several settings; 0 then gives the unsmoothed loss through the smoothed formula). A concrete value
+      outside ``[0, 1)`` is a ValueError here; a traced one cannot be checked while tracing, so it gives
+      NaN losses instead (which the training loop reports as a divergence).
 
   Returns:
     ``[...]`` float32 losses. A target outside ``[0, vocab)`` (negative ones included, which indexing would
     wrap around) gives NaN at its position, so a vocabulary mismatch shows in the loss instead of training
     silently on another class; padding must use a real id (``pad_id``) with weight 0.
+
+  Raises:
+    ValueError: a concrete ``label_smoothing`` outside ``[0, 1)``, or any smoothing but a concrete 0 with a
+      vocabulary of 1 (there is no other class to spread it over).
   """
   with jax.named_scope("cross_entropy"):  # a name for its ops in compiled HLO and profiles
     vocab_size = logits.shape[-1]
+    _check_label_smoothing(label_smoothing, vocab_size)
     logits = logits.astype(jnp.float32)
     # log p_i = logits_i - logsumexp(logits): computed per position from three [...] reductions, so no
     # [..., vocab] array of log-probabilities is written (the backward is one fused softmax pass).
@@ -40,8 +47,23 @@ def softmax_cross_entropy(logits, targets, label_smoothing: float = 0.0):
       minimum = -(confidence * jnp.log(confidence) + (vocab_size - 1) * low_confidence
                   * jnp.log(low_confidence + 1e-20))
       loss = loss - minimum
-    in_vocabulary = (targets >= 0) & (targets < vocab_size)
-    return jnp.where(in_vocabulary, loss, jnp.nan)
+    valid = (targets >= 0) & (targets < vocab_size)
+    if isinstance(label_smoothing, jax.core.Tracer):  # unchecked above: NaN rather than a plausible wrong loss
+      valid = valid & (label_smoothing >= 0.0) & (label_smoothing < 1.0)
+    return jnp.where(valid, loss, jnp.nan)
+
+
+def _check_label_smoothing(label_smoothing, vocab_size: int) -> None:
+  """The checks ``softmax_cross_entropy`` can make while tracing: on a concrete ``label_smoothing`` and the
+  static vocabulary size."""
+  traced = isinstance(label_smoothing, jax.core.Tracer)
+  if not traced and not 0.0 <= float(label_smoothing) < 1.0:
+    raise ValueError(f"label_smoothing={float(label_smoothing)!r} is outside [0, 1): it is the probability "
+                     "mass moved off the true class (0.1 in the Transformer paper, 0 for none).")
+  if vocab_size == 1 and (traced or float(label_smoothing) != 0.0):
+    raise ValueError(f"label_smoothing={'a traced value' if traced else float(label_smoothing)} needs a "
+                     "vocabulary of at least 2 classes to spread over; the logits have 1. Use "
+                     "label_smoothing=0.")
 
 
 def weighted_sum(values, weights=None):
