@@ -13,6 +13,7 @@ from __future__ import annotations
 import calendar
 import csv
 import datetime
+import logging
 import math
 import os
 import pathlib
@@ -22,7 +23,7 @@ import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 
-from transformer.data import beijing_pm25, download, parallel_text, timeseries
+from transformer.data import beijing_pm25, download, parallel_text, source_files, timeseries
 from transformer.data.beijing_pm25 import beijing_pm25_dataset_builder as builder_module
 from transformer.data.beijing_pm25 import features as pm25_features
 from transformer.errors import InputFileError
@@ -502,6 +503,56 @@ def test_without_a_local_copy_the_official_url_is_downloaded(tmp_path, monkeypat
   assert builder.info.splits["test"].num_examples == 1
 
 
+def test_a_cut_file_warns_and_its_prepared_rows_are_refused_once_the_full_file_is_back(tmp_path, caplog):
+  """The issue's case: prepared from a file missing its last weeks (one WARNING line naming its rows and dates),
+  then the full file restored in the same folder (one error line, not the old rows)."""
+  raw = tmp_path / "raw"
+  raw.mkdir()
+  first = datetime.datetime(2012, 12, 31, 21)
+  full = write_hours(raw / beijing_pm25.FILE_NAME, first, 3 + 8760 + 30).read_bytes()
+  cut = write_hours(raw / beijing_pm25.FILE_NAME, first, 3 + 8760 + 2)
+  cut_fingerprint = source_files.FileFingerprint.of(cut)
+  caplog.set_level(logging.WARNING)
+  stale = build(tmp_path / "tfds", source_dir=raw)
+  warnings = [record.getMessage() for record in caplog.records if record.levelno >= logging.WARNING]
+  assert len(warnings) == 1 and "\n" not in warnings[0]
+  assert f"{cut} is not the published release ({cut_fingerprint}; " in warnings[0]
+  assert ("it holds 8,765 rows, 2012-12-31 21h to 2014-01-01 01h, the release 43,824 rows, 2010-01-01 00h to "
+          "2014-12-31 23h") in warnings[0]
+  assert source_files.recorded(stale) == {beijing_pm25.FILE_NAME: cut_fingerprint}
+
+  cut.write_bytes(full)
+  with pytest.raises(InputFileError) as raised:
+    pm25_features.load(data_dir=os.fspath(tmp_path / "tfds"), source_dir=os.fspath(raw))
+  message = str(raised.value)
+  assert "\n" not in message
+  assert f"is now {source_files.FileFingerprint.of(cut)}, the prepared data was built from {cut_fingerprint}" in message
+  assert f"rm -r {stale.data_dir}" in message
+  # The old file back: the prepared data is its own again.
+  write_hours(raw / beijing_pm25.FILE_NAME, first, 3 + 8760 + 2)
+  assert source_files.data_fingerprint(build(tmp_path / "tfds", source_dir=raw)) == {
+      f"beijing_pm25/{beijing_pm25.FILE_NAME}": f"size={cut_fingerprint.size} sha256={cut_fingerprint.sha256}"}
+
+
+def test_a_file_without_2014_is_one_line_naming_the_empty_split(tmp_path, caplog):
+  write_hours(tmp_path / beijing_pm25.FILE_NAME, datetime.datetime(2012, 12, 31, 21), 3 + 8760)
+  caplog.set_level(logging.WARNING)
+  with pytest.raises(InputFileError) as raised:
+    build(tmp_path / "tfds", source_dir=tmp_path)
+  assert [record for record in caplog.records if record.levelno >= logging.WARNING] == []  # the error alone
+  message = str(raised.value)
+  assert "\n" not in message
+  assert "no example for split(s) test" in message and "2012-12-31 21h to 2013-12-31 23h" in message
+
+
+def test_the_release_constant_is_the_download_checksum():
+  """TFDS checks a download against checksums.tsv; the warning compares with RELEASE: one pair, twice."""
+  lines = (pathlib.Path(builder_module.__file__).parent / "checksums.tsv").read_text().splitlines()
+  url, size, sha256, name = next(line for line in lines if not line.startswith("#")).split("\t")
+  assert (url, name) == (beijing_pm25.URL, beijing_pm25.FILE_NAME)
+  assert source_files.FileFingerprint(int(size), sha256) == builder_module.RELEASE.fingerprint
+
+
 # --- the real file --------------------------------------------------------------------------------
 
 
@@ -576,8 +627,14 @@ def test_real_file_persistence_baselines_on_2014(real_columns, input_length):
 
 
 @needs_real_csv
-def test_real_file_through_the_builder_equals_the_csv(real_columns, tmp_path):
+def test_real_file_through_the_builder_equals_the_csv(real_columns, tmp_path, caplog):
+  caplog.set_level(logging.WARNING)
   series = pm25_features.load(data_dir=os.fspath(tmp_path / "tfds"), source_dir=REAL_DIR)
+  assert [record for record in caplog.records if record.levelno >= logging.WARNING] == []  # the release
+  release = builder_module.RELEASE
+  assert series.source_fingerprint == {f"beijing_pm25/{beijing_pm25.FILE_NAME}":
+                                       f"size={release.fingerprint.size} sha256={release.fingerprint.sha256}"}
+  assert builder_module.describe_hours(real_columns) == release.contents
   direct = pm25_features.prepare(real_columns,
                                  pm25_features.split_bounds_by_year(real_columns["time"]))
   np.testing.assert_array_equal(series.features, direct.features)

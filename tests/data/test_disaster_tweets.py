@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import collections
 import csv
+import hashlib
 import logging
 import os
 import random
 import re
+import shutil
 
 import pytest
 
 from tests.shared_data import shared_path
-from transformer.data import disaster_tweets, parallel_text
+from transformer.data import disaster_tweets, parallel_text, source_files
 from transformer.data.disaster_tweets import disaster_tweets_dataset_builder as tweets
 from transformer.errors import InputFileError, MissingDataError
 
@@ -169,9 +171,68 @@ def test_the_real_files_split_as_documented(tmp_path):
                                                            "ALLAH Forgive us all")
 
 
-def test_a_first_preparation_logs_no_warning(source, tmp_path, caplog):
+def test_a_first_preparation_warns_only_that_the_files_are_not_kaggles(source, tmp_path, caplog):
   """TFDS's is_prepared() warns 'Variant folder ... has no dataset_info.json' for every data set not prepared
-  yet; the builder asks without it."""
+  yet; the builder asks without it. What remains is one line per file that is not Kaggle's release, naming its
+  rows and the release's."""
   caplog.set_level(logging.WARNING)
   build(tmp_path / "tfds", source_dir=source)
-  assert [record.getMessage() for record in caplog.records if record.levelno >= logging.WARNING] == []
+  warnings = [record.getMessage() for record in caplog.records if record.levelno >= logging.WARNING]
+  assert len(warnings) == 2 and all("\n" not in warning for warning in warnings)
+  assert "train.csv is not the published release" in warnings[0]
+  assert "it holds 50 rows (30 not_disaster, 20 disaster), ids 1 to 50, the release 7,613 rows" in warnings[0]
+  assert "test.csv is not the published release" in warnings[1] and "it holds 3 rows" in warnings[1]
+
+
+def test_prepared_data_records_size_and_sha256_of_both_files(source, tmp_path):
+  builder = build(tmp_path / "tfds", source_dir=source)
+  expected = {name: source_files.FileFingerprint(len((source / name).read_bytes()),
+                                                 hashlib.sha256((source / name).read_bytes()).hexdigest())
+              for name in ("train.csv", "test.csv")}
+  reopened = disaster_tweets.Builder(data_dir=os.fspath(tmp_path / "tfds"), file_format="array_record")
+  assert source_files.recorded(reopened) == expected  # read back from the prepared folder
+  assert source_files.data_fingerprint(reopened) == {
+      f"disaster_tweets/{name}": f"size={value.size} sha256={value.sha256}" for name, value in expected.items()}
+
+
+def test_prepared_data_of_a_cut_file_is_refused_once_the_full_file_is_back(source, tmp_path):
+  """The issue's case: prepared from train.csv cut short, then the full file restored in the same folder."""
+  full = (source / "train.csv").read_bytes()
+  write_csv(source / "train.csv", HEADER, LABELLED[:30])
+  cut = source_files.FileFingerprint.of(source / "train.csv")
+  stale = build(tmp_path / "tfds", source_dir=source)
+  assert stale.info.splits["train"].num_examples < 40
+  (source / "train.csv").write_bytes(full)
+  with pytest.raises(InputFileError) as raised:
+    build(tmp_path / "tfds", source_dir=source)
+  message = str(raised.value)
+  assert "\n" not in message
+  assert f"train.csv is now {source_files.FileFingerprint.of(source / 'train.csv')}" in message
+  assert f"built from {cut}" in message and f"rm -r {stale.data_dir}" in message
+  assert "test.csv" not in message  # unchanged, not named
+  # Removing the folder as told prepares the full file; without a source folder the prepared data is used.
+  shutil.rmtree(stale.data_dir)
+  assert build(tmp_path / "tfds", source_dir=source).info.splits["train"].num_examples == 40
+  assert build(tmp_path / "tfds").info.splits["train"].num_examples == 40
+
+
+@pytest.mark.parametrize("train_rows, test_rows, empty", [(LABELLED[:4], UNLABELLED, "validation, test"),
+                                                          (LABELLED, [], "kaggle_test")])
+def test_an_empty_split_is_one_line_not_an_assertion(source, tmp_path, caplog, train_rows, test_rows, empty):
+  write_csv(source / "train.csv", HEADER, train_rows)
+  write_csv(source / "test.csv", HEADER[:4], test_rows)
+  caplog.set_level(logging.WARNING)
+  with pytest.raises(InputFileError) as raised:
+    build(tmp_path / "tfds", source_dir=source)
+  assert [record for record in caplog.records if record.levelno >= logging.WARNING] == []  # the error alone
+  message = str(raised.value)
+  assert f"no example for split(s) {empty} in {source}" in message and "\n" not in message
+  assert not (tmp_path / "tfds" / "disaster_tweets" / str(disaster_tweets.Builder.VERSION)).exists()
+
+
+def test_the_real_files_are_kaggles_release():
+  folder = shared_path("data", "disaster_tweets")
+  for name, release in tweets.RELEASES.items():
+    assert source_files.FileFingerprint.of(folder / name) == release.fingerprint
+    records = tweets.read_tweets(folder / name, tweets.COLUMNS[name])
+    assert release.contents == tweets.describe_tweets(records)

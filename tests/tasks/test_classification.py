@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import hashlib
 
 import jax
 import numpy as np
@@ -99,6 +100,16 @@ def test_summed_batch_metrics_are_the_metrics_of_the_split(tiny):
   assert counts["tp"] and counts["fp"] + counts["fn"]  # neither an empty nor a perfect score
   for name in ("f1", "precision", "recall", "accuracy"):
     assert sums[name][0] / sums[name][1] == pytest.approx(expected[name]), name
+
+
+def test_data_fingerprint_is_the_size_and_sha256_of_the_raw_files(tiny):
+  """What a run records of its data (``Task.data_fingerprint``): the bytes of both CSV files it was prepared from."""
+  config, root, _ = tiny
+  expected = {}
+  for name in ("test.csv", "train.csv"):
+    data = (root / "raw" / name).read_bytes()
+    expected[f"disaster_tweets/{name}"] = f"size={len(data)} sha256={hashlib.sha256(data).hexdigest()}"
+  assert build_task(config.copy_and_resolve_references()).data_fingerprint() == expected
 
 
 def _param(tree, path):

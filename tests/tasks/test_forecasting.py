@@ -201,6 +201,12 @@ def test_vmapped_seeds_train_and_load_separately(tmp_path):
   np.testing.assert_allclose(float(row["forecast"]), (forecasts[0][1, 2] + forecasts[1][1, 2]) / 2, atol=2e-3)
 
 
+def test_a_synthetic_series_has_no_raw_file_to_fingerprint():
+  """The Beijing series' fingerprint (the CSV's size and SHA-256) is checked with the real file in
+  tests/data/test_beijing_pm25.py; a generated series is a function of the config alone."""
+  assert build_task(small_config()).data_fingerprint() == {}
+
+
 def test_user_errors_name_the_fix():
   with pytest.raises(ConfigError, match="set --config.model.num_horizons=5"):
     build_task(small_config(model__num_horizons=3)).model_config()

@@ -8,6 +8,7 @@ TensorFlow is needed: datasets are written as ``array_record`` and read with
 | --- | --- |
 | ``multi30k/``, ``iwslt15_en_vi/`` | one TFDS builder per dataset (``Builder``), TFDS folder style |
 | ``parallel_text`` | their shared base: raw-file lookup (``source_dir``, ``$TRANSFORMER_DATA_DIR``, download), ``MissingDataError`` |
+| ``source_files`` | raw-file fingerprints (size, SHA-256) that prepared data records and is checked against; ``data_fingerprint`` |
 | ``download`` | downloads from the official URLs for every builder: a quick reachability check, one-line ``MissingDataError`` offline |
 | ``tokenizers`` | ``SentencePieceTokenizer`` (pad 0, bos 1, eos 2, unk 3), training and on-disk cache |
 | ``batching`` | ``TokenizedExamples``, ``TokenBatcher`` (buckets, token budget), ``BatchIterator``, ``PrefetchIterator`` |

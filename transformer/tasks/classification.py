@@ -187,8 +187,9 @@ class ClassificationTask(Task):
   # ----- data
 
   @functools.cached_property
-  def splits(self) -> dict[str, Split]:
-    """Every split of the data set, tokenised and padded to one length (the longest text of all)."""
+  def _prepared_data(self):
+    """The prepared TFDS builder of ``config.task.dataset`` (prepared on first use; refused when its raw files
+    changed since, see ``transformer.data.source_files``)."""
     from transformer.data import disaster_tweets  # TFDS: the "data" extra
     task = self.config.task
     if task.dataset != "disaster_tweets":
@@ -196,6 +197,18 @@ class ClassificationTask(Task):
     builder = disaster_tweets.Builder(data_dir=task.data_dir or None, file_format="array_record",
                                       source_dir=task.source_dir or None)
     builder.download_and_prepare()
+    return builder
+
+  def data_fingerprint(self) -> dict[str, str]:
+    """``"disaster_tweets/<file>"`` -> size and SHA-256 of the raw files the prepared data was built from
+    (``transformer.data.source_files.data_fingerprint``): a run records it and compares it at eval."""
+    from transformer.data import source_files
+    return source_files.data_fingerprint(self._prepared_data)
+
+  @functools.cached_property
+  def splits(self) -> dict[str, Split]:
+    """Every split of the data set, tokenised and padded to one length (the longest text of all)."""
+    builder = self._prepared_data
     raw = {}
     for split in builder.info.splits:
       source = builder.as_data_source(split)

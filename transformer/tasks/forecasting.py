@@ -135,6 +135,12 @@ class ForecastingTask(Task):
     self._log_mean = float(self.series.standardization.mean[0])
     self._log_std = float(self.series.standardization.std[0])
 
+  def data_fingerprint(self) -> dict[str, str]:
+    """``"beijing_pm25/<file>"`` -> size and SHA-256 of the raw file the series was prepared from
+    (``transformer.data.source_files.data_fingerprint``): a run records it and compares it at eval. Empty for the
+    synthetic series, a function of the config alone."""
+    return dict(self.series.source_fingerprint)
+
   # --- model -----------------------------------------------------------------------------------------------
 
   def model_config(self) -> ForecasterConfig:

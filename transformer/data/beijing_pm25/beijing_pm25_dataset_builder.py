@@ -18,6 +18,12 @@ The raw file comes from, first match wins: the builder argument ``source_dir=...
 (a folder holding ``beijing_pm25/``); otherwise the official UCI URL. Offline, the download
 fails at once with one line naming the file, the URL and these settings (``transformer.data.download``).
 
+The prepared data records the size and SHA-256 of the file it was read from (``transformer.data.source_files``);
+reused with a source folder whose file differs since, it is refused in one line naming both fingerprints and
+the folder to remove. A file other than the UCI release (:data:`RELEASE`: hours missing, values edited) is
+prepared with one WARNING line naming its rows and date range and the release's; a split without rows (no
+2014) is one :class:`InputFileError` line.
+
 Usage (no TensorFlow needed)::
 
   builder = Builder(data_dir="/tmp/tfds", file_format="array_record",
@@ -39,7 +45,7 @@ from etils import epath
 import numpy as np
 import tensorflow_datasets as tfds
 
-from transformer.data import download, parallel_text
+from transformer.data import download, parallel_text, source_files
 from transformer.errors import InputFileError
 
 FILE_NAME = "PRSA_data_2010.1.1-2014.12.31.csv"
@@ -51,6 +57,13 @@ WEATHER_COLUMNS = ("DEWP", "TEMP", "PRES", "Iws", "Is", "Ir")
 WIND_DIRECTIONS = ("NE", "NW", "SE", "cv")  # cv: calm and variable
 MISSING = "NA"  # the file's marker of a missing pm2.5 value (the only column with gaps)
 SPLIT_YEARS = {"train": (2010, 2011, 2012), "validation": (2013,), "test": (2014,)}
+# The UCI file as published, for the warning when a local copy differs: the size and SHA-256 that projects which
+# downloaded it from UCI record (../shared/data/beijing_pm25/SOURCE.md); checksums.tsv holds the same pair for
+# TFDS's check of a download (a test keeps the two equal).
+RELEASE = source_files.Release(
+    source_files.FileFingerprint(2_010_494, "4127f868775e31b3956522adc0ec75af8937dde6a3896e8beed3a376c6d27f1c"),
+    "the digest recorded by projects that downloaded it from UCI",
+    "43,824 rows, 2010-01-01 00h to 2014-12-31 23h")
 
 logger = logging.getLogger(__name__)
 
@@ -147,6 +160,14 @@ def parse_number(field: str, allow_missing: bool, where: str) -> float:
   return value
 
 
+def describe_hours(columns: dict[str, np.ndarray]) -> str:
+  """What a file holds, as :data:`RELEASE` says it: ``"43,824 rows, 2010-01-01 00h to 2014-12-31 23h"``."""
+  times = columns["time"]
+  def hour(time):
+    return str(time.astype("datetime64[h]")).replace("T", " ") + "h"
+  return f"{len(times):,} rows, {hour(times[0])} to {hour(times[-1])}"
+
+
 def split_of_year(year: int) -> str | None:
   return next((split for split, years in SPLIT_YEARS.items() if year in years), None)
 
@@ -159,8 +180,10 @@ class Builder(tfds.core.GeneratorBasedBuilder):
       ``beijing_pm25/`` holding it). Only read.
   """
 
-  VERSION = tfds.core.Version("1.0.0")
-  RELEASE_NOTES = {"1.0.0": "Raw hourly rows of the UCI file; splits by year."}
+  VERSION = tfds.core.Version("1.1.0")
+  RELEASE_NOTES = {"1.0.0": "Raw hourly rows of the UCI file; splits by year.",
+                   # A new version so that data prepared without the fingerprint is not reused unchecked.
+                   "1.1.0": "Records the size and SHA-256 of the CSV it was built from (source_files)."}
 
   def __init__(self, *, source_dir: epath.PathLike | None = None, **kwargs):
     self._source_dir_argument = source_dir
@@ -193,12 +216,19 @@ class Builder(tfds.core.GeneratorBasedBuilder):
         features=tfds.features.FeaturesDict(features),
         homepage=HOMEPAGE,
         disable_shuffling=True,  # example i of a split is its i-th hour
+        metadata=tfds.core.MetadataDict(),  # the source file's fingerprint
     )
 
   def download_and_prepare(self, *, download_config=None, **kwargs):
-    """As TFDS's; first finds the raw file (or checks the network) so that a failure is plain."""
-    if not parallel_text.is_prepared(self):
-      manual_dir = download_config.manual_dir if download_config is not None else None
+    """As TFDS's; first finds the raw file (or checks the network) so that a failure is plain, and refuses
+    prepared data built from another file than the source folder now holds (``source_files.check_prepared``)."""
+    manual_dir = download_config.manual_dir if download_config is not None else None
+    if parallel_text.is_prepared(self):
+      # Without a local file there is nothing to compare: the prepared data (of whatever file) is used.
+      folder, _ = parallel_text.resolve_source_dir(self.name, self._source_dir_argument, manual_dir)
+      if folder is not None and (folder / FILE_NAME).exists():
+        source_files.check_prepared(self, {FILE_NAME: folder / FILE_NAME})
+    else:
       folder, origin = parallel_text.resolve_source_dir(
           self.name, self._source_dir_argument, manual_dir)
       if folder is None:
@@ -217,14 +247,21 @@ class Builder(tfds.core.GeneratorBasedBuilder):
     path = self._local_file
     if path is None:
       path = epath.Path(download.download(dl_manager, self.name, URL, HOMEPAGE))
+    fingerprint = source_files.FileFingerprint.of(path)
     columns = read_csv(path)
     years = columns["time"].astype("datetime64[Y]").astype(np.int64) + 1970
     outside = np.flatnonzero([split_of_year(year) is None for year in np.unique(years)])
     if outside.size:
       raise InputFileError(f"{path}: rows of year(s) {np.unique(years)[outside].tolist()} "
                            f"belong to no split; the splits are {SPLIT_YEARS}.")
-    return {split: self._generate_examples(columns, np.isin(years, split_years))
-            for split, split_years in SPLIT_YEARS.items()}
+    selected = {split: np.isin(years, split_years) for split, split_years in SPLIT_YEARS.items()}
+    source_files.check_nonempty_splits(
+        self.name, {split: int(rows.sum()) for split, rows in selected.items()},
+        f"{path} ({describe_hours(columns)})", f"the splits are the years {SPLIT_YEARS}")
+    # After the check above, so that a file that cannot be prepared gives its error line alone.
+    source_files.warn_unless_release(self.name, path, fingerprint, RELEASE, lambda: describe_hours(columns))
+    source_files.record(self, {FILE_NAME: fingerprint})  # under the release's name, wherever it was read
+    return {split: self._generate_examples(columns, rows) for split, rows in selected.items()}
 
   def _generate_examples(self, columns: dict[str, np.ndarray],
                          selected: np.ndarray) -> Iterator[tuple[int, dict]]:

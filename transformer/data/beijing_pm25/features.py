@@ -37,7 +37,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from transformer.data import timeseries
+from transformer.data import source_files, timeseries
 from transformer.data.beijing_pm25.beijing_pm25_dataset_builder import (
     SPLIT_YEARS, WEATHER_COLUMNS, WIND_DIRECTIONS, Builder)
 
@@ -85,6 +85,9 @@ class PM25Series:
       ``fit_split``.
     split_bounds: split name -> ``[start, stop)``.
     fit_split: the split the normalisation was fitted on.
+    source_fingerprint: ``"<dataset>/<file>"`` -> size and SHA-256 of the raw file the series was read from
+      (``source_files.data_fingerprint``; what a run records of its data); empty for a series made from
+      columns in memory.
   """
   times: np.ndarray
   features: np.ndarray
@@ -95,6 +98,7 @@ class PM25Series:
   standardization: timeseries.Standardization
   split_bounds: dict[str, tuple[int, int]]
   fit_split: str
+  source_fingerprint: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
   feature_names = FEATURE_NAMES
 
@@ -221,4 +225,5 @@ def load(data_dir: str | None = None, source_dir: str | None = None,
   builder = Builder(data_dir=data_dir, file_format="array_record", source_dir=source_dir)
   builder.download_and_prepare()
   columns = read_prepared(builder)
-  return prepare(columns, split_bounds_by_year(columns["time"]), fit_split)
+  series = prepare(columns, split_bounds_by_year(columns["time"]), fit_split)
+  return dataclasses.replace(series, source_fingerprint=source_files.data_fingerprint(builder))

@@ -22,6 +22,11 @@ Rows are checked as they are read; a missing column, a row with too few or too m
 byte, a bad or repeated ``id``, a ``target`` other than 0/1, or an empty tweet (whitespace only: Kaggle's
 files have none, so one means a damaged file) raises :class:`InputFileError` naming the file and row.
 
+The prepared data records the size and SHA-256 of both files (``transformer.data.source_files``); reused with a
+source folder whose files differ since, it is refused in one line naming the file, both fingerprints and the
+folder to remove. A file other than Kaggle's (:data:`RELEASES`: cut short, edited) is prepared with one WARNING
+line naming its rows and the release's; a split left empty (too few rows) is one :class:`InputFileError` line.
+
 Usage (no TensorFlow needed)::
 
   builder = Builder(data_dir="/tmp/tfds", file_format="array_record",
@@ -43,7 +48,7 @@ from etils import epath
 import numpy as np
 import tensorflow_datasets as tfds
 
-from transformer.data import parallel_text
+from transformer.data import parallel_text, source_files
 from transformer.errors import InputFileError, MissingDataError
 
 NAME = "disaster_tweets"
@@ -55,6 +60,19 @@ LABEL_NAMES = ("not_disaster", "disaster")
 HELD_OUT_FRACTIONS = (("test", 0.1), ("validation", 0.1))
 SPLIT_SALT = "disaster_tweets:"
 UNLABELLED = -1
+# Kaggle's files as published, for the warning when a local copy differs. train.csv: the SHA-256 that projects
+# which downloaded it from Kaggle record; test.csv: no published digest, the one of three identical public copies
+# (both in ../shared/data/disaster_tweets/SOURCE.md).
+RELEASES = {
+    TRAIN_FILE: source_files.Release(
+        source_files.FileFingerprint(987_712, "61111c6dc31eaffa34d1e1fa62e2395325c9bc3b38bba1941a5f1ed9b3fa60df"),
+        "the digest recorded by projects that downloaded it from Kaggle",
+        "7,613 rows (4,342 not_disaster, 3,271 disaster), ids 1 to 10,873"),
+    TEST_FILE: source_files.Release(
+        source_files.FileFingerprint(420_783, "33375dc852696331c5ad30d078ea4d20e357b74052be6225fecc2a2b0f468bd2"),
+        "three identical public copies of Kaggle's file",
+        "3,263 rows, ids 0 to 10,875"),
+}
 
 logger = logging.getLogger(__name__)
 
@@ -109,6 +127,18 @@ def read_tweets(path: epath.PathLike, columns: Sequence[str]) -> list[dict]:
   return records
 
 
+def describe_tweets(records: Sequence[Mapping]) -> str:
+  """What a file of tweets holds, as :data:`RELEASES` says it: rows, labels (if any), id range."""
+  if not records:
+    return "no rows"
+  text = f"{len(records):,} rows"
+  labels = collections.Counter(record["target"] for record in records if "target" in record)
+  if labels:
+    text += f" ({labels[0]:,} {LABEL_NAMES[0]}, {labels[1]:,} {LABEL_NAMES[1]})"
+  ids = [record["id"] for record in records]
+  return f"{text}, ids {min(ids):,} to {max(ids):,}"
+
+
 def split_rank_key(tweet_id: int) -> str:
   return hashlib.sha256(f"{SPLIT_SALT}{tweet_id}".encode()).hexdigest()
 
@@ -144,8 +174,10 @@ class Builder(tfds.core.GeneratorBasedBuilder):
       read.
   """
 
-  VERSION = tfds.core.Version("1.0.0")
-  RELEASE_NOTES = {"1.0.0": "Kaggle nlp-getting-started train.csv (split 80/10/10 per class) and test.csv."}
+  VERSION = tfds.core.Version("1.1.0")
+  RELEASE_NOTES = {"1.0.0": "Kaggle nlp-getting-started train.csv (split 80/10/10 per class) and test.csv.",
+                   # A new version so that data prepared without the fingerprints is not reused unchecked.
+                   "1.1.0": "Records the size and SHA-256 of train.csv and test.csv (source_files)."}
   MANUAL_DOWNLOAD_INSTRUCTIONS = (
       f"Download train.csv and test.csv from https://www.kaggle.com/competitions/nlp-getting-started/data "
       f"(needs a Kaggle login) into a folder; pass it as source_dir=... or set ${parallel_text.ENV_VAR} to a "
@@ -177,9 +209,15 @@ class Builder(tfds.core.GeneratorBasedBuilder):
     )
 
   def download_and_prepare(self, *, download_config=None, **kwargs):
-    """As TFDS's; first finds the two files so that a missing one fails here, plainly."""
-    if not parallel_text.is_prepared(self):  # self.is_prepared() warns of a missing dataset_info.json
-      manual_dir = download_config.manual_dir if download_config is not None else None
+    """As TFDS's; first finds the two files so that a missing one fails here, plainly, and refuses prepared data
+    built from other files than the source folder now holds (``source_files.check_prepared``)."""
+    manual_dir = download_config.manual_dir if download_config is not None else None
+    if parallel_text.is_prepared(self):  # self.is_prepared() warns of a missing dataset_info.json
+      # Without a source folder (or with the files gone) there is nothing to compare: the prepared data is used.
+      folder, _ = parallel_text.resolve_source_dir(NAME, self._source_dir_argument, manual_dir)
+      if folder is not None and all((folder / name).exists() for name in COLUMNS):
+        source_files.check_prepared(self, {name: folder / name for name in COLUMNS})
+    else:
       self._local_dir, origin = parallel_text.resolve_source_dir(NAME, self._source_dir_argument, manual_dir)
       if self._local_dir is None:
         raise MissingDataError(f"{NAME}: no source folder given and Kaggle's files cannot be downloaded "
@@ -192,18 +230,30 @@ class Builder(tfds.core.GeneratorBasedBuilder):
 
   def _split_generators(self, dl_manager: tfds.download.DownloadManager):
     del dl_manager  # nothing is downloaded
-    labelled = read_tweets(self._local_dir / TRAIN_FILE, COLUMNS[TRAIN_FILE])
-    unlabelled = read_tweets(self._local_dir / TEST_FILE, COLUMNS[TEST_FILE])
+    paths = {name: self._local_dir / name for name in COLUMNS}
+    fingerprints = source_files.fingerprint_files(paths)
+    labelled = read_tweets(paths[TRAIN_FILE], COLUMNS[TRAIN_FILE])
+    unlabelled = read_tweets(paths[TEST_FILE], COLUMNS[TEST_FILE])
     assignment = stratified_split([record["id"] for record in labelled], [record["target"] for record in labelled])
     splits = {split: [] for split in ("train", "validation", "test")}
     for record in labelled:
       splits[assignment[record["id"]]].append(record)
     splits["kaggle_test"] = unlabelled
-    # Saved with the prepared data: where each split came from and how train.csv was divided.
+    split_rule = (f"train.csv, per class, ranked by sha256('{SPLIT_SALT}<id>'): first round(0.1 n) test, next "
+                  f"round(0.1 n) validation, rest train")
+    source_files.check_nonempty_splits(
+        NAME, {split: len(records) for split, records in splits.items()},
+        f"{self._local_dir} ({describe_tweets(labelled)} in {TRAIN_FILE}, {describe_tweets(unlabelled)} in "
+        f"{TEST_FILE})", f"the splits are {split_rule}; kaggle_test is {TEST_FILE}")
+    # After the check above, so that files that cannot be prepared give their error line alone.
+    for name, records in ((TRAIN_FILE, labelled), (TEST_FILE, unlabelled)):
+      source_files.warn_unless_release(NAME, paths[name], fingerprints[name], RELEASES[name],
+                                       lambda records=records: describe_tweets(records))
+    # Saved with the prepared data: where each split came from, how train.csv was divided, which bytes were read.
     self.info.metadata["source_files"] = {"train": TRAIN_FILE, "validation": TRAIN_FILE, "test": TRAIN_FILE,
                                           "kaggle_test": TEST_FILE}
-    self.info.metadata["split_rule"] = (f"train.csv, per class, ranked by sha256('{SPLIT_SALT}<id>'): first "
-                                        f"round(0.1 n) test, next round(0.1 n) validation, rest train")
+    self.info.metadata["split_rule"] = split_rule
+    source_files.record(self, fingerprints)
     logger.info("%s: %s", NAME, {split: len(records) for split, records in splits.items()})
     return {split: self._generate_examples(records) for split, records in splits.items()}
 
