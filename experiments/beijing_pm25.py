@@ -16,8 +16,8 @@ MAE loss on the standardised ``log1p(pm2.5)`` (``transformer/tasks/forecasting.p
 The raw CSV is found in ``config.task.source_dir``, else ``$TRANSFORMER_DATA_DIR/beijing_pm25``.
 Measured results: experiments/beijing_pm25/RESULTS.md.
 """
-from transformer.data.beijing_pm25.features import FEATURE_NAMES, HORIZONS
 from transformer.errors import ConfigError
+from transformer.tasks import require_extra
 from transformer.train import base_config
 
 VARIANTS = ("rnn", "lstm", "gru", "transformer", "transformer_encoder", "tiny")
@@ -27,6 +27,9 @@ def get_config(variant: str = "gru"):
   if variant not in VARIANTS:
     raise ConfigError(f"unknown variant {variant!r} of experiments/beijing_pm25.py; choose one of "
                       f"{list(VARIANTS)} (e.g. --config=experiments/beijing_pm25.py:transformer).")
+  # The feature names come with the dataset's builder (TFDS): without it, one line naming the extra.
+  require_extra("data", "experiments/beijing_pm25.py")
+  from transformer.data.beijing_pm25.features import FEATURE_NAMES, HORIZONS
   config = base_config("forecaster")  # config.model: the fields of transformer.nn.ForecasterConfig
   config.task.name = "forecasting"
   config.task.dataset = "synthetic" if variant == "tiny" else "beijing_pm25"

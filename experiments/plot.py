@@ -2,8 +2,9 @@
 
     python -m experiments.plot WORKDIR                       # WORKDIR/curves.png: loss and every eval metric
     python -m experiments.plot WORKDIR OTHER_WORKDIR --metrics=train/loss,eval/bleu --output=/tmp/compare.png
+    python /path/to/repo/experiments/plot.py WORKDIR         # the same from any directory (the end-of-run hint)
 
-Several workdirs give one line each per panel. For live curves, TensorBoard reads the same run:
+Several workdirs give one line each per panel; up to 4 panels a row. For live curves, TensorBoard reads the same run:
 ``pip install -e ".[tensorboard]"`` then ``tensorboard --logdir WORKDIR/tensorboard``.
 """
 from __future__ import annotations
@@ -12,6 +13,9 @@ import os
 import sys
 
 from absl import app, flags
+
+if __name__ == "__main__" and not __package__:  # run by its path (the end-of-run hint), from any directory
+  sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the root holds `experiments`
 
 from experiments import report
 from transformer.train.writers import read_metrics

@@ -199,13 +199,27 @@ def read_markdown_table(text: str, first_column: str) -> list[dict[str, str]]:
   return []
 
 
+# Panels per row of a curves figure: a run with many metrics (a forecaster's per-horizon errors) reads as a grid.
+MAX_PANEL_COLUMNS = 4
+
+
+def panel_grid(num_panels: int) -> tuple[int, int]:
+  """``(rows, columns)`` of a figure of ``num_panels`` panels: one row up to ``MAX_PANEL_COLUMNS``, then a grid."""
+  columns = max(1, min(num_panels, MAX_PANEL_COLUMNS))
+  return -(-num_panels // columns), columns
+
+
 def plot_curves(runs: dict[str, list[dict]], metrics: list[str], path: str, title: str) -> None:
-  """One panel per metric, one line per run (``name -> metric records``, as read by ``read_metrics``)."""
+  """One panel per metric (``panel_grid``), one line per run (``name -> metric records``, as read by
+  ``read_metrics``)."""
   import matplotlib
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
-  figure, axes = plt.subplots(1, len(metrics), figsize=(5 * len(metrics), 3.6), squeeze=False)
-  for axis, metric in zip(axes[0], metrics):
+  rows, columns = panel_grid(len(metrics))
+  figure, axes = plt.subplots(rows, columns, figsize=(5 * columns, 3.6 * rows), squeeze=False)
+  for axis in axes.flat[len(metrics):]:
+    axis.set_visible(False)
+  for axis, metric in zip(axes.flat, metrics):
     for name, records in runs.items():
       steps, values = series(records, metric)
       if not steps:

@@ -284,14 +284,29 @@ def settings_from_command(command: str) -> dict:
   return {"variant": variant, "config": config, "source_dir": config["task"]["source_dir"]}
 
 
+def decoding_label(decode: dict, length_penalty: float | None = None) -> str:
+  """How a run decoded, for a table: ``greedy``, ``beam 5, alpha 0.6`` (``length_penalty``: the alpha chosen on
+  validation, else the config's) or ``sampling, temperature 0.8, top-p 0.9``, from its ``config.decode``."""
+  if decode["method"] == "greedy":
+    return "greedy"
+  if decode["method"] == "beam":
+    alpha = decode["length_penalty"] if length_penalty is None else length_penalty
+    return f"beam {decode['beam_size']}, alpha {alpha:g}"
+  settings = [f"temperature {decode['temperature']:g}"]
+  settings += [f"top-k {decode['top_k']}"] if decode["top_k"] else []
+  settings += [f"top-p {decode['top_p']:g}"] if decode["top_p"] < 1 else []
+  settings += [f"best of {decode['num_samples']}"] if decode["num_samples"] > 1 else []
+  return ", ".join(["sampling", *settings])
+
+
 def row(name: str, run: dict) -> list:
   stopped = (f" (stopped early of {run['steps_planned']})" if run["steps_trained"] < run["steps_planned"]
              else "")
   averaged = run.get("averaged_steps")
   checkpoint = (f"mean of steps {', '.join(map(str, averaged))}" if averaged else str(run["best_step"]))
   by_alpha = run.get("validation_bleu_by_length_penalty")
-  decoding = (f"beam {run['beam_size']}, alpha {run['length_penalty']:g}" if run.get("length_penalty") is not None
-              else "")  # rows reported before decoding settings were recorded
+  decoding = (decoding_label(upgrade_config(run["config"])["decode"], run["length_penalty"])
+              if run.get("length_penalty") is not None else "")  # rows reported before decoding settings were recorded
   if by_alpha:
     decoding += " (on validation: " + ", ".join(f"{float(a):g}: {b:.2f}" for a, b in by_alpha.items()) + ")"
   return [name, run["size"], f"{run['training_pairs']:,}", f"{checkpoint} of {run['steps_trained']}{stopped}",
@@ -329,8 +344,7 @@ def validation_table(runs: dict, validation_runs: dict) -> str:
     task = run["config"]["task"]
     evaluations = [r for r in run["curves"] if "eval/bleu" in r]
     sentences = task.get("num_eval_sentences", 0)
-    decode = upgrade_config(run["config"])["decode"]
-    decoding = (f"beam {decode['beam_size']}, alpha {decode['length_penalty']:g}"
+    decoding = (decoding_label(upgrade_config(run["config"])["decode"])
                 + (f", first {sentences:,} sentences" if sentences else ""))
     rows.append([name, run["size"], f"{run['training_pairs']:,}", str(run["steps_trained"]),
                  f"{run['wall_hours']:.2f} h", decoding,

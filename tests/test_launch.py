@@ -89,6 +89,20 @@ def test_errors_the_user_causes_are_one_line(tmp_path, error):
 
 
 @pytest.mark.slow
+def test_an_experiment_without_the_data_extra_is_one_line_naming_it(tmp_path):
+  """A fresh interpreter where TFDS is not installed: beijing_pm25's config itself needs it (its feature names come
+  with the dataset's builder), and says so before anything is imported from it."""
+  code = ("import runpy, sys\n"
+          "sys.modules['tensorflow_datasets'] = None  # importing it raises ModuleNotFoundError\n"
+          f"sys.argv = ['launch.py', '--config=experiments/beijing_pm25.py:tiny', '--workdir={tmp_path}']\n"
+          "runpy.run_path('launch.py', run_name='__main__')\n")
+  result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300)
+  assert result.returncode == 1 and result.stderr.strip().splitlines() == [
+      "error: experiments/beijing_pm25.py needs the 'data' extra (tensorflow-datasets not installed): "
+      "run pip install -e \".[data]\" in the repository."], result.stderr
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("error", ["ValueError('a bug, not bad input')", "FileNotFoundError('a bug')",
                                    "KeyError('a bug')"])
 def test_any_other_exception_keeps_its_traceback(tmp_path, error):

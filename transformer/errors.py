@@ -2,8 +2,9 @@
 
 ``launch.py`` and the results scripts print these as one line (``error: ...``) and exit non-zero
 (``exit_on_user_error``); any other exception is a bug and keeps its traceback. All are ``ValueError``
-subclasses (``MissingDataError`` also a ``FileNotFoundError``, ``TrainingDiverged`` a ``RuntimeError``), so code
-that catches those keeps working. This module imports nothing from the package.
+subclasses (``MissingDataError`` also a ``FileNotFoundError``, ``MissingDependencyError`` an ``ImportError``,
+``TrainingDiverged`` a ``RuntimeError``), so code that catches those keeps working. This module imports nothing
+from the package.
 """
 import sys
 
@@ -18,6 +19,11 @@ class ConfigError(UserError):
 
 class MissingDataError(UserError, FileNotFoundError):
   """A data set, model or file that a command needs is not where it was looked for."""
+
+
+class MissingDependencyError(UserError, ImportError):
+  """A package of one of the install's optional extras (setup.cfg) is not installed; the message names the extra
+  and its ``pip install`` command."""
 
 
 class InputFileError(UserError):
@@ -47,5 +53,5 @@ def exit_on_user_error(function, *args, **kwargs):
     sys.exit(f"error: {error}")
 
 
-__all__ = ["UserError", "ConfigError", "MissingDataError", "InputFileError", "WorkdirError",
-           "CheckpointRestoreError", "TrainingDiverged", "exit_on_user_error"]
+__all__ = ["UserError", "ConfigError", "MissingDataError", "MissingDependencyError", "InputFileError",
+           "WorkdirError", "CheckpointRestoreError", "TrainingDiverged", "exit_on_user_error"]

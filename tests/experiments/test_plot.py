@@ -1,12 +1,14 @@
-"""experiments/plot.py: a run's metrics.jsonl drawn to a PNG, and clear errors for a wrong workdir or metric."""
+"""experiments/plot.py: a run's metrics.jsonl drawn to a PNG (a grid of panels), by module or by path from any
+directory, and clear errors for a wrong workdir or metric."""
 import json
 import os
+import struct
 import subprocess
 import sys
 
 import pytest
 
-from experiments import plot
+from experiments import plot, report
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -25,12 +27,34 @@ def test_default_metrics_are_the_loss_and_each_eval_metric_without_seed_copies()
   assert plot.default_metrics({"run": RECORDS}) == ["train/loss", "eval/exact_match", "eval/loss"]
 
 
+def _png_size(path) -> tuple[int, int]:
+  """``(width, height)`` in pixels, from the PNG's header chunk."""
+  with open(path, "rb") as f:
+    header = f.read(24)
+  assert header[:8] == b"\x89PNG\r\n\x1a\n"
+  return struct.unpack(">II", header[16:24])
+
+
+def test_panels_wrap_into_rows_of_at_most_four():
+  assert [report.panel_grid(count) for count in (1, 2, 4, 5, 20)] == [(1, 1), (1, 2), (1, 4), (2, 4), (5, 4)]
+
+
+def test_many_metrics_are_drawn_as_a_grid(tmp_path):
+  """A forecasting run logs ~20 metrics (per-horizon errors): a grid readable at a glance, not one long row."""
+  workdir = str(tmp_path / "run")
+  horizons = [f"eval/mae_{hours}h" for hours in range(19)]
+  _write_run(workdir, [{"step": 100, "train/loss": 2.0}, {"step": 100, **dict.fromkeys(horizons, 5.0)}])
+  width, height = _png_size(plot.plot_runs([workdir]))
+  assert width <= 4 * 5 * 110 and height >= 5 * 3.6 * 110 * 0.9  # 4 panels of 5 x 3.6 inches a row, 5 rows
+
+
 @pytest.mark.slow
-def test_the_command_writes_a_png_beside_the_metrics(tmp_path):
+def test_the_command_by_its_path_writes_a_png_beside_the_metrics_from_any_directory(tmp_path):
+  """The end-of-run hint's form: ``python <repo>/experiments/plot.py WORKDIR``, run from outside the repository."""
   workdir = str(tmp_path / "run")
   _write_run(workdir, RECORDS)
-  result = subprocess.run([sys.executable, "-m", "experiments.plot", workdir], cwd=REPO, capture_output=True,
-                          text=True, timeout=120)
+  result = subprocess.run([sys.executable, os.path.join(REPO, "experiments", "plot.py"), workdir], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
   assert result.returncode == 0, result.stderr
   path = os.path.join(workdir, "curves.png")
   with open(path, "rb") as f:

@@ -153,6 +153,21 @@ def test_the_row_reports_the_length_penalty_chosen_on_validation(tmp_path, monke
   assert "beam 5, alpha 1.5 (on validation: 0.6: 30.00, 1.5: 32.00)" in cells
 
 
+def test_a_greedy_or_sampled_run_is_labelled_by_its_decoding_not_by_beam_settings():
+  # As summarize writes them: beam_size and length_penalty are the config's, whatever its method.
+  greedy = {**summary(30.0, 31.0, **{"decode.method": "greedy"}), "beam_size": 5, "length_penalty": 0.6,
+            "command": "cmd"}
+  sampled = {**summary(20.0, 21.0, **{"decode.method": "sample", "decode.temperature": 0.8, "decode.top_p": 0.9}),
+             "command": "cmd"}
+  beam = {**summary(32.0, 33.0), "beam_size": 5, "length_penalty": 1.0, "command": "cmd"}
+  assert translation_results.row("greedy", greedy)[5] == "greedy"
+  assert translation_results.row("beam", beam)[5] == "beam 5, alpha 1"  # the alpha its --mode=eval chose
+  table = translation_results.validation_table({"greedy": greedy}, {"sampled": sampled, "beam": beam})
+  rows = report.read_markdown_table(table, "model")
+  assert [row["decoding during training"] for row in rows] == [
+      "greedy", "sampling, temperature 0.8, top-p 0.9", "beam 5, alpha 0.6"]
+
+
 def test_the_command_of_a_run_reproduces_its_config(tmp_path):
   """A run trained with overrides (or before its variant changed): the row's flags rebuild its config.json."""
   from ml_collections import config_flags

@@ -17,6 +17,8 @@ from transformer.decode import DecodeSettings
 from transformer.tasks.language_model import continue_prompts
 from transformer.train import run
 
+# The fixture's made-up text has 21 characters and 47 pieces at most: the real data's tiny vocabulary is too large.
+FIXTURE_VOCAB_SIZE = 40
 SIZES = {"train": 300, "val": 20, "test_2016_flickr": 2, "test_2017_flickr": 2, "test_2017_mscoco": 2,
          "test_2018_flickr": 2}
 
@@ -34,6 +36,7 @@ def data_dir(tmp_path_factory):
 def tiny_config(raw_dir, data_dir, **model_overrides):
   config = load_experiment_config("language_model", "tiny")
   config.task.source_dir, config.task.data_dir = str(raw_dir), str(data_dir)
+  config.task.vocab_size = FIXTURE_VOCAB_SIZE
   config.quiet, config.tensorboard = True, False
   for name, value in model_overrides.items():
     config.model[name] = value
@@ -82,6 +85,16 @@ def test_perplexity_is_exp_of_each_nll():
   task = build_task(load_experiment_config("language_model", "tiny"))
   derived = task.derived_metrics({"eval/nll": 2.0, "eval/nll/seed_1": 1.0, "eval/loss": 3.0})
   assert derived == {"eval/perplexity": math.exp(2.0), "eval/perplexity/seed_1": math.exp(1.0)}
+
+
+def test_a_vocabulary_smaller_than_the_texts_characters_is_one_line_naming_the_least_that_fits(raw_dir, data_dir):
+  """The fixture's 21 characters and the 4 specials are a piece each: 25 at least (the real captions: 84)."""
+  config = tiny_config(raw_dir, data_dir)
+  config.task.vocab_size = 10
+  with pytest.raises(ConfigError, match=r"^Vocabulary size too low: SentencePiece needs at least 25 pieces for these "
+                     r"300 sentences \(one per character, 4 special\), not 10; set config.task.vocab_size to at "
+                     r"least 25\.$"):
+    build_task(config).model_config()
 
 
 def test_the_task_refuses_another_model(raw_dir, data_dir):

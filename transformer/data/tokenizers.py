@@ -18,11 +18,14 @@ import json
 import logging
 import os
 import pathlib
+import re
 import time
 from typing import Callable, Iterable, Sequence
 
 import numpy as np
 import sentencepiece as spm
+
+from transformer.errors import ConfigError
 
 PAD_ID, BOS_ID, EOS_ID, UNK_ID = 0, 1, 2, 3
 SPECIAL_PIECES = {PAD_ID: "<pad>", BOS_ID: "<s>", EOS_ID: "</s>", UNK_ID: "<unk>"}
@@ -138,7 +141,8 @@ def train_sentencepiece(sentences: Sequence[str],
   """Trains a model on (a capped sample of) ``sentences``; writes it to ``model_path`` if given.
 
   Raises:
-    ValueError: when SentencePiece cannot train (e.g. ``vocab_size`` too large for the text).
+    ConfigError: ``vocab_size`` is too large for the text, or smaller than its characters and the specials.
+    ValueError: any other failure of SentencePiece's training.
   """
   sample = sample_sentences(sentences, options.max_sentences, options.seed)
   if not sample:
@@ -156,6 +160,7 @@ def train_sentencepiece(sentences: Sequence[str],
         eos_piece=SPECIAL_PIECES[EOS_ID], unk_piece=SPECIAL_PIECES[UNK_ID],
         num_threads=os.cpu_count() or 1, minloglevel=2)
   except RuntimeError as error:
+    _raise_if_vocab_size_does_not_fit(str(error), options.vocab_size, len(sample))
     raise ValueError(f"SentencePiece training on {len(sample)} sentences with {options} failed: "
                      f"{error}") from error
   tokenizer = SentencePieceTokenizer(model.getvalue())
@@ -163,6 +168,21 @@ def train_sentencepiece(sentences: Sequence[str],
     _write_atomically(pathlib.Path(model_path), tokenizer.model_proto)
     tokenizer.path = os.fspath(model_path)
   return tokenizer
+
+
+def _raise_if_vocab_size_does_not_fit(message: str, vocab_size: int, num_sentences: int) -> None:
+  """A ``ConfigError`` naming the bound when SentencePiece's ``message`` says the vocabulary does not fit the text."""
+  too_high = re.search(r"Vocabulary size too high \(\d+\)\. Please set it to a value <= (\d+)", message)
+  if too_high:
+    raise ConfigError(f"Vocabulary size too high: SentencePiece makes at most {too_high[1]} pieces of these "
+                      f"{num_sentences} sentences, not {vocab_size}; set config.task.vocab_size to at most "
+                      f"{too_high[1]}.")
+  # Every character of the text is a piece of its own (character_coverage 1.0), and so is each special.
+  too_low = re.search(r"Vocabulary size is smaller than required_chars\. \d+ vs (\d+)", message)
+  if too_low:
+    raise ConfigError(f"Vocabulary size too low: SentencePiece needs at least {too_low[1]} pieces for these "
+                      f"{num_sentences} sentences (one per character, {len(SPECIAL_PIECES)} special), not "
+                      f"{vocab_size}; set config.task.vocab_size to at least {too_low[1]}.")
 
 
 def load_or_train_sentencepiece(

@@ -1,14 +1,16 @@
 """Tasks: what differs between experiments, looked up by ``config.task.name``.
 
-Tasks are imported on first use, so a task's optional dependencies (TFDS, SentencePiece and sacreBLEU for
-translation: the ``data`` extra) are needed only by the experiments that use it.
+Tasks are imported on first use, so a task's optional dependencies (the ``data`` extra: TFDS, SentencePiece,
+sacreBLEU, Hugging Face ``tokenizers`` and ``safetensors``) are needed only by the experiments that use it; a missing
+one is one line naming the extra (``require_extra``), before anything is imported or prepared.
 """
 from __future__ import annotations
 
 import difflib
 import importlib
+import importlib.util
 
-from transformer.errors import ConfigError
+from transformer.errors import ConfigError, MissingDependencyError
 from transformer.tasks.base import (StartsFromPretrained, Task, TranslatesText, WritesPredictions,
                                    WritesTestOutputs)
 
@@ -21,6 +23,22 @@ TASKS = {
     "language_model": ("transformer.tasks.language_model", "LanguageModelTask", "data"),
 }
 
+# The modules that each optional extra of setup.cfg installs (module -> its pip package); a test keeps the
+# packages equal to setup.cfg's.
+EXTRA_MODULES = {
+    "data": {"tensorflow_datasets": "tensorflow-datasets", "sentencepiece": "sentencepiece",
+             "sacrebleu": "sacrebleu", "tokenizers": "tokenizers", "safetensors": "safetensors"},
+}
+
+
+def require_extra(extra: str, needed_by: str) -> None:
+  """Raises ``MissingDependencyError`` (one line: what needs it, the missing packages, the ``pip install``
+  command) unless every package of the pip extra ``extra`` is installed. Checks without importing them."""
+  missing = [package for module, package in EXTRA_MODULES[extra].items() if importlib.util.find_spec(module) is None]
+  if missing:
+    raise MissingDependencyError(f"{needed_by} needs the {extra!r} extra ({', '.join(missing)} not installed): "
+                                 f"run pip install -e \".[{extra}]\" in the repository.")
+
 
 def build_task(config) -> Task:
   """The task named by ``config.task.name``, with a clear error for an unknown name or a missing extra."""
@@ -30,14 +48,10 @@ def build_task(config) -> Task:
     hint = f" Did you mean {close[0]!r}?" if close else ""
     raise ConfigError(f"config.task.name={name!r} is not a known task; choose one of {sorted(TASKS)}.{hint}")
   module_name, class_name, extra = TASKS[name]
-  try:
-    module = importlib.import_module(module_name)
-  except ModuleNotFoundError as error:
-    if extra is None:
-      raise
-    raise ConfigError(f"the {name!r} task needs the {error.name!r} package: install the {extra!r} extra with "
-                     f"pip install -e '.[{extra}]'") from None
-  return getattr(module, class_name)(config)
+  if extra is not None:  # all of the extra, also what the task imports late (e.g. safetensors for pretrained models)
+    require_extra(extra, f"the {name!r} task")
+  return getattr(importlib.import_module(module_name), class_name)(config)
 
 
-__all__ = ["StartsFromPretrained", "Task", "TASKS", "TranslatesText", "WritesPredictions", "WritesTestOutputs", "build_task"]
+__all__ = ["EXTRA_MODULES", "StartsFromPretrained", "Task", "TASKS", "TranslatesText", "WritesPredictions",
+           "WritesTestOutputs", "build_task", "require_extra"]
