@@ -1,10 +1,14 @@
 """Checkpoints: exact resume after SIGKILL, a final save on SIGTERM, fallback from a corrupt checkpoint."""
+import asyncio
+import gc
 import json
 import logging
 import os
 import signal
+import sys
 import time
 
+import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
 import pytest
@@ -12,7 +16,7 @@ import pytest
 from tests.train.conftest import TINY_FLAGS, finish, start_launch
 from transformer.errors import MissingDataError
 from transformer.train import run
-from transformer.train.checkpoint import CheckpointRestoreError
+from transformer.train.checkpoint import Checkpointer, CheckpointRestoreError
 
 TIMING = ("train/steps_per_second", "train/tokens_per_second", "wall_seconds")
 LONG_RUN = TINY_FLAGS + ["--config.num_train_steps=400", "--config.checkpoint_every=50", "--config.log_every=10",
@@ -99,7 +103,11 @@ def test_corrupt_latest_checkpoint_falls_back_with_a_warning(make_config, tmp_pa
       path.write_bytes(b"garbage")
   with caplog.at_level(logging.WARNING):
     resumed = run(make_config(num_train_steps=30), str(tmp_path))
-  assert "cannot restore checkpoint step 20" in caplog.text
+  # One line for the damaged step: what failed, where it was moved, what is used instead.
+  damaged, = [r.getMessage() for r in caplog.records if r.name == "transformer.train.checkpoint"]
+  assert damaged.startswith(f"cannot restore checkpoint step 20 in {tmp_path}/checkpoints (")
+  assert "; moved the damaged checkpoint to 20.damaged-" in damaged
+  assert damaged.endswith(f"; restored step 10 in {tmp_path}/checkpoints instead")
   assert resumed.step == 30
   with open(tmp_path / "metrics.jsonl") as f:
     steps = [json.loads(line)["step"] for line in f]
@@ -166,3 +174,77 @@ def test_eval_with_averaged_checkpoints_uses_the_mean_parameters(make_config, tm
   # A run that already keeps enough: the fix is to train longer, not to raise keep_checkpoints.
   with pytest.raises(MissingDataError, match=r"or train longer, until 4 periodic checkpoints exist"):
     run(make_config(average_checkpoints=4, keep_checkpoints=5), str(tmp_path), mode="eval")
+
+
+def test_a_non_finite_evaluation_never_becomes_the_best(tmp_path, caplog):
+  checkpointer = Checkpointer(str(tmp_path), asynchronous=False, repair=True, best_metric="eval/loss", best_mode="min")
+  state = {"w": jnp.ones(4)}
+  with caplog.at_level(logging.WARNING):
+    checkpointer.save(1, state, {}, {"eval/loss": float("nan")})  # no finite evaluation yet: no best
+    assert checkpointer.best_step() is None
+    checkpointer.save(2, state, {}, {"eval/loss": 2.0})
+    for step, value in ((3, float("nan")), (4, float("-inf")), (5, float("inf"))):  # none replaces step 2
+      checkpointer.save(step, state, {}, {"eval/loss": value})
+      assert checkpointer.best_step() == 2
+  assert "step 4 is not kept as the best checkpoint: its eval/loss is -inf" in caplog.text
+  checkpointer.save(6, state, {}, {"eval/loss": 1.0})
+  assert checkpointer.best_step() == 6
+  assert sorted(int(n) for n in os.listdir(tmp_path / "best") if n.isdigit()) == [6]
+  assert checkpointer.steps() == [4, 5, 6]  # the periodic checkpoints are kept as usual
+  checkpointer.close()
+
+
+def test_reads_finishing_after_orbax_closed_their_event_loop_print_nothing(tmp_path, monkeypatch):
+  """A failed restore leaves tensorstore reads running after orbax closed their event loop; each one that
+  finishes later calls ``loop.call_soon_threadsafe`` and printed an "Event loop is closed" traceback through
+  ``sys.unraisablehook``."""
+  import tensorstore as ts
+  printed = []
+  monkeypatch.setattr(sys, "unraisablehook", lambda unraisable: printed.append(str(unraisable.exc_value)))
+  Checkpointer(str(tmp_path))  # installs the filter, as every run does
+  promise, future = ts.Promise.new()
+
+  async def read():
+    await future
+
+  loop = asyncio.new_event_loop()
+  task = loop.create_task(read())
+  loop.run_until_complete(asyncio.sleep(0))  # the read is now waiting on the tensorstore future
+  loop.close()
+  promise.set_result(b"data")  # the read finishes: its callback finds the loop closed
+  del task
+
+  class Unrelated:
+    def __del__(self):
+      raise ValueError("an unrelated error in a finaliser")
+
+  Unrelated()
+  gc.collect()
+  assert printed == ["an unrelated error in a finaliser"]  # other ignored exceptions are still printed
+
+
+def truncate_data_files(state_dir):
+  """Cut every data file of a checkpoint's state to half its length (a copy interrupted midway)."""
+  for root, _, names in os.walk(state_dir):
+    if os.path.basename(root) == "d":
+      for name in names:
+        path = os.path.join(root, name)
+        os.truncate(path, os.path.getsize(path) // 2)
+
+
+@pytest.mark.slow
+def test_damaged_checkpoints_print_one_warning_line_each(tmp_path):
+  flags = ["--config=experiments/synthetic.py:copy", f"--workdir={tmp_path}", *TINY_FLAGS,
+           "--config.best_metric=eval/loss", "--config.best_mode=min"]
+  output, = finish(start_launch(*flags), timeout=300)
+  for directory in ("checkpoints", "best"):
+    truncate_data_files(tmp_path / directory / "20" / "state")
+  process = start_launch(*flags, "--config.num_train_steps=30")
+  output, = finish(process, timeout=300)
+  assert process.returncode == 0, output
+  assert "Traceback" not in output and "Event loop is closed" not in output, output[-3000:]
+  lines = output.replace(str(tmp_path), "WORKDIR").splitlines()  # the test's own name holds "damaged"
+  about_step_20 = [line for line in lines if "step 20 in" in line or "damaged" in line]
+  assert len(about_step_20) == 2, output  # one line each for step 20 of checkpoints/ and of best/
+  assert all("cannot restore checkpoint step 20 in" in line for line in about_step_20), about_step_20
+  assert "resumed from step 10" in output

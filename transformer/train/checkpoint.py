@@ -9,21 +9,34 @@ verifies it, so flipped bits are caught like a truncated file: the checkpoint is
 for the one before it, and (when the run owns the workdir, ``repair=True``) renamed aside to
 ``<step>.damaged-<time>`` once an older one restores, so that later saves of that step and later resumes
 do not trip over it. When none restores, nothing is moved: a changed config (another optimizer, another
-number of seeds) fails them all alike. A state with a non-finite value is never saved.
+number of seeds) fails them all alike. Each damaged step is reported in one warning line. A state with a
+non-finite value is never saved, and an evaluation whose ``best_metric`` is not finite never becomes the best.
+
+A full disk is one ``WorkdirError`` naming the workdir and the space a checkpoint takes: checked before each
+save (against the size of the last checkpoint written), and, when a save still runs out of space, its
+half-written temporary directories are removed so that only intact checkpoints remain.
 """
 from __future__ import annotations
 
+import gc
 import hashlib
 import logging
+import math
 import os
+import shutil
+import sys
+import threading
 import time
+import warnings
 from typing import Any
 
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
-from transformer.errors import CheckpointRestoreError, ConfigError, MissingDataError, TrainingDiverged
+from transformer.errors import (CheckpointRestoreError, ConfigError, MissingDataError, TrainingDiverged,
+                                WorkdirError)
+from transformer.train.writers import format_bytes, is_disk_full
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +75,97 @@ def _one_line(error: Exception) -> str:
   return f"{type(error).__name__}: {text[0][:200] if text else ''}"
 
 
+def _is_closed_loop_error(error: BaseException | None) -> bool:
+  return isinstance(error, RuntimeError) and str(error) == "Event loop is closed"
+
+
+class _OrbaxAftermathFilter(logging.Filter):
+  """Drops the log records that a failed orbax save or restore leaves behind in its worker threads, each a
+  copy of the error that ``Checkpointer`` raises or reports in one line: asyncio's "Task (or Future)
+  exception was never retrieved" / "Task was destroyed but it is pending" for orbax's tasks, and orbax's own
+  tracebacks of a full disk (it logs one per background thread, then raises the same error in
+  ``wait_until_finished``)."""
+
+  def filter(self, record: logging.LogRecord) -> bool:
+    if record.name == "asyncio":
+      message = str(record.msg)
+      first_line = message.split("\n", 1)[0]
+      leftover = first_line.endswith(("exception was never retrieved", "was destroyed but it is pending!"))
+      return not (leftover and ("orbax" in message or (record.exc_info and is_disk_full(record.exc_info[1]))))
+    from_orbax = f"{os.sep}orbax{os.sep}checkpoint{os.sep}" in (record.pathname or "")
+    return not (from_orbax and record.exc_info and is_disk_full(record.exc_info[1]))
+
+
+_aftermath_filter = _OrbaxAftermathFilter()
+
+
+def _quiet_orbax_aftermath() -> None:
+  """Silence what a failed orbax save or restore prints after the error itself (idempotent).
+
+  Orbax runs each save or restore on a fresh event loop and closes it as soon as the first tensorstore read
+  or write fails; the other reads and writes of that checkpoint still finish later and call
+  ``loop.call_soon_threadsafe`` on the closed loop. Each such call prints a "RuntimeError: Event loop is
+  closed" traceback through ``sys.unraisablehook`` (hundreds for one damaged checkpoint) long after the
+  checkpoint was skipped. Nothing can be done on a closed loop, so those, and only those, are dropped.
+  """
+  if getattr(sys.unraisablehook, "_drops_closed_loop_errors", False):
+    return
+  previous = sys.unraisablehook
+
+  def hook(unraisable):
+    if not _is_closed_loop_error(unraisable.exc_value):
+      previous(unraisable)
+
+  hook._drops_closed_loop_errors = True
+  sys.unraisablehook = hook
+  for name in ("absl", "asyncio"):
+    logger = logging.getLogger(name)
+    if _aftermath_filter not in logger.filters:
+      logger.addFilter(_aftermath_filter)
+
+
+def _join_orbax_workers(timeout: float = 60.0) -> None:
+  """Wait (up to ``timeout`` seconds in all) for orbax's worker threads to end.
+
+  When one write of an asynchronous save fails, orbax raises at once, while its other writes of that
+  checkpoint go on in their own threads (and recreate the temporary directory a cleanup just removed, or fail
+  at interpreter exit with more tracebacks). Orbax keeps no handle to them for a caller, so they are found by
+  their class's module."""
+  deadline = time.monotonic() + timeout
+  for thread in threading.enumerate():
+    if thread is not threading.current_thread() and type(thread).__module__.startswith("orbax."):
+      # The base class's join: orbax's own re-raises the thread's error, which is being reported already.
+      threading.Thread.join(thread, max(deadline - time.monotonic(), 0))
+
+
+def _collect_orbax_leftovers() -> None:
+  """Collect now the coroutines a failed orbax operation created and never awaited (the writes or reads
+  after the one that failed), so that their "coroutine ... was never awaited" warnings, copies of the error
+  already reported, are dropped here instead of printed at exit. Call it once the error is no longer
+  referenced (outside its ``except`` block): its traceback keeps them alive."""
+  with warnings.catch_warnings():
+    warnings.filterwarnings("ignore", message=r"coroutine .* was never awaited", category=RuntimeWarning)
+    gc.collect()
+
+
+def _allocated_bytes(directory: str) -> int:
+  """Disk space the files under ``directory`` take (allocated blocks, as ``du``), 0 when it is missing."""
+  total = 0
+  for root, _, names in os.walk(directory):
+    for name in names:
+      try:
+        stat = os.stat(os.path.join(root, name))
+      except OSError:
+        continue
+      total += getattr(stat, "st_blocks", 0) * 512 or stat.st_size
+  return total
+
+
+def _state_bytes(state) -> int:
+  """Bytes of the arrays of ``state``: what a first checkpoint takes at least."""
+  return sum(int(getattr(leaf, "nbytes", 0)) for leaf in jax.tree_util.tree_leaves(state))
+
+
 class Checkpointer:
   """Saves and restores ``(state, extra)`` where ``extra`` is a JSON-serialisable dict.
 
@@ -80,6 +184,10 @@ class Checkpointer:
     self.best_metric = best_metric
     self.repair = repair
     self.discard_unrestorable = discard_unrestorable
+    self._checkpoint_sizes: dict[str, int] = {}  # step directory -> bytes on disk, measured once it is complete
+    self._state_size = 0
+    self._failed = False  # a save ran out of space: closing must not raise the same error again
+    _quiet_orbax_aftermath()
     options = ocp.CheckpointManagerOptions(max_to_keep=keep, enable_async_checkpointing=asynchronous,
                                            create=True, cleanup_tmp_directories=repair)
     self._latest = ocp.CheckpointManager(os.path.join(directory, "checkpoints"), options=options,
@@ -110,13 +218,19 @@ class Checkpointer:
     """Whether any periodic or best checkpoint is kept."""
     return bool(self.steps()) or self.best_step() is not None
 
+  def _managers(self) -> list:
+    return [self._latest] + ([self._best] if self._best is not None else [])
+
   def save(self, step: int, state, extra: dict, metrics: dict | None = None) -> None:
-    """Periodic save of step ``step``; with ``metrics`` (containing ``best_metric``) also the best copy.
+    """Periodic save of step ``step``; with ``metrics`` (containing ``best_metric``) also the best copy,
+    unless that metric is not finite (a NaN evaluation is never the best).
 
     A step already kept (an earlier attempt of this run got that far before falling back) is replaced.
 
     Raises:
       TrainingDiverged: the state holds a NaN or infinity; nothing is saved.
+      WorkdirError: the disk is full; the message names the workdir and the space a checkpoint needs. No
+        half-written checkpoint is left and the earlier ones are kept.
     """
     checksums, non_finite = state_checksums(state)
     if non_finite:
@@ -125,11 +239,98 @@ class Checkpointer:
           f"refusing to save a non-finite state at step {step} ({', '.join(non_finite[:3])}"
           f"{', ...' if len(non_finite) > 3 else ''} hold NaN or infinity); the checkpoints saved so far are kept. "
           "Lower config.optimizer.learning_rate or set --config.skip_nonfinite_steps=True.")
+    best_value = None
+    if self._best is not None and metrics is not None and self.best_metric and self.best_metric in metrics:
+      best_value = float(metrics[self.best_metric])
+      if not math.isfinite(best_value):
+        log.warning("step %d is not kept as the best checkpoint: its %s is %s", step, self.best_metric, best_value)
+        best_value = None
     args = ocp.args.Composite(state=ocp.args.StandardSave(state),
                               extra=ocp.args.JsonSave({**extra, "checksums": checksums}))
-    self._replace(self._latest, step, args)
-    if self._best is not None and metrics is not None and self.best_metric and self.best_metric in metrics:
-      self._replace(self._best, step, args, metrics={self.best_metric: float(metrics[self.best_metric])})
+    self._state_size = _state_bytes(state)
+    copies = 1 if best_value is None else 2
+    self._check_space(step, copies)
+    try:
+      self._replace(self._latest, step, args)
+      if best_value is not None:
+        self._replace(self._best, step, args, metrics={self.best_metric: best_value})
+      return
+    except Exception as error:  # an asynchronous save reports a full disk here, at the next save, or in wait()
+      if not is_disk_full(error):
+        raise
+    raise self._out_of_space(step, copies)  # outside the except block: see _collect_orbax_leftovers
+
+  def _checkpoint_size(self) -> int:
+    """Bytes on disk of the newest complete checkpoint, or of the state's arrays before the first one."""
+    for manager in self._managers():
+      for step in sorted(manager.all_steps(), reverse=True):
+        path = os.path.join(str(manager.directory), str(step))
+        if path not in self._checkpoint_sizes and os.path.isdir(path):  # in flight, it has a temporary name
+          self._checkpoint_sizes[path] = _allocated_bytes(path)
+        if self._checkpoint_sizes.get(path):
+          return self._checkpoint_sizes[path]
+    return self._state_size
+
+  def _check_space(self, step: int, copies: int) -> None:
+    """Refuse to start a save that cannot fit, before it writes anything (a best-effort check: another
+    process may fill the disk meanwhile, which the save itself then reports). Single-process runs only:
+    hosts that saw different free space would part ways at orbax's save barriers."""
+    if jax.process_count() > 1:
+      return
+    try:
+      free = shutil.disk_usage(self.directory).free
+    except OSError:
+      return
+    if free < self._checkpoint_size() * copies:
+      self.wait()  # the earlier checkpoints are complete before the error says which one is the latest
+      raise self._out_of_space(step, copies)
+
+  def _remove_unfinished(self) -> list[tuple[str, int]]:
+    """Remove orbax's temporary directories (saves that never completed); returns their ``(directory, step)``."""
+    removed = []
+    if jax.process_index() != 0:
+      return removed
+    for manager in self._managers():
+      directory = str(manager.directory)
+      for name in os.listdir(directory) if os.path.isdir(directory) else []:
+        if ".orbax-checkpoint-tmp" in name:
+          shutil.rmtree(os.path.join(directory, name), ignore_errors=True)
+          prefix = name.split(".")[0]
+          removed += [(directory, int(prefix))] if prefix.isdigit() else []
+      manager.reload()
+    return removed
+
+  def _out_of_space(self, step: int | None, copies: int | None) -> WorkdirError:
+    """After a save found the disk full: wait out the other saves in flight, remove every half-written
+    checkpoint and return the one-line error (the workdir, the space needed and free, the step to resume).
+    ``copies``: how many copies of the step were being saved (None: as many as were left half-written)."""
+    self._failed = True
+    for manager in self._managers():
+      try:
+        manager.wait_until_finished()
+      except Exception:  # the same full disk, seen by the other copy: reported once, below
+        pass
+    _join_orbax_workers()
+    _collect_orbax_leftovers()
+    removed = self._remove_unfinished()
+    failed = sorted({s for _, s in removed} | ({step} if step is not None else set()))
+    copies = copies or max(len({directory for directory, _ in removed}), 1)
+    needed = self._checkpoint_size() * copies
+    try:
+      free = shutil.disk_usage(self.directory).free
+    except OSError:
+      free = 0
+    latest = max(self.steps() + [s for s in [self.best_step()] if s is not None], default=None)
+    what = f"checkpoint step {', '.join(map(str, failed))}" if failed else "a checkpoint"
+    copies_text = " (the periodic and the best copy)" if copies > 1 else ""
+    # Before the first checkpoint is measured, ``needed`` counts the arrays alone and may be below what is free.
+    space = (f"it needs about {format_bytes(needed)}{copies_text} and {format_bytes(free)} are free" if free < needed
+             else f"it needs more than the {format_bytes(free)} that are free{copies_text}")
+    then = (f"rerun the same command to resume from the latest intact checkpoint, step {latest}" if latest is not None
+            else "rerun with --config.restart=True to start again (no checkpoint was saved)")
+    return WorkdirError(
+        f"no space left on the disk of {self.directory} to save {what}: {space}; nothing half-written was kept. "
+        f"Free space there (or move the workdir to a larger disk), then {then}.")
 
   @staticmethod
   def _replace(manager, step, args, metrics=None) -> None:
@@ -151,29 +352,29 @@ class Checkpointer:
                        f"saved ({', '.join(changed[:3])}{', ...' if len(changed) > 3 else ''})")
     return state, extra
 
-  def _move_aside(self, manager, step: int) -> str | None:
-    """Rename a damaged step directory to ``<step>.damaged-<UTC time>`` (never deleted: it may be rescued)."""
+  def _move_aside(self, manager, step: int) -> str:
+    """Rename a damaged step directory to ``<step>.damaged-<UTC time>`` (never deleted: it may be rescued);
+    returns what became of it, for the warning line."""
     if not self.repair or jax.process_index() != 0:
-      return None
+      return "left in place"
     source = os.path.join(str(manager.directory), str(step))
     target = f"{source}.damaged-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}"
     try:
       os.rename(source, target)
     except OSError as error:
-      log.warning("could not move the damaged checkpoint %s aside: %s", source, error)
-      return None
-    log.warning("moved the damaged checkpoint %s to %s", source, target)
+      return f"could not move it aside ({_one_line(error)})"
     manager.reload()
-    return target
+    return f"moved the damaged checkpoint to {os.path.basename(target)}"
 
   def restore(self, abstract_state, step: int | None = None, best: bool = False) -> tuple[int, Any, dict] | None:
     """Restore onto ``abstract_state`` (ShapeDtypeStructs with the wanted shardings).
 
     ``best=False`` (resuming): the newest checkpoint, periodic or best (both hold the whole state), then
     older ones. ``best=True`` (evaluating): the best checkpoint, then the periodic ones, newest first.
-    ``step``: consider only steps up to it. Each failure (unreadable, truncated, checksum mismatch) is
-    warned about and, with ``repair``, moved aside once an older checkpoint restores. Returns None when
-    there is no checkpoint (or none restores and ``discard_unrestorable``), ``(step, state, extra)`` otherwise.
+    ``step``: consider only steps up to it. Each failure (unreadable, truncated, checksum mismatch) is one
+    warning line once the outcome is known (which step is used instead, whether it was moved aside: with
+    ``repair``, once an older checkpoint restores). Returns None when there is no checkpoint (or none
+    restores and ``discard_unrestorable``), ``(step, state, extra)`` otherwise.
 
     Raises:
       CheckpointRestoreError: checkpoints exist but none restores.
@@ -189,31 +390,39 @@ class Checkpointer:
       candidates = [c for c in candidates if c[0] <= step]
     if not candidates:
       return None
-    errors, failed = [], []
+    failed = []  # (manager, step, error line)
     for candidate, manager in candidates:
-      where = f"step {candidate} in {manager.directory}"
+      restored = None
       try:
-        state, extra = self._restore_verified(manager, candidate, abstract_state)
+        restored = self._restore_verified(manager, candidate, abstract_state)
       except Exception as error:  # a corrupt, truncated or altered checkpoint: fall back to the previous one
-        log.warning("cannot restore checkpoint %s (%s); trying an older one", where, _one_line(error))
-        errors.append(f"{where}: {_one_line(error)}")
-        failed.append((manager, candidate))
+        failed.append((manager, candidate, _one_line(error)))
+      if restored is None:
+        _collect_orbax_leftovers()  # outside the except block, which keeps the failed reads alive
         continue
-      if errors:
-        log.warning("restored %s after skipping unreadable checkpoint(s): %s", where, "; ".join(errors))
-      for failed_manager, failed_step in failed:  # this one restoring shows the others are damaged
-        self._move_aside(failed_manager, failed_step)
-      if best and kept_best and manager is not self._best:
-        log.warning("the best checkpoint is damaged; using the latest good periodic checkpoint, %s", where)
-      if not best and manager is self._best:
-        log.warning("resuming from the best checkpoint, %s: no newer periodic checkpoint restores", where)
+      state, extra = restored
+      where = f"step {candidate} in {manager.directory}"
+      if best and manager is not self._best:
+        using = f"the best checkpoint is damaged; using the latest good periodic checkpoint, {where}"
+      elif not best and manager is self._best:
+        using = f"resuming from the best checkpoint, {where}: no newer periodic checkpoint restores"
+      else:
+        using = f"restored {where} instead"
+      for failed_manager, failed_step, error in failed:  # this one restoring shows the others are damaged
+        log.warning("cannot restore checkpoint step %d in %s (%s); %s; %s", failed_step, failed_manager.directory,
+                    error, self._move_aside(failed_manager, failed_step), using)
+      if not failed and using.startswith("resuming from the best"):  # periodic one deleted, none damaged
+        log.warning("%s", using)
       return candidate, state, extra
     if self.discard_unrestorable and self.repair:
-      for failed_manager, failed_step in failed:
-        self._move_aside(failed_manager, failed_step)
+      for failed_manager, failed_step, error in failed:
+        log.warning("cannot restore checkpoint step %d in %s (%s); %s; none restores: starting again "
+                    "(config.restart)", failed_step, failed_manager.directory, error,
+                    self._move_aside(failed_manager, failed_step))
       return None
     raise CheckpointRestoreError(
-        "checkpoints exist but none could be restored (" + "; ".join(errors) + "). Refusing to start from "
+        "checkpoints exist but none could be restored (" + "; ".join(
+            f"step {s} in {m.directory}: {e}" for m, s, e in failed) + "). Refusing to start from "
         "scratch. If the config changed since they were saved (optimizer, number of seeds), set it back; if "
         "they are damaged, rerun with --config.restart=True to move them aside and start again, or choose "
         "another --workdir.")
@@ -255,12 +464,29 @@ class Checkpointer:
     return steps, mean
 
   def wait(self) -> None:
-    """Block until asynchronous saves have finished."""
-    self._latest.wait_until_finished()
-    if self._best is not None:
-      self._best.wait_until_finished()
+    """Block until asynchronous saves have finished.
+
+    Raises:
+      WorkdirError: one of them found the disk full (see ``save``).
+    """
+    try:
+      for manager in self._managers():
+        manager.wait_until_finished()
+      return
+    except Exception as error:
+      if not is_disk_full(error):
+        raise
+    raise self._out_of_space(None, None)
 
   def close(self) -> None:
-    self._latest.close()
-    if self._best is not None:
-      self._best.close()
+    """Wait for the saves in flight (raising as ``wait``) and release orbax's threads."""
+    try:
+      if not self._failed:
+        self.wait()
+    finally:
+      for manager in self._managers():
+        try:
+          manager.close()
+        except Exception:
+          if not self._failed:  # after a full disk, closing raises that error again: it was reported
+            raise

@@ -1,10 +1,12 @@
 """Metric outputs: ``metrics.jsonl`` (one JSON object per logging step), TensorBoard, and a progress bar."""
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import math
 import os
+import shutil
 import sys
 
 import tqdm
@@ -14,11 +16,63 @@ from transformer.errors import WorkdirError
 log = logging.getLogger(__name__)
 
 
+def is_disk_full(error: BaseException) -> bool:
+  """Whether ``error`` (or an error it was raised from) says the disk or the user's quota is full: an
+  ``OSError`` with ENOSPC or EDQUOT, or tensorstore's ``RESOURCE_EXHAUSTED`` text, which carries only the
+  message (``No space left on device [os_error_code='28']``)."""
+  seen = set()
+  while error is not None and id(error) not in seen:
+    seen.add(id(error))
+    if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
+      return True
+    text = str(error)
+    if "No space left on device" in text or "Disk quota exceeded" in text or f"os_error_code='{errno.ENOSPC}'" in text:
+      return True
+    error = error.__cause__ or error.__context__
+  return False
+
+
+def format_bytes(count: float) -> str:
+  """``452 KiB``, ``1.3 GiB``: sizes in messages, in the units ``df -h`` and ``du -h`` print."""
+  for unit in ("bytes", "KiB", "MiB"):
+    if count < 1024:
+      return f"{count:.0f} {unit}" if unit != "MiB" else f"{count:.1f} {unit}"
+    count /= 1024
+  return f"{count:.1f} GiB"
+
+
+def disk_full_error(path: str, needed: int, what: str) -> WorkdirError:
+  """The one-line error for a write to ``path`` that found its disk full: names the directory, the space the
+  write needed and what is free now."""
+  directory = os.path.dirname(os.path.abspath(path))
+  try:
+    free = format_bytes(shutil.disk_usage(directory).free)
+  except OSError:
+    free = "an unknown amount"
+  return WorkdirError(f"no space left on the disk of {directory} to write {what} ({path}, about "
+                      f"{format_bytes(needed)}; {free} free): free some space there (or move the workdir to a larger "
+                      "disk) and rerun the same command.")
+
+
 def write_atomically(path: str, data: str | bytes) -> None:
-  """Readers (and a crash mid-write) see the old file or the whole new one, never a partial write."""
-  with open(path + ".tmp", "wb" if isinstance(data, bytes) else "w") as f:
-    f.write(data)
-  os.replace(path + ".tmp", path)
+  """Readers (and a crash mid-write) see the old file or the whole new one, never a partial write.
+
+  Raises:
+    WorkdirError: the disk is full; the old file is kept and no ``.tmp`` file is left.
+  """
+  try:
+    with open(path + ".tmp", "wb" if isinstance(data, bytes) else "w") as f:
+      f.write(data)
+    os.replace(path + ".tmp", path)
+  except OSError as error:
+    if not is_disk_full(error):
+      raise
+    try:
+      os.remove(path + ".tmp")
+    except OSError:
+      pass
+    raise disk_full_error(path, len(data.encode() if isinstance(data, str) else data),
+                          os.path.basename(path)) from None
 
 
 def _read_records(path: str) -> list[dict]:
@@ -65,8 +119,14 @@ class MetricWriter:
     if not self.enabled:
       return
     record = {"step": int(step), **{k: float(v) for k, v in metrics.items()}}
-    with open(self.path, "a") as f:
-      f.write(json.dumps(record) + "\n")
+    line = json.dumps(record) + "\n"
+    try:
+      with open(self.path, "a") as f:
+        f.write(line)
+    except OSError as error:  # a half-written line is dropped on resume (see _read_records)
+      if not is_disk_full(error):
+        raise
+      raise disk_full_error(self.path, len(line), f"the metrics of step {step}") from None
     if self._tensorboard is not None:
       for name, value in metrics.items():
         if math.isfinite(float(value)):
@@ -83,14 +143,16 @@ def read_metrics(workdir: str) -> list[dict]:
   return _read_records(os.path.join(workdir, "metrics.jsonl"))
 
 
-def log_line(step: int, total: int, metrics: dict, seconds_per_step: float) -> str:
+def log_line(step: int, total: int, metrics: dict, seconds_per_step: float, window_steps: int = 0) -> str:
   """One progress line for logs written to a file (where the tqdm bar is off), e.g.
-  ``step 100/4000 (2%): loss 6.5280, 1135 tokens/s, 0.37 steps/s, ETA 2h56m``."""
+  ``step 100/4000 (2%): loss 6.5280, 1135 tokens/s, 0.37 steps/s, ETA 2h56m``; with skipped non-finite
+  steps in the window (``train/skipped_steps`` of its ``window_steps``) ``..., 3 of 50 steps skipped``."""
   remaining = max(total - step, 0) * seconds_per_step
   hours, minutes = divmod(int(remaining // 60), 60)
+  skipped = metrics.get("train/skipped_steps", 0)
   return (f"step {step}/{total} ({100 * step / max(total, 1):.0f}%): loss {metrics['train/loss']:.4f}, "
           f"{metrics['train/tokens_per_second']:.0f} tokens/s, {metrics['train/steps_per_second']:.2f} steps/s, "
-          f"ETA {hours}h{minutes:02d}m")
+          f"ETA {hours}h{minutes:02d}m" + (f", {skipped:g} of {window_steps} steps skipped" if skipped else ""))
 
 
 def _format_value(value: float) -> str:
