@@ -21,7 +21,7 @@ from absl import app, flags
 from absl import logging as absl_logging
 from ml_collections import config_flags
 
-from transformer.errors import exit_on_user_error
+from transformer.errors import InputFileError, exit_on_user_error
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file, optionally :variant.",
                                           lock_config=True)
@@ -69,7 +69,65 @@ def main(argv):
   from transformer.train import distributed, run  # after flag parsing: imports JAX
   exit_on_user_error(distributed.initialize, _COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
   config = exit_on_user_error(_config_for_mode, _CONFIG.value, _WORKDIR.value, _MODE.value, sys.argv[1:])
-  exit_on_user_error(run, config, _WORKDIR.value, _MODE.value)
+  if _MODE.value == "translate":
+    exit_on_user_error(_translate, config, _WORKDIR.value, run)
+  else:
+    exit_on_user_error(run, config, _WORKDIR.value, _MODE.value)
+
+
+def _translate(config, workdir: str, run) -> None:
+  """``--mode=translate``: both files checked before anything is decoded, then the run's translations of the
+  input lines (``config.translate_input`` or stdin) into ``config.translate_output`` (or stdout)."""
+  source, target = config.translate_input, config.translate_output
+  if source and not os.path.isfile(source):
+    raise InputFileError(f"config.translate_input={source!r} does not exist; give a UTF-8 text file, one sentence "
+                         "a line (or leave it empty to read standard input).")
+  if target and not os.path.isdir(os.path.dirname(os.path.abspath(target))):
+    raise InputFileError(f"config.translate_output={target!r}: its folder {os.path.dirname(os.path.abspath(target))} "
+                         "does not exist; create it first (or leave the field empty to write standard output).")
+  lines = read_input_lines(source)
+  translations = run(config, workdir, "translate", lines=lines).outputs
+  text = "".join(line + "\n" for line in translations)
+  if target:
+    with open(target, "w", encoding="utf-8") as f:
+      f.write(text)
+    print(f"translations: {target}", file=sys.stderr, flush=True)
+  else:
+    sys.stdout.write(text)
+    sys.stdout.flush()
+
+
+def split_input_lines(text: str) -> list[str]:
+  """Lines of a text to translate: split at ``"\\n"`` only (not at the other breaks ``str.splitlines`` knows,
+  like U+2028 or a form feed, which may sit inside a sentence); a final newline ends the last line, it does not
+  start an empty one."""
+  if not text:
+    return []
+  return (text[:-1] if text.endswith("\n") else text).split("\n")
+
+
+def read_input_lines(path: str = "") -> list[str]:
+  """The lines of the UTF-8 file ``path`` ("" = standard input), see ``split_input_lines``.
+
+  Raises:
+    InputFileError: the input is not UTF-8.
+  """
+  if path:
+    with open(path, "rb") as f:
+      data = f.read()
+  else:
+    stream = getattr(sys.stdin, "buffer", None)
+    data = stream.read() if stream is not None else sys.stdin.read()
+  if isinstance(data, bytes):
+    try:
+      data = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+      name = f"config.translate_input={path!r}" if path else "the standard input"
+      line = data[:error.start].count(b"\n") + 1
+      raise InputFileError(f"{name} is not UTF-8 text: byte {data[error.start:error.start + 1]!r} at offset "
+                           f"{error.start} (line {line}) cannot be decoded; convert the file to UTF-8 first, e.g. "
+                           "iconv -f latin1 -t utf-8.") from None
+  return split_input_lines(data)
 
 
 def _config_for_mode(config, workdir: str, mode: str, argv):

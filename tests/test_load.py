@@ -113,9 +113,38 @@ def test_score_is_the_teacher_forced_log_probability(trained):
 def test_what_a_task_cannot_do_is_named(trained):
   workdir, config, _ = trained
   model = load(workdir)
-  with pytest.raises(TypeError, match=r"model.translate needs .*config.task.name='synthetic'"):
+  assert type(model).__name__ == "SequenceModel"
+  with pytest.raises(AttributeError, match=r"a SequenceModel \(the run in .* trained config.task.name='synthetic'\) "
+                                           r"has no translate; it offers decode, predict, score, attention_weights"):
     model.translate(["a b c"])
   with pytest.raises(ValueError, match="1-D sequence of token ids"):
     model.decode(["a b c"])
   with pytest.raises(ValueError, match=r"--mode=translate needs a task that translates text.*'synthetic'"):
-    run(config, workdir, mode="translate")
+    run(config, workdir, mode="translate", lines=["a b c"])
+
+
+def test_token_ids_outside_the_vocabulary_are_named(trained):
+  """JAX clamps an embedding index, so an id past the vocabulary would be read as the last row, silently."""
+  workdir, _, _ = trained
+  model = load(workdir)
+  vocab = model.model_config.vocab_size
+  with pytest.raises(ValueError, match=rf"source 1 holds token ids \[{vocab + 86}\] outside the vocabulary "
+                                       rf"\[0, {vocab}\)"):
+    model.decode([[3, 4], [vocab + 86, 5]])
+  with pytest.raises(ValueError, match=rf"target 0 holds token ids \[-1, {vocab}\] outside the vocabulary"):
+    model.score([[3, 4]], [[vocab, -1, 2]])
+  with pytest.raises(ValueError, match=r"source 0 holds token ids \[-3\]"):
+    model.attention_weights(np.array([[-3, 4]]), [[3, 2]])
+
+
+def test_a_missing_workdir_and_one_before_its_first_checkpoint_are_named(tmp_path):
+  with pytest.raises(ValueError, match="'.*nowhere' does not exist: give the --workdir of a run"):
+    load(str(tmp_path / "nowhere"))
+  # A run that has started (its config.json written, no checkpoint saved yet).
+  config = tiny_config(**{**SETTINGS, "checkpoint_every": 50})
+  (tmp_path / "config.json").write_text(config.to_json_best_effort(indent=2, sort_keys=True))
+  (tmp_path / "checkpoints").mkdir()
+  for checkpoint in ("best", "latest", 100):
+    with pytest.raises(ValueError, match=r"holds no checkpoint yet: its run writes the first at step 50 "
+                                         r"\(config.checkpoint_every\)"):
+      load(str(tmp_path), checkpoint=checkpoint)

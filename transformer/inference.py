@@ -1,13 +1,13 @@
 """The one public way to get a trained model back and use it, from a notebook or a script:
 
     from transformer import load
-    model = load("runs/m30k")                        # config, tokenizer and best (or averaged) parameters
-    model.translate(["A man rides a bike ."])         # also model.score(...), model.attention_weights(...)
-    load("runs/tweets").classify(["Forest fire near La Ronge"])  # (labels, probabilities)
+    model = load("runs/m30k")                        # a Translator: config, tokenizer, best parameters
+    model.translate(["A man rides a bike ."])         # also model.decode(...), .score(...), .attention_weights(...)
+    load("runs/tweets").classify(["Forest fire near La Ronge"])  # a Classifier: (labels, probabilities)
 
-What a model can do depends on its task: ``TrainedModel`` delegates to the task's methods (``translate_lines``,
-``decode_sequences``, ``score``, ``attention_weights``, ``classify_texts``, ``forecast``, ``continue_texts``), so a
-new task adds its own by giving its task the method and ``TrainedModel`` a one-line delegate.
+``load`` returns the model type of the run's task, with only that task's methods: ``SequenceModel`` (token ids
+in and out: the synthetic tasks), ``Translator`` (text), ``Classifier``, ``Forecaster``, ``LanguageModel``.
+A method another type has fails at once, naming the type and what it offers.
 """
 from __future__ import annotations
 
@@ -40,66 +40,139 @@ class TrainedModel:
     return self.steps[-1]
 
   def __repr__(self) -> str:
-    return (f"TrainedModel({self.workdir!r}, task={self.config.task.name!r}, "
+    return (f"{type(self).__name__}({self.workdir!r}, task={self.config.task.name!r}, "
             f"{type(self.model_config).__name__}, steps={self.steps})")
 
-  def _task_method(self, name: str, what: str):
-    method = getattr(self.task, name, None)
-    if method is None:
-      raise TypeError(f"model.{what} needs a task that has {name}; the run in {self.workdir!r} trained "
-                      f"config.task.name={self.config.task.name!r} ({type(self.task).__name__}), which has not.")
-    return method
+  def __getattr__(self, name: str):  # only for names the instance lacks: a method of another model type
+    offered = {kind.__name__: kind.METHODS for kind in MODEL_TYPES.values()}
+    if "config" in self.__dict__ and any(name in methods for methods in offered.values()):
+      raise AttributeError(f"a {type(self).__name__} (the run in {self.__dict__.get('workdir')!r} trained "
+                           f"config.task.name={self.config.task.name!r}) has no {name}; it offers "
+                           f"{', '.join(self.METHODS)}.")
+    raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
-  def translate(self, lines: list[str], beam_size: int | None = None,
-                length_penalty: float | None = None) -> list[str]:
-    """Translate raw sentences, one output per input (an empty one for a blank line); beam search of
-    ``beam_size`` ranked with the GNMT ``length_penalty`` (default: the run's ``config.decode``)."""
-    return self._task_method("translate_lines", "translate")(self.model_config, self.params, list(lines), beam_size,
-                                                              length_penalty)
+  METHODS: tuple[str, ...] = ()
+
+  def _check_token_ids(self, sequences, what: str, vocab_size: int | None) -> None:
+    """A ValueError naming the ids of ``sequences`` (token id sequences; text is left to the tokenizer) that lie
+    outside ``[0, vocab_size)``: the model would embed them as some other row (JAX clamps the index), silently."""
+    if vocab_size is None or isinstance(sequences, str):
+      return
+    for index, sequence in enumerate(sequences):
+      if isinstance(sequence, str):
+        continue
+      tokens = np.asarray(sequence)
+      if not tokens.size or not np.issubdtype(tokens.dtype, np.integer):
+        continue  # the task says what it takes
+      outside = np.unique(tokens[(tokens < 0) | (tokens >= vocab_size)])
+      if outside.size:
+        raise ValueError(f"{what} {index} holds token ids {outside[:10].tolist()} outside the vocabulary "
+                         f"[0, {vocab_size}) of the model in {self.workdir!r}; give ids from the run's own "
+                         "tokenizer or data.")
+
+  def _vocab_sizes(self) -> tuple[int | None, int | None]:
+    """The (source, target) vocabulary sizes of a model that reads tokens; None where it reads none."""
+    source = getattr(self.model_config, "vocab_size", None)
+    return source, getattr(self.model_config, "output_vocab_size", source)
+
+
+class SequenceModel(TrainedModel):
+  """A sequence-to-sequence model (the synthetic tasks; translation adds text): ``decode`` (alias
+  ``predict``), ``score``, ``attention_weights``. Token ids in, token ids out."""
+
+  METHODS = ("decode", "predict", "score", "attention_weights")
 
   def decode(self, sources, max_length: int | None = None, beam_size: int | None = None,
              length_penalty: float | None = None) -> list[np.ndarray]:
-    """Token ids in, token ids out (any sequence-to-sequence task): each source (a 1-D int sequence, or text
-    for tasks with a tokenizer) decoded with the run's ``config.decode`` (or greedily for ``beam_size`` 1, by
-    beam search for more) into a 1-D int32 array up to and including EOS. ``max_length`` None: room for 1.5 times the longest source plus 10 tokens."""
-    return self._task_method("decode_sequences", "decode")(self.model_config, self.params, sources, max_length,
-                                                            beam_size, length_penalty)
+    """Each source (a 1-D int sequence, or text for tasks with a tokenizer) decoded with the run's
+    ``config.decode`` (or greedily for ``beam_size`` 1, by beam search for more) into a 1-D int32 array up to
+    and including EOS. ``max_length`` None: room for 1.5 times the longest source plus 10 tokens.
+    Raises a ValueError naming any token id outside the model's vocabulary."""
+    self._check_token_ids(sources, "source", self._vocab_sizes()[0])
+    return self.task.decode_sequences(self.model_config, self.params, sources, max_length, beam_size,
+                                      length_penalty)
 
   predict = decode
 
   def score(self, sources, targets) -> np.ndarray:
     """float64 ``[n]``: ``log P(target | source)`` of each pair under teacher forcing (EOS included); the
     per-token negative log-likelihood is ``-score / len(target tokens)``. Text or token ids, as ``decode``."""
-    return self._task_method("score", "score")(self.model_config, self.params, sources, targets)
+    self._check_token_ids(sources, "source", self._vocab_sizes()[0])
+    self._check_token_ids(targets, "target", self._vocab_sizes()[1])
+    return self.task.score(self.model_config, self.params, sources, targets)
 
   def attention_weights(self, sources, targets) -> list[dict[tuple[str, int | None], np.ndarray]]:
     """Teacher-forced attention weights of each (source, target) pair: ``(kind, layer)`` -> float32
     ``[heads, q_length, kv_length]``, padding cropped, where ``kind`` is ``encoder_self``, ``decoder_self``,
     ``cross`` (``alignment`` for an RNN's attention, layer None). Text or token ids, as ``decode``."""
-    return self._task_method("attention_weights", "attention_weights")(self.model_config, self.params, sources,
-                                                                        targets)
+    self._check_token_ids(sources, "source", self._vocab_sizes()[0])
+    self._check_token_ids(targets, "target", self._vocab_sizes()[1])
+    return self.task.attention_weights(self.model_config, self.params, sources, targets)
 
-  def forecast(self, window) -> np.ndarray:
-    """Forecasts in ug/m3 (a forecasting task), one per horizon of ``config.task.horizons``, from raw hourly
-    rows (a dict of the columns ``read_csv`` returns, the last row the forecast origin) or from prepared
-    feature windows ``[input_length, num_features]`` / ``[windows, input_length, num_features]``; see
-    ``ForecastingTask.forecast``."""
-    return self._task_method("forecast", "forecast")(self.model_config, self.params, window)
 
-  def continue_texts(self, prompts: list[str], max_new_tokens: int | None = None) -> list[str]:
-    """Greedy continuations of text prompts (a language model), without the prompt; see
-    ``LanguageModelTask.continue_texts``."""
-    return self._task_method("continue_texts", "continue texts")(self.model_config, self.params, list(prompts),
-                                                                 max_new_tokens)
+class Translator(SequenceModel):
+  """A translation model: ``translate`` (text in, text out), and ``SequenceModel``'s methods on token ids or
+  text."""
+
+  METHODS = ("translate",) + SequenceModel.METHODS
+
+  def translate(self, lines: list[str], beam_size: int | None = None,
+                length_penalty: float | None = None) -> list[str]:
+    """Translate raw sentences, one output per input (an empty one for a blank line); beam search of
+    ``beam_size`` ranked with the GNMT ``length_penalty`` (default: the run's ``config.decode``)."""
+    return self.task.translate_lines(self.model_config, self.params, list(lines), beam_size, length_penalty)
+
+
+class Classifier(TrainedModel):
+  """A text classifier: ``classify``."""
+
+  METHODS = ("classify",)
 
   def classify(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
     """Classify raw texts: ``(labels int32 [n], probabilities float32 [n, num_classes])``."""
-    return self._task_method("classify_texts", "classify")(self.model_config, self.params, list(texts))
+    return self.task.classify_texts(self.model_config, self.params, list(texts))
+
+
+class Forecaster(TrainedModel):
+  """A time-series forecaster: ``forecast``."""
+
+  METHODS = ("forecast",)
+
+  def forecast(self, window) -> np.ndarray:
+    """Forecasts in ug/m3, one per horizon of ``config.task.horizons``, from raw hourly rows (a dict of the
+    columns ``read_csv`` returns, the last row the forecast origin) or from prepared feature windows
+    ``[input_length, num_features]`` / ``[windows, input_length, num_features]``; see
+    ``ForecastingTask.forecast``."""
+    return self.task.forecast(self.model_config, self.params, window)
+
+
+class LanguageModel(TrainedModel):
+  """A decoder-only language model: ``continue_texts``."""
+
+  METHODS = ("continue_texts",)
+
+  def continue_texts(self, prompts: list[str], max_new_tokens: int | None = None) -> list[str]:
+    """Greedy continuations of text prompts, without the prompt; see ``LanguageModelTask.continue_texts``."""
+    return self.task.continue_texts(self.model_config, self.params, list(prompts), max_new_tokens)
+
+
+# The model type of each task class (by name: importing the task modules would need their extras).
+MODEL_TYPES = {"TranslationTask": Translator, "Seq2SeqTask": SequenceModel, "ClassificationTask": Classifier,
+               "ForecastingTask": Forecaster, "LanguageModelTask": LanguageModel}
+
+
+def model_type(task) -> type[TrainedModel]:
+  """The ``TrainedModel`` subclass for ``task``: that of the nearest class in its MRO that has one."""
+  for cls in type(task).__mro__:
+    if cls.__name__ in MODEL_TYPES:
+      return MODEL_TYPES[cls.__name__]
+  return TrainedModel
 
 
 def load(workdir: str, checkpoint: str | int = "best", average_last: int = 0, replica: int = 0,
          config: ml_collections.ConfigDict | None = None) -> TrainedModel:
-  """The model trained in ``workdir`` (by ``launch.py`` / ``transformer.train.run``), ready to use.
+  """The model trained in ``workdir`` (by ``launch.py`` / ``transformer.train.run``), ready to use: a
+  ``Translator``, ``SequenceModel``, ``Classifier``, ``Forecaster`` or ``LanguageModel`` by its task.
 
   Args:
     checkpoint: ``"best"`` (the checkpoint kept by the run's ``best_metric``, else the latest),
@@ -110,7 +183,9 @@ def load(workdir: str, checkpoint: str | int = "best", average_last: int = 0, re
     config: build the task and model from this configuration instead of the run's ``config.json``
       (``read_run_config``), e.g. with the data moved elsewhere.
   """
-  return TrainedModel(load_params(workdir, checkpoint, average_last, replica, config), workdir)
+  restored = load_params(workdir, checkpoint, average_last, replica, config)
+  return model_type(restored.task)(restored, workdir)
 
 
-__all__ = ["TrainedModel", "load", "load_params", "read_run_config"]
+__all__ = ["Classifier", "Forecaster", "LanguageModel", "SequenceModel", "TrainedModel", "Translator", "load",
+           "load_params", "read_run_config"]

@@ -73,23 +73,23 @@ def test_a_workdir_saved_before_the_classifier_fields_moved_still_resumes(tmp_pa
   model today; another model is still refused."""
   import json
 
-  from transformer.train.loop import _check_workdir_model
+  from transformer.train.session import check_workdir_model as _check_workdir_model
   model_config = ModelConfig(d_model=64, num_heads=4)
   saved = {**dataclasses.asdict(model_config), "num_classes": 2, "pooling": "mean"}
   (tmp_path / "model_config.json").write_text(json.dumps(saved))
-  _check_workdir_model(str(tmp_path), model_config, has_checkpoints=True, is_main=False)
+  _check_workdir_model(str(tmp_path), model_config, has_checkpoints=True, write=False)
   with pytest.raises(ValueError, match="holds checkpoints of a different model .*d_model: 64 -> 128"):
-    _check_workdir_model(str(tmp_path), model_config.replace(d_model=128), has_checkpoints=True, is_main=False)
+    _check_workdir_model(str(tmp_path), model_config.replace(d_model=128), has_checkpoints=True, write=False)
   with pytest.raises(ValueError, match="holds checkpoints of a different model .*d_model: 64 -> None"):
-    _check_workdir_model(str(tmp_path), RNNConfig(), has_checkpoints=True, is_main=False)
+    _check_workdir_model(str(tmp_path), RNNConfig(), has_checkpoints=True, write=False)
   # A field added since (here kernels, num_token_types, embedding_norm are left out) compares as its default.
   for added in ("kernels", "num_token_types", "embedding_norm"):
     del saved[added]
   (tmp_path / "model_config.json").write_text(json.dumps(saved))
-  _check_workdir_model(str(tmp_path), model_config, has_checkpoints=True, is_main=False)
+  _check_workdir_model(str(tmp_path), model_config, has_checkpoints=True, write=False)
   with pytest.raises(ValueError, match="num_token_types: 0 -> 2"):
     _check_workdir_model(str(tmp_path), model_config.replace(num_token_types=2), has_checkpoints=True,
-                         is_main=False)
+                         write=False)
 
 
 def test_upgrade_config_moves_the_old_beam_settings_into_decode():

@@ -227,13 +227,13 @@ def test_bfloat16_compute_trains(make_config, tmp_path):
     ("a\u2028b\x0cc\x1cd\re\n", ["a\u2028b\x0cc\x1cd\re"]),  # str.splitlines would break this line 5 times
 ])
 def test_translate_input_is_split_at_newlines_only(text, lines):
-  from transformer.train.loop import split_input_lines
+  from launch import split_input_lines
   assert split_input_lines(text) == lines
 
 
 def test_translate_input_that_is_not_utf8_is_one_clear_error(tmp_path):
   from transformer.errors import InputFileError
-  from transformer.train.loop import read_input_lines
+  from launch import read_input_lines
   path = tmp_path / "input.txt"
   path.write_bytes("Straße\n".encode() + b"caf\xe9\n")
   with pytest.raises(InputFileError, match=r"is not UTF-8 text: byte b'\\xe9' at offset 11 \(line 2\).*iconv"):
@@ -244,10 +244,10 @@ def test_translate_input_that_is_not_utf8_is_one_clear_error(tmp_path):
 
 def test_modes_are_separate_functions_behind_run(make_config, tmp_path, monkeypatch):
   """``run`` dispatches each mode to its own function (launch.py --mode=... calls run)."""
-  from transformer.train import loop
+  from transformer.train import modes
   called = []
-  for mode in loop.MODE_FUNCTIONS:
-    monkeypatch.setitem(loop.MODE_FUNCTIONS, mode, lambda config, workdir, mode=mode: called.append(mode))
+  for mode in modes.MODE_FUNCTIONS:
+    monkeypatch.setitem(modes.MODE_FUNCTIONS, mode, lambda config, workdir, *lines, mode=mode: called.append(mode))
   for mode in ("train", "eval", "predict", "translate"):
     run(make_config(), str(tmp_path), mode)
   assert called == ["train", "eval", "predict", "translate"]

@@ -274,8 +274,8 @@ def test_a_nonfinite_step_is_skipped_only_when_asked(skip):
 
 
 def test_skipping_nonfinite_steps_trains_on_and_counts_them(tmp_path):
-  output = run(tiny_config(optimizer__learning_rate=1e30, optimizer__warmup_steps=0, skip_nonfinite_steps=True),
-               str(tmp_path))
+  output = run(tiny_config(optimizer__learning_rate=1e30, optimizer__warmup_steps=0, skip_nonfinite_steps=True,
+                          max_skipped_share=1.0), str(tmp_path))
   assert output.step == 20
   assert all(np.all(np.isfinite(leaf)) for leaf in jax.tree.leaves(output.state.params))
   counts = [r["train/skipped_steps"] for r in read_metrics(str(tmp_path)) if "train/skipped_steps" in r]
@@ -378,7 +378,8 @@ def test_two_runs_on_one_workdir_the_second_refuses_then_a_rerun_after_kill_work
   first.send_signal(signal.SIGKILL)
   first.wait()
   last = max(step_dirs(tmp_path / "checkpoints"))
-  rerun = start_launch(*long_run, f"--config.num_train_steps={last + 50}", f"--workdir={tmp_path}")
+  rerun = start_launch(*long_run, f"--config.num_train_steps={last + 50}", "--config.accept_changes=num_train_steps",
+                       f"--workdir={tmp_path}")
   output, = finish(rerun, timeout=300)
   assert rerun.returncode == 0 and f"resumed from step {last}" in output, output
 
@@ -392,7 +393,8 @@ def test_divergence_and_unrestorable_checkpoints_exit_non_zero_in_one_line(tmp_p
   assert "error: training diverged at step " in output, output
   for step in step_dirs(tmp_path / "checkpoints"):
     damage(tmp_path / "checkpoints" / str(step))
-  resumed = start_launch(*LAUNCH, f"--workdir={tmp_path}")
+  resumed = start_launch(*LAUNCH, f"--workdir={tmp_path}", "--config.optimizer.learning_rate=1e30",
+                         "--config.optimizer.warmup_steps=0")  # the run's own settings: others are refused
   output, = finish(resumed, timeout=300)
   assert resumed.returncode != 0 and "Traceback" not in output
   assert "error: checkpoints exist but none could be restored" in output, output
@@ -428,3 +430,39 @@ def test_tokenizers_are_recorded_on_a_fresh_workdir_and_checked_once_it_holds_ch
   check_tokenizers(workdir, {"source": Tokenizer("ccc", b"c"), "text": Tokenizer("eee", b"e")},
                    has_checkpoints=True, write=False)
   assert recorded_tokenizers(workdir) == {"source": "ccc", "target": "bbb"}  # read-only modes write nothing
+
+
+@pytest.mark.slow
+def test_a_second_sigint_stops_at_once_in_one_line_with_status_130(tmp_path):
+  long_run = [flag for flag in LAUNCH if not flag.startswith("--config.num_train_steps=")]
+  process = start_launch(*long_run, "--config.num_train_steps=1000000", f"--workdir={tmp_path}")
+  wait_for(tmp_path / "checkpoints" / "50", process)
+  process.send_signal(signal.SIGINT)
+  time.sleep(0.01)
+  process.send_signal(signal.SIGINT)
+  output, = finish(process, timeout=120)
+  assert process.returncode == 130, output
+  assert "Traceback" not in output and "KeyboardInterrupt" not in output, output
+  assert output.count("SIGINT again: stopped at once") == 1, output
+  rerun = start_launch(*long_run, "--config.num_train_steps=60", "--config.accept_changes=num_train_steps",
+                       f"--workdir={tmp_path}")
+  output, = finish(rerun, timeout=300)
+  assert rerun.returncode == 0 and "resumed from step" in output, output
+  assert not [name for name in os.listdir(tmp_path / "checkpoints") if "tmp" in name]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("flag,message", [
+    ("--config.translate_input=/nonexistent/in.txt", "error: config.translate_input='/nonexistent/in.txt' does not "
+                                                     "exist"),
+    ("--config.translate_output=/nonexistent/out.txt", "error: config.translate_output='/nonexistent/out.txt': its "
+                                                       "folder /nonexistent does not exist"),
+])
+def test_translate_files_are_checked_before_anything_is_decoded(tmp_path, flag, message):
+  source = tmp_path / "in.txt"
+  source.write_text("1 2 3\n")
+  process = start_launch(*LAUNCH, f"--workdir={tmp_path / 'run'}", "--mode=translate",
+                         f"--config.translate_input={source}", flag)
+  output, = finish(process, timeout=120)
+  assert process.returncode == 1 and "Traceback" not in output, output
+  assert message in output and not (tmp_path / "run").exists(), output

@@ -85,6 +85,11 @@ class Task(abc.ABC):
     """The label smoothing of the loss: a replica's swept value (``config.sweep``) if given, else the config's."""
     return self.config.get("label_smoothing", 0.0) if swept is None else swept
 
+  def data_fingerprint(self) -> dict[str, str]:
+    """``{"<dataset>/<file>": "size=... sha256=..."}`` of the source files the task's data was prepared from,
+    which a run records and its later commands compare; {} for data made in memory (synthetic tasks)."""
+    return {}
+
   def count_tokens(self, batch: Batch) -> int:
     """Units of work in a batch, for the ``tokens_per_second`` log: by default the non-padding tokens (nonzero
     entries of the batch's 2-D integer arrays); tasks on other data count what suits them."""

@@ -1,6 +1,7 @@
 """The one training system: ``run(config, workdir, mode)``; and getting a run back (``load_params``)."""
 from transformer.train.config import base_config, validate_config
-from transformer.train.loop import RunOutput, run, run_eval, run_predict, run_train, run_translate
+from transformer.train.loop import RunOutput, run_train
+from transformer.train.modes import run, run_eval, run_predict, run_translate
 from transformer.train.restore import RestoredParams, load_params, read_run_config
 
 __all__ = ["RestoredParams", "RunOutput", "base_config", "load_params", "read_run_config", "run", "run_eval",

@@ -30,6 +30,15 @@ SCHEDULE_FIELDS = ("optimizer.learning_rate", "optimizer.warmup_steps")  # swept
 DECIDED_ELSEWHERE = ("vocab_size", "target_vocab_size", "pad_id", "bos_id", "eos_id", "deterministic", "decode")
 
 
+def set_field(config, path: str, value) -> None:
+  """``config["a"]["b"] = value`` for ``path`` ``"a.b"`` (a ``ConfigDict`` or nested dicts); a missing section or
+  field of a locked ``ConfigDict`` raises as indexing does."""
+  *parents, leaf = path.split(".")
+  for parent in parents:
+    config = config[parent]
+  config[leaf] = value
+
+
 def model_section(model_name: str) -> ml_collections.ConfigDict:
   """``config.model`` of ``model_name``: its hyper-parameter dataclass's fields and defaults, locked (an unknown
   field is an error), less those the data or the mode decides."""
@@ -64,6 +73,22 @@ def decode_section() -> ml_collections.ConfigDict:
   })
 
 
+def optimizer_section() -> ml_collections.ConfigDict:
+  """``config.optimizer``: Adam with a warmup schedule (``make_optimizer``)."""
+  return ml_collections.ConfigDict({
+      "learning_rate": 1e-3,  # peak learning rate
+      "schedule": "inverse_sqrt",  # one of SCHEDULES
+      "warmup_steps": 100,
+      "b1": 0.9,  # Adam betas and epsilon as in the paper
+      "b2": 0.98,
+      "eps": 1e-9,
+      "weight_decay": 0.0,  # decoupled (AdamW)
+      "grad_clip_norm": 0.0,  # global-norm clipping; 0 disables
+      # Parameter path prefixes that are not trained, e.g. ("encoder/embedding",) keeps a pretrained table fixed.
+      "frozen_params": (),
+  })
+
+
 def base_config(model_name: str = "transformer") -> ml_collections.ConfigDict:
   """The defaults every experiment starts from, with the model ``model_name`` (a key of ``transformer.nn.MODELS``;
   its defaults: for "transformer", the paper's base model)."""
@@ -87,17 +112,7 @@ def base_config(model_name: str = "transformer") -> ml_collections.ConfigDict:
   config.source_token_dropout = 0.0
   config.target_token_dropout = 0.0
 
-  config.optimizer = ml_collections.ConfigDict()
-  config.optimizer.learning_rate = 1e-3  # peak learning rate
-  config.optimizer.schedule = "inverse_sqrt"  # one of SCHEDULES
-  config.optimizer.warmup_steps = 100
-  config.optimizer.b1 = 0.9  # Adam betas and epsilon as in the paper
-  config.optimizer.b2 = 0.98
-  config.optimizer.eps = 1e-9
-  config.optimizer.weight_decay = 0.0  # decoupled (AdamW)
-  config.optimizer.grad_clip_norm = 0.0  # global-norm clipping; 0 disables
-  # Parameter path prefixes that are not trained, e.g. ("encoder/embedding",) keeps a pretrained table fixed.
-  config.optimizer.frozen_params = ()
+  config.optimizer = optimizer_section()
 
   config.parallelism = "jit"  # jit | pmap | mesh
   config.fsdp = False  # with parallelism=mesh: shard parameters and optimizer state over devices
@@ -119,6 +134,12 @@ def base_config(model_name: str = "transformer") -> ml_collections.ConfigDict:
   # A step with a non-finite loss or gradient norm: False stops the run (TrainingDiverged, non-zero exit);
   # True skips its update (counted in train/skipped_steps) and trains on.
   config.skip_nonfinite_steps = False
+  # With skip_nonfinite_steps: stop (TrainingDiverged) when more than this share of a logging window's steps
+  # were skipped: a run that skips most of its steps is not training.
+  config.max_skipped_share = 0.5
+  # Resuming (or evaluating) with settings that change a run's results is refused; "field,field" (e.g.
+  # "optimizer.learning_rate") accepts those changes, recorded in WORKDIR/config_history.jsonl.
+  config.accept_changes = ""
   config.decode = decode_section()
   config.translate_input = ""  # --mode=translate reads this file ("" = standard input)
   config.translate_output = ""  # and writes this file ("" = standard output)
@@ -253,24 +274,32 @@ def validate_config(config: ml_collections.ConfigDict, workdir: str | None = Non
   require(config.optimizer.warmup_steps >= 0, "config.optimizer.warmup_steps must be >= 0.")
   for name in ("label_smoothing", "source_token_dropout", "target_token_dropout"):
     require(0.0 <= config[name] < 1.0, f"config.{name}={config[name]} is outside [0, 1).")
+  require(0.0 < config.get("max_skipped_share", 0.5) <= 1.0,
+          f"config.max_skipped_share={config.get('max_skipped_share')} is outside (0, 1].")
   require(config.best_mode in ("max", "min"), f"config.best_mode={config.best_mode!r}: choose 'max' or 'min'.")
   if "decode" in config:
     decode_settings(config)  # a ConfigError naming the config.decode field
   if workdir is not None:
-    require(not os.path.exists(workdir) or os.path.isdir(workdir),
-            f"--workdir={workdir!r} is a file, not a directory; choose a directory (it is created if missing).")
-    try:
-      os.makedirs(workdir, exist_ok=True)
-      # A uniquely named probe: several processes of one multi-host run check the same workdir at once.
-      with tempfile.TemporaryFile(dir=workdir):
-        pass
-    except OSError as error:
-      raise ConfigError(f"--workdir={workdir!r} is not writable ({error.strerror}); choose a directory you "
-                        f"can write to.") from None
+    _validate_workdir(workdir)
   if config.restore_from:
     require(os.path.isdir(config.restore_from),
             f"config.restore_from={config.restore_from!r} is not a directory; give the workdir of the run to "
             f"start from.")
+
+
+def _validate_workdir(workdir: str) -> None:
+  """The workdir of a training run: a directory (created if missing) this process can write to."""
+  if os.path.exists(workdir) and not os.path.isdir(workdir):
+    raise ConfigError(f"--workdir={workdir!r} is a file, not a directory; choose a directory (it is created if "
+                      "missing).")
+  try:
+    os.makedirs(workdir, exist_ok=True)
+    # A uniquely named probe: several processes of one multi-host run check the same workdir at once.
+    with tempfile.TemporaryFile(dir=workdir):
+      pass
+  except OSError as error:
+    raise ConfigError(f"--workdir={workdir!r} is not writable ({error.strerror}); choose a directory you "
+                      f"can write to.") from None
 
 
 def _validate_model(config: ml_collections.ConfigDict) -> None:

@@ -18,12 +18,20 @@ import ml_collections
 from transformer.errors import ConfigError
 from transformer.tasks import Task, build_task
 from transformer.train.checkpoint import Checkpointer, CheckpointRestoreError
-from transformer.train.config import num_replicas, run_optimizer, upgrade_config
+from transformer.train.config import num_replicas, run_optimizer, set_field, upgrade_config
 from transformer.train.parallel import Strategy, make_strategy
 from transformer.train.state import create_train_state
 from transformer.train.workdir import check_tokenizers
 
 CONFIG_FILE = "config.json"
+HISTORY_FILE = "config_history.jsonl"  # changes allowed since config.json was written: step, field, old, new
+# Settings that change what is logged, how often, or where the data is read from, not a run's results.
+NOT_RESULTS = ("log_every", "eval_every", "checkpoint_every", "keep_checkpoints", "async_checkpointing", "quiet",
+               "tensorboard", "translate_input", "translate_output", "average_checkpoints", "restart",
+               "eval_batch_size", "accept_changes", "task.source_dir", "task.data_dir")
+# Settings a run may change on its way, recorded in HISTORY_FILE: the layout over devices (checkpoints hold the
+# canonical state) and the metric that picks the best checkpoint (not what is trained); config.decode too.
+ALLOWED_CHANGES = ("parallelism", "fsdp", "best_metric", "best_mode")
 
 
 def read_run_config(workdir: str) -> ml_collections.ConfigDict:
@@ -31,9 +39,12 @@ def read_run_config(workdir: str) -> ml_collections.ConfigDict:
   today's shape (``upgrade_config``: runs saved before ``model_name`` load too).
 
   Raises:
-    ConfigError: ``workdir`` holds no readable ``config.json``.
+    ConfigError: ``workdir`` does not exist or holds no readable ``config.json``.
   """
   path = os.path.join(workdir, CONFIG_FILE)
+  if not os.path.exists(workdir):
+    raise ConfigError(f"{workdir!r} does not exist: give the --workdir of a run of launch.py (or of "
+                      "transformer.train.run).")
   if not os.path.isfile(path):
     raise ConfigError(f"{workdir!r} holds no {CONFIG_FILE}: give the --workdir of a run of launch.py (or of "
                      "transformer.train.run).")
@@ -42,7 +53,7 @@ def read_run_config(workdir: str) -> ml_collections.ConfigDict:
       values = json.load(f)
   except json.JSONDecodeError as error:
     raise ConfigError(f"{path} is not valid JSON ({error}); it was written by run, was it edited?") from None
-  return ml_collections.ConfigDict(upgrade_config(values))
+  return ml_collections.ConfigDict(_apply_history(upgrade_config(values), workdir))
 
 
 def seed_keys(config: ml_collections.ConfigDict) -> jax.Array:
@@ -84,6 +95,19 @@ class RestoredParams:
     return self.steps[-1]
 
 
+def _check_load_arguments(config, checkpoint, average_last, replica) -> None:
+  if not (checkpoint in ("best", "latest") or (isinstance(checkpoint, int) and checkpoint >= 0)):
+    raise ConfigError(f"checkpoint={checkpoint!r}: give 'best', 'latest' or a step number.")
+  if not isinstance(average_last, int) or average_last < 0:
+    raise ConfigError(f"average_last={average_last!r}: give the number of checkpoints to average (0 = none).")
+  if average_last and isinstance(checkpoint, int):
+    raise ConfigError(f"average_last={average_last} averages the last checkpoints; it cannot be combined with "
+                      f"checkpoint={checkpoint}.")
+  if not 0 <= replica < num_replicas(config):
+    raise ConfigError(f"replica={replica}: the run trained {num_replicas(config)} replicas (config.num_seeds="
+                      f"{config.num_seeds}, config.sweep={config.get('sweep', '')!r}).")
+
+
 def load_params(workdir: str, checkpoint: str | int = "best", average_last: int = 0, replica: int = 0,
                 config: ml_collections.ConfigDict | None = None) -> RestoredParams:
   """The parameters of the run in ``workdir``; nothing in ``workdir`` is written.
@@ -100,19 +124,11 @@ def load_params(workdir: str, checkpoint: str | int = "best", average_last: int 
       (``read_run_config``). Give one to change e.g. where the task finds its data.
 
   Raises:
-    ConfigError: no such checkpoint (the message lists what the workdir holds), or a bad argument.
+    ConfigError: no checkpoint yet (the message says when the first comes), no such checkpoint (the message
+      lists what the workdir holds), or a bad argument.
   """
   config = read_run_config(workdir) if config is None else config
-  if not (checkpoint in ("best", "latest") or (isinstance(checkpoint, int) and checkpoint >= 0)):
-    raise ConfigError(f"checkpoint={checkpoint!r}: give 'best', 'latest' or a step number.")
-  if not isinstance(average_last, int) or average_last < 0:
-    raise ConfigError(f"average_last={average_last!r}: give the number of checkpoints to average (0 = none).")
-  if average_last and isinstance(checkpoint, int):
-    raise ConfigError(f"average_last={average_last} averages the last checkpoints; it cannot be combined with "
-                     f"checkpoint={checkpoint}.")
-  if not 0 <= replica < num_replicas(config):
-    raise ConfigError(f"replica={replica}: the run trained {num_replicas(config)} replicas (config.num_seeds="
-                      f"{config.num_seeds}, config.sweep={config.get('sweep', '')!r}).")
+  _check_load_arguments(config, checkpoint, average_last, replica)
   if not os.path.isdir(os.path.join(workdir, "checkpoints")):
     raise ConfigError(f"{workdir!r} holds no checkpoints/ folder; train first.")
 
@@ -134,6 +150,10 @@ def load_params(workdir: str, checkpoint: str | int = "best", average_last: int 
       step = checkpoint if isinstance(checkpoint, int) else None
       restored = checkpointer.restore(abstract_state, step=step, best=best)
       available = checkpointer.steps()
+      if restored is None and not available:
+        raise ConfigError(f"{workdir!r} holds no checkpoint yet: its run writes the first at step "
+                          f"{config.get('checkpoint_every', '?')} (config.checkpoint_every), and another when it "
+                          "ends or is stopped.")
       if restored is None or (step is not None and restored[0] != step):
         raise ConfigError(f"{workdir!r} holds no checkpoint of step {checkpoint}; its periodic checkpoints are "
                          f"steps {available}.")
@@ -146,3 +166,60 @@ def load_params(workdir: str, checkpoint: str | int = "best", average_last: int 
   if num_replicas(config) > 1:
     params = jax.tree.map(lambda x: x[replica], params)
   return RestoredParams(params=params, steps=list(steps), config=config, task=task, model_config=model_config)
+
+
+@dataclasses.dataclass(frozen=True)
+class ConfigChange:
+  """One setting of a command that differs from the run's record. ``allowed``: needs no
+  ``config.accept_changes``; ``recorded``: goes to the run's ``HISTORY_FILE`` when training goes on with it."""
+  field: str
+  old: Any
+  new: Any
+  allowed: bool
+  recorded: bool
+
+
+def _flatten(tree: dict, prefix: str = "") -> dict:
+  out = {}
+  for name, value in tree.items():
+    if isinstance(value, dict):
+      out.update(_flatten(value, f"{prefix}{name}."))
+    else:
+      out[prefix + name] = value
+  return out
+
+
+def config_differences(saved: dict, current: dict, mode: str) -> list[ConfigChange]:
+  """The settings of ``current`` (a command's config, as JSON values) that differ from ``saved`` (the run's
+  record, history applied). A field the record lacks (added to the code since) keeps the record's behaviour
+  by its default, so it is not a difference. Raising ``num_train_steps`` extends a run (allowed, recorded; so is
+  lowering it, except under a cosine schedule, whose rates it sets);
+  ``config.decode`` and ``ALLOWED_CHANGES`` do not change what is trained (allowed; recorded when training goes
+  on with them)."""
+  old, new = _flatten(saved), _flatten(current)
+  changes = []
+  for field in sorted(set(old) & set(new)):
+    if old[field] == new[field] or field in NOT_RESULTS:
+      continue
+    if field == "num_train_steps":  # the step a run ends at; only a cosine schedule's rates depend on it
+      allowed = mode != "train" or new[field] >= old[field] or saved.get("optimizer", {}).get("schedule") != "cosine"
+      changes.append(ConfigChange(field, old[field], new[field], allowed=allowed, recorded=mode == "train"))
+    elif field.startswith("decode.") or field in ALLOWED_CHANGES:
+      changes.append(ConfigChange(field, old[field], new[field], allowed=True, recorded=mode == "train"))
+    else:
+      changes.append(ConfigChange(field, old[field], new[field], allowed=False, recorded=mode == "train"))
+  return changes
+
+
+def _apply_history(config: dict, workdir: str) -> dict:
+  """``config`` with the changes of the run's ``HISTORY_FILE`` applied, in order."""
+  path = os.path.join(workdir, HISTORY_FILE)
+  if not os.path.isfile(path):
+    return config
+  with open(path) as f:
+    changes = [json.loads(line) for line in f if line.strip()]
+  for change in changes:
+    if change["field"] == "data":  # the data's fingerprint (data_fingerprint.json), not a config field
+      continue
+    set_field(config, change["field"], change["new"])
+  return config

@@ -1,14 +1,11 @@
 """Pure train and eval steps: ``(state, batch, rng) -> (state, metrics)``, compiled by ``parallel``."""
 from __future__ import annotations
 
-from typing import Callable
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 
-from transformer.errors import TrainingDiverged
 from transformer.train.optimizer import frozen_labels
 from transformer.train.state import TrainState
 
@@ -17,6 +14,32 @@ def all_finite(metrics) -> jax.Array:
   """Whether every metric sum and weight of a step (loss, accuracy, ``grad_norm``, ...) is finite: a NaN or
   infinity in the loss or the gradients reaches at least one of them."""
   return jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(metrics)]))
+
+
+def accumulated_gradients(grad_fn, params, batch, rng, loss_settings, grad_accum_steps: int):
+  """``(grads, weight_sum, metrics)`` of ``grad_fn`` (``value_and_grad`` of a loss sum with aux ``(weight_sum,
+  metrics)``) over ``batch``, summed over ``grad_accum_steps`` micro-batches with a ``lax.scan`` (micro-batch
+  ``i`` with the key ``fold_in(rng, i)``)."""
+  if grad_accum_steps == 1:
+    (_, (weight_sum, metrics)), grads = grad_fn(params, batch, rng, loss_settings)
+    return grads, weight_sum, metrics
+
+  def split(x):  # [batch, ...] -> [accum, batch / accum, ...]
+    return x.reshape(grad_accum_steps, x.shape[0] // grad_accum_steps, *x.shape[1:])
+
+  micro_batches = jax.tree.map(split, batch)
+
+  def accumulate(carry, inputs):
+    micro_batch, index = inputs
+    (_, (weight_sum, metrics)), grads = grad_fn(params, micro_batch, jax.random.fold_in(rng, index),
+                                                loss_settings)
+    return jax.tree.map(jnp.add, carry, (grads, weight_sum, metrics)), None
+
+  first = jax.tree.map(lambda x: x[0], micro_batches)
+  zeros = jax.tree.map(jnp.zeros_like, jax.eval_shape(grad_fn, params, first, rng, loss_settings))
+  initial = (zeros[1], zeros[0][1][0], zeros[0][1][1])
+  (grads, weight_sum, metrics), _ = jax.lax.scan(accumulate, initial, (micro_batches, jnp.arange(grad_accum_steps)))
+  return grads, weight_sum, metrics
 
 
 def make_train_step(task, model, optimizer: optax.GradientTransformation, grad_accum_steps: int = 1,
@@ -55,35 +78,12 @@ def make_train_step(task, model, optimizer: optax.GradientTransformation, grad_a
 
   grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
 
-  def gradients(params, batch, rng, loss_settings):
-    if grad_accum_steps == 1:
-      (_, (weight_sum, metrics)), grads = grad_fn(params, batch, rng, loss_settings)
-      return grads, weight_sum, metrics
-
-    def split(x):  # [batch, ...] -> [accum, batch / accum, ...]
-      return x.reshape(grad_accum_steps, x.shape[0] // grad_accum_steps, *x.shape[1:])
-
-    micro_batches = jax.tree.map(split, batch)
-
-    def accumulate(carry, inputs):
-      micro_batch, index = inputs
-      (_, (weight_sum, metrics)), grads = grad_fn(params, micro_batch, jax.random.fold_in(rng, index),
-                                                  loss_settings)
-      return jax.tree.map(jnp.add, carry, (grads, weight_sum, metrics)), None
-
-    first = jax.tree.map(lambda x: x[0], micro_batches)
-    zeros = jax.tree.map(jnp.zeros_like, jax.eval_shape(grad_fn, params, first, rng, loss_settings))
-    initial = (zeros[1], zeros[0][1][0], zeros[0][1][1])
-    (grads, weight_sum, metrics), _ = jax.lax.scan(accumulate, initial,
-                                                   (micro_batches, jnp.arange(grad_accum_steps)))
-    return grads, weight_sum, metrics
-
   def train_step(state: TrainState, batch, rng, settings=None):
     settings = dict(settings or {})
     variant = settings.pop("variant", None)
     if axis_name is not None:  # independent dropout on each data-parallel device
       rng = jax.random.fold_in(rng, jax.lax.axis_index(axis_name))
-    grads, weight_sum, metrics = gradients(state.params, batch, rng, settings)
+    grads, weight_sum, metrics = accumulated_gradients(grad_fn, state.params, batch, rng, settings, grad_accum_steps)
     if axis_name is not None:
       grads, weight_sum, metrics = jax.lax.psum((grads, weight_sum, metrics), axis_name)
     with jax.named_scope("optimizer"):  # a name for its ops in compiled HLO and profiles
@@ -97,14 +97,21 @@ def make_train_step(task, model, optimizer: optax.GradientTransformation, grad_a
       metrics = dict(metrics)
       metrics["grad_norm"] = (optax.tree.norm(grads), jnp.ones((), jnp.float32))
     if skip_nonfinite_steps:
-      finite = all_finite(metrics)
-      params, opt_state = jax.tree.map(lambda new, old: jnp.where(finite, new, old), (params, opt_state),
-                                       (state.params, state.opt_state))
-      metrics = jax.tree.map(lambda x: jnp.where(finite, x, jnp.zeros_like(x)), metrics)
-      metrics["skipped_steps"] = (jnp.where(finite, 0.0, 1.0), jnp.zeros((), jnp.float32))
+      params, opt_state, metrics = _skipped_if_nonfinite(state, params, opt_state, metrics)
     return state.replace(step=state.step + 1, params=params, opt_state=opt_state), metrics
 
   return train_step
+
+
+def _skipped_if_nonfinite(state: TrainState, params, opt_state, metrics):
+  """The step's new ``(params, opt_state, metrics)``, or, when a metric is not finite, the state's own with
+  zeroed metrics; ``metrics["skipped_steps"]`` counts it (a ``(count, 0)`` pair)."""
+  finite = all_finite(metrics)
+  params, opt_state = jax.tree.map(lambda new, old: jnp.where(finite, new, old), (params, opt_state),
+                                   (state.params, state.opt_state))
+  metrics = jax.tree.map(lambda x: jnp.where(finite, x, jnp.zeros_like(x)), metrics)
+  metrics["skipped_steps"] = (jnp.where(finite, 0.0, 1.0), jnp.zeros((), jnp.float32))
+  return params, opt_state, metrics
 
 
 def make_eval_step(task, model, axis_name: str | None = None):
@@ -119,53 +126,3 @@ def make_eval_step(task, model, axis_name: str | None = None):
     return metrics
 
   return eval_step
-
-
-_all_finite = jax.jit(all_finite)
-
-
-class DivergenceGuard:
-  """Stops training at the first step whose loss or gradient norm is not finite.
-
-  ``observe`` checks the previous step's metrics, one step behind, so the host waits for a step only while
-  the device already runs the next one; ``check`` checks the last step too, before anything is saved.
-  With ``skip_nonfinite_steps`` the train step zeroes such metrics, so nothing trips it.
-  """
-
-  def __init__(self, fetch: Callable, before_raise: Callable[[], None] = lambda: None):
-    self._fetch = fetch  # device metrics -> host numpy (the strategy's fetch)
-    self._before_raise = before_raise  # e.g. let asynchronous checkpoint saves finish
-    self._pending = None
-
-  def observe(self, step: int, metrics) -> None:
-    """Record step ``step``'s metrics (not waited for); check those of the step before.
-
-    Raises:
-      TrainingDiverged: the step before has a non-finite loss or gradient norm.
-    """
-    pending, self._pending = self._pending, (step, metrics, _all_finite(metrics))  # dispatched, not waited for
-    if pending is not None:
-      self._check(*pending)
-
-  def check(self) -> None:
-    """Check every observed step (waits for the last one).
-
-    Raises:
-      TrainingDiverged: one has a non-finite loss or gradient norm.
-    """
-    pending, self._pending = self._pending, None
-    if pending is not None:
-      self._check(*pending)
-
-  def _check(self, step: int, metrics, finite: jax.Array) -> None:
-    if bool(np.asarray(finite.addressable_data(0))):  # one scalar to the host (also a multi-host global array)
-      return
-    self._before_raise()
-    fetched = self._fetch(metrics)
-    values = ", ".join(f"{name} {np.asarray(total).tolist()}" for name, (total, _) in sorted(fetched.items())
-                       if name in ("loss", "grad_norm"))
-    raise TrainingDiverged(
-        f"training diverged at step {step}: the loss or gradient norm is not finite ({values}). Nothing from "
-        "this step on was saved; the latest checkpoint is the last finite state. Lower "
-        "config.optimizer.learning_rate (or set config.optimizer.grad_clip_norm), or set "
-        "--config.skip_nonfinite_steps=True to skip such steps.")

@@ -30,6 +30,7 @@ LOCK_NAME = "train.lock"
 TOKENIZERS_DIR = "tokenizers"  # the run's own tokenizer models (check_tokenizers)
 # Outputs of an earlier run that a run starting from step 0 would overwrite or mix with its own.
 EARLIER_OUTPUTS = ("metrics.jsonl", "checkpoints", "best", "tensorboard")
+RUN_RECORD = ("config.json", "config_history.jsonl", "data_fingerprint.json")  # moved with them on a restart
 
 _held: dict[str, int] = {}  # workdir -> file descriptor of the lock this process holds
 
@@ -154,7 +155,7 @@ def check_fresh_start(workdir: str, restart: bool, checkpoint_every: int) -> Non
     return
   target = os.path.join(workdir, f"previous-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}")
   os.makedirs(target)
-  for name in found:
+  for name in found + [name for name in RUN_RECORD if os.path.isfile(os.path.join(workdir, name))]:
     source = os.path.join(workdir, name)
     if name in ("checkpoints", "best"):  # their checkpoint managers are open: move what is inside
       os.makedirs(os.path.join(target, name))

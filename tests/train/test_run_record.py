@@ -1,0 +1,154 @@
+"""A run's record is never rewritten: changed settings are refused or recorded, read-only modes write nothing,
+and the loop waits for the device only in its actions."""
+import json
+import os
+
+import jax
+import numpy as np
+import pytest
+
+from tests.train.conftest import tiny_config
+from transformer.data.batching import TokenBatcher
+from transformer.data.prefetch import prefetch_to_device
+from transformer.errors import ConfigError, TrainingDiverged, WorkdirError
+from transformer.train import read_run_config, run
+from transformer.train.writers import read_metrics
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+  """A finished tiny run (20 steps) and the bytes of its config.json."""
+  workdir = str(tmp_path_factory.mktemp("trained"))
+  run(tiny_config(), workdir)
+  with open(os.path.join(workdir, "config.json"), "rb") as f:
+    return workdir, f.read()
+
+
+def _config_bytes(workdir):
+  with open(os.path.join(workdir, "config.json"), "rb") as f:
+    return f.read()
+
+
+@pytest.mark.parametrize("mode", ["train", "eval"])
+@pytest.mark.parametrize("overrides,named", [
+    ({"optimizer__learning_rate": 1e-2}, "optimizer.learning_rate: 0.002 -> 0.01"),
+    ({"seed": 7, "batch_size": 32}, "batch_size: 16 -> 32; seed: 0 -> 7"),
+    ({"task__kind": "reverse"}, "task.kind: 'copy' -> 'reverse'"),
+])
+def test_a_command_with_other_settings_than_the_run_is_refused_naming_each(trained, mode, overrides, named):
+  workdir, config_json = trained
+  with pytest.raises(ConfigError, match=f"was trained with other settings: {named}.*accept_changes="):
+    run(tiny_config(**overrides, num_train_steps=40), workdir, mode)
+  assert _config_bytes(workdir) == config_json  # the record is never rewritten
+
+
+def test_extending_a_run_and_accepted_changes_go_to_its_history(tmp_path):
+  workdir = str(tmp_path)
+  run(tiny_config(num_train_steps=10), workdir)
+  config_json = _config_bytes(workdir)
+  run(tiny_config(num_train_steps=15), workdir)  # raising num_train_steps is allowed
+  run(tiny_config(num_train_steps=20, optimizer__learning_rate=3e-3, accept_changes="optimizer.learning_rate"),
+      workdir)
+  assert _config_bytes(workdir) == config_json
+  with open(os.path.join(workdir, "config_history.jsonl")) as f:
+    history = [json.loads(line) for line in f]
+  assert history == [
+      {"step": 10, "field": "num_train_steps", "old": 10, "new": 15},
+      {"step": 15, "field": "num_train_steps", "old": 15, "new": 20},
+      {"step": 15, "field": "optimizer.learning_rate", "old": 0.002, "new": 0.003}]
+  effective = read_run_config(workdir)  # what eval and load() see: the record with its history applied
+  assert effective.num_train_steps == 20 and effective.optimizer.learning_rate == 0.003
+  assert max(record["step"] for record in read_metrics(workdir)) == 20
+  with pytest.raises(ConfigError, match="num_train_steps: 20 -> 10"):  # shortening a cosine schedule changes it
+    run(tiny_config(num_train_steps=10, optimizer__learning_rate=3e-3), workdir)
+
+
+@pytest.mark.parametrize("mode", ["eval", "predict", "translate"])
+@pytest.mark.parametrize("state", ["missing", "empty"])
+def test_read_only_modes_write_nothing_where_there_is_no_run(tmp_path, mode, state):
+  workdir = tmp_path / "run"
+  if state == "empty":
+    workdir.mkdir()
+  with pytest.raises(WorkdirError, match="does not exist" if state == "missing" else "holds no checkpoint"):
+    run(tiny_config(), str(workdir), mode, **({"lines": ["1 2"]} if mode == "translate" else {}))
+  assert (not workdir.exists()) if state == "missing" else not any(workdir.iterdir())
+
+
+def test_a_step_that_logs_nothing_never_waits_for_the_device(tmp_path, monkeypatch):
+  """No array is read to the host in the loop except inside its actions (log, evaluate, save): a per-step
+  fetch (of metrics, or of a finiteness flag) would be counted. (``jax.transfer_guard`` does not guard reads
+  on the CPU backend, so the test counts them where every read goes through: ``ArrayImpl._value``.)"""
+  from jax._src import array as jax_array
+  from transformer.train import loop
+  reads, in_step = [], [False]
+  value = jax_array.ArrayImpl._value
+  def counted(self):
+    if in_step[0]:
+      reads.append(self.shape)
+    return value.fget(self)
+  monkeypatch.setattr(jax_array.ArrayImpl, "_value", property(counted))
+  for name in ("log", "evaluate", "save"):
+    def action(self, *args, _action=getattr(loop.Trainer, name), **kwargs):
+      in_step[0] = False
+      try:
+        return _action(self, *args, **kwargs)
+      finally:
+        in_step[0] = True
+    monkeypatch.setattr(loop.Trainer, name, action)
+  def steps_only(self, preemption, _loop=loop.Trainer._loop):
+    in_step[0] = True
+    try:
+      return _loop(self, preemption)
+    finally:
+      in_step[0] = False
+  monkeypatch.setattr(loop.Trainer, "_loop", steps_only)
+  output = run(tiny_config(log_every=10), str(tmp_path))
+  assert output.step == 20 and reads == []
+  assert [r["step"] for r in read_metrics(str(tmp_path)) if "train/loss" in r] == [10, 20]
+
+
+def test_prefetched_batches_are_the_iterators_in_order_with_the_position_after_each():
+  examples = [(np.arange(1, 2 + i % 5), np.arange(1, 3 + i % 3)) for i in range(40)]
+  batcher = TokenBatcher(examples, max_tokens=32, max_length=16, seed=3)
+  reference = batcher.iterator()
+  expected = []
+  for _ in range(12):
+    batch = next(reference)
+    expected.append((batch, reference.get_state()))
+  placed = prefetch_to_device(batcher.iterator(), lambda batch: jax.device_put(batch), size=2)
+  for (want, want_state), (host, device, state) in zip(expected, placed):
+    assert state == want_state
+    for name in want:
+      np.testing.assert_array_equal(host[name], want[name])
+      np.testing.assert_array_equal(np.asarray(device[name]), want[name])
+
+
+def test_a_run_skipping_most_of_its_steps_stops_and_shows_them(tmp_path, capsys):
+  config = tiny_config(optimizer__learning_rate=1e30, optimizer__warmup_steps=0, skip_nonfinite_steps=True,
+                       quiet=False)
+  with pytest.raises(TrainingDiverged, match=r"training stopped at step 5: \d of the last 5 steps were skipped"):
+    run(config, str(tmp_path))
+  line = [line for line in capsys.readouterr().out.splitlines() if line.startswith("step 5/20")][0]
+  assert "steps skipped" in line
+  record = read_metrics(str(tmp_path))[0]
+  assert record["train/skipped_steps"] > 2.5
+  if record["train/skipped_steps"] == 5:  # no step measured a loss: NaN, never a loss of 0
+    assert np.isnan(record["train/loss"])
+
+
+def test_a_run_refuses_data_other_than_its_own_unless_accepted(tmp_path, monkeypatch):
+  from transformer.tasks.synthetic import SyntheticTask
+  workdir = str(tmp_path)
+  monkeypatch.setattr(SyntheticTask, "data_fingerprint", lambda self: {"copy/train.csv": "size=10 sha256=aa"})
+  run(tiny_config(num_train_steps=10), workdir)
+  assert json.loads((tmp_path / "data_fingerprint.json").read_text()) == {"copy/train.csv": "size=10 sha256=aa"}
+  monkeypatch.setattr(SyntheticTask, "data_fingerprint", lambda self: {"copy/train.csv": "size=9 sha256=bb"})
+  for mode in ("train", "eval"):
+    with pytest.raises(ConfigError, match=r"was trained on other data: copy/train.csv \(size=10 sha256=aa then, "
+                                          r"size=9 sha256=bb now\).*accept_changes=data"):
+      run(tiny_config(num_train_steps=20), workdir, mode)
+  run(tiny_config(num_train_steps=20, accept_changes="data"), workdir)
+  history = [json.loads(line) for line in (tmp_path / "config_history.jsonl").read_text().splitlines()]
+  assert {"step": 10, "field": "data", "old": {"copy/train.csv": "size=10 sha256=aa"},
+          "new": {"copy/train.csv": "size=9 sha256=bb"}} in history
+  assert read_run_config(workdir).num_train_steps == 20  # the data change is no config field

@@ -1,0 +1,220 @@
+"""A run's session: the checks and pieces every mode shares, made once by ``prepare``.
+
+``prepare`` validates the config for the mode, takes the workdir (a training run's lock), builds the task,
+the parallelism and the checkpointer, and holds the run to its record:
+
+- ``config.json`` is written once, when a run starts; it is never rewritten. A later command (a resume, an
+  evaluation) whose settings differ from the record in anything that changes the run's results is refused in
+  one line naming each field (``old -> new``). Raising ``num_train_steps`` (to extend a run) and the settings
+  that only change what is logged or where data is read are allowed; ``config.accept_changes`` names others
+  to allow. Every allowed change is appended to ``config_history.jsonl`` (step, field, old, new), which
+  ``read_run_config`` applies on top of ``config.json``.
+- Read-only modes (eval, predict, translate) write nothing into a workdir that holds no run.
+"""
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import json
+import os
+import sys
+
+import jax
+
+from transformer.errors import ConfigError, WorkdirError
+from transformer.tasks import TranslatesText, WritesPredictions, build_task
+from transformer.train.checkpoint import Checkpointer
+from transformer.train.config import SWEEPABLE, num_replicas, replica_values, validate_config
+from transformer.train.parallel import make_strategy
+from transformer.train.restore import CONFIG_FILE, HISTORY_FILE, config_differences, read_run_config
+from transformer.train.workdir import check_tokenizers, lock_workdir
+from transformer.train.writers import write_atomically
+
+MODEL_CONFIG_FILE = "model_config.json"
+DATA_FILE = "data_fingerprint.json"  # the source files the run's data was prepared from (Task.data_fingerprint)
+
+
+@dataclasses.dataclass
+class Session:
+  """What every mode shares, made by ``prepare``: the config, its task and model, the parallelism, the
+  checkpointer, and which process this is. ``info`` is where progress lines go (stderr in translate mode, so
+  that translations stand alone on stdout)."""
+  config: object
+  workdir: str
+  mode: str
+  task: object
+  model_config: object
+  strategy: object
+  checkpointer: Checkpointer
+  process_index: int
+  process_count: int
+  info: object
+  lock: object = None  # the workdir's training lock (train mode, main process), released when training ends
+
+  @property
+  def is_main(self) -> bool:
+    return self.process_index == 0
+
+  @property
+  def host_batch_size(self) -> int:
+    return self.config.batch_size // self.process_count
+
+  @property
+  def num_replicas(self) -> int:
+    return num_replicas(self.config)
+
+  def say(self, text: str) -> None:
+    """Print a progress line from the main process."""
+    if self.is_main:
+      print(text, file=self.info, flush=True)
+
+
+def prepare(config, workdir: str, mode: str) -> Session:
+  """Check the config for ``mode``, build the task, parallelism and checkpointer, and hold the run to its
+  record (``config.json``, ``model_config.json``, the tokenizers it trained with)."""
+  if mode != "train":
+    _require_a_run(workdir, mode)  # before anything is created in the workdir
+  validate_config(config, workdir if mode == "train" else None, mode)
+  lock = lock_workdir(workdir, mode)  # one training run per workdir (None in other modes)
+  task = build_task(config)
+  _check_task_supports(config, task, mode)
+  model_config = task.model_config()
+  strategy = make_strategy(config.parallelism, num_replicas(config), config.fsdp, replica_values(config))
+  _check_batch_divides(config, strategy.num_devices, jax.process_count())
+  checkpointer = Checkpointer(workdir, keep=config.keep_checkpoints, asynchronous=config.async_checkpointing,
+                              best_metric=config.best_metric or None, best_mode=config.best_mode,
+                              repair=lock is not None, discard_unrestorable=config.restart)
+  session = Session(config, workdir, mode, task, model_config, strategy, checkpointer, jax.process_index(),
+                    jax.process_count(), sys.stderr if mode == "translate" else sys.stdout, lock)
+  has_checkpoints = checkpointer.has_checkpoints()
+  check_workdir_model(workdir, model_config, has_checkpoints, write=session.is_main and mode == "train")
+  check_tokenizers(workdir, task.trained_tokenizers(), has_checkpoints, write=session.is_main and mode == "train")
+  if mode != "train":  # training holds a run to its record once it knows whether it resumes (hold_to_record)
+    hold_to_record(session, resuming=True)
+  session.say(f"devices: {jax.device_count()} x {jax.devices()[0].platform}, processes: {session.process_count}, "
+              f"parallelism: {strategy.name}")
+  return session
+
+
+def _require_a_run(workdir: str, mode: str) -> None:
+  """Eval, predict and translate read a run: refuse, writing nothing, where there is none."""
+  if not os.path.isdir(workdir):
+    raise WorkdirError(f"--mode={mode}: --workdir={workdir} does not exist; give the workdir of a trained run.")
+  if not any(os.path.isdir(os.path.join(workdir, name)) for name in ("checkpoints", "best")):
+    raise WorkdirError(f"--mode={mode}: --workdir={workdir} holds no checkpoint (no checkpoints/ or best/); "
+                       "train first (--mode=train), or give the workdir of a trained run.")
+
+
+def _check_task_supports(config, task, mode: str) -> None:
+  if mode == "translate" and not isinstance(task, TranslatesText):
+    raise ConfigError(f"--mode=translate needs a task that translates text; config.task.name="
+                      f"{config.task.name!r} ({type(task).__name__}) does not. Use --mode=eval or --mode=predict.")
+  if mode == "predict" and not isinstance(task, WritesPredictions):
+    raise ConfigError(f"--mode=predict needs a task that writes predictions; config.task.name={config.task.name!r} "
+                      f"({type(task).__name__}) does not. Use --mode=eval.")
+  swept = replica_values(config)
+  if "label_smoothing" in swept and "label_smoothing" not in inspect.signature(task.loss_and_metrics).parameters:
+    others = [field for field in SWEEPABLE if field != "label_smoothing"]
+    raise ConfigError(f"config.sweep={config.sweep!r} sweeps label_smoothing, but the loss of "
+                      f"{type(task).__name__} is not label-smoothed; sweep {others} only.")
+
+
+def _check_batch_divides(config, num_devices: int, process_count: int) -> None:
+  if config.batch_size % (num_devices * config.grad_accum_steps) and config.parallelism != "jit":
+    raise ConfigError(f"config.batch_size={config.batch_size} must be divisible by the {num_devices} "
+                      f"devices times grad_accum_steps={config.grad_accum_steps} for parallelism="
+                      f"{config.parallelism!r}.")
+  if config.batch_size % process_count:
+    raise ConfigError(f"config.batch_size={config.batch_size} must be divisible by the {process_count} processes.")
+
+
+def check_workdir_model(workdir: str, model_config, has_checkpoints: bool, write: bool) -> None:
+  """A workdir belongs to one model: refuse checkpoints of a different architecture. ``write`` (a training
+  run's main process) records ``model_config.json`` when the run starts; it is never rewritten after."""
+  path = os.path.join(workdir, MODEL_CONFIG_FILE)
+  current = dataclasses.asdict(model_config)
+  if has_checkpoints and os.path.exists(path):
+    with open(path) as f:
+      saved = json.load(f)
+    ignored = ("deterministic", "decode", "dropout_rate", "attention_dropout_rate", "feed_forward_dropout_rate",
+               "kernels")
+    # A field added since the run was saved compares as its default (which keeps the saved model's behaviour).
+    defaults = {field.name: field.default for field in dataclasses.fields(model_config)}
+    moved = ("num_classes", "pooling")  # moved to ClassifierConfig: Transformer runs saved them before
+    differences = [f"{k}: {saved.get(k, defaults.get(k))!r} -> {current.get(k)!r}"
+                   for k in sorted(set(saved) | set(current))
+                   if k not in ignored and not (k in moved and k not in current)
+                   and saved.get(k, defaults.get(k)) != current.get(k)]
+    if differences:
+      raise ConfigError(f"--workdir={workdir} holds checkpoints of a different model ({'; '.join(differences)}). "
+                        "Use a new --workdir, or set the model back to match.")
+    return
+  if write:
+    write_atomically(path, json.dumps(current, indent=2, sort_keys=True))
+
+
+def hold_to_record(session: Session, resuming: bool, write_history: bool = False) -> None:
+  """A run starting (not ``resuming``) writes its record: ``config.json`` and the data's fingerprint. A resume or
+  a read-only mode compares its config and data with the record: a difference that changes results and is
+  not accepted is refused; one that is allowed goes to the history with ``write_history`` (training that goes
+  on from a restored checkpoint)."""
+  _hold_to_config(session, resuming, write_history)
+  _hold_to_data(session, resuming, write_history)
+
+
+def _hold_to_config(session: Session, resuming: bool, write_history: bool) -> None:
+  config, workdir = session.config, session.workdir
+  path = os.path.join(workdir, CONFIG_FILE)
+  if not resuming or not os.path.isfile(path):
+    if session.is_main and session.mode == "train":
+      write_atomically(path, config.to_json_best_effort(indent=2, sort_keys=True))
+      session.say(f"config: {path}")
+    return
+  changes = config_differences(read_run_config(workdir).to_dict(), json.loads(config.to_json_best_effort()),
+                               session.mode)
+  accepted = {field.strip() for field in config.get("accept_changes", "").split(",") if field.strip()}
+  refused = [change for change in changes if not change.allowed and change.field not in accepted]
+  if refused:
+    raise ConfigError(
+        f"--workdir={workdir} was trained with other settings: "
+        + "; ".join(f"{c.field}: {c.old!r} -> {c.new!r}" for c in refused)
+        + ". Set them back, use a new --workdir, or accept the change with --config.accept_changes="
+        + ",".join(c.field for c in refused) + f" (it is recorded in {HISTORY_FILE}).")
+  if write_history:
+    _append_history(session, [(c.field, c.old, c.new) for c in changes if c.recorded])
+
+
+def _append_history(session: Session, changes: list[tuple]) -> None:
+  """Append ``(field, old, new)`` changes, from the run's latest checkpoint on, to its ``HISTORY_FILE``."""
+  if not changes or not session.is_main or session.mode != "train":
+    return
+  step = max(session.checkpointer.steps() + [session.checkpointer.best_step() or 0])
+  with open(os.path.join(session.workdir, HISTORY_FILE), "a") as f:
+    for field, old, new in changes:
+      f.write(json.dumps({"step": step, "field": field, "old": old, "new": new}) + "\n")
+  session.say(f"{HISTORY_FILE}: from step {step}, " + "; ".join(f"{field}: {old!r} -> {new!r}"
+                                                              for field, old, new in changes))
+
+
+def _hold_to_data(session: Session, resuming: bool, write_history: bool) -> None:
+  """Record the fingerprint of the data a run starts on; refuse a later command on other data, unless
+  ``config.accept_changes`` names ``data`` (recorded in the history like any accepted change)."""
+  path = os.path.join(session.workdir, DATA_FILE)
+  current = session.task.data_fingerprint()
+  if not resuming or not os.path.isfile(path):
+    if session.is_main and session.mode == "train" and current:
+      write_atomically(path, json.dumps(current, indent=2, sort_keys=True))
+    return
+  with open(path) as f:
+    recorded = json.load(f)
+  if recorded == current:
+    return
+  changed = sorted(name for name in set(recorded) | set(current) if recorded.get(name) != current.get(name))
+  accepted = {field.strip() for field in session.config.get("accept_changes", "").split(",")}
+  if "data" not in accepted:
+    raise ConfigError(
+        f"--workdir={session.workdir} was trained on other data: {', '.join(changed)} "
+        f"({recorded.get(changed[0], 'absent')} then, {current.get(changed[0], 'absent')} now). Point the task "
+        "at the run's data, use a new --workdir, or accept it with --config.accept_changes=data.")
+  if write_history:
+    _append_history(session, [("data", recorded, current)])
