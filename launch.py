@@ -70,12 +70,12 @@ def main(argv):
   exit_on_user_error(distributed.initialize, _COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
   config = exit_on_user_error(_config_for_mode, _CONFIG.value, _WORKDIR.value, _MODE.value, sys.argv[1:])
   if _MODE.value == "translate":
-    exit_on_user_error(_translate, config, _WORKDIR.value, run)
+    exit_on_user_error(translate_files, config, _WORKDIR.value, run)
   else:
     exit_on_user_error(run, config, _WORKDIR.value, _MODE.value)
 
 
-def _translate(config, workdir: str, run) -> None:
+def translate_files(config, workdir: str, run) -> None:
   """``--mode=translate``: both files checked before anything is decoded, then the run's translations of the
   input lines (``config.translate_input`` or stdin) into ``config.translate_output`` (or stdout)."""
   source, target = config.translate_input, config.translate_output

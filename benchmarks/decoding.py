@@ -28,12 +28,12 @@ import numpy as np
 from benchmarks import common
 from benchmarks.train_step import experiment_config
 from transformer.decode import beam_search, greedy_search
+from transformer.decode.start import NO_EOS  # every sequence runs to max_length
 from transformer.nn import EncoderDecoder
 from transformer.tasks import seq2seq
 
 TARGET = 5.0
 TARGET_LENGTH = 256
-NO_EOS = -1  # an id the argmax never returns: every sequence runs to max_length
 
 
 def add_arguments(parser):

@@ -162,7 +162,7 @@ def test_modes_after_training_read_the_runs_saved_config(tmp_path):
 @pytest.mark.slow
 def test_eval_without_checkpoint_is_an_error(tmp_path):
   result = launch("--config=experiments/synthetic.py", f"--workdir={tmp_path}", "--mode=eval", *TINY_FLAGS)
-  assert result.returncode != 0 and "needs a checkpoint" in result.stderr
+  assert result.returncode != 0 and "holds no checkpoint" in result.stderr
 
 
 @pytest.mark.slow

@@ -106,7 +106,7 @@ def test_a_batch_of_zero_gives_empty_arrays_of_the_right_shapes(method):
 
 
 @pytest.mark.parametrize("method", ["greedy", "sample", "beam"])
-@pytest.mark.parametrize("name, value", [("eos_id", VOCAB), ("bos_id", -1), ("pad_id", VOCAB + 4)])
+@pytest.mark.parametrize("name, value", [("eos_id", VOCAB), ("eos_id", -2), ("bos_id", -1), ("pad_id", VOCAB + 4)])
 def test_special_ids_outside_the_vocabulary_are_named(method, name, value):
   ids = {"bos_id": BOS, "eos_id": EOS, "pad_id": PAD, name: value}
   table = np.zeros((VOCAB, VOCAB), np.float32)

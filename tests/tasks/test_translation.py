@@ -75,7 +75,8 @@ def test_train_eval_and_translate(raw_dir, tmp_path, monkeypatch, variant):
   output = tmp_path / "output.de"
   translate_config = tiny_translation_config(raw_dir, data_dir, variant, translate_input=str(source),
                                              translate_output=str(output))
-  run(translate_config, workdir, mode="translate")
+  from launch import translate_files  # what --mode=translate does: read the file, translate, write the file
+  translate_files(translate_config, workdir, run)
   translations = output.read_text(encoding="utf-8").split("\n")
   assert len(translations) == len(lines) + 1 and translations[-1] == ""
   assert translations[1] == ""
@@ -93,7 +94,7 @@ def test_train_eval_and_translate(raw_dir, tmp_path, monkeypatch, variant):
 
   source.write_bytes("ein Mann\n".encode() + "Ölfass\n".encode("latin-1"))
   with pytest.raises(InputFileError, match=r"input.en'? is not UTF-8 text: byte b'\\xd6' at offset 9 \(line 2\)"):
-    run(translate_config, workdir, mode="translate")
+    translate_files(translate_config, workdir, run)
 
 
 def test_missing_data_names_the_files_and_where_to_put_them(tmp_path):

@@ -25,14 +25,20 @@ StepFunction = Callable[[jax.Array, Any], tuple[jax.Array, Any]]
 PrefillFunction = Callable[[jax.Array, jax.Array, Any], tuple[jax.Array, Any]]
 
 
+NO_EOS = -1  # eos_id that asks for no end: every sequence runs to max_length (e.g. to time fixed lengths)
+
+
 def check_special_ids(vocab_size: int, **ids) -> None:
   """A ValueError naming the id unless every special id given (``bos_id=1, eos_id=2, pad_id=0``) is in
-  ``[0, vocab_size)``, the vocabulary of the step function's logits. Traced ids cannot be checked here."""
+  ``[0, vocab_size)``, the vocabulary of the step function's logits, or ``eos_id`` is ``NO_EOS``. Traced ids
+  cannot be checked here."""
   for name, value in ids.items():
+    if name == "eos_id" and not isinstance(value, jax.core.Tracer) and int(value) == NO_EOS:
+      continue
     if not isinstance(value, jax.core.Tracer) and not 0 <= int(value) < vocab_size:
       raise ValueError(f"{name}={int(value)} is outside the vocabulary [0, {vocab_size}) of the step function's "
                        "logits: the model never emits such an id (an eos_id there never ends a sequence) and "
-                       "cannot read it back; give the id the model was trained with.")
+                       f"cannot read it back; give the id the model was trained with (eos_id={NO_EOS}: no end).")
 
 
 def non_finite_rows(log_probs):

@@ -28,10 +28,13 @@ HISTORY_FILE = "config_history.jsonl"  # changes allowed since config.json was w
 # Settings that change what is logged, how often, or where the data is read from, not a run's results.
 NOT_RESULTS = ("log_every", "eval_every", "checkpoint_every", "keep_checkpoints", "async_checkpointing", "quiet",
                "tensorboard", "translate_input", "translate_output", "average_checkpoints", "restart",
-               "eval_batch_size", "accept_changes", "task.source_dir", "task.data_dir")
+               "eval_batch_size", "accept_changes", "task.source_dir", "task.data_dir", "task.pretrained_dir")
 # Settings a run may change on its way, recorded in HISTORY_FILE: the layout over devices (checkpoints hold the
-# canonical state) and the metric that picks the best checkpoint (not what is trained); config.decode too.
-ALLOWED_CHANGES = ("parallelism", "fsdp", "best_metric", "best_mode")
+# canonical state), the metric that picks the best checkpoint and what evaluation scores (not what is trained);
+# config.decode too.
+ALLOWED_CHANGES = ("parallelism", "fsdp", "best_metric", "best_mode", "task.bleu_tokenize", "task.eval_split",
+                   "task.length_penalty_candidates", "task.num_eval_examples", "task.num_eval_prompts",
+                   "task.num_eval_sentences", "task.prompt_words", "task.test_split", "task.test_splits")
 
 
 def read_run_config(workdir: str) -> ml_collections.ConfigDict:
