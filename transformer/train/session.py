@@ -172,8 +172,7 @@ def _hold_to_config(session: Session, resuming: bool, write_history: bool) -> No
     return
   changes = config_differences(read_run_config(workdir).to_dict(), json.loads(config.to_json_best_effort()),
                                session.mode)
-  accepted = {field.strip() for field in config.get("accept_changes", "").split(",") if field.strip()}
-  refused = [change for change in changes if not change.allowed and change.field not in accepted]
+  refused = [change for change in changes if not change.allowed and change.field not in _accepted(config)]
   if refused:
     raise ConfigError(
         f"--workdir={workdir} was trained with other settings: "
@@ -182,6 +181,11 @@ def _hold_to_config(session: Session, resuming: bool, write_history: bool) -> No
         + ",".join(c.field for c in refused) + f" (it is recorded in {HISTORY_FILE}).")
   if write_history:
     _append_history(session, [(c.field, c.old, c.new) for c in changes if c.recorded])
+
+
+def _accepted(config) -> set[str]:
+  """The fields ``config.accept_changes`` ("field,field") names."""
+  return {field.strip() for field in config.get("accept_changes", "").split(",") if field.strip()}
 
 
 def _append_history(session: Session, changes: list[tuple]) -> None:
@@ -210,8 +214,7 @@ def _hold_to_data(session: Session, resuming: bool, write_history: bool) -> None
   if recorded == current:
     return
   changed = sorted(name for name in set(recorded) | set(current) if recorded.get(name) != current.get(name))
-  accepted = {field.strip() for field in session.config.get("accept_changes", "").split(",")}
-  if "data" not in accepted:
+  if "data" not in _accepted(session.config):
     raise ConfigError(
         f"--workdir={session.workdir} was trained on other data: {', '.join(changed)} "
         f"({recorded.get(changed[0], 'absent')} then, {current.get(changed[0], 'absent')} now). Point the task "
