@@ -19,7 +19,6 @@ cost. The rest of (a) - (b) is the loop's Python bookkeeping, logging and checkp
 """
 from __future__ import annotations
 
-import os
 import statistics
 import sys
 import tempfile

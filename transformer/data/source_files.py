@@ -65,8 +65,7 @@ class Release:
   Attributes:
     fingerprint: the published size and SHA-256.
     source: where the digest was published (named in the warning).
-    contents: what the release holds, in the words the warning compares with, e.g. ``"43,824 rows,
-      2010-01-01 00h to 2014-12-31 23h"``.
+    contents: what the release holds, in the words the warning compares with (rows, time span).
   """
   fingerprint: FileFingerprint
   source: str

@@ -2,27 +2,26 @@
 
 Dataset-agnostic numpy (the Beijing PM2.5 specifics live in ``transformer/data/beijing_pm25/``).
 
-A series is a few arrays sharing the leading ``[hours]`` axis: ``features`` float32
-``[hours, num_features]`` (the model's inputs), ``targets`` float32 ``[hours]`` (the value to
-forecast, finite everywhere), ``target_mask`` bool ``[hours]`` (True where the target was
-observed; only those hours are ever scored) and optionally ``times`` datetime64[h] ``[hours]``.
+A series is a few arrays sharing the leading ``[hours]`` axis: ``features`` float32 ``[hours, num_features]``
+(the model's inputs), ``targets`` float32 ``[hours]`` (the value to forecast, finite everywhere),
+``target_mask`` bool ``[hours]`` (True where the target was observed; only those hours are ever scored) and
+optionally ``times`` datetime64[h] ``[hours]``.
 
 A window is named by its forecast origin ``t``, the last input hour. Its inputs are the hours
-``t - input_length + 1 ... t``, its targets the hours ``t + h`` for each horizon ``h`` (each
-horizon is predicted directly, one output each). :class:`WindowedSeries` keeps only the windows
-lying entirely, inputs and targets, in ``[start, stop)``: a split's windows never read an hour
-of another split. Windows are gathered from the one array when a batch is made, never stored.
+``t - input_length + 1 ... t``, its targets the hours ``t + h`` for each horizon ``h`` (each horizon is
+predicted directly, one output each). :class:`WindowedSeries` keeps only the windows lying entirely, inputs
+and targets, in ``[start, stop)``: a split's windows never read an hour of another split. Windows are gathered
+from the one array when a batch is made, never stored.
 
 Pieces:
 
-* :func:`forward_fill`, :func:`one_hot`, :func:`cyclical_time_features`, :class:`Standardization`:
-  feature engineering.
-* :class:`WindowedSeries`: batches of windows by index; :meth:`WindowedSeries.train_iterator`
-  (endless, shuffled, resumable: :class:`WindowBatchIterator`) and
-  :meth:`WindowedSeries.eval_batches` (in order, fixed shape, padding rows unscored).
+* :func:`forward_fill`, :func:`one_hot`, :func:`cyclical_time_features`, :class:`Standardization`: features.
+* :class:`WindowedSeries`: batches of windows by index; :meth:`WindowedSeries.train_iterator` (endless,
+  shuffled, resumable: :class:`WindowBatchIterator`) and :meth:`WindowedSeries.eval_batches` (in order, fixed
+  shape, padding rows unscored).
 * :func:`persistence_forecast`, :func:`daily_persistence_forecast`: the baselines.
-* :func:`error_sums`, :func:`metrics_from_sums`, :func:`forecast_metrics`: MAE and RMSE per
-  horizon over the scored entries only.
+* :func:`error_sums`, :func:`metrics_from_sums`, :func:`forecast_metrics`: MAE and RMSE per horizon over the
+  scored entries only.
 """
 from __future__ import annotations
 
@@ -32,12 +31,10 @@ from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 
-CYCLICAL_FEATURE_NAMES = ("hour_sin", "hour_cos", "weekday_sin", "weekday_cos",
-                          "day_of_year_sin", "day_of_year_cos")
+CYCLICAL_FEATURE_NAMES = ("hour_sin", "hour_cos", "weekday_sin", "weekday_cos", "day_of_year_sin", "day_of_year_cos")
 
 
-def forward_fill(values: np.ndarray, observed: np.ndarray,
-                 segment_starts: Sequence[int] = ()) -> np.ndarray:
+def forward_fill(values: np.ndarray, observed: np.ndarray, segment_starts: Sequence[int] = ()) -> np.ndarray:
   """``values`` with every unobserved entry replaced by the last observed one before it.
 
   Args:

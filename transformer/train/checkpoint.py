@@ -18,16 +18,12 @@ half-written temporary directories are removed so that only intact checkpoints r
 """
 from __future__ import annotations
 
-import gc
 import hashlib
 import logging
 import math
 import os
 import shutil
-import sys
-import threading
 import time
-import warnings
 from typing import Any
 
 import jax
@@ -36,6 +32,7 @@ import orbax.checkpoint as ocp
 
 from transformer.errors import (CheckpointRestoreError, ConfigError, MissingDataError, TrainingDiverged,
                                 WorkdirError)
+from transformer.train.orbax_aftermath import collect_orbax_leftovers, join_orbax_workers, quiet_orbax_aftermath
 from transformer.train.writers import format_bytes, is_disk_full
 
 log = logging.getLogger(__name__)
@@ -73,79 +70,6 @@ def state_checksums(state) -> tuple[dict[str, str], list[str]]:
 def _one_line(error: Exception) -> str:
   text = str(error).strip().splitlines()
   return f"{type(error).__name__}: {text[0][:200] if text else ''}"
-
-
-def _is_closed_loop_error(error: BaseException | None) -> bool:
-  return isinstance(error, RuntimeError) and str(error) == "Event loop is closed"
-
-
-class _OrbaxAftermathFilter(logging.Filter):
-  """Drops the log records that a failed orbax save or restore leaves behind in its worker threads, each a
-  copy of the error that ``Checkpointer`` raises or reports in one line: asyncio's "Task (or Future)
-  exception was never retrieved" / "Task was destroyed but it is pending" for orbax's tasks, and orbax's own
-  tracebacks of a full disk (it logs one per background thread, then raises the same error in
-  ``wait_until_finished``)."""
-
-  def filter(self, record: logging.LogRecord) -> bool:
-    if record.name == "asyncio":
-      message = str(record.msg)
-      first_line = message.split("\n", 1)[0]
-      leftover = first_line.endswith(("exception was never retrieved", "was destroyed but it is pending!"))
-      return not (leftover and ("orbax" in message or (record.exc_info and is_disk_full(record.exc_info[1]))))
-    from_orbax = f"{os.sep}orbax{os.sep}checkpoint{os.sep}" in (record.pathname or "")
-    return not (from_orbax and record.exc_info and is_disk_full(record.exc_info[1]))
-
-
-_aftermath_filter = _OrbaxAftermathFilter()
-
-
-def _quiet_orbax_aftermath() -> None:
-  """Silence what a failed orbax save or restore prints after the error itself (idempotent).
-
-  Orbax runs each save or restore on a fresh event loop and closes it as soon as the first tensorstore read
-  or write fails; the other reads and writes of that checkpoint still finish later and call
-  ``loop.call_soon_threadsafe`` on the closed loop. Each such call prints a "RuntimeError: Event loop is
-  closed" traceback through ``sys.unraisablehook`` (hundreds for one damaged checkpoint) long after the
-  checkpoint was skipped. Nothing can be done on a closed loop, so those, and only those, are dropped.
-  """
-  if getattr(sys.unraisablehook, "_drops_closed_loop_errors", False):
-    return
-  previous = sys.unraisablehook
-
-  def hook(unraisable):
-    if not _is_closed_loop_error(unraisable.exc_value):
-      previous(unraisable)
-
-  hook._drops_closed_loop_errors = True
-  sys.unraisablehook = hook
-  for name in ("absl", "asyncio"):
-    logger = logging.getLogger(name)
-    if _aftermath_filter not in logger.filters:
-      logger.addFilter(_aftermath_filter)
-
-
-def _join_orbax_workers(timeout: float = 60.0) -> None:
-  """Wait (up to ``timeout`` seconds in all) for orbax's worker threads to end.
-
-  When one write of an asynchronous save fails, orbax raises at once, while its other writes of that
-  checkpoint go on in their own threads (and recreate the temporary directory a cleanup just removed, or fail
-  at interpreter exit with more tracebacks). Orbax keeps no handle to them for a caller, so they are found by
-  their class's module."""
-  deadline = time.monotonic() + timeout
-  for thread in threading.enumerate():
-    if thread is not threading.current_thread() and type(thread).__module__.startswith("orbax."):
-      # The base class's join: orbax's own re-raises the thread's error, which is being reported already.
-      threading.Thread.join(thread, max(deadline - time.monotonic(), 0))
-
-
-def _collect_orbax_leftovers() -> None:
-  """Collect now the coroutines a failed orbax operation created and never awaited (the writes or reads
-  after the one that failed), so that their "coroutine ... was never awaited" warnings, copies of the error
-  already reported, are dropped here instead of printed at exit. Call it once the error is no longer
-  referenced (outside its ``except`` block): its traceback keeps them alive."""
-  with warnings.catch_warnings():
-    warnings.filterwarnings("ignore", message=r"coroutine .* was never awaited", category=RuntimeWarning)
-    gc.collect()
 
 
 def _allocated_bytes(directory: str) -> int:
@@ -187,7 +111,7 @@ class Checkpointer:
     self._checkpoint_sizes: dict[str, int] = {}  # step directory -> bytes on disk, measured once it is complete
     self._state_size = 0
     self._failed = False  # a save ran out of space: closing must not raise the same error again
-    _quiet_orbax_aftermath()
+    quiet_orbax_aftermath()
     options = ocp.CheckpointManagerOptions(max_to_keep=keep, enable_async_checkpointing=asynchronous,
                                            create=True, cleanup_tmp_directories=repair)
     self._latest = ocp.CheckpointManager(os.path.join(directory, "checkpoints"), options=options,
@@ -258,7 +182,7 @@ class Checkpointer:
     except Exception as error:  # an asynchronous save reports a full disk here, at the next save, or in wait()
       if not is_disk_full(error):
         raise
-    raise self._out_of_space(step, copies)  # outside the except block: see _collect_orbax_leftovers
+    raise self._out_of_space(step, copies)  # outside the except block: see collect_orbax_leftovers
 
   def _checkpoint_size(self) -> int:
     """Bytes on disk of the newest complete checkpoint, or of the state's arrays before the first one."""
@@ -310,8 +234,8 @@ class Checkpointer:
         manager.wait_until_finished()
       except Exception:  # the same full disk, seen by the other copy: reported once, below
         pass
-    _join_orbax_workers()
-    _collect_orbax_leftovers()
+    join_orbax_workers()
+    collect_orbax_leftovers()
     removed = self._remove_unfinished()
     failed = sorted({s for _, s in removed} | ({step} if step is not None else set()))
     copies = copies or max(len({directory for directory, _ in removed}), 1)
@@ -398,7 +322,7 @@ class Checkpointer:
       except Exception as error:  # a corrupt, truncated or altered checkpoint: fall back to the previous one
         failed.append((manager, candidate, _one_line(error)))
       if restored is None:
-        _collect_orbax_leftovers()  # outside the except block, which keeps the failed reads alive
+        collect_orbax_leftovers()  # outside the except block, which keeps the failed reads alive
         continue
       state, extra = restored
       where = f"step {candidate} in {manager.directory}"

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
 
 from transformer.train.optimizer import frozen_labels

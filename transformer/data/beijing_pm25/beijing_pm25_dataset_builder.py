@@ -63,7 +63,7 @@ SPLIT_YEARS = {"train": (2010, 2011, 2012), "validation": (2013,), "test": (2014
 RELEASE = source_files.Release(
     source_files.FileFingerprint(2_010_494, "4127f868775e31b3956522adc0ec75af8937dde6a3896e8beed3a376c6d27f1c"),
     "the digest recorded by projects that downloaded it from UCI",
-    "43,824 rows, 2010-01-01 00h to 2014-12-31 23h")
+    "43,824 rows, every hour of the years 2010 to 2014")
 
 logger = logging.getLogger(__name__)
 
@@ -161,7 +161,7 @@ def parse_number(field: str, allow_missing: bool, where: str) -> float:
 
 
 def describe_hours(columns: dict[str, np.ndarray]) -> str:
-  """What a file holds, as :data:`RELEASE` says it: ``"43,824 rows, 2010-01-01 00h to 2014-12-31 23h"``."""
+  """What a file holds, beside :data:`RELEASE`'s words: its rows and its first and last hour (``YYYY-MM-DD HHh``)."""
   times = columns["time"]
   def hour(time):
     return str(time.astype("datetime64[h]")).replace("T", " ") + "h"
