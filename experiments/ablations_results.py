@@ -347,8 +347,10 @@ def mean_std(values: np.ndarray, digits: int = 3) -> str:
 
 
 def comparison(result: CellResult, reference: CellResult) -> str:
-  """One sentence on ``result`` against ``reference`` in the task's first metric: the difference of means and
-  whether it exceeds the seeds' spread (more than twice the standard error of the difference)."""
+  """One sentence on ``result`` against ``reference`` in the task's first metric: the difference of means,
+  whether it exceeds the seeds' spread (more than twice the standard error of the difference: a screen), and
+  beside it Welch's t, its degrees of freedom and two-sided p-value (``report.welch_t_test``), which with 3
+  seeds a side can leave a difference the screen calls larger above p = 0.05."""
   metric, heading, digits = METRICS[result.cell.task][0]
   a, b = result.per_seed.get(metric), reference.per_seed.get(metric)
   if a is None or b is None or not (np.isfinite(a).all() and np.isfinite(b).all()):
@@ -357,8 +359,57 @@ def comparison(result: CellResult, reference: CellResult) -> str:
   error = math.sqrt(a.var(ddof=1) / a.size + b.var(ddof=1) / b.size) if min(a.size, b.size) > 1 else 0.0
   verdict = ("larger than the spread of seeds" if abs(difference) > 2 * error
              else "within the spread of seeds: no conclusion")
+  if min(a.size, b.size) > 1:
+    t, df, p = report.welch_t_test(a, b)
+    verdict += f"; Welch's t = {t:.2f}, {df:.1f} degrees of freedom, {report.format_p_value(p)}"
   return (f"{result.cell.variant}: {difference:+.{digits}f} {heading} against {reference.cell.variant} "
           f"(standard error {error:.{digits}f}; {verdict})")
+
+
+# The settings that tell a regularization table's cells from the base model (``against_base``), with their words.
+REGULARIZATION_FIELDS = {"model.dropout_rate": "dropout", "model.attention_dropout_rate": "attention dropout",
+                         "label_smoothing": "label smoothing"}
+
+
+def against_base(cells: list[CellResult], results: dict[str, list[CellResult]], task: str) -> str:
+  """A paragraph for a table whose reference is not the model the other tables start from (``Ablation.
+  against_base``): that base's regularization and score, and this table's cell closest to it, with the settings
+  in which it differs and the gap (Welch's t as in ``comparison``). "" when the reference is the base, or no
+  table on the page holds the base."""
+  base = report.flatten_config(common.multi30k_base() if task == "multi30k" else common.synthetic_base())
+  differences = {result.cell.name: config_disagreement(cell_config(result.cell), base) for result in cells}
+  if not differences[cells[0].cell.name]:
+    return ""
+  base_results = [result for rows in results.values() for result in rows
+                  if not config_disagreement(cell_config(result.cell), base)]
+  if not base_results:
+    return ""
+  base_result = base_results[0]
+  metric, heading, digits = METRICS[task][0]
+  closest = min(cells, key=lambda result: len(differences[result.cell.name]))
+  fields = differences[closest.cell.name]
+  changed = ", ".join(f"{field} {cell_config(closest.cell)[field]} against {base[field]}" for field in fields)
+  settings = ", ".join(f"{words} {base[field]}" for field, words in REGULARIZATION_FIELDS.items())
+  base_score, score = base_result.per_seed[metric], closest.per_seed[metric]
+  statistics = ""
+  if min(base_score.size, score.size) > 1:
+    t, df, p = report.welch_t_test(score, base_score)
+    statistics = f" (Welch's t = {t:.2f}, {df:.1f} degrees of freedom, {report.format_p_value(p)})"
+  means = [np.nanmean(result.per_seed[metric]) for result in cells]
+  same_run = ", ".join(result.cell.name for result in base_results)
+  text = (f"This table's reference ({cells[0].cell.variant}) is not the model the other tables start from: the "
+          f"base (`common.{task}_base`; {same_run} are that run) trains with "
+          f"{settings}, and scores {np.mean(base_score):.{digits}f} {heading}; these variants set those settings "
+          f"themselves and score {min(means):.{digits}f}-{max(means):.{digits}f}. The closest of them, "
+          f"{closest.cell.variant}, differs from the base only in {changed}: {np.mean(score):.{digits}f} against "
+          f"{np.mean(base_score):.{digits}f}{statistics}.")
+  if task == "multi30k":
+    from experiments import multi30k
+    setting = " and ".join(f"{REGULARIZATION_FIELDS.get(field, field)} {base[field]}" for field in fields)
+    text += (f" So the base scores below these cells for its {setting} within a budget of {closest.steps} steps; "
+             f"experiments/multi30k.py sets it for its full "
+             f"{multi30k.get_config('transformer_small').num_train_steps:,}-step run.")
+  return text
 
 
 def first_pairs(batches, count: int, pad: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
@@ -458,7 +509,10 @@ def task_setting(task: str) -> str:
                                 f"warmup steps, then {optimizer.schedule.replace('_', ' ')} decay")
   return (f"Task: Multi30k en-de (`experiments/ablations/common.py`, `multi30k_base`): experiments/multi30k.py's "
           f"`transformer_small` ({model.num_encoder_layers}+{model.num_decoder_layers} layers, d_model "
-          f"{model.d_model}, {model.norm_position}-LN), {schedule(optimizer)}; the RNN ablation: its "
+          f"{model.d_model}, {model.norm_position}-LN; dropout {model.dropout_rate:g} on the residual sublayers, "
+          f"{model.attention_dropout_rate:g} on the attention weights, label smoothing {base.label_smoothing:g}: "
+          f"the settings of its full run, kept in every Transformer table but regularization), "
+          f"{schedule(optimizer)}; the RNN ablation: its "
           f"`gru_bahdanau` with hidden {rnn.model.hidden_dim} and embeddings {rnn.model.embedding_dim} "
           f"(`rnn_attention.py`), {schedule(rnn.optimizer)}; batches of {base.task.max_tokens:,} tokens, a budget "
           f"of {base.num_train_steps} steps; BLEU of beam search (beam {base.decode.beam_size}) on the "
@@ -501,6 +555,8 @@ def write_results(output: str, results: dict[str, list[CellResult]], commands: d
     reading += tokenizer_caveat(cells)
     if len(cells) > 1:  # only the reference finished: nothing to compare yet
       reading = f"Against the reference ({cells[0].cell.variant}), {METRICS[task][0][1]}:\n{reading}"
+    if ablation.against_base and (contrast := against_base(cells, results, task)):
+      reading += f"\n\n{contrast}"
     text = f"""## {ablation.title}
 
 {ablation.question} Config: `experiments/ablations/{name}.py`.
@@ -555,7 +611,10 @@ Page written on: {report.machine_description()}; each row names the hardware its
 order). Each number is the mean ± sample standard deviation over the seeds of the final evaluation; "diverged"
 counts seeds whose training loss became non-finite, that skipped a non-finite step, or whose final training loss
 is above {common.DIVERGED_LOSS[task]} nats. A difference is called "larger than the spread of seeds" when it exceeds
-twice its standard error; with 3 seeds that is a screen, not a significance test. Wall time includes compilation and
+twice its standard error; with 3 seeds that is a screen, not a significance test. Beside it, Welch's t-test
+(unequal variances; `experiments.report.welch_t_test`): t, its Welch-Satterthwaite degrees of freedom and the
+two-sided p-value. With 2-4 degrees of freedom a t between 2 and 4 can be p above 0.05: read such a
+"larger" as a hint, not a finding. Wall time includes compilation and
 evaluation. Cells with the same config (the reference model) are one run, listed under each ablation; so are
 variants that differ only in the learning rate, its warmup or label smoothing (`--config.sweep`: variants and
 seeds in one vmapped program; the wall time is the program's, listed under each of its variants).

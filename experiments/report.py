@@ -12,6 +12,7 @@ import dataclasses
 import datetime
 import functools
 import json
+import math
 import os
 import platform
 import shlex
@@ -284,3 +285,80 @@ def portable_command(parts: list[str]) -> str:
 
 def command_line(parts: list[str]) -> str:
   return " ".join(shlex.quote(p) for p in parts)
+
+
+# ------------------------------------------------------------------------------ comparing seeds of two runs
+# Plain math, no scipy: the results scripts need no dependency beyond the package's for one p-value.
+
+
+def regularized_incomplete_beta(x: float, a: float, b: float) -> float:
+  """I_x(a, b), the regularized incomplete beta function, for 0 <= x <= 1 and a, b > 0.
+
+  The continued fraction of Numerical Recipes (section 6.4, evaluated by the modified Lentz method); it
+  converges fast for x < (a + 1) / (a + b + 2), and the symmetry I_x(a, b) = 1 - I_{1-x}(b, a) covers the rest.
+  """
+  if not 0.0 <= x <= 1.0:
+    raise ValueError(f"regularized_incomplete_beta: x={x!r} is outside [0, 1]")
+  if x in (0.0, 1.0):
+    return x
+  if x > (a + 1.0) / (a + b + 2.0):
+    return 1.0 - regularized_incomplete_beta(1.0 - x, b, a)
+  log_front = a * math.log(x) + b * math.log1p(-x) - (math.lgamma(a) + math.lgamma(b) - math.lgamma(a + b))
+  tiny, epsilon = 1e-300, 1e-15
+  c, d = 1.0, 1.0 - (a + b) * x / (a + 1.0)
+  d = 1.0 / (d if abs(d) > tiny else tiny)
+  fraction = d
+  for m in range(1, 10_000):
+    for numerator in (m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),  # the even step, then the odd
+                      -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))):
+      d = 1.0 + numerator * d
+      d = 1.0 / (d if abs(d) > tiny else tiny)
+      c = 1.0 + numerator / c
+      c = c if abs(c) > tiny else tiny
+      fraction *= c * d
+    if abs(c * d - 1.0) < epsilon:
+      break
+  return math.exp(log_front) * fraction / a
+
+
+def student_t_two_sided_p(t: float, df: float) -> float:
+  """P(|T| >= |t|) for Student's t with ``df`` (not necessarily whole) degrees of freedom:
+  I_{df / (df + t^2)}(df / 2, 1 / 2)."""
+  if math.isinf(t):
+    return 0.0
+  return regularized_incomplete_beta(df / (df + t * t), df / 2.0, 0.5)
+
+
+def welch_t_test(a, b) -> tuple[float, float, float]:
+  """Welch's t-test of the means of two samples (seeds of two runs) without assuming equal variances.
+
+  Args:
+    a, b: the samples, each of at least 2 finite values (a sequence or 1-D array).
+
+  Returns:
+    ``(t, df, p)``: t = (mean(a) - mean(b)) / sqrt(var(a) / n_a + var(b) / n_b) with sample variances, its
+    Welch-Satterthwaite degrees of freedom, and the two-sided p-value from Student's t. Both samples constant:
+    t = +-inf and p = 0 when the means differ, t = nan and p = 1 when they do not; df is then nan.
+
+  Raises:
+    ValueError: a sample has fewer than 2 values (no variance to estimate), or a value that is not finite.
+  """
+  samples = [[float(value) for value in sample] for sample in (a, b)]
+  for name, sample in zip("ab", samples):
+    if len(sample) < 2 or not all(math.isfinite(value) for value in sample):
+      raise ValueError(f"welch_t_test: sample {name}={sample!r} needs at least 2 values, all finite")
+  means = [math.fsum(sample) / len(sample) for sample in samples]
+  # The variance of each mean: the sample variance (n - 1 in the denominator) over n.
+  mean_variances = [math.fsum((value - mean) ** 2 for value in sample) / (len(sample) - 1) / len(sample)
+                    for sample, mean in zip(samples, means)]
+  difference, variance = means[0] - means[1], sum(mean_variances)
+  if variance == 0.0:
+    return (math.copysign(math.inf, difference), math.nan, 0.0) if difference else (math.nan, math.nan, 1.0)
+  t = difference / math.sqrt(variance)
+  df = variance ** 2 / sum(v ** 2 / (len(sample) - 1) for v, sample in zip(mean_variances, samples))
+  return t, df, student_t_two_sided_p(t, df)
+
+
+def format_p_value(p: float) -> str:
+  """``p = 0.093`` (three decimals), ``p < 0.001`` below that."""
+  return "p < 0.001" if p < 0.001 else f"p = {p:.3f}"

@@ -21,14 +21,18 @@ saved in an older config shape compare field by field), and its command is the v
 overrides that turn the variant as it is when the page is written into those settings, so it reproduces that run
 after later default changes too. Each run's row and curves are kept in the page's ``runs.json`` (one entry per
 row, replaced when that row is reported again), so runs made on different days or machines end up in one table.
-The row with the best validation BLEU gives the page's test hypotheses (copied from that run's folder, so the
-file always belongs to a row of the table). A second table splits each run's test BLEU by the reference's length
-in words (``transformer.tasks.translation.bleu_by_reference_length``). With ``--validation_only`` the runs are not
-decoded again: a third table (kept in ``validation_runs.json``) lists them beside the scored ones by the
-validation BLEU their training logged, for settings that lost on validation. Without ``--run`` the page
-is rewritten from ``runs.json`` alone (e.g. with ``--update_committed`` after ``experiments/attention_plots.py``
-added the ``attention/`` or ``alignment/`` folder it links). A hand-written ``runs_not_kept.md`` in the page's
-folder (settings tried whose workdirs are gone) is quoted at the end of the page.
+The row with the best validation BLEU gives the page's test hypotheses (copied from that run's folder, so the file
+always belongs to a row of the table); every other scored row's go to ``hypotheses/ROW/`` (the best row's move
+there when another row beats it), so each test BLEU in the table can be recomputed with sacreBLEU, and the page
+lists each row's files or says that they are not committed and how to make them. Rows that differ only in
+``config.seed`` are also tabled together: each seed's BLEU and their mean. A second table splits each run's test
+BLEU by the reference's length in words (``transformer.tasks.translation.bleu_by_reference_length``). With
+``--validation_only`` the runs are not decoded again: a third table (kept in ``validation_runs.json``) lists them
+beside the scored ones by the validation BLEU their training logged, for settings that lost on validation. Without
+``--run`` the page is rewritten from ``runs.json`` alone (e.g. with ``--update_committed`` after
+``experiments/attention_plots.py`` added the ``attention/`` or ``alignment/`` folder it links). A hand-written
+``runs_not_kept.md`` in the page's folder (settings tried whose workdirs are gone) is quoted at the end of the
+page.
 """
 from __future__ import annotations
 
@@ -101,6 +105,9 @@ NOT_TRAINING_SETTINGS = ("task.source_dir", "task.data_dir", "task.test_splits",
 # Hand-written note in experiments/<experiment>/ on settings tried without a workdir left; RESULTS.md quotes it.
 # What a new page folder copies from the committed one (the test output too: it belongs to the best row).
 STARTING_FILES = ("runs.json", "validation_runs.json", report.NOT_KEPT_NOTE, "curves.png")
+# Beside the page: the test outputs of each scored row but the best (whose are the page's own files), one folder
+# per row, so that every row's test BLEU can be recomputed.
+ROW_OUTPUTS = "hypotheses"
 # Folders of experiments/attention_plots.py output linked from RESULTS.md when present.
 PLOT_FOLDERS = {"attention": "Transformer attention (encoder self, decoder self, cross)",
                 "alignment": "RNN attention alignment"}
@@ -309,10 +316,100 @@ def row(name: str, run: dict) -> list:
               if run.get("length_penalty") is not None else "")  # rows reported before decoding settings were recorded
   if by_alpha:
     decoding += " (on validation: " + ", ".join(f"{float(a):g}: {b:.2f}" for a, b in by_alpha.items()) + ")"
-  return [name, run["size"], f"{run['training_pairs']:,}", f"{checkpoint} of {run['steps_trained']}{stopped}",
+  return [name, str(run_seed(run)), run["size"], f"{run['training_pairs']:,}",
+          f"{checkpoint} of {run['steps_trained']}{stopped}",
           f"{run['wall_hours']:.2f} h", decoding, f"{run['validation_bleu']:.2f}", f"{run['test_bleu']:.2f}",
           f"{run['test_bleu_lowercase']:.2f}", run["hardware"] + (f"; {run['note']}" if run["note"] else ""),
           f"`{run['signature']}`", f"`{run['command']}`"]
+
+
+def run_seed(run: dict) -> int:
+  """The row's ``config.seed`` (initialisation, dropout and data order)."""
+  return upgrade_config(run["config"]).get("seed", 0)
+
+
+def seed_groups(runs: dict) -> list[list[str]]:
+  """Rows that trained the same settings on the same data with different ``config.seed``, each group in seed
+  order; groups of one seed, or where two rows share a seed (a rerun: which to average is unclear), are left out."""
+  groups: dict[str, list[str]] = {}
+  for name, run in runs.items():
+    settings = {key: value for key, value in report.flatten_config(upgrade_config(run["config"])).items()
+                if key != "seed" and key not in NOT_TRAINING_SETTINGS}
+    groups.setdefault(json.dumps([settings, run["training_pairs"]], sort_keys=True, default=str), []).append(name)
+  seeded = []
+  for names in groups.values():
+    seeds = [run_seed(runs[name]) for name in names]
+    if len(names) > 1 and len(set(seeds)) == len(seeds):
+      seeded.append(sorted(names, key=lambda name: run_seed(runs[name])))
+  return seeded
+
+
+def seeds_table(test: str, runs: dict) -> str:
+  """Markdown section: for each ``seed_groups`` group, each seed's test and validation BLEU and their mean (the
+  number to quote for the setting), or "" when no row has a second seed."""
+  def mean_and_each(names: list[str], key: str) -> str:
+    values = [runs[name][key] for name in names]
+    return f"{sum(values) / len(values):.2f} ({', '.join(f'{value:.2f}' for value in values)})"
+  rows = [[", ".join(names), ", ".join(str(run_seed(runs[name])) for name in names),
+           *(mean_and_each(names, key) for key in ("test_bleu", "test_bleu_lowercase", "validation_bleu"))]
+          for names in seed_groups(runs)]
+  if not rows:
+    return ""
+  table = report.markdown_table(
+      ["rows", "seeds", f"{test} BLEU: mean (each seed)", f"{test} BLEU lowercased: mean (each seed)",
+       "validation BLEU: mean (each seed)"], rows)
+  return (f"\nRows that trained the same settings with another `config.seed` (initialisation, dropout and data "
+          f"order), each seed's checkpoint and alpha chosen on validation as above; the mean over seeds is the "
+          f"number to quote for the setting, one seed's row is one draw:\n\n{table}\n")
+
+
+def row_outputs_folder(output: str, name: str) -> str:
+  """Where the test outputs of row ``name`` are kept in the page's folder, unless it is the best row."""
+  return os.path.join(output, ROW_OUTPUTS, name)
+
+
+def keep_row_outputs(experiment: str, output: str, name: str) -> None:
+  """Move the page's own test outputs, row ``name``'s until now, into ``hypotheses/NAME/``: another row has
+  become the best on validation and takes the page's files."""
+  for _, page_name in test_outputs(experiment):
+    path = os.path.join(output, page_name)
+    if os.path.exists(path):
+      os.makedirs(row_outputs_folder(output, name), exist_ok=True)
+      shutil.move(path, os.path.join(row_outputs_folder(output, name), page_name))
+
+
+def copy_row_outputs(experiment: str, output_dir: str, folder: str) -> None:
+  """Copy the test outputs ``--mode=eval`` wrote in ``output_dir`` into ``folder`` under the page's names,
+  replacing what an earlier run of the row left there."""
+  shutil.rmtree(folder, ignore_errors=True)
+  for written, page_name in test_outputs(experiment):
+    if os.path.exists(os.path.join(output_dir, written)):
+      os.makedirs(folder, exist_ok=True)
+      shutil.copy(os.path.join(output_dir, written), os.path.join(folder, page_name))
+
+
+def outputs_table(experiment: str, output: str, runs: dict, best: str) -> str:
+  """Markdown section: each scored row's test outputs in the page's folder (the best row's are the page's own
+  files), or that they are not committed and the commands that make them."""
+  test = TEST_NAME[experiment]
+  rows = []
+  for name, run in runs.items():
+    if name == best:
+      files = [page_name for _, page_name in test_outputs(experiment)
+               if os.path.exists(os.path.join(output, page_name))]
+    else:
+      files = [f"{ROW_OUTPUTS}/{name}/{page_name}" for _, page_name in test_outputs(experiment)
+               if os.path.exists(os.path.join(row_outputs_folder(output, name), page_name))]
+    spec = f"{name}={run['variant']}" if name != run["variant"] else run["variant"]
+    missing = ("not committed (the row was reported before every row's outputs were kept): train it with the "
+               f"row's command, then `python -m experiments.translation_results --experiment={experiment} "
+               f"--run={spec}:WORKDIR` scores it and writes them")
+    rows.append([name, f"{run['test_bleu']:.2f}", ", ".join(f"`{path}`" for path in files) or missing])
+  table = report.markdown_table(["model", f"{test} BLEU", "test outputs in this folder"], rows)
+  return (f"\nEach row's test outputs (one line per reference line, the row's checkpoint and decoding): "
+          f"`sacrebleu REFERENCE -i FILE --tokenize TOK` recomputes its BLEU, with the reference file of the test "
+          f"set from the source folder and TOK the `tok:` of the row's sacreBLEU signature (`-lc` for the "
+          f"lowercased column):\n\n{table}\n")
 
 
 def by_length_table(test: str, runs: dict) -> str:
@@ -397,12 +494,16 @@ def read_rows(path: str) -> dict:
 
 def start_page(experiment: str, output: str, committed: str, new_names: set[str]) -> None:
   """Starts the page in ``output`` (a folder without a runs.json) from the committed one in ``committed``: its
-  rows, notes, curves and the test output of its best row. A committed row named as one of ``new_names`` is
-  kept as ``NAME (committed)``, so the new run of that name is shown beside it."""
+  rows, notes, curves and the test outputs of its rows. A committed row named as one of ``new_names`` is kept as
+  ``NAME (committed)`` (its outputs' folder too), so the new run of that name is shown beside it."""
   os.makedirs(output, exist_ok=True)
   for name in (*STARTING_FILES, *(page_name for _, page_name in test_outputs(experiment))):
     if os.path.exists(os.path.join(committed, name)):
       shutil.copy(os.path.join(committed, name), os.path.join(output, name))
+  for name in (os.listdir(os.path.join(committed, ROW_OUTPUTS))
+               if os.path.isdir(os.path.join(committed, ROW_OUTPUTS)) else ()):
+    shutil.copytree(os.path.join(committed, ROW_OUTPUTS, name),
+                    row_outputs_folder(output, f"{name} (committed)" if name in new_names else name))
   for table in ("runs.json", "validation_runs.json"):
     path = os.path.join(output, table)
     if os.path.exists(path):
@@ -468,14 +569,19 @@ def write_results(experiment: str, output: str, new_runs: dict[str, tuple[dict, 
                     default=-math.inf)
   for name, (summary, output_dir) in new_runs.items():
     runs[name] = summary
-    if summary["validation_bleu"] > best_before:  # the best model so far: its test outputs are committed
+    if summary["validation_bleu"] > best_before:  # the best model so far: its test outputs are the page's
       best_before = summary["validation_bleu"]
+      if owner is not None and owner != name:  # the former best row keeps its outputs in its own folder
+        keep_row_outputs(experiment, output, owner)
+      shutil.rmtree(row_outputs_folder(output, name), ignore_errors=True)  # an earlier run's of this row
       for written, page_name in test_outputs(experiment):
         if os.path.exists(os.path.join(output_dir, written)) or page_name == hypotheses:
           shutil.copy(os.path.join(output_dir, written), os.path.join(output, page_name))
         elif os.path.exists(os.path.join(output, page_name)):
           os.remove(os.path.join(output, page_name))  # the previous best's: not this run's
       owner = name
+    else:
+      copy_row_outputs(experiment, output_dir, row_outputs_folder(output, name))
   if not runs:
     raise app.UsageError("give at least one --run=VARIANT:WORKDIR to score on test (without --validation_only): "
                          "the page needs one model scored on test")
@@ -504,7 +610,7 @@ def write_results(experiment: str, output: str, new_runs: dict[str, tuple[dict, 
     report.plot_curves({name: run["curves"] for name, run in runs.items()}, list(CURVES),
                        os.path.join(output, "curves.png"), f"{experiment}: training curves")
   table = report.markdown_table(
-      ["model", "size", "training pairs", "checkpoint (chosen on validation) of steps trained",
+      ["model", "seed", "size", "training pairs", "checkpoint (chosen on validation) of steps trained",
        "training wall time", "decoding (length penalty alpha chosen on validation)", "validation BLEU",
        f"{test} BLEU", f"{test} BLEU lowercased", "hardware",
        "sacreBLEU signature", "command"], [row(name, run) for name, run in runs.items()])
@@ -536,7 +642,8 @@ with beam search. {test_output}
 {table}
 
 {NOTES[experiment]}
-{other_tests_table(experiment, runs)}{by_length}{compared_on_validation}
+{seeds_table(test, runs)}{outputs_table(experiment, output, runs, best)}{other_tests_table(experiment, runs)}\
+{by_length}{compared_on_validation}
 {published}
 
 ![training curves](curves.png)

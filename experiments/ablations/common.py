@@ -41,6 +41,8 @@ class Ablation:
     setup: overrides of the synthetic base for every variant (a deeper model, another learning rate, ...).
     multi30k_setup: the same for the Multi30k base.
     note: a paragraph for the results page, under the table (how to read it; no numbers).
+    against_base: the page also says how the cells stand against the base model of the other tables when
+      this table's reference is not that model (regularization on Multi30k, whose base has its own dropout).
   """
   name: str
   title: str
@@ -48,6 +50,7 @@ class Ablation:
   variants: dict[str, dict]
   model_name: str = "transformer"
   note: str = ""  # what a reader needs to read the table right (printed under it)
+  against_base: bool = False
   setup: dict = dataclasses.field(default_factory=dict)
   multi30k_setup: dict = dataclasses.field(default_factory=dict)
 

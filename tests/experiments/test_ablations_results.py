@@ -334,3 +334,45 @@ def test_attention_statistics_read_the_splits_first_pairs_whatever_the_batching(
   plain = [{"source": np.array([[1, 2], [3, 0]]), "target": np.array([[1, 0], [2, 0]])},
            {"source": np.array([[4, 4]]), "target": np.array([[3, 3]])}]
   assert [s.tolist() for s in ablations_results.first_pairs(plain, 5, pad=0)[0]] == [[1, 2], [3], [4, 4]]
+
+
+def test_each_comparison_gives_welchs_t_and_p_beside_the_screen():
+  """The screen (difference > 2 standard errors) is |t| > 2; with 3 seeds a side that can still be p > 0.05,
+  so the sentence carries Welch's t, its degrees of freedom and the p-value."""
+  cell = ablations_results.Cell("norms", "layer_norm", "c", "w", 4, 3)
+  reference = ablations_results.CellResult(cell, {"eval/exact_match": np.array([0.50, 0.52, 0.54])}, 0, 1.0, 4, [])
+  other = dataclasses.replace(reference, cell=dataclasses.replace(cell, variant="rms_norm"),
+                              per_seed={"eval/exact_match": np.array([0.54, 0.56, 0.58])})
+  sentence = ablations_results.comparison(other, reference)
+  t, df, p = ablations_results.report.welch_t_test([0.54, 0.56, 0.58], [0.50, 0.52, 0.54])
+  assert 2 < t < 3 and p > 0.05  # the screen's "larger", not significant at 5%
+  assert "larger than the spread of seeds" in sentence
+  assert f"Welch's t = {t:.2f}, {df:.1f} degrees of freedom, p = {p:.3f}" in sentence
+  one_seed = dataclasses.replace(other, per_seed={"eval/exact_match": np.array([0.9])})
+  assert "Welch" not in ablations_results.comparison(one_seed, reference)  # no variance: no test
+
+
+def test_a_regularization_table_on_multi30k_says_how_its_cells_stand_against_the_base_model(tmp_path):
+  """On Multi30k the base trains with dropout 0.3 and the regularization variants set dropout themselves, so
+  that table's reference is not the other tables'; the page names the base's settings and score and the cell
+  that differs from it in dropout alone."""
+  cells = {cell.name: cell for cell in ablations_results.expand_grid(
+      ["positions", "regularization"], "multi30k", "/root")}
+
+  def result(name, bleu):
+    losses = [{"step": 600, "train/loss": 2.0, **{f"train/loss/seed_{i}": 2.0 for i in range(3)}}]
+    return ablations_results.CellResult(cells[name], {"eval/bleu": np.array(bleu)}, 0, 1.0, 600, losses)
+  results = {"positions": [result("positions/sinusoidal", [22.0, 22.5, 22.0])],
+             "regularization": [result("regularization/none", [28.0, 29.0, 29.5]),
+                                result("regularization/both", [27.0, 27.5, 27.2])]}
+  text = ablations_results.against_base(results["regularization"], results, "multi30k")
+  assert "dropout 0.3, attention dropout 0.1, label smoothing 0.1, and scores 22.17 BLEU" in text
+  assert "both, differs from the base only in model.dropout_rate 0.1 against 0.3: 27.23 against 22.17" in text
+  assert "for its dropout 0.3 within a budget of 600 steps" in text
+  assert ablations_results.against_base(results["positions"], results, "multi30k") == ""  # the base itself
+  assert ablations_results.against_base(results["regularization"], {"regularization": results["regularization"]},
+                                        "multi30k") == ""  # no table holds the base: nothing to compare with
+  page = ablations_results.write_results(str(tmp_path), results, {name: ["python"] for name in cells}, {},
+                                         "python -m ...", "multi30k")
+  assert text in page.split("## Label smoothing and dropout")[1]
+  assert "pre-LN; dropout 0.3 on the residual sublayers, 0.1 on the attention weights, label smoothing 0.1" in page

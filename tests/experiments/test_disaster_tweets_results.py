@@ -32,3 +32,40 @@ def test_the_recorded_command_rebuilds_the_runs_settings(tmp_path):
 def test_mean_and_sample_standard_deviation():
   assert results.mean_std([0.80, 0.82, 0.84]) == "0.820 ± 0.020"
   assert results.mean_std([0.8123]) == "0.812 (1 seed)"
+
+
+def test_per_seed_predictions_recompute_the_tables_f1_and_the_page_says_where_they_are(tmp_path):
+  """predictions/<variant>.csv holds each seed's test probabilities, from which a row's F1 is recomputed; a
+  variant scored before they were kept is named with the command that makes them."""
+  import csv
+
+  import numpy as np
+  from transformer.tasks.classification import binary_metrics, confusion_counts
+  labels = np.array([1, 0, 1, 1, 0])
+  probabilities = [np.array([0.9, 0.2, 0.4, 0.7, 0.6]), np.array([0.8, 0.1, 0.6, 0.3, 0.4])]
+  path = results.write_predictions(str(tmp_path), "static_scratch", np.array([11, 12, 15, 20, 31]), labels,
+                                   probabilities)
+  assert path == "predictions/static_scratch.csv"
+  with open(tmp_path / path) as f:
+    rows = list(csv.DictReader(f))
+  assert [row["id"] for row in rows] == ["11", "12", "15", "20", "31"] and list(rows[0]) == [
+      "id", "target", "seed_0", "seed_1"]
+  for seed, seed_probabilities in enumerate(probabilities):  # the F1 the table reports for that seed
+    recomputed = [int(float(row[f"seed_{seed}"]) > 0.5) for row in rows]
+    assert recomputed == list((seed_probabilities > 0.5).astype(int))
+    assert binary_metrics(confusion_counts(recomputed, [int(row["target"]) for row in rows]))["f1"] == (
+        binary_metrics(confusion_counts(np.stack([1 - seed_probabilities, seed_probabilities], -1).argmax(-1),
+                                        labels))["f1"])
+  section = results.predictions_section(str(tmp_path), {"static_scratch": "python launch.py A",
+                                                        "minilm_finetune": "python launch.py B"})
+  assert "- `static_scratch`: `predictions/static_scratch.csv`" in section
+  assert ("- `minilm_finetune`: not committed (scored before this script kept predictions, and the run's workdir "
+          "is gone): train it with `python launch.py B`, then this script writes `predictions/minilm_finetune.csv`"
+          ) in section
+
+
+def test_the_page_names_the_seed_experiments_published_f1_and_why_it_is_another_test():
+  section = results.published_section()
+  assert "| Seed experiment: mean-pooled static embeddings | 0.752 |" in section
+  assert "| Seed experiment: fine-tuned BERT | 0.825 |" in section
+  assert "Kaggle's `test.csv`, whose labels Kaggle keeps hidden" in section and "other models" in section

@@ -50,7 +50,8 @@ def test_rows_accumulate_and_best_hypotheses_are_kept(tmp_path):
   text = translation_results.write_results("multi30k", str(output), {"gru_bahdanau": (summary(20.0, 21.0), worse)})
   assert (output / HYPOTHESIS).read_text() == "erste\n"  # a worse model on validation does not replace it
   assert set(json.loads((output / "runs.json").read_text())) == {"transformer_small", "gru_bahdanau"}
-  rows = [line for line in text.splitlines() if line.startswith("| transformer_small") or line.startswith("| gru")]
+  main_table = text.split("Each row's test outputs")[0]
+  rows = [line for line in main_table.splitlines() if line.startswith(("| transformer_small", "| gru"))]
   assert len(rows) == 2 and "| 31.00 | 31.50 |" in rows[0] and "| 21.00 | 21.50 |" in rows[1]
   assert "200 of 300 (stopped early of 400)" in rows[0]
   assert "The best model on validation (transformer_small)" in text
@@ -160,8 +161,8 @@ def test_a_greedy_or_sampled_run_is_labelled_by_its_decoding_not_by_beam_setting
   sampled = {**summary(20.0, 21.0, **{"decode.method": "sample", "decode.temperature": 0.8, "decode.top_p": 0.9}),
              "command": "cmd"}
   beam = {**summary(32.0, 33.0), "beam_size": 5, "length_penalty": 1.0, "command": "cmd"}
-  assert translation_results.row("greedy", greedy)[5] == "greedy"
-  assert translation_results.row("beam", beam)[5] == "beam 5, alpha 1"  # the alpha its --mode=eval chose
+  assert translation_results.row("greedy", greedy)[6] == "greedy"
+  assert translation_results.row("beam", beam)[6] == "beam 5, alpha 1"  # the alpha its --mode=eval chose
   table = translation_results.validation_table({"greedy": greedy}, {"sampled": sampled, "beam": beam})
   rows = report.read_markdown_table(table, "model")
   assert [row["decoding during training"] for row in rows] == [
@@ -485,3 +486,59 @@ def test_averaging_more_checkpoints_than_a_run_kept_is_refused_naming_them(tmp_p
 def test_a_failing_launch_is_one_more_line_not_a_traceback(tmp_path):
   with pytest.raises(translation_results.UserError, match="exited with status 1 .its error is printed above"):
     translation_results.report.run_launch(["--config=experiments/no_such_experiment.py", f"--workdir={tmp_path}"])
+
+
+def test_rows_of_one_setting_over_seeds_are_tabled_with_their_mean_and_each_seed(tmp_path):
+  """A row of one seed is one draw: rows that differ only in config.seed get a table with the mean (the number
+  to quote) and each seed, and the main table says each row's seed."""
+  output = tmp_path / "multi30k"
+  output.mkdir()
+  runs = {"transformer_small": (summary(30.0, 31.0), run_dir(tmp_path, "seed0", "null\n")),
+          "transformer_small_seed1": (summary(29.0, 30.0, seed=1), run_dir(tmp_path, "seed1", "eins\n")),
+          "transformer_small_warmup": (summary(28.0, 27.0, **{"optimizer.warmup_steps": 10}),
+                                       run_dir(tmp_path, "other", "anders\n"))}
+  text = translation_results.write_results("multi30k", str(output), runs)
+  rows = report.read_markdown_table(text, "rows")
+  assert rows == [{"rows": "transformer_small, transformer_small_seed1", "seeds": "0, 1",
+                   "test_2016_flickr BLEU: mean (each seed)": "30.50 (31.00, 30.00)",
+                   "test_2016_flickr BLEU lowercased: mean (each seed)": "31.00 (31.50, 30.50)",
+                   "validation BLEU: mean (each seed)": "29.50 (30.00, 29.00)"}]
+  assert [row["seed"] for row in report.read_markdown_table(text, "model")] == ["0", "1", "0"]
+  # The same seed twice (a rerun) is not averaged: which rows to take would be a guess.
+  assert translation_results.seed_groups({"a": runs["transformer_small"][0],
+                                          "b": {**runs["transformer_small"][0]}}) == []
+
+
+def test_every_scored_row_keeps_its_test_output_and_the_page_says_where(tmp_path):
+  """The best row's outputs are the page's files; every other row's are in hypotheses/ROW/, and a best row
+  that is beaten moves its files there, so each test BLEU of the table can be recomputed."""
+  output = tmp_path / "multi30k"
+  output.mkdir()
+  first = run_dir(tmp_path, "first", "erste\n")
+  translation_results.write_results("multi30k", str(output), {"transformer_small": (summary(30.0, 31.0), first)})
+  worse = run_dir(tmp_path, "worse", "schlecht\n")
+  translation_results.write_results("multi30k", str(output), {"gru_bahdanau": (summary(20.0, 21.0), worse)})
+  assert (output / "hypotheses" / "gru_bahdanau" / HYPOTHESIS).read_text() == "schlecht\n"
+  text = translation_results.write_results(
+      "multi30k", str(output), {"best": (summary(35.0, 36.0), run_dir(tmp_path, "best", "beste\n"))})
+  assert (output / HYPOTHESIS).read_text() == "beste\n"
+  assert (output / "hypotheses" / "transformer_small" / HYPOTHESIS).read_text() == "erste\n"  # moved, not lost
+  assert not (output / "hypotheses" / "best").exists()
+  listed = {row["model"]: row["test outputs in this folder"]
+            for row in report.read_markdown_table(text.split("Each row's test outputs")[1], "model")}
+  assert listed == {"transformer_small": f"`hypotheses/transformer_small/{HYPOTHESIS}`",
+                    "gru_bahdanau": f"`hypotheses/gru_bahdanau/{HYPOTHESIS}`",
+                    "best": f"`{HYPOTHESIS}`"}
+
+  # A page of one's own starts with them; a committed row renamed beside a new run of its name keeps its own.
+  mine = tmp_path / "mine"
+  translation_results.start_page("multi30k", str(mine), str(output), {"transformer_small"})
+  assert (mine / "hypotheses" / "transformer_small (committed)" / HYPOTHESIS).read_text() == "erste\n"
+  assert (mine / "hypotheses" / "gru_bahdanau" / HYPOTHESIS).read_text() == "schlecht\n"
+
+  # A row reported before rows kept their outputs: the page says so and how to make them.
+  (output / "hypotheses" / "gru_bahdanau" / HYPOTHESIS).unlink()
+  text = translation_results.write_results("multi30k", str(output), {})
+  assert ("| gru_bahdanau | 21.00 | not committed (the row was reported before every row's outputs were kept): "
+          "train it with the row's command, then `python -m experiments.translation_results --experiment=multi30k "
+          "--run=gru_bahdanau=transformer_small:WORKDIR` scores it") in text
