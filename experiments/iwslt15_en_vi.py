@@ -13,36 +13,28 @@ Variants: ``transformer_small`` (3+3 layers of d_model 256 with rotary positions
 (3000 steps here); ``tiny``, a smoke run (train, eval, translate) in a few minutes on 2 CPU cores. Results,
 and the settings tried and not kept: experiments/iwslt15_en_vi/RESULTS.md.
 """
-from experiments.translation import RNNS, SMOKE, TRANSFORMERS, VARIANTS, translation_config
+from experiments import translation
+from experiments.translation import RNNS, SMOKE
+from transformer.errors import ConfigError
+from transformer.train import base_config
 
+TRANSFORMERS = ("transformer_small", "transformer_base")
+VARIANTS = (*TRANSFORMERS, *RNNS, SMOKE)
 __all__ = ["RNNS", "SMOKE", "TRANSFORMERS", "VARIANTS", "get_config"]
 
 
 def get_config(variant: str = "transformer_small"):
-  config = translation_config("iwslt15_en_vi", variant)
-  task = config.task
-  task.dataset = "iwslt15_en_vi"
-  task.pair = "en-vi"
-  task.vocab_size = 8000 if variant == "transformer_base" else 4000  # 10k pairs support a smaller vocabulary
-  task.test_splits = ("test",)
-  task.bleu_tokenize = "none"  # the references are already tokenised
-  task.tokenizer_type = "bpe"  # the unigram model cut frequent words apart on these 10k pairs (RESULTS.md)
-  if variant == "transformer_base":
-    return config
-  if variant == SMOKE:  # translation_config's tiny model and schedule; minutes end to end
-    task.vocab_size = 1000
-    return config
-  # Sized for the 10,000 training pairs: 2048-token batches give about 200 updates per epoch. With the full
-  # 133k pairs, raise the steps (e.g. --config.num_train_steps=30000) and --config.task.max_tokens=4096.
-  task.max_tokens = 2048
-  task.num_eval_sentences = 500  # BLEU on the first 500 of tst2012 during training keeps evaluations short
-  # alpha 0.6 wrote too short a tst2013 for both model families: --mode=eval picks alpha on those 500 sentences.
-  task.length_penalty_candidates = (0.6, 1.0, 1.5, 2.0)
-  config.eval_every = 1000
-  config.checkpoint_every = 250
-  if variant in RNNS:
-    config.num_train_steps = 3000  # about 14 epochs; the GRU's validation NLL flattens by then
-  else:  # transformer_small: wider and shallower than Multi30k's, which underfit these longer TED sentences
+  if variant not in VARIANTS:
+    raise ConfigError(f"unknown variant {variant!r} of experiments/iwslt15_en_vi.py; choose one of "
+                      f"{list(VARIANTS)} (e.g. --config=experiments/iwslt15_en_vi.py:transformer_small).")
+  config = base_config("rnn" if variant in RNNS else "transformer")
+  config.task = translation.task("iwslt15_en_vi", "en-vi", test_splits=("test",))
+  config.task.bleu_tokenize = "none"  # the references are already tokenised
+  config.task.tokenizer_type = "bpe"  # the unigram model cut frequent words apart on these 10k pairs (RESULTS.md)
+  translation.paper_training(config)
+  if variant == "transformer_small":
+    sized_for_10k_pairs(config)
+    # Wider and shallower than Multi30k's, which underfit these longer TED sentences.
     model = config.model
     model.d_model = 256
     model.num_heads = 4
@@ -58,4 +50,26 @@ def get_config(variant: str = "transformer_small"):
     config.optimizer.warmup_steps = 1000
     config.num_train_steps = 5000
     config.keep_checkpoints = 5  # the last 5 (steps 4000-5000) for --average_checkpoints=5
+  elif variant == "transformer_base":  # the full 133k pairs
+    translation.paper_base_schedule(config)
+  elif variant in RNNS:
+    translation.rnn_baseline(config, variant)
+    sized_for_10k_pairs(config)
+    config.num_train_steps = 3000  # about 14 epochs; the GRU's validation NLL flattens by then
+  else:  # tiny: minutes end to end
+    translation.smoke(config)
   return config
+
+
+def sized_for_10k_pairs(config) -> None:
+  """Batches, vocabulary and evaluations sized for the 10,000 training pairs: 2048-token batches give about 200
+  updates per epoch. With the full 133k pairs, raise the steps (e.g. --config.num_train_steps=30000) and
+  --config.task.max_tokens=4096."""
+  task = config.task
+  task.vocab_size = 4000  # 10k pairs support a smaller vocabulary
+  task.max_tokens = 2048
+  task.num_eval_sentences = 500  # BLEU on the first 500 of tst2012 during training keeps evaluations short
+  # alpha 0.6 wrote too short a tst2013 for both model families: --mode=eval picks alpha on those 500 sentences.
+  task.length_penalty_candidates = (0.6, 1.0, 1.5, 2.0)
+  config.eval_every = 1000
+  config.checkpoint_every = 250

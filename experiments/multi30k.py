@@ -21,24 +21,38 @@ test_2016_flickr is scored only by --mode=eval. ``tiny``: a smoke run (train, ev
 2 CPU cores, not a result. Results: experiments/multi30k/RESULTS.md.
 """
 from experiments import translation
-from experiments.translation import RNNS, SMOKE, translation_config
+from experiments.translation import RNNS, SMOKE
+from transformer.errors import ConfigError
+from transformer.train import base_config
 
-TRANSFORMERS = translation.TRANSFORMERS + ("transformer_gpu",)
-VARIANTS = translation.VARIANTS + ("transformer_gpu",)
+TRANSFORMERS = ("transformer_small", "transformer_gpu", "transformer_base")
+VARIANTS = (*TRANSFORMERS, *RNNS, SMOKE)
 __all__ = ["RNNS", "SMOKE", "TRANSFORMERS", "VARIANTS", "get_config"]
 
 
 def get_config(variant: str = "transformer_small"):
-  gpu = variant == "transformer_gpu"
-  if gpu:
-    variant = "transformer_small"  # its model and schedule; the GPU changes below
-  config = translation_config("multi30k", variant)
-  task = config.task
-  task.dataset = "multi30k"
-  task.pair = "en-de"
-  task.test_splits = ("test_2016_flickr", "test_2017_flickr", "test_2017_mscoco", "test_2018_flickr")
-  if variant == SMOKE:  # minutes end to end: one test split
-    task.test_splits = ("test_2016_flickr",)
+  if variant not in VARIANTS:
+    raise ConfigError(f"unknown variant {variant!r} of experiments/multi30k.py; choose one of {list(VARIANTS)} "
+                      "(e.g. --config=experiments/multi30k.py:transformer_small).")
+  if variant == "transformer_gpu":  # transformer_small's model, schedule and data, shaped for a GPU
+    config = get_config("transformer_small")
+    config.model.dtype = "bfloat16"  # parameters and Adam stay float32
+    task = config.task
+    task.fixed_batch_shape = True  # one compiled train step and beam search instead of one per length bucket
+    # [256, 64] batches: about the sentences per batch of transformer_small's 4,096 tokens in length buckets
+    # (Multi30k averages 12 words a sentence), so its learning rate and step count carry over unchanged.
+    # 64 tokens keep the longest validation and test sentences whole (32 words at most): an evaluation
+    # sentence over max_length would be a batch, and a compilation, of its own.
+    task.max_length = 64
+    task.max_tokens = 256 * 64
+    task.test_splits = ("test_2016_flickr",)  # the score the time-to-BLEU benchmark reports
+    config.checkpoint_every = 2000  # each save copies the state to the host: not every 500 steps of a few ms
+    return config
+
+  config = base_config("rnn" if variant in RNNS else "transformer")
+  config.task = translation.task("multi30k", "en-de", test_splits=(
+      "test_2016_flickr", "test_2017_flickr", "test_2017_mscoco", "test_2018_flickr"))
+  translation.paper_training(config)
   if variant == "transformer_small":
     model = config.model
     model.d_model = 128
@@ -55,16 +69,12 @@ def get_config(variant: str = "transformer_small"):
     config.eval_every = 2000
     config.checkpoint_every = 500
     config.keep_checkpoints = 5  # the last 5 (steps 6000-8000) for --average_checkpoints=5
-  if gpu:
-    config.model.dtype = "bfloat16"  # parameters and Adam stay float32
-    task.fixed_batch_shape = True  # one compiled train step and beam search instead of one per length bucket
-    # [256, 64] batches: about the sentences per batch of transformer_small's 4,096 tokens in length buckets
-    # (Multi30k averages 12 words a sentence), so its learning rate and step count carry over unchanged.
-    # 64 tokens keep the longest validation and test sentences whole (32 words at most): an evaluation
-    # sentence over max_length would be a batch, and a compilation, of its own.
-    task.max_length = 64
-    task.max_tokens = 256 * 64
-    task.test_splits = ("test_2016_flickr",)  # the score the time-to-BLEU benchmark reports
-    config.checkpoint_every = 2000  # each save copies the state to the host: not every 500 steps of a few ms
-  # transformer_base is not trained to a result yet: RESULTS.md, "Runs not kept", says what the one try found.
+  elif variant == "transformer_base":
+    # Not trained to a result yet: RESULTS.md, "Runs not kept", says what the one try found.
+    translation.paper_base_schedule(config)
+  elif variant in RNNS:
+    translation.rnn_baseline(config, variant)
+  else:  # tiny: minutes end to end, one test split
+    translation.smoke(config)
+    config.task.test_splits = ("test_2016_flickr",)
   return config
