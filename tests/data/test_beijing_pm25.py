@@ -273,10 +273,10 @@ def test_no_window_of_the_real_splits_crosses_a_boundary_and_time_is_the_origin(
       assert series.origins.min() - input_length + 1 == start  # the first window starts the split
       assert hours.max() == stop - 1  # the last window's longest horizon ends it
       assert np.all(series.origins - input_length + 1 >= start) and np.all(hours < stop)
-      assert len(series) == stop - start - input_length - 48 + 1
+      assert len(series) == stop - start - input_length - max(pm25_features.HORIZONS) + 1
       last = series.batch([len(series) - 1])
       assert last["inputs"][0, 0, 0] >= start and last["targets"][0, -1] == stop - 1
-      assert last["time"][0] == times[stop - 49].astype(np.int64)
+      assert last["time"][0] == times[stop - 1 - max(pm25_features.HORIZONS)].astype(np.int64)
 
 
 def test_windows_gather_only_the_hours_of_their_range():

@@ -1,50 +1,130 @@
-"""The PM2.5 results page: test metrics of a run's seeds and of persistence, recomputed independently."""
+"""The PM2.5 results page: windows chosen on validation, test metrics of a run's seeds and of persistence on the
+common windows recomputed independently, the paired comparison, the committed forecasts, the block bootstrap."""
+import json
 import os
 
 import numpy as np
 import pytest
 
-from experiments import beijing_pm25_results
-from tests.tasks.test_forecasting import numpy_metrics, small_config
+from experiments import beijing_pm25_results as results
+from tests.tasks.test_forecasting import INPUT_LENGTH, numpy_metrics, small_config
 from transformer import load
 from transformer.errors import UserError
 from transformer.train import run
 
+LONG = 2 * INPUT_LENGTH  # a second window for the GRU: the common test windows are this one's
 
-def test_results_page_scores_the_seeds_and_persistence_on_the_test_split(tmp_path):
-  root = tmp_path / "runs"
-  config = small_config(num_seeds=2, num_train_steps=6, eval_every=6, checkpoint_every=6)
-  run(config, str(root / "gru"), "train")
-  page = beijing_pm25_results.write_results(str(root), str(tmp_path / "out"))
 
-  per_seed = [numpy_metrics(model.task, model.params, "test")
-              for model in (load(str(root / "gru"), replica=r) for r in range(2))]
-  mae_1h = np.array([m["mae_h"][0] for m in per_seed])
-  assert f"| gru | {mae_1h.mean():.1f} ± {mae_1h.std(ddof=1):.1f} |" in page
+def _train(root, name, hours, architecture, **overrides):
+  config = small_config(num_seeds=2, num_train_steps=6, eval_every=3, checkpoint_every=3, **overrides)
+  config.model.architecture = architecture
+  config.model.input_length = hours
+  config.model.patch_length, config.model.patch_stride, config.model.moving_average = 8, 4, 5
+  config.task.residual = architecture == "gru"
+  run(config, str(root / f"{name}-{hours}h"), "train")
 
-  # Persistence: the last measured pm2.5 at or before each origin, by a plain loop.
-  series = load(str(root / "gru")).task.series
-  windows = load(str(root / "gru")).task.windows("test")
+
+@pytest.fixture(scope="module")
+def page(tmp_path_factory):
+  root = tmp_path_factory.mktemp("runs")
+  _train(root, "gru", INPUT_LENGTH, "gru")
+  _train(root, "gru", LONG, "gru", optimizer__learning_rate=3e-2)
+  _train(root, "patchtst", INPUT_LENGTH, "patchtst")
+  _train(root, "dlinear", INPUT_LENGTH, "dlinear")
+  output = root / "out"
+  return root, output, results.write_results(str(root), str(output))
+
+
+def _best_validation_mae(workdir):
+  with open(os.path.join(workdir, "metrics.jsonl")) as f:
+    return min(record["eval/mae"] for record in map(json.loads, f) if "eval/mae" in record)
+
+
+def _kept_gru(root):
+  by_window = {hours: _best_validation_mae(root / f"gru-{hours}h") for hours in (INPUT_LENGTH, LONG)}
+  return min(by_window, key=by_window.get), by_window
+
+
+def _common(metrics, origins):
+  rows = np.isin(metrics["origins"], origins)
+  errors = np.where(metrics["mask"][rows], np.abs(metrics["forecasts"][rows] - np.nan_to_num(metrics["actual"][rows])), 0)
+  return errors.sum(0) / metrics["mask"][rows].sum(0)
+
+
+def test_each_model_keeps_its_best_validation_window_and_is_scored_on_the_common_windows(page):
+  root, _, text = page
+  kept, by_window = _kept_gru(root)
+  assert f"**{by_window[kept]:.2f}**" in text.split("## Input window", 1)[1]
+  common_origins = load(str(root / f"gru-{LONG}h")).task.windows("test").origins
+  per_seed = []
+  for replica in range(2):
+    model = load(str(root / f"gru-{kept}h"), replica=replica)
+    per_seed.append(_common(numpy_metrics(model.task, model.params, "test"), common_origins))
+  mae_1h = np.array([m[0] for m in per_seed])
+  assert f"| gru | {kept} | {mae_1h.mean():.1f} ± {mae_1h.std(ddof=1):.1f} |" in text
+  assert f"of the {len(common_origins):,} test windows" in text
+
+  # Persistence: the last measured pm2.5 at or before each common origin, by a plain loop.
+  series = load(str(root / f"gru-{LONG}h")).task.series
   start = series.split_bounds["test"][0]
   errors = []
-  for origin in windows.origins:
+  for origin in common_origins:
     last = next(series.pm25[h] for h in range(origin, start - 1, -1) if not np.isnan(series.pm25[h]))
     if series.target_mask[origin + 1]:
       errors.append(abs(last - series.pm25[origin + 1]))
-  assert f"| persistence | {np.mean(errors):.1f} |" in page
+  assert f"| persistence | - | {np.mean(errors):.1f} |" in text
 
-  assert "rnn: not run yet: `TRANSFORMER_DATA_DIR=../shared/data python launch.py " \
-         "--config=experiments/beijing_pm25.py:rnn --workdir=WORKDIR`" in page
-  assert "--config.num_seeds=2" in page  # the run's overrides are part of its command
-  for name in ("RESULTS.md", "error_by_horizon.png", "example_forecast.png"):
-    assert os.path.getsize(tmp_path / "out" / name) > 0
 
-  # A page recording a longer run is not overwritten by this 6-step one unless asked (--force).
-  recorded = (tmp_path / "out" / "RESULTS.md").read_text().replace("| gru | 2 | 6 / 6 |", "| gru | 2 | 600 / 600 |")
-  (tmp_path / "out" / "RESULTS.md").write_text(recorded)
-  assert beijing_pm25_results.recorded_steps(str(tmp_path / "out")) == {"gru": 600}
-  with pytest.raises(UserError, match="row 'gru' records a run of 600 training steps, the new one trained 6"):
-    beijing_pm25_results.write_results(str(root), str(tmp_path / "out"), replace_only_longer=True)
-  assert (tmp_path / "out" / "RESULTS.md").read_text() == recorded
-  beijing_pm25_results.write_results(str(root), str(tmp_path / "out"))
-  assert beijing_pm25_results.recorded_steps(str(tmp_path / "out")) == {"gru": 6}
+def test_the_paired_comparison_and_verdict_name_the_families_best_and_the_seed_mean_difference(page):
+  root, output, text = page
+  kept, _ = _kept_gru(root)
+  assert "Best by validation MAE: patchtst of the Transformer family" in text and "gru of the recurrent" in text
+  assert "**On 2014, the best Transformer-family model (patchtst)" in text
+  saved = np.load(output / results.FORECASTS_FILE)
+  measured, actual = saved["actual"] >= 0, saved["actual"] / 10
+  mae = {name: (np.abs(saved[name] / 10 - actual) * measured).sum(1) / measured.sum(0) for name in
+         ("patchtst", "gru", "dlinear", "persistence")}
+  assert mae["patchtst"].shape == (2, 7) and mae["persistence"].shape == (1, 7)
+  comparison = text.split("## Verdict", 1)[1].split("## MAE", 1)[0]
+  # Row 1 h: both MAEs and the difference, recomputed from the committed forecasts (tenths: within 0.05).
+  row = next(line for line in comparison.splitlines() if line.startswith("| 1 h |"))
+  cells = [cell.strip() for cell in row.split("|")[1:-1]]
+  assert abs(float(cells[1]) - mae["patchtst"][:, 0].mean()) <= 0.051
+  assert abs(float(cells[2]) - mae["gru"][:, 0].mean()) <= 0.051
+  assert abs(float(cells[3]) - (mae["patchtst"][:, 0].mean() - mae["gru"][:, 0].mean())) <= 0.11
+  assert "DLinear, the linear reference, against patchtst" in comparison
+  for name in ("RESULTS.md", "error_by_horizon.png", "forecasts_6h_48h.png", results.FORECASTS_FILE):
+    assert os.path.getsize(output / name) > 0
+  assert "transformer-72h: `TRANSFORMER_DATA_DIR=../shared/data python launch.py " \
+         "--config=experiments/beijing_pm25.py:transformer --workdir=WORKDIR`" in text
+
+
+def test_a_committed_row_is_only_replaced_by_a_run_at_least_as_long(page):
+  root, output, _ = page
+  name = f"gru-{INPUT_LENGTH}h"
+  recorded = (output / "RESULTS.md").read_text().replace(f"| {name} | 2 | 6 / 6 |", f"| {name} | 2 | 600 / 600 |")
+  (output / "RESULTS.md").write_text(recorded)
+  assert results.recorded_steps(str(output))[name] == 600
+  with pytest.raises(UserError, match=f"row '{name}' records a run of 600 training steps, the new one trained 6"):
+    results.write_results(str(root), str(output), replace_only_longer=True)
+  assert (output / "RESULTS.md").read_text() == recorded
+
+
+def test_block_bootstrap_shift_is_exact_and_dependence_widens_the_interval():
+  rng = np.random.default_rng(0)
+  mask = np.ones((2000, 1), bool)
+  base = np.abs(rng.normal(size=(2000, 1)))
+  shifted = results.block_bootstrap_difference(base + 2.0, base, mask, block_length=24)
+  np.testing.assert_allclose([shifted["difference"][0], shifted["low"][0], shifted["high"][0]], 2.0, atol=1e-12)
+  # Errors that drift slowly (AR(1), 0.98 per step): resampling single windows understates the uncertainty.
+  drift = np.zeros(2000)
+  for hour in range(1, 2000):
+    drift[hour] = 0.98 * drift[hour - 1] + rng.normal()
+  single = results.block_bootstrap_difference(drift[:, None], np.zeros((2000, 1)), mask, block_length=1)
+  weekly = results.block_bootstrap_difference(drift[:, None], np.zeros((2000, 1)), mask, block_length=168)
+  np.testing.assert_allclose(single["difference"], weekly["difference"], rtol=1e-12)
+  assert (weekly["high"] - weekly["low"])[0] > 3 * (single["high"] - single["low"])[0]
+  # Unmeasured targets count in neither sum.
+  masked = results.block_bootstrap_difference(np.array([[1.0], [0.0]]), np.zeros((2, 1)), np.array([[True], [False]]),
+                                              block_length=1)
+  assert masked["difference"][0] == 1.0

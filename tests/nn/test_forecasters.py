@@ -1,5 +1,6 @@
 """Forecasters: shapes, causality among horizon queries, nothing but the own window read, dropout, gradients,
-recurrent forecasters against a numpy unroll of the cell equations, fitting a noisy sine, config errors."""
+recurrent forecasters against a numpy unroll of the cell equations, DLinear against numpy, PatchTST's
+scale equivariance, fitting a noisy sine, config errors."""
 import re
 
 import jax
@@ -10,12 +11,18 @@ import pytest
 
 from tests.nn.reference import as_numpy, perturbed_params
 from transformer.nn import ForecasterConfig, RecurrentForecaster, TransformerForecaster, make_forecaster
-from transformer.nn.forecasters import ARCHITECTURES
+from transformer.nn.forecasters import ARCHITECTURES, DLinearForecaster, PatchTSTForecaster
+
+MODULES = {"rnn": RecurrentForecaster, "lstm": RecurrentForecaster, "gru": RecurrentForecaster,
+           "transformer": TransformerForecaster, "transformer_encoder": TransformerForecaster,
+           "patchtst": PatchTSTForecaster, "dlinear": DLinearForecaster}
+TARGET_ONLY = ("patchtst", "dlinear")  # channel independent: the target's forecast reads its own history only
 
 # Tiny sizes and one layer keep the tests quick; the tests of causality and of the recurrent unroll use two,
 # where stacking matters.
 CONFIG = ForecasterConfig(num_features=3, input_length=6, num_horizons=4, d_model=8, num_layers=1,
-                          num_decoder_layers=1, num_heads=2, d_ff=16, dropout_rate=0.0, deterministic=True)
+                          num_decoder_layers=1, num_heads=2, d_ff=16, dropout_rate=0.0, deterministic=True,
+                          patch_length=4, patch_stride=2, moving_average=3)
 BATCH = 3
 INPUTS = jnp.asarray(np.random.default_rng(0).normal(size=(BATCH, CONFIG.input_length, CONFIG.num_features)),
                      jnp.float32)
@@ -47,8 +54,7 @@ VARIANTS = ARCHITECTURE_VARIANTS + [
 def test_shapes_dtype_and_module_for_every_architecture(changes):
   config = CONFIG.replace(**changes)
   model = make_forecaster(config)
-  assert isinstance(model, RecurrentForecaster if config.architecture in ("rnn", "lstm", "gru")
-                    else TransformerForecaster)
+  assert type(model) is MODULES[config.architecture]
   forecasts = _forward(config, _params(config))
   assert forecasts.shape == (BATCH, config.num_horizons) and forecasts.dtype == jnp.float32
   assert np.all(np.isfinite(forecasts))
@@ -74,16 +80,18 @@ def test_horizon_queries_attend_causally(positional_encoding):
 @pytest.mark.parametrize("changes", ARCHITECTURE_VARIANTS)
 def test_each_forecast_reads_every_hour_of_its_own_window_and_nothing_else(changes):
   """Row b's forecasts depend on row b's inputs only (no leak across the batch), and on every hour of
-  them: the window is read whole, the origin included."""
+  them: the window is read whole, the origin included; PatchTST and DLinear read the target feature only."""
   config = CONFIG.replace(**changes)
   params = _params(config)
   # d forecasts[0] / d inputs: [num_horizons, batch, input_length, num_features]
   jacobian = jax.jacobian(lambda inputs: _forward(config, params, inputs)[0])(INPUTS)
   np.testing.assert_array_equal(jacobian[:, 1:], 0.0)
+  if config.architecture in TARGET_ONLY:
+    np.testing.assert_array_equal(jacobian[:, 0, :, 1:], 0.0)
   assert np.all(np.abs(jacobian[:, 0]).sum(axis=-1) > 0.0)  # every horizon, every hour
 
 
-@pytest.mark.parametrize("changes", ARCHITECTURE_VARIANTS)
+@pytest.mark.parametrize("changes", [variant for variant in ARCHITECTURE_VARIANTS if variant.id != "dlinear"])
 def test_dropout_follows_the_key_and_is_off_when_deterministic(changes):
   config = CONFIG.replace(dropout_rate=0.3, attention_dropout_rate=0.3, deterministic=False, **changes)
   params = _params(config)
@@ -150,6 +158,47 @@ def test_recurrent_forecaster_equals_a_numpy_unroll_of_the_cell(architecture):
   np.testing.assert_allclose(_forward(config, params), expected, rtol=1e-4, atol=1e-5)
 
 
+def test_dlinear_equals_numpy_decomposition_and_two_linear_maps():
+  """Trend: the mean of the 3 hours centred on each, the ends repeated once; seasonal: the rest; each mapped
+  over the window to the horizons, summed (Zeng et al. 2023, section 4)."""
+  config = CONFIG.replace(architecture="dlinear")
+  params = _params(config)
+  p = as_numpy(params)
+  target = np.asarray(INPUTS, np.float64)[:, :, 0]  # [batch, input_length]
+  padded = np.concatenate([target[:, :1], target, target[:, -1:]], axis=1)
+  trend = np.stack([padded[:, hour:hour + 3].mean(axis=1) for hour in range(config.input_length)], axis=1)
+  expected = ((target - trend) @ p["seasonal"]["kernel"] + p["seasonal"]["bias"]
+              + trend @ p["trend"]["kernel"] + p["trend"]["bias"])
+  np.testing.assert_allclose(_forward(config, params), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_patchtst_forecasts_move_with_the_window_level_and_scale():
+  """Instance normalisation: a window scaled by a > 0 and shifted by b gives forecasts a * f + b (exactly, but
+  for the variance's epsilon, which a wide window makes negligible)."""
+  config = CONFIG.replace(architecture="patchtst")
+  params = _params(config)
+  inputs = INPUTS * 10.0
+  moved = inputs.at[..., 0].set(inputs[..., 0] * 3.0 + 5.0)
+  np.testing.assert_allclose(_forward(config, params, moved), 3.0 * _forward(config, params, inputs) + 5.0,
+                             rtol=1e-4, atol=1e-3)
+
+
+def test_patchtst_tokens_are_the_normalised_target_patches():
+  """The Encoder sees ``num_patches`` tokens, each the patch embedding of ``patch_length`` normalised hours."""
+  config = CONFIG.replace(architecture="patchtst")
+  params = _params(config)
+  _, state = make_forecaster(config).apply({"params": params}, INPUTS, capture_intermediates=True,
+                                            mutable=["intermediates"])
+  embedded = state["intermediates"]["patch_embedding"]["__call__"][0]
+  assert embedded.shape == (BATCH, config.num_patches, config.d_model) == (BATCH, 3, config.d_model)
+  target = np.asarray(INPUTS, np.float64)[:, :, 0]
+  normalized = (target - target.mean(1, keepdims=True)) / np.sqrt(target.var(1, keepdims=True) + 1e-5)
+  padded = np.concatenate([normalized, normalized[:, -1:], normalized[:, -1:]], axis=1)  # stride 2 copies
+  tokens = np.stack([padded[:, start:start + 4] for start in (0, 2, 4)], axis=1)  # [batch, 3, patch_length]
+  kernel = as_numpy(params)["patch_embedding"]
+  np.testing.assert_allclose(embedded, tokens @ kernel["kernel"] + kernel["bias"], rtol=1e-4, atol=1e-5)
+
+
 def _sine_windows(rng, count, input_length, horizons, noise=0.1, period=12.0):
   """Windows of a noisy sine with a random phase each: inputs ``[count, input_length, 1]`` (the noisy
   series) and targets ``[count, len(horizons)]``, the noisy values ``h`` hours after the window's end."""
@@ -161,14 +210,15 @@ def _sine_windows(rng, count, input_length, horizons, noise=0.1, period=12.0):
   return jnp.asarray(inputs, jnp.float32), jnp.asarray(targets, jnp.float32)
 
 
-@pytest.mark.parametrize("architecture", ["gru", "transformer"])
+@pytest.mark.parametrize("architecture", ["gru", "transformer", "patchtst", "dlinear"])
 def test_a_tiny_model_fits_a_noisy_sine(architecture):
   """h hours ahead of a sine of period 12 with noise 0.1: a constant forecast scores 0.5 MSE, the best
   one 0.01 (the target's own noise) plus the input noise's share."""
   horizons = (1, 3, 6)
   config = ForecasterConfig(architecture=architecture, num_features=1, input_length=12,
                             num_horizons=len(horizons), d_model=16, num_layers=1, num_heads=2, d_ff=32,
-                            dropout_rate=0.0, deterministic=True)
+                            dropout_rate=0.0, deterministic=True, patch_length=4, patch_stride=2,
+                            moving_average=5)
   rng = np.random.default_rng(0)
   train_inputs, train_targets = _sine_windows(rng, 512, config.input_length, horizons)
   test_inputs, test_targets = _sine_windows(rng, 256, config.input_length, horizons)
@@ -196,7 +246,8 @@ def test_a_tiny_model_fits_a_noisy_sine(architecture):
 
 @pytest.mark.parametrize("changes, pattern", [
     (dict(architecture="tcn"), "ForecasterConfig.architecture='tcn' is not supported; choose one of "
-                               "['rnn', 'lstm', 'gru', 'transformer', 'transformer_encoder']"),
+                               "['rnn', 'lstm', 'gru', 'transformer', 'transformer_encoder', 'patchtst', "
+                               "'dlinear']"),
     (dict(num_heads=3), "ForecasterConfig.num_heads=3 does not divide d_model=8; choose num_heads from "
                         "[1, 2, 4, 8] or change d_model"),
     (dict(num_heads=8, positional_encoding="rotary"),
@@ -207,6 +258,10 @@ def test_a_tiny_model_fits_a_noisy_sine(architecture):
     (dict(num_horizons=2.0), "ForecasterConfig.num_horizons must be a positive integer, got 2.0"),
     (dict(dropout_rate=1.0), "ForecasterConfig.dropout_rate=1.0 is outside [0, 1); use 0.0 to disable dropout"),
     (dict(dtype="float16"), "ForecasterConfig.dtype='float16' is not supported"),
+    (dict(architecture="patchtst", patch_length=7), "ForecasterConfig.patch_length=7 is longer than the window "
+                                                     "(input_length=6); choose patch_length <= input_length"),
+    (dict(architecture="dlinear", moving_average=4), "ForecasterConfig.moving_average=4 must be odd"),
+    (dict(patch_stride=0), "ForecasterConfig.patch_stride must be a positive integer, got 0"),
 ])
 def test_config_validation_names_field_value_and_fix(changes, pattern):
   with pytest.raises(ValueError, match=re.escape(pattern)):

@@ -195,7 +195,7 @@ def test_vmapped_seeds_train_and_load_separately(tmp_path):
   run(config, str(tmp_path), "predict")
   with open(tmp_path / PREDICTIONS_FILE) as f:
     rows = list(csv.DictReader(f))
-  row = rows[7]  # window 1, horizon index 2
+  row = rows[len(config.task.horizons) + 2]  # window 1, horizon index 2
   for replica in range(2):
     np.testing.assert_allclose(float(row[f"forecast_seed_{replica}"]), forecasts[replica][1, 2], atol=2e-3)
   np.testing.assert_allclose(float(row["forecast"]), (forecasts[0][1, 2] + forecasts[1][1, 2]) / 2, atol=2e-3)
@@ -208,7 +208,7 @@ def test_a_synthetic_series_has_no_raw_file_to_fingerprint():
 
 
 def test_user_errors_name_the_fix():
-  with pytest.raises(ConfigError, match="set --config.model.num_horizons=5"):
+  with pytest.raises(ConfigError, match="set --config.model.num_horizons=7"):
     build_task(small_config(model__num_horizons=3)).model_config()
   with pytest.raises(ConfigError, match="choose one of"):
     build_task(small_config(task__loss="huber"))

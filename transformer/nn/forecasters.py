@@ -18,6 +18,17 @@ normalised targets. Nothing else enters, so no hour after the origin can leak in
     layer, with a vocabulary of one, gives the horizon's value.
   * ``transformer_encoder`` (``TransformerForecaster``): the same ``Encoder``, then the state at the origin (or
     the mean over the window), then a linear head to the horizons.
+  * ``patchtst`` (``PatchTSTForecaster``, Nie et al. 2023): the target series (feature 0), normalised over its
+    window (RevIN), cut into patches (``patch_length``, ``patch_stride``) that a linear layer embeds as
+    tokens, the ``Encoder`` (learned positions), the flattened patch states to a linear head, and the
+    window's scale put back. PatchTST is channel independent: every variable goes through the same encoder
+    and head alone, so the target's forecast reads its own history only; computing the other variables'
+    forecasts, which the loss never sees, would change nothing, so only the target is computed. Unlike the
+    paper: the ``Encoder``'s norm (``norm_position``, LayerNorm), not BatchNorm, whose batch statistics
+    would make a forecast depend on the batch it is in; no residual attention scores.
+  * ``dlinear`` (``DLinearForecaster``, Zeng et al. 2023): the target series split into a moving-average trend
+    (``moving_average`` hours) and the rest; a linear map over the window from each, summed. Channel
+    independent like PatchTST, so it too reads the target's history only.
 """
 from __future__ import annotations
 
@@ -31,10 +42,12 @@ from transformer.nn.config import DTYPES, NORM_POSITIONS, POSITIONAL_ENCODINGS, 
 from transformer.nn.layers import module_dropout
 from transformer.nn.models import Decoder, Encoder
 from transformer.ops.kernels import KERNEL_SETTINGS
+from transformer.ops.series import instance_normalize, patches, series_decomposition
 
 RECURRENT_CELLS = {"rnn": nn.SimpleCell, "lstm": nn.OptimizedLSTMCell, "gru": nn.GRUCell}
-TRANSFORMER_ARCHITECTURES = ("transformer", "transformer_encoder")
-ARCHITECTURES = tuple(RECURRENT_CELLS) + TRANSFORMER_ARCHITECTURES
+TRANSFORMER_ARCHITECTURES = ("transformer", "transformer_encoder", "patchtst")
+ARCHITECTURES = tuple(RECURRENT_CELLS) + TRANSFORMER_ARCHITECTURES + ("dlinear",)
+TARGET_FEATURE = 0  # the forecast variable's column in the inputs (patchtst and dlinear read it alone)
 FORECAST_POOLINGS = ("last", "mean")  # "last": the state at the forecast origin
 
 
@@ -60,6 +73,9 @@ class ForecasterConfig(ValidatedConfig):
   positional_encoding: str = "sinusoidal"  # Transformers: one of POSITIONAL_ENCODINGS
   norm_position: str = "pre"  # Transformers: one of NORM_POSITIONS
   pooling: str = "last"  # "transformer_encoder": one of FORECAST_POOLINGS
+  patch_length: int = 16  # "patchtst": hours per patch (token)
+  patch_stride: int = 8  # "patchtst": hours between two patches' starts
+  moving_average: int = 25  # "dlinear": odd number of hours in the trend's centred moving average
   dtype: str = "float32"  # compute dtype; parameters and forecasts stay float32
   kernels: str = "auto"  # ops implementations: "auto" (backend-tuned) or "reference" (ops.kernels)
   deterministic: bool = False  # True disables dropout (evaluation)
@@ -70,7 +86,7 @@ class ForecasterConfig(ValidatedConfig):
                           ("kernels", KERNEL_SETTINGS)):
       self.check_choice(name, allowed)
     for name in ("num_features", "input_length", "num_horizons", "d_model", "num_layers", "num_decoder_layers",
-                 "num_heads", "d_ff"):
+                 "num_heads", "d_ff", "patch_length", "patch_stride", "moving_average"):
       self.check_positive_int(name)
     for name in ("dropout_rate", "attention_dropout_rate"):
       self.check_rate(name)
@@ -84,6 +100,18 @@ class ForecasterConfig(ValidatedConfig):
                          f"(d_model / num_heads), got {self.d_model // self.num_heads}; change d_model or "
                          f"num_heads.")
 
+    if self.architecture == "patchtst" and self.patch_length > self.input_length:
+      raise ConfigError(f"ForecasterConfig.patch_length={self.patch_length} is longer than the window "
+                       f"(input_length={self.input_length}); choose patch_length <= input_length.")
+    if self.architecture == "dlinear" and self.moving_average % 2 == 0:
+      raise ConfigError(f"ForecasterConfig.moving_average={self.moving_average} must be odd (a window centred on "
+                       f"each hour); use {self.moving_average + 1}.")
+
+  @property
+  def num_patches(self) -> int:
+    """"patchtst": tokens per window, the last patch ending on the padded window's end (``ops.patches``)."""
+    return (self.input_length - self.patch_length) // self.patch_stride + 2
+
   def transformer_config(self) -> ModelConfig:
     """The ``ModelConfig`` of the ``Encoder`` and ``Decoder`` inside ``TransformerForecaster``."""
     return ModelConfig(
@@ -92,7 +120,7 @@ class ForecasterConfig(ValidatedConfig):
         d_model=self.d_model, num_heads=self.num_heads, d_ff=self.d_ff, num_encoder_layers=self.num_layers,
         num_decoder_layers=self.num_decoder_layers, dropout_rate=self.dropout_rate,
         attention_dropout_rate=self.attention_dropout_rate,
-        max_length=max(self.input_length, self.num_horizons), positional_encoding=self.positional_encoding,
+        max_length=max(self.input_length, self.num_horizons, self.num_patches), positional_encoding=self.positional_encoding,
         # The projected features and the query table have unit scale already (see TransformerForecaster).
         scale_embeddings=False, norm_position=self.norm_position, dtype=self.dtype, kernels=self.kernels,
         deterministic=self.deterministic)
@@ -161,8 +189,57 @@ class TransformerForecaster(nn.Module):
     return values[..., 0]  # [batch, num_horizons, 1] -> [batch, num_horizons]
 
 
+class PatchTSTForecaster(nn.Module):
+  """PatchTST (Nie et al. 2023) on the target series: RevIN, patches as tokens, ``Encoder``, flatten, linear head.
+
+  Parameters: ``patch_embedding`` ``[patch_length, d_model]`` with bias, ``encoder`` (as ``Encoder``'s, with a
+  learned position table under ``positional_encoding="learned"``), ``head`` ``[num_patches * d_model,
+  num_horizons]`` with bias.
+  """
+  config: ForecasterConfig
+
+  @nn.compact
+  def __call__(self, inputs):
+    """``[batch, input_length, num_features]`` -> ``[batch, num_horizons]`` float32."""
+    config = self.config
+    _check_inputs(config, inputs)
+    target = inputs[:, :, TARGET_FEATURE:TARGET_FEATURE + 1].astype(jnp.float32)  # [batch, input_length, 1]
+    normalized, mean, std = instance_normalize(target)
+    tokens = patches(normalized[..., 0], config.patch_length, config.patch_stride)  # [batch, patches, patch_len]
+    batch, num_patches = tokens.shape[:2]
+    encoded = Encoder(config.transformer_config(), nn.Dense(config.d_model, name="patch_embedding"),
+                      name="encoder")(tokens, valid=jnp.ones((batch, num_patches), bool))  # [b, patches, d_model]
+    flat = encoded.reshape(batch, -1).astype(jnp.float32)  # the paper's head has no dropout of its own
+    forecast = nn.Dense(config.num_horizons, name="head")(flat)  # [batch, num_horizons], normalised units
+    return forecast * std[:, 0] + mean[:, 0]
+
+
+class DLinearForecaster(nn.Module):
+  """DLinear (Zeng et al. 2023) on the target series: a linear map over the window from its moving-average
+  trend and one from the rest, summed.
+
+  Parameters: ``trend`` and ``seasonal``, each ``[input_length, num_horizons]`` with bias.
+  """
+  config: ForecasterConfig
+
+  @nn.compact
+  def __call__(self, inputs):
+    """``[batch, input_length, num_features]`` -> ``[batch, num_horizons]`` float32."""
+    config = self.config
+    _check_inputs(config, inputs)
+    target = inputs[:, :, TARGET_FEATURE:TARGET_FEATURE + 1].astype(jnp.float32)  # [batch, input_length, 1]
+    seasonal, trend = series_decomposition(target, config.moving_average)
+    # Each horizon its own row of the published model's [input_length -> longest horizon] map.
+    return (nn.Dense(config.num_horizons, name="seasonal")(seasonal[..., 0])
+            + nn.Dense(config.num_horizons, name="trend")(trend[..., 0]))
+
+
 def make_forecaster(config: ForecasterConfig) -> nn.Module:
   """The forecaster of ``config.architecture``: ``apply({"params": p}, inputs) -> [batch, num_horizons]``."""
   if config.architecture in RECURRENT_CELLS:
     return RecurrentForecaster(config)
+  if config.architecture == "patchtst":
+    return PatchTSTForecaster(config)
+  if config.architecture == "dlinear":
+    return DLinearForecaster(config)
   return TransformerForecaster(config)

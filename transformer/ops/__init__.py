@@ -25,6 +25,7 @@ from transformer.ops.positional import apply_rotary_embedding, scale_embeddings,
 from transformer.ops.scores import (additive_scores, additive_scores_projected, cosine_scores, dot_product_scores,
                                     general_scores, luong_dot_scores, project_additive_keys)
 from transformer.ops.sequence import shift_right
+from transformer.ops.series import instance_normalize, moving_average, patches, series_decomposition
 
 __all__ = [
     "MASK_VALUE", "ACTIVATIONS", "attention_weights", "dot_product_attention", "weighted_values",
@@ -38,4 +39,5 @@ __all__ = [
     "scale_embeddings", "sinusoidal_position_encoding", "additive_scores", "additive_scores_projected",
     "project_additive_keys", "cosine_scores",
     "dot_product_scores", "general_scores", "luong_dot_scores", "shift_right",
+    "instance_normalize", "moving_average", "patches", "series_decomposition",
 ]

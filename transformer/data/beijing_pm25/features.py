@@ -41,7 +41,7 @@ from transformer.data import source_files, timeseries
 from transformer.data.beijing_pm25.beijing_pm25_dataset_builder import (
     SPLIT_YEARS, WEATHER_COLUMNS, WIND_DIRECTIONS, Builder)
 
-HORIZONS = (1, 6, 12, 24, 48)
+HORIZONS = (1, 6, 12, 24, 48, 72, 96)
 STANDARDIZED_NAMES = ("pm25",) + WEATHER_COLUMNS  # the columns of PM25Series.standardization
 FEATURE_NAMES = (("pm25", "pm25_observed") + WEATHER_COLUMNS
                  + tuple(f"cbwd_{name}" for name in WIND_DIRECTIONS)
