@@ -24,6 +24,14 @@ LAYERS = {
     "pretrained": ({"jax", "numpy", "flax", "safetensors", "tokenizers", "tqdm"}, {"nn", "data", "ops"}),
     "tasks": ({"jax", "numpy", "flax", "ml_collections", "sacrebleu", "optax", "tqdm"},
               {"nn", "data", "decode", "ops", "pretrained"}),
+    "train": ({"jax", "numpy", "flax", "ml_collections", "optax", "orbax", "tqdm", "tensorboardX"},
+              {"nn", "data", "decode", "ops", "pretrained", "tasks"}),
+}
+# The package root: what each of its modules may import (errors.py: nothing, so that every layer may use it).
+ROOT_MODULES = {
+    "errors.py": (set(), set()),
+    "inference.py": ({"jax", "numpy", "ml_collections"}, {"train", "tasks", "errors"}),
+    "__init__.py": (set(), {"train", "inference", "errors"}),
 }
 
 
@@ -89,6 +97,24 @@ def test_each_layer_imports_only_what_design_allows(layer):
         violations.append(f"{path.relative_to(ROOT)}:{line} imports {module}")
   assert not violations, f"transformer/{layer} may import {sorted(allowed_project) or 'no other project package'}:\n" + \
       "\n".join(violations)
+
+
+@pytest.mark.parametrize("name", sorted(ROOT_MODULES))
+def test_the_package_root_imports_only_the_run_layer(name):
+  """``load`` and the typed models (inference.py) sit on train and tasks; nothing in a layer imports them back
+  (the layer tests above allow no ``transformer.inference``)."""
+  allowed_external, allowed_project = ROOT_MODULES[name]
+  violations = []
+  for line, module, names in _imports(PACKAGE / name):
+    top, package = module.split(".")[0], _project_package(module)
+    if package is None:
+      if top not in STDLIB | allowed_external | {"__future__"}:
+        violations.append(f"{name}:{line} imports {module}")
+    elif package == "":
+      violations += [f"{name}:{line} imports transformer.{n}" for n in names or [] if n not in allowed_project]
+    elif package not in allowed_project:
+      violations.append(f"{name}:{line} imports {module}")
+  assert not violations, f"transformer/{name} may import {sorted(allowed_project)}:\n" + "\n".join(violations)
 
 
 def test_nothing_outside_train_imports_a_private_name_of_another_package():
