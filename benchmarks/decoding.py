@@ -3,7 +3,7 @@
     python -m benchmarks.decoding            # writes benchmarks/RESULTS.md
     python -m benchmarks.decoding --smoke    # seconds, prints only
 
-Cached: ``greedy_decode`` / ``beam_decode`` (``transformer.tasks.seq2seq``), one new
+Cached: ``greedy_decode`` / ``beam_decode`` (``transformer.tasks.decoding``), one new
 position per step through the decoder's key/value cache, the cross-attention keys and values projected
 once. Baseline without a cache: the same ``greedy_search`` / ``beam_search`` over a step function that keeps
 the tokens generated so far and re-runs the full teacher-forced decoder (``EncoderDecoder.decode``) on the
@@ -30,7 +30,7 @@ from benchmarks.train_step import experiment_config
 from transformer.decode import beam_search, greedy_search
 from transformer.decode.start import NO_EOS  # every sequence runs to max_length
 from transformer.nn import EncoderDecoder
-from transformer.tasks import seq2seq
+from transformer.tasks.decoding import beam_decode, greedy_decode, model_class
 
 TARGET = 5.0
 TARGET_LENGTH = 256
@@ -84,7 +84,7 @@ def recompute_step_fn(model, params, max_length: int, buckets: int):
 @functools.partial(jax.jit, static_argnums=(0, 3, 4, 5))
 def recompute_decode(model_config, params, source, max_length: int, beam_size: int, buckets: int):
   """Greedy (``beam_size`` 1) or beam search without a cache; returns ``[batch, max_length]`` tokens."""
-  model = seq2seq.model_class(model_config)(model_config)
+  model = model_class(model_config)(model_config)
   batch_size = source.shape[0]
   encoded = model.apply({"params": params}, source, method=EncoderDecoder.encode)
   step_fn = recompute_step_fn(model, params, max_length, buckets)
@@ -101,8 +101,8 @@ def recompute_decode(model_config, params, source, max_length: int, beam_size: i
 
 def cached_decode(model_config, params, source, max_length: int, beam_size: int):
   if beam_size == 1:
-    return seq2seq.greedy_decode(model_config, params, source, max_length)[0]
-  return seq2seq.beam_decode(model_config, params, source, max_length, beam_size)[0]
+    return greedy_decode(model_config, params, source, max_length)[0]
+  return beam_decode(model_config, params, source, max_length, beam_size)[0]
 
 
 def main(argv=None) -> common.Report:

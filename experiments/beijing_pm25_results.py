@@ -22,8 +22,8 @@ from absl import app
 from experiments import report
 from experiments.beijing_pm25 import RECURRENT, TRANSFORMERS, WINDOW_CANDIDATES, get_config
 from transformer import load, read_run_config
-from transformer.data import timeseries
 from transformer.tasks.forecasting import PREDICTIONS_FILE
+from transformer.tasks.metrics import forecast_metrics
 from transformer.train.writers import read_metrics
 
 _ROOT = report.workdir_root_flag()  # default /tmp/pm25
@@ -119,7 +119,7 @@ def test_metrics(score: dict) -> dict:
   per_seed = []
   for forecast in score["forecasts"]:
     usable = score["mask"] & np.isfinite(forecast)
-    per_seed.append(timeseries.forecast_metrics(np.nan_to_num(forecast), np.nan_to_num(score["actual"]), usable))
+    per_seed.append(forecast_metrics(np.nan_to_num(forecast), np.nan_to_num(score["actual"]), usable))
   return {metric: np.stack([m[metric] for m in per_seed]) for metric in ("mae", "rmse")}
 
 

@@ -22,8 +22,7 @@ from absl import app, flags
 from experiments import disaster_tweets, report
 from transformer import load, read_run_config
 from transformer.errors import ConfigError
-from transformer.tasks.classification import (best_threshold, binary_metrics, confusion_counts,
-                                               f1_bootstrap_interval)
+from transformer.tasks.metrics import best_threshold, binary_metrics, confusion_counts, f1_bootstrap_interval
 from transformer.train.writers import read_metrics
 
 _ROOT = report.workdir_root_flag()  # default /tmp/dt

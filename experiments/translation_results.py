@@ -26,7 +26,7 @@ always belongs to a row of the table); every other scored row's go to ``hypothes
 there when another row beats it), so each test BLEU in the table can be recomputed with sacreBLEU, and the page
 lists each row's files or says that they are not committed and how to make them. Rows that differ only in
 ``config.seed`` are also tabled together: each seed's BLEU and their mean. A second table splits each run's test
-BLEU by the reference's length in words (``transformer.tasks.translation.bleu_by_reference_length``). With
+BLEU by the reference's length in words (``transformer.tasks.metrics.bleu_by_reference_length``). With
 ``--validation_only`` the runs are not decoded again: a third table (kept in ``validation_runs.json``) lists them
 beside the scored ones by the validation BLEU their training logged, for settings that lost on validation. Without
 ``--run`` the page is rewritten from ``runs.json`` alone (e.g. with ``--update_committed`` after
@@ -47,7 +47,7 @@ from absl import app, flags
 
 from experiments import report
 from transformer.errors import ConfigError, UserError
-from transformer.tasks.translation import bleu_by_reference_length
+from transformer.tasks.metrics import bleu_by_reference_length
 from transformer.train.config import upgrade_config
 from transformer.train.writers import read_metrics
 

@@ -27,6 +27,7 @@ from transformer.data import beijing_pm25, download, parallel_text, source_files
 from transformer.data.beijing_pm25 import beijing_pm25_dataset_builder as builder_module
 from transformer.data.beijing_pm25 import features as pm25_features
 from transformer.errors import InputFileError
+from transformer.tasks.metrics import forecast_metrics
 
 FIXTURE = pathlib.Path(__file__).parent / "beijing_pm25_fixture.csv"
 FIXTURE_BOUNDS = {"train": (0, 6), "validation": (6, 12)}
@@ -391,31 +392,6 @@ def test_persistence_baselines_on_a_hand_made_series():
     timeseries.daily_persistence_forecast(filled, np.array([1]), (1,), period=4)
 
 
-def test_metrics_by_hand_and_against_plain_numpy():
-  predictions = np.array([[1.0, 2.0], [3.0, np.nan], [5.0, 8.0]])
-  targets = np.array([[2.0, 2.0], [3.0, 9.0], [np.nan, 4.0]])
-  mask = np.array([[True, True], [True, False], [False, True]])
-  got = timeseries.forecast_metrics(predictions, targets, mask)
-  np.testing.assert_allclose(got["mae"], [(1 + 0) / 2, (0 + 4) / 2])
-  np.testing.assert_allclose(got["rmse"], [math.sqrt(1 / 2), math.sqrt(16 / 2)])
-  np.testing.assert_array_equal(got["count"], [2, 2])
-
-  rng = np.random.default_rng(0)
-  predictions, targets = rng.normal(size=(2, 50, 5)) * 30 + 100
-  mask = rng.random((50, 5)) < 0.8
-  sums = [timeseries.error_sums(predictions[i:i + 7], targets[i:i + 7], mask[i:i + 7])
-          for i in range(0, 50, 7)]  # summed over batches, divided once
-  combined = timeseries.metrics_from_sums(
-      {name: sum(part[name] for part in sums) for name in sums[0]})
-  for horizon in range(5):
-    chosen = mask[:, horizon]
-    errors = predictions[chosen, horizon] - targets[chosen, horizon]
-    assert combined["mae"][horizon] == pytest.approx(np.mean(np.abs(errors)))
-    assert combined["rmse"][horizon] == pytest.approx(np.sqrt(np.mean(errors ** 2)))
-  with pytest.raises(ValueError, match="NaN"):
-    timeseries.error_sums(np.array([[np.nan]]), np.array([[1.0]]), np.array([[True]]))
-
-
 # --- the TFDS builder -----------------------------------------------------------------------------
 
 
@@ -619,7 +595,7 @@ def test_real_file_persistence_baselines_on_2014(real_columns, input_length):
   print(f"\nBeijing PM2.5, test 2014, input_length {input_length}, {len(windows)} windows; "
         f"ug/m3 by horizon {pm25_features.HORIZONS}")
   for name, forecast in series.baselines(windows).items():
-    metrics = timeseries.forecast_metrics(forecast, targets, mask)
+    metrics = forecast_metrics(forecast, targets, mask)
     np.testing.assert_allclose(metrics["mae"], expected[name], rtol=1e-9)
     print(f"  {name:18s} MAE  " + "  ".join(f"{value:7.2f}" for value in metrics["mae"]))
     print(f"  {name:18s} RMSE " + "  ".join(f"{value:7.2f}" for value in metrics["rmse"]))

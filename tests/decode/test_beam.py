@@ -12,7 +12,7 @@ from transformer import ops
 from transformer.decode import (beam_search, expand_to_beams, flatten_beams, gather_beams, greedy_search,
                                 unflatten_beams)
 from transformer.nn import EncoderDecoder, ModelConfig
-from transformer.tasks.seq2seq import beam_decode, greedy_decode
+from transformer.tasks.decoding import beam_decode, greedy_decode
 
 
 @functools.partial(jax.jit, static_argnames=("beam_size", "max_length", "pad_id"))

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from transformer.decode import DecodeSettings, beam_search, greedy_search, search
-from transformer.nn import EncoderDecoder, ModelConfig, TransformerLM, encoder_decoder_decoding, language_model_decoding
-from transformer.tasks.seq2seq import search_decode
+from transformer.nn import EncoderDecoder, ModelConfig, TransformerLM
+from transformer.tasks.decoding import encoder_decoder_decoding, language_model_decoding, search_decode
 
 CONFIG = ModelConfig(vocab_size=11, d_model=16, num_heads=2, d_ff=32, num_encoder_layers=1, num_decoder_layers=2,
                      dropout_rate=0.0, attention_dropout_rate=0.0, max_length=16, deterministic=True)

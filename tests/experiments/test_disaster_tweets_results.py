@@ -5,6 +5,7 @@ import pytest
 from experiments import disaster_tweets, disaster_tweets_results as results
 from transformer.errors import ConfigError
 from transformer.train.config import validate_config
+from transformer.train.run_format import write_format
 
 
 @pytest.mark.parametrize("variant", disaster_tweets.VARIANTS)
@@ -24,6 +25,7 @@ def test_the_recorded_command_rebuilds_the_runs_settings(tmp_path):
   config.num_train_steps = 123
   config.task.pretrained_dir = "/somewhere/on/this/machine"  # a path, not a setting: not in the command
   config.optimizer.frozen_params = ("encoder/embedding",)
+  write_format(str(tmp_path))  # a run's record: its format and config.json
   (tmp_path / "config.json").write_text(config.to_json_best_effort())
   assert results.overrides("minilm_finetune", str(tmp_path)) == [
       "--config.num_train_steps=123", "--config.optimizer.frozen_params=('encoder/embedding',)"]
@@ -40,7 +42,7 @@ def test_per_seed_predictions_recompute_the_tables_f1_and_the_page_says_where_th
   import csv
 
   import numpy as np
-  from transformer.tasks.classification import binary_metrics, confusion_counts
+  from transformer.tasks.metrics import binary_metrics, confusion_counts
   labels = np.array([1, 0, 1, 1, 0])
   probabilities = [np.array([0.9, 0.2, 0.4, 0.7, 0.6]), np.array([0.8, 0.1, 0.6, 0.3, 0.4])]
   path = results.write_predictions(str(tmp_path), "static_scratch", np.array([11, 12, 15, 20, 31]), labels,

@@ -15,11 +15,11 @@ import pytest
 from experiments import disaster_tweets as experiment, disaster_tweets_results
 from tests.pretrained.tiny_bert import write_tiny_bert
 from transformer import load
+from transformer.data.classification import fixed_batches
 from transformer.errors import MissingDataError
 from transformer.nn import EncoderClassifier
 from transformer.tasks import build_task
-from transformer.tasks.classification import (ShuffledBatches, best_threshold, binary_metrics, confusion_counts,
-                                             f1_bootstrap_interval, fixed_batches)
+from transformer.tasks.metrics import binary_metrics, confusion_counts
 from transformer.train import run
 from transformer.train.writers import read_metrics
 
@@ -38,18 +38,6 @@ def write_csv(path, header, rows):
     writer = csv.writer(file, lineterminator="\n")
     writer.writerow(header)
     writer.writerows(rows)
-
-
-def test_binary_metrics_of_a_hand_worked_example():
-  predictions = [1, 1, 1, 0, 0, 0, 0]
-  labels = [1, 0, 0, 1, 0, 0, 0]
-  counts = confusion_counts(predictions, labels)
-  assert counts == {"tp": 1, "fp": 2, "fn": 1, "tn": 3}
-  metrics = binary_metrics(counts)
-  # precision 1/3, recall 1/2, F1 their harmonic mean 2 * (1/6) / (5/6) = 0.4, accuracy 4/7.
-  assert metrics == pytest.approx({"precision": 1 / 3, "recall": 1 / 2, "f1": 0.4, "accuracy": 4 / 7})
-  assert binary_metrics(confusion_counts([0, 0], [0, 1])) == {"f1": 0.0, "precision": 0.0, "recall": 0.0,
-                                                              "accuracy": 0.5}
 
 
 @pytest.fixture(scope="module")
@@ -192,63 +180,3 @@ def test_a_missing_model_folder_names_where_to_get_the_model(tiny, monkeypatch):
   config.task.pretrained_dir = str(root / "nowhere")
   with pytest.raises(MissingDataError, match="nowhere does not exist.*sentence-transformers/all-MiniLM-L6-v2"):
     build_task(config).model_config()
-
-
-@pytest.mark.parametrize("length_multiple", [0, 4])
-def test_an_epoch_of_batches_holds_every_example_once_and_resumes_exactly(length_multiple):
-  rng = np.random.default_rng(0)
-  lengths = rng.integers(2, 13, size=103)
-  tokens = np.where(np.arange(12)[None] < lengths[:, None], rng.integers(1, 50, size=(103, 12)), 0).astype(np.int32)
-  labels = np.arange(103, dtype=np.int32)  # the label names the row
-  batches = ShuffledBatches(tokens, labels, 8, seed=5, length_multiple=length_multiple)
-  epoch = [next(batches) for _ in range(103 // 8)]
-  seen = np.concatenate([batch["label"] for batch in epoch])
-  assert len(set(seen.tolist())) == len(seen) == 96  # 12 full batches, no row twice
-  for batch in epoch:
-    width = batch["tokens"].shape[1]
-    np.testing.assert_array_equal(batch["tokens"], tokens[batch["label"]][:, :width])  # only padding cut
-    assert np.all(tokens[batch["label"]][:, width:] == 0)
-    if length_multiple:
-      assert width % length_multiple == 0 and width - lengths[batch["label"]].max() < length_multiple
-  if length_multiple:  # similar lengths together: less padding than one batch shape for all
-    assert sum(batch["tokens"].size for batch in epoch) < 0.8 * 96 * 12
-  state = batches.get_state()
-  following = [next(batches) for _ in range(3)]
-  resumed = ShuffledBatches(tokens, labels, 8, seed=5, length_multiple=length_multiple)
-  resumed.set_state(state)
-  for expected in following:
-    got = next(resumed)
-    for name in expected:
-      np.testing.assert_array_equal(got[name], expected[name])
-
-
-def test_best_threshold_of_a_hand_worked_example():
-  probabilities = np.array([0.2, 0.9, 0.3, 0.8, 0.4, 0.7])
-  labels = np.array([0, 1, 0, 0, 1, 1])
-  # Predicting the k most probable as positive: F1 2/4, 2/5, 4/6, 6/7, 6/8, 6/9; the best (k = 4) lies
-  # between 0.4 and 0.3.
-  threshold = best_threshold(probabilities, labels)
-  assert threshold == pytest.approx(0.35)
-  assert binary_metrics(confusion_counts(probabilities >= threshold, labels))["f1"] == pytest.approx(6 / 7)
-  # Ties: the threshold cannot fall inside a run of equal probabilities.
-  assert best_threshold(np.array([0.6, 0.6, 0.1]), np.array([1, 0, 0])) == pytest.approx(0.35)
-
-
-def test_f1_bootstrap_interval_is_the_percentiles_of_resampled_f1():
-  rng = np.random.default_rng(3)
-  labels = rng.integers(0, 2, size=200)
-  predictions = np.where(rng.random(200) < 0.8, labels, 1 - labels)  # 80% right
-  low, high = f1_bootstrap_interval(predictions, labels, samples=500, seed=7)
-  # The same resamples scored one at a time through confusion_counts and binary_metrics.
-  rows = np.random.default_rng(7).integers(0, 200, size=(500, 200))
-  scores = [binary_metrics(confusion_counts(predictions[row], labels[row]))["f1"] for row in rows]
-  assert (low, high) == pytest.approx(tuple(np.percentile(scores, [2.5, 97.5])))
-  point = binary_metrics(confusion_counts(predictions, labels))["f1"]
-  assert low < point < high
-  # Four times the examples (the same ones repeated): about half the width, around the same F1.
-  wider = high - low
-  low4, high4 = f1_bootstrap_interval(np.tile(predictions, 4), np.tile(labels, 4), samples=500, seed=7)
-  assert 0.4 * wider < high4 - low4 < 0.6 * wider
-  assert f1_bootstrap_interval(labels, labels) == (1.0, 1.0)
-  with pytest.raises(ValueError, match="at least one example"):
-    f1_bootstrap_interval([], [])

@@ -14,7 +14,7 @@ from transformer import load
 from transformer.errors import ConfigError
 from transformer.tasks import build_task
 from transformer.decode import DecodeSettings
-from transformer.tasks.language_model import continue_prompts
+from transformer.tasks.decoding import continue_prompts
 from transformer.train import run
 
 # The fixture's made-up text has 21 characters and 47 pieces at most: the real data's tiny vocabulary is too large.

@@ -1,9 +1,9 @@
-"""``transformer.tasks.base.Progress``: a bar on a terminal, log lines every few seconds in a log file."""
+"""``transformer.tasks.progress.Progress``: a bar on a terminal, log lines every few seconds in a log file."""
 import io
 import logging
 import sys
 
-from transformer.tasks.base import Progress
+from transformer.tasks.progress import Progress
 
 
 class _Terminal(io.StringIO):
@@ -12,12 +12,12 @@ class _Terminal(io.StringIO):
 
 
 def _messages(caplog):
-  return [record.getMessage() for record in caplog.records if record.name == "transformer.tasks.base"]
+  return [record.getMessage() for record in caplog.records if record.name == "transformer.tasks.progress"]
 
 
 def test_in_a_log_file_progress_is_a_line_per_interval_and_a_last_line(caplog, monkeypatch):
   monkeypatch.setattr(sys, "stderr", io.StringIO())
-  caplog.set_level(logging.INFO, "transformer.tasks.base")
+  caplog.set_level(logging.INFO, "transformer.tasks.progress")
   progress = Progress("decoding test", 10, interval_seconds=0)
   for _ in range(5):
     progress.update(2)
@@ -28,7 +28,7 @@ def test_in_a_log_file_progress_is_a_line_per_interval_and_a_last_line(caplog, m
 
 def test_a_last_line_says_when_a_loop_that_logged_ends(caplog, monkeypatch):
   monkeypatch.setattr(sys, "stderr", io.StringIO())
-  caplog.set_level(logging.INFO, "transformer.tasks.base")
+  caplog.set_level(logging.INFO, "transformer.tasks.progress")
   progress = Progress("decoding test", 10, interval_seconds=0)
   progress.update(4)
   progress._interval = 3600  # the rest comes sooner than the next line is due
@@ -39,7 +39,7 @@ def test_a_last_line_says_when_a_loop_that_logged_ends(caplog, monkeypatch):
 
 def test_a_loop_shorter_than_the_interval_logs_nothing(caplog, monkeypatch):
   monkeypatch.setattr(sys, "stderr", io.StringIO())
-  caplog.set_level(logging.INFO, "transformer.tasks.base")
+  caplog.set_level(logging.INFO, "transformer.tasks.progress")
   progress = Progress("decoding validation", 10, interval_seconds=3600)
   progress.update(10)
   progress.close()
@@ -49,7 +49,7 @@ def test_a_loop_shorter_than_the_interval_logs_nothing(caplog, monkeypatch):
 def test_on_a_terminal_progress_is_a_bar_and_quiet_shows_nothing(caplog, monkeypatch):
   terminal = _Terminal()
   monkeypatch.setattr(sys, "stderr", terminal)
-  caplog.set_level(logging.INFO, "transformer.tasks.base")
+  caplog.set_level(logging.INFO, "transformer.tasks.progress")
   progress = Progress("decoding test", 4, interval_seconds=0)
   progress.update(4)
   progress.close()

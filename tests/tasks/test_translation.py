@@ -8,7 +8,6 @@ from tests.train.conftest import load_experiment_config
 from transformer import load
 from transformer.data.parallel_text import MissingDataError
 from transformer.errors import InputFileError
-from transformer.tasks.translation import bleu_by_reference_length, corpus_bleu
 from transformer.train import run
 
 SIZES = {"train": 400, "val": 16, "test_2016_flickr": 12, "test_2017_flickr": 2, "test_2017_mscoco": 2,
@@ -101,18 +100,6 @@ def test_missing_data_names_the_files_and_where_to_put_them(tmp_path):
   (tmp_path / "empty").mkdir()
   with pytest.raises(MissingDataError, match=r"train\.en\.gz"):
     run(tiny_translation_config(tmp_path / "empty", tmp_path / "tfds"), str(tmp_path / "run"))
-
-
-def test_bleu_of_the_reference_against_itself_is_100():
-  references = ["Ein Mann fährt Fahrrad .", "Zwei Hunde spielen im Schnee ."]
-  assert corpus_bleu(references, references)[0] == pytest.approx(100.0)
-  assert corpus_bleu(references, references, tokenize="none", lowercase=True)[0] == pytest.approx(100.0)
-  assert corpus_bleu(["Ein Hund"] * 2, references)[0] < 20.0
-  by_length = bleu_by_reference_length(references, references)
-  assert sum(group["sentences"] for group in by_length.values()) == len(references)
-  assert all(group["bleu"] == pytest.approx(100.0) and group["length_ratio"] == 1.0 for group in by_length.values())
-  with pytest.raises(ValueError, match="one per reference"):
-    bleu_by_reference_length(references[:1], references)
 
 
 def test_a_negative_length_penalty_candidate_is_named_in_the_error(raw_dir, tmp_path):

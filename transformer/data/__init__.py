@@ -13,6 +13,8 @@ TensorFlow is needed: datasets are written as ``array_record`` and read with
 | ``tokenizers`` | ``SentencePieceTokenizer`` (pad 0, bos 1, eos 2, unk 3), training and on-disk cache |
 | ``batching`` | ``TokenizedExamples``, ``TokenBatcher`` (buckets, token budget), ``BatchIterator``, ``PrefetchIterator`` |
 | ``translation`` | ``load_translation_data(name, pair, ...)``: the above tied together for translation |
+| ``classification`` | ``fixed_batches`` and the resumable ``ShuffledBatches`` of labelled token arrays |
+| ``synthetic`` | copy / reverse / sort sequences (``make_examples``) and the resumable ``SyntheticBatches`` |
 | ``beijing_pm25/`` | TFDS builder of the hourly UCI rows, ``read_csv``; ``features``: ``prepare``/``load`` -> ``PM25Series`` |
 | ``timeseries`` | ``WindowedSeries`` (windows sliced on the fly, resumable iterator, fixed-shape eval batches), persistence baselines, masked MAE/RMSE |
 

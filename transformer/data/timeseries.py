@@ -1,4 +1,4 @@
-"""Forecasting windows sliced on the fly from one hourly series; persistence baselines; metrics.
+"""Forecasting windows sliced on the fly from one hourly series; persistence baselines.
 
 Dataset-agnostic numpy (the Beijing PM2.5 specifics live in ``transformer/data/beijing_pm25/``).
 
@@ -19,9 +19,8 @@ Pieces:
 * :class:`WindowedSeries`: batches of windows by index; :meth:`WindowedSeries.train_iterator` (endless,
   shuffled, resumable: :class:`WindowBatchIterator`) and :meth:`WindowedSeries.eval_batches` (in order, fixed
   shape, padding rows unscored).
-* :func:`persistence_forecast`, :func:`daily_persistence_forecast`: the baselines.
-* :func:`error_sums`, :func:`metrics_from_sums`, :func:`forecast_metrics`: MAE and RMSE per horizon over the
-  scored entries only.
+* :func:`persistence_forecast`, :func:`daily_persistence_forecast`: the baselines (scored by
+  ``transformer.tasks.metrics.forecast_metrics``).
 """
 from __future__ import annotations
 
@@ -402,49 +401,3 @@ def daily_persistence_forecast(filled: np.ndarray, origins: np.ndarray, horizons
     raise ValueError(f"daily_persistence_forecast: an origin needs {period - 1} earlier hours; "
                      f"the earliest origin is {np.min(origins)}.")
   return np.asarray(filled)[source_hours]
-
-
-def error_sums(predictions: np.ndarray, targets: np.ndarray,
-               mask: np.ndarray) -> dict[str, np.ndarray]:
-  """Per-horizon sums of absolute and squared errors over the entries where ``mask``.
-
-  Sums add over batches (and devices); :func:`metrics_from_sums` divides once. Unmasked entries
-  may hold anything, NaN included.
-
-  Args:
-    predictions, targets: ``[windows, num_horizons]``, in the unit the metrics are wanted in.
-    mask: bool ``[windows, num_horizons]``.
-
-  Returns:
-    ``{"absolute_error": [H], "squared_error": [H], "count": [H]}``, float64.
-
-  Raises:
-    ValueError: a scored prediction or target is not finite.
-  """
-  mask = np.asarray(mask, bool)
-  predictions = np.asarray(predictions, np.float64)
-  targets = np.asarray(targets, np.float64)
-  if not (np.all(np.isfinite(predictions[mask])) and np.all(np.isfinite(targets[mask]))):
-    raise ValueError("error_sums: a prediction or target where mask is True is NaN or infinite.")
-  errors = np.where(mask, predictions - targets, 0.0)
-  return {"absolute_error": np.abs(errors).sum(axis=0),
-          "squared_error": (errors ** 2).sum(axis=0),
-          "count": mask.sum(axis=0).astype(np.float64)}
-
-
-def metrics_from_sums(sums: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-  """``{"mae": [H], "rmse": [H], "count": [H]}`` from :func:`error_sums`' (summed) output.
-
-  A horizon with nothing scored gets NaN.
-  """
-  count = np.asarray(sums["count"], np.float64)
-  with np.errstate(invalid="ignore", divide="ignore"):
-    mae = np.where(count > 0, sums["absolute_error"] / count, np.nan)
-    rmse = np.where(count > 0, np.sqrt(sums["squared_error"] / count), np.nan)
-  return {"mae": mae, "rmse": rmse, "count": count}
-
-
-def forecast_metrics(predictions: np.ndarray, targets: np.ndarray,
-                     mask: np.ndarray) -> dict[str, np.ndarray]:
-  """MAE and RMSE per horizon over the entries where ``mask`` (shapes as :func:`error_sums`)."""
-  return metrics_from_sums(error_sums(predictions, targets, mask))

@@ -11,7 +11,6 @@ from typing import NamedTuple
 from transformer.errors import ConfigError
 from transformer.nn.attention import CROSS_CACHE, MultiHeadAttention
 from transformer.nn.config import ClassifierConfig, ModelConfig
-from transformer.nn.decoding import encoder_decoder_decoding, language_model_decoding
 from transformer.nn.forecasters import ForecasterConfig, RecurrentForecaster, TransformerForecaster, make_forecaster
 from transformer.nn.layers import DecoderLayer, EncoderLayer, FeedForward, Norm, PositionalEncoding
 from transformer.nn.models import (Decoder, Encoder, EncoderClassifier, EncoderDecoder, TransformerLM,
@@ -46,4 +45,4 @@ __all__ = ["CROSS_CACHE", "MODELS", "ClassifierConfig", "ModelSpec", "MultiHeadA
            "DecoderLayer", "EncoderLayer", "FeedForward", "Norm", "PositionalEncoding", "Decoder", "Encoder",
            "EncoderClassifier", "EncoderDecoder", "TransformerLM", "RNNConfig", "RNNEncoderDecoder",
            "cross_attention_cache", "model_spec", "ForecasterConfig", "RecurrentForecaster", "TransformerForecaster",
-           "make_forecaster", "encoder_decoder_decoding", "language_model_decoding"]
+           "make_forecaster"]

@@ -36,9 +36,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from transformer import ops
+from transformer.data.classification import ShuffledBatches, fixed_batches
 from transformer.errors import ConfigError, MissingDataError
 from transformer.nn import ClassifierConfig, EncoderClassifier
 from transformer.tasks.base import Task
+from transformer.tasks.metrics import POSITIVE_CLASS, binary_metrics, confusion_counts
 
 MODEL_NAME = "encoder_classifier"
 PRETRAINED_INITS = ("none", "embedding", "encoder")
@@ -48,62 +50,8 @@ HUGGING_FACE_IDS = {"all-MiniLM-L6-v2": "sentence-transformers/all-MiniLM-L6-v2"
 # config.model fields a pretrained encoder takes from the config (the rest are the checkpoint's).
 HEAD_FIELDS = ("num_classes", "pooling", "dropout_rate", "attention_dropout_rate", "feed_forward_dropout_rate",
                "dtype", "attention_implementation", "attention_chunk_size", "float32_attention_logits")
-POSITIVE_CLASS = 1
 SUBMISSION_FILE = "submission.csv"
 LENGTH_MULTIPLE = 8  # texts classified outside the data sets are padded to a multiple of this (fewer shapes)
-
-
-def confusion_counts(predictions, labels) -> dict[str, int]:
-  """True/false positives/negatives of binary ``predictions`` against ``labels`` (1 = positive)."""
-  predictions, labels = np.asarray(predictions) == POSITIVE_CLASS, np.asarray(labels) == POSITIVE_CLASS
-  return {"tp": int(np.sum(predictions & labels)), "fp": int(np.sum(predictions & ~labels)),
-          "fn": int(np.sum(~predictions & labels)), "tn": int(np.sum(~predictions & ~labels))}
-
-
-def binary_metrics(counts: dict[str, int]) -> dict[str, float]:
-  """Accuracy, and precision, recall and F1 of the positive class, from ``confusion_counts``; a ratio whose
-  denominator is 0 is 0 (no positive predicted: precision 0)."""
-  tp, fp, fn, tn = (counts[name] for name in ("tp", "fp", "fn", "tn"))
-
-  def ratio(numerator, denominator):
-    return numerator / denominator if denominator else 0.0
-
-  return {"f1": ratio(2 * tp, 2 * tp + fp + fn), "precision": ratio(tp, tp + fp), "recall": ratio(tp, tp + fn),
-          "accuracy": ratio(tp + tn, tp + fp + fn + tn)}
-
-
-def f1_bootstrap_interval(predictions, labels, confidence: float = 0.95, samples: int = 2000,
-                          seed: int = 0) -> tuple[float, float]:
-  """The percentile bootstrap interval of F1 over the examples: how much the score would move on another test
-  set of the same size from the same distribution (resampled with replacement, ``samples`` times)."""
-  predictions, labels = np.asarray(predictions) == POSITIVE_CLASS, np.asarray(labels) == POSITIVE_CLASS
-  if not len(labels):
-    raise ValueError("f1_bootstrap_interval needs at least one example.")
-  rows = np.random.default_rng(seed).integers(0, len(labels), size=(samples, len(labels)))
-  tp = np.sum(predictions[rows] & labels[rows], axis=1)
-  wrong = np.sum(predictions[rows] != labels[rows], axis=1)  # fp + fn
-  f1 = np.where(2 * tp + wrong > 0, 2 * tp / np.maximum(2 * tp + wrong, 1), 0.0)
-  tail = (1 - confidence) / 2 * 100
-  low, high = np.percentile(f1, [tail, 100 - tail])
-  return float(low), float(high)
-
-
-def best_threshold(positive_probabilities, labels) -> float:
-  """The threshold ``t`` that maximises F1 when ``probability >= t`` predicts the positive class: the midpoint
-  below the best-scoring probability (0.5 when no threshold beats predicting none)."""
-  probabilities = np.asarray(positive_probabilities, np.float64)
-  positives = np.asarray(labels) == POSITIVE_CLASS
-  order = np.argsort(-probabilities, kind="stable")
-  true_positives = np.cumsum(positives[order])  # predicting the k + 1 most probable as positive
-  predicted = np.arange(1, len(order) + 1)
-  f1 = 2 * true_positives / (predicted + positives.sum())
-  # Only the last of a run of equal probabilities is a threshold one can draw.
-  distinct = np.append(probabilities[order][1:] != probabilities[order][:-1], True)
-  if not len(order) or not np.any(distinct & (true_positives > 0)):
-    return 0.5
-  best = int(np.argmax(np.where(distinct, f1, -1.0)))
-  below = probabilities[order][best + 1] if best + 1 < len(order) else 0.0
-  return float((probabilities[order][best] + below) / 2)
 
 
 def model_dir(task_config) -> str:
@@ -367,72 +315,3 @@ def _write_rows(path, header, rows):
     writer.writerow(header)
     writer.writerows([[int(value) if isinstance(value, (np.integer, int)) else float(value) for value in row]
                       for row in rows])
-
-
-def fixed_batches(tokens: np.ndarray, labels: np.ndarray, batch_size: int) -> list[dict]:
-  """Batches of identical shapes in order; the last is padded with zero-weight rows."""
-  batches = []
-  for start in range(0, len(labels), batch_size):
-    count = min(batch_size, len(labels) - start)
-    batch = {"tokens": np.zeros((batch_size, tokens.shape[1]), np.int32),
-             "label": np.zeros((batch_size,), np.int32), "weight": np.zeros((batch_size,), np.float32)}
-    batch["tokens"][:count] = tokens[start:start + count]
-    batch["label"][:count] = labels[start:start + count]
-    batch["weight"][:count] = 1.0
-    batches.append(batch)
-  return batches
-
-
-class ShuffledBatches:
-  """Endless training batches: epoch ``e`` is a permutation drawn from ``(seed, e)``, cut into full batches
-  (the remainder waits for the next epoch's order). The state is the batch count, so resuming is exact.
-
-  With ``length_multiple``, texts of similar lengths share a batch (the permutation is sorted by length
-  within windows of ``BUCKET_WINDOW`` batches, and the window's batches shuffled), and each batch is cut to its
-  longest text rounded up to ``length_multiple`` tokens: less padding, at most ``length / length_multiple``
-  batch shapes (one compilation each)."""
-
-  BUCKET_WINDOW = 16
-
-  def __init__(self, tokens: np.ndarray, labels: np.ndarray, batch_size: int, seed: int, pad_id: int = 0,
-               length_multiple: int = 0):
-    if len(labels) < batch_size:
-      raise ConfigError(f"config.batch_size={batch_size} is larger than the {len(labels)} training examples.")
-    self._tokens, self._labels, self._batch_size, self._seed = tokens, labels, batch_size, seed
-    self._lengths = np.sum(tokens != pad_id, axis=1)
-    self._length_multiple = length_multiple
-    self._index = 0
-
-  def __iter__(self):
-    return self
-
-  @functools.lru_cache(maxsize=1)
-  def _epoch_order(self, epoch: int) -> np.ndarray:
-    rng = np.random.default_rng([self._seed, epoch])
-    order = rng.permutation(len(self._labels))
-    if not self._length_multiple:
-      return order
-    size = self._batch_size
-    batches = []
-    for start in range(0, len(order) - size + 1, size * self.BUCKET_WINDOW):
-      window = order[start:start + size * self.BUCKET_WINDOW]
-      window = window[np.argsort(self._lengths[window], kind="stable")]
-      batches += [window[i:i + size] for i in range(0, len(window) - size + 1, size)]
-    return np.concatenate([batches[i] for i in rng.permutation(len(batches))])
-
-  def __next__(self):
-    per_epoch = len(self._labels) // self._batch_size
-    epoch, position = divmod(self._index, per_epoch)
-    rows = self._epoch_order(epoch)[position * self._batch_size:(position + 1) * self._batch_size]
-    self._index += 1
-    tokens = self._tokens[rows]
-    if self._length_multiple:
-      length = -(-int(self._lengths[rows].max()) // self._length_multiple) * self._length_multiple
-      tokens = tokens[:, :length]
-    return {"tokens": tokens, "label": self._labels[rows], "weight": np.ones((self._batch_size,), np.float32)}
-
-  def get_state(self) -> dict:
-    return {"index": self._index}
-
-  def set_state(self, state: dict) -> None:
-    self._index = int(state["index"])

@@ -40,6 +40,7 @@ from transformer.data.beijing_pm25.beijing_pm25_dataset_builder import WEATHER_C
 from transformer.errors import ConfigError
 from transformer.nn import ForecasterConfig, make_forecaster
 from transformer.tasks.base import Task
+from transformer.tasks.metrics import forecast_metrics
 
 DATASETS = ("beijing_pm25", "synthetic")
 LOSSES = ("mae", "mse")
@@ -245,7 +246,7 @@ class ForecastingTask(Task):
     """RMSE in ug/m3 over all horizons and per horizon on the validation split (float64, host), and one
     example forecast."""
     predicted = self.predict_split(model_config, params, "validation")
-    metrics = timeseries.forecast_metrics(predicted["forecast"], np.nan_to_num(predicted["actual"]),
+    metrics = forecast_metrics(predicted["forecast"], np.nan_to_num(predicted["actual"]),
                                           predicted["mask"])
     mask = predicted["mask"]
     errors = np.where(mask, predicted["forecast"] - np.nan_to_num(predicted["actual"]), 0.0)

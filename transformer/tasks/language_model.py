@@ -17,16 +17,15 @@ from __future__ import annotations
 import functools
 import math
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 
 from transformer.data import batching, tokenizers
 from transformer.data.monolingual import load_monolingual_data
-from transformer.decode import DecodeSettings, search
+from transformer.decode import DecodeSettings
 from transformer.errors import ConfigError
-from transformer.nn import ModelConfig, TransformerLM, language_model_decoding
+from transformer.nn import ModelConfig, TransformerLM
 from transformer.tasks.base import Task
+from transformer.tasks.decoding import continue_prompts
 from transformer.tasks.seq2seq import decode_settings, token_loss_and_metrics
 from transformer.tasks.translation import sentencepiece_options
 
@@ -133,26 +132,3 @@ class LanguageModelTask(Task):
     continuation (``config.decode``; ``beam_size``/``length_penalty`` override it as for translation)."""
     return self.continue_texts(model_config, params, lines,
                                settings=decode_settings(self.config, beam_size, length_penalty))
-
-
-@functools.partial(jax.jit, static_argnums=(0, 4, 5))
-def continue_prompts(model_config: ModelConfig, params, prompt, prompt_lengths, max_new_tokens: int,
-                     settings: DecodeSettings):
-  """Continuations of a ``TransformerLM`` with its key/value cache, the prompts prefilled in one pass.
-
-  Args:
-    model_config: with ``deterministic=True``.
-    prompt: int32 ``[batch, prompt_length]``, row ``b``'s first ``prompt_lengths[b]`` tokens real (no BOS, no
-      EOS; a length may be 0).
-    max_new_tokens: tokens generated at most.
-    settings: the search (``transformer.decode.DecodeSettings``).
-
-  Returns:
-    ``(sequences int32 [batch, n, max_new_tokens], scores float32 [batch, n])``: the ``n`` continuations
-    (beams or samples) best first, EOS included, padded after it (``transformer.decode.search``).
-  """
-  batch, prompt_length = prompt.shape
-  step_fn, prefill_fn, cache = language_model_decoding(TransformerLM(model_config), params, batch,
-                                                       prompt_length + max_new_tokens)
-  return search(settings, step_fn, cache, batch, max_new_tokens, model_config.bos_id, model_config.eos_id,
-                model_config.pad_id, prompt=prompt, prompt_lengths=prompt_lengths, prefill_fn=prefill_fn)

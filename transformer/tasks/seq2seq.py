@@ -14,15 +14,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from transformer import ops
-from transformer.decode import DecodeSettings, search
+from transformer.decode import DecodeSettings
 from transformer.errors import ConfigError
-from transformer.nn import MODELS, EncoderDecoder, ModelConfig, encoder_decoder_decoding, model_spec
+from transformer.nn import EncoderDecoder, ModelConfig, model_spec
 from transformer.tasks.base import Task
-
-# The config.model_name values (keys of transformer.nn.MODELS) a seq2seq task trains. Both models share the
-# EncoderDecoder interface (encode, decode, teacher-forced __call__, a decode cache), so loss and search code
-# is the same for both.
-SEQ2SEQ_MODELS = ("transformer", "rnn")
+from transformer.tasks.decoding import SEQ2SEQ_MODELS, model_class, search_decode
 
 
 def decode_settings(config, beam_size: int | None = None, length_penalty: float | None = None) -> DecodeSettings:
@@ -42,11 +38,6 @@ def decode_settings(config, beam_size: int | None = None, length_penalty: float 
   if length_penalty is not None:
     settings = dataclasses.replace(settings, length_penalty=length_penalty)
   return settings
-
-
-def model_class(model_config) -> type[EncoderDecoder]:
-  """The Flax module of a seq2seq model's hyper-parameters (``ModelConfig`` or ``RNNConfig``)."""
-  return next(MODELS[name].module for name in SEQ2SEQ_MODELS if type(model_config) is MODELS[name].config)
 
 
 class Seq2SeqTask(Task):
@@ -233,43 +224,6 @@ def until_eos(tokens: np.ndarray, eos_id: int) -> np.ndarray:
   """The decoded tokens ``[length]`` up to and including the first EOS (all of them if there is none)."""
   ends = np.flatnonzero(tokens == eos_id)
   return tokens[: ends[0] + 1] if len(ends) else tokens
-
-
-# Model-aware decoding lives here rather than in transformer.decode, which by design knows no model (no
-# transformer.nn import): these functions give decode's searches an EncoderDecoder's cached step function.
-@functools.partial(jax.jit, static_argnums=(0, 3, 4))
-def search_decode(model_config: ModelConfig, params, source, max_length: int, settings: DecodeSettings,
-                  prompt=None, prompt_lengths=None):
-  """``settings``' search of an ``EncoderDecoder`` (or RNN) with its key/value cache, for ``source``
-  ``[batch, source_length]``: ``(sequences int32 [batch, n, max_length], scores float32 [batch, n])``, the ``n``
-  hypotheses (beams or samples) best first (see ``transformer.decode.search``).
-
-  ``prompt`` ``[batch, prompt_length]`` with ``prompt_lengths`` ``[batch]``: target prefixes to continue,
-  written into the cache in one pass (Transformer only); the output holds the continuations.
-  ``model_config`` should have ``deterministic=True``.
-  """
-  prompt_length = 0 if prompt is None else prompt.shape[1]
-  # BOS, the prompt and every generated token but the last are written into the cache.
-  step_fn, prefill_fn, cache = encoder_decoder_decoding(model_class(model_config)(model_config), params, source,
-                                                        prompt_length + max_length, settings.copies)
-  return search(settings, step_fn, cache, source.shape[0], max_length, model_config.bos_id, model_config.eos_id,
-                model_config.pad_id, prompt=prompt, prompt_lengths=prompt_lengths, prefill_fn=prefill_fn)
-
-
-def greedy_decode(model_config: ModelConfig, params, source, max_length: int):
-  """Greedy search of an ``EncoderDecoder`` (or RNN): ``([batch, max_length] int32 tokens, [batch] log P)``,
-  EOS included, padded after it. ``model_config`` should have ``deterministic=True``."""
-  sequences, log_probs = search_decode(model_config, params, source, max_length, DecodeSettings("greedy"))
-  return sequences[:, 0], log_probs[:, 0]
-
-
-def beam_decode(model_config: ModelConfig, params, source, max_length: int, beam_size: int,
-                length_penalty: float = 0.6, return_all_beams: bool = False, finish_rule: str = "within_beam"):
-  """Beam search of an ``EncoderDecoder`` (or RNN) with its key/value cache: ``([batch, max_length] tokens,
-  [batch] scores)`` of the best hypothesis, or of all beams (``[batch, beam, ...]``, see ``beam_search``)."""
-  settings = DecodeSettings("beam", beam_size=beam_size, length_penalty=length_penalty, finish_rule=finish_rule)
-  sequences, scores = search_decode(model_config, params, source, max_length, settings)
-  return (sequences, scores) if return_all_beams else (sequences[:, 0], scores[:, 0])
 
 
 @functools.partial(jax.jit, static_argnums=0)

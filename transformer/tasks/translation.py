@@ -23,53 +23,11 @@ import numpy as np
 from transformer.data import batching, tokenizers
 from transformer.data.translation import load_translation_data
 from transformer.errors import ConfigError
-from transformer.tasks.base import Progress
+from transformer.tasks.metrics import corpus_bleu
+from transformer.tasks.progress import Progress
 from transformer.tasks.seq2seq import Seq2SeqTask
 
 log = logging.getLogger(__name__)
-
-
-def _sacrebleu(hypotheses: list[str], references: list[str], tokenize: str, lowercase: bool = False):
-  """``(metric, score)``: sacreBLEU's corpus BLEU of one reference per hypothesis."""
-  import sacrebleu  # the "data" extra
-  # tokenize="none" scores text tokenised on purpose (IWSLT'15): force=True silences the detokenise warnings.
-  metric = sacrebleu.BLEU(tokenize=tokenize, lowercase=lowercase, force=tokenize == "none")
-  return metric, metric.corpus_score(hypotheses, [references])
-
-
-def corpus_bleu(hypotheses: list[str], references: list[str], tokenize: str = "13a",
-                lowercase: bool = False) -> tuple[float, str]:
-  """sacreBLEU corpus BLEU and its signature (e.g. ``nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0``)."""
-  metric, score = _sacrebleu(hypotheses, references, tokenize, lowercase)
-  return score.score, str(metric.get_signature())
-
-
-# Reference lengths in words that start a new group of bleu_by_reference_length: 0-9, 10-19, 20-39, 40+.
-REFERENCE_LENGTH_EDGES = (10, 20, 40)
-
-
-def bleu_by_reference_length(hypotheses: list[str], references: list[str], tokenize: str = "13a",
-                             edges: tuple[int, ...] = REFERENCE_LENGTH_EDGES) -> dict[str, dict]:
-  """Corpus BLEU of the sentences grouped by their reference's length in words (whitespace-separated).
-
-  Returns ``{"0-9": {"sentences": n, "bleu": b, "length_ratio": hypothesis words / reference words}, ...,
-  "40+": {...}}`` (sacreBLEU's tokens for the ratio); a group without sentences is left out. Where a model
-  loses BLEU (e.g. on long sentences) is what this shows and the corpus BLEU hides.
-  """
-  if len(hypotheses) != len(references):
-    raise ValueError(f"{len(hypotheses)} hypotheses for {len(references)} references; give one per reference.")
-  bounds = [0, *edges, None]
-  groups = {}
-  for low, high in zip(bounds[:-1], bounds[1:]):
-    chosen = [i for i, reference in enumerate(references)
-              if low <= len(reference.split()) and (high is None or len(reference.split()) < high)]
-    if not chosen:
-      continue
-    _, score = _sacrebleu([hypotheses[i] for i in chosen], [references[i] for i in chosen], tokenize)
-    groups[f"{low}+" if high is None else f"{low}-{high - 1}"] = {
-        "sentences": len(chosen), "bleu": score.score,
-        "length_ratio": score.sys_len / score.ref_len if score.ref_len else float("nan")}
-  return groups
 
 
 TOKENIZER_TYPES = ("unigram", "bpe")

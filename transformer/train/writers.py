@@ -1,4 +1,4 @@
-"""Metric outputs: ``metrics.jsonl`` (one JSON object per logging step), TensorBoard, and a progress bar."""
+"""Metric outputs: ``metrics.jsonl`` (one JSON object per logging step) and TensorBoard."""
 from __future__ import annotations
 
 import errno
@@ -7,11 +7,10 @@ import logging
 import math
 import os
 import shutil
-import sys
-
-import tqdm
 
 from transformer.errors import WorkdirError
+# The progress display's home is transformer.tasks.progress; re-exported here until loop.py imports it there.
+from transformer.tasks.progress import log_line, progress_bar  # noqa: F401
 
 log = logging.getLogger(__name__)
 
@@ -143,18 +142,6 @@ def read_metrics(workdir: str) -> list[dict]:
   return _read_records(os.path.join(workdir, "metrics.jsonl"))
 
 
-def log_line(step: int, total: int, metrics: dict, seconds_per_step: float, window_steps: int = 0) -> str:
-  """One progress line for logs written to a file (where the tqdm bar is off), e.g.
-  ``step 100/4000 (2%): loss 6.5280, 1135 tokens/s, 0.37 steps/s, ETA 2h56m``; with skipped non-finite
-  steps in the window (``train/skipped_steps`` of its ``window_steps``) ``..., 3 of 50 steps skipped``."""
-  remaining = max(total - step, 0) * seconds_per_step
-  hours, minutes = divmod(int(remaining // 60), 60)
-  skipped = metrics.get("train/skipped_steps", 0)
-  return (f"step {step}/{total} ({100 * step / max(total, 1):.0f}%): loss {metrics['train/loss']:.4f}, "
-          f"{metrics['train/tokens_per_second']:.0f} tokens/s, {metrics['train/steps_per_second']:.2f} steps/s, "
-          f"ETA {hours}h{minutes:02d}m" + (f", {skipped:g} of {window_steps} steps skipped" if skipped else ""))
-
-
 def _format_value(value: float) -> str:
   text = f"{value:.4f}"
   return text.rstrip("0").rstrip(".") if "." in text else text
@@ -182,9 +169,3 @@ def results_table(metrics: dict) -> str:
                                     for name, row in sorted(rows.items())]
   widths = [max(len(line[i]) for line in table) for i in range(len(table[0]))]
   return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip() for line in table)
-
-
-def progress_bar(total: int, initial: int, quiet: bool):
-  """tqdm bar with step, loss, throughput and ETA; silent when quiet or when stderr is not a terminal."""
-  return tqdm.tqdm(total=total, initial=initial, unit="step", dynamic_ncols=True,
-                   disable=quiet or not sys.stderr.isatty())

@@ -7,7 +7,7 @@ import ml_collections
 import numpy as np
 import pytest
 
-from transformer.tasks.synthetic import (BOS_ID, EOS_ID, FIRST_SYMBOL, PAD_ID, SyntheticBatches, make_examples)
+from transformer.data.synthetic import BOS_ID, EOS_ID, FIRST_SYMBOL, PAD_ID, SyntheticBatches, make_examples
 
 NUM_SYMBOLS, MIN_LENGTH, MAX_LENGTH = 10, 1, 12
 
