@@ -250,3 +250,44 @@ def test_local_window_is_the_same_function_dense_and_chunked_and_limits_what_a_q
   again = module.apply({"params": params}, changed, changed, valid, valid, causal=True)
   np.testing.assert_allclose(again[0, -1], dense[0, -1], atol=1e-5, rtol=1e-5)
   assert not np.allclose(again[0, 1], dense[0, 1])
+
+
+def test_a_models_kernels_are_resolved_once_on_its_config(monkeypatch):
+  """Every op of every layer gets its config's ``resolved_kernels``, resolved once per config (the encoder and
+  decoder each derive one): the count does not grow with the layers, their attention or norm calls, or a
+  second apply; the chunk size of ``attention_implementation="chunked"`` is in it."""
+  from transformer.nn import EncoderDecoder
+  from transformer.nn import config as config_module
+  calls = []
+  select = config_module.select_kernels
+  monkeypatch.setattr(config_module, "select_kernels", lambda *args, **kwargs: calls.append(kwargs) or select(
+      *args, **kwargs))
+  tokens = jnp.ones((BATCH, Q_LENGTH), jnp.int32)
+  counts = []
+  for layers in (1, 3):
+    calls.clear()
+    config = CONFIG.replace(num_encoder_layers=layers, num_decoder_layers=layers, attention_implementation="chunked")
+    model = EncoderDecoder(config)
+    params = model.init(jax.random.key(0), tokens, tokens)["params"]
+    model.apply({"params": params}, tokens, tokens)
+    counts.append(len(calls))
+  assert counts[0] == counts[1] <= 3 and calls[0] == {"attention_chunk_size": 2}
+  assert config.resolved_kernels is config.resolved_kernels
+  assert config.resolved_kernels.attention_chunk_size == 2
+  assert CONFIG.replace(kernels="reference").resolved_kernels.attention_chunk_size is None
+
+
+def test_a_chunked_model_sows_the_weights_of_the_dense_path_when_asked():
+  """The chunked implementation never forms the weights: asking for them (attention plots) takes the dense
+  path for that call, with the same output."""
+  inputs, _, valid, _ = _inputs(5)
+  module = MultiHeadAttention(CONFIG.replace(attention_implementation="chunked"))
+  params = reference.perturbed_params(module, inputs, inputs, valid, valid, causal=True)
+  plain = module.apply({"params": params}, inputs, inputs, valid, valid, causal=True)
+  sown_output, state = module.apply({"params": params}, inputs, inputs, valid, valid, causal=True,
+                                    mutable=["intermediates"])
+  dense_output, dense_state = MultiHeadAttention(CONFIG).apply(
+      {"params": params}, inputs, inputs, valid, valid, causal=True, mutable=["intermediates"])
+  np.testing.assert_allclose(sown_output, plain, atol=1e-5, rtol=1e-5)
+  np.testing.assert_allclose(state["intermediates"]["attention_weights"][0],
+                             dense_state["intermediates"]["attention_weights"][0], atol=1e-6)

@@ -327,3 +327,26 @@ def test_nested_lists_are_taken_as_jax_nn_takes_them():
   bias = np.zeros((1, 1, 3, 3)).tolist()
   np.testing.assert_allclose(ops.dot_product_attention(query, key, value, bias=bias),
                              jax.nn.dot_product_attention(query, key, value), **TOLERANCE[jnp.float32])
+
+
+@pytest.mark.parametrize("kernels", ["reference", "auto"])
+def test_attend_builds_the_mask_from_its_parts_and_chunked_kernels_compute_the_same(kernels):
+  """``attend`` = ``dot_product_attention`` over make_attention_mask(valid) & causal & extra mask & window; with
+  ``attention_chunk_size`` the blocked implementation, the same values; dense again where weights are asked."""
+  query, key, value = _qkv(7, 6, 6)
+  query_valid = np.array([[1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 0, 0]], bool)
+  key_valid = np.array([[1, 1, 1, 1, 1, 0], [1, 1, 1, 1, 0, 0]], bool)
+  mask = ops.combine_masks(ops.make_attention_mask(query_valid, key_valid), ops.make_causal_mask(6, 6))
+  mask = ops.combine_masks(mask, ops.make_local_mask(6, 3, 6))
+  expected = ops.dot_product_attention(query, key, value, mask=mask)
+  parts = dict(query_valid=query_valid, key_valid=key_valid, causal=True, window=3)
+  dense = ops.select_kernels(kernels)
+  chunked = ops.select_kernels(kernels, attention_chunk_size=4)
+  assert chunked.attention_chunk_size == 4 and dense.attention_chunk_size is None
+  np.testing.assert_allclose(ops.attend(query, key, value, kernels=dense, **parts), expected, atol=1e-5)
+  np.testing.assert_allclose(ops.attend(query, key, value, kernels=chunked, **parts), expected, atol=1e-5)
+  output, weights = ops.attend(query, key, value, kernels=chunked, return_weights=True, **parts)
+  np.testing.assert_allclose(output, expected, atol=1e-5)
+  np.testing.assert_array_equal(np.asarray(weights) > 0, np.broadcast_to(mask, weights.shape) & (weights > 0))
+  extra = np.tril(np.ones((6, 6), bool))[None, None]  # a further mask (a decode cache's) takes the dense path
+  np.testing.assert_allclose(ops.attend(query, key, value, kernels=chunked, mask=extra, **parts), expected, atol=1e-5)

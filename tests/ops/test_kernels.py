@@ -278,7 +278,7 @@ def test_random_bytes_are_uniform_and_independent(shape):
 
 @pytest.mark.parametrize("rate", [0.1, 0.3, 0.5, 0.9])
 def test_byte_mask_dropout_drops_at_its_documented_rate_and_keeps_the_expectation(rate):
-  applied = ops.effective_dropout_rate(rate)
+  applied = kernels.effective_dropout_rate(rate)
   assert applied * 256 == round(applied * 256) and abs(applied - rate) <= 1 / 512
   y = np.asarray(ops.dropout(jnp.ones((400, 500)), rate, jax.random.key(4), kernels=AUTO))
   assert abs((y == 0).mean() - applied) < 0.005  # 200k draws: standard error <= 0.0012
@@ -288,7 +288,7 @@ def test_byte_mask_dropout_drops_at_its_documented_rate_and_keeps_the_expectatio
 
 def test_byte_mask_dropout_applies_the_rounded_rate_not_the_given_one():
   """0.3 is applied as 77/256 = 0.30078: over 16M draws (standard error 0.000115) that is what is measured."""
-  assert ops.effective_dropout_rate(0.3) == 77 / 256
+  assert kernels.effective_dropout_rate(0.3) == 77 / 256
   y = ops.dropout(jnp.ones((4000, 4000)), 0.3, jax.random.key(5), kernels=AUTO)
   assert abs(float(jnp.mean(y == 0)) - 77 / 256) < 4 * 0.000115
   np.testing.assert_array_equal(ops.dropout(jnp.ones(8), 1 / 1024, jax.random.key(0), kernels=AUTO), 1.0)  # 0/256

@@ -103,37 +103,19 @@ class MultiHeadAttention(nn.Module):
       query = ops.apply_rotary_embedding(query, query_positions)
       key = ops.apply_rotary_embedding(key, key_positions)
 
-    kernels = ops.select_kernels(config.kernels)
     use_dropout = not config.deterministic and config.attention_dropout_rate > 0.0
-    # The cache mask differs per example and query, which only the dense path takes; a decoding step has
-    # few queries, so the chunked path's memory saving does not matter there.
-    if config.attention_implementation == "chunked" and not use_dropout and cache_mask is None:
-      output = ops.chunked_dot_product_attention(
-          query, key, value, query_valid, key_valid, causal=causal, window=window, scale=config.scale_attention,
-          query_chunk_size=config.attention_chunk_size, key_chunk_size=config.attention_chunk_size,
-          kernels=kernels)
-    else:
-      # Attention-weight dropout needs the weights, so it always takes the dense path.
-      mask = None
-      if query_valid is not None or key_valid is not None:
-        mask = ops.make_attention_mask(
-            jnp.ones((batch, q_length), bool) if query_valid is None else query_valid,
-            jnp.ones((batch, key.shape[1]), bool) if key_valid is None else key_valid)
-      if causal:
-        mask = ops.combine_masks(mask, ops.make_causal_mask(q_length, key.shape[1]))
-      mask = ops.combine_masks(mask, cache_mask)
-      if window is not None:
-        mask = ops.combine_masks(mask, ops.make_local_mask(q_length, window, key.shape[1]))
-      # The weights are formed only when sown (a fused kernel, e.g. cuDNN's, never writes them out).
-      sow_weights = self.is_mutable_collection("intermediates")
-      output = ops.dot_product_attention(
-          query, key, value, mask=mask, scale=config.scale_attention,
-          dropout_rate=config.attention_dropout_rate if use_dropout else 0.0,
-          dropout_rng=self.make_rng("dropout") if use_dropout else None, return_weights=sow_weights,
-          float32_logits=config.float32_attention_logits, kernels=kernels)
-      if sow_weights:
-        output, weights = output
-        self.sow("intermediates", "attention_weights", weights)
+    # The weights are formed only when sown (a fused or chunked kernel never writes them out); ops.attend
+    # picks the implementation (chunked, fused or the formula) from the config's resolved kernels.
+    sow_weights = self.is_mutable_collection("intermediates")
+    output = ops.attend(
+        query, key, value, query_valid=query_valid, key_valid=key_valid, causal=causal, window=window,
+        mask=cache_mask, scale=config.scale_attention,
+        dropout_rate=config.attention_dropout_rate if use_dropout else 0.0,
+        dropout_rng=self.make_rng("dropout") if use_dropout else None, return_weights=sow_weights,
+        float32_logits=config.float32_attention_logits, kernels=config.resolved_kernels)
+    if sow_weights:
+      output, weights = output
+      self.sow("intermediates", "attention_weights", weights)
 
     output = output.reshape(batch, q_length, features)
     return self._projection("output", features, d_model)(output)

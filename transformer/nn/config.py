@@ -3,11 +3,12 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 
 import jax.numpy as jnp
 
 from transformer.errors import ConfigError
-from transformer.ops.kernels import KERNEL_SETTINGS
+from transformer.ops.kernels import KERNEL_SETTINGS, Kernels, select_kernels
 
 POSITIONAL_ENCODINGS = ("sinusoidal", "learned", "rotary", "none")
 NORMS = ("layer_norm", "rms_norm", "batch_norm")  # batch_norm: this batch's statistics (ops.batch_norm)
@@ -64,6 +65,13 @@ class ValidatedConfig:
     value = getattr(self, name)
     if not 0.0 <= value < 1.0:
       raise ConfigError(f"{type(self).__name__}.{name}={value} is outside [0, 1); use 0.0 to disable dropout.")
+
+  @functools.cached_property
+  def resolved_kernels(self) -> Kernels:
+    """The ops implementations of this config (its ``kernels`` setting on the current platform, and chunked
+    attention where ``attention_implementation`` asks for it), resolved once and passed to every op."""
+    chunked = getattr(self, "attention_implementation", "dense") == "chunked"
+    return select_kernels(self.kernels, attention_chunk_size=self.attention_chunk_size if chunked else None)
 
   @property
   def output_vocab_size(self) -> int:

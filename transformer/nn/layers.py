@@ -18,7 +18,7 @@ def module_dropout(module: nn.Module, x, rate: float):
   deterministic."""
   if module.config.deterministic or rate == 0.0:
     return x
-  return ops.dropout(x, rate, module.make_rng("dropout"), kernels=ops.select_kernels(module.config.kernels))
+  return ops.dropout(x, rate, module.make_rng("dropout"), kernels=module.config.resolved_kernels)
 
 
 class Dense(nn.Module):
@@ -53,7 +53,7 @@ class Norm(nn.Module):
   def __call__(self, x, valid=None):
     """``x``: ``[batch, length, features]``; ``valid``: ``[batch, length]`` bool, used by BatchNorm only."""
     features = x.shape[-1]
-    kernels = ops.select_kernels(self.config.kernels)
+    kernels = self.config.resolved_kernels
     scale = self.param("scale", nn.initializers.ones, (features,))
     if self.config.norm == "rms_norm":
       return ops.rms_norm(x, scale, epsilon=self.config.norm_epsilon, kernels=kernels)
@@ -81,7 +81,7 @@ class FeedForward(nn.Module):
     return ops.feed_forward(
         x.astype(dtype), kernel_in.astype(dtype), bias_in.astype(dtype), kernel_out.astype(dtype),
         bias_out.astype(dtype), activation=config.activation, dropout_rate=rate,
-        dropout_rng=self.make_rng("dropout") if rate > 0.0 else None, kernels=ops.select_kernels(config.kernels))
+        dropout_rng=self.make_rng("dropout") if rate > 0.0 else None, kernels=config.resolved_kernels)
 
 
 class PositionalEncoding(nn.Module):

@@ -73,7 +73,7 @@ class RNNConfig(ValidatedConfig):
     self.check_choice("cell", CELLS)
     self.check_choice("attention", ATTENTIONS)
     self.check_choice("dtype", DTYPES)
-    self.check_choice("kernels", ops.KERNEL_SETTINGS)
+    self.check_choice("kernels", ops.kernels.KERNEL_SETTINGS)
     for name in ("vocab_size", "embedding_dim", "hidden_dim", "num_layers"):
       self.check_positive_int(name)
     for name in ("target_vocab_size", "attention_dim", "readout_dim"):
@@ -152,7 +152,7 @@ class RNNAttention(nn.Module):
     config = self.config
     if config.attention == "none":
       return jnp.zeros_like(encoded[:, 0, :]), jnp.zeros(encoded.shape[:2], jnp.float32)
-    kernels = ops.select_kernels(config.kernels)
+    kernels = config.resolved_kernels
     init = nn.initializers.lecun_normal()
     query = query[:, None, None, :]  # [batch, q_length=1, heads=1, d_q]
     keys = encoded[:, :, None, :]  # [batch, kv_length, heads=1, d_k]

@@ -6,15 +6,13 @@
 Each op computes its formula; backend-tuned implementations live in ``ops.kernels`` and are passed in as
 ``kernels=ops.select_kernels(setting)`` (what ``ModelConfig.kernels`` does).
 """
-from transformer.ops.attention import MASK_VALUE, attention_weights, dot_product_attention, weighted_values
+from transformer.ops.attention import MASK_VALUE, attend, attention_weights, dot_product_attention, weighted_values
 from transformer.ops.chunked import chunked_dot_product_attention
 from transformer.ops import kernels
 from transformer.ops.dense import dense
 from transformer.ops.dropout import dropout, token_dropout
 from transformer.ops.feed_forward import ACTIVATIONS, feed_forward
-# Backend-tuned pieces, also reachable from ops for existing callers.
-from transformer.ops.kernels import (KERNEL_SETTINGS, Kernels, batched_matmul, effective_dropout_rate,
-                                     gradient_barrier, materialized_transpose, select_kernels)
+from transformer.ops.kernels import select_kernels  # the one choice of backend-tuned pieces: see above
 from transformer.ops.losses import softmax_cross_entropy, weighted_sum
 from transformer.ops.heads import head_groups, repeat_kv_heads
 from transformer.ops.masks import (combine_masks, make_attention_mask, make_causal_mask, make_local_mask,
@@ -28,10 +26,8 @@ from transformer.ops.sequence import shift_right
 from transformer.ops.series import instance_normalize, moving_average, patches, series_decomposition
 
 __all__ = [
-    "MASK_VALUE", "ACTIVATIONS", "attention_weights", "dot_product_attention", "weighted_values",
-    "kernels", "KERNEL_SETTINGS", "Kernels", "select_kernels",
-    "gradient_barrier", "materialized_transpose", "batched_matmul", "chunked_dot_product_attention", "dense",
-    "dropout", "effective_dropout_rate", "token_dropout",
+    "MASK_VALUE", "ACTIVATIONS", "attend", "attention_weights", "dot_product_attention", "weighted_values",
+    "kernels", "select_kernels", "chunked_dot_product_attention", "dense", "dropout", "token_dropout",
     "feed_forward", "softmax_cross_entropy", "weighted_sum",
     "combine_masks", "make_attention_mask", "make_causal_mask", "make_local_mask", "make_padding_mask",
     "head_groups", "repeat_kv_heads",

@@ -21,6 +21,7 @@ import jax.numpy as jnp
 from transformer.ops.dropout import dropout
 from transformer.ops.heads import head_groups, repeat_kv_heads
 from transformer.ops.kernels import REFERENCE, Kernels, fused_attention_blocker
+from transformer.ops.masks import combine_masks, make_attention_mask, make_causal_mask, make_local_mask
 from transformer.ops.scores import dot_product_scores
 
 # Masked logits are set to this value rather than -inf: a row with every key masked then gives a finite
@@ -168,3 +169,49 @@ def dot_product_attention(query, key, value, mask=None, bias=None, *, scale: boo
                               dtype=value.dtype, float32_logits=float32_logits, kernels=kernels)
   output = weighted_values(weights, value, precision=precision, kernels=kernels)
   return (output, weights) if return_weights else output
+
+
+def attend(query, key, value, *, query_valid=None, key_valid=None, causal: bool = False,
+           window: int | None = None, mask=None, scale: bool | float = True, dropout_rate: float = 0.0,
+           dropout_rng=None, return_weights: bool = False, float32_logits: bool = True,
+           kernels: Kernels | None = None):
+  """Scaled dot-product attention with its mask given in parts, in the implementation ``kernels`` allow.
+
+  The one place an implementation is chosen: the memory-efficient blocks of ``chunked.py`` when
+  ``kernels.attention_chunk_size`` is set and nothing needs the weights or a dense mask (no dropout, no
+  ``mask``, no ``return_weights``); otherwise ``dot_product_attention`` over the dense mask built from the
+  parts, which itself takes a fused kernel (cuDNN) where one applies. Each computes the same function.
+
+  Args:
+    query, key, value: as ``dot_product_attention``.
+    query_valid: bool ``[batch, q_length]``, False at padding; key_valid: bool ``[batch, kv_length]``.
+    causal: query ``i`` sees keys ``j <= i``; window: and only those less than ``window`` positions away
+      (``make_local_mask``).
+    mask: a further bool mask broadcastable to ``[batch, heads, q_length, kv_length]`` (e.g. a decode cache's,
+      which differs per example and query); it takes the dense path.
+    scale, dropout_rate, dropout_rng, return_weights, float32_logits: as ``dot_product_attention``.
+    kernels: ``select_kernels(...)`` (a model's ``config.resolved_kernels``); None for the formula.
+
+  Returns:
+    ``[batch, q_length, heads, head_dim_v]``, and the weights if ``return_weights``.
+  """
+  kernels = kernels or REFERENCE
+  query, key, value = jnp.asarray(query), jnp.asarray(key), jnp.asarray(value)
+  if kernels.attention_chunk_size and not (return_weights or dropout_rate > 0.0 or mask is not None):
+    from transformer.ops.chunked import chunked_dot_product_attention  # noqa: PLC0415 (chunked imports this module)
+    return chunked_dot_product_attention(
+        query, key, value, query_valid, key_valid, causal=causal, window=window, scale=scale,
+        query_chunk_size=kernels.attention_chunk_size, key_chunk_size=kernels.attention_chunk_size, kernels=kernels)
+  batch, q_length, kv_length = query.shape[0], query.shape[1], key.shape[1]
+  dense_mask = None
+  if query_valid is not None or key_valid is not None:
+    dense_mask = make_attention_mask(jnp.ones((batch, q_length), bool) if query_valid is None else query_valid,
+                                     jnp.ones((batch, kv_length), bool) if key_valid is None else key_valid)
+  if causal:
+    dense_mask = combine_masks(dense_mask, make_causal_mask(q_length, kv_length))
+  dense_mask = combine_masks(dense_mask, mask)
+  if window is not None:
+    dense_mask = combine_masks(dense_mask, make_local_mask(q_length, window, kv_length))
+  return dot_product_attention(query, key, value, mask=dense_mask, scale=scale, dropout_rate=dropout_rate,
+                               dropout_rng=dropout_rng, return_weights=return_weights,
+                               float32_logits=float32_logits, kernels=kernels)

@@ -10,7 +10,9 @@ value and gradient (to float rounding), except the 8-bit dropout, which draws it
 
 ``select_kernels("auto")`` picks by platform: on CPU ``XLA_CPU`` (the XLA:CPU pieces below), on an NVIDIA GPU
 ``CUDNN`` (cuDNN's fused attention where ``fused_attention_blocker`` finds nothing against it, the formula
-elsewhere), on anything else the reference. Why each piece exists, with the measurements:
+elsewhere), on anything else the reference. ``attention_chunk_size`` adds the memory-efficient implementation
+(``chunked.py``), which ``attention.attend`` takes wherever nothing needs the weights. A model resolves its
+choice once, on its config (``ModelConfig.resolved_kernels``). Why each piece exists, with the measurements:
 benchmarks/README.md#why-these-kernels.
 """
 from __future__ import annotations
@@ -46,6 +48,9 @@ class Kernels:
   # (query, key, value, mask, scale) -> output of a whole attention call, used where
   # fused_attention_blocker finds nothing against it
   attention: Optional[Callable] = None
+  # block size of the memory-efficient attention (chunked.py) that attention.attend uses where it can;
+  # None: dense attention
+  attention_chunk_size: Optional[int] = None
 
 
 # ----------------------------------------------------------------------------------------- XLA:CPU pieces
@@ -298,19 +303,21 @@ def current_platform() -> str:
   return platform
 
 
-def select_kernels(setting: str = "auto", platform: str | None = None) -> Kernels:
+def select_kernels(setting: str = "auto", platform: str | None = None,
+                   attention_chunk_size: int | None = None) -> Kernels:
   """The implementations for ``setting`` (``ModelConfig.kernels``) on ``platform`` (default: the current one).
 
   "reference": the formula everywhere. "auto": ``XLA_CPU`` on "cpu", ``CUDNN`` on "gpu"/"cuda",
-  ``REFERENCE`` elsewhere.
+  ``REFERENCE`` elsewhere. ``attention_chunk_size``: attention in blocks of this many queries and keys where
+  ``attention.attend`` can (``ModelConfig.attention_implementation="chunked"``); None: dense.
   """
   if setting not in KERNEL_SETTINGS:
     raise ValueError(f"kernels={setting!r} is not supported; choose one of {list(KERNEL_SETTINGS)}.")
   if setting == "reference":
-    return REFERENCE
-  platform = current_platform() if platform is None else platform
-  if platform == "cpu":
-    return XLA_CPU
-  if platform in ("gpu", "cuda"):
-    return CUDNN
-  return REFERENCE
+    kernels = REFERENCE
+  else:
+    platform = current_platform() if platform is None else platform
+    kernels = XLA_CPU if platform == "cpu" else CUDNN if platform in ("gpu", "cuda") else REFERENCE
+  if attention_chunk_size is None:
+    return kernels
+  return dataclasses.replace(kernels, name=f"{kernels.name}+chunked", attention_chunk_size=attention_chunk_size)
