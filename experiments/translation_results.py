@@ -16,7 +16,7 @@ Each ``--run=VARIANT:WORKDIR`` is a finished (or interrupted) run of ``experimen
 ``--run=ROW=VARIANT:WORKDIR`` names its row ROW instead of VARIANT (e.g. a run of an earlier setting of the
 variant, kept beside the current one). Its best checkpoint (chosen on validation) is scored with
 ``launch.py --mode=eval`` unless ``WORKDIR/eval_results.json`` is already newer than its checkpoints. A row keeps
-its run's settings (``config.json`` as saved, read through ``transformer.train.config.upgrade_config`` so that runs
+its run's settings (``config.json`` as saved, read through ``transformer.train.convert_run.upgrade_config`` so that runs
 saved in an older config shape compare field by field), and its command is the variant's plus the ``--config.*``
 overrides that turn the variant as it is when the page is written into those settings, so it reproduces that run
 after later default changes too. Each run's row and curves are kept in the page's ``runs.json`` (one entry per
@@ -48,7 +48,7 @@ from absl import app, flags
 from experiments import report
 from transformer.errors import ConfigError, UserError
 from transformer.tasks.metrics import bleu_by_reference_length
-from transformer.train.config import upgrade_config
+from transformer.train.convert_run import upgrade_config
 from transformer.train.writers import read_metrics
 
 _EXPERIMENT = flags.DEFINE_enum("experiment", "multi30k", ["multi30k", "iwslt15_en_vi"], "Which experiment.")

@@ -8,6 +8,7 @@ from tests.train.conftest import tiny_config
 from transformer import load, load_params
 from transformer import ops
 from transformer.train import run
+from transformer.train.run_format import write_format
 from transformer.train.writers import read_metrics
 
 STEPS, EVERY = 300, 100
@@ -140,8 +141,9 @@ def test_token_ids_outside_the_vocabulary_are_named(trained):
 def test_a_missing_workdir_and_one_before_its_first_checkpoint_are_named(tmp_path):
   with pytest.raises(ValueError, match="'.*nowhere' does not exist: give the --workdir of a run"):
     load(str(tmp_path / "nowhere"))
-  # A run that has started (its config.json written, no checkpoint saved yet).
+  # A run that has started (its format and config.json written, no checkpoint saved yet).
   config = tiny_config(**{**SETTINGS, "checkpoint_every": 50})
+  write_format(str(tmp_path))
   (tmp_path / "config.json").write_text(config.to_json_best_effort(indent=2, sort_keys=True))
   (tmp_path / "checkpoints").mkdir()
   for checkpoint in ("best", "latest", 100):

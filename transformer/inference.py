@@ -172,7 +172,9 @@ def model_type(task) -> type[TrainedModel]:
 def load(workdir: str, checkpoint: str | int = "best", average_last: int = 0, replica: int = 0,
          config: ml_collections.ConfigDict | None = None) -> TrainedModel:
   """The model trained in ``workdir`` (by ``launch.py`` / ``transformer.train.run``), ready to use: a
-  ``Translator``, ``SequenceModel``, ``Classifier``, ``Forecaster`` or ``LanguageModel`` by its task.
+  ``Translator``, ``SequenceModel``, ``Classifier``, ``Forecaster`` or ``LanguageModel`` by its task. Only the
+  parameters are read (``load_params``): no optimizer is built and its state stays on disk. A run saved by older
+  code is refused naming its converter (``python -m transformer.train.convert_run WORKDIR``).
 
   Args:
     checkpoint: ``"best"`` (the checkpoint kept by the run's ``best_metric``, else the latest),

@@ -8,7 +8,8 @@ import pytest
 from absl import flags
 
 from experiments import report, translation_results
-from transformer.train.config import model_section, upgrade_config
+from transformer.train.config import model_section
+from transformer.train.convert_run import upgrade_config
 
 HYPOTHESIS = "test_2016_flickr.hyp.de"
 

@@ -1,12 +1,11 @@
-"""transformer/train/config.py: one model section per config, its validation, and old configs' migration."""
+"""transformer/train/config.py: one model section per config and its validation."""
 import dataclasses
 
 import pytest
 
 from transformer.errors import ConfigError
 from transformer.nn import ModelConfig, RNNConfig
-from transformer.train.config import (DECIDED_ELSEWHERE, base_config, decode_section, set_model, upgrade_config,
-                                       validate_config)
+from transformer.train.config import DECIDED_ELSEWHERE, base_config, set_model, validate_config
 
 
 def test_the_model_section_holds_the_named_models_fields_and_defaults():
@@ -51,31 +50,16 @@ def test_a_seq2seq_task_refuses_a_model_that_is_not_seq2seq():
     build_task(config).model_config()
 
 
-def test_upgrade_config_maps_the_old_sections_to_the_chosen_models_section():
-  transformer = {"d_model": 128, "num_heads": 4, "num_classes": 2, "pooling": "mean"}
-  rnn = {"cell": "lstm", "hidden_dim": 256}
-  old_rnn_run = {"architecture": "rnn", "model": transformer, "rnn": rnn, "seed": 3, "task": {"name": "t"}}
-  assert upgrade_config(old_rnn_run) == {"model_name": "rnn", "model": rnn, "seed": 3, "task": {"name": "t"},
-                                         "decode": decode_section().to_dict()}
-  # Before RNNs there was no architecture field: a Transformer, less the fields moved to ClassifierConfig.
-  assert upgrade_config({"model": transformer, "seed": 3}) == {
-      "model_name": "transformer", "model": {"d_model": 128, "num_heads": 4}, "seed": 3}
-  new_shape = upgrade_config(old_rnn_run)
-  again = upgrade_config(new_shape)
-  assert again == new_shape and again is not new_shape
-  again["model"]["cell"] = "gru"  # a copy: the argument stays as it was
-  assert new_shape["model"]["cell"] == "lstm" and old_rnn_run["rnn"]["cell"] == "lstm"
-  assert upgrade_config({"num_train_steps": 4}) == {"num_train_steps": 4}  # no model section: nothing to map
-
-
-def test_a_workdir_saved_before_the_classifier_fields_moved_still_resumes(tmp_path):
-  """model_config.json of a Transformer run saved with ModelConfig's former num_classes and pooling: the same
-  model today; another model is still refused."""
+def test_a_workdir_of_another_model_is_refused_and_a_field_added_since_compares_as_its_default(tmp_path):
+  """model_config.json of a run: another model is refused naming the field; a field the code added since the
+  run was saved compares as its default. (Runs of older formats: tests/train/test_convert_run.py.)"""
   import json
 
+  from transformer.train.run_format import write_format
   from transformer.train.session import check_workdir_model as _check_workdir_model
   model_config = ModelConfig(d_model=64, num_heads=4)
-  saved = {**dataclasses.asdict(model_config), "num_classes": 2, "pooling": "mean"}
+  saved = dataclasses.asdict(model_config)
+  write_format(str(tmp_path))
   (tmp_path / "model_config.json").write_text(json.dumps(saved))
   _check_workdir_model(str(tmp_path), model_config, has_checkpoints=True, write=False)
   with pytest.raises(ValueError, match="holds checkpoints of a different model .*d_model: 64 -> 128"):
@@ -90,14 +74,6 @@ def test_a_workdir_saved_before_the_classifier_fields_moved_still_resumes(tmp_pa
   with pytest.raises(ValueError, match="num_token_types: 0 -> 2"):
     _check_workdir_model(str(tmp_path), model_config.replace(num_token_types=2), has_checkpoints=True,
                          write=False)
-
-
-def test_upgrade_config_moves_the_old_beam_settings_into_decode():
-  old = {"model_name": "transformer", "task": {"name": "translation", "beam_size": 5, "length_penalty": 1.0}}
-  upgraded = upgrade_config(old)
-  assert upgraded["task"] == {"name": "translation"}
-  assert upgraded["decode"] == {**decode_section().to_dict(), "method": "beam", "beam_size": 5, "length_penalty": 1.0}
-  assert upgrade_config({"task": {"name": "t", "beam_size": 1}})["decode"]["method"] == "greedy"
 
 
 @pytest.mark.parametrize("field, value, message", [("method", "nucleus", "method"), ("top_p", 0.0, "top_p"),

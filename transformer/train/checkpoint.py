@@ -26,6 +26,7 @@ import shutil
 import time
 from typing import Any
 
+import flax.struct
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
@@ -37,7 +38,15 @@ from transformer.train.writers import format_bytes, is_disk_full
 
 log = logging.getLogger(__name__)
 
-__all__ = ["CheckpointRestoreError", "Checkpointer", "state_checksums"]
+__all__ = ["CheckpointRestoreError", "Checkpointer", "SavedParams", "state_checksums"]
+
+
+@flax.struct.dataclass
+class SavedParams:
+  """A restore target that reads the ``params`` of a saved train state alone: the optimizer state, step and
+  key stay on disk (orbax's partial restore). Its tree paths (``.params[...]``) are the train state's, so the
+  checksums recorded at save time check it."""
+  params: Any
 
 
 def _host_array(leaf) -> np.ndarray | None:
@@ -264,10 +273,20 @@ class Checkpointer:
     manager.save(step, args=args, metrics=metrics, force=True)
 
   def _restore_verified(self, manager, step: int, abstract_state) -> tuple[Any, dict]:
-    """Restore ``step`` and check each array against the checksum recorded when it was saved."""
-    restored = manager.restore(step, args=ocp.args.Composite(
-        state=ocp.args.StandardRestore(abstract_state), extra=ocp.args.JsonRestore()))
+    """Restore ``step`` (only the parameters for a ``SavedParams`` target) and check each restored array
+    against the checksum recorded when it was saved."""
+    if isinstance(abstract_state, SavedParams):
+      state_args = ocp.args.PyTreeRestore(item=abstract_state, partial_restore=True,
+                                          restore_args=ocp.checkpoint_utils.construct_restore_args(abstract_state))
+    else:
+      state_args = ocp.args.StandardRestore(abstract_state)
+    restored = manager.restore(step, args=ocp.args.Composite(state=state_args, extra=ocp.args.JsonRestore()))
     state, extra = restored["state"], dict(restored["extra"])
+    # A partial restore hands back the target's own leaf where the checkpoint lacks an array.
+    missing = [jax.tree_util.keystr(path) for path, leaf in jax.tree_util.tree_leaves_with_path(state)
+               if isinstance(leaf, jax.ShapeDtypeStruct)]
+    if missing:
+      raise ValueError(f"the checkpoint holds no {', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''}")
     expected = extra.pop("checksums", None) or {}  # checkpoints written before checksums were recorded: none
     actual, _ = state_checksums(state)
     changed = [name for name, digest in actual.items() if name in expected and expected[name] != digest]

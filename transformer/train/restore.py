@@ -17,10 +17,10 @@ import ml_collections
 
 from transformer.errors import ConfigError
 from transformer.tasks import Task, build_task
-from transformer.train.checkpoint import Checkpointer, CheckpointRestoreError
-from transformer.train.config import num_replicas, run_optimizer, set_field, upgrade_config
-from transformer.train.parallel import Strategy, make_strategy
-from transformer.train.state import create_train_state
+from transformer.train.checkpoint import Checkpointer, CheckpointRestoreError, SavedParams
+from transformer.train.config import num_replicas, set_field
+from transformer.train.parallel import Strategy
+from transformer.train.run_format import require_current_format
 from transformer.train.workdir import check_tokenizers
 
 CONFIG_FILE = "config.json"
@@ -28,7 +28,8 @@ HISTORY_FILE = "config_history.jsonl"  # changes allowed since config.json was w
 # Settings that change what is logged, how often, or where the data is read from, not a run's results.
 NOT_RESULTS = ("log_every", "eval_every", "checkpoint_every", "keep_checkpoints", "async_checkpointing", "quiet",
                "tensorboard", "translate_input", "translate_output", "average_checkpoints", "restart",
-               "eval_batch_size", "accept_changes", "task.source_dir", "task.data_dir", "task.pretrained_dir")
+               "eval_batch_size", "accept_changes", "steps_per_call", "task.source_dir", "task.data_dir",
+               "task.pretrained_dir")
 # Settings a run may change on its way, recorded in HISTORY_FILE: the layout over devices (checkpoints hold the
 # canonical state), the metric that picks the best checkpoint and what evaluation scores (not what is trained);
 # config.decode too.
@@ -38,11 +39,12 @@ ALLOWED_CHANGES = ("parallelism", "fsdp", "best_metric", "best_mode", "task.bleu
 
 
 def read_run_config(workdir: str) -> ml_collections.ConfigDict:
-  """The configuration the run in ``workdir`` was trained with (its ``config.json``, written by ``run``), in
-  today's shape (``upgrade_config``: runs saved before ``model_name`` load too).
+  """The configuration the run in ``workdir`` was trained with (its ``config.json``, written by ``run``), with
+  the changes its history records applied.
 
   Raises:
     ConfigError: ``workdir`` does not exist or holds no readable ``config.json``.
+    WorkdirError: the run is saved in an older format (``run_format``); the message names the converter.
   """
   path = os.path.join(workdir, CONFIG_FILE)
   if not os.path.exists(workdir):
@@ -51,12 +53,13 @@ def read_run_config(workdir: str) -> ml_collections.ConfigDict:
   if not os.path.isfile(path):
     raise ConfigError(f"{workdir!r} holds no {CONFIG_FILE}: give the --workdir of a run of launch.py (or of "
                      "transformer.train.run).")
+  require_current_format(workdir)
   try:
     with open(path) as f:
       values = json.load(f)
   except json.JSONDecodeError as error:
     raise ConfigError(f"{path} is not valid JSON ({error}); it was written by run, was it edited?") from None
-  return ml_collections.ConfigDict(_apply_history(upgrade_config(values), workdir))
+  return ml_collections.ConfigDict(_apply_history(values, workdir))
 
 
 def seed_keys(config: ml_collections.ConfigDict) -> jax.Array:
@@ -73,6 +76,19 @@ def abstract_train_state(create, config: ml_collections.ConfigDict, strategy: St
   keys = seed_keys(config)
   shapes = jax.eval_shape(jax.vmap(create) if num_replicas(config) > 1 else create, keys)
   return strategy.abstract_canonical(shapes)
+
+
+def abstract_params(model, init_inputs: tuple, config: ml_collections.ConfigDict) -> SavedParams:
+  """Shapes and dtypes of the run's parameters (with a leading replica axis for a run of several), traced from
+  the model's init without computing anything, on this process's first device: what ``load_params`` restores
+  onto; no optimizer is built, and its state stays on disk."""
+  def init(key):
+    return model.init({"params": key, "dropout": key}, *init_inputs)["params"]
+
+  shapes = jax.eval_shape(jax.vmap(init) if num_replicas(config) > 1 else init, seed_keys(config))
+  device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+  return SavedParams(jax.tree.map(lambda leaf: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=device),
+                                  shapes))
 
 
 @dataclasses.dataclass
@@ -113,7 +129,8 @@ def _check_load_arguments(config, checkpoint, average_last, replica) -> None:
 
 def load_params(workdir: str, checkpoint: str | int = "best", average_last: int = 0, replica: int = 0,
                 config: ml_collections.ConfigDict | None = None) -> RestoredParams:
-  """The parameters of the run in ``workdir``; nothing in ``workdir`` is written.
+  """The parameters of the run in ``workdir`` (read alone: no optimizer is built and its state is not read);
+  nothing in ``workdir`` is written.
 
   Args:
     workdir: a training run's directory.
@@ -129,20 +146,18 @@ def load_params(workdir: str, checkpoint: str | int = "best", average_last: int 
   Raises:
     ConfigError: no checkpoint yet (the message says when the first comes), no such checkpoint (the message
       lists what the workdir holds), or a bad argument.
+    WorkdirError: the run is saved in an older format (``run_format``); the message names the converter.
   """
   config = read_run_config(workdir) if config is None else config
   _check_load_arguments(config, checkpoint, average_last, replica)
   if not os.path.isdir(os.path.join(workdir, "checkpoints")):
     raise ConfigError(f"{workdir!r} holds no checkpoints/ folder; train first.")
+  require_current_format(workdir)  # also when ``config`` is given: the run's record must be readable
 
   task = build_task(config)
   model_config = task.model_config()
   check_tokenizers(workdir, task.trained_tokenizers(), has_checkpoints=True, write=False)
-  model = task.build_model(model_config)
-  optimizer = run_optimizer(config)
-  init_inputs = task.placeholder_inputs()
-  abstract_state = abstract_train_state(lambda key: create_train_state(model, optimizer, init_inputs, key), config,
-                                        make_strategy("jit", num_replicas(config)))
+  abstract_state = abstract_params(task.build_model(model_config), task.placeholder_inputs(), config)
   checkpointer = Checkpointer(workdir, asynchronous=False, best_metric=config.get("best_metric") or None,
                               best_mode=config.get("best_mode", "max"))
   try:

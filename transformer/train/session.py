@@ -27,6 +27,7 @@ from transformer.train.checkpoint import Checkpointer
 from transformer.train.config import SWEEPABLE, num_replicas, replica_values, validate_config
 from transformer.train.parallel import make_strategy
 from transformer.train.restore import CONFIG_FILE, HISTORY_FILE, config_differences, read_run_config
+from transformer.train.run_format import require_current_format, write_format
 from transformer.train.workdir import check_tokenizers, lock_workdir
 from transformer.train.writers import write_atomically
 
@@ -130,21 +131,21 @@ def _check_batch_divides(config, num_devices: int, process_count: int) -> None:
 
 def check_workdir_model(workdir: str, model_config, has_checkpoints: bool, write: bool) -> None:
   """A workdir belongs to one model: refuse checkpoints of a different architecture. ``write`` (a training
-  run's main process) records ``model_config.json`` when the run starts; it is never rewritten after."""
+  run's main process) records ``model_config.json`` when the run starts; it is never rewritten after. A run
+  saved in an older format is refused (``run_format``) before its record is compared."""
   path = os.path.join(workdir, MODEL_CONFIG_FILE)
   current = dataclasses.asdict(model_config)
   if has_checkpoints and os.path.exists(path):
+    require_current_format(workdir)
     with open(path) as f:
       saved = json.load(f)
     ignored = ("deterministic", "decode", "dropout_rate", "attention_dropout_rate", "feed_forward_dropout_rate",
                "kernels")
     # A field added since the run was saved compares as its default (which keeps the saved model's behaviour).
     defaults = {field.name: field.default for field in dataclasses.fields(model_config)}
-    moved = ("num_classes", "pooling")  # moved to ClassifierConfig: Transformer runs saved them before
     differences = [f"{k}: {saved.get(k, defaults.get(k))!r} -> {current.get(k)!r}"
                    for k in sorted(set(saved) | set(current))
-                   if k not in ignored and not (k in moved and k not in current)
-                   and saved.get(k, defaults.get(k)) != current.get(k)]
+                   if k not in ignored and saved.get(k, defaults.get(k)) != current.get(k)]
     if differences:
       raise ConfigError(f"--workdir={workdir} holds checkpoints of a different model ({'; '.join(differences)}). "
                         "Use a new --workdir, or set the model back to match.")
@@ -167,6 +168,7 @@ def _hold_to_config(session: Session, resuming: bool, write_history: bool) -> No
   path = os.path.join(workdir, CONFIG_FILE)
   if not resuming or not os.path.isfile(path):
     if session.is_main and session.mode == "train":
+      write_format(workdir)  # first: config.json without it reads as an older run, to convert
       write_atomically(path, config.to_json_best_effort(indent=2, sort_keys=True))
       session.say(f"config: {path}")
     return

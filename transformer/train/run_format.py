@@ -1,0 +1,60 @@
+"""The format of a saved run: which shape its ``config.json`` and ``model_config.json`` have.
+
+A run records ``FORMAT_FILE`` (``{"format_version": N}``) when it starts, beside its ``config.json``. The code
+reads runs of ``FORMAT_VERSION`` only; a run of another format (or none: saved before the marker existed) is
+refused in one line that names the converter, ``python -m transformer.train.convert_run WORKDIR``, which
+holds all knowledge of older shapes. Raise ``FORMAT_VERSION`` (and teach the converter the step) when a change
+of the code makes saved runs unreadable as they are.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shlex
+
+from transformer.errors import WorkdirError
+from transformer.train.writers import write_atomically
+
+FORMAT_VERSION = 2  # 1: model_name and decode in config.json (no marker); 0: architecture/rnn sections
+FORMAT_FILE = "run_format.json"
+CONVERT_COMMAND = "python -m transformer.train.convert_run"
+
+
+def read_format(workdir: str) -> int | None:
+  """The format version ``workdir``'s marker records; None when it has none (a run saved before markers).
+
+  Raises:
+    WorkdirError: the marker is not the JSON this module writes.
+  """
+  path = os.path.join(workdir, FORMAT_FILE)
+  if not os.path.isfile(path):
+    return None
+  try:
+    with open(path) as f:
+      version = json.load(f)["format_version"]
+  except (json.JSONDecodeError, KeyError, TypeError) as error:
+    raise WorkdirError(f"{path} is not a run-format marker ({error!r}); it is written by the training run as "
+                       f'{{"format_version": {FORMAT_VERSION}}}. Was it edited?') from None
+  return version
+
+
+def write_format(workdir: str, version: int = FORMAT_VERSION) -> None:
+  """Record that ``workdir``'s run is saved in format ``version``."""
+  write_atomically(os.path.join(workdir, FORMAT_FILE), json.dumps({"format_version": version}) + "\n")
+
+
+def require_current_format(workdir: str) -> None:
+  """Refuse a run this code cannot read as it is saved.
+
+  Raises:
+    WorkdirError: ``workdir`` has no marker or another format; the message names the command that converts it.
+  """
+  version = read_format(workdir)
+  if version == FORMAT_VERSION:
+    return
+  if version is not None and version > FORMAT_VERSION:
+    raise WorkdirError(f"{workdir} is saved in run format {version}, newer than this code's "
+                       f"{FORMAT_VERSION} ({FORMAT_FILE}); update the code to read it.")
+  found = f"run format {version}" if version is not None else f"an older run format (no {FORMAT_FILE})"
+  raise WorkdirError(f"{workdir} is saved in {found}; this code reads format {FORMAT_VERSION}. Convert it once "
+                     f"with: {CONVERT_COMMAND} {shlex.quote(workdir)}")
