@@ -2,6 +2,7 @@
 
     python -m benchmarks.loop_overhead           # a tiny and a small model, writes RESULTS.md
     python -m benchmarks.loop_overhead --smoke   # fewer steps, prints only
+    python -m benchmarks.loop_overhead --steps_per_call 1 8   # also the loop at 8 steps per compiled call
 
 A model small enough that its step is dominated by overhead (the synthetic copy task at d_model 32, batch 16)
 and one closer to real work (d_model 256, batch 64) are trained for ``--steps`` steps
@@ -11,6 +12,10 @@ and one closer to real work (d_model 256, batch 64) are trained for ``--steps`` 
     window but the first, which holds the compilation), and
 (b) by a bare loop that calls the same compiled step on batches already on the device and waits once at the
     end.
+
+With ``--steps_per_call`` k > 1 the loop also runs with ``config.steps_per_call=k`` (one compiled call
+``lax.scan``s k steps over k stacked batches; logging every multiple of k nearest above 50), a row per k,
+each against the same bare loop of one step per call.
 
 The ratio (a) / (b) is the loop's cost; the parts measured on their own, per step, explain it: the input
 pipeline (the task's host batching, then ``device_put``), adding the metrics to the device-side window, and
@@ -39,16 +44,30 @@ SIZES = {  # name -> config overrides of experiments/synthetic.py:copy
 def add_arguments(parser):
   parser.add_argument("--steps", type=common.positive_int, default=600, help="training steps per run")
   parser.add_argument("--sizes", nargs="+", default=None, choices=list(SIZES), help="default: all")
+  parser.add_argument("--steps_per_call", type=common.positive_int, nargs="+", default=[1],
+                      help="the loop's config.steps_per_call: a row per value, each against the same bare loop")
 
 
-def experiment_config(overrides: dict, steps: int):
-  """The synthetic copy experiment with ``overrides``, training ``steps`` steps, one evaluation at the end."""
+def _multiple(value: int, of: int) -> int:
+  """The least multiple of ``of`` that is at least ``value``."""
+  return -(-value // of) * of
+
+
+def experiment_config(overrides: dict, steps: int, steps_per_call: int = 1):
+  """The synthetic copy experiment with ``overrides``, training ``steps`` steps, one evaluation at the end;
+  ``steps_per_call`` steps per compiled call (logging every multiple of it nearest above 50; ``steps`` rounded
+  up to a multiple of it)."""
   from experiments.synthetic import get_config
   from transformer.train.config import set_field
   config = get_config("copy")
-  settings = {**overrides, "num_train_steps": steps, "log_every": 50, "eval_every": steps,
-              "checkpoint_every": steps, "task.num_eval_examples": 16, "eval_batch_size": 16, "quiet": True,
-              "tensorboard": False, "best_metric": ""}
+  # Every call of k steps: a last call of fewer would compile the one-step program inside the timed windows.
+  settings = {**overrides, "num_train_steps": _multiple(steps, steps_per_call),
+              "log_every": _multiple(50, steps_per_call),
+              "eval_every": _multiple(steps, steps_per_call), "checkpoint_every": _multiple(steps, steps_per_call),
+              "task.num_eval_examples": 16, "eval_batch_size": 16, "quiet": True, "tensorboard": False,
+              "best_metric": ""}
+  if steps_per_call > 1:  # a checkout from before config.steps_per_call has no such field
+    settings["steps_per_call"] = steps_per_call
   for path, value in settings.items():
     set_field(config, path, value)
   return config
@@ -99,8 +118,10 @@ class Pieces:
     return (time.perf_counter() - start) / steps
 
 
-def measure(config, steps: int, repeats: int) -> dict[str, float]:
-  """Seconds per step of (a), (b) and the parts; (a) and (b) the fastest of ``repeats`` runs in turns."""
+def measure(config, steps: int, repeats: int, loop_configs: dict | None = None) -> dict[str, float]:
+  """Seconds per step of (a), (b) and the parts; (a) and (b) the fastest of ``repeats`` runs in turns.
+  ``loop_configs``: name -> config of further loops (other steps_per_call) run in the same turns, each
+  reported as ``"loop " + name``."""
   pieces = Pieces(config)
   times = {"bare": pieces.timed_steps(steps)}
   host = [next(pieces.iterator) for _ in range(steps)]
@@ -122,11 +143,14 @@ def measure(config, steps: int, repeats: int) -> dict[str, float]:
     times["metrics window"] = pieces.timed_steps(
         steps, after_step=lambda i, m: window.add(m, i + 1, 0)) - times["bare"]
   # The two in turns, the fastest of each (load on a shared host only slows a run down).
-  bare, loop = [times["bare"]], []
+  loops = {"loop": config, **{f"loop {name}": other for name, other in (loop_configs or {}).items()}}
+  bare, loop = [times["bare"]], {name: [] for name in loops}
   for _ in range(repeats):
-    loop.append(loop_seconds_per_step(config))
+    for name, loop_config in loops.items():
+      loop[name].append(loop_seconds_per_step(loop_config))
     bare.append(pieces.timed_steps(steps))
-  times["bare"], times["loop"] = min(bare), min(loop)
+  times["bare"] = min(bare)
+  times.update({name: min(seconds) for name, seconds in loop.items()})
   return times
 
 
@@ -137,27 +161,33 @@ def main(argv=None) -> common.Report:
   sizes = args.sizes or (list(SIZES)[:1] if args.smoke else list(SIZES))
   report = common.Report(
       "loop_overhead", "The training loop's cost over its compiled step (benchmarks/loop_overhead.py)",
-      ["model", "bare step ms", "loop ms", "loop / bare", "(loop - bare) / bare", "host batching ms",
-       "device_put ms", "metrics window ms", "fetch every step ms", "rest ms"])
+      ["model", "steps per call", "bare step ms", "loop ms", "loop / bare", "(loop - bare) / bare",
+       "host batching ms", "device_put ms", "metrics window ms", "fetch every step ms", "rest ms"])
+  first, *others = args.steps_per_call
   for size in sizes:
     if common.out_of_time(args):
       report.notes.append(f"Left out (--time_budget_s spent): {size}.")
       continue
-    times = measure(experiment_config(SIZES[size], steps), steps, args.repeats)
-    bare, loop = times["bare"], times["loop"]
+    times = measure(experiment_config(SIZES[size], steps, first), steps, args.repeats,
+                    {k: experiment_config(SIZES[size], steps, k) for k in others})
+    bare = times["bare"]
     window = times.get("metrics window", float("nan"))
-    rest = loop - bare - times["host batching"] - times["device_put"] - (0.0 if window != window else window)
-    report.ratios[f"{size}: loop / bare"] = common.ratio(loop, bare)
-    report.rows.append([size, 1e3 * bare, 1e3 * loop, loop / bare, (loop - bare) / bare,
-                        1e3 * times["host batching"], 1e3 * times["device_put"], 1e3 * window,
-                        1e3 * times["fetch every step"], 1e3 * rest])
+    for k in args.steps_per_call:
+      loop = times["loop" if k == first else f"loop {k}"]
+      rest = loop - bare - times["host batching"] - times["device_put"] - (0.0 if window != window else window)
+      report.ratios[f"{size}: loop / bare" + (f", {k} steps per call" if k > 1 else "")] = common.ratio(loop, bare)
+      report.rows.append([size, k, 1e3 * bare, 1e3 * loop, loop / bare, (loop - bare) / bare,
+                          1e3 * times["host batching"], 1e3 * times["device_put"], 1e3 * window,
+                          1e3 * times["fetch every step"], 1e3 * rest])
   report.notes += [
-      f"`experiments/synthetic.py:copy` at the sizes named, {steps} steps, logging every 50, one evaluation and "
-      "one checkpoint at the end (not in the loop's time: windows after the first only), float32; loop and bare "
+      f"`experiments/synthetic.py:copy` at the sizes named, {steps} steps, logging every 50 (every multiple of "
+      "k nearest above 50 at k steps per call), one evaluation and "
+      "one checkpoint at the end (not in the loop's time: windows after the first only), float32; loops and bare "
       f"loop run in turns, the fastest of {args.repeats} each; "
       f"{jax.devices()[0].platform}. Parts are per step, measured on their own in the same process; "
       "'fetch every step' is what a loop that fetched each step's metrics to the host would add (this loop "
-      "does not: it reads them every log_every steps); 'rest' is loop - bare - the parts this loop has.",
+      "does not: it reads them every log_every steps); 'rest' is loop - bare - the parts this loop has. Every "
+      "row's bare loop is one step per call; the parts are measured at one step per call.",
       "Targets (issue 49): loop / bare at most 1.3 for the tiny model; (loop - bare) at most 5% of a base step.",
   ]
   return common.finish(report, args, argv, machine)

@@ -23,6 +23,12 @@ translation experiment's ``transformer_small`` (vocabulary 8k, as its data) and 
   ``--torch_compile``), when torch is importable (``pip install -e ".[benchmark]"``; never a dependency of
   the package).
 
+Each implementation is timed in a process of its own (``--isolate``, the default; ours shares its process with
+its option rows, PyTorch eager with compiled): with PyTorch imported beside it, flax-stock's CPU step was
+slower by about 15% while ours did not change, so one process would bias the ratios. Within a process the
+steps take turns (``common.time_interleaved``); ``--no_isolate`` (the default at ``--smoke`` size) times all in
+this process. The table's "timed in" column says which.
+
 With several ``--batch`` sizes the references run at the first; ours runs at each, for the best MFU.
 Throughput is source + target tokens per second; MFU is model FLOPs (``common.encoder_decoder_flops``) per
 second over the matmul peak in ``--dtype`` measured in the same run (XLA's: the fastest call of several sizes,
@@ -37,8 +43,13 @@ Accelerator: ours >= 2x PyTorch eager tokens/s at the first batch, base MFU >= 4
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
+import json
 import os
+import subprocess
 import sys
+import tempfile
+import time
 from typing import Any
 
 # PyTorch shares the GPU with JAX in this process: JAX allocates as it goes instead of taking 75% up front.
@@ -100,6 +111,15 @@ def add_arguments(parser):
   parser.add_argument("--cpu_option_rows", default="eigen", choices=["none", "eigen", "all"],
                       help="extra rows of ours compiled with XLA:CPU options (CPU_OPTION_ROWS): none, the Eigen "
                            "dots row, or all of them")
+  parser.add_argument("--isolate", dest="isolate", action="store_true", default=None,
+                      help="time each implementation (ours with its option rows, flax-stock, PyTorch) in a process "
+                           "of its own, one after the other (the default, except at --smoke size)")
+  parser.add_argument("--no_isolate", dest="isolate", action="store_false",
+                      help="time all implementations in this process, taking turns")
+  parser.add_argument("--only", default=None, choices=GROUPS,
+                      help="measure this implementation only and write the measurements to --measurements_out (what "
+                           "--isolate runs in each process)")
+  parser.add_argument("--measurements_out", default=None, help="with --only: the JSON file to write")
 
 
 # --------------------------------------------------------------------------------- the configs, the batch
@@ -348,11 +368,45 @@ def release_torch_memory() -> None:
     torch.cuda.empty_cache()
 
 
-# ------------------------------------------------------------------------------------------------ main
+# ------------------------------------------------------------------------------------------ measuring
 
-def torch_references(args, config, model_config, batch, device: str) -> dict:
+# The implementations by process: with --isolate each group runs in a process of its own (ours with its
+# XLA:CPU option rows, PyTorch eager with compiled), so that what one loads (PyTorch's thread pools and
+# allocator, above all) cannot change another's time.
+GROUPS = ("ours", "flax-stock", "pytorch")
+ROW_ORDER = ("ours", "flax-stock", *CPU_OPTION_ROWS, "pytorch", "pytorch compiled")
+
+
+def chosen_groups(args) -> list[str]:
+  """The groups this run measures: all but those ``--no_flax_stock`` / ``--no_torch`` leave out, or ``--only``."""
+  skipped = {"flax-stock": args.no_flax_stock, "pytorch": args.no_torch}
+  return [group for group in GROUPS if not skipped.get(group) and args.only in (None, group)]
+
+
+@dataclasses.dataclass
+class Measurements:
+  """What timing gave, as JSON values (an ``--only`` process writes them for the one that started it).
+
+  ``rows``: one dict per (``variant``, ``batch``, ``implementation``) with ``seconds`` (median step),
+  ``params``, ``compile`` (seconds; None for PyTorch) and ``xla_flops`` (None for PyTorch). ``torch_peak``:
+  PyTorch's own matmul FLOP/s on its device; ``torch_failures``: PyTorch steps left out after failing."""
+  rows: list = dataclasses.field(default_factory=list)
+  notes: list = dataclasses.field(default_factory=list)
+  torch_note: str | None = None
+  torch_peak: float | None = None
+  torch_failures: list = dataclasses.field(default_factory=list)
+
+  def merge(self, other: "Measurements") -> None:
+    self.rows += other.rows
+    self.notes += other.notes
+    self.torch_note = self.torch_note or other.torch_note
+    self.torch_peak = self.torch_peak or other.torch_peak
+    self.torch_failures += other.torch_failures
+
+
+def torch_references(args, config, model_config, batch, device: str, measurements: Measurements) -> dict:
   """name -> ``(step, parameter count)`` of the PyTorch steps to time (eager; compiled with
-  ``--torch_compile``)."""
+  ``--torch_compile``); a step that fails at its first call is left out, named in ``measurements``."""
   variants = {"pytorch": False, **({"pytorch compiled": True} if args.torch_compile else {})}
   steps = {}
   for name, compile in variants.items():
@@ -364,134 +418,280 @@ def torch_references(args, config, model_config, batch, device: str) -> dict:
       raise
     except Exception as error:  # the JAX rows still get measured
       print(f"{name}: failed, left out ({type(error).__name__}: {str(error).splitlines()[0][:300]})", flush=True)
-      args.torch_failures = getattr(args, "torch_failures", []) + [f"{name}: {type(error).__name__}"]
+      measurements.torch_failures.append(f"{name}: {type(error).__name__}")
       continue
     steps[name] = step, num_params
   return steps
 
 
-def main(argv=None) -> common.Report:
+def time_torch_references(args, config, model_config, batch, measurements: Measurements) -> dict:
+  """The PyTorch steps to time (``torch_references``), PyTorch's description and its own matmul peak in
+  ``measurements``; {} with a note when torch is not importable."""
+  try:
+    device = torch_device()
+    steps = torch_references(args, config, model_config, batch, device, measurements)
+    import torch
+  except ImportError:
+    measurements.torch_note = ("PyTorch reference skipped: torch is not importable here (install the "
+                               "benchmark-only extra: pip install -e \".[benchmark]\").")
+    return {}
+  threads = f"{torch.get_num_threads()} threads" if device == "cpu" else torch.cuda.get_device_name()
+  measurements.torch_note = (f"PyTorch {torch.__version__} nn.Transformer on {device} ({threads})"
+                             + (", bfloat16 autocast" if args.dtype == "bfloat16" else "")
+                             + ("; compiled: torch.compile of the forward pass and loss" if args.torch_compile
+                                else "") + ".")
+  if measurements.torch_peak is None:  # the machine's other matmul: what PyTorch's library reaches on the device
+    measurements.torch_peak = torch_matmul_peak(args.matmul_size_used, args.dtype, device, args.warmup,
+                                                max(args.repeats, 3))
+  return steps
+
+
+def measure_cell(args, groups, option_rows, config, model_config, ours_model, batch,
+                 measurements: Measurements) -> dict:
+  """implementation -> ``{seconds, params, compile, xla_flops}`` of ``groups``' steps on ``batch``, timed in
+  turns (``common.time_interleaved``)."""
+  models = {"ours": ours_model} if "ours" in groups else {}
+  if "flax-stock" in groups:
+    models["flax-stock"] = FlaxStockTransformer(model_config)
+  steps = {}
+  for implementation, model in models.items():
+    steps[implementation] = compile_step(config, model, batch, smoke=args.smoke)
+    print(f"batch {len(batch['source'])} {implementation}: compiled in {steps[implementation].compile_seconds:.1f} s",
+          flush=True)
+  for implementation, options in option_rows.items() if "ours" in groups else ():
+    try:
+      steps[implementation] = compile_step(config, ours_model, batch, smoke=args.smoke, compiler_options=options)
+    except Exception as error:  # an option this jaxlib does not know: skip the row, say why
+      measurements.notes.append(f"{implementation} skipped: XLA rejected {options} ({str(error).splitlines()[0]}).")
+  torch_steps = time_torch_references(args, config, model_config, batch, measurements) if "pytorch" in groups else {}
+  calls = {**steps, **{implementation: step for implementation, (step, _) in torch_steps.items()}}
+  timings = common.time_interleaved(calls, warmup=args.warmup, repeats=args.repeats)
+  for implementation, timing in timings.items():  # progress: the table comes at the end
+    print(f"batch {len(batch['source'])} {implementation}: {1e3 * timing.median:.2f} ms/step", flush=True)
+  measured = {implementation: dict(seconds=timings[implementation].median, params=step.num_params,
+                                   compile=step.compile_seconds, xla_flops=step.xla_flops())
+              for implementation, step in steps.items()}
+  for implementation, (_, torch_params) in torch_steps.items():
+    measured[implementation] = dict(seconds=timings[implementation].median, params=torch_params, compile=None,
+                                    xla_flops=None)
+  del steps, calls, torch_steps
+  release_torch_memory()
+  return measured
+
+
+def measure_in_process(args, groups, option_rows) -> Measurements:
+  """Every (variant, batch size) of the run for ``groups``, in this process: the references (flax-stock,
+  PyTorch, ours' option rows) at the first batch size, ours at each."""
+  measurements = Measurements()
+  batch_sizes, length = ([2], 8) if args.smoke else (args.batch, args.length)
+  for variant in args.configs[:1] if args.smoke else args.configs:
+    config, model_config = experiment_config(variant, args.smoke, args.no_dropout, dtype=args.dtype)
+    ours_model = build_task(config).build_model(model_config)
+    for batch_index, batch_size in enumerate(batch_sizes if "ours" in groups else batch_sizes[:1]):
+      if batch_index and common.out_of_time(args):
+        measurements.notes.append(f"{variant}: batch sizes {batch_sizes[batch_index:]} not run: --time_budget_s="
+                                  f"{args.time_budget_s:g} spent.")
+        break
+      cell_groups = groups if batch_index == 0 else ["ours"]
+      batch = random_batch(batch_size, length, length, model_config.vocab_size)
+      measured = measure_cell(args, cell_groups, option_rows if batch_index == 0 else {}, config, model_config,
+                              ours_model, batch, measurements)
+      measurements.rows += [dict(variant=variant, batch=batch_size, implementation=implementation, **result)
+                            for implementation, result in measured.items()]
+  return measurements
+
+
+# Flags the parent handles itself, left out of the command of a group's process (those with a value in
+# ``_VALUE_FLAGS`` take the next argument with them when written without "=").
+_PARENT_FLAGS = ("--output_dir", "--update_committed", "--isolate", "--no_isolate", "--time_budget_s", "--only",
+                 "--measurements_out")
+_VALUE_FLAGS = ("--output_dir", "--time_budget_s", "--only", "--measurements_out")
+
+
+def group_command(argv, group: str, path: str, time_budget_s: float | None) -> list[str]:
+  """The command that measures ``group`` alone in a new process and writes its ``Measurements`` to ``path``:
+  this script with the run's own flags (``argv``) less where it writes, ``--only=group``."""
+  arguments, skip_value = [], False
+  for argument in argv:
+    if skip_value:
+      skip_value = False
+      continue
+    name = argument.partition("=")[0]
+    if name in _PARENT_FLAGS:
+      skip_value = name in _VALUE_FLAGS and "=" not in argument
+      continue
+    arguments.append(argument)
+  budget = [f"--time_budget_s={time_budget_s:g}"] if time_budget_s is not None else []
+  return [sys.executable, "-m", "benchmarks.train_step", *arguments, "--no_isolate", f"--only={group}",
+          f"--measurements_out={path}", *budget]
+
+
+def measure_isolated(args, argv, groups) -> Measurements:
+  """``measure_in_process`` of each group in a process of its own, one after the other; their measurements
+  merged. A reference whose process fails is a note; ours failing is an error."""
+  measurements = Measurements()
+  with tempfile.TemporaryDirectory() as folder:
+    for group in groups:
+      if group == "pytorch" and importlib.util.find_spec("torch") is None:  # no process to learn that
+        measurements.torch_note = ("PyTorch reference skipped: torch is not importable here (install the "
+                                   "benchmark-only extra: pip install -e \".[benchmark]\").")
+        continue
+      path = os.path.join(folder, f"{group}.json")
+      remaining = None if args.time_budget_s is None else max(
+          1.0, args.time_budget_s - (time.monotonic() - args.started))
+      print(f"--- {group}: in its own process", flush=True)
+      process = subprocess.run(group_command(argv, group, path, remaining), cwd=common.REPO)
+      if process.returncode or not os.path.exists(path):
+        if group == "ours":
+          raise RuntimeError(f"the process measuring ours failed (exit {process.returncode}); see its output above.")
+        measurements.notes.append(f"{group} left out: its process failed (exit {process.returncode}).")
+        continue
+      with open(path) as f:
+        measurements.merge(Measurements(**json.load(f)))
+  return measurements
+
+
+# ------------------------------------------------------------------------------------------------ main
+
+def main(argv=None) -> common.Report | None:
+  argv = list(sys.argv[1:] if argv is None else argv)
   args = common.parse_args(__doc__.splitlines()[0], argv, add_arguments)
+  if args.isolate is None:  # default: isolated, except at --smoke size (its numbers mean nothing)
+    args.isolate = not args.smoke
   if not args.smoke:
     common.disable_persistent_cache()
-  machine = common.machine_description()
   kind = "cpu" if jax.default_backend() == "cpu" else "accelerator"
   option_rows = {"none": {}, "eigen": dict(list(CPU_OPTION_ROWS.items())[:1]), "all": CPU_OPTION_ROWS}[
       args.cpu_option_rows] if kind == "cpu" else {}
-  targets, mfu_target = TARGETS[kind], MFU_TARGETS[kind]
-  batch_sizes, length = ([2], 8) if args.smoke else (args.batch, args.length)
-  matmul_size = 128 if args.smoke else (args.matmul_size or (2048 if kind == "cpu" else 8192))
-  variants = args.configs[:1] if args.smoke else args.configs
+  args.matmul_size_used = 128 if args.smoke else (args.matmul_size or (2048 if kind == "cpu" else 8192))
+  groups = chosen_groups(args)
+  if args.only:  # a group's own process: measure, hand the measurements over, no table
+    measurements = measure_in_process(args, groups, option_rows)
+    if args.measurements_out:
+      with open(args.measurements_out, "w") as f:
+        json.dump(dataclasses.asdict(measurements), f)
+    else:
+      print(json.dumps(dataclasses.asdict(measurements)), flush=True)
+    return None
+  machine = common.machine_description()
   peaks = common.measure_peaks(args.dtype, args.smoke, args.warmup, max(args.repeats, 3),
                                sizes=(args.matmul_size,) if args.matmul_size else None)
-  peak = peaks.before  # for progress lines; the table uses the higher of before and after (peaks.measured)
-  achieved = []  # (row, model FLOP/s, variant, batch size, implementation): MFU cells filled in at the end
+  measurements = (measure_isolated(args, argv, groups) if args.isolate
+                  else measure_in_process(args, groups, option_rows))
+  if args.no_torch:
+    measurements.torch_note = "PyTorch reference skipped (--no_torch)."
+  peaks.measure_after(args.warmup, max(args.repeats, 3))
+  report = build_report(args, kind, measurements, peaks)
+  return common.finish(report, args, argv, machine)
 
+
+def build_report(args, kind: str, measurements: Measurements, peaks) -> common.Report:
+  """The table, ratios, verdicts and notes of ``measurements``, MFU against ``peaks``."""
+  targets, mfu_target = TARGETS[kind], MFU_TARGETS[kind]
+  length = 8 if args.smoke else args.length
+  timed_in = "own process" if args.isolate else "one process"
   report = common.Report(
       "train_step", "Train step: tokens/s, MFU and compile time (benchmarks/train_step.py)",
       ["config", "batch", "implementation", "parameters", "step ms", "src+tgt tokens/s", "model GFLOP/step",
        "XLA GFLOP/step", "MFU % (measured peak)", "MFU % (theoretical peak)", "compile s",
-       "ours / this (tokens/s)"])
-  torch_note = None
-  torch_peak, torch_own_mfu = None, []
-  verdicts = []
-  for variant in variants:
+       "ours / this (tokens/s)", "timed in"])
+  report.notes += measurements.notes
+  achieved, verdicts, torch_own_mfu = [], [], []  # achieved: (row, model FLOP/s, variant, batch, implementation)
+  cells = {}
+  for row in measurements.rows:
+    cells.setdefault((row["variant"], row["batch"]), {})[row["implementation"]] = row
+  for (variant, batch_size), measured in cells.items():
+    measured = dict(sorted(measured.items(), key=lambda item: ROW_ORDER.index(item[0])))
+    if "ours" not in measured:
+      continue
+    with_references = batch_size == (2 if args.smoke else args.batch[0])
     config, model_config = experiment_config(variant, args.smoke, args.no_dropout, dtype=args.dtype)
-    name = variant + (" (smoke size)" if args.smoke else "")
-    ours_model = build_task(config).build_model(model_config)
-    for batch_index, batch_size in enumerate(batch_sizes):
-      if batch_index and common.out_of_time(args):
-        report.notes.append(f"{variant}: batch sizes {batch_sizes[batch_index:]} not run: --time_budget_s="
-                            f"{args.time_budget_s:g} spent.")
-        break
-      with_references = batch_index == 0
-      batch = random_batch(batch_size, length, length, model_config.vocab_size)
-      tokens = batch_size * 2 * length
-      flops = common.encoder_decoder_flops(model_config, batch_size, length, length)["total"]
-      models = {"ours": ours_model}
-      if with_references and not args.no_flax_stock:
-        models["flax-stock"] = FlaxStockTransformer(model_config)
-      steps = {}
-      for implementation, model in models.items():
-        steps[implementation] = compile_step(config, model, batch, smoke=args.smoke)
-        print(f"{name} batch {batch_size} {implementation}: compiled in {steps[implementation].compile_seconds:.1f} s",
-              flush=True)
-      if with_references:
-        for implementation, options in option_rows.items():
-          try:
-            steps[implementation] = compile_step(config, ours_model, batch, smoke=args.smoke,
-                                                 compiler_options=options)
-          except Exception as error:  # an option this jaxlib does not know: skip the row, say why
-            report.notes.append(f"{implementation} skipped: XLA rejected {options} ({str(error).splitlines()[0]}).")
-      calls = dict(steps)
-      torch_steps = {}
-      if args.no_torch:
-        torch_note = "PyTorch reference skipped (--no_torch)."
-      elif with_references:
-        try:
-          device = torch_device()
-          torch_steps = torch_references(args, config, model_config, batch, device)
-          import torch
-          threads = f"{torch.get_num_threads()} threads" if device == "cpu" else torch.cuda.get_device_name()
-          torch_note = (f"PyTorch {torch.__version__} nn.Transformer on {device} ({threads})"
-                        + (", bfloat16 autocast" if args.dtype == "bfloat16" else "")
-                        + ("; compiled: torch.compile of the forward pass and loss" if args.torch_compile else "")
-                        + ".")
-          if torch_peak is None:  # the machine's other matmul: what PyTorch's library reaches on the same device
-            torch_peak = torch_matmul_peak(matmul_size, args.dtype, device, args.warmup, max(args.repeats, 3))
-        except ImportError:
-          torch_note = ("PyTorch reference skipped: torch is not importable here (install the benchmark-only "
-                        "extra: pip install -e \".[benchmark]\").")
-      calls.update({implementation: step for implementation, (step, _) in torch_steps.items()})
-      timings = common.time_interleaved(calls, warmup=args.warmup, repeats=args.repeats)
-      measured = {implementation: dict(seconds=timings[implementation].median, params=step.num_params,
-                                       compile=step.compile_seconds, xla_flops=step.xla_flops())
-                  for implementation, step in steps.items()}
-      for implementation, (_, torch_params) in torch_steps.items():
-        seconds = timings[implementation].median
-        measured[implementation] = dict(seconds=seconds, params=torch_params, compile=None, xla_flops=None)
-        torch_own_mfu.append(f"{variant} {implementation} {100 * flops / seconds / torch_peak:.1f}%")
-      del steps, calls, torch_steps
-      release_torch_memory()
-      ours_rate = tokens / measured["ours"]["seconds"]
-      for implementation, result in measured.items():
-        rate = tokens / result["seconds"]
-        mfu = flops / result["seconds"] / peak
-        versus = common.ratio(ours_rate, rate)
-        if implementation != "ours" and with_references:
-          report.ratios[f"{variant} ours / {implementation} tokens/s"] = versus
-        row = [name, batch_size, implementation, result["params"], 1e3 * result["seconds"], rate, flops / 1e9,
-               (result["xla_flops"] or float("nan")) / 1e9, None, None, result["compile"],
-               None if implementation == "ours" else versus]
-        report.rows.append(row)
-        achieved.append((row, flops / result["seconds"], variant, batch_size, implementation))
-        print(f"{name} batch {batch_size} {implementation}: {1e3 * result['seconds']:.2f} ms/step, "
-              f"{rate:,.0f} tokens/s, MFU {100 * mfu:.1f}%", flush=True)  # progress: the table comes at the end
-      if with_references:
-        for implementation, target in targets.items():
-          if implementation in measured:
-            value = report.ratios[f"{variant} ours / {implementation} tokens/s"]
-            # The target as an MFU: what ours would need against XLA's matmul peak, however it got there.
-            needed_mfu = target * flops / measured[implementation]["seconds"] / peak
-            verdicts.append(f"{variant} ours / {implementation} {value:.2f}x at batch {batch_size} "
-                            f"({'met' if value >= target else 'not met'}; {target}x needs ours at "
-                            f"{needed_mfu:.0%} MFU)")
-        for alternative in option_rows:  # what the compiler option alone gives against each reference
-          if alternative in measured:
-            alternative_rate = tokens / measured[alternative]["seconds"]
-            versus_references = ", ".join(
-                f"/ {implementation} {common.ratio(alternative_rate, tokens / measured[implementation]['seconds']):.2f}x"
-                for implementation in targets if implementation in measured)
-            report.notes.append(f"{variant}: {alternative} {versus_references}.")
-        if "flax-stock" in measured and measured["ours"]["params"] != measured["flax-stock"]["params"]:
-          report.notes.append(f"{variant}: parameter counts differ (ours {measured['ours']['params']:,}, "
-                              f"flax-stock {measured['flax-stock']['params']:,}); the comparison is not like for "
-                              f"like.")
-        if variant == "transformer_base" and kind == "cpu" and not args.smoke:
-          compile_s = measured["ours"]["compile"]
-          verdicts.append(f"base compile {compile_s:.1f} s ({'met' if compile_s < COMPILE_TARGET_S else 'not met'})")
+    tokens = batch_size * 2 * length
+    flops = common.encoder_decoder_flops(model_config, batch_size, length, length)["total"]
+    ours_rate = tokens / measured["ours"]["seconds"]
+    for implementation, result in measured.items():
+      rate = tokens / result["seconds"]
+      versus = common.ratio(ours_rate, rate)
+      if implementation != "ours" and with_references:
+        report.ratios[f"{variant} ours / {implementation} tokens/s"] = versus
+      if implementation.startswith("pytorch") and measurements.torch_peak:
+        own_mfu = flops / result["seconds"] / measurements.torch_peak
+        torch_own_mfu.append(f"{variant} {implementation} {100 * own_mfu:.1f}%")
+      row = [variant + (" (smoke size)" if args.smoke else ""), batch_size, implementation, result["params"],
+             1e3 * result["seconds"], rate, flops / 1e9, (result["xla_flops"] or float("nan")) / 1e9, None, None,
+             result["compile"], None if implementation == "ours" else versus, timed_in]
+      report.rows.append(row)
+      achieved.append((row, flops / result["seconds"], variant, batch_size, implementation))
+    if with_references:
+      verdicts += reference_verdicts(report, variant, batch_size, measured, targets, flops, tokens, peaks)
+      if variant == "transformer_base" and kind == "cpu" and not args.smoke:
+        compile_s = measured["ours"]["compile"]
+        verdicts.append(f"base compile {compile_s:.1f} s ({'met' if compile_s < COMPILE_TARGET_S else 'not met'})")
+  mfu_errors = fill_mfu(report, achieved, peaks, args, verdicts, mfu_target)
+  target_text = ", ".join(f">= {target}x {implementation}" for implementation, target in targets.items())
+  batch_sizes = [2] if args.smoke else args.batch
+  label_smoothing = experiment_config(args.configs[0], args.smoke)[0].label_smoothing
+  report.notes += [
+      f"Batch sizes {', '.join(map(str, batch_sizes))} x {length} source + {length} target tokens (references at "
+      f"the first), {args.dtype} compute (parameters and Adam float32), label smoothing {label_smoothing}, "
+      f"Adam, dropout {'off' if args.no_dropout else 'as configured'}; step time is the median of "
+      f"{args.repeats} steps after {args.warmup} warm-up.",
+      ("Each implementation timed in its own process (--isolate), one after the other: ours with its XLA:CPU "
+       "option rows, flax-stock, then PyTorch (eager and compiled), so that no other implementation's libraries "
+       "and threads are loaded where a step is timed; the steps within a process take turns, but load that "
+       "changes between the processes falls on one of them only."
+       if args.isolate else
+       "All implementations timed in one process (--no_isolate), taking turns step by step: load falls on all "
+       "alike, but PyTorch imported beside JAX has slowed flax-stock's CPU step (issue 49: 1.77-1.80 s against "
+       "1.54 s without it)."),
+      f"MFU = model FLOPs / step time / matmul peak; {peaks.describe()}. Model FLOPs: 6 x parameters x tokens "
+      f"(each weight matrix counted for the tokens it multiplies, tied output projection included, embedding lookups "
+      f"excluded) plus attention 12 x layers x q_length x kv_length x d_model per example (causal counted in "
+      f"full); see common.encoder_decoder_flops. XLA GFLOP is XLA's own count of the compiled step (all ops).",
+      measurements.torch_note,
+      *([f"Left out after failing at their first step: {', '.join(measurements.torch_failures)}."]
+        if measurements.torch_failures else []),
+      *mfu_errors,
+      *([f"PyTorch's own {args.dtype} {args.matmul_size_used}x{args.matmul_size_used} matmul in this run: "
+         f"{measurements.torch_peak / 1e9:,.1f} GFLOP/s, {measurements.torch_peak / peaks.measured:.2f}x XLA's "
+         f"best; PyTorch's MFU against its own peak: {', '.join(torch_own_mfu)} (the MFU column uses XLA's peak "
+         f"for every row)."] if measurements.torch_peak else []),
+      f"Targets ({'CPU' if kind == 'cpu' else 'accelerator'}): ours {target_text} tokens/s; base MFU >= "
+      f"{mfu_target:.0%} at the best batch size"
+      + (f"; base compile < {COMPILE_TARGET_S:.0f} s" if kind == "cpu" else "")
+      + f". This run: {'; '.join(verdicts)}.",
+  ]
+  report.notes = [note for note in report.notes if note]
+  return report
 
-  peaks.measure_after(args.warmup, max(args.repeats, 3))
+
+def reference_verdicts(report, variant, batch_size, measured, targets, flops, tokens, peaks) -> list[str]:
+  """Ours against each reference's target at the first batch size, the option rows' ratios as notes, and a
+  note when flax-stock's parameter count differs from ours."""
+  verdicts = []
+  for implementation, target in targets.items():
+    if implementation in measured:
+      value = report.ratios[f"{variant} ours / {implementation} tokens/s"]
+      # The target as an MFU: what ours would need against XLA's matmul peak, however it got there.
+      needed_mfu = target * flops / measured[implementation]["seconds"] / peaks.before
+      verdicts.append(f"{variant} ours / {implementation} {value:.2f}x at batch {batch_size} "
+                      f"({'met' if value >= target else 'not met'}; {target}x needs ours at "
+                      f"{needed_mfu:.0%} MFU)")
+  for alternative in (name for name in measured if name in CPU_OPTION_ROWS):
+    alternative_rate = tokens / measured[alternative]["seconds"]
+    versus_references = ", ".join(
+        f"/ {implementation} {common.ratio(alternative_rate, tokens / measured[implementation]['seconds']):.2f}x"
+        for implementation in targets if implementation in measured)
+    report.notes.append(f"{variant}: {alternative} {versus_references}.")
+  if "flax-stock" in measured and measured["ours"]["params"] != measured["flax-stock"]["params"]:
+    report.notes.append(f"{variant}: parameter counts differ (ours {measured['ours']['params']:,}, "
+                        f"flax-stock {measured['flax-stock']['params']:,}); the comparison is not like for like.")
+  return verdicts
+
+
+def fill_mfu(report, achieved, peaks, args, verdicts, mfu_target) -> list[str]:
+  """Fill the MFU cells of the rows (against the higher peak of before and after), add ours' best MFU per
+  variant to the ratios and verdicts; the MFU measurement errors, as notes."""
   mfu_errors = []
   for row, flops_per_second, variant, batch_size, implementation in achieved:
     measured_mfu, theoretical_mfu = peaks.mfu(flops_per_second)
@@ -500,7 +700,7 @@ def main(argv=None) -> common.Report:
     error = common.mfu_error(f"{variant} batch {batch_size} {implementation}", measured_mfu, theoretical_mfu)
     if error:
       mfu_errors.append(error)
-  for variant in variants:
+  for variant in dict.fromkeys(variant for _, _, variant, _, _ in achieved):
     ours_mfu = {batch_size: peaks.mfu(flops_per_second)[0] for _, flops_per_second, name, batch_size, implementation
                 in achieved if name == variant and implementation == "ours"
                 and not common.mfu_error("", *peaks.mfu(flops_per_second))}
@@ -512,30 +712,7 @@ def main(argv=None) -> common.Report:
     if variant == "transformer_base" and not args.smoke:
       mfu = ours_mfu[best_batch]
       verdicts.append(f"base MFU {mfu:.0%} at batch {best_batch} ({'met' if mfu >= mfu_target else 'not met'})")
-
-  target_text = ", ".join(f">= {target}x {implementation}" for implementation, target in targets.items())
-  report.notes += [
-      f"Batch sizes {', '.join(map(str, batch_sizes))} x {length} source + {length} target tokens (references at "
-      f"the first), {args.dtype} compute (parameters and Adam float32), label smoothing {config.label_smoothing}, "
-      f"Adam, dropout {'off' if args.no_dropout else 'as configured'}; step time is the median of "
-      f"{args.repeats} steps after {args.warmup} warm-up, all implementations (PyTorch included) taking turns.",
-      f"MFU = model FLOPs / step time / matmul peak; {peaks.describe()}. Model FLOPs: 6 x parameters x tokens "
-      f"(each weight matrix counted for the tokens it multiplies, tied output projection included, embedding lookups "
-      f"excluded) plus attention 12 x layers x q_length x kv_length x d_model per example (causal counted in "
-      f"full); see common.encoder_decoder_flops. XLA GFLOP is XLA's own count of the compiled step (all ops).",
-      torch_note,
-      *([f"Left out after failing at their first step: {', '.join(args.torch_failures)}."]
-        if getattr(args, "torch_failures", None) else []),
-      *mfu_errors,
-      *([f"PyTorch's own {args.dtype} {matmul_size}x{matmul_size} matmul in this run: {torch_peak / 1e9:,.1f} "
-         f"GFLOP/s, {torch_peak / peaks.measured:.2f}x XLA's best; PyTorch's MFU against its own peak: "
-         f"{', '.join(torch_own_mfu)} (the MFU column uses XLA's peak for every row)."] if torch_peak else []),
-      f"Targets ({'CPU' if kind == 'cpu' else 'accelerator'}): ours {target_text} tokens/s; base MFU >= "
-      f"{mfu_target:.0%} at the best batch size"
-      + (f"; base compile < {COMPILE_TARGET_S:.0f} s" if kind == "cpu" else "")
-      + f". This run: {'; '.join(verdicts)}.",
-  ]
-  return common.finish(report, args, argv, machine)
+  return mfu_errors
 
 
 if __name__ == "__main__":

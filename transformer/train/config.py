@@ -1,4 +1,4 @@
-"""The training configuration every experiment starts from, its validation, and old configs' migration.
+"""The training configuration every experiment starts from and its validation (older runs' configs: ``convert_run``).
 
 Experiments (``experiments/*.py``) call ``base_config(model_name)`` and change what differs. Every field can be
 overridden from the command line: ``--config.num_train_steps=300 --config.model.num_heads=4``. ``config.model``
@@ -121,6 +121,8 @@ def base_config(model_name: str = "transformer") -> ml_collections.ConfigDict:
   config.eval_every = 500  # steps between evaluations (and at the end)
   config.eval_batch_size = 256
   config.checkpoint_every = 200  # steps between checkpoints (and at the end, and on SIGTERM)
+  # Steps per compiled call (a lax.scan; same results); log_every, eval_every, checkpoint_every are multiples of it
+  config.steps_per_call = 1
   config.keep_checkpoints = 3  # periodic checkpoints kept
   config.best_metric = ""  # e.g. "eval/exact_match": also keep the best checkpoint by this metric
   config.best_mode = "max"  # max | min
@@ -254,6 +256,7 @@ def validate_config(config: ml_collections.ConfigDict, workdir: str | None = Non
           f"{config.grad_accum_steps}.")
   require(config.parallelism in PARALLELISMS,
           f"config.parallelism={config.parallelism!r} is not supported; choose one of {list(PARALLELISMS)}.")
+  _validate_steps_per_call(config)
   sweep = parse_sweep(config.get("sweep", ""))
   require(config.num_seeds == 1 or config.parallelism == "jit",
           "config.num_seeds > 1 (vmap over seeds) needs config.parallelism='jit'.")
@@ -285,6 +288,22 @@ def validate_config(config: ml_collections.ConfigDict, workdir: str | None = Non
     require(os.path.isdir(config.restore_from),
             f"config.restore_from={config.restore_from!r} is not a directory; give the workdir of the run to "
             f"start from.")
+
+
+def _validate_steps_per_call(config: ml_collections.ConfigDict) -> None:
+  """``config.steps_per_call``: a positive integer that the actions' periods divide, on a strategy that scans."""
+  value = config.get("steps_per_call", 1)
+  if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+    raise ConfigError(f"config.steps_per_call must be a positive integer (train steps per compiled call; 1 = one "
+                      f"step per call), got {value!r}.")
+  for name in ("log_every", "eval_every", "checkpoint_every"):
+    if config[name] % value:
+      raise ConfigError(f"config.{name}={config[name]} is not a multiple of config.steps_per_call={value} (actions "
+                        f"run between compiled calls); set config.{name} to a multiple of {value}, e.g. "
+                        f"{-(-config[name] // value) * value}, or choose a steps_per_call that divides it.")
+  if value > 1 and config.parallelism == "pmap":
+    raise ConfigError(f"config.steps_per_call={value} works with config.parallelism 'jit' or 'mesh', not 'pmap'; "
+                      "choose one of those, or steps_per_call=1.")
 
 
 def _validate_workdir(workdir: str) -> None:
@@ -319,40 +338,3 @@ def _validate_model(config: ml_collections.ConfigDict) -> None:
     raise
   except ValueError as error:  # a check that raises a plain ValueError still names a config.model value
     raise ConfigError(str(error)) from error
-
-
-def upgrade_config(saved: dict) -> dict:
-  """A saved config (a workdir's ``config.json``, a results row's settings) in today's shape.
-
-  Configs saved before ``model_name`` existed held a Transformer section ``model`` and an RNN section ``rnn``,
-  and ``architecture`` chose one: the chosen section becomes ``model``, less the fields its model no longer has
-  (the classifier's ``num_classes`` and ``pooling`` moved to ``ClassifierConfig``), and ``architecture`` becomes
-  ``model_name``. Configs saved before ``decode`` get one (``_upgrade_decode``). A config of today's shape comes
-  back unchanged (as a copy).
-  """
-  upgraded = copy.deepcopy(dict(saved))
-  _upgrade_decode(upgraded)
-  if "model_name" in upgraded or "model" not in upgraded:
-    return upgraded
-  model_name = upgraded.pop("architecture", "transformer")
-  rnn_section = upgraded.pop("rnn", {})
-  section = rnn_section if model_name == "rnn" else upgraded["model"]
-  fields = model_section(model_name).keys()
-  upgraded["model_name"] = model_name
-  upgraded["model"] = {name: value for name, value in section.items() if name in fields}
-  return upgraded
-
-
-def _upgrade_decode(config: dict) -> None:
-  """Give ``config`` a ``decode`` section: translation configs saved before it kept ``task.beam_size`` and
-  ``task.length_penalty`` (beam search, greedy for beam 1); the other fields get today's defaults."""
-  if "decode" in config or "task" not in config:
-    return
-  task = config["task"] = dict(config["task"])
-  decode = decode_section().to_dict()
-  if "beam_size" in task:
-    beam_size = task.pop("beam_size")
-    decode.update(method="greedy" if beam_size == 1 else "beam", beam_size=beam_size)
-  if "length_penalty" in task:
-    decode["length_penalty"] = task.pop("length_penalty")
-  config["decode"] = decode

@@ -5,7 +5,9 @@ steps through a short loop over periodic actions, in the manner of CLU's periodi
 ``log_every`` steps, evaluate every ``eval_every``, checkpoint every ``checkpoint_every`` (and after each
 evaluation), and stop with a checkpoint on SIGTERM or Ctrl-C. Between actions the host never waits for the
 device: batches are placed on it ahead of their step (``prefetch_to_device``), the train state's buffers are
-donated to the step, and metrics stay on the device until an action reads them (``MetricsWindow``).
+donated to the step, and metrics stay on the device until an action reads them (``MetricsWindow``). With
+``config.steps_per_call`` = k > 1, one compiled call runs k steps (a ``lax.scan`` over k stacked batches) and
+the actions, due at multiples of k, run between calls; the results are those of one step per call.
 """
 from __future__ import annotations
 
@@ -18,8 +20,9 @@ import time
 import jax
 import numpy as np
 
-from transformer.data.prefetch import prefetch_to_device
+from transformer.data.prefetch import BatchGroups, prefetch_to_device, stack_batches
 from transformer.errors import ConfigError, TrainingDiverged
+from transformer.tasks.progress import log_line, progress_bar
 from transformer.train.config import run_optimizer, run_schedules, sweeps_schedule
 from transformer.train.evaluate import make_evaluator, means, replica_means
 from transformer.train.initialise import initial_state, state_factory
@@ -28,7 +31,7 @@ from transformer.train.session import Session, hold_to_record, prepare
 from transformer.train.step import make_train_step
 from transformer.train.window import MetricsWindow
 from transformer.train.workdir import check_fresh_start
-from transformer.train.writers import MetricWriter, log_line, progress_bar, read_metrics
+from transformer.train.writers import MetricWriter, read_metrics
 
 # The end-of-run hint: the plotting script by its absolute path, so that it works from any directory.
 PLOT_SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
@@ -59,6 +62,16 @@ def run_train(config, workdir: str) -> RunOutput:
 
 def _due(step: int, every: int, last: bool) -> bool:
   return last or step % every == 0
+
+
+def call_sizes(step: int, total: int, steps_per_call: int):
+  """Steps of each compiled call from ``step`` to ``total``: ``steps_per_call`` each, every call ending at a
+  multiple of it (where the actions are due), except single steps up to the first multiple (a run resumed
+  from a checkpoint of another setting) and after the last (``total`` not a multiple)."""
+  while step < total:
+    size = steps_per_call if step % steps_per_call == 0 and step + steps_per_call <= total else 1
+    step += size
+    yield size
 
 
 class Trainer:
@@ -130,11 +143,15 @@ class Trainer:
     self.evaluate_state = make_evaluator(
         session, self.task.build_model(session.model_config.replace(deterministic=True)), write=self.bar.write)
     self.schedules = run_schedules(config)  # one per variant of config.sweep
-    self.train_step = self.strategy.compile_train_step(make_train_step(
+    train_step = make_train_step(
         self.task, self.model, self.optimizer, config.grad_accum_steps, getattr(self.strategy, "axis_name", None),
         skip_nonfinite_steps=config.skip_nonfinite_steps,
         frozen_params=tuple(config.optimizer.get("frozen_params", ()) or ()),
-        variant_schedules=self.schedules if sweeps_schedule(config) else None))
+        variant_schedules=self.schedules if sweeps_schedule(config) else None)
+    self.train_step = self.strategy.compile_train_step(train_step)  # traced only if a call runs one step
+    self.steps_per_call = config.get("steps_per_call", 1)
+    if self.steps_per_call > 1:
+      self.train_steps = self.strategy.compile_train_step(train_step, self.steps_per_call)
     self.writer = MetricWriter(session.workdir, resume_step=self.step, enabled=session.is_main,
                                tensorboard=config.tensorboard)
     self.run_start = time.perf_counter()
@@ -142,14 +159,12 @@ class Trainer:
     self.seen_shapes = set()
 
   def _loop(self, preemption: Preemption) -> None:
-    """The steps, each followed by the actions that are due."""
+    """The compiled calls (one step each, or ``config.steps_per_call``), each followed by the actions due."""
     config, total = self.config, self.config.num_train_steps
-    for host_batch, batch, position in prefetch_to_device(self.iterator, self.strategy.put_batch):
-      self._announce_compilation(host_batch)
-      self.state, metrics = self.train_step(self.state, batch)
-      self.step, self.position = self.step + 1, position
-      self.window.add(metrics, self.step, self.task.count_tokens(host_batch))
-      self.bar.update(1)
+    groups = BatchGroups(self.iterator, call_sizes(self.step, total, self.steps_per_call))
+    for host_batches, placed, position in prefetch_to_device(groups, self._place):
+      self._call(host_batches, placed)
+      self.position = position
       last = self.step == total
       self.evaluated = None
       if _due(self.step, config.log_every, last):
@@ -166,8 +181,33 @@ class Trainer:
       if last or preemption.requested:
         return
 
-  def _announce_compilation(self, batch) -> None:
+  def _place(self, host_batches: list):
+    """A call's batches on the device: stacked ``[steps_per_call, ...]`` for a several-step call, else a list
+    (bucketed batches of different shapes, or a call of a single step)."""
+    stacked = stack_batches(host_batches) if len(host_batches) == self.steps_per_call > 1 else None
+    if stacked is not None:
+      return self.strategy.put_batches(stacked)
+    return [self.strategy.put_batch(batch) for batch in host_batches]
+
+  def _call(self, host_batches: list, placed) -> None:
+    """Run the steps of one group of batches: one compiled call of several steps, or one call per step."""
+    if not isinstance(placed, list):
+      self._announce_compilation(host_batches[0], stacked=len(host_batches))
+      self.state, metrics = self.train_steps(self.state, placed)
+      self.step += len(host_batches)
+      tokens = sum(self.task.count_tokens(batch) for batch in host_batches)
+      self.window.add(metrics, self.step, tokens, stacked=len(host_batches))
+    else:
+      for host_batch, batch in zip(host_batches, placed):
+        self._announce_compilation(host_batch)
+        self.state, metrics = self.train_step(self.state, batch)
+        self.step += 1
+        self.window.add(metrics, self.step, self.task.count_tokens(host_batch))
+    self.bar.update(len(host_batches))
+
+  def _announce_compilation(self, batch, stacked: int = 0) -> None:
     shape = " ".join(sorted({"x".join(map(str, np.shape(value))) for value in batch.values()}))
+    shape += f", {stacked} steps per call" if stacked else ""
     if shape in self.seen_shapes:
       return
     self.seen_shapes.add(shape)

@@ -6,6 +6,8 @@
   parameters replicated or, with ``fsdp``, each parameter sharded along its largest divisible axis.
 - several replicas (with ``jit``): ``jax.vmap`` trains ``num_replicas`` of them in one program: seeds
   (``config.num_seeds``) and the variants of ``config.sweep``, each replica with its own ``settings``.
+- several steps per call (``jit`` and ``mesh``; ``config.steps_per_call``): one compiled call ``lax.scan``s the
+  same step over a stack of batches, so the host dispatches once per ``steps_per_call`` steps.
 
 Every strategy exposes the same methods, so the training loop never branches on the mode. Checkpoints
 always hold the canonical (unreplicated, global) state, so a run can resume under another strategy or
@@ -74,12 +76,17 @@ class Strategy:
       return jax.jit(lambda keys: jax.lax.map(create_fn, keys))(seed_key)
     return jax.jit(create_fn)(seed_key)
 
-  def compile_train_step(self, train_step):
-    """``(state, batch) -> (state, metrics)``; the step's key is ``fold_in(state.rng, state.step)``."""
+  def compile_train_step(self, train_step, steps_per_call: int = 1):
+    """``(state, batch) -> (state, metrics)``; the step's key is ``fold_in(state.rng, state.step)``.
+
+    ``steps_per_call`` > 1: ``(state, batches) -> (state, metrics)`` of that many steps (``scanned``), ``batches``
+    stacked ``[steps_per_call, ...]`` (``data.prefetch.stack_batches``, placed by ``put_batches``), metrics too.
+    """
     def step_with_rng(state, batch, *settings):
       return train_step(state, batch, jax.random.fold_in(state.rng, state.step), *settings)
     in_axes = (0, None, 0) if self.settings else (0, None)
-    return jax.jit(self._counted(self._with_settings(self._vmapped(step_with_rng, in_axes))), donate_argnums=(0,))
+    step = self._with_settings(self._vmapped(step_with_rng, in_axes))
+    return jax.jit(self._counted(scanned(step, steps_per_call)), donate_argnums=(0,))
 
   def compile_eval_step(self, eval_step):
     in_axes = (0, None, 0) if self.settings else (0, None)
@@ -87,6 +94,10 @@ class Strategy:
 
   def put_batch(self, batch):
     return jax.device_put(batch)
+
+  def put_batches(self, batches):
+    """Place a stack of batches (``[steps_per_call, batch, ...]``) for a several-step call."""
+    return jax.device_put(batches)
 
   def to_canonical(self, state):
     """The state as checkpoints store it."""
@@ -125,7 +136,9 @@ class PmapStrategy(Strategy):
   def create_state(self, create_fn, seed_key):
     return self.from_canonical(jax.jit(create_fn)(seed_key))
 
-  def compile_train_step(self, train_step):
+  def compile_train_step(self, train_step, steps_per_call: int = 1):
+    if steps_per_call > 1:  # validate_config says so first; its metrics would be [devices, steps, ...]
+      raise ValueError("several steps per call (config.steps_per_call > 1) work with parallelism 'jit' or 'mesh'.")
     def step_with_rng(state, batch):
       return train_step(state, batch, jax.random.fold_in(state.rng, state.step))
     return jax.pmap(self._counted(step_with_rng), axis_name=self.axis_name, donate_argnums=(0,))
@@ -168,6 +181,7 @@ class MeshStrategy(Strategy):
     self.fsdp = fsdp
     self.mesh = jax.make_mesh((jax.device_count(),), (DATA_AXIS,), axis_types=(jax.sharding.AxisType.Auto,))
     self.batch_sharding = NamedSharding(self.mesh, PartitionSpec(DATA_AXIS))
+    self.stacked_batch_sharding = NamedSharding(self.mesh, PartitionSpec(None, DATA_AXIS))  # [steps, batch, ...]
     self.replicated = NamedSharding(self.mesh, PartitionSpec())
     self._state_sharding = None
 
@@ -194,10 +208,12 @@ class MeshStrategy(Strategy):
     self._state_sharding = self.state_sharding(shapes)
     return jax.jit(create_fn, out_shardings=self._state_sharding)(seed_key)
 
-  def compile_train_step(self, train_step):
+  def compile_train_step(self, train_step, steps_per_call: int = 1):
     def step_with_rng(state, batch):
       return train_step(state, batch, jax.random.fold_in(state.rng, state.step))
-    return jax.jit(self._counted(step_with_rng), in_shardings=(self._state_sharding, self.batch_sharding),
+    batch_sharding = self.batch_sharding if steps_per_call == 1 else self.stacked_batch_sharding
+    return jax.jit(self._counted(scanned(step_with_rng, steps_per_call)),
+                   in_shardings=(self._state_sharding, batch_sharding),
                    out_shardings=(self._state_sharding, self.replicated), donate_argnums=(0,))
 
   def compile_eval_step(self, eval_step):
@@ -209,6 +225,10 @@ class MeshStrategy(Strategy):
     return jax.tree.map(
         lambda x: jax.make_array_from_process_local_data(self.batch_sharding, np.asarray(x)), batch)
 
+  def put_batches(self, batches):
+    return jax.tree.map(
+        lambda x: jax.make_array_from_process_local_data(self.stacked_batch_sharding, np.asarray(x)), batches)
+
   def abstract_canonical(self, state_shapes):
     self._state_sharding = self.state_sharding(state_shapes)
     return jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh), state_shapes,
@@ -216,6 +236,18 @@ class MeshStrategy(Strategy):
 
   def fetch(self, tree):
     return jax.tree.map(lambda x: np.asarray(jax.device_get(x)), tree)
+
+
+def scanned(step, steps_per_call: int):
+  """``step`` itself for 1; else ``(state, batches) -> (state, metrics)``: ``step(state, batch)`` on each of
+  ``batches`` ``[steps_per_call, ...]`` in turn, in one ``lax.scan`` (the same step, the same keys: each step
+  folds ``state.step`` into its key), its metrics stacked ``[steps_per_call, ...]``."""
+  if steps_per_call == 1:
+    return step
+
+  def steps(state, batches):
+    return jax.lax.scan(step, state, batches, length=steps_per_call)
+  return steps
 
 
 def make_strategy(parallelism: str, num_replicas: int = 1, fsdp: bool = False,

@@ -3,10 +3,13 @@
 A step's ``name -> (sum, weight)`` metrics stay where the step left them: ``add`` only keeps a reference (no
 dispatch, no wait). When an action needs them (log, save, evaluate), one compiled call folds the window's
 steps into their sums, in step order (the same additions, in the same order, as adding them one by one), and
-finds the first step whose loss or gradient norm was not finite; the host then reads the result.
+finds the first step whose loss or gradient norm was not finite; the host then reads the result. A compiled
+call of several steps (``config.steps_per_call``) hands over its steps' metrics stacked ``[steps, ...]``: they
+are folded one step after the other, as if added one by one, so the sums are the same.
 """
 from __future__ import annotations
 
+import functools
 import time
 
 import jax
@@ -17,9 +20,15 @@ from transformer.errors import TrainingDiverged
 from transformer.train.step import all_finite
 
 
-@jax.jit
-def _fold(sums, steps: list):
-  """``(sums + steps[0] + steps[1] + ..., index of the first non-finite step or -1)``; ``sums`` None: none yet."""
+@functools.partial(jax.jit, static_argnames="counts")
+def _fold(sums, entries: list, counts: tuple[int, ...]):
+  """``(sums + step 1 + step 2 + ..., index of the first non-finite step or -1)``; ``sums`` None: none yet.
+
+  ``entries[i]`` holds one step's metrics (``counts[i]`` 0) or ``counts[i]`` steps' metrics stacked along a
+  leading axis."""
+  steps = []
+  for metrics, count in zip(entries, counts):
+    steps += [metrics] if count == 0 else [jax.tree.map(lambda x, i=i: x[i], metrics) for i in range(count)]
   nonfinite = jnp.stack([~all_finite(metrics) for metrics in steps])
   first = jnp.where(jnp.any(nonfinite), jnp.argmax(nonfinite), -1)
   for metrics in steps:
@@ -40,17 +49,21 @@ class MetricsWindow:
       self._sums = {k: tuple(jnp.asarray(half) for half in pair) for k, pair in saved["window"].items()}
       self.steps, self.tokens = saved["window_steps"], saved["window_tokens"]
 
-  def add(self, metrics, step: int, tokens: int) -> None:
-    """Keep the metrics of step ``step`` (counted from 1); dispatches nothing, waits for nothing."""
-    self._pending.append((step, metrics))
-    self.steps += 1
+  def add(self, metrics, step: int, tokens: int, stacked: int = 0) -> None:
+    """Keep the metrics of step ``step`` (counted from 1), or with ``stacked`` > 0 those of the ``stacked`` steps
+    up to ``step``, stacked ``[stacked, ...]``; dispatches nothing, waits for nothing."""
+    self._pending.append((step, metrics, stacked))
+    self.steps += max(stacked, 1)
     self.tokens += tokens
 
   def _fold_pending(self) -> None:
     if not self._pending:
       return
-    steps = [step for step, _ in self._pending]
-    self._sums, first = _fold(self._sums, [metrics for _, metrics in self._pending])
+    steps = []  # the number of each step folded, in order
+    for last, _, stacked in self._pending:
+      steps += range(last - max(stacked, 1) + 1, last + 1)
+    self._sums, first = _fold(self._sums, [metrics for _, metrics, _ in self._pending],
+                              tuple(stacked for _, _, stacked in self._pending))
     self._pending = []
     if self._first_nonfinite is None:
       index = int(np.asarray(first.addressable_data(0)))

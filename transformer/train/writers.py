@@ -9,8 +9,6 @@ import os
 import shutil
 
 from transformer.errors import WorkdirError
-# The progress display's home is transformer.tasks.progress; re-exported here until loop.py imports it there.
-from transformer.tasks.progress import log_line, progress_bar  # noqa: F401
 
 log = logging.getLogger(__name__)
 

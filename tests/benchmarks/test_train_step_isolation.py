@@ -1,0 +1,75 @@
+"""benchmarks/train_step.py times each implementation in a process of its own (``--isolate``): the command of
+each process, the merge of their measurements, and the table saying which mode timed the rows."""
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+
+from benchmarks import train_step
+
+
+def test_a_groups_process_gets_the_runs_flags_less_where_the_parent_writes():
+  argv = ["--configs", "transformer_base", "--output_dir", "/tmp/page", "--batch", "16", "32", "--isolate",
+          "--time_budget_s", "300", "--torch_compile", "--update_committed"]
+  command = train_step.group_command(argv, "pytorch", "/tmp/m/pytorch.json", 120.0)
+  assert command == [sys.executable, "-m", "benchmarks.train_step", "--configs", "transformer_base", "--batch", "16",
+                     "32", "--torch_compile", "--no_isolate", "--only=pytorch",
+                     "--measurements_out=/tmp/m/pytorch.json", "--time_budget_s=120"]
+
+
+def _fake_processes(monkeypatch, failing=()):
+  """``subprocess.run`` of train_step replaced: each group's process writes one row (ours 2 ms, flax-stock 3 ms)
+  unless it is in ``failing``; returns the commands run."""
+  commands = []
+
+  def run(command, cwd=None):
+    commands.append(command)
+    group = next(a.partition("=")[2] for a in command if a.startswith("--only="))
+    path = next(a.partition("=")[2] for a in command if a.startswith("--measurements_out="))
+    if group in failing:
+      return subprocess.CompletedProcess(command, 1)
+    row = dict(variant="transformer_small", batch=2, implementation=group, seconds=0.002 if group == "ours" else 0.003,
+               params=23552, compile=1.0, xla_flops=1e6)
+    with open(path, "w") as f:
+      json.dump({"rows": [row], "notes": [f"{group} measured"]}, f)
+    return subprocess.CompletedProcess(command, 0)
+
+  monkeypatch.setattr(train_step.subprocess, "run", run)
+  return commands
+
+
+def test_isolate_runs_each_implementation_in_its_own_process_and_merges_their_rows(monkeypatch, capsys):
+  commands = _fake_processes(monkeypatch)
+  report = train_step.main(["--smoke", "--isolate", "--no_torch", "--cpu_option_rows=none"])
+  capsys.readouterr()
+  assert [command[-2:] for command in commands] == [
+      ["--only=ours", f"--measurements_out={commands[0][-1].partition('=')[2]}"],
+      ["--only=flax-stock", f"--measurements_out={commands[1][-1].partition('=')[2]}"]]
+  assert all(command[3:7] == ["--smoke", "--no_torch", "--cpu_option_rows=none", "--no_isolate"]
+             for command in commands)
+  assert [(row[2], row[-1]) for row in report.rows] == [("ours", "own process"), ("flax-stock", "own process")]
+  assert report.ratios["transformer_small ours / flax-stock tokens/s"] == pytest.approx(1.5)
+  assert "ours measured" in report.notes and "flax-stock measured" in report.notes
+  assert any(note.startswith("Each implementation timed in its own process") for note in report.notes)
+
+
+def test_a_reference_whose_process_fails_is_a_note_and_ours_failing_is_an_error(monkeypatch, capsys):
+  _fake_processes(monkeypatch, failing=("flax-stock",))
+  report = train_step.main(["--smoke", "--isolate", "--no_torch", "--cpu_option_rows=none"])
+  assert [row[2] for row in report.rows] == ["ours"]
+  assert "flax-stock left out: its process failed (exit 1)." in report.notes
+  _fake_processes(monkeypatch, failing=("ours",))
+  with pytest.raises(RuntimeError, match="the process measuring ours failed"):
+    train_step.main(["--smoke", "--isolate", "--no_torch", "--cpu_option_rows=none"])
+  capsys.readouterr()
+
+
+@pytest.mark.slow
+def test_isolated_smoke_run_times_ours_and_flax_stock_in_real_processes(capsys):
+  report = train_step.main(["--smoke", "--no_torch", "--cpu_option_rows=none", "--isolate"])
+  printed = capsys.readouterr().out
+  assert "--- ours: in its own process" in printed and "--- flax-stock: in its own process" in printed
+  assert [(row[2], row[-1]) for row in report.rows] == [("ours", "own process"), ("flax-stock", "own process")]
+  assert all(math.isfinite(value) for value in report.ratios.values())
