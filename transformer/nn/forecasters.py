@@ -135,6 +135,13 @@ def _check_inputs(config: ForecasterConfig, inputs) -> None:
                      f"num_features to the windows' shape.")
 
 
+def _target_series(config: ForecasterConfig, inputs):
+  """The forecast variable's column of checked ``inputs``: ``[batch, input_length, 1]`` float32 (the
+  channel-independent forecasters read it alone)."""
+  _check_inputs(config, inputs)
+  return inputs[:, :, TARGET_FEATURE:TARGET_FEATURE + 1].astype(jnp.float32)
+
+
 class RecurrentForecaster(nn.Module):
   """Stacked ``nn.RNN`` layers of the cell ``RECURRENT_CELLS[config.architecture]``, then a linear head.
 
@@ -202,8 +209,7 @@ class PatchTSTForecaster(nn.Module):
   def __call__(self, inputs):
     """``[batch, input_length, num_features]`` -> ``[batch, num_horizons]`` float32."""
     config = self.config
-    _check_inputs(config, inputs)
-    target = inputs[:, :, TARGET_FEATURE:TARGET_FEATURE + 1].astype(jnp.float32)  # [batch, input_length, 1]
+    target = _target_series(config, inputs)  # [batch, input_length, 1]
     normalized, mean, std = instance_normalize(target)
     tokens = patches(normalized[..., 0], config.patch_length, config.patch_stride)  # [batch, patches, patch_len]
     batch, num_patches = tokens.shape[:2]
@@ -226,8 +232,7 @@ class DLinearForecaster(nn.Module):
   def __call__(self, inputs):
     """``[batch, input_length, num_features]`` -> ``[batch, num_horizons]`` float32."""
     config = self.config
-    _check_inputs(config, inputs)
-    target = inputs[:, :, TARGET_FEATURE:TARGET_FEATURE + 1].astype(jnp.float32)  # [batch, input_length, 1]
+    target = _target_series(config, inputs)  # [batch, input_length, 1]
     seasonal, trend = series_decomposition(target, config.moving_average)
     # Each horizon its own row of the published model's [input_length -> longest horizon] map.
     return (nn.Dense(config.num_horizons, name="seasonal")(seasonal[..., 0])
