@@ -22,7 +22,6 @@ import dataclasses
 import datetime
 import math
 import os
-import platform
 import re
 import shlex
 import statistics
@@ -34,8 +33,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+# The library of every results page: its output flags, machine stamp and the repository root.
+from experiments.report import (REPO, add_output_arguments, choose_results_folder, host_description,
+                                markdown_table, read_cpuinfo, usable_cores, versions)
+
 BENCHMARKS_DIR = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(BENCHMARKS_DIR)
 RESULTS_PATH = os.path.join(BENCHMARKS_DIR, "RESULTS.md")  # the committed page (written with --update_committed)
 # Sections of RESULTS.md, in the order of the questions (benchmarks/README.md); the suite's summary first.
 SCRIPTS = ("suite", "attention", "chunked_attention", "train_step", "step_profile", "decoding", "input_pipeline",
@@ -55,7 +57,7 @@ def parse_args(description: str, argv: Sequence[str] | None,
                       help="tiny sizes and one repeat, for tests; writes RESULTS.md only if --output_dir is given")
   parser.add_argument("--repeats", type=int, default=None, help="timed calls per measurement (median)")
   parser.add_argument("--warmup", type=int, default=None, help="untimed calls before timing")
-  add_output_arguments(parser)
+  add_output_arguments(parser, "a new folder runs/benchmarks-<time>/ in the repository", force=False)
   parser.add_argument("--time_budget_s", type=float, default=None,
                       help="stop adding measurements once this many seconds have passed (the table so far is "
                            "written, with a note); default: no limit")
@@ -80,16 +82,6 @@ def parse_args(description: str, argv: Sequence[str] | None,
   return args
 
 
-def add_output_arguments(parser: argparse.ArgumentParser) -> None:
-  """Where a run writes its RESULTS.md: ``--output_dir`` (default a new folder) or, only when asked,
-  ``--update_committed`` (``benchmarks/RESULTS.md``), as ``experiments/report.py``'s results scripts."""
-  parser.add_argument("--output_dir", default="",
-                      help="folder for this run's RESULTS.md (sections added or replaced); default a new folder "
-                           "runs/benchmarks-<time>/ in the repository, printed at the end")
-  parser.add_argument("--update_committed", action="store_true",
-                      help="write the committed benchmarks/RESULTS.md instead of --output_dir")
-
-
 def default_output_dir() -> str:
   """A new folder per run under the git-ignored ``runs/`` of the repository."""
   return os.path.join(REPO, "runs", "benchmarks-" + datetime.datetime.now().strftime("%Y%m%d-%H%M%S"))
@@ -102,7 +94,6 @@ def results_path(args: argparse.Namespace) -> str | None:
   Raises:
     UserError: both flags, or an ``--output_dir`` that is the committed folder.
   """
-  from experiments.report import choose_results_folder  # one rule for every results page
   if args.smoke and not args.output_dir:
     return None
   folder = choose_results_folder(args.output_dir, args.update_committed, False, BENCHMARKS_DIR,
@@ -313,30 +304,6 @@ GPU_PEAKS = (
 )
 
 
-def _cpuinfo() -> dict[str, str]:
-  """The first processor's fields of /proc/cpuinfo (empty where unreadable), plus ``max MHz``: the highest
-  clock any core reports there."""
-  fields, megahertz = {}, []
-  try:
-    with open("/proc/cpuinfo") as f:
-      for line in f:
-        name, _, value = line.partition(":")
-        name, value = name.strip(), value.strip()
-        if name == "cpu MHz":
-          megahertz.append(float(value))
-        fields.setdefault(name, value)
-  except (OSError, ValueError):
-    return {}
-  try:  # the rated maximum, where the kernel exposes it (boost clocks above "cpu MHz")
-    with open("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq") as f:
-      megahertz.append(int(f.read()) / 1e3)
-  except (OSError, ValueError):
-    pass
-  if megahertz:
-    fields["max MHz"] = str(max(megahertz))
-  return fields
-
-
 def cpu_theoretical_peak(dtype: str, cpuinfo: dict[str, str] | None = None, cores: int | None = None) -> float | None:
   """An upper bound of this CPU's matmul FLOP/s: cores x vector lanes x 2 (a fused multiply-add) x 2 FMA units x
   clock, from /proc/cpuinfo's flags and clock; ``None`` (unknown) where they are not readable.
@@ -347,7 +314,7 @@ def cpu_theoretical_peak(dtype: str, cpuinfo: dict[str, str] | None = None, core
   clock it reports (turbo, or a virtual machine's nominal clock), so ``Peaks`` drops a theoretical peak that
   the measured matmul beats.
   """
-  info = _cpuinfo() if cpuinfo is None else cpuinfo
+  info = read_cpuinfo() if cpuinfo is None else cpuinfo
   flags = set(info.get("flags", "").split())
   if not flags or "max MHz" not in info:
     return None
@@ -511,64 +478,16 @@ class Report:
   notes: list[str] = dataclasses.field(default_factory=list)
 
   def table(self) -> str:
-    lines = ["| " + " | ".join(self.header) + " |", "|" + "|".join("---" for _ in self.header) + "|"]
-    lines += ["| " + " | ".join(fmt(cell) for cell in row) + " |" for row in self.rows]
-    return "\n".join(lines)
+    return markdown_table(self.header, [[fmt(cell) for cell in row] for row in self.rows])
 
   def text(self) -> str:
     notes = "\n".join(f"- {note}" for note in self.notes)
     return f"{self.table()}\n\n{notes}\n" if notes else f"{self.table()}\n"
 
 
-def cpu_name() -> str:
-  try:
-    with open("/proc/cpuinfo") as f:
-      for line in f:
-        if line.startswith("model name"):
-          return line.split(":", 1)[1].strip()
-  except OSError:
-    pass
-  return platform.processor() or platform.machine()
-
-
-def usable_cores() -> int:
-  """CPU cores this process may run on (``taskset`` narrows them; XLA's and PyTorch's thread pools follow)."""
-  if hasattr(os, "sched_getaffinity"):
-    return len(os.sched_getaffinity(0))
-  return os.cpu_count() or 1
-
-
 def machine_description() -> str:
-  """Device, host CPU, cores, memory and the load average when measuring (others' work skews timings)."""
-  devices = jax.devices()
-  memory_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-  load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-  device = (f"{len(devices)} x {devices[0].device_kind}" if devices[0].platform != "cpu"
-            else "CPU only")
-  cores = usable_cores()
-  cores_text = (f"{os.cpu_count()} cores" if cores == os.cpu_count()
-                else f"{cores} of its {os.cpu_count()} cores (taskset)")
-  return (f"{device}; host {cpu_name()}{cpu_vector_description()}, {cores_text}, {memory_gib:.0f} GiB; "
-          f"1-minute load average at start {load:.1f}")
-
-
-def cpu_vector_description(cpuinfo: dict[str, str] | None = None) -> str:
-  """`` (AVX2, FMA, 3.5 GHz)``: what the CPU's theoretical peak is computed from; empty where unreadable."""
-  info = _cpuinfo() if cpuinfo is None else cpuinfo
-  flags = set(info.get("flags", "").split())
-  if not flags:
-    return ""
-  isa = "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "SSE"
-  parts = [isa] + (["FMA"] if "fma" in flags else []) + (["BF16"] if "avx512_bf16" in flags else [])
-  if "max MHz" in info:
-    parts.append(f"{float(info['max MHz']) / 1e3:.2f} GHz")
-  return f" ({', '.join(parts)})"
-
-
-def versions() -> str:
-  import flax
-  import optax
-  return f"JAX {jax.__version__} (backend {jax.default_backend()}), flax {flax.__version__}, optax {optax.__version__}"
+  """The machine line of a section: ``report.host_description`` with the load average at the start."""
+  return host_description(load_average=True)
 
 
 # Flags that say where a run's page goes, not what it measured: left out of the command a section records.

@@ -45,6 +45,7 @@ from typing import Callable, Sequence
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 from benchmarks import common  # noqa: E402
+from experiments.report import cpu_name  # noqa: E402
 
 DEFAULT_BUDGET_S = 560.0  # under 10 minutes of one H100 with the wheels' install and this process's start
 SOFT_SHARE = 0.75  # of a part's time limit, given to the script as --time_budget_s (it stops measuring then)
@@ -98,7 +99,7 @@ class PartResult:
 def host_at_start() -> str:
   """CPU model, cores and the 1-minute load average now (another job on the host skews timings)."""
   load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-  return f"{common.cpu_name()}, {common.usable_cores()} cores, load {load:.1f}"
+  return f"{cpu_name()}, {common.usable_cores()} cores, load {load:.1f}"
 
 
 def run_part(name: str, command: Sequence[str], limit_s: float, log_path: str,

@@ -35,7 +35,6 @@ import math
 import os
 from typing import Callable
 
-import jax
 import numpy as np
 from absl import app, flags
 
@@ -245,17 +244,12 @@ def cell_result(cell: Cell, records: list[dict], hardware: str = "") -> CellResu
   diverged = ((~np.isfinite(losses)).any(axis=0) | (last_loss > common.DIVERGED_LOSS[cell.task])
               | (np.asarray(skipped) > 0))
   return CellResult(cell, per_seed, int(diverged.sum()), final["wall_seconds"], final["step"], records,
-                    hardware or current_hardware(), tokenizer_label(cell.workdir))
+                    hardware or report.hardware(), tokenizer_label(cell.workdir))
 
 
 def tokenizer_label(workdir: str) -> str:
   """The fingerprints of the tokenizers a run kept (``WORKDIR/tokenizers/``), each once; "" if none."""
   return ", ".join(sorted(set(recorded_tokenizers(workdir).values())))
-
-
-def current_hardware() -> str:
-  devices = jax.devices()
-  return f"{len(devices)} x {devices[0].device_kind}, {os.cpu_count()} cores"
 
 
 # ------------------------------------------------------------------------------------------ recorded results
@@ -334,16 +328,6 @@ def write_records(output: str, records: dict[str, dict]) -> None:
   with open(os.path.join(output, RECORDS_FILE), "w") as f:
     json.dump(dict(sorted(merged.items())), f, indent=1, sort_keys=True)
     f.write("\n")
-
-
-def mean_std(values: np.ndarray, digits: int = 3) -> str:
-  """``mean ± std`` (sample standard deviation over seeds) of the finite values, and how many are not."""
-  finite = values[np.isfinite(values)]
-  if not finite.size:
-    return "n/a"
-  spread = finite.std(ddof=1) if finite.size > 1 else 0.0
-  text = f"{finite.mean():.{digits}f} ± {spread:.{digits}f}"
-  return text if finite.size == values.size else f"{text} ({values.size - finite.size} not finite)"
 
 
 def comparison(result: CellResult, reference: CellResult) -> str:
@@ -453,45 +437,26 @@ def attention_statistics(workdir: str, replica: int, count: int = 64) -> dict[st
 def plot_ablation(results: list[CellResult], path: str, title: str) -> None:
   """Left: the task's first metric, final, per variant (mean bar, one dot per seed); right: training loss, mean
   over seeds."""
-  import matplotlib
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt
   metric, heading, _ = METRICS[results[0].cell.task][0]
-  figure, (bars, curves) = plt.subplots(1, 2, figsize=(11, 3.8))
-  for index, result in enumerate(results):
-    values = result.per_seed.get(metric, np.array([np.nan]))
-    bars.bar(index, np.nanmean(values) if np.isfinite(values).any() else 0.0, color=f"C{index}", alpha=0.6)
-    bars.scatter(np.full(values.size, index), values, color="black", s=12, zorder=3)
-    train = [r for r in result.records if "train/loss" in r]
-    losses = np.array([seed_values(r, "train/loss", result.cell.num_seeds) for r in train])
-    curves.plot([r["step"] for r in train], np.nanmean(losses, axis=1), color=f"C{index}",
-                label=result.cell.variant)
-  bars.set_xticks(range(len(results)), [r.cell.variant for r in results], rotation=20, ha="right")
-  bars.set_ylabel(f"{heading} (final, per seed)")
-  bars.set_ylim(0, 1.02 if metric == "eval/exact_match" else None)
-  bars.grid(alpha=0.3, axis="y")
-  curves.set_yscale("log")
-  curves.set_xlabel("step")
-  curves.set_ylabel("training loss (mean over seeds)")
-  curves.grid(alpha=0.3)
-  curves.legend(fontsize=8)
-  figure.suptitle(title)
-  figure.tight_layout()
-  figure.savefig(path, dpi=100)
-  plt.close(figure)
-
-
-def recorded_steps(output: str) -> dict[str, int]:
-  """Run (``ablation/variant``) -> the steps column of every table of ``output/RESULTS.md``."""
-  page = report.read_page(output)
-  if not page:
-    return {}
-  sections = page.split("\n## ")
-  steps = {}
-  for section in sections:
-    steps.update({row["run"]: int(row["steps"]) for row in report.read_markdown_table(section, "run")
-                  if "steps" in row})
-  return steps
+  with report.figure(path, 1, 2, (11, 3.8), dpi=100) as (figure, ((bars, curves),)):
+    for index, result in enumerate(results):
+      values = result.per_seed.get(metric, np.array([np.nan]))
+      bars.bar(index, np.nanmean(values) if np.isfinite(values).any() else 0.0, color=f"C{index}", alpha=0.6)
+      bars.scatter(np.full(values.size, index), values, color="black", s=12, zorder=3)
+      train = [r for r in result.records if "train/loss" in r]
+      losses = np.array([seed_values(r, "train/loss", result.cell.num_seeds) for r in train])
+      curves.plot([r["step"] for r in train], np.nanmean(losses, axis=1), color=f"C{index}",
+                  label=result.cell.variant)
+    bars.set_xticks(range(len(results)), [r.cell.variant for r in results], rotation=20, ha="right")
+    bars.set_ylabel(f"{heading} (final, per seed)")
+    bars.set_ylim(0, 1.02 if metric == "eval/exact_match" else None)
+    bars.grid(alpha=0.3, axis="y")
+    curves.set_yscale("log")
+    curves.set_xlabel("step")
+    curves.set_ylabel("training loss (mean over seeds)")
+    curves.grid(alpha=0.3)
+    curves.legend(fontsize=8)
+    figure.suptitle(title)
 
 
 def task_setting(task: str) -> str:
@@ -536,7 +501,7 @@ def write_results(output: str, results: dict[str, list[CellResult]], commands: d
   """
   new_steps = {result.cell.name: result.steps for cells in results.values() for result in cells}
   if replace_only_longer:
-    report.check_replacements(os.path.join(output, "RESULTS.md"), recorded_steps(output), new_steps)
+    report.check_replacements(os.path.join(output, "RESULTS.md"), report.recorded_steps(output, "run"), new_steps)
   os.makedirs(output, exist_ok=True)
   header = ["run", *(heading for _, heading, _ in METRICS[task]), "diverged", "steps", "seeds", "wall time",
             "hardware", "command"]
@@ -546,7 +511,7 @@ def write_results(output: str, results: dict[str, list[CellResult]], commands: d
     rows = []
     for result in cells:
       cell = result.cell
-      rows.append([cell.name, *(mean_std(result.per_seed[metric], digits) if metric in result.per_seed else "n/a"
+      rows.append([cell.name, *(report.mean_std(result.per_seed[metric], digits) if metric in result.per_seed else "n/a"
                                 for metric, _, digits in METRICS[task]),
                    f"{result.diverged} of {cell.num_seeds}", result.steps, cell.num_seeds,
                    f"{result.wall_seconds:.0f} s", result.hardware, f"`{report.portable_command(commands[cell.name])}`"])
@@ -574,8 +539,8 @@ def write_results(output: str, results: dict[str, list[CellResult]], commands: d
         continue
       for kind in ("encoder_self", "decoder_self", "cross"):
         values = np.array([[per_replica[r][kind][i] for r in sorted(per_replica)] for i in range(3)])
-        attention_rows.append([result.cell.name, kind, mean_std(values[0], 2), f"{values[1].mean():.2f}",
-                               mean_std(values[2], 3)])
+        attention_rows.append([result.cell.name, kind, report.mean_std(values[0], 2), f"{values[1].mean():.2f}",
+                               report.mean_std(values[2], 3)])
     if attention_rows:
       text += f"""
 Attention of the trained models (final parameters, the first 64 validation pairs, teacher-forced; mean ± std

@@ -45,6 +45,11 @@ BOOTSTRAP_RESAMPLES = 2000
 FORECASTS_FILE = "forecasts_2014.npz"
 
 
+def recorded_steps(output: str) -> dict[str, int]:
+  """Run name -> training steps done, from the Runs table of the page already in ``output`` (none: {})."""
+  return report.recorded_steps(output, "run", "steps done", lambda cell: int(cell.split("/")[0]))
+
+
 def run_command(variant: str, hours: int, config=None) -> str:
   """The command that trains ``variant`` on ``hours`` of input, with its run's overrides of the variant."""
   parts = ["python", "launch.py", f"--config=experiments/beijing_pm25.py:{variant}", "--workdir=WORKDIR"]
@@ -210,39 +215,27 @@ def verdict(rows: list[dict], first: str, second: str, linear_rows: list[dict] |
   return sentence + "."
 
 
-def _pyplot():
-  import matplotlib
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt
-  return plt
-
-
 def plot_errors(metrics: dict, horizons, path: str) -> None:
   """MAE and RMSE against the horizon: one line per model (error bars: std over seeds)."""
-  plt = _pyplot()
-  figure, axes = plt.subplots(1, 2, figsize=(12, 4.5))
-  for axis, metric in zip(axes, ("mae", "rmse")):
-    for name, values in metrics.items():
-      values = values[metric]
-      axis.errorbar(horizons, values.mean(0), yerr=values.std(0, ddof=1) if len(values) > 1 else None,
-                    linestyle="--" if name in BASELINES else "-", marker="o", capsize=3, label=name)
-    axis.set_xscale("log")
-    axis.set_xticks(horizons)
-    axis.set_xticklabels([str(h) for h in horizons])
-    axis.set_xlabel("horizon (hours ahead)")
-    axis.set_ylabel(f"{metric.upper()} (µg/m³)")
-    axis.grid(alpha=0.3)
-  axes[0].legend(fontsize=8)
-  figure.suptitle("Beijing PM2.5, 2014 (test): error by horizon (mean over seeds)")
-  figure.tight_layout()
-  figure.savefig(path, dpi=110)
-  plt.close(figure)
+  with report.figure(path, 1, 2, (12, 4.5)) as (drawing, axes):
+    for axis, metric in zip(axes[0], ("mae", "rmse")):
+      for name, values in metrics.items():
+        values = values[metric]
+        axis.errorbar(horizons, values.mean(0), yerr=values.std(0, ddof=1) if len(values) > 1 else None,
+                      linestyle="--" if name in BASELINES else "-", marker="o", capsize=3, label=name)
+      axis.set_xscale("log")
+      axis.set_xticks(horizons)
+      axis.set_xticklabels([str(h) for h in horizons])
+      axis.set_xlabel("horizon (hours ahead)")
+      axis.set_ylabel(f"{metric.upper()} (µg/m³)")
+      axis.grid(alpha=0.3)
+    axes[0, 0].legend(fontsize=8)
+    drawing.suptitle("Beijing PM2.5, 2014 (test): error by horizon (mean over seeds)")
 
 
 def plot_forecasts(scores: dict, names: list[str], horizons, path: str) -> None:
   """Measured pm2.5 and the forecasts of ``names`` (seed means) made ``EXAMPLE_HORIZONS`` hours earlier, over
   the ``EXAMPLE_DAYS`` days of 2014 whose measurements vary most (of consecutive spans)."""
-  plt = _pyplot()
   reference = scores[names[0]]
   first = list(horizons).index(EXAMPLE_HORIZONS[0])
   span = min(EXAMPLE_DAYS * 24, len(reference["mask"]))
@@ -250,25 +243,23 @@ def plot_forecasts(scores: dict, names: list[str], horizons, path: str) -> None:
   starts = np.arange(0, len(measured) - span + 1, span)
   start = max(starts, key=lambda s: np.nanstd(measured[s:s + span]))
   period = reference["target_time"][start, first], reference["target_time"][start, first] + span
-  figure, axes = plt.subplots(len(EXAMPLE_HORIZONS), 1, figsize=(12, 3.8 * len(EXAMPLE_HORIZONS)), sharex=True)
-  for axis, horizon in zip(axes, EXAMPLE_HORIZONS):
-    index = list(horizons).index(horizon)
-    times = reference["target_time"][:, index]
-    rows = (times >= period[0]) & (times < period[1])
-    axis.plot(times[rows], np.where(reference["mask"][rows, index], reference["actual"][rows, index], np.nan),
-              color="black", linewidth=1.5, label="measured")
-    for name in names:
-      axis.plot(times[rows], scores[name]["forecasts"][:, rows, index].mean(0), linewidth=1,
-                linestyle="--" if name in BASELINES else "-", label=name)
-    axis.set_ylabel("PM2.5 (µg/m³)")
-    axis.set_title(f"forecasts made {horizon} h ahead")
-    axis.grid(alpha=0.3)
-    axis.legend(ncol=4, fontsize=8)
-  figure.suptitle(f"Beijing PM2.5, {str(period[0])[:10]} to {str(period[1])[:10]} (2014, test)")
-  figure.autofmt_xdate()
-  figure.tight_layout()
-  figure.savefig(path, dpi=110)
-  plt.close(figure)
+  size = (12, 3.8 * len(EXAMPLE_HORIZONS))
+  with report.figure(path, len(EXAMPLE_HORIZONS), 1, size) as (drawing, axes):
+    for axis, horizon in zip(axes[:, 0], EXAMPLE_HORIZONS):
+      index = list(horizons).index(horizon)
+      times = reference["target_time"][:, index]
+      rows = (times >= period[0]) & (times < period[1])
+      axis.plot(times[rows], np.where(reference["mask"][rows, index], reference["actual"][rows, index], np.nan),
+                color="black", linewidth=1.5, label="measured")
+      for name in names:
+        axis.plot(times[rows], scores[name]["forecasts"][:, rows, index].mean(0), linewidth=1,
+                  linestyle="--" if name in BASELINES else "-", label=name)
+      axis.set_ylabel("PM2.5 (µg/m³)")
+      axis.set_title(f"forecasts made {horizon} h ahead")
+      axis.grid(alpha=0.3)
+      axis.legend(ncol=4, fontsize=8)
+    drawing.suptitle(f"Beijing PM2.5, {str(period[0])[:10]} to {str(period[1])[:10]} (2014, test)")
+    drawing.autofmt_xdate()
 
 
 def save_forecasts(scores: dict, horizons, path: str) -> None:
@@ -287,15 +278,6 @@ def save_forecasts(scores: dict, horizons, path: str) -> None:
         raise ValueError(f"save_forecasts: {name} holds a value beyond int16 tenths of µg/m³")
       arrays[name] = values.astype(np.int16)
   np.savez_compressed(path, **arrays)
-
-
-def recorded_steps(output: str) -> dict[str, int]:
-  """Run name -> training steps done, from the Runs table of the page already in ``output`` (none: {})."""
-  page = report.read_page(output)
-  if not page:
-    return {}
-  rows = report.read_markdown_table(page.split("## Runs", 1)[-1], "run")
-  return {row["run"]: int(row["steps done"].split("/")[0]) for row in rows}
 
 
 def window_table(runs: dict[str, dict[int, str]], validation: dict[str, dict[int, dict]]) -> str:
@@ -405,8 +387,8 @@ def comparison_section(rows: list[dict], linear: list[dict] | None, transformer:
 
 
 def mean_std(values: np.ndarray) -> str:
-  """``mean ± std`` over seeds; a single value alone."""
-  return f"{values[0]:.1f}" if len(values) == 1 else f"{values.mean():.1f} ± {values.std(ddof=1):.1f}"
+  """``mean ± std`` over seeds; a single value alone (a baseline)."""
+  return f"{values[0]:.1f}" if len(values) == 1 else report.mean_std(values, digits=1)
 
 
 PAGE = """# Beijing PM2.5 forecasting

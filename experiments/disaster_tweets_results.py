@@ -32,7 +32,7 @@ _CONDITIONS = flags.DEFINE_string("conditions", "", "What else the machine ran d
 DEFAULT_ROOT = "/tmp/dt"
 
 VARIANTS = ("static_scratch", "static_minilm", "transformer_scratch", "minilm_frozen", "minilm_finetune")
-COMMITTED_DIR = os.path.join(report.REPO, "experiments", "disaster_tweets")
+COMMITTED_DIR = os.path.join(report.COMMITTED, "disaster_tweets")
 # The issue's targets: test F1 of the class "disaster".
 TARGETS = {"static_scratch": 0.75, "static_minilm": 0.75, "minilm_finetune": 0.83}
 METRICS = ("f1", "precision", "recall", "accuracy")
@@ -128,41 +128,25 @@ def published_section() -> str:
 
 def mean_std(values) -> str:
   """``0.812 ± 0.004`` (sample standard deviation over seeds), or the value alone for one seed."""
-  values = np.asarray(values, np.float64)
-  return f"{values.mean():.3f} ± {values.std(ddof=1):.3f}" if len(values) > 1 else f"{values[0]:.3f} (1 seed)"
+  return report.mean_std(values) if len(values) > 1 else f"{values[0]:.3f} (1 seed)"
 
 
 def plot_confusion_matrices(scored: dict[str, dict], path: str) -> None:
   """One panel per run: the test split's confusion counts summed over its seeds."""
-  import matplotlib
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt
-  figure, axes = plt.subplots(1, len(scored), figsize=(3.4 * len(scored), 3.3), squeeze=False)
-  for axis, (variant, result) in zip(axes[0], scored.items()):
-    matrix = np.array([[sum(s[name] for s in result["seeds"]) for name in row]
-                       for row in (("tn", "fp"), ("fn", "tp"))])
-    axis.imshow(matrix, cmap="Blues")
-    for (row, column), value in np.ndenumerate(matrix):
-      axis.text(column, row, str(value), ha="center", va="center",
-                color="white" if value > matrix.max() / 2 else "black")
-    axis.set_xticks([0, 1], ["not disaster", "disaster"])
-    axis.set_yticks([0, 1], ["not disaster", "disaster"])
-    axis.set_xlabel("predicted")
-    axis.set_ylabel("true")
-    seeds = len(result["seeds"])
-    axis.set_title(f"{variant}\n({f'{seeds} seeds summed' if seeds > 1 else '1 seed'})", fontsize=9)
-  figure.tight_layout()
-  figure.savefig(path, dpi=110)
-  plt.close(figure)
-
-
-def recorded_steps(output: str) -> dict[str, int]:
-  """Variant -> training steps of the run recorded in ``output``'s page (none there: {})."""
-  page = report.read_page(output)
-  if not page:
-    return {}
-  rows = report.read_markdown_table(page, "variant")
-  return {row["variant"]: int(row["chosen step"].split(" of ")[1].split()[0]) for row in rows}
+  with report.figure(path, 1, len(scored), (3.4 * len(scored), 3.3)) as (_, axes):
+    for axis, (variant, result) in zip(axes[0], scored.items()):
+      matrix = np.array([[sum(s[name] for s in result["seeds"]) for name in row]
+                         for row in (("tn", "fp"), ("fn", "tp"))])
+      axis.imshow(matrix, cmap="Blues")
+      for (row, column), value in np.ndenumerate(matrix):
+        axis.text(column, row, str(value), ha="center", va="center",
+                  color="white" if value > matrix.max() / 2 else "black")
+      axis.set_xticks([0, 1], ["not disaster", "disaster"])
+      axis.set_yticks([0, 1], ["not disaster", "disaster"])
+      axis.set_xlabel("predicted")
+      axis.set_ylabel("true")
+      seeds = len(result["seeds"])
+      axis.set_title(f"{variant}\n({f'{seeds} seeds summed' if seeds > 1 else '1 seed'})", fontsize=9)
 
 
 def main(argv):
@@ -204,8 +188,9 @@ def main(argv):
         f"{seeds[0]['step']} of {config.num_train_steps}" + ("" if finished else " (stopped early)"),
         f"{result['wall_seconds'] / 60:.1f} min", f"`{report.portable_command(command)}`"])
   if committed and not _OUTPUT.force.value:
-    report.exit_on_user_error(report.check_replacements, os.path.join(output, "RESULTS.md"), recorded_steps(output),
-                              steps_done)
+    recorded = report.recorded_steps(output, "variant", "chosen step",  # "1200 of 1500 (stopped early)"
+                                     lambda cell: int(cell.split(" of ")[1].split()[0]))
+    report.exit_on_user_error(report.check_replacements, os.path.join(output, "RESULTS.md"), recorded, steps_done)
   for variant, result in scored.items():  # after the check: a refused page writes nothing
     write_predictions(output, variant, result["test_ids"], result["test_labels"], result["test_probabilities"])
   if scored:

@@ -38,13 +38,6 @@ def per_word_perplexity(nll_per_piece: float, pieces: int, words: int, sentences
   return math.exp(nll_per_piece * pieces / (words + sentences))
 
 
-def recorded_steps(output: str) -> dict[str, int]:
-  page = report.read_page(output)
-  if not page:
-    return {}
-  return {row["variant"]: int(row["steps"]) for row in report.read_markdown_table(page, HEADER[0])}
-
-
 def write_results(output: str, workdir: str, *, replace_only_longer: bool = False) -> str:
   records = read_metrics(workdir)
   evaluations = [r for r in records if "eval/perplexity" in r]
@@ -65,7 +58,8 @@ def write_results(output: str, workdir: str, *, replace_only_longer: bool = Fals
          f"{best['eval/nll']:.4f}", f"{last['wall_seconds'] / 60:.1f} min", f"{np.median(tokens):,.0f}",
          f"`{report.portable_command(command)}`"]
   if replace_only_longer:
-    report.check_replacements(os.path.join(output, "RESULTS.md"), recorded_steps(output), {VARIANT: row[1]})
+    report.check_replacements(os.path.join(output, "RESULTS.md"), report.recorded_steps(output, "variant"),
+                              {VARIANT: row[1]})
   continuations = model.continue_texts(list(PROMPTS))
   examples = "\n".join(f"| {prompt or '(empty: a sentence from scratch)'} | {text} |"
                        for prompt, text in zip(PROMPTS, continuations))

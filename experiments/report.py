@@ -8,6 +8,7 @@ a run of at least as many training steps as the one it records, unless ``--force
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
 import functools
@@ -18,9 +19,11 @@ import platform
 import shlex
 import subprocess
 import sys
+from typing import Callable
 
 from absl import flags
 import jax
+import numpy as np
 
 from transformer.errors import UserError, exit_on_user_error  # noqa: F401 (the scripts' one-line errors)
 
@@ -39,17 +42,34 @@ class OutputFlags:
   force: flags.FlagHolder
 
 
+# Where a results page goes, the same flags in both flag systems (absl here, argparse in benchmarks/): name -> help.
+OUTPUT_HELP = {
+    "output_dir": "Folder for the page (RESULTS.md and what it links), printed at the end; default: {default}.",
+    "update_committed": "Write into the committed page instead of --output_dir.",
+    "force": "With --update_committed: replace committed rows even by runs of fewer training steps."}
+
+
+# The rule of pages whose rows outlive a run (not the benchmarks', whose sections each run replaces).
+_LONGER = " A row there is only replaced by a run of at least as many training steps (see --force)."
+
+
 @functools.cache  # defined once per process, whichever results script imports it first
 def output_flags() -> OutputFlags:
   return OutputFlags(
-      output_dir=flags.DEFINE_string(
-          "output_dir", "", "Folder for the page (RESULTS.md, curves.png, ...); default: see the script's "
-          "docstring. The folder is printed at the end."),
-      update_committed=flags.DEFINE_bool(
-          "update_committed", False, "Write into the committed experiments/<name>/ page instead of --output_dir; "
-          "a row there is only replaced by a run of at least as many training steps (see --force)."),
-      force=flags.DEFINE_bool(
-          "force", False, "With --update_committed: replace committed rows even by runs of fewer training steps."))
+      output_dir=flags.DEFINE_string("output_dir", "", OUTPUT_HELP["output_dir"].format(
+          default="see the script's docstring")),
+      update_committed=flags.DEFINE_bool("update_committed", False, OUTPUT_HELP["update_committed"] + _LONGER),
+      force=flags.DEFINE_bool("force", False, OUTPUT_HELP["force"]))
+
+
+def add_output_arguments(parser, default: str, force: bool = True) -> None:
+  """``output_flags`` as options of an ``argparse.ArgumentParser`` (``benchmarks/``); ``default``: where the
+  page goes without ``--output_dir``, for the help; ``force=False`` where no row is kept from run to run."""
+  parser.add_argument("--output_dir", default="", help=OUTPUT_HELP["output_dir"].format(default=default))
+  parser.add_argument("--update_committed", action="store_true",
+                      help=OUTPUT_HELP["update_committed"] + (_LONGER if force else ""))
+  if force:
+    parser.add_argument("--force", action="store_true", help=OUTPUT_HELP["force"])
 
 
 @functools.cache  # one flag whichever results script defines it first; each script has its own default
@@ -111,6 +131,16 @@ def read_page(output: str) -> str:
     return f.read()
 
 
+def recorded_steps(output: str, first_column: str, steps_column: str = "steps",
+                   steps: Callable[[str], int] = int) -> dict[str, int]:
+  """Row name -> training steps of the run the page in ``output`` records for it (empty when there is no page
+  yet): from the first table of each section (``## ``) of ``output/RESULTS.md`` whose header starts with
+  ``first_column`` and has ``steps_column``, that cell read by ``steps`` (e.g. ``"1200 of 1500"`` needs its
+  own)."""
+  return {row[first_column]: steps(row[steps_column]) for section in read_page(output).split("\n## ")
+          for row in read_markdown_table(section, first_column) if steps_column in row}
+
+
 def write_page(output: str, text: str) -> str:
   """Write ``text`` as ``output/RESULTS.md``; returns it."""
   with open(os.path.join(output, "RESULTS.md"), "w") as f:
@@ -137,11 +167,93 @@ def check_replacements(page: str, recorded_steps: dict[str, int], new_steps: dic
                     "leave out --update_committed to write a page of your own.")
 
 
-def machine_description() -> str:
+# ------------------------------------------------------------------------------ the machine stamp
+
+def host_description(load_average: bool = False) -> str:
+  """Device, host CPU, cores and memory; with ``load_average``, the 1-minute load average now (others' work
+  skews timings)."""
   devices = jax.devices()
-  cores = os.cpu_count()
-  return (f"{len(devices)} x {devices[0].device_kind} ({platform.machine()}, {cores} CPU cores), "
-          f"JAX {jax.__version__}, {datetime.date.today().isoformat()}")
+  memory_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+  device = (f"{len(devices)} x {devices[0].device_kind}" if devices[0].platform != "cpu"
+            else "CPU only")
+  cores = usable_cores()
+  cores_text = (f"{os.cpu_count()} cores" if cores == os.cpu_count()
+                else f"{cores} of its {os.cpu_count()} cores (taskset)")
+  load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+  return (f"{device}; host {cpu_name()}{cpu_vector_description()}, {cores_text}, {memory_gib:.0f} GiB"
+          + (f"; 1-minute load average at start {load:.1f}" if load_average else ""))
+
+
+def machine_description() -> str:
+  """The stamp of a results page: ``host_description``, the versions of JAX, Flax and Optax, and today's date."""
+  return f"{host_description()}; {versions()}; {datetime.date.today().isoformat()}"
+
+
+def hardware() -> str:
+  """Where a row's run trained, short (the form ``--hardware`` takes): ``1 x NVIDIA H200, 16 cores``."""
+  devices = jax.devices()
+  return f"{len(devices)} x {devices[0].device_kind}, {os.cpu_count()} cores"
+
+
+def cpu_name() -> str:
+  try:
+    with open("/proc/cpuinfo") as f:
+      for line in f:
+        if line.startswith("model name"):
+          return line.split(":", 1)[1].strip()
+  except OSError:
+    pass
+  return platform.processor() or platform.machine()
+
+
+def usable_cores() -> int:
+  """CPU cores this process may run on (``taskset`` narrows them; XLA's and PyTorch's thread pools follow)."""
+  if hasattr(os, "sched_getaffinity"):
+    return len(os.sched_getaffinity(0))
+  return os.cpu_count() or 1
+
+
+def cpu_vector_description(cpuinfo: dict[str, str] | None = None) -> str:
+  """`` (AVX2, FMA, 3.5 GHz)``: what the CPU's theoretical peak is computed from; empty where unreadable."""
+  info = read_cpuinfo() if cpuinfo is None else cpuinfo
+  flags = set(info.get("flags", "").split())
+  if not flags:
+    return ""
+  isa = "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "SSE"
+  parts = [isa] + (["FMA"] if "fma" in flags else []) + (["BF16"] if "avx512_bf16" in flags else [])
+  if "max MHz" in info:
+    parts.append(f"{float(info['max MHz']) / 1e3:.2f} GHz")
+  return f" ({', '.join(parts)})"
+
+
+def versions() -> str:
+  import flax
+  import optax
+  return f"JAX {jax.__version__} (backend {jax.default_backend()}), flax {flax.__version__}, optax {optax.__version__}"
+
+
+def read_cpuinfo() -> dict[str, str]:
+  """The first processor's fields of /proc/cpuinfo (empty where unreadable), plus ``max MHz``: the highest
+  clock any core reports there."""
+  fields, megahertz = {}, []
+  try:
+    with open("/proc/cpuinfo") as f:
+      for line in f:
+        name, _, value = line.partition(":")
+        name, value = name.strip(), value.strip()
+        if name == "cpu MHz":
+          megahertz.append(float(value))
+        fields.setdefault(name, value)
+  except (OSError, ValueError):
+    return {}
+  try:  # the rated maximum, where the kernel exposes it (boost clocks above "cpu MHz")
+    with open("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq") as f:
+      megahertz.append(int(f.read()) / 1e3)
+  except (OSError, ValueError):
+    pass
+  if megahertz:
+    fields["max MHz"] = str(max(megahertz))
+  return fields
 
 
 def launch(config: str, workdir: str, overrides: tuple[str, ...] = ()) -> list[str]:
@@ -210,33 +322,54 @@ def panel_grid(num_panels: int) -> tuple[int, int]:
   return -(-num_panels // columns), columns
 
 
+@contextlib.contextmanager
+def figure(path: str, rows: int, columns: int, size: tuple[float, float], dpi: int = 110):
+  """``with figure(path, rows, columns, (width, height)) as (figure, axes):`` a matplotlib figure of a grid of
+  panels (``axes[row, column]``), laid out, written to ``path`` and closed at the end of the block."""
+  import matplotlib
+  matplotlib.use("Agg")  # no display: the pages are written on servers
+  import matplotlib.pyplot as plt
+  drawing, axes = plt.subplots(rows, columns, figsize=size, squeeze=False)
+  try:
+    yield drawing, axes
+    drawing.tight_layout()
+    drawing.savefig(path, dpi=dpi)
+  finally:
+    plt.close(drawing)
+
+
 def plot_curves(runs: dict[str, list[dict]], metrics: list[str], path: str, title: str) -> None:
   """One panel per metric (``panel_grid``), one line per run (``name -> metric records``, as read by
   ``read_metrics``)."""
-  import matplotlib
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt
   rows, columns = panel_grid(len(metrics))
-  figure, axes = plt.subplots(rows, columns, figsize=(5 * columns, 3.6 * rows), squeeze=False)
-  for axis in axes.flat[len(metrics):]:
-    axis.set_visible(False)
-  for axis, metric in zip(axes.flat, metrics):
-    for name, records in runs.items():
-      steps, values = series(records, metric)
-      if not steps:
-        continue
-      axis.plot(steps, values, marker="." if len(steps) < 30 else None, label=name)
-    axis.set_xlabel("step")
-    axis.set_title(metric)
-    if "loss" in metric:
-      axis.set_yscale("log")
-    axis.grid(alpha=0.3)
-    if axis.get_legend_handles_labels()[0]:
-      axis.legend()
-  figure.suptitle(title)
-  figure.tight_layout()
-  figure.savefig(path, dpi=110)
-  plt.close(figure)
+  with figure(path, rows, columns, (5 * columns, 3.6 * rows)) as (drawing, axes):
+    for axis in axes.flat[len(metrics):]:
+      axis.set_visible(False)
+    for axis, metric in zip(axes.flat, metrics):
+      for name, records in runs.items():
+        steps, values = series(records, metric)
+        if not steps:
+          continue
+        axis.plot(steps, values, marker="." if len(steps) < 30 else None, label=name)
+      axis.set_xlabel("step")
+      axis.set_title(metric)
+      if "loss" in metric:
+        axis.set_yscale("log")
+      axis.grid(alpha=0.3)
+      if axis.get_legend_handles_labels()[0]:
+        axis.legend()
+    drawing.suptitle(title)
+
+
+def mean_std(values, digits: int = 3) -> str:
+  """``mean ± std`` (sample standard deviation, e.g. over seeds) of the finite values, and how many are not."""
+  values = np.asarray(values, np.float64)
+  finite = values[np.isfinite(values)]
+  if not finite.size:
+    return "n/a"
+  spread = finite.std(ddof=1) if finite.size > 1 else 0.0
+  text = f"{finite.mean():.{digits}f} ± {spread:.{digits}f}"
+  return text if finite.size == values.size else f"{text} ({values.size - finite.size} not finite)"
 
 
 def flatten_config(tree) -> dict:

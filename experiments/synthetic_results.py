@@ -39,14 +39,6 @@ def row(variant: str, records: list[dict], command: list[str]) -> list:
       f"`{report.command_line(command)}`"]
 
 
-def recorded_steps(output: str) -> dict[str, int]:
-  """Task -> the steps column of ``output/RESULTS.md``'s table; empty when there is no page yet."""
-  page = report.read_page(output)
-  if not page:
-    return {}
-  return {row["task"]: int(row["steps"]) for row in report.read_markdown_table(page, HEADER[0])}
-
-
 def write_results(output: str, runs: dict[str, tuple[list[dict], list[str]]], workdir_root: str, *,
                   replace_only_longer: bool = False) -> str:
   """Writes ``output/RESULTS.md`` and ``output/curves.png`` from ``runs`` (task -> (metric records, launch
@@ -58,7 +50,7 @@ def write_results(output: str, runs: dict[str, tuple[list[dict], list[str]]], wo
   """
   rows = [row(variant, records, command) for variant, (records, command) in runs.items()]
   if replace_only_longer:
-    report.check_replacements(os.path.join(output, "RESULTS.md"), recorded_steps(output),
+    report.check_replacements(os.path.join(output, "RESULTS.md"), report.recorded_steps(output, "task"),
                               {cells[0]: cells[1] for cells in rows})
   os.makedirs(output, exist_ok=True)
   report.plot_curves({variant: records for variant, (records, _) in runs.items()},

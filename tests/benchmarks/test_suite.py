@@ -7,6 +7,7 @@ import sys
 import pytest
 
 from benchmarks import common, suite
+from experiments import report
 
 
 def _committed_page():
@@ -133,8 +134,8 @@ def test_measured_peak_is_the_best_of_sizes_and_repeats():
 
 
 def test_cpu_vector_description_names_what_the_peak_is_computed_from():
-  assert common.cpu_vector_description({"flags": "avx2 fma", "max MHz": "2450"}) == " (AVX2, FMA, 2.45 GHz)"
-  assert common.cpu_vector_description({}) == ""
+  assert report.cpu_vector_description({"flags": "avx2 fma", "max MHz": "2450"}) == " (AVX2, FMA, 2.45 GHz)"
+  assert report.cpu_vector_description({}) == ""
 
 
 def test_cpu_theoretical_peak_from_cpuinfo():

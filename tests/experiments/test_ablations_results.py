@@ -7,7 +7,7 @@ import os
 import numpy as np
 import pytest
 
-from experiments import ablations_results
+from experiments import ablations_results, report
 from experiments.ablations import common
 from transformer.errors import ConfigError, UserError
 from transformer.train import run
@@ -159,7 +159,7 @@ def test_a_killed_grid_resumes_without_redoing_finished_cells(tiny_norms, tmp_pa
   assert "## LayerNorm vs RMSNorm vs BatchNorm" in page
   assert "`python launch.py --config=experiments/ablations/norms.py:rms_norm --workdir=WORKDIR`" in page
   assert (output / "norms.png").stat().st_size > 0
-  assert ablations_results.recorded_steps(str(output)) == {"norms/layer_norm": 4, "norms/rms_norm": 4}
+  assert report.recorded_steps(str(output), "run") == {"norms/layer_norm": 4, "norms/rms_norm": 4}
   shorter = {"norms": [dataclasses.replace(result, steps=2) for result in results["norms"]]}
   with pytest.raises(UserError, match="row 'norms/layer_norm' records a run of 4 training steps"):
     ablations_results.write_results(str(output), shorter, commands, {}, "python -m ...", "synthetic",
@@ -183,7 +183,7 @@ def test_recorded_cells_stand_in_for_absent_runs_unless_their_config_changed(tin
   _, again, _, _ = ablations_results.gather(cells, known, train=None)
   assert {result.hardware for result in again["norms"]} == {elsewhere_hardware}
   _, here, _, _ = ablations_results.gather(cells, {}, train=None)
-  assert {result.hardware for result in here["norms"]} == {ablations_results.current_hardware()}
+  assert {result.hardware for result in here["norms"]} == {report.hardware()}
 
   # Another machine: the same grid under an empty root is read from the records; nothing trains, same page.
   elsewhere = ablations_results.expand_grid(["norms"], "synthetic", str(tmp_path / "second"), ablations=("norms",))
@@ -263,8 +263,8 @@ def test_cell_result_counts_diverged_seeds_and_reports_mean_and_spread():
   result = ablations_results.cell_result(cell, records)
   assert result.diverged == 2  # seed 1 went non-finite, seed 2 ends above DIVERGED_LOSS
   np.testing.assert_allclose(result.per_seed["eval/exact_match"], [0.4, 0.5, 0.6])
-  assert ablations_results.mean_std(result.per_seed["eval/exact_match"]) == "0.500 ± 0.100"
-  assert ablations_results.mean_std(np.array([1.0, np.nan])) == "1.000 ± 0.000 (1 not finite)"
+  assert report.mean_std(result.per_seed["eval/exact_match"]) == "0.500 ± 0.100"
+  assert report.mean_std(np.array([1.0, np.nan])) == "1.000 ± 0.000 (1 not finite)"
   other = dataclasses.replace(result, cell=dataclasses.replace(cell, variant="pre"),
                               per_seed={"eval/exact_match": np.array([0.9, 0.9, 0.9])})
   assert "+0.400 exact match against post_no_warmup" in ablations_results.comparison(other, result)

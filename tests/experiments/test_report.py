@@ -1,5 +1,8 @@
-"""experiments/report.py's statistics: Welch's t-test of two runs' seeds, with the Student t p-value computed
-from the regularized incomplete beta function (no scipy), checked against closed forms and published values."""
+"""experiments/report.py, the results library: Welch's t-test of two runs' seeds (the Student t p-value from the
+regularized incomplete beta function, no scipy) checked against closed forms and published values; the steps a
+page records; the output flags both flag systems share."""
+import argparse
+import dataclasses
 import math
 
 import pytest
@@ -45,3 +48,27 @@ def test_welch_t_test_by_hand_and_its_degenerate_samples():
   with pytest.raises(ValueError, match="all finite"):
     report.welch_t_test([1.0, float("nan")], [1.0, 2.0])
   assert report.format_p_value(0.0912) == "p = 0.091" and report.format_p_value(0.0004) == "p < 0.001"
+
+
+def test_recorded_steps_reads_the_steps_of_each_sections_table(tmp_path):
+  assert report.recorded_steps(str(tmp_path), "run") == {}  # no page yet
+  page = "\n\n".join([
+      "# Page", report.markdown_table(["run", "steps"], [["a", 300]]),
+      "## Other", report.markdown_table(["run", "steps", "BLEU"], [["b", 40], ["c", 1200]]),
+      # a section's later table with the same first column and no steps (attention statistics) is not read
+      report.markdown_table(["run", "entropy"], [["d", 0.5]]),
+      "## Chosen", report.markdown_table(["variant", "chosen step"], [["e", "900 of 1500 (stopped early)"]])])
+  report.write_page(str(tmp_path), page)
+  assert report.recorded_steps(str(tmp_path), "run") == {"a": 300, "b": 40, "c": 1200}
+  assert report.recorded_steps(str(tmp_path), "variant", "chosen step",
+                               lambda cell: int(cell.split(" of ")[1].split()[0])) == {"e": 1500}
+
+
+def test_the_output_flags_are_the_same_in_both_flag_systems():
+  parser = argparse.ArgumentParser()
+  report.add_output_arguments(parser, "a folder of the script's")
+  args = parser.parse_args(["--output_dir=o", "--update_committed", "--force"])
+  assert set(vars(args)) == {field.name for field in dataclasses.fields(report.OutputFlags)}  # absl's names
+  benchmarks = argparse.ArgumentParser()  # sections replaced by every run: no rows to force
+  report.add_output_arguments(benchmarks, "runs/benchmarks-<time>/", force=False)
+  assert "--force" not in benchmarks.format_help() and "a run of at least" not in benchmarks.format_help()

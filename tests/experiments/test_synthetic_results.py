@@ -53,7 +53,7 @@ def test_the_page_goes_to_the_workdir_root_by_default(tmp_path, monkeypatch, com
   assert file_bytes(os.path.join(report.REPO, "experiments", "synthetic")) == repository_before
   output = tmp_path / "runs" / "results"
   assert f"{output}/RESULTS.md" in capsys.readouterr().out
-  assert synthetic_results.recorded_steps(str(output)) == {"copy": 300, "reverse": 300, "sort": 300}
+  assert report.recorded_steps(str(output), "task") == {"copy": 300, "reverse": 300, "sort": 300}
   assert (output / "curves.png").read_bytes()[:4] == b"\x89PNG"
 
 
@@ -61,7 +61,7 @@ def test_a_committed_row_is_replaced_only_by_a_run_at_least_as_long(tmp_path, mo
   if not flags.FLAGS.is_parsed():
     flags.FLAGS.mark_as_parsed()
   before = file_bytes(committed)
-  recorded = synthetic_results.recorded_steps(str(committed))
+  recorded = report.recorded_steps(str(committed), "task")
   assert set(recorded) == set(synthetic_results.VARIANTS)
   train_fake_runs(monkeypatch, steps=min(recorded.values()) - 1)
   with flagsaver.flagsaver(workdir_root=str(tmp_path / "short"), update_committed=True):
@@ -80,7 +80,7 @@ def test_a_committed_row_is_replaced_only_by_a_run_at_least_as_long(tmp_path, mo
   train_fake_runs(monkeypatch, steps=10)
   with flagsaver.flagsaver(workdir_root=str(tmp_path / "forced"), update_committed=True, force=True):
     synthetic_results.main([])
-  assert synthetic_results.recorded_steps(str(committed)) == {"copy": 10, "reverse": 10, "sort": 10}
+  assert report.recorded_steps(str(committed), "task") == {"copy": 10, "reverse": 10, "sort": 10}
 
 
 def test_force_alone_and_both_destinations_are_refused(tmp_path, committed):
