@@ -6,15 +6,16 @@ one is one line naming the extra (``require_extra``), before anything is importe
 """
 from __future__ import annotations
 
-import difflib
 import importlib
 import importlib.util
 
-from transformer.errors import ConfigError, MissingDependencyError
+from transformer.errors import MissingDependencyError
 from transformer.tasks.base import (StartsFromPretrained, Task, TranslatesText, WritesPredictions,
                                    WritesTestOutputs)
+from transformer.tasks.configs import TASK_CONFIGS, TaskConfig, task_config, task_config_class
 
-# name -> (module, class, pip extra its dependencies come from)
+# name -> (module, class, pip extra its dependencies come from); the task's config.task dataclass is
+# configs.TASK_CONFIGS[name], which is also the task class's task_config_class.
 TASKS = {
     "synthetic": ("transformer.tasks.synthetic", "SyntheticTask", None),
     "translation": ("transformer.tasks.translation", "TranslationTask", "data"),
@@ -43,15 +44,12 @@ def require_extra(extra: str, needed_by: str) -> None:
 def build_task(config) -> Task:
   """The task named by ``config.task.name``, with a clear error for an unknown name or a missing extra."""
   name = config.task.name
-  if name not in TASKS:
-    close = difflib.get_close_matches(name, TASKS, n=1)
-    hint = f" Did you mean {close[0]!r}?" if close else ""
-    raise ConfigError(f"config.task.name={name!r} is not a known task; choose one of {sorted(TASKS)}.{hint}")
+  task_config_class(name)  # a ConfigError naming the known tasks
   module_name, class_name, extra = TASKS[name]
   if extra is not None:  # all of the extra, also what the task imports late (e.g. safetensors for pretrained models)
     require_extra(extra, f"the {name!r} task")
   return getattr(importlib.import_module(module_name), class_name)(config)
 
 
-__all__ = ["EXTRA_MODULES", "StartsFromPretrained", "Task", "TASKS", "TranslatesText", "WritesPredictions",
-           "WritesTestOutputs", "build_task", "require_extra"]
+__all__ = ["EXTRA_MODULES", "StartsFromPretrained", "Task", "TaskConfig", "TASK_CONFIGS", "TASKS", "TranslatesText",
+           "WritesPredictions", "WritesTestOutputs", "build_task", "require_extra", "task_config", "task_config_class"]

@@ -13,6 +13,7 @@ import ml_collections
 import numpy as np
 
 from transformer.nn import ModelConfig
+from transformer.tasks.configs import TaskConfig
 
 Batch = dict[str, Any]  # name -> numpy array with a leading batch axis
 Metrics = dict[str, tuple[Any, Any]]  # name -> (sum, weight): summed over batches and devices, divided once
@@ -31,10 +32,13 @@ class ResumableIterator(Protocol):
 
 
 class Task(abc.ABC):
-  """One experiment's data, model and loss."""
+  """One experiment's data, model and loss. ``config.task`` is read once, into ``self.task_config`` (an instance of
+  ``task_config_class``, the task's dataclass in ``transformer.tasks.configs``), which the task reads thereafter."""
+  task_config_class: type[TaskConfig] = TaskConfig
 
   def __init__(self, config: ml_collections.ConfigDict):
     self.config = config
+    self.task_config = self.task_config_class.from_dict(config.task)
 
   @abc.abstractmethod
   def model_config(self) -> ModelConfig:

@@ -12,13 +12,8 @@ Texts are tokenised by a pretrained model's own WordPiece tokenizer (``tokenizer
 - ``"encoder"``: the whole BERT encoder; its architecture is the checkpoint's (``config.json``), and
   ``config.model`` gives only the head and the training fields (``HEAD_FIELDS``).
 
-``config.task`` fields: dataset (``disaster_tweets``), source_dir (folder of Kaggle's ``train.csv`` and
-``test.csv``; default ``$TRANSFORMER_DATA_DIR``), data_dir (TFDS data dir; default ``$TFDS_DATA_DIR`` or
-``~/tensorflow_datasets``), pretrained_dir (a Hugging Face BERT model folder; default
-``$TRANSFORMER_MODELS_DIR/<pretrained_model>``), pretrained_model, pretrained_init, max_length (tokens per
-text, ``[CLS]`` and ``[SEP]`` included; longer texts lose their end), bucket_length_multiple (0: every
-training batch padded to the longest text of the data; else texts of similar length batched together, each
-batch padded to a multiple of this), eval_split, test_split.
+``config.task``: ``transformer.tasks.configs.ClassificationConfig`` (the data set, the pretrained model and what
+starts from it, the text length and length buckets, the splits).
 
 Batches: ``{"tokens": int32 [batch, length], "label": int32 [batch], "weight": float32 [batch]}`` (weight 0 marks
 padding rows). Metrics are sums over examples, so they are exact over the whole split (and per seed when
@@ -40,10 +35,10 @@ from transformer.data.classification import ShuffledBatches, fixed_batches
 from transformer.errors import ConfigError, MissingDataError
 from transformer.nn import ClassifierConfig, EncoderClassifier
 from transformer.tasks.base import Task
+from transformer.tasks.configs import ClassificationConfig
 from transformer.tasks.metrics import POSITIVE_CLASS, binary_metrics, confusion_counts
 
 MODEL_NAME = "encoder_classifier"
-PRETRAINED_INITS = ("none", "embedding", "encoder")
 MODELS_ENV_VAR = "TRANSFORMER_MODELS_DIR"
 # Where the default checkpoint comes from, for the message when it is absent.
 HUGGING_FACE_IDS = {"all-MiniLM-L6-v2": "sentence-transformers/all-MiniLM-L6-v2"}
@@ -85,13 +80,11 @@ class Split:
 
 class ClassificationTask(Task):
   """Sequence classification with cross entropy; see the module docstring for ``config.task``."""
+  task_config_class = ClassificationConfig
+  task_config: ClassificationConfig
 
   def __init__(self, config):
     super().__init__(config)
-    task = config.task
-    if task.pretrained_init not in PRETRAINED_INITS:
-      raise ConfigError(f"config.task.pretrained_init={task.pretrained_init!r}; choose one of "
-                        f"{list(PRETRAINED_INITS)}.")
     if config.model_name != MODEL_NAME:
       raise ConfigError(f"config.model_name={config.model_name!r}: the classification task trains "
                         f"{MODEL_NAME!r}.")
@@ -100,7 +93,7 @@ class ClassificationTask(Task):
   def pretrained(self):
     """``(encoder ModelConfig, encoder params, tokenizer)`` of the pretrained folder (``load_bert``)."""
     from transformer.pretrained import load_bert  # imports safetensors and tokenizers
-    return load_bert(model_dir(self.config.task), max_length=self.config.task.max_length)
+    return load_bert(model_dir(self.task_config), max_length=self.task_config.max_length)
 
   @property
   def tokenizer(self):
@@ -108,16 +101,16 @@ class ClassificationTask(Task):
 
   def model_config(self) -> ClassifierConfig:
     encoder_config, _, tokenizer = self.pretrained
-    model, init = self.config.model.to_dict(), self.config.task.pretrained_init
+    model, init = self.config.model.to_dict(), self.task_config.pretrained_init
     if init == "encoder":
       return ClassifierConfig.from_encoder(encoder_config, **{name: model[name] for name in HEAD_FIELDS})
     fields = {**model, "vocab_size": encoder_config.vocab_size, "pad_id": tokenizer.pad_id}
     if init == "embedding":
       fields["d_model"] = encoder_config.d_model
     config = ClassifierConfig.from_dict(fields)
-    if config.positional_encoding == "learned" and config.max_length < self.config.task.max_length:
+    if config.positional_encoding == "learned" and config.max_length < self.task_config.max_length:
       raise ConfigError(f"config.model.max_length={config.max_length} is below config.task.max_length="
-                        f"{self.config.task.max_length}; the position table needs a row per token.")
+                        f"{self.task_config.max_length}; the position table needs a row per token.")
     return config
 
   def build_model(self, model_config) -> EncoderClassifier:
@@ -125,7 +118,7 @@ class ClassificationTask(Task):
 
   def pretrained_params(self) -> dict:
     """What ``pretrained_init`` takes from the checkpoint (the loop puts it in place of fresh parameters)."""
-    init, encoder_params = self.config.task.pretrained_init, self.pretrained[1]
+    init, encoder_params = self.task_config.pretrained_init, self.pretrained[1]
     if init == "encoder":
       return {"encoder": encoder_params}
     if init == "embedding":
@@ -136,12 +129,11 @@ class ClassificationTask(Task):
 
   @functools.cached_property
   def _prepared_data(self):
-    """The prepared TFDS builder of ``config.task.dataset`` (prepared on first use; refused when its raw files
-    changed since, see ``transformer.data.source_files``)."""
+    """The prepared TFDS builder of ``config.task.dataset`` (``disaster_tweets``, the one data set of
+    ``configs.CLASSIFICATION_DATASETS``; prepared on first use; refused when its raw files changed since, see
+    ``transformer.data.source_files``)."""
     from transformer.data import disaster_tweets  # TFDS: the "data" extra
-    task = self.config.task
-    if task.dataset != "disaster_tweets":
-      raise ConfigError(f"config.task.dataset={task.dataset!r}: the classification task knows 'disaster_tweets'.")
+    task = self.task_config
     builder = disaster_tweets.Builder(data_dir=task.data_dir or None, file_format="array_record",
                                       source_dir=task.source_dir or None)
     builder.download_and_prepare()
@@ -174,10 +166,10 @@ class ClassificationTask(Task):
     train = self.splits["train"]
     rows = np.arange(shard_index, len(train.labels), shard_count)
     return ShuffledBatches(train.tokens[rows], train.labels[rows], batch_size, seed, self.tokenizer.pad_id,
-                           self.config.task.get("bucket_length_multiple", 0))
+                           self.task_config.bucket_length_multiple)
 
   def eval_batches(self, batch_size, split: str | None = None):
-    data = self.splits[split or self.config.task.eval_split]
+    data = self.splits[split or self.task_config.eval_split]
     return fixed_batches(data.tokens, data.labels, batch_size)
 
   def init_inputs(self, batch):
@@ -261,7 +253,7 @@ class ClassificationTask(Task):
     seed's under ``<name>/seed_i``, and the seeds' mean probability's under ``ensemble/<name>``); its predictions
     written as ``<split>_predictions.csv`` (id, label, probability of class 1, target; replica 0)."""
     del eval_metrics
-    split = self.config.task.test_split
+    split = self.task_config.test_split
     data = self.splits[split]
     replicas = replica_params(params)
     per_seed, seed_probabilities = [], []

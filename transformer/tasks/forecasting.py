@@ -14,10 +14,8 @@ standardised ``log1p(pm2.5)`` over the observed targets. Metrics, in ug/m3 after
 eval step (so a ``num_seeds > 1`` run gets them per seed); ``rmse`` and ``rmse_<h>h`` come from the host-side
 ``evaluate`` (one seed), or as ``sqrt(mse)`` from the per-seed values.
 
-``config.task`` fields: ``dataset`` (``beijing_pm25`` | ``synthetic``: a generated series with a daily cycle,
-for tests and smoke runs), ``source_dir`` (folder of the raw CSV; default ``$TRANSFORMER_DATA_DIR``),
-``data_dir`` (TFDS data folder), ``horizons`` (hours ahead), ``loss`` (``mae`` | ``mse``), ``residual`` (bool),
-``synthetic_hours`` (length of the generated series). The window length is ``config.model.input_length``.
+``config.task``: ``transformer.tasks.configs.ForecastingConfig`` (the series, the horizons, the loss, residual
+forecasts). The window length is ``config.model.input_length``.
 
 Splits: ``train`` fits the model and the normalisation, ``validation`` is evaluated during training (best
 checkpoint), ``test`` is scored by ``predict_split`` / ``--mode=predict`` (the forecasts CSV) and the
@@ -40,10 +38,9 @@ from transformer.data.beijing_pm25.beijing_pm25_dataset_builder import WEATHER_C
 from transformer.errors import ConfigError
 from transformer.nn import ForecasterConfig, make_forecaster
 from transformer.tasks.base import Task
+from transformer.tasks.configs import ForecastingConfig
 from transformer.tasks.metrics import forecast_metrics
 
-DATASETS = ("beijing_pm25", "synthetic")
-LOSSES = ("mae", "mse")
 # Forecasts are clipped to [0, expm1(MAX_LOG_CONCENTRATION)] = [0, ~22,000] ug/m3 (the record is under 1,000):
 # an untrained model's wild outputs stay finite in the metrics.
 MAX_LOG_CONCENTRATION = 10.0
@@ -115,24 +112,19 @@ def forecast_concentration(log_values, xp=np):
 
 class ForecastingTask(Task):
   """See the module docstring for ``config.task``."""
+  task_config_class = ForecastingConfig
+  task_config: ForecastingConfig
 
   def __init__(self, config):
     super().__init__(config)
-    task = config.task
-    if task.dataset not in DATASETS:
-      raise ConfigError(f"config.task.dataset={task.dataset!r} is not known; choose one of {list(DATASETS)}.")
-    if task.loss not in LOSSES:
-      raise ConfigError(f"config.task.loss={task.loss!r} is not supported; choose one of {list(LOSSES)}.")
-    self.horizons = tuple(int(h) for h in task.horizons)
-    if not self.horizons or min(self.horizons) < 1:
-      raise ConfigError(f"config.task.horizons={list(task.horizons)} must be a non-empty list of hours >= 1.")
+    task = self.task_config
+    self.horizons = task.horizons
     if config.model_name != "forecaster":
       raise ConfigError(f"config.model_name={config.model_name!r}: the forecasting task trains the 'forecaster' "
                         "model; use a variant of experiments/beijing_pm25.py.")
-    self.series = load_series(task.dataset, task.get("data_dir", ""), task.get("source_dir", ""),
-                              int(task.get("synthetic_hours", 0)))
+    self.series = load_series(task.dataset, task.data_dir, task.source_dir, task.synthetic_hours)
     self.input_length = int(config.model.input_length)
-    self.residual = bool(task.get("residual", False))
+    self.residual = task.residual
     self._log_mean = float(self.series.standardization.mean[0])
     self._log_std = float(self.series.standardization.std[0])
 
@@ -195,7 +187,7 @@ class ForecastingTask(Task):
     forecasts = self.standardized_forecast(outputs, batch["inputs"])
     mask = batch["target_mask"].astype(jnp.float32)  # [batch, num_horizons]
     errors = forecasts - batch["targets"]
-    losses = jnp.square(errors) if self.config.task.loss == "mse" else jnp.abs(errors)
+    losses = jnp.square(errors) if self.task_config.loss == "mse" else jnp.abs(errors)
     weight_sum = jnp.sum(mask)
     loss_sum = jnp.sum(losses * mask)
     # In ug/m3; an unobserved target (0 in standardised space) is masked out after the inversion.

@@ -1,13 +1,8 @@
 """Language modelling on one side of a parallel-text dataset (the English captions of Multi30k) with the
 decoder-only ``TransformerLM``: next-token cross entropy, perplexity, greedy continuations of prompts.
 
-``config.task`` fields: dataset and pair (a dataset of ``transformer.data.translation.BUILDERS`` and one of its
-pairs), language (the side modelled), source_dir (raw files; default ``$TRANSFORMER_DATA_DIR``, else the
-official download), data_dir (TFDS data dir), vocab_size and tokenizer_type (SentencePiece), max_tokens (per
-batch, padding included), max_length (training filter; evaluation keeps every sentence whole),
-batch_size_multiple, fixed_batch_shape (one ``[max_tokens // max_length, max_length]`` shape: one compilation,
-more padding), eval_split, num_eval_prompts and prompt_words (continuations shown at each
-evaluation: the first ``prompt_words`` words of the first ``num_eval_prompts`` eval sentences).
+``config.task``: ``transformer.tasks.configs.LanguageModelConfig`` (the dataset, pair and side modelled, the
+SentencePiece vocabulary, token-sized batches, the eval split and the continuations shown at each evaluation).
 
 Batches: ``{"tokens": int32 [batch, length]}``, one sentence per row ending with EOS, padded with 0; the model
 predicts every token from the ones before it (BOS first), and padding weighs 0.
@@ -25,8 +20,9 @@ from transformer.decode import DecodeSettings
 from transformer.errors import ConfigError
 from transformer.nn import ModelConfig, TransformerLM
 from transformer.tasks.base import Task
+from transformer.tasks.configs import LanguageModelConfig, decode_settings
 from transformer.tasks.decoding import continue_prompts
-from transformer.tasks.seq2seq import decode_settings, token_loss_and_metrics
+from transformer.tasks.seq2seq import token_loss_and_metrics
 from transformer.tasks.translation import sentencepiece_options
 
 
@@ -40,10 +36,12 @@ class SentenceBatcher(batching.TokenBatcher):
 
 class LanguageModelTask(Task):
   """Next-token prediction over sentences with a ``TransformerLM`` (``config.model_name = "lm"``)."""
+  task_config_class = LanguageModelConfig
+  task_config: LanguageModelConfig
 
   @functools.cached_property
   def data(self):
-    task = self.config.task
+    task = self.task_config
     return load_monolingual_data(task.dataset, task.pair, task.language, data_dir=task.data_dir or None,
                                  source_dir=task.source_dir or None, vocab_size=task.vocab_size,
                                  eval_splits=(task.eval_split,), tokenizer_options=sentencepiece_options(task))
@@ -63,7 +61,7 @@ class LanguageModelTask(Task):
     return TransformerLM(model_config)
 
   def _batcher(self, examples, train: bool, seed: int = 0) -> SentenceBatcher:
-    task = self.config.task
+    task = self.task_config
     return SentenceBatcher(examples, max_tokens=task.max_tokens, max_length=task.max_length, train=train,
                            seed=seed, batch_size_multiple=task.batch_size_multiple,
                            fixed_shape=task.fixed_batch_shape)
@@ -77,7 +75,7 @@ class LanguageModelTask(Task):
 
   def eval_batches(self, batch_size):
     del batch_size
-    batcher = self._batcher(self.data.eval[self.config.task.eval_split], train=False)
+    batcher = self._batcher(self.data.eval[self.task_config.eval_split], train=False)
     return [batcher.make_batch(indices) for indices in batcher.epoch_batches(0)]
 
   def init_inputs(self, batch):
@@ -99,7 +97,7 @@ class LanguageModelTask(Task):
 
   def evaluate(self, model_config, params, batches):
     """Greedy continuations of the first words of a few eval sentences, as examples (no metrics)."""
-    task = self.config.task
+    task = self.task_config
     sentences = self.data.eval_text[task.eval_split][:task.num_eval_prompts]
     prompts = [" ".join(sentence.split()[:task.prompt_words]) for sentence in sentences]
     continuations = self.continue_texts(model_config, params, prompts)
@@ -107,7 +105,7 @@ class LanguageModelTask(Task):
 
   def continue_texts(self, model_config, params, prompts: list[str], max_new_tokens: int | None = None,
                      settings: DecodeSettings | None = None) -> list[str]:
-    """Each prompt's continuation up to EOS or ``max_new_tokens`` pieces (default ``config.task.max_length``),
+    """Each prompt's continuation up to EOS or ``max_new_tokens`` pieces (default the task's ``max_length``),
     as text without the prompt, by ``settings`` (default the run's ``config.decode``: greedy, beam or
     sampling; of several beams or samples, the likeliest). An empty prompt starts a sentence. All prompts go
     through the model in one batch, each written into the key/value cache in one parallel pass."""
@@ -115,7 +113,7 @@ class LanguageModelTask(Task):
       raise ValueError("continue_texts takes a list of prompts, got one string; wrap it in a list.")
     if not prompts:
       return []
-    max_new_tokens = self.config.task.max_length if max_new_tokens is None else int(max_new_tokens)
+    max_new_tokens = self.task_config.max_length if max_new_tokens is None else int(max_new_tokens)
     settings = decode_settings(self.config) if settings is None else settings
     encoded = self.data.tokenizer.encode_batch(list(prompts), add_eos=False)
     lengths = np.array([len(ids) for ids in encoded], np.int32)

@@ -5,7 +5,6 @@ Batches: ``{"source": int32 [batch, source_length], "target": int32 [batch, targ
 """
 from __future__ import annotations
 
-import dataclasses
 import functools
 import os
 
@@ -18,26 +17,8 @@ from transformer.decode import DecodeSettings
 from transformer.errors import ConfigError
 from transformer.nn import EncoderDecoder, ModelConfig, model_spec
 from transformer.tasks.base import Task
+from transformer.tasks.configs import decode_settings
 from transformer.tasks.decoding import SEQ2SEQ_MODELS, model_class, search_decode
-
-
-def decode_settings(config, beam_size: int | None = None, length_penalty: float | None = None) -> DecodeSettings:
-  """The run's ``config.decode`` as ``DecodeSettings``, with a call's overrides (``beam_size`` 1 is greedy
-  search, more is beam search); a bad value is a ``ConfigError`` naming the field."""
-  fields = dict(config.get("decode", {}))
-  unknown = set(fields) - {field.name for field in dataclasses.fields(DecodeSettings)}
-  if unknown:
-    raise ConfigError(f"config.decode has no field {sorted(unknown)[0]!r}; its fields are "
-                      f"{[field.name for field in dataclasses.fields(DecodeSettings)]}.")
-  try:
-    settings = DecodeSettings(**fields)
-  except ValueError as error:
-    raise ConfigError(f"config.decode: {error} Set it with --config.decode.<field>=...") from None
-  if beam_size is not None:
-    settings = dataclasses.replace(settings, method="greedy" if beam_size == 1 else "beam", beam_size=beam_size)
-  if length_penalty is not None:
-    settings = dataclasses.replace(settings, length_penalty=length_penalty)
-  return settings
 
 
 class Seq2SeqTask(Task):
@@ -50,7 +31,7 @@ class Seq2SeqTask(Task):
     config_class = model_spec(model_name).config
     if model_name not in SEQ2SEQ_MODELS:
       raise ConfigError(f"config.model_name={model_name!r} is not a sequence-to-sequence model; the "
-                        f"{self.config.task.name!r} task trains one of {list(SEQ2SEQ_MODELS)}.")
+                        f"{self.task_config.name!r} task trains one of {list(SEQ2SEQ_MODELS)}.")
     fields = {k: v for k, v in data_fields.items() if k in config_class.field_names()}
     return config_class.from_dict({**self.config.model.to_dict(), **fields})
 

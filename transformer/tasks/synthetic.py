@@ -8,23 +8,26 @@ from __future__ import annotations
 import numpy as np
 
 from transformer.data.synthetic import BOS_ID, EOS_ID, FIRST_SYMBOL, PAD_ID, SyntheticBatches, make_examples
+from transformer.tasks.configs import SyntheticConfig
 from transformer.tasks.seq2seq import Seq2SeqTask
 
 _EVAL_STREAM = 2**31 - 1  # seed-sequence entry reserved for the validation set
 
 
 class SyntheticTask(Seq2SeqTask):
-  """``config.task``: kind (copy | reverse | sort), num_symbols, min_length, max_length, num_eval_examples."""
+  """``config.task``: ``SyntheticConfig`` (the kind of task, its symbols and lengths, the validation set's size)."""
+  task_config_class = SyntheticConfig
+  task_config: SyntheticConfig
 
   def model_config(self):
-    return self.make_model_config(vocab_size=FIRST_SYMBOL + self.config.task.num_symbols, target_vocab_size=None,
+    return self.make_model_config(vocab_size=FIRST_SYMBOL + self.task_config.num_symbols, target_vocab_size=None,
                                   pad_id=PAD_ID, bos_id=BOS_ID, eos_id=EOS_ID)
 
   def train_iterator(self, batch_size, seed, shard_index=0, shard_count=1):
-    return SyntheticBatches(self.config.task, batch_size, seed, shard_index)
+    return SyntheticBatches(self.task_config, batch_size, seed, shard_index)
 
   def eval_batches(self, batch_size):
-    task = self.config.task
+    task = self.task_config
     # The data seed, not the parameter seed: replicas of a num_seeds > 1 run, and the separate runs they match
     # (seed + i, data_seed = seed), are evaluated on one validation set.
     data_seed = self.config.seed if self.config.data_seed < 0 else self.config.data_seed

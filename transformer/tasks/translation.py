@@ -1,16 +1,7 @@
 """Machine translation: TFDS parallel text, SentencePiece, token-bucketed batches, beam search and BLEU.
 
-``config.task`` fields: dataset (``multi30k`` | ``iwslt15_en_vi``), pair (``en-de``...), source_dir (raw
-files; default ``$TRANSFORMER_DATA_DIR``, else the official download), data_dir (TFDS data dir; default
-``$TFDS_DATA_DIR`` or ``~/tensorflow_datasets``), vocab_size, shared_vocab, tokenizer_type (SentencePiece
-``unigram`` or ``bpe``), max_tokens (per batch, each side),
-max_length (training filter only: evaluation never drops or truncates), batch_size_multiple (devices),
-fixed_batch_shape (one ``[max_tokens // max_length, max_length]`` batch shape instead of length buckets: one
-compilation, more padding),
-eval_split (checkpoint selection), test_splits, length_penalty_candidates (``--mode=eval`` decodes the tests with
-the one of these that scores the highest BLEU on eval_split; empty: ``config.decode.length_penalty``),
-bleu_tokenize (sacreBLEU tokenizer: ``13a`` on detokenised text, ``none`` for pre-tokenised references like
-IWSLT's), num_eval_sentences (0 = all: BLEU on a prefix during training keeps evaluations short).
+``config.task``: ``transformer.tasks.configs.TranslationConfig`` (the dataset and language pair, the
+SentencePiece vocabulary, token-sized batches, the splits, BLEU's tokenizer and the length penalties tried).
 """
 from __future__ import annotations
 
@@ -22,7 +13,7 @@ import numpy as np
 
 from transformer.data import batching, tokenizers
 from transformer.data.translation import load_translation_data
-from transformer.errors import ConfigError
+from transformer.tasks.configs import TranslationConfig
 from transformer.tasks.metrics import corpus_bleu
 from transformer.tasks.progress import Progress
 from transformer.tasks.seq2seq import Seq2SeqTask
@@ -30,25 +21,21 @@ from transformer.tasks.seq2seq import Seq2SeqTask
 log = logging.getLogger(__name__)
 
 
-TOKENIZER_TYPES = ("unigram", "bpe")
-
-
 def sentencepiece_options(task_config) -> tokenizers.SentencePieceOptions:
-  """The SentencePiece options of ``config.task`` (its ``tokenizer_type``; ``vocab_size`` is set by the loader);
-  a ``ConfigError`` for a model type this codebase does not train."""
-  if task_config.tokenizer_type not in TOKENIZER_TYPES:
-    raise ConfigError(f"config.task.tokenizer_type={task_config.tokenizer_type!r} is not a SentencePiece model "
-                      f"type here; choose one of {TOKENIZER_TYPES}.")
+  """The SentencePiece options of a task's typed config (its ``tokenizer_type``, checked there against
+  ``configs.TOKENIZER_TYPES``; ``vocab_size`` is set by the loader)."""
   return tokenizers.SentencePieceOptions(model_type=task_config.tokenizer_type)
 
 
 class TranslationTask(Seq2SeqTask):
   """Translation with an ``EncoderDecoder``: label-smoothed teacher forcing, beam search, sacreBLEU."""
   unknown_id = tokenizers.UNK_ID  # SentencePiece's <unk>, the replacement of word dropout
+  task_config_class = TranslationConfig
+  task_config: TranslationConfig
 
   @functools.cached_property
   def data(self):
-    task = self.config.task
+    task = self.task_config
     return load_translation_data(
         task.dataset, task.pair, data_dir=task.data_dir or None, source_dir=task.source_dir or None,
         vocab_size=task.vocab_size, shared_vocab=task.shared_vocab, tokenizer_options=sentencepiece_options(task),
@@ -61,11 +48,11 @@ class TranslationTask(Seq2SeqTask):
     data = self.data
     return self.make_model_config(
         vocab_size=data.source_tokenizer.vocab_size, target_vocab_size=data.target_tokenizer.vocab_size,
-        share_embeddings=self.config.model.get("share_embeddings", False) and self.config.task.shared_vocab,
+        share_embeddings=self.config.model.get("share_embeddings", False) and self.task_config.shared_vocab,
         pad_id=0, bos_id=1, eos_id=2)
 
   def _batcher(self, examples, train: bool, seed: int = 0) -> batching.TokenBatcher:
-    task = self.config.task
+    task = self.task_config
     return batching.TokenBatcher(examples, max_tokens=task.max_tokens, max_length=task.max_length, train=train,
                                  seed=seed, batch_size_multiple=task.batch_size_multiple,
                                  fixed_shape=task.fixed_batch_shape, include_index=not train)
@@ -83,7 +70,7 @@ class TranslationTask(Seq2SeqTask):
 
   def eval_batches(self, batch_size, split: str | None = None):
     del batch_size
-    split = split or self.config.task.eval_split
+    split = split or self.task_config.eval_split
     batcher = self._batcher(self.data.eval[split], train=False)
     return [batcher.make_batch(indices) for indices in batcher.epoch_batches(0)]
 
@@ -114,14 +101,14 @@ class TranslationTask(Seq2SeqTask):
     count = len(references) if not count else min(count, len(references))
     hypotheses = self.translate_batches(model_config, params, self.eval_batches(0, split), count, length_penalty,
                                         description=f"decoding {split}")
-    tokenize = self.config.task.bleu_tokenize
+    tokenize = self.task_config.bleu_tokenize
     bleu, signature = corpus_bleu(hypotheses, references[:count], tokenize)
     bleu_lowercase, signature_lowercase = corpus_bleu(hypotheses, references[:count], tokenize, lowercase=True)
     return {"bleu": bleu, "bleu_lowercase": bleu_lowercase, "bleu_signature": signature,
             "bleu_lowercase_signature": signature_lowercase, "sentences": count}, hypotheses
 
   def evaluate(self, model_config, params, batches):
-    task = self.config.task
+    task = self.task_config
     metrics, hypotheses = self.bleu(model_config, params, task.eval_split, task.num_eval_sentences)
     sources = self.data.eval_source_text[task.eval_split]
     references = self.data.eval_reference_text[task.eval_split]
@@ -132,7 +119,7 @@ class TranslationTask(Seq2SeqTask):
   def write_predictions(self, model_config, params, output_dir: str) -> str:
     """``--mode=predict``: the translations of the eval split, ``<eval_split>.hyp.<target language>``, one line
     per source line."""
-    split = self.config.task.eval_split
+    split = self.task_config.eval_split
     count = len(self.data.eval_reference_text[split])
     hypotheses = self.translate_batches(model_config, params, self.eval_batches(0, split), count,
                                         description=f"decoding {split}")
@@ -182,12 +169,9 @@ class TranslationTask(Seq2SeqTask):
     eval split (its first ``num_eval_sentences``), never on a test split; ``metrics`` has that BLEU and the BLEU
     of every candidate. ``known``: alpha -> BLEU already measured there (not decoded again). Without
     candidates: ``(config.decode.length_penalty, {})``."""
-    task = self.config.task
+    task = self.task_config  # its candidates are >= 0 (TranslationConfig checks them)
     if not task.length_penalty_candidates:
       return self.decode_settings().length_penalty, {}
-    if any(float(alpha) < 0 for alpha in task.length_penalty_candidates):
-      raise ConfigError(f"config.task.length_penalty_candidates={tuple(task.length_penalty_candidates)} has a "
-                        "negative alpha; GNMT's length penalty takes alpha >= 0 (0 ranks by log probability).")
     known, by_candidate = {float(alpha): bleu for alpha, bleu in (known or {}).items()}, {}
     for alpha in map(float, task.length_penalty_candidates):
       by_candidate[alpha] = known[alpha] if alpha in known else self.bleu(
@@ -201,7 +185,7 @@ class TranslationTask(Seq2SeqTask):
     """Hypotheses of every test split as ``output_dir/<split>.hyp.<language>`` (one line per reference line), with
     BLEU, decoded with the length penalty chosen on the eval split (whose metrics come back too, when chosen).
     ``eval_metrics["eval/bleu"]``, decoded by ``evaluate`` with ``config.decode``, is not decoded again."""
-    task = self.config.task
+    task = self.task_config
     default_alpha = self.decode_settings().length_penalty
     known = {default_alpha: eval_metrics["eval/bleu"]} if "eval/bleu" in eval_metrics else {}
     length_penalty, chosen_on = self.choose_length_penalty(model_config, params, known)

@@ -17,7 +17,7 @@ import optax
 
 from transformer.errors import ConfigError
 from transformer.nn import MODELS, model_spec
-from transformer.tasks.seq2seq import decode_settings
+from transformer.tasks.configs import decode_settings, task_config
 from transformer.train.optimizer import SCHEDULES, make_optimizer, make_schedule
 from transformer.train.parallel import PARALLELISMS
 
@@ -282,6 +282,8 @@ def validate_config(config: ml_collections.ConfigDict, workdir: str | None = Non
   require(config.best_mode in ("max", "min"), f"config.best_mode={config.best_mode!r}: choose 'max' or 'min'.")
   if "decode" in config:
     decode_settings(config)  # a ConfigError naming the config.decode field
+  if config.task.name:  # the task's typed config: a misspelt or bad config.task field fails here, naming it
+    task_config(config.task)
   if workdir is not None:
     _validate_workdir(workdir)
   if config.restore_from:
