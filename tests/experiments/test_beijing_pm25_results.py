@@ -128,3 +128,16 @@ def test_block_bootstrap_shift_is_exact_and_dependence_widens_the_interval():
   masked = results.block_bootstrap_difference(np.array([[1.0], [0.0]]), np.zeros((2, 1)), np.array([[True], [False]]),
                                               block_length=1)
   assert masked["difference"][0] == 1.0
+
+
+def test_the_test_year_ranking_is_only_a_robustness_check_from_24_hours():
+  horizons = [1, 24, 96]
+  metrics = {"patchtst": {"mae": np.array([[9.0, 60.0, 70.0]])}, "transformer": {"mae": np.array([[30.0, 58.0, 69.0]])},
+             "gru": {"mae": np.array([[10.0, 57.0, 66.0]])}}
+  assert results.test_best(metrics, ("transformer", "transformer_encoder", "patchtst"), horizons) == "transformer"
+  assert results.test_best(metrics, ("rnn", "lstm"), horizons) is None
+  rows = [{"horizon": h, "difference": d, "low": d - 1, "high": d + 1, "better": "gru" if d > 1 else None}
+          for h, d in zip(horizons, (20.0, 1.0, 3.0))]
+  line = results.robustness_line(rows, "transformer", "gru")
+  assert "24 h +1.0 (+0.0 to +2.0); 96 h +3.0 (+2.0 to +4.0)" in line and "1 h" not in line
+  assert "transformer better beyond the interval at none of these horizons" in line
