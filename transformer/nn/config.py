@@ -66,6 +66,11 @@ class ValidatedConfig:
     if not 0.0 <= value < 1.0:
       raise ConfigError(f"{type(self).__name__}.{name}={value} is outside [0, 1); use 0.0 to disable dropout.")
 
+
+class ModelSettings(ValidatedConfig):
+  """What the model configs share beyond validation (task configs need none of it): the compute dtype, the ops
+  implementations, and the output vocabulary of the sequence models."""
+
   @functools.cached_property
   def resolved_kernels(self) -> Kernels:
     """The ops implementations of this config (its ``kernels`` setting on the current platform, and chunked
@@ -83,7 +88,7 @@ class ValidatedConfig:
 
 
 @dataclasses.dataclass(frozen=True)
-class ModelConfig(ValidatedConfig):
+class ModelConfig(ModelSettings):
   """Hyper-parameters of every Transformer model in ``transformer.nn``.
 
   Defaults are the paper's base model (Vaswani et al. 2017, table 3). Switch to inference with

@@ -38,7 +38,7 @@ import flax.linen as nn
 import jax.numpy as jnp
 
 from transformer.errors import ConfigError
-from transformer.nn.config import DTYPES, NORM_POSITIONS, POSITIONAL_ENCODINGS, ModelConfig, ValidatedConfig
+from transformer.nn.config import DTYPES, NORM_POSITIONS, POSITIONAL_ENCODINGS, ModelConfig, ModelSettings
 from transformer.nn.layers import module_dropout
 from transformer.nn.models import Decoder, Encoder
 from transformer.ops.kernels import KERNEL_SETTINGS
@@ -52,7 +52,7 @@ FORECAST_POOLINGS = ("last", "mean")  # "last": the state at the forecast origin
 
 
 @dataclasses.dataclass(frozen=True)
-class ForecasterConfig(ValidatedConfig):
+class ForecasterConfig(ModelSettings):
   """Hyper-parameters of every forecaster; validated when built, like ``ModelConfig``.
 
   One config for all architectures, so that comparing them is a change of ``architecture`` alone; a field

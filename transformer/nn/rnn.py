@@ -30,7 +30,7 @@ import jax
 import jax.numpy as jnp
 
 from transformer import ops
-from transformer.nn.config import DTYPES, ValidatedConfig
+from transformer.nn.config import DTYPES, ModelSettings
 from transformer.nn.layers import Dense, module_dropout
 from transformer.nn.models import EncoderDecoder
 
@@ -41,7 +41,7 @@ ATTENTIONS = ("bahdanau", "luong_dot", "luong_general", "luong_cosine", "none")
 
 
 @dataclasses.dataclass(frozen=True)
-class RNNConfig(ValidatedConfig):
+class RNNConfig(ModelSettings):
   """Hyper-parameters of ``RNNEncoderDecoder``; validated when built, like ``ModelConfig``.
 
   Switch to inference with ``config.replace(deterministic=True)`` and to one-token-per-call decoding with
