@@ -137,29 +137,6 @@ def seed_mean_absolute_errors(score: dict) -> np.ndarray:
   return np.where(score["mask"], errors, 0.0)
 
 
-def block_bootstrap_difference(errors_a: np.ndarray, errors_b: np.ndarray, mask: np.ndarray,
-                               block_length: int = BOOTSTRAP_BLOCK_HOURS, resamples: int = BOOTSTRAP_RESAMPLES,
-                               seed: int = 0) -> dict[str, np.ndarray]:
-  """MAE(a) - MAE(b) per horizon and its 95% percentile interval, resampling blocks of consecutive windows.
-
-  Args:
-    errors_a, errors_b: ``[windows, H]`` absolute errors of two models on the same windows (0 where unmeasured).
-    mask: ``[windows, H]`` measured targets.
-    block_length: consecutive windows per block (the last block may be shorter).
-
-  Returns:
-    ``{"difference", "low", "high": [H]}``; the interval from ``resamples`` draws of as many blocks as there
-    are, with replacement.
-  """
-  starts = np.arange(0, len(mask), block_length)
-  block_errors = np.add.reduceat(errors_a - errors_b, starts, axis=0)  # [blocks, H]
-  block_counts = np.add.reduceat(mask.astype(np.float64), starts, axis=0)
-  draws = np.random.default_rng(seed).integers(0, len(starts), size=(resamples, len(starts)))
-  resampled = block_errors[draws].sum(axis=1) / block_counts[draws].sum(axis=1)  # [resamples, H]
-  low, high = np.percentile(resampled, [2.5, 97.5], axis=0)
-  return {"difference": block_errors.sum(0) / block_counts.sum(0), "low": low, "high": high}
-
-
 def family_best(validation: dict[str, dict], family: tuple[str, ...]) -> str | None:
   """The model of ``family`` with the lowest validation MAE over all horizons (None: none was run)."""
   candidates = [name for name in family if name in validation]
@@ -176,8 +153,9 @@ def test_best(metrics: dict, family: tuple[str, ...], horizons) -> str | None:
 
 def paired_comparison(scores: dict, metrics: dict, first: str, second: str, horizons) -> list[dict]:
   """Per horizon: both MAEs (seed means), the block-bootstrap difference and Welch's t over seeds."""
-  compared = block_bootstrap_difference(seed_mean_absolute_errors(scores[first]),
-                                        seed_mean_absolute_errors(scores[second]), scores[first]["mask"])
+  compared = report.block_bootstrap_difference(
+      seed_mean_absolute_errors(scores[first]), seed_mean_absolute_errors(scores[second]), scores[first]["mask"],
+      block_length=BOOTSTRAP_BLOCK_HOURS, resamples=BOOTSTRAP_RESAMPLES)
   rows = []
   for index, horizon in enumerate(horizons):
     a, b = metrics[first]["mae"][:, index], metrics[second]["mae"][:, index]

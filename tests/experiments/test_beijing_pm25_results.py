@@ -110,26 +110,6 @@ def test_a_committed_row_is_only_replaced_by_a_run_at_least_as_long(page):
   assert (output / "RESULTS.md").read_text() == recorded
 
 
-def test_block_bootstrap_shift_is_exact_and_dependence_widens_the_interval():
-  rng = np.random.default_rng(0)
-  mask = np.ones((2000, 1), bool)
-  base = np.abs(rng.normal(size=(2000, 1)))
-  shifted = results.block_bootstrap_difference(base + 2.0, base, mask, block_length=24)
-  np.testing.assert_allclose([shifted["difference"][0], shifted["low"][0], shifted["high"][0]], 2.0, atol=1e-12)
-  # Errors that drift slowly (AR(1), 0.98 per step): resampling single windows understates the uncertainty.
-  drift = np.zeros(2000)
-  for hour in range(1, 2000):
-    drift[hour] = 0.98 * drift[hour - 1] + rng.normal()
-  single = results.block_bootstrap_difference(drift[:, None], np.zeros((2000, 1)), mask, block_length=1)
-  weekly = results.block_bootstrap_difference(drift[:, None], np.zeros((2000, 1)), mask, block_length=168)
-  np.testing.assert_allclose(single["difference"], weekly["difference"], rtol=1e-12)
-  assert (weekly["high"] - weekly["low"])[0] > 3 * (single["high"] - single["low"])[0]
-  # Unmeasured targets count in neither sum.
-  masked = results.block_bootstrap_difference(np.array([[1.0], [0.0]]), np.zeros((2, 1)), np.array([[True], [False]]),
-                                              block_length=1)
-  assert masked["difference"][0] == 1.0
-
-
 def test_the_test_year_ranking_is_only_a_robustness_check_from_24_hours():
   horizons = [1, 24, 96]
   metrics = {"patchtst": {"mae": np.array([[9.0, 60.0, 70.0]])}, "transformer": {"mae": np.array([[30.0, 58.0, 69.0]])},

@@ -1,10 +1,11 @@
 """experiments/report.py, the results library: Welch's t-test of two runs' seeds (the Student t p-value from the
 regularized incomplete beta function, no scipy) checked against closed forms and published values; the steps a
-page records; the output flags both flag systems share."""
+page records; the output flags both flag systems share; the block bootstrap of a paired MAE difference."""
 import argparse
 import dataclasses
 import math
 
+import numpy as np
 import pytest
 
 from experiments import report
@@ -72,3 +73,23 @@ def test_the_output_flags_are_the_same_in_both_flag_systems():
   benchmarks = argparse.ArgumentParser()  # sections replaced by every run: no rows to force
   report.add_output_arguments(benchmarks, "runs/benchmarks-<time>/", force=False)
   assert "--force" not in benchmarks.format_help() and "a run of at least" not in benchmarks.format_help()
+
+
+def test_block_bootstrap_shift_is_exact_and_dependence_widens_the_interval():
+  rng = np.random.default_rng(0)
+  mask = np.ones((2000, 1), bool)
+  base = np.abs(rng.normal(size=(2000, 1)))
+  shifted = report.block_bootstrap_difference(base + 2.0, base, mask, block_length=24)
+  np.testing.assert_allclose([shifted["difference"][0], shifted["low"][0], shifted["high"][0]], 2.0, atol=1e-12)
+  # Errors that drift slowly (AR(1), 0.98 per step): resampling single windows understates the uncertainty.
+  drift = np.zeros(2000)
+  for hour in range(1, 2000):
+    drift[hour] = 0.98 * drift[hour - 1] + rng.normal()
+  single = report.block_bootstrap_difference(drift[:, None], np.zeros((2000, 1)), mask, block_length=1)
+  weekly = report.block_bootstrap_difference(drift[:, None], np.zeros((2000, 1)), mask, block_length=168)
+  np.testing.assert_allclose(single["difference"], weekly["difference"], rtol=1e-12)
+  assert (weekly["high"] - weekly["low"])[0] > 3 * (single["high"] - single["low"])[0]
+  # Unmeasured targets count in neither sum.
+  masked = report.block_bootstrap_difference(np.array([[1.0], [0.0]]), np.zeros((2, 1)), np.array([[True], [False]]),
+                                              block_length=1)
+  assert masked["difference"][0] == 1.0
