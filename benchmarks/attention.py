@@ -19,7 +19,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from benchmarks import common
+from benchmarks import common, measure
+from experiments.report import host_description
 from transformer import ops
 
 TARGET = 1.1
@@ -63,7 +64,7 @@ def forward_backward(attention):
 
 def main(argv=None) -> common.Report:
   args = common.parse_args(__doc__.splitlines()[0], argv, add_arguments)
-  machine = common.machine_description()
+  machine = host_description(load_average=True)
   heads, head_dim = (2, 8) if args.smoke else (8, 64)
   lengths = args.lengths or ([32] if args.smoke else [128, 256, 512, 1024, 2048, 4096])
   tokens = args.tokens or (64 if args.smoke else 4096)
@@ -102,13 +103,13 @@ def main(argv=None) -> common.Report:
             continue
           calls[name] = lambda compiled=compiled: compiled(*inputs)
           if pass_name == "forward+backward" and length == max(lengths):
-            largest_temporaries.setdefault(dtype, {})[name] = common.memory_stats(compiled).temp / 2**20
-        timings = common.time_interleaved(calls, warmup=args.warmup, repeats=args.repeats, budget_s=args.budget_s)
+            largest_temporaries.setdefault(dtype, {})[name] = measure.memory_stats(compiled).temp / 2**20
+        timings = measure.time_interleaved(calls, warmup=args.warmup, repeats=args.repeats, budget_s=args.budget_s)
         milliseconds = {name: 1e3 * timing.median for name, timing in timings.items()}
         references = [ms for name, ms in milliseconds.items() if not name.startswith("ours")]
         fastest = min(references) if references else None
-        value = common.ratio(milliseconds.get("ours"), fastest)
-        low_precision = common.ratio(milliseconds.get(LOW_PRECISION_LOGITS), fastest)
+        value = measure.ratio(milliseconds.get("ours"), fastest)
+        low_precision = measure.ratio(milliseconds.get(LOW_PRECISION_LOGITS), fastest)
         report.ratios[f"{dtype} {pass_name} L={length}"] = value
         if LOW_PRECISION_LOGITS in milliseconds:
           low_precision_ratios[f"{dtype} {pass_name} L={length}"] = low_precision

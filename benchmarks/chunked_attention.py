@@ -17,8 +17,9 @@ import sys
 import jax
 import jax.numpy as jnp
 
-from benchmarks import common
+from benchmarks import common, measure
 from benchmarks.attention import forward_backward
+from experiments.report import host_description
 from transformer import ops
 
 MEMORY_FRACTION = 0.8  # headroom for the runtime, other buffers and the measuring process itself
@@ -35,11 +36,11 @@ def add_arguments(parser):
 
 def main(argv=None) -> common.Report:
   args = common.parse_args(__doc__.splitlines()[0], argv, add_arguments)
-  machine = common.machine_description()
+  machine = host_description(load_average=True)
   heads, head_dim = (2, 8) if args.smoke else (8, 64)
   lengths = args.lengths or ([64] if args.smoke else [1024, 2048, 4096, 8192, 16384, 32768])
   chunk = args.chunk or (16 if args.smoke else 512)
-  available = common.available_memory_bytes()
+  available = measure.available_memory_bytes()
   limit = MEMORY_FRACTION * available
 
   def chunked(q, k, v):
@@ -60,20 +61,20 @@ def main(argv=None) -> common.Report:
       peaks, milliseconds = {}, {}
       for name, attention in implementations.items():
         fn = attention if pass_name == "forward" else forward_backward(attention)
-        compiled, _ = common.compile_timed(fn, *abstract)
-        peaks[name] = common.memory_stats(compiled).peak
+        compiled, _ = measure.compile_timed(fn, *abstract)
+        peaks[name] = measure.memory_stats(compiled).peak
         fits = peaks[name] <= limit
         verdict[(pass_name, length, name)] = fits
         if not fits:
           continue
         keys = jax.random.split(jax.random.PRNGKey(length), len(abstract))
         inputs = [jax.random.normal(key, a.shape, jnp.float32).astype(a.dtype) for key, a in zip(keys, abstract)]
-        timing = common.time_fn(compiled, *inputs, warmup=args.warmup, repeats=args.repeats,
-                                budget_s=args.budget_s)
+        timing = measure.time_fn(compiled, *inputs, warmup=args.warmup, repeats=args.repeats,
+                                 budget_s=args.budget_s)
         milliseconds[name] = 1e3 * timing.median
         del inputs
-      memory_ratio = common.ratio(peaks["chunked"], peaks["dense"])
-      time_ratio = common.ratio(milliseconds.get("chunked"), milliseconds.get("dense"))
+      memory_ratio = measure.ratio(peaks["chunked"], peaks["dense"])
+      time_ratio = measure.ratio(milliseconds.get("chunked"), milliseconds.get("dense"))
       report.ratios[f"{pass_name} L={length} memory"] = memory_ratio
       if time_ratio == time_ratio:
         report.ratios[f"{pass_name} L={length} time"] = time_ratio
@@ -81,7 +82,7 @@ def main(argv=None) -> common.Report:
       def time_cell(name):
         return milliseconds[name] if name in milliseconds else "does not fit"
 
-      report.rows.append([pass_name, length, common.mib(peaks["dense"]), common.mib(peaks["chunked"]),
+      report.rows.append([pass_name, length, measure.mib(peaks["dense"]), measure.mib(peaks["chunked"]),
                           memory_ratio, time_cell("dense"), time_cell("chunked"), time_ratio])
 
   longest = max(lengths)
@@ -92,7 +93,7 @@ def main(argv=None) -> common.Report:
   report.notes += [
       f"Batch {args.batch}, {heads} heads of {head_dim}, {args.dtype}, blocks of {chunk}; self attention without "
       f"a mask. Peak = XLA's planned peak of the compiled program (arguments + outputs + temporaries - "
-      f"aliased); runs only if it is at most {MEMORY_FRACTION:.0%} of the {common.mib(available) / 1024:.1f} GiB "
+      f"aliased); runs only if it is at most {MEMORY_FRACTION:.0%} of the {measure.mib(available) / 1024:.1f} GiB "
       f"available here. Times: median of up to {args.repeats} calls after {args.warmup} warm-up "
       f"(fewer when a call is long; budget {args.budget_s:.0f} s).",
       f"Target ({target_pass} at {longest} tokens fits with chunking where dense does not): chunked "

@@ -25,8 +25,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from benchmarks import common
+from benchmarks import common, measure
 from benchmarks.train_step import experiment_config
+from experiments.report import host_description
 from transformer.decode import beam_search, greedy_search
 from transformer.decode.start import NO_EOS  # every sequence runs to max_length
 from transformer.nn import EncoderDecoder
@@ -107,7 +108,7 @@ def cached_decode(model_config, params, source, max_length: int, beam_size: int)
 
 def main(argv=None) -> common.Report:
   args = common.parse_args(__doc__.splitlines()[0], argv, add_arguments)
-  machine = common.machine_description()
+  machine = host_description(load_average=True)
   batch_sizes = [2] if args.smoke else args.batch_sizes
   lengths = [8] if args.smoke else args.lengths
   source_length = 6 if args.smoke else args.source_length
@@ -141,20 +142,20 @@ def main(argv=None) -> common.Report:
     if params is None:
       params = model.init(jax.random.PRNGKey(0), source, source)["params"]
     # Compile outside the timed calls; the static arguments are bound by lower().
-    options = common.SMOKE_COMPILER_OPTIONS if args.smoke else None
-    cached, cached_compile_s = common.compile_timed(
+    options = measure.SMOKE_COMPILER_OPTIONS if args.smoke else None
+    cached, cached_compile_s = measure.compile_timed(
         jax.jit(cached_decode, static_argnums=(0, 3, 4)), model_config, params, source, max_length, beam,
         compiler_options=options)
-    recomputed, recomputed_compile_s = common.compile_timed(
+    recomputed, recomputed_compile_s = measure.compile_timed(
         recompute_decode, model_config, params, source, max_length, beam, buckets, compiler_options=options)
     seconds = {}
     outputs = {}
     for name, fn in (("cached", cached), ("no-cache", recomputed)):
       outputs[name] = np.asarray(fn(params, source))  # also the first warm-up call
-      seconds[name] = common.time_fn(fn, params, source, warmup=max(args.warmup - 1, 0),
-                                     repeats=args.repeats, budget_s=args.budget_s).median
+      seconds[name] = measure.time_fn(fn, params, source, warmup=max(args.warmup - 1, 0),
+                                      repeats=args.repeats, budget_s=args.budget_s).median
     tokens = batch_size * max_length
-    speedup = common.ratio(seconds["no-cache"], seconds["cached"])  # = cached / no-cache tokens/s
+    speedup = measure.ratio(seconds["no-cache"], seconds["cached"])  # = cached / no-cache tokens/s
     same = 100 * np.mean(np.all(outputs["cached"] == outputs["no-cache"], axis=-1))
     report.ratios[f"{search} batch={batch_size} tokens={max_length} speed-up"] = speedup
     report.rows.append([search, batch_size, max_length, 1e3 * seconds["cached"], 1e3 * seconds["no-cache"],

@@ -23,9 +23,10 @@ import time
 
 import numpy as np
 
-from benchmarks import common
+from benchmarks import common, measure
 from benchmarks.train_step import SMOKE_MODEL, compile_step, experiment_config
 from experiments import iwslt15_en_vi, multi30k, synthetic
+from experiments.report import host_description
 from transformer.data import batching
 from transformer.tasks import build_task
 
@@ -84,14 +85,14 @@ def step_rate(config, model_config, batch, args) -> float:
 
 def main(argv=None) -> common.Report:
   args = common.parse_args(__doc__.splitlines()[0], argv, add_arguments)
-  machine = common.machine_description()
+  machine = host_description(load_average=True)
   report = common.Report(
       "input_pipeline", "Input pipelines vs train-step consumption (benchmarks/input_pipeline.py)",
       ["experiment", "pipeline", "train batch shape", "pipeline batches/s", "pipeline examples/s",
        "train steps/s", "train examples/s", "pipeline / train step"])
 
   def add_row(experiment, pipeline, shape, batches_per_s, examples_per_batch, steps_per_s):
-    value = common.ratio(batches_per_s, steps_per_s)
+    value = measure.ratio(batches_per_s, steps_per_s)
     report.ratios[f"{experiment} {pipeline}"] = value
     report.rows.append([experiment, pipeline, shape, batches_per_s, batches_per_s * examples_per_batch,
                         steps_per_s, steps_per_s * examples_per_batch, value])

@@ -31,7 +31,8 @@ import time
 
 import jax
 
-from benchmarks import common
+from benchmarks import common, measure
+from experiments.report import host_description
 
 SIZES = {  # name -> config overrides of experiments/synthetic.py:copy
     "tiny (d 32, batch 16)": {"model.d_model": 32, "model.num_heads": 4, "model.d_ff": 64,
@@ -118,7 +119,7 @@ class Pieces:
     return (time.perf_counter() - start) / steps
 
 
-def measure(config, steps: int, repeats: int, loop_configs: dict | None = None) -> dict[str, float]:
+def time_loop_and_parts(config, steps: int, repeats: int, loop_configs: dict | None = None) -> dict[str, float]:
   """Seconds per step of (a), (b) and the parts; (a) and (b) the fastest of ``repeats`` runs in turns.
   ``loop_configs``: name -> config of further loops (other steps_per_call) run in the same turns, each
   reported as ``"loop " + name``."""
@@ -156,7 +157,7 @@ def measure(config, steps: int, repeats: int, loop_configs: dict | None = None) 
 
 def main(argv=None) -> common.Report:
   args = common.parse_args(__doc__.splitlines()[0], argv, add_arguments)
-  machine = common.machine_description()
+  machine = host_description(load_average=True)
   steps = 150 if args.smoke else args.steps
   sizes = args.sizes or (list(SIZES)[:1] if args.smoke else list(SIZES))
   report = common.Report(
@@ -168,14 +169,14 @@ def main(argv=None) -> common.Report:
     if common.out_of_time(args):
       report.notes.append(f"Left out (--time_budget_s spent): {size}.")
       continue
-    times = measure(experiment_config(SIZES[size], steps, first), steps, args.repeats,
-                    {k: experiment_config(SIZES[size], steps, k) for k in others})
+    times = time_loop_and_parts(experiment_config(SIZES[size], steps, first), steps, args.repeats,
+                                {k: experiment_config(SIZES[size], steps, k) for k in others})
     bare = times["bare"]
     window = times.get("metrics window", float("nan"))
     for k in args.steps_per_call:
       loop = times["loop" if k == first else f"loop {k}"]
       rest = loop - bare - times["host batching"] - times["device_put"] - (0.0 if window != window else window)
-      report.ratios[f"{size}: loop / bare" + (f", {k} steps per call" if k > 1 else "")] = common.ratio(loop, bare)
+      report.ratios[f"{size}: loop / bare" + (f", {k} steps per call" if k > 1 else "")] = measure.ratio(loop, bare)
       report.rows.append([size, k, 1e3 * bare, 1e3 * loop, loop / bare, (loop - bare) / bare,
                           1e3 * times["host batching"], 1e3 * times["device_put"], 1e3 * window,
                           1e3 * times["fetch every step"], 1e3 * rest])

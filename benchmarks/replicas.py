@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import sys
 
-from benchmarks import common
+from benchmarks import common, measure
 from benchmarks.train_step import SMOKE_MODEL, compile_step, random_batch
 from experiments.ablations.common import NUM_SEEDS, multi30k_base
+from experiments.report import host_description
 from transformer.tasks import build_task
 
 MODELS = ("transformer", "rnn")  # multi30k_base's model names
@@ -54,8 +55,8 @@ def base_config(model_name: str, smoke: bool):
 def main(argv=None) -> common.Report:
   args = common.parse_args(__doc__.splitlines()[0], argv, add_arguments)
   if not args.smoke:
-    common.disable_persistent_cache()
-  machine = common.machine_description()
+    measure.disable_persistent_cache()
+  machine = host_description(load_average=True)
   batch_size, length = (4, 8) if args.smoke else (args.batch, args.length)
   replicas = args.replicas
 
@@ -73,10 +74,10 @@ def main(argv=None) -> common.Report:
     batch = random_batch(batch_size, length, length, model_config.vocab_size)
     steps = {count: compile_step(config, model, batch, smoke=args.smoke, num_replicas=count)
              for count in (1, replicas)}
-    timings = common.time_interleaved(steps, warmup=args.warmup,
-                                      repeats=args.repeats, budget_s=args.budget_s)
+    timings = measure.time_interleaved(steps, warmup=args.warmup,
+                                       repeats=args.repeats, budget_s=args.budget_s)
     one, many = timings[1].median, timings[replicas].median
-    value = common.ratio(many, replicas * one)
+    value = measure.ratio(many, replicas * one)
     report.ratios[f"{model_name}: {replicas} replicas / ({replicas} x 1)"] = value
     report.rows.append([config.model_name if model_name == "transformer" else f"rnn ({config.model.cell})",
                         steps[1].num_params, 1e3 * one, 1e3 * many, value, steps[1].compile_seconds,

@@ -21,9 +21,10 @@ import sys
 
 import numpy as np
 
-from benchmarks import common
+from benchmarks import common, measure
 from benchmarks.chunked_attention import MEMORY_FRACTION
 from benchmarks.train_step import compile_step, experiment_config, random_batch
+from experiments.report import host_description
 from transformer.tasks import build_task
 
 
@@ -51,12 +52,12 @@ def growth_share(lengths, seconds) -> list[float]:
 def main(argv=None) -> common.Report:
   args = common.parse_args(__doc__.splitlines()[0], argv, add_arguments)
   if not args.smoke:
-    common.disable_persistent_cache()
-  machine = common.machine_description()
+    measure.disable_persistent_cache()
+  machine = host_description(load_average=True)
   lengths = [16] if args.smoke else args.lengths  # one compile pair: smoke time is mostly compilation
   tokens = 32 if args.smoke else args.tokens
   chunk = 8 if args.smoke else args.chunk
-  limit = MEMORY_FRACTION * common.available_memory_bytes()
+  limit = MEMORY_FRACTION * measure.available_memory_bytes()
 
   results = []
   for length in lengths:
@@ -67,10 +68,10 @@ def main(argv=None) -> common.Report:
                                                attention_implementation=implementation, attention_chunk_size=chunk)
       model_config = model_config.replace(max_length=max(model_config.max_length, length))
       if implementation == "dense":
-        row["flops"] = common.encoder_decoder_flops(model_config, batch_size, length, length)
+        row["flops"] = measure.encoder_decoder_flops(model_config, batch_size, length, length)
       batch = random_batch(batch_size, length, length, model_config.vocab_size)
       step = compile_step(config, build_task(config).build_model(model_config), batch, smoke=args.smoke)
-      row[f"{implementation} peak"] = common.memory_stats(step.compiled).peak
+      row[f"{implementation} peak"] = measure.memory_stats(step.compiled).peak
       row[f"{implementation} compile"] = step.compile_seconds
       if row[f"{implementation} peak"] <= limit:
         row[implementation] = step.time(args.warmup, args.repeats, args.budget_s).median
@@ -87,7 +88,7 @@ def main(argv=None) -> common.Report:
        "dense model GFLOP/s"])
   wins = []
   for row in results:
-    value = common.ratio(row.get("chunked"), row.get("dense"))
+    value = measure.ratio(row.get("chunked"), row.get("dense"))
     if value == value:
       report.ratios[f"L={row['length']} chunked / dense time"] = value
     if (value == value and value < 1.0) or ("chunked" in row and "dense" not in row):
@@ -97,7 +98,7 @@ def main(argv=None) -> common.Report:
         row["length"], row["batch"],
         1e3 * row["dense"] if "dense" in row else "does not fit",
         1e3 * row["chunked"] if "chunked" in row else "does not fit",
-        value, common.mib(row["dense peak"]), common.mib(row["chunked peak"]), row["dense compile"],
+        value, measure.mib(row["dense peak"]), measure.mib(row["chunked peak"]), row["dense compile"],
         100 * shares[row["length"]] if row["length"] in shares else None,
         100 * flops["attention"] / flops["total"],
         flops["total"] / row["dense"] / 1e9 if "dense" in row else None])
@@ -107,7 +108,7 @@ def main(argv=None) -> common.Report:
       f"float32, no dropout, chunk {chunk}; median of up to {args.repeats} steps after {args.warmup} warm-up.",
       "At a fixed token count only attention's L x L work per sequence grows with L: 'dense time above "
       "shortest L' is (t(L) - t(L_min)) / t(L), the share of the step that growth costs; 'dense model GFLOP/s' "
-      "is the model FLOPs (benchmarks.common.encoder_decoder_flops) over the dense time.",
+      "is the model FLOPs (benchmarks.measure.encoder_decoder_flops) over the dense time.",
       f"Chunked is faster or the only one that fits at L = {wins if wins else 'none of the lengths measured'}.",
   ]
   return common.finish(report, args, argv, machine)

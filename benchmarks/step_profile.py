@@ -39,10 +39,10 @@ import tempfile
 import time
 
 import jax
-import jax.numpy as jnp
 
-from benchmarks import common
+from benchmarks import common, measure
 from benchmarks import train_step
+from experiments.report import host_description
 from transformer.tasks import build_task
 
 # (part, pattern on the lower-cased op_name): the first that matches names the part. Norms before attention
@@ -239,7 +239,7 @@ class StepProfile:
 
 def profile_implementation(config, model, batch, args, trace_dir: str | None) -> StepProfile:
   """Compile ``model``'s train step as ``train_step.py`` does, trace ``args.steps`` steps, attribute op time."""
-  with common.persistent_cache_disabled():  # op_name metadata of this trace, not of a cached program
+  with measure.persistent_cache_disabled():  # op_name metadata of this trace, not of a cached program
     step = train_step.compile_step(config, model, batch, smoke=args.smoke)
   hlo = parse_hlo(step.compiled.as_text())
   if trace_dir:
@@ -268,18 +268,18 @@ def main(argv=None) -> common.Report:
   if GPU_TRACE_FLAGS not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {GPU_TRACE_FLAGS}".strip()
   args = common.parse_args(__doc__.splitlines()[0], argv, add_arguments)
-  machine = common.machine_description()
+  machine = host_description(load_average=True)
   accelerator = jax.default_backend() != "cpu"
   batch_size, length = (2, 8) if args.smoke else (args.batch, args.length)
-  peaks = common.measure_peaks(args.dtype, args.smoke, args.warmup, max(args.repeats, 3),
-                               sizes=(args.matmul_size,) if args.matmul_size else None)
+  peaks = measure.measure_peaks(args.dtype, args.smoke, args.warmup, max(args.repeats, 3),
+                                sizes=(args.matmul_size,) if args.matmul_size else None)
 
   config, model_config = train_step.experiment_config(args.config, args.smoke, args.no_dropout, dtype=args.dtype)
   models = {"ours": build_task(config).build_model(model_config)}
   if args.flax_stock:
     models["flax-stock"] = train_step.FlaxStockTransformer(model_config)
   batch = train_step.random_batch(batch_size, length, length, model_config.vocab_size)
-  flops = common.encoder_decoder_flops(model_config, batch_size, length, length)["total"]
+  flops = measure.encoder_decoder_flops(model_config, batch_size, length, length)["total"]
   name = args.config + (" (smoke size)" if args.smoke else "")
   report = common.Report(
       "step_profile", "Where the train step's time goes: a profiler trace by model part (benchmarks/step_profile.py)",
@@ -310,7 +310,7 @@ def main(argv=None) -> common.Report:
     prefix = "" if implementation == "ours" else f"{implementation} "
     report.ratios[f"{prefix}matmul share of op time"] = result.matmul / result.total
     report.ratios[f"{prefix}op time / wall time"] = result.total / 1e6 / result.wall
-    error = common.mfu_error(f"{implementation} (wall time under the profiler)", mfu, theoretical_mfu)
+    error = measure.mfu_error(f"{implementation} (wall time under the profiler)", mfu, theoretical_mfu)
     if error:
       report.notes.append(error)
     else:
@@ -322,8 +322,8 @@ def main(argv=None) -> common.Report:
           f"measurement error, not a result); its slowest ops: {', '.join(result.slowest[:5])}.")
     elif accelerator:  # kernels run one at a time: matmul kernel time is the matmuls' share of the wall time
       efficiency = flops / (result.matmul / 1e6) / peak
-      error = common.mfu_error(f"{implementation} matmul efficiency (matmul kernel time)", efficiency,
-                               peaks.mfu(flops / (result.matmul / 1e6))[1])
+      error = measure.mfu_error(f"{implementation} matmul efficiency (matmul kernel time)", efficiency,
+                                peaks.mfu(flops / (result.matmul / 1e6))[1])
       if error:
         report.notes.append(error)
       else:

@@ -45,7 +45,7 @@ from typing import Callable, Sequence
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 from benchmarks import common  # noqa: E402
-from experiments.report import cpu_name  # noqa: E402
+from experiments.report import REPO, cpu_name, host_description, usable_cores  # noqa: E402
 
 DEFAULT_BUDGET_S = 560.0  # under 10 minutes of one H100 with the wheels' install and this process's start
 SOFT_SHARE = 0.75  # of a part's time limit, given to the script as --time_budget_s (it stops measuring then)
@@ -99,7 +99,7 @@ class PartResult:
 def host_at_start() -> str:
   """CPU model, cores and the 1-minute load average now (another job on the host skews timings)."""
   load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-  return f"{cpu_name()}, {common.usable_cores()} cores, load {load:.1f}"
+  return f"{cpu_name()}, {usable_cores()} cores, load {load:.1f}"
 
 
 def run_part(name: str, command: Sequence[str], limit_s: float, log_path: str,
@@ -112,7 +112,7 @@ def run_part(name: str, command: Sequence[str], limit_s: float, log_path: str,
     log.write(f"$ {' '.join(command)}\n")
     log.flush()
     process = subprocess.Popen(list(command), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                               errors="replace", start_new_session=True, cwd=common.REPO, env=env)
+                               errors="replace", start_new_session=True, cwd=REPO, env=env)
 
     def copy_output():
       for line in process.stdout:
@@ -234,7 +234,7 @@ def main(argv=None) -> common.Report:
               lambda limit, part=part: part_command(part, args, output_dir, limit)) for part in parts]
   results = run_parts(planned, args.time_budget_s, log_dir) + skipped
 
-  machine = common.machine_description()  # JAX starts in this process only now, the parts done
+  machine = host_description(load_average=True)  # JAX starts in this process only now, the parts done
   report = common.Report(
       "suite", "Benchmark suite: each part in its own process (benchmarks/suite.py)",
       ["part", "status", "seconds", "time limit s", "host at start (CPU, cores, 1-minute load)", "log"])

@@ -29,11 +29,12 @@ import tempfile
 import time
 
 from benchmarks import common
+from experiments.report import REPO, host_description
 from transformer.data.download import ENV_VAR
 from transformer.errors import MissingDataError, exit_on_user_error
 
 DEFAULT_CONFIG = "experiments/multi30k.py:transformer_gpu"
-GIT_IGNORED_DATA = os.path.join(common.REPO, ".gpu_data")
+GIT_IGNORED_DATA = os.path.join(REPO, ".gpu_data")
 TEST_SPLIT = "test_2016_flickr"
 # --smoke: a model of a few thousand parameters, a 64-piece vocabulary, a few steps; float32 (bfloat16 is slow
 # on CPU and the numbers mean nothing).
@@ -75,7 +76,7 @@ def find_data_dir(data_dir: str = "") -> str:
 
 
 def launch_command(config: str, workdir: str, *flags: str) -> list[str]:
-  return [sys.executable, os.path.join(common.REPO, "launch.py"), f"--config={config}", f"--workdir={workdir}",
+  return [sys.executable, os.path.join(REPO, "launch.py"), f"--config={config}", f"--workdir={workdir}",
           *flags]
 
 
@@ -83,7 +84,7 @@ def run_until(command: list[str], env: dict, deadline: float | None) -> tuple[in
   """``(exit status, seconds, stopped)``: run ``command``; at ``deadline`` (``time.monotonic``) send it SIGTERM
   (a training run then checkpoints and exits), and SIGKILL if it is still there 120 s later."""
   start = time.monotonic()
-  process = subprocess.Popen(command, cwd=common.REPO, env=env)
+  process = subprocess.Popen(command, cwd=REPO, env=env)
   stopped = False
   try:
     process.wait(timeout=None if deadline is None else max(1.0, deadline - start))
@@ -121,7 +122,7 @@ def describe_search(decode: dict) -> str:
 
 def main(argv=None) -> common.Report:
   args = common.parse_args(__doc__.splitlines()[0], argv, add_arguments)
-  machine = common.machine_description()
+  machine = host_description(load_average=True)
   source_dir = exit_on_user_error(find_data_dir, args.data_dir)
   workdir = os.path.abspath(args.workdir) if args.workdir else tempfile.mkdtemp(prefix="time_to_bleu-")
   if os.path.isdir(workdir) and os.listdir(workdir):

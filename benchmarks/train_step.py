@@ -26,14 +26,14 @@ translation experiment's ``transformer_small`` (vocabulary 8k, as its data) and 
 Each implementation is timed in a process of its own (``--isolate``, the default; ours shares its process with
 its option rows, PyTorch eager with compiled): with PyTorch imported beside it, flax-stock's CPU step was
 slower by about 15% while ours did not change, so one process would bias the ratios. Within a process the
-steps take turns (``common.time_interleaved``); ``--no_isolate`` (the default at ``--smoke`` size) times all in
+steps take turns (``measure.time_interleaved``); ``--no_isolate`` (the default at ``--smoke`` size) times all in
 this process. The table's "timed in" column says which.
 
 With several ``--batch`` sizes the references run at the first; ours runs at each, for the best MFU.
-Throughput is source + target tokens per second; MFU is model FLOPs (``common.encoder_decoder_flops``) per
+Throughput is source + target tokens per second; MFU is model FLOPs (``measure.encoder_decoder_flops``) per
 second over the matmul peak in ``--dtype`` measured in the same run (XLA's: the fastest call of several sizes,
 before and after the timed steps, the higher counts; PyTorch's own peak on the same device is reported beside
-it), and over the device's theoretical peak (``common.theoretical_peak``: the GPU's data sheet, or the CPU's
+it), and over the device's theoretical peak (``measure.theoretical_peak``: the GPU's data sheet, or the CPU's
 cores x lanes x FMA x clock; "-" where unknown). An MFU above 100% against either is a measurement error and
 shows as one, never as a result. Compile time is tracing + lowering + XLA compilation of the
 step, with the persistent compilation cache off.
@@ -60,8 +60,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from benchmarks import common
+from benchmarks import common, measure
 from experiments import multi30k
+from experiments.report import REPO, host_description, usable_cores
 from transformer import ops
 from transformer.nn import ModelConfig
 from transformer.tasks import build_task
@@ -103,7 +104,7 @@ def add_arguments(parser):
   parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
                       help="compute dtype of every implementation and of the matmul peak")
   parser.add_argument("--matmul_size", type=int, default=None,
-                      help="side of the peak matmul (default: the best of common.peak_matmul_sizes)")
+                      help="side of the peak matmul (default: the best of measure.peak_matmul_sizes)")
   parser.add_argument("--no_dropout", action="store_true", help="train without dropout (all three)")
   parser.add_argument("--no_torch", action="store_true", help="skip the PyTorch reference")
   parser.add_argument("--no_flax_stock", action="store_true", help="skip the flax-stock reference")
@@ -167,8 +168,8 @@ class CompiledStep:
     self.state, metrics = self.compiled(self.state, self.batch)
     return metrics
 
-  def time(self, warmup: int, repeats: int, budget_s: float | None = None) -> common.Timing:
-    return common.time_fn(self, warmup=warmup, repeats=repeats, budget_s=budget_s)
+  def time(self, warmup: int, repeats: int, budget_s: float | None = None) -> measure.Timing:
+    return measure.time_fn(self, warmup=warmup, repeats=repeats, budget_s=budget_s)
 
   def xla_flops(self) -> float:
     """FLOPs XLA's cost analysis counts for the step (all ops, not only matmuls); NaN if not reported."""
@@ -193,9 +194,9 @@ def compile_step(config, model, batch, seed: int = 0, smoke: bool = False,
       lambda key: create_train_state(model, optimizer, task.init_inputs(batch), key),
       jax.random.split(key, num_replicas) if num_replicas > 1 else key)
   step = strategy.compile_train_step(make_train_step(task, model, optimizer))
-  compiled, seconds = common.compile_timed(
+  compiled, seconds = measure.compile_timed(
       step, state, batch,
-      compiler_options={**(common.SMOKE_COMPILER_OPTIONS if smoke else {}), **(compiler_options or {})})
+      compiler_options={**(measure.SMOKE_COMPILER_OPTIONS if smoke else {}), **(compiler_options or {})})
   num_params = sum(int(np.prod(leaf.shape)) for leaf in jax.tree.leaves(state.params))
   return CompiledStep(compiled, state, batch, seconds, num_params)
 
@@ -295,7 +296,7 @@ def torch_train_step(model_config: ModelConfig, label_smoothing: float, optimize
 
   torch.manual_seed(0)
   if device == "cpu":
-    torch.set_num_threads(common.usable_cores())
+    torch.set_num_threads(usable_cores())
   d_model = model_config.d_model
   embedding = torch.nn.Embedding(model_config.vocab_size, d_model)
   torch.nn.init.normal_(embedding.weight, std=d_model ** -0.5)
@@ -341,12 +342,12 @@ def torch_train_step(model_config: ModelConfig, label_smoothing: float, optimize
 
 
 def torch_matmul_peak(size: int, dtype: str, device: str, warmup: int, repeats: int) -> float:
-  """FLOP/s of PyTorch's ``[size, size] @ [size, size]`` in ``dtype`` on ``device`` (its BLAS or cuBLAS), as
-  ``common.matmul_peak``."""
+  """FLOP/s of PyTorch's ``[size, size] @ [size, size]`` in ``dtype`` on ``device`` (its BLAS or cuBLAS), from
+  the median call."""
   import torch  # benchmark-only extra
 
   if device == "cpu":
-    torch.set_num_threads(common.usable_cores())
+    torch.set_num_threads(usable_cores())
   generator = torch.Generator().manual_seed(0)
   a, b = (torch.randn(size, size, generator=generator).to(device=device, dtype=getattr(torch, dtype))
           for _ in range(2))
@@ -357,7 +358,7 @@ def torch_matmul_peak(size: int, dtype: str, device: str, warmup: int, repeats: 
       torch.cuda.synchronize()
     return product
 
-  timing = common.time_fn(matmul, warmup=warmup, repeats=repeats)
+  timing = measure.time_fn(matmul, warmup=warmup, repeats=repeats)
   return 2.0 * size**3 / timing.median
 
 
@@ -449,7 +450,7 @@ def time_torch_references(args, config, model_config, batch, measurements: Measu
 def measure_cell(args, groups, option_rows, config, model_config, ours_model, batch,
                  measurements: Measurements) -> dict:
   """implementation -> ``{seconds, params, compile, xla_flops}`` of ``groups``' steps on ``batch``, timed in
-  turns (``common.time_interleaved``)."""
+  turns (``measure.time_interleaved``)."""
   models = {"ours": ours_model} if "ours" in groups else {}
   if "flax-stock" in groups:
     models["flax-stock"] = FlaxStockTransformer(model_config)
@@ -465,7 +466,7 @@ def measure_cell(args, groups, option_rows, config, model_config, ours_model, ba
       measurements.notes.append(f"{implementation} skipped: XLA rejected {options} ({str(error).splitlines()[0]}).")
   torch_steps = time_torch_references(args, config, model_config, batch, measurements) if "pytorch" in groups else {}
   calls = {**steps, **{implementation: step for implementation, (step, _) in torch_steps.items()}}
-  timings = common.time_interleaved(calls, warmup=args.warmup, repeats=args.repeats)
+  timings = measure.time_interleaved(calls, warmup=args.warmup, repeats=args.repeats)
   for implementation, timing in timings.items():  # progress: the table comes at the end
     print(f"batch {len(batch['source'])} {implementation}: {1e3 * timing.median:.2f} ms/step", flush=True)
   measured = {implementation: dict(seconds=timings[implementation].median, params=step.num_params,
@@ -540,7 +541,7 @@ def measure_isolated(args, argv, groups) -> Measurements:
       remaining = None if args.time_budget_s is None else max(
           1.0, args.time_budget_s - (time.monotonic() - args.started))
       print(f"--- {group}: in its own process", flush=True)
-      process = subprocess.run(group_command(argv, group, path, remaining), cwd=common.REPO)
+      process = subprocess.run(group_command(argv, group, path, remaining), cwd=REPO)
       if process.returncode or not os.path.exists(path):
         if group == "ours":
           raise RuntimeError(f"the process measuring ours failed (exit {process.returncode}); see its output above.")
@@ -559,7 +560,7 @@ def main(argv=None) -> common.Report | None:
   if args.isolate is None:  # default: isolated, except at --smoke size (its numbers mean nothing)
     args.isolate = not args.smoke
   if not args.smoke:
-    common.disable_persistent_cache()
+    measure.disable_persistent_cache()
   kind = "cpu" if jax.default_backend() == "cpu" else "accelerator"
   option_rows = {"none": {}, "eigen": dict(list(CPU_OPTION_ROWS.items())[:1]), "all": CPU_OPTION_ROWS}[
       args.cpu_option_rows] if kind == "cpu" else {}
@@ -573,9 +574,9 @@ def main(argv=None) -> common.Report | None:
     else:
       print(json.dumps(dataclasses.asdict(measurements)), flush=True)
     return None
-  machine = common.machine_description()
-  peaks = common.measure_peaks(args.dtype, args.smoke, args.warmup, max(args.repeats, 3),
-                               sizes=(args.matmul_size,) if args.matmul_size else None)
+  machine = host_description(load_average=True)
+  peaks = measure.measure_peaks(args.dtype, args.smoke, args.warmup, max(args.repeats, 3),
+                                sizes=(args.matmul_size,) if args.matmul_size else None)
   measurements = (measure_isolated(args, argv, groups) if args.isolate
                   else measure_in_process(args, groups, option_rows))
   if args.no_torch:
@@ -607,11 +608,11 @@ def build_report(args, kind: str, measurements: Measurements, peaks) -> common.R
     with_references = batch_size == (2 if args.smoke else args.batch[0])
     config, model_config = experiment_config(variant, args.smoke, args.no_dropout, dtype=args.dtype)
     tokens = batch_size * 2 * length
-    flops = common.encoder_decoder_flops(model_config, batch_size, length, length)["total"]
+    flops = measure.encoder_decoder_flops(model_config, batch_size, length, length)["total"]
     ours_rate = tokens / measured["ours"]["seconds"]
     for implementation, result in measured.items():
       rate = tokens / result["seconds"]
-      versus = common.ratio(ours_rate, rate)
+      versus = measure.ratio(ours_rate, rate)
       if implementation != "ours" and with_references:
         report.ratios[f"{variant} ours / {implementation} tokens/s"] = versus
       if implementation.startswith("pytorch") and measurements.torch_peak:
@@ -647,7 +648,7 @@ def build_report(args, kind: str, measurements: Measurements, peaks) -> common.R
       f"MFU = model FLOPs / step time / matmul peak; {peaks.describe()}. Model FLOPs: 6 x parameters x tokens "
       f"(each weight matrix counted for the tokens it multiplies, tied output projection included, embedding lookups "
       f"excluded) plus attention 12 x layers x q_length x kv_length x d_model per example (causal counted in "
-      f"full); see common.encoder_decoder_flops. XLA GFLOP is XLA's own count of the compiled step (all ops).",
+      f"full); see measure.encoder_decoder_flops. XLA GFLOP is XLA's own count of the compiled step (all ops).",
       measurements.torch_note,
       *([f"Left out after failing at their first step: {', '.join(measurements.torch_failures)}."]
         if measurements.torch_failures else []),
@@ -680,7 +681,7 @@ def reference_verdicts(report, variant, batch_size, measured, targets, flops, to
   for alternative in (name for name in measured if name in CPU_OPTION_ROWS):
     alternative_rate = tokens / measured[alternative]["seconds"]
     versus_references = ", ".join(
-        f"/ {implementation} {common.ratio(alternative_rate, tokens / measured[implementation]['seconds']):.2f}x"
+        f"/ {implementation} {measure.ratio(alternative_rate, tokens / measured[implementation]['seconds']):.2f}x"
         for implementation in targets if implementation in measured)
     report.notes.append(f"{variant}: {alternative} {versus_references}.")
   if "flax-stock" in measured and measured["ours"]["params"] != measured["flax-stock"]["params"]:
@@ -695,15 +696,15 @@ def fill_mfu(report, achieved, peaks, args, verdicts, mfu_target) -> list[str]:
   mfu_errors = []
   for row, flops_per_second, variant, batch_size, implementation in achieved:
     measured_mfu, theoretical_mfu = peaks.mfu(flops_per_second)
-    row[8] = common.mfu_cell(measured_mfu, theoretical_mfu)
+    row[8] = measure.mfu_cell(measured_mfu, theoretical_mfu)
     row[9] = None if theoretical_mfu is None else 100 * theoretical_mfu
-    error = common.mfu_error(f"{variant} batch {batch_size} {implementation}", measured_mfu, theoretical_mfu)
+    error = measure.mfu_error(f"{variant} batch {batch_size} {implementation}", measured_mfu, theoretical_mfu)
     if error:
       mfu_errors.append(error)
   for variant in dict.fromkeys(variant for _, _, variant, _, _ in achieved):
     ours_mfu = {batch_size: peaks.mfu(flops_per_second)[0] for _, flops_per_second, name, batch_size, implementation
                 in achieved if name == variant and implementation == "ours"
-                and not common.mfu_error("", *peaks.mfu(flops_per_second))}
+                and not measure.mfu_error("", *peaks.mfu(flops_per_second))}
     if not ours_mfu:
       verdicts.append(f"{variant} MFU: a measurement error at every batch size (see the notes)")
       continue

@@ -1,32 +1,14 @@
-"""The benchmark helpers whose numbers end up in tables: timing, the FLOP count, the line fit, RESULTS.md sections."""
+"""A benchmark run's section of RESULTS.md (its own replaced, the others kept, in question order; a section per
+backend and per core count), the line fit, and a flag check."""
 import os
-import time
+import re
 
 import jax
-import numpy as np
 import pytest
 
 from benchmarks import common
 from benchmarks.sequence_length import growth_share
-from transformer.nn import EncoderDecoder, ModelConfig
-
-
-def test_encoder_decoder_flops_match_xla_count_of_forward_pass():
-  """The analytic matmul count is at most XLA's count of the whole forward pass and within 5% of it (XLA also
-  counts the non-matmul FLOPs: softmax, norms, residuals); source and target lengths differ so that cross
-  attention is checked too."""
-  config = ModelConfig(vocab_size=300, d_model=64, num_heads=4, d_ff=128, num_encoder_layers=2,
-                       num_decoder_layers=1, deterministic=True)
-  source = np.ones((2, 24), np.int32)
-  target = np.ones((2, 16), np.int32)
-  model = EncoderDecoder(config)
-  params = model.init(jax.random.PRNGKey(0), source, target)
-  analysis = jax.jit(model.apply).lower(params, source, target).compile().cost_analysis()
-  analysis = analysis[0] if isinstance(analysis, (list, tuple)) else analysis
-  ours = common.encoder_decoder_flops(config, 2, 24, 16, train=False)
-  assert ours["total"] <= analysis["flops"]
-  assert ours["total"] == pytest.approx(analysis["flops"], rel=0.05)
-  assert common.encoder_decoder_flops(config, 2, 24, 16)["total"] == pytest.approx(3 * ours["total"])
+from experiments.report import host_description, usable_cores
 
 
 def test_growth_share_is_the_time_above_the_shortest_length():
@@ -58,7 +40,7 @@ def test_a_run_narrowed_to_fewer_cores_writes_its_own_section(tmp_path, monkeypa
   monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
   common.update_results(report(1.5), [], "all cores", path)
   monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0}, raising=False)  # as under `taskset -c 0`
-  assert common.usable_cores() == 1 and "1 of its 2 cores (taskset)" in common.machine_description()
+  assert usable_cores() == 1 and "1 of its 2 cores (taskset)" in host_description(load_average=True)
   common.update_results(report(2.5), [], "one core", path)
   text = open(path).read()
   assert "| x | 1.50 |" in text and "| x | 2.50 |" in text
@@ -86,29 +68,6 @@ def test_accelerator_run_writes_its_own_section_beside_the_cpu_one(tmp_path, mon
   assert starts == sorted(starts)
 
 
-def test_time_interleaved_takes_turns_and_rotates_who_goes_first():
-  order = []
-  calls = {name: (lambda name=name: order.append(name)) for name in ("a", "b", "c")}
-  timings = common.time_interleaved(calls, warmup=1, repeats=3)
-  assert order[:3] == ["a", "b", "c"]  # warm-up, one each
-  assert order[3:] == ["a", "b", "c", "b", "c", "a", "c", "a", "b"]  # each round starts one later
-  assert set(timings) == {"a", "b", "c"} and all(len(t.times) == 3 for t in timings.values())
-  assert all(t.minimum <= t.median for t in timings.values())
-
-
-def test_time_interleaved_budget_is_judged_by_the_first_round_without_warm_up():
-  calls_made = []
-
-  def slow():
-    calls_made.append(1)
-    time.sleep(0.1)
-
-  timing = common.time_interleaved({"slow": slow}, warmup=0, repeats=50, budget_s=0.25)["slow"]
-  assert len(timing.times) == len(calls_made) == 2  # 0.25 s holds two 0.1 s calls, not 50
-  fast = common.time_interleaved({"fast": lambda: None}, warmup=0, repeats=4, budget_s=10.0)["fast"]
-  assert len(fast.times) == 4
-
-
 def test_train_step_rejects_a_batch_size_below_one(capsys):
   from benchmarks import train_step
 
@@ -117,10 +76,26 @@ def test_train_step_rejects_a_batch_size_below_one(capsys):
   assert "argument --batch: must be an integer >= 1, got 0" in capsys.readouterr().err
 
 
-def test_persistent_cache_disabled_only_inside_the_block():
-  before = jax.config.jax_enable_compilation_cache
-  with pytest.raises(RuntimeError):
-    with common.persistent_cache_disabled():
-      assert jax.config.jax_enable_compilation_cache is False
-      raise RuntimeError("leaving the block by an error also restores the setting")
-  assert jax.config.jax_enable_compilation_cache == before
+def test_rewriting_the_committed_page_from_its_sections_changes_no_byte(tmp_path):
+  """What a rerun relies on: the page writer (header, section order, separators) reproduces the committed page,
+  so a run that replaces its own section leaves every other section of benchmarks/RESULTS.md byte-identical."""
+  copy = str(tmp_path / "RESULTS.md")
+  common.write_sections(common.read_sections(common.RESULTS_PATH), copy)
+  assert open(copy).read() == open(common.RESULTS_PATH).read()
+
+
+# A section's head as the committed page has it: name, title, command, machine, versions, date, then its table.
+SECTION_HEAD = re.compile(r"<!-- benchmarks\.(?P<name>[\w.]+) -->\n## [^\n]+\n\n- Command: `python -m "
+                          r"benchmarks\.(?P<script>\w+)[^`\n]*`\n- Machine: [^\n]+\n- Versions: JAX [^\n]+\n"
+                          r"- Date: \d{4}-\d\d-\d\d\n\n\| ")
+
+
+def test_a_section_written_now_has_the_committed_sections_layout():
+  committed = common.read_sections(common.RESULTS_PATH)
+  assert committed and all(SECTION_HEAD.match(text) for text in committed.values())
+  report = common.Report("decoding", "decoding title", ["name", "value"], rows=[["x", 1.5]], notes=["a note"])
+  text = common.section(report, ["--repeats", "3", "--output_dir", "/tmp/o"], host_description(load_average=True))
+  match = SECTION_HEAD.match(text)
+  assert match and match["name"] == common.section_name("decoding") and match["script"] == "decoding"
+  assert "`python -m benchmarks.decoding --repeats 3`\n" in text and text.endswith(
+      "| x | 1.50 |\n\n- a note\n<!-- /benchmarks.decoding -->\n")

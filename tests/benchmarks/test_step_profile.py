@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from benchmarks import common
+from benchmarks import measure
 from benchmarks import step_profile
 from benchmarks import train_step
 from transformer import ops
@@ -89,7 +89,7 @@ def test_the_train_step_names_every_part_the_profile_reports():
   unnamed remainder is a small minority of its instructions."""
   config, model_config = train_step.experiment_config("transformer_small", smoke=True)
   model = build_task(config).build_model(model_config)
-  with common.persistent_cache_disabled():  # the test session's cache may hold a program traced before a rename
+  with measure.persistent_cache_disabled():  # the test session's cache may hold a program traced before a rename
     step = train_step.compile_step(config, model, train_step.random_batch(2, 8, 8, model_config.vocab_size),
                                    smoke=True)
   named = [op for op in step_profile.parse_hlo(step.compiled.as_text()).values() if op.op_name]

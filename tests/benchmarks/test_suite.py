@@ -1,6 +1,5 @@
-"""The suite's dispatch (parts chosen, one failing or timing out does not stop the others), the MFU sanity
-check, and where benchmark runs write (never the committed benchmarks/RESULTS.md unless asked)."""
-import os
+"""The suite's dispatch (parts chosen, one failing or timing out does not stop the others) and where benchmark
+runs write (never the committed benchmarks/RESULTS.md unless asked)."""
 import subprocess
 import sys
 
@@ -72,7 +71,7 @@ def test_suite_smoke_writes_its_own_folder_and_leaves_the_committed_page(tmp_pat
   before = _committed_page()
   """What CI runs: every part at --smoke size, each in its own process (time_to_bleu only with --data_dir)."""
   result = subprocess.run([sys.executable, "-m", "benchmarks.suite", "--smoke", f"--output_dir={tmp_path}"],
-                          cwd=common.REPO, capture_output=True, text=True, timeout=600)
+                          cwd=report.REPO, capture_output=True, text=True, timeout=600)
   assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
   page = (tmp_path / "RESULTS.md").read_text()
   for section in ("suite", "attention", "train_step", "step_profile", "decoding"):
@@ -107,62 +106,10 @@ def test_time_to_bleu_without_data_is_one_line(tmp_path, monkeypatch):
   assert time_to_bleu.find_data_dir(str(tmp_path / "data")) == str(tmp_path / "data" / "multi30k")
 
 
-# ------------------------------------------------------------------------------------------------- MFU
-
-def test_mfu_above_100_percent_of_either_peak_is_a_measurement_error():
-  assert common.mfu_error("x", 0.45, 0.30) is None
-  assert common.mfu_error("x", 0.45, None) is None  # theoretical peak unknown
-  assert "measurement error" in common.mfu_error("x", 1.3, 0.6)
-  assert "theoretical" in common.mfu_error("x", 0.9, 1.2)
-  assert common.mfu_cell(0.45, 0.3) == pytest.approx(45.0)
-  assert common.mfu_cell(1.3, None).startswith("error")
-
-
-def test_peaks_take_the_higher_measurement_and_divide_by_both():
-  peaks = common.Peaks("bfloat16", (8,), before=100.0, after=200.0, theoretical=1000.0)
-  assert peaks.measured == 200.0
-  assert peaks.mfu(50.0) == (pytest.approx(0.25), pytest.approx(0.05))
-  assert "before the timed steps" in peaks.describe()
-  # A theoretical peak below the measured one (a CPU above its reported clock) is wrong, so not used.
-  turbo = common.Peaks("float32", (8,), before=400.0, after=420.0, theoretical=333.0)
-  assert turbo.mfu(100.0) == (pytest.approx(100 / 420), None) and "not used" in turbo.describe()
-
-
-def test_measured_peak_is_the_best_of_sizes_and_repeats():
-  flops, size = common.best_matmul_flops((16, 32), "float32", warmup=1, repeats=2)
-  assert flops > 0 and size in (16, 32)
-
-
-def test_cpu_vector_description_names_what_the_peak_is_computed_from():
-  assert report.cpu_vector_description({"flags": "avx2 fma", "max MHz": "2450"}) == " (AVX2, FMA, 2.45 GHz)"
-  assert report.cpu_vector_description({}) == ""
-
-
-def test_cpu_theoretical_peak_from_cpuinfo():
-  info = {"flags": "fpu sse2 avx avx2 fma", "max MHz": "2000.0"}
-  assert common.cpu_theoretical_peak("float32", info, cores=2) == 2 * 8 * 2 * 2 * 2e9
-  assert common.cpu_theoretical_peak("float32", {"flags": "avx512f fma", "max MHz": "1000"}, cores=1) == 64e9
-  assert common.cpu_theoretical_peak("float32", {}, cores=2) is None  # unreadable: unknown
-
-
-def test_gpu_theoretical_peak_by_device_name(monkeypatch):
-  class Device:
-    platform, device_kind = "gpu", "NVIDIA H100 80GB HBM3"
-  monkeypatch.setattr(common.jax, "devices", lambda: [Device()])
-  assert common.theoretical_peak("bfloat16")[0] == 989e12
-  Device.device_kind = "NVIDIA H200"
-  assert common.theoretical_peak("bfloat16")[0] == 989e12
-  Device.device_kind = "NVIDIA H100 PCIe"
-  assert common.theoretical_peak("bfloat16")[0] == 756e12
-  Device.device_kind = "Some New GPU"
-  peak, source = common.theoretical_peak("bfloat16")
-  assert peak is None and source.startswith("unknown")
-
-
 # ---------------------------------------------------------------------------------------- where it writes
 
 def test_a_full_run_writes_a_new_folder_not_the_committed_page(tmp_path, monkeypatch):
-  monkeypatch.setattr(common, "REPO", str(tmp_path))
+  monkeypatch.setattr(report, "REPO", str(tmp_path))  # the library's, which places runs/
   args = common.parse_args("x", [])
   assert args.results_path.startswith(str(tmp_path / "runs" / "benchmarks-"))
   assert args.results_path != common.RESULTS_PATH
