@@ -66,19 +66,20 @@ def main(argv):
   absl_logging.set_verbosity(absl_logging.WARNING)  # orbax logs every save step at INFO
   if not _CONFIG.value.get("quiet", False):  # our own progress: data preparation, tokenizers, padding fraction
     logging.getLogger("transformer").setLevel(logging.INFO)
-  from transformer.train import distributed, run  # after flag parsing: imports JAX
+  from transformer.train import distributed, run, validate_config  # after flag parsing: imports JAX
   exit_on_user_error(distributed.initialize, _COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
   config = exit_on_user_error(_config_for_mode, _CONFIG.value, _WORKDIR.value, _MODE.value, sys.argv[1:])
+  run_config = exit_on_user_error(validate_config, config, None, _MODE.value)  # the one reading of the config
   if _MODE.value == "translate":
-    exit_on_user_error(translate_files, config, _WORKDIR.value, run)
+    exit_on_user_error(translate_files, run_config, _WORKDIR.value, run)
   else:
-    exit_on_user_error(run, config, _WORKDIR.value, _MODE.value)
+    exit_on_user_error(run, run_config, _WORKDIR.value, _MODE.value)
 
 
-def translate_files(config, workdir: str, run) -> None:
+def translate_files(run_config, workdir: str, run) -> None:
   """``--mode=translate``: both files checked before anything is decoded, then the run's translations of the
   input lines (``config.translate_input`` or stdin) into ``config.translate_output`` (or stdout)."""
-  source, target = config.translate_input, config.translate_output
+  source, target = run_config.translate_input, run_config.translate_output
   if source and not os.path.isfile(source):
     raise InputFileError(f"config.translate_input={source!r} does not exist; give a UTF-8 text file, one sentence "
                          "a line (or leave it empty to read standard input).")
@@ -86,7 +87,7 @@ def translate_files(config, workdir: str, run) -> None:
     raise InputFileError(f"config.translate_output={target!r}: its folder {os.path.dirname(os.path.abspath(target))} "
                          "does not exist; create it first (or leave the field empty to write standard output).")
   lines = read_input_lines(source)
-  translations = run(config, workdir, "translate", lines=lines).outputs
+  translations = run(run_config, workdir, "translate", lines=lines).outputs
   text = "".join(line + "\n" for line in translations)
   if target:
     with open(target, "w", encoding="utf-8") as f:

@@ -88,20 +88,21 @@ class Pieces:
   """The run's task, strategy and compiled train step, as the loop builds them."""
 
   def __init__(self, config):
-    from transformer.tasks import build_task
+    from transformer.tasks import RunConfig, build_task
     from transformer.train.config import run_optimizer
     from transformer.train.parallel import make_strategy
     from transformer.train.restore import seed_keys
     from transformer.train.state import create_train_state
     from transformer.train.step import make_train_step
-    self.task = build_task(config)
+    run = RunConfig.from_config(config)
+    self.task = build_task(run)
     model = self.task.build_model(self.task.model_config())
-    optimizer = run_optimizer(config)
+    optimizer = run_optimizer(run)
     self.strategy = make_strategy("jit")
-    self.iterator = self.task.train_iterator(config.batch_size, config.seed)
+    self.iterator = self.task.train_iterator(run.batch_size, run.seed)
     first = next(self.iterator)
     self.state = self.strategy.create_state(
-        lambda key: create_train_state(model, optimizer, self.task.init_inputs(first), key), seed_keys(config))
+        lambda key: create_train_state(model, optimizer, self.task.init_inputs(first), key), seed_keys(run))
     self.step = self.strategy.compile_train_step(make_train_step(self.task, model, optimizer))
 
   def timed_steps(self, steps: int, before_step=None, after_step=None) -> float:

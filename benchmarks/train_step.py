@@ -65,7 +65,7 @@ from experiments import multi30k
 from experiments.report import REPO, host_description, usable_cores
 from transformer import ops
 from transformer.nn import ModelConfig
-from transformer.tasks import build_task
+from transformer.tasks import RunConfig, build_task
 from transformer.train.optimizer import make_optimizer
 from transformer.train.parallel import make_strategy
 from transformer.train.state import create_train_state
@@ -185,8 +185,9 @@ def compile_step(config, model, batch, seed: int = 0, smoke: bool = False,
   ``jit`` strategy with the state donated), compiled for ``batch`` (quickly but unoptimised if ``smoke``;
   with XLA ``compiler_options`` if given); ``num_replicas`` > 1: that many seeds in one ``vmap``ped step
   (``config.num_seeds``), all on ``batch``."""
-  task = build_task(config)
-  optimizer = make_optimizer(config.optimizer, config.num_train_steps)
+  run = RunConfig.from_config(config)
+  task = build_task(run)
+  optimizer = make_optimizer(run.optimizer, run.num_train_steps)
   strategy = make_strategy("jit", num_replicas)
   batch = strategy.put_batch(batch)
   key = jax.random.PRNGKey(seed)

@@ -40,7 +40,7 @@ from absl import app, flags
 
 from experiments import report
 from experiments.ablations import common
-from transformer.train.config import SWEEPABLE
+from transformer.tasks.run_config import SWEEPABLE
 from transformer.train.workdir import recorded_tokenizers
 from transformer.train.writers import read_metrics
 

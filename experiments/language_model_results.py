@@ -44,7 +44,7 @@ def write_results(output: str, workdir: str, *, replace_only_longer: bool = Fals
   best = min(evaluations, key=lambda r: r["eval/perplexity"])
   last = records[-1]
   model = transformer.load(workdir)
-  run_config = model.config
+  run_config = transformer.read_run_config(workdir)
   command = ["python", "launch.py", f"--config=experiments/language_model.py:{VARIANT}", f"--workdir={workdir}",
              f"--config.task.source_dir={run_config.task.source_dir}",
              *report.config_overrides(get_config(VARIANT), run_config, NOT_TRAINING_SETTINGS)]

@@ -16,11 +16,12 @@ from typing import Any
 import ml_collections
 import numpy as np
 
+from transformer.tasks.run_config import RunConfig
 from transformer.train import RestoredParams, load_params, read_run_config
 
 
 class TrainedModel:
-  """A trained model: its run's ``config``, ``model_config``, ``params`` (host arrays) and ``task``.
+  """A trained model: its run's ``run`` (``RunConfig``), ``model_config``, ``params`` (host arrays) and ``task``.
 
   Attributes:
     steps: the restored step, or the averaged steps (oldest first); ``step`` is the newest of them.
@@ -28,7 +29,7 @@ class TrainedModel:
   """
 
   def __init__(self, restored: RestoredParams, workdir: str):
-    self.config: ml_collections.ConfigDict = restored.config
+    self.run: RunConfig = restored.run
     self.model_config = restored.model_config
     self.params: Any = restored.params
     self.task = restored.task
@@ -40,14 +41,14 @@ class TrainedModel:
     return self.steps[-1]
 
   def __repr__(self) -> str:
-    return (f"{type(self).__name__}({self.workdir!r}, task={self.config.task.name!r}, "
+    return (f"{type(self).__name__}({self.workdir!r}, task={self.run.task.name!r}, "
             f"{type(self.model_config).__name__}, steps={self.steps})")
 
   def __getattr__(self, name: str):  # only for names the instance lacks: a method of another model type
     offered = {kind.__name__: kind.METHODS for kind in MODEL_TYPES.values()}
-    if "config" in self.__dict__ and any(name in methods for methods in offered.values()):
+    if "run" in self.__dict__ and any(name in methods for methods in offered.values()):
       raise AttributeError(f"a {type(self).__name__} (the run in {self.__dict__.get('workdir')!r} trained "
-                           f"config.task.name={self.config.task.name!r}) has no {name}; it offers "
+                           f"config.task.name={self.run.task.name!r}) has no {name}; it offers "
                            f"{', '.join(self.METHODS)}.")
     raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
@@ -170,7 +171,7 @@ def model_type(task) -> type[TrainedModel]:
 
 
 def load(workdir: str, checkpoint: str | int = "best", average_last: int = 0, replica: int = 0,
-         config: ml_collections.ConfigDict | None = None) -> TrainedModel:
+         config: ml_collections.ConfigDict | RunConfig | None = None) -> TrainedModel:
   """The model trained in ``workdir`` (by ``launch.py`` / ``transformer.train.run``), ready to use: a
   ``Translator``, ``SequenceModel``, ``Classifier``, ``Forecaster`` or ``LanguageModel`` by its task. Only the
   parameters are read (``load_params``): no optimizer is built and its state stays on disk. A run saved by older

@@ -5,7 +5,8 @@ import pytest
 
 from transformer.errors import ConfigError
 from transformer.nn import ModelConfig, RNNConfig
-from transformer.train.config import DECIDED_ELSEWHERE, base_config, set_model, validate_config
+from transformer.tasks.run_config import DECIDED_ELSEWHERE
+from transformer.train.config import base_config, set_model, validate_config
 
 
 def test_the_model_section_holds_the_named_models_fields_and_defaults():

@@ -13,7 +13,7 @@ from tests.train.conftest import tiny_config
 from transformer import load
 from transformer.errors import ConfigError, WorkdirError
 from transformer.train import read_run_config, run
-from transformer.train.config import decode_section
+from transformer.train.config import base_config
 from transformer.train.convert_run import main, upgrade_config, upgrade_model_config
 from transformer.train.run_format import FORMAT_FILE, FORMAT_VERSION, read_format
 from transformer.train.session import check_workdir_model
@@ -91,7 +91,7 @@ def test_a_run_saved_before_the_marker_is_refused_then_converted_loads_the_same_
 def test_a_format_0_run_is_converted_to_todays_config_and_loads(trained, tmp_path, capsys):
   workdir = _copy(trained, tmp_path)
   today = _read(workdir, "config.json")
-  assert today["decode"] == decode_section().to_dict()  # so the old shape below, without decode, means it
+  assert today["decode"] == base_config().decode.to_dict()  # so the old shape below, without decode, means it
   # Before model_name: architecture chose between the model (Transformer) and rnn sections; no decode section.
   old = {name: value for name, value in today.items() if name not in ("model_name", "decode")}
   old.update(architecture="transformer", model={**today["model"], "num_classes": 2, "pooling": "mean"},
@@ -155,7 +155,7 @@ def test_upgrade_config_maps_the_old_sections_to_the_chosen_models_section():
   rnn = {"cell": "lstm", "hidden_dim": 256}
   old_rnn_run = {"architecture": "rnn", "model": transformer, "rnn": rnn, "seed": 3, "task": {"name": "t"}}
   assert upgrade_config(old_rnn_run) == {"model_name": "rnn", "model": rnn, "seed": 3, "task": {"name": "t"},
-                                         "decode": decode_section().to_dict()}
+                                         "decode": base_config().decode.to_dict()}
   # Before RNNs there was no architecture field: a Transformer, less the fields moved to ClassifierConfig.
   assert upgrade_config({"model": transformer, "seed": 3}) == {
       "model_name": "transformer", "model": {"d_model": 128, "num_heads": 4}, "seed": 3}
@@ -171,7 +171,7 @@ def test_upgrade_config_moves_the_old_beam_settings_into_decode():
   old = {"model_name": "transformer", "task": {"name": "translation", "beam_size": 5, "length_penalty": 1.0}}
   upgraded = upgrade_config(old)
   assert upgraded["task"] == {"name": "translation"}
-  assert upgraded["decode"] == {**decode_section().to_dict(), "method": "beam", "beam_size": 5, "length_penalty": 1.0}
+  assert upgraded["decode"] == {**base_config().decode.to_dict(), "method": "beam", "beam_size": 5, "length_penalty": 1.0}
   assert upgrade_config({"task": {"name": "t", "beam_size": 1}})["decode"]["method"] == "greedy"
 
 

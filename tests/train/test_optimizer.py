@@ -1,19 +1,15 @@
 """Schedules and the optimizer against the paper's formulas."""
-import ml_collections
 import numpy as np
 import optax
 import pytest
 import jax.numpy as jnp
 
+from transformer.tasks.run_config import OptimizerConfig
 from transformer.train.optimizer import make_optimizer, make_schedule
 
 
 def optimizer_config(**overrides):
-  config = ml_collections.ConfigDict({"learning_rate": 1e-3, "schedule": "inverse_sqrt", "warmup_steps": 100,
-                                      "b1": 0.9, "b2": 0.98, "eps": 1e-9, "weight_decay": 0.0,
-                                      "grad_clip_norm": 0.0})
-  config.update(overrides)
-  return config
+  return OptimizerConfig(**{"learning_rate": 1e-3, "schedule": "inverse_sqrt", "warmup_steps": 100, **overrides})
 
 
 def test_inverse_sqrt_is_the_papers_schedule():

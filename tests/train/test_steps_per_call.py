@@ -4,7 +4,6 @@ import shutil
 
 import jax
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 import pytest
 
@@ -14,6 +13,7 @@ from transformer.errors import ConfigError
 from transformer.inference import load_params
 from transformer.train import run
 from transformer.train.loop import call_sizes
+from transformer.tasks.run_config import OptimizerConfig
 from transformer.train.optimizer import make_optimizer
 from transformer.train.parallel import make_strategy
 from transformer.train.state import TrainState
@@ -103,9 +103,7 @@ class _DropoutTask:
 def test_a_scanned_call_is_the_same_steps_on_every_strategy_that_scans(parallelism, num_replicas):
   """Strategy level: four calls of the step against one call of four (vmapped replicas with their own swept
   settings; a mesh of 8 devices), with dropout: the keys, parameters and metrics agree exactly."""
-  config = ml_collections.ConfigDict({"learning_rate": 0.1, "schedule": "constant", "warmup_steps": 0, "b1": 0.9,
-                                      "b2": 0.98, "eps": 1e-9, "weight_decay": 0.0, "grad_clip_norm": 0.0})
-  optimizer = make_optimizer(config, 10)
+  optimizer = make_optimizer(OptimizerConfig(learning_rate=0.1, schedule="constant", warmup_steps=0), 10)
   train_step = make_train_step(_DropoutTask(), None, optimizer)
   settings = {"scale": (1.0, 3.0)} if num_replicas > 1 else None
 

@@ -13,6 +13,7 @@ from transformer.errors import MissingDependencyError
 from transformer.tasks.base import (StartsFromPretrained, Task, TranslatesText, WritesPredictions,
                                    WritesTestOutputs)
 from transformer.tasks.configs import TASK_CONFIGS, TaskConfig, task_config, task_config_class
+from transformer.tasks.run_config import RunConfig
 
 # name -> (module, class, pip extra its dependencies come from); the task's config.task dataclass is
 # configs.TASK_CONFIGS[name], which is also the task class's task_config_class.
@@ -41,15 +42,17 @@ def require_extra(extra: str, needed_by: str) -> None:
                                  f"run pip install -e \".[{extra}]\" in the repository.")
 
 
-def build_task(config) -> Task:
-  """The task named by ``config.task.name``, with a clear error for an unknown name or a missing extra."""
-  name = config.task.name
+def build_task(run) -> Task:
+  """The task of ``run`` (a ``RunConfig``, or a ``ConfigDict`` it is resolved from), named by ``config.task.name``,
+  with a clear error for an unknown name or a missing extra."""
+  run = run if isinstance(run, RunConfig) else RunConfig.from_config(run)
+  name = run.task.name
   task_config_class(name)  # a ConfigError naming the known tasks
   module_name, class_name, extra = TASKS[name]
   if extra is not None:  # all of the extra, also what the task imports late (e.g. safetensors for pretrained models)
     require_extra(extra, f"the {name!r} task")
-  return getattr(importlib.import_module(module_name), class_name)(config)
+  return getattr(importlib.import_module(module_name), class_name)(run)
 
 
-__all__ = ["EXTRA_MODULES", "StartsFromPretrained", "Task", "TaskConfig", "TASK_CONFIGS", "TASKS", "TranslatesText",
+__all__ = ["EXTRA_MODULES", "RunConfig", "StartsFromPretrained", "Task", "TaskConfig", "TASK_CONFIGS", "TASKS", "TranslatesText",
            "WritesPredictions", "WritesTestOutputs", "build_task", "require_extra", "task_config", "task_config_class"]

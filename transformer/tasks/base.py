@@ -9,11 +9,12 @@ import abc
 from typing import Any, Iterator, Protocol, runtime_checkable
 
 import flax.linen as nn
-import ml_collections
 import numpy as np
 
+from transformer.errors import ConfigError
 from transformer.nn import ModelConfig
 from transformer.tasks.configs import TaskConfig
+from transformer.tasks.run_config import RunConfig
 
 Batch = dict[str, Any]  # name -> numpy array with a leading batch axis
 Metrics = dict[str, tuple[Any, Any]]  # name -> (sum, weight): summed over batches and devices, divided once
@@ -32,13 +33,16 @@ class ResumableIterator(Protocol):
 
 
 class Task(abc.ABC):
-  """One experiment's data, model and loss. ``config.task`` is read once, into ``self.task_config`` (an instance of
-  ``task_config_class``, the task's dataclass in ``transformer.tasks.configs``), which the task reads thereafter."""
+  """One experiment's data, model and loss, built from the run's ``RunConfig``: ``self.run``; its task section is
+  ``self.task_config``, an instance of ``task_config_class`` (the task's dataclass in ``transformer.tasks.configs``)."""
   task_config_class: type[TaskConfig] = TaskConfig
 
-  def __init__(self, config: ml_collections.ConfigDict):
-    self.config = config
-    self.task_config = self.task_config_class.from_dict(config.task)
+  def __init__(self, run: RunConfig):
+    if not isinstance(run.task, self.task_config_class):
+      raise ConfigError(f"{type(self).__name__} needs config.task of {self.task_config_class.__name__}, got "
+                        f"config.task.name={run.task.name!r}.")
+    self.run = run
+    self.task_config = run.task
 
   @abc.abstractmethod
   def model_config(self) -> ModelConfig:
@@ -80,8 +84,8 @@ class Task(abc.ABC):
     through ``self.label_smoothing``, which falls back to the config's."""
 
   def label_smoothing(self, swept=None):
-    """The label smoothing of the loss: a replica's swept value (``config.sweep``) if given, else the config's."""
-    return self.config.get("label_smoothing", 0.0) if swept is None else swept
+    """The label smoothing of the loss: a replica's swept value (``config.sweep``) if given, else the run's."""
+    return self.run.label_smoothing if swept is None else swept
 
   def data_fingerprint(self) -> dict[str, str]:
     """``{"<dataset>/<file>": "size=... sha256=..."}`` of the source files the task's data was prepared from,

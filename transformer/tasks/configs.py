@@ -1,12 +1,11 @@
 """Each task's ``config.task`` section as a frozen dataclass, validated when built (``ConfigError`` naming the field,
 the bad value and the fix), as ``transformer.nn``'s model configs are.
 
-A task builds its own once, in its constructor (``Task.task_config_class.from_dict(config.task)``), and reads its
-fields from it; ``validate_config`` builds it at start (``task_config``), so that a misspelt field of a config file or
-of the Python API (``config.task.max_lenght = 64``; the command line refuses a field the section lacks) fails before
-any data is read, with "did you mean 'max_length'". A default is what the code took for a field the section
-lacks (runs saved before the field existed), else the experiments' value. The typed config is built from the
-``ConfigDict``, never stored: a run's ``config.json`` keeps the section as it was given.
+``RunConfig.from_config`` builds it once (``task_config``), as the run's ``task``, which the task reads
+(``Task.task_config``): a misspelt field of a config file or of the Python API (``config.task.max_lenght = 64``; the
+command line refuses a field the section lacks) fails before any data is read, with "did you mean 'max_length'".
+A default is what the code took for a field the section lacks (runs saved before the field existed), else the
+experiments' value; a run's ``config.json`` keeps the section as it was given.
 
 This module imports none of the tasks' data dependencies (TFDS, SentencePiece), so validating a config needs none.
 """
@@ -16,7 +15,6 @@ import dataclasses
 import difflib
 
 from transformer.data.synthetic import KINDS
-from transformer.decode import DecodeSettings
 from transformer.errors import ConfigError
 from transformer.nn.config import ValidatedConfig
 
@@ -203,22 +201,3 @@ def task_config_class(name: str) -> type[TaskConfig]:
 def task_config(task_section) -> TaskConfig:
   """The typed config of a ``config.task`` section, by its ``name``."""
   return task_config_class(task_section["name"]).from_dict(task_section)
-
-
-def decode_settings(config, beam_size: int | None = None, length_penalty: float | None = None) -> DecodeSettings:
-  """The run's ``config.decode`` as ``DecodeSettings``, with a call's overrides (``beam_size`` 1 is greedy
-  search, more is beam search); a bad value is a ``ConfigError`` naming the field."""
-  fields = dict(config.get("decode", {}))
-  unknown = set(fields) - {field.name for field in dataclasses.fields(DecodeSettings)}
-  if unknown:
-    raise ConfigError(f"config.decode has no field {sorted(unknown)[0]!r}; its fields are "
-                      f"{[field.name for field in dataclasses.fields(DecodeSettings)]}.")
-  try:
-    settings = DecodeSettings(**fields)
-  except ValueError as error:
-    raise ConfigError(f"config.decode: {error} Set it with --config.decode.<field>=...") from None
-  if beam_size is not None:
-    settings = dataclasses.replace(settings, method="greedy" if beam_size == 1 else "beam", beam_size=beam_size)
-  if length_penalty is not None:
-    settings = dataclasses.replace(settings, length_penalty=length_penalty)
-  return settings

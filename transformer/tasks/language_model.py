@@ -20,7 +20,8 @@ from transformer.decode import DecodeSettings
 from transformer.errors import ConfigError
 from transformer.nn import ModelConfig, TransformerLM
 from transformer.tasks.base import Task
-from transformer.tasks.configs import LanguageModelConfig, decode_settings
+from transformer.tasks.configs import LanguageModelConfig
+from transformer.tasks.run_config import override_decode
 from transformer.tasks.decoding import continue_prompts
 from transformer.tasks.seq2seq import token_loss_and_metrics
 from transformer.tasks.translation import sentencepiece_options
@@ -50,12 +51,11 @@ class LanguageModelTask(Task):
     return {"text": self.data.tokenizer}
 
   def model_config(self) -> ModelConfig:
-    if self.config.model_name != "lm":
+    if self.run.model_name != "lm":
       raise ConfigError(f"the language_model task trains config.model_name='lm' (a decoder-only TransformerLM), "
-                        f"got {self.config.model_name!r}.")
-    return ModelConfig.from_dict({**self.config.model.to_dict(), "vocab_size": self.data.tokenizer.vocab_size,
-                                  "pad_id": tokenizers.PAD_ID, "bos_id": tokenizers.BOS_ID,
-                                  "eos_id": tokenizers.EOS_ID})
+                        f"got {self.run.model_name!r}.")
+    return self.run.model.replace(vocab_size=self.data.tokenizer.vocab_size, pad_id=tokenizers.PAD_ID,
+                                  bos_id=tokenizers.BOS_ID, eos_id=tokenizers.EOS_ID)
 
   def build_model(self, model_config):
     return TransformerLM(model_config)
@@ -114,7 +114,7 @@ class LanguageModelTask(Task):
     if not prompts:
       return []
     max_new_tokens = self.task_config.max_length if max_new_tokens is None else int(max_new_tokens)
-    settings = decode_settings(self.config) if settings is None else settings
+    settings = self.run.decode if settings is None else settings
     encoded = self.data.tokenizer.encode_batch(list(prompts), add_eos=False)
     lengths = np.array([len(ids) for ids in encoded], np.int32)
     prompt = np.full((len(encoded), max(1, int(lengths.max()))), model_config.pad_id, np.int32)
@@ -129,4 +129,4 @@ class LanguageModelTask(Task):
     """``--mode=translate`` for a language model: each input line is a prompt, each output line its
     continuation (``config.decode``; ``beam_size``/``length_penalty`` override it as for translation)."""
     return self.continue_texts(model_config, params, lines,
-                               settings=decode_settings(self.config, beam_size, length_penalty))
+                               settings=override_decode(self.run.decode, beam_size, length_penalty))

@@ -48,7 +48,7 @@ class TranslationTask(Seq2SeqTask):
     data = self.data
     return self.make_model_config(
         vocab_size=data.source_tokenizer.vocab_size, target_vocab_size=data.target_tokenizer.vocab_size,
-        share_embeddings=self.config.model.get("share_embeddings", False) and self.task_config.shared_vocab,
+        share_embeddings=getattr(self.run.model, "share_embeddings", False) and self.task_config.shared_vocab,
         pad_id=0, bos_id=1, eos_id=2)
 
   def _batcher(self, examples, train: bool, seed: int = 0) -> batching.TokenBatcher:
@@ -80,7 +80,7 @@ class TranslationTask(Seq2SeqTask):
     search of ``config.decode``, or beam search of ``beam_size`` ranked by ``length_penalty`` when given (see
     ``decode_settings``). Shows ``Progress`` as ``description``: sentences done of ``count``."""
     hypotheses = [""] * count
-    progress = Progress(description, count, quiet=self.config.get("quiet", False))
+    progress = Progress(description, count, quiet=self.run.quiet)
     for batch in batches:
       index = np.asarray(batch["index"])
       if not np.any((index >= 0) & (index < count)):

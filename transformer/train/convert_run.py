@@ -17,9 +17,10 @@ import os
 import shutil
 import sys
 
+from transformer.decode import DecodeSettings
 from transformer.errors import WorkdirError, exit_on_user_error
 from transformer.nn import model_spec
-from transformer.train.config import decode_section, model_section
+from transformer.train.config import model_section
 from transformer.train.run_format import FORMAT_FILE, FORMAT_VERSION, read_format, write_format
 from transformer.train.writers import write_atomically
 
@@ -56,7 +57,7 @@ def _upgrade_decode(config: dict) -> None:
   if "decode" in config or "task" not in config:
     return
   task = config["task"] = dict(config["task"])
-  decode = decode_section().to_dict()
+  decode = dataclasses.asdict(DecodeSettings())
   if "beam_size" in task:
     beam_size = task.pop("beam_size")
     decode.update(method="greedy" if beam_size == 1 else "beam", beam_size=beam_size)

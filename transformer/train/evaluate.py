@@ -44,9 +44,9 @@ def make_evaluator(session, eval_model, write=print):
   training loop's ``bar.write``, so that they never land inside its progress bar). With several replicas
   (``num_seeds > 1``, ``config.sweep``) each metric is the mean over replicas, with each replica's value as
   ``eval/<name>/seed_i`` (``i`` the replica: variant ``i // num_seeds``, seed ``config.seed + i % num_seeds``)."""
-  strategy, task, num_seeds = session.strategy, session.task, session.config.num_seeds
+  strategy, task, num_seeds = session.strategy, session.task, session.run.num_seeds
   eval_step = strategy.compile_eval_step(make_eval_step(task, eval_model, getattr(strategy, "axis_name", None)))
-  eval_batches = task.eval_batches(session.config.eval_batch_size)
+  eval_batches = task.eval_batches(session.run.eval_batch_size)
 
   def evaluate(state) -> dict:
     sums = None

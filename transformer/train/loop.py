@@ -1,4 +1,4 @@
-"""The training loop: ``run_train(config, workdir)``, one loop for every experiment.
+"""The training loop: ``run_train(run, workdir)``, one loop for every experiment.
 
 A run starts (or resumes exactly: parameters, optimizer, data position, metrics window) in ``Trainer``, then
 steps through a short loop over periodic actions, in the manner of CLU's periodic actions: log every
@@ -23,7 +23,8 @@ import numpy as np
 from transformer.data.prefetch import BatchGroups, prefetch_to_device, stack_batches
 from transformer.errors import ConfigError, TrainingDiverged
 from transformer.tasks.progress import log_line, progress_bar
-from transformer.train.config import run_optimizer, run_schedules, sweeps_schedule
+from transformer.tasks.run_config import RunConfig
+from transformer.train.config import run_optimizer, run_schedules
 from transformer.train.evaluate import make_evaluator, means, replica_means
 from transformer.train.initialise import initial_state, state_factory
 from transformer.train.preemption import Preemption
@@ -49,12 +50,12 @@ class RunOutput:
   outputs: list | None = None
 
 
-def run_train(config, workdir: str) -> RunOutput:
-  """Train, resuming from the latest checkpoint in ``workdir`` (exactly: data position, metrics window)."""
-  session = prepare(config, workdir, "train")
+def run_train(run: RunConfig, workdir: str) -> RunOutput:
+  """Train ``run``, resuming from the latest checkpoint in ``workdir`` (exactly: data position, metrics window)."""
+  session = prepare(run, workdir, "train")
   try:
     trainer = Trainer(session)
-    return trainer.report_finished() if trainer.step >= config.num_train_steps else trainer.train()
+    return trainer.report_finished() if trainer.step >= run.num_train_steps else trainer.train()
   finally:  # also on an error, so that a notebook or test can start the fixed run in the same process
     if session.lock is not None:
       session.lock.release()
@@ -78,21 +79,20 @@ class Trainer:
   """One training run: its state and data position, the compiled step, and the periodic actions."""
 
   def __init__(self, session: Session):
-    self.session, self.config, self.task = session, session.config, session.task
+    self.session, self.run, self.task = session, session.run, session.task
     self.strategy, self.checkpointer = session.strategy, session.checkpointer
     self.model = self.task.build_model(session.model_config)
-    self.optimizer = run_optimizer(self.config)
-    data_seed = self.config.seed if self.config.data_seed < 0 else self.config.data_seed
-    self.iterator = self.task.train_iterator(session.host_batch_size, data_seed, session.process_index,
+    self.optimizer = run_optimizer(self.run)
+    self.iterator = self.task.train_iterator(session.host_batch_size, self.run.order_seed, session.process_index,
                                              session.process_count)
     create, abstract_state = state_factory(session, self.model, self.optimizer,
                                            self.task.init_inputs(self._first_batch_rows()))
-    checked = self.checkpointer.has_checkpoints() and not self.config.restart
+    checked = self.checkpointer.has_checkpoints() and not self.run.restart
     if checked:  # before restoring: a changed setting is named, not reported as checkpoints that do not fit
       hold_to_record(session, resuming=True)
     restored = self.checkpointer.restore(abstract_state)
     if restored is None:  # never start over on an earlier run's outputs (unless config.restart)
-      check_fresh_start(session.workdir, self.config.restart, self.config.checkpoint_every)
+      check_fresh_start(session.workdir, self.run.restart, self.run.checkpoint_every)
       hold_to_record(session, resuming=False)
       self.step, self.state, extra = 0, initial_state(session, create), {}
     else:
@@ -108,15 +108,15 @@ class Trainer:
   def _first_batch_rows(self) -> dict:
     """Rows of the first batch, the shapes parameters are initialised for (the iterator is rewound)."""
     start = self.iterator.get_state()
-    rows = max(1, self.session.host_batch_size // self.config.grad_accum_steps)
+    rows = max(1, self.session.host_batch_size // self.run.grad_accum_steps)
     batch = {k: np.asarray(v)[:rows] for k, v in next(self.iterator).items()}
     self.iterator.set_state(start)
     return batch
 
   def report_finished(self) -> RunOutput:
     """A finished run: report it, train nothing."""
-    self.session.say(f"already done: {self.session.workdir} is trained to step {self.step} (config.num_train_steps="
-                     f"{self.config.num_train_steps}); raise --config.num_train_steps to train further.")
+    self.session.say(f"already done: {self.session.workdir} is trained to step {self.step} (run.num_train_steps="
+                     f"{self.run.num_train_steps}); raise --config.num_train_steps to train further.")
     self.results = _last_evaluation(self.session.workdir)
     _print_summary(self.session, self.step, self.results)
     self.checkpointer.close()
@@ -138,40 +138,40 @@ class Trainer:
     return RunOutput(self.step, self.results, self.strategy.to_canonical(self.state), self.strategy.trace_count)
 
   def _compile(self) -> None:
-    config, session = self.config, self.session
-    self.bar = progress_bar(config.num_train_steps, self.step, config.quiet or not session.is_main)
+    run, session = self.run, self.session
+    self.bar = progress_bar(run.num_train_steps, self.step, run.quiet or not session.is_main)
     self.evaluate_state = make_evaluator(
         session, self.task.build_model(session.model_config.replace(deterministic=True)), write=self.bar.write)
-    self.schedules = run_schedules(config)  # one per variant of config.sweep
+    self.schedules = run_schedules(run)  # one per variant of config.sweep
     train_step = make_train_step(
-        self.task, self.model, self.optimizer, config.grad_accum_steps, getattr(self.strategy, "axis_name", None),
-        skip_nonfinite_steps=config.skip_nonfinite_steps,
-        frozen_params=tuple(config.optimizer.get("frozen_params", ()) or ()),
-        variant_schedules=self.schedules if sweeps_schedule(config) else None)
+        self.task, self.model, self.optimizer, run.grad_accum_steps, getattr(self.strategy, "axis_name", None),
+        skip_nonfinite_steps=run.skip_nonfinite_steps,
+        frozen_params=run.optimizer.frozen_params,
+        variant_schedules=self.schedules if run.replicas.sweeps_schedule else None)
     self.train_step = self.strategy.compile_train_step(train_step)  # traced only if a call runs one step
-    self.steps_per_call = config.get("steps_per_call", 1)
+    self.steps_per_call = run.steps_per_call
     if self.steps_per_call > 1:
       self.train_steps = self.strategy.compile_train_step(train_step, self.steps_per_call)
     self.writer = MetricWriter(session.workdir, resume_step=self.step, enabled=session.is_main,
-                               tensorboard=config.tensorboard)
+                               tensorboard=run.tensorboard)
     self.run_start = time.perf_counter()
     # Bucketed data (translation) compiles the step once per batch shape: say so, or the first minutes are silent.
     self.seen_shapes = set()
 
   def _loop(self, preemption: Preemption) -> None:
     """The compiled calls (one step each, or ``config.steps_per_call``), each followed by the actions due."""
-    config, total = self.config, self.config.num_train_steps
+    run, total = self.run, self.run.num_train_steps
     groups = BatchGroups(self.iterator, call_sizes(self.step, total, self.steps_per_call))
     for host_batches, placed, position in prefetch_to_device(groups, self._place):
       self._call(host_batches, placed)
       self.position = position
       last = self.step == total
       self.evaluated = None
-      if _due(self.step, config.log_every, last):
+      if _due(self.step, run.log_every, last):
         self.log()
-      if _due(self.step, config.eval_every, last):
+      if _due(self.step, run.eval_every, last):
         self.evaluate(last)
-      if _due(self.step, config.checkpoint_every, last) or self.evaluated is not None or preemption.requested:
+      if _due(self.step, run.checkpoint_every, last) or self.evaluated is not None or preemption.requested:
         self.save(self.evaluated)
       if preemption.requested:
         self.checkpointer.wait()
@@ -211,7 +211,7 @@ class Trainer:
     if shape in self.seen_shapes:
       return
     self.seen_shapes.add(shape)
-    if self.session.is_main and not self.config.quiet:
+    if self.session.is_main and not self.run.quiet:
       known = getattr(self.iterator, "batch_shapes", None)
       of = f"/{max(len(known), len(self.seen_shapes))}" if known else ""
       self.bar.write(f"compiling the train step for batch shape {len(self.seen_shapes)}{of} ({shape})")
@@ -222,14 +222,14 @@ class Trainer:
 
   def log(self) -> None:
     """Read the window's metrics (the host's one wait on the device between actions), write and show them."""
-    config = self.config
-    if not config.skip_nonfinite_steps:
+    run = self.run
+    if not run.skip_nonfinite_steps:
       self.window.check_finite()
     sums, steps, tokens, seconds = self.window.read()
-    logged = means(_unmeasured_as_nan(sums, steps), "train", config.num_seeds)
+    logged = means(_unmeasured_as_nan(sums, steps), "train", run.num_seeds)
     rates = [float(schedule(self.step - 1)) for schedule in self.schedules]
-    logged.update(replica_means("train/learning_rate", np.repeat(rates, config.num_seeds)
-                                if sweeps_schedule(config) else rates[0], config.num_seeds))
+    logged.update(replica_means("train/learning_rate", np.repeat(rates, run.num_seeds)
+                                if run.replicas.sweeps_schedule else rates[0], run.num_seeds))
     logged["train/steps_per_second"] = steps / seconds
     logged["train/tokens_per_second"] = tokens * self.session.process_count / seconds
     logged["wall_seconds"] = self.wall_seconds()
@@ -237,19 +237,19 @@ class Trainer:
     skipped = logged.get("train/skipped_steps")
     postfix = {"loss": f"{logged['train/loss']:.4f}", "tok_s": f"{logged['train/tokens_per_second']:.0f}"}
     self.bar.set_postfix(postfix if not skipped else {**postfix, "skipped": f"{skipped:g}/{steps}"})
-    if self.bar.disable and self.session.is_main and not config.quiet:  # a log file: a line per logging step
-      print(log_line(self.step, config.num_train_steps, logged, 1 / logged["train/steps_per_second"], steps),
+    if self.bar.disable and self.session.is_main and not run.quiet:  # a log file: a line per logging step
+      print(log_line(self.step, run.num_train_steps, logged, 1 / logged["train/steps_per_second"], steps),
             flush=True)
-    if skipped is not None and skipped > config.get("max_skipped_share", 0.5) * steps:
+    if skipped is not None and skipped > run.max_skipped_share * steps:
       raise TrainingDiverged(
           f"training stopped at step {self.step}: {skipped:g} of the last {steps} steps were skipped (non-finite "
-          f"loss or gradient), more than config.max_skipped_share={config.get('max_skipped_share', 0.5)}. The "
+          f"loss or gradient), more than config.max_skipped_share={run.max_skipped_share}. The "
           "latest checkpoint is kept; lower config.optimizer.learning_rate (or set "
           "config.optimizer.grad_clip_norm), or raise config.max_skipped_share.")
 
   def evaluate(self, last: bool) -> None:
     """Evaluate the state, write and print the metrics; a best_metric the task lacks stops, saved."""
-    if not self.config.skip_nonfinite_steps:
+    if not self.run.skip_nonfinite_steps:
       self.window.check_finite()  # never spend an evaluation on a diverged state
     if last:
       self.bar.close()  # on a terminal: the final evaluation prints below the finished bar, not inside it
@@ -259,7 +259,7 @@ class Trainer:
       self.bar.write(" ".join(f"{k}={v:.4f}" for k, v in sorted(self.evaluated.items()) if "/seed_" not in k)
                      + f" (step {self.step})")
       sys.stdout.flush()
-    best_metric = self.config.best_metric
+    best_metric = self.run.best_metric
     if best_metric and best_metric not in self.evaluated:
       self.save()  # keep the work: the fixed command resumes from here
       self.checkpointer.wait()
@@ -269,7 +269,7 @@ class Trainer:
 
   def save(self, metrics: dict | None = None) -> None:
     """Checkpoint the state, the data position and the metrics window (and the best copy, with ``metrics``)."""
-    if not self.config.skip_nonfinite_steps:
+    if not self.run.skip_nonfinite_steps:
       self.window.check_finite()  # never save a state after a non-finite step
     extra = {"wall_seconds": self.wall_seconds(), "iterator": self.position, **self.window.saved()}
     self.checkpointer.save(self.step, self.strategy.to_canonical(self.state), extra, metrics)
@@ -318,22 +318,22 @@ def _print_summary(session: Session, step: int, results: dict) -> None:
   """The end of a training run in a few lines: final and best metrics, where the outputs are, how to see them."""
   if not session.is_main:
     return
-  config, workdir = session.config, session.workdir
-  lines = [f"done: step {step} of {config.num_train_steps}"]
+  run, workdir = session.run, session.workdir
+  lines = [f"done: step {step} of {run.num_train_steps}"]
   final = {name: value for name, value in sorted(results.items()) if "/seed_" not in name}
   if final:
     lines.append("final: " + " ".join(f"{name}={value:.4f}" for name, value in final.items()))
   best_step = session.checkpointer.best_step()
-  if config.best_metric and best_step is not None:
-    values = [record[config.best_metric] for record in read_metrics(workdir)
-              if record["step"] == best_step and config.best_metric in record]
+  if run.best_metric and best_step is not None:
+    values = [record[run.best_metric] for record in read_metrics(workdir)
+              if record["step"] == best_step and run.best_metric in record]
     value = f"={values[-1]:.4f}" if values else ""
-    lines.append(f"best: {config.best_metric}{value} at step {best_step}: {os.path.join(workdir, 'best')}")
+    lines.append(f"best: {run.best_metric}{value} at step {best_step}: {os.path.join(workdir, 'best')}")
   lines.append(f"checkpoints: {os.path.join(workdir, 'checkpoints')}")
   lines.append(f"metrics: {os.path.join(workdir, 'metrics.jsonl')}")
   tensorboard = os.path.join(workdir, "tensorboard")
-  if config.tensorboard:
+  if run.tensorboard:
     lines.append(f"tensorboard: {tensorboard}")
   lines.append(f"curves: python {PLOT_SCRIPT} {workdir}"
-               + (f"  or  tensorboard --logdir {tensorboard}" if config.tensorboard else ""))
+               + (f"  or  tensorboard --logdir {tensorboard}" if run.tensorboard else ""))
   session.say("\n".join(lines))

@@ -15,6 +15,7 @@ import jax
 
 from transformer.errors import ConfigError
 from transformer.tasks import WritesTestOutputs
+from transformer.tasks.run_config import RunConfig
 from transformer.train.config import run_optimizer, validate_config
 from transformer.train.evaluate import make_evaluator
 from transformer.train.initialise import state_factory, with_params
@@ -35,8 +36,8 @@ class Restored:
 
 def restore_for_inference(session: Session) -> Restored:
   """The best checkpoint when the run kept one, else the latest; or the average of the last N."""
-  config, checkpointer, workdir, task = session.config, session.checkpointer, session.workdir, session.task
-  _, abstract_state = state_factory(session, task.build_model(session.model_config), run_optimizer(config),
+  run, checkpointer, workdir, task = session.run, session.checkpointer, session.workdir, session.task
+  _, abstract_state = state_factory(session, task.build_model(session.model_config), run_optimizer(run),
                                     task.placeholder_inputs())
   use_best = checkpointer.best_step() is not None
   restored = checkpointer.restore(abstract_state, best=use_best)
@@ -45,10 +46,10 @@ def restore_for_inference(session: Session) -> Restored:
   step, canonical, _ = restored
   state = session.strategy.from_canonical(canonical)
   session.say(f"{'restored the best checkpoint, step' if use_best else 'resumed from step'} {step} in {workdir}")
-  if not config.average_checkpoints:
+  if not run.average_checkpoints:
     return Restored(step, state, workdir, {})
-  steps, params = checkpointer.average_params(abstract_state, config.average_checkpoints)
-  output_dir = os.path.join(workdir, f"average_last_{config.average_checkpoints}")
+  steps, params = checkpointer.average_params(abstract_state, run.average_checkpoints)
+  output_dir = os.path.join(workdir, f"average_last_{run.average_checkpoints}")
   os.makedirs(output_dir, exist_ok=True)
   session.say(f"averaged the parameters of steps {steps}; outputs go to {output_dir}")
   return Restored(steps[-1], with_params(session, state, params), output_dir, {"averaged_steps": steps})
@@ -59,10 +60,10 @@ def _file_times(folder: str) -> dict:
           if os.path.isfile(os.path.join(folder, name))}
 
 
-def run_eval(config, workdir: str) -> RunOutput:
+def run_eval(run: RunConfig, workdir: str) -> RunOutput:
   """Validation metrics of the best (or averaged) checkpoint, and the task's test splits scored and written
   (``WritesTestOutputs``): printed as a table and written to ``<output dir>/eval_results.json``."""
-  session = prepare(config, workdir, "eval")
+  session = prepare(run, workdir, "eval")
   restored = restore_for_inference(session)
   before = _file_times(restored.output_dir)
   evaluate = make_evaluator(session, session.task.build_model(session.model_config.replace(deterministic=True)))
@@ -82,10 +83,10 @@ def run_eval(config, workdir: str) -> RunOutput:
   return RunOutput(restored.step, results, session.strategy.to_canonical(restored.state))
 
 
-def run_predict(config, workdir: str) -> RunOutput:
+def run_predict(run: RunConfig, workdir: str) -> RunOutput:
   """The task's predictions of the best (or averaged) checkpoint written to a file (``WritesPredictions``: one
   line or row per example), whose path is printed and recorded in ``<output dir>/predict_results.json``."""
-  session = prepare(config, workdir, "predict")
+  session = prepare(run, workdir, "predict")
   restored = restore_for_inference(session)
   if session.is_main:
     params = jax.device_get(session.strategy.host_params(restored.state))
@@ -97,14 +98,14 @@ def run_predict(config, workdir: str) -> RunOutput:
   return RunOutput(restored.step, {}, session.strategy.to_canonical(restored.state))
 
 
-def run_translate(config, workdir: str, lines: list[str] | None = None) -> RunOutput:
+def run_translate(run: RunConfig, workdir: str, lines: list[str] | None = None) -> RunOutput:
   """Translate ``lines`` with the best (or averaged) checkpoint: ``RunOutput.outputs`` holds one line per input
   line, an empty line for an empty one. Reading and writing the text (``config.translate_input`` /
   ``translate_output``, stdin, stdout) is ``launch.py``'s."""
   if lines is None:
     raise ConfigError("--mode=translate needs the lines to translate: run(config, workdir, 'translate', "
                       "lines=[...]), or launch.py with --config.translate_input=FILE or standard input.")
-  session = prepare(config, workdir, "translate")
+  session = prepare(run, workdir, "translate")
   restored = restore_for_inference(session)
   params = jax.device_get(session.strategy.host_params(restored.state))
   translations = session.task.translate_lines(session.model_config, params, lines)
@@ -117,10 +118,11 @@ MODE_FUNCTIONS = {"train": run_train, "eval": run_eval, "predict": run_predict, 
 
 
 def run(config, workdir: str, mode: str = "train", lines: list[str] | None = None) -> RunOutput:
-  """Run ``mode`` (one of ``MODE_FUNCTIONS``) of the experiment ``config`` in ``workdir``; ``lines``: the text
-  ``translate`` translates."""
+  """Run ``mode`` (one of ``MODE_FUNCTIONS``) of the experiment ``config`` (a ``ConfigDict``, resolved here once
+  into its ``RunConfig``, or a ``RunConfig``) in ``workdir``; ``lines``: the text ``translate`` translates."""
   if mode not in MODE_FUNCTIONS:
-    validate_config(config, None, mode)  # names the modes
+    raise ConfigError(f"--mode={mode!r} is not supported; choose one of {list(MODE_FUNCTIONS)}.")
+  resolved = config if isinstance(config, RunConfig) else validate_config(config, None, mode)
   if mode == "translate":
-    return MODE_FUNCTIONS[mode](config, workdir, lines)
-  return MODE_FUNCTIONS[mode](config, workdir)
+    return MODE_FUNCTIONS[mode](resolved, workdir, lines)
+  return MODE_FUNCTIONS[mode](resolved, workdir)

@@ -1,4 +1,4 @@
-"""Learning-rate schedules and the optax optimizer, built from ``config.optimizer``."""
+"""Learning-rate schedules and the optax optimizer, built from a run's ``OptimizerConfig``."""
 from __future__ import annotations
 
 import jax
@@ -6,8 +6,7 @@ import jax.numpy as jnp
 import optax
 
 from transformer.errors import ConfigError
-
-SCHEDULES = ("inverse_sqrt", "cosine", "constant")
+from transformer.tasks.run_config import SCHEDULES
 
 
 def make_schedule(config, num_train_steps: int) -> optax.Schedule:
@@ -75,7 +74,7 @@ def make_optimizer(config, num_train_steps: int, constant_rate: float | None = N
   parts.append(optax.adamw(schedule, b1=config.b1, b2=config.b2, eps=config.eps,
                            weight_decay=config.weight_decay))
   optimizer = optax.chain(*parts)
-  frozen = tuple(config.get("frozen_params", ()) or ())
+  frozen = config.frozen_params
   if not frozen:
     return optimizer
   return optax.multi_transform({"trained": optimizer, "frozen": optax.set_to_zero()},

@@ -20,14 +20,15 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
-PARALLELISMS = ("jit", "pmap", "mesh")
+from transformer.tasks.run_config import PARALLELISMS
+
 DATA_AXIS = "data"
 
 
 class Strategy:
   """Base: single device ``jit``; ``num_replicas`` > 1 adds a leading replica axis with ``vmap``.
 
-  ``settings``: swept values, ``name -> one number per replica`` (``config.replica_values``), which the train
+  ``settings``: swept values, ``name -> one number per replica`` (``RunConfig.replicas.settings``), which the train
   and eval steps get as their ``settings`` argument, each replica its own (``{}``: none).
   """
   name = "jit"

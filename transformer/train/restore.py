@@ -18,7 +18,8 @@ import ml_collections
 from transformer.errors import ConfigError
 from transformer.tasks import Task, build_task
 from transformer.train.checkpoint import Checkpointer, CheckpointRestoreError, SavedParams
-from transformer.train.config import num_replicas, set_field
+from transformer.tasks.run_config import RunConfig
+from transformer.train.config import set_field
 from transformer.train.parallel import Strategy
 from transformer.train.run_format import require_current_format
 from transformer.train.workdir import check_tokenizers
@@ -62,30 +63,30 @@ def read_run_config(workdir: str) -> ml_collections.ConfigDict:
   return ml_collections.ConfigDict(_apply_history(values, workdir))
 
 
-def seed_keys(config: ml_collections.ConfigDict) -> jax.Array:
-  """The run's parameter keys: ``[2]``, or ``[num_replicas, 2]`` for replicas with seeds seed, seed + 1, ...,
+def seed_keys(run: RunConfig) -> jax.Array:
+  """The run's parameter keys: ``[2]``, or ``[replicas, 2]`` for replicas with seeds seed, seed + 1, ...,
   seed + num_seeds - 1 (repeated for each variant of ``config.sweep``)."""
-  if num_replicas(config) > 1:
-    return jnp.stack([jax.random.PRNGKey(config.seed + i % config.num_seeds) for i in range(num_replicas(config))])
-  return jax.random.PRNGKey(config.seed)
+  if run.replicas.count > 1:
+    return jnp.stack([jax.random.PRNGKey(run.seed + offset) for offset in run.replicas.seed_offsets()])
+  return jax.random.PRNGKey(run.seed)
 
 
-def abstract_train_state(create, config: ml_collections.ConfigDict, strategy: Strategy):
+def abstract_train_state(create, run: RunConfig, strategy: Strategy):
   """Shapes, dtypes and ``strategy``'s shardings of the canonical train state that ``create(key)`` makes
-  (one per replica when ``num_replicas(config) > 1``): the target checkpoints are restored onto."""
-  keys = seed_keys(config)
-  shapes = jax.eval_shape(jax.vmap(create) if num_replicas(config) > 1 else create, keys)
+  (one per replica for a run of several): the target checkpoints are restored onto."""
+  keys = seed_keys(run)
+  shapes = jax.eval_shape(jax.vmap(create) if run.replicas.count > 1 else create, keys)
   return strategy.abstract_canonical(shapes)
 
 
-def abstract_params(model, init_inputs: tuple, config: ml_collections.ConfigDict) -> SavedParams:
+def abstract_params(model, init_inputs: tuple, run: RunConfig) -> SavedParams:
   """Shapes and dtypes of the run's parameters (with a leading replica axis for a run of several), traced from
   the model's init without computing anything, on this process's first device: what ``load_params`` restores
   onto; no optimizer is built, and its state stays on disk."""
   def init(key):
     return model.init({"params": key, "dropout": key}, *init_inputs)["params"]
 
-  shapes = jax.eval_shape(jax.vmap(init) if num_replicas(config) > 1 else init, seed_keys(config))
+  shapes = jax.eval_shape(jax.vmap(init) if run.replicas.count > 1 else init, seed_keys(run))
   device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
   return SavedParams(jax.tree.map(lambda leaf: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=device),
                                   shapes))
@@ -98,13 +99,13 @@ class RestoredParams:
   Attributes:
     params: host (numpy) parameter tree of one replica.
     steps: the restored step, or the averaged steps (oldest first).
-    config: the run's configuration.
-    task: its task (``transformer.tasks``), built from ``config``.
+    run: the run's configuration (``RunConfig``).
+    task: its task (``transformer.tasks``), built from ``run``.
     model_config: the model's hyper-parameters (``task.model_config()``).
   """
   params: Any
   steps: list[int]
-  config: ml_collections.ConfigDict
+  run: RunConfig
   task: Task
   model_config: Any
 
@@ -114,7 +115,7 @@ class RestoredParams:
     return self.steps[-1]
 
 
-def _check_load_arguments(config, checkpoint, average_last, replica) -> None:
+def _check_load_arguments(run: RunConfig, checkpoint, average_last, replica) -> None:
   if not (checkpoint in ("best", "latest") or (isinstance(checkpoint, int) and checkpoint >= 0)):
     raise ConfigError(f"checkpoint={checkpoint!r}: give 'best', 'latest' or a step number.")
   if not isinstance(average_last, int) or average_last < 0:
@@ -122,13 +123,13 @@ def _check_load_arguments(config, checkpoint, average_last, replica) -> None:
   if average_last and isinstance(checkpoint, int):
     raise ConfigError(f"average_last={average_last} averages the last checkpoints; it cannot be combined with "
                       f"checkpoint={checkpoint}.")
-  if not 0 <= replica < num_replicas(config):
-    raise ConfigError(f"replica={replica}: the run trained {num_replicas(config)} replicas (config.num_seeds="
-                      f"{config.num_seeds}, config.sweep={config.get('sweep', '')!r}).")
+  if not 0 <= replica < run.replicas.count:
+    raise ConfigError(f"replica={replica}: the run trained {run.replicas.count} replicas (config.num_seeds="
+                      f"{run.num_seeds}, config.sweep={run.sweep!r}).")
 
 
 def load_params(workdir: str, checkpoint: str | int = "best", average_last: int = 0, replica: int = 0,
-                config: ml_collections.ConfigDict | None = None) -> RestoredParams:
+                config: ml_collections.ConfigDict | RunConfig | None = None) -> RestoredParams:
   """The parameters of the run in ``workdir`` (read alone: no optimizer is built and its state is not read);
   nothing in ``workdir`` is written.
 
@@ -140,8 +141,9 @@ def load_params(workdir: str, checkpoint: str | int = "best", average_last: int 
       (``checkpoint`` must then be left at ``"best"`` or ``"latest"``).
     replica: which replica's parameters of a run of several (``config.num_seeds > 1`` or ``config.sweep``):
       variant ``replica // num_seeds`` of the sweep, seed ``config.seed + replica % num_seeds``.
-    config: the configuration to build the task and model from; default: the run's own
-      (``read_run_config``). Give one to change e.g. where the task finds its data.
+    config: the configuration to build the task and model from (a ``ConfigDict``, resolved here, or a
+      ``RunConfig``); default: the run's own (``read_run_config``). Give one to change e.g. where the task finds
+      its data.
 
   Raises:
     ConfigError: no checkpoint yet (the message says when the first comes), no such checkpoint (the message
@@ -149,17 +151,18 @@ def load_params(workdir: str, checkpoint: str | int = "best", average_last: int 
     WorkdirError: the run is saved in an older format (``run_format``); the message names the converter.
   """
   config = read_run_config(workdir) if config is None else config
-  _check_load_arguments(config, checkpoint, average_last, replica)
+  run = config if isinstance(config, RunConfig) else RunConfig.from_config(config)
+  _check_load_arguments(run, checkpoint, average_last, replica)
   if not os.path.isdir(os.path.join(workdir, "checkpoints")):
     raise ConfigError(f"{workdir!r} holds no checkpoints/ folder; train first.")
   require_current_format(workdir)  # also when ``config`` is given: the run's record must be readable
 
-  task = build_task(config)
+  task = build_task(run)
   model_config = task.model_config()
   check_tokenizers(workdir, task.trained_tokenizers(), has_checkpoints=True, write=False)
-  abstract_state = abstract_params(task.build_model(model_config), task.placeholder_inputs(), config)
-  checkpointer = Checkpointer(workdir, asynchronous=False, best_metric=config.get("best_metric") or None,
-                              best_mode=config.get("best_mode", "max"))
+  abstract_state = abstract_params(task.build_model(model_config), task.placeholder_inputs(), run)
+  checkpointer = Checkpointer(workdir, asynchronous=False, best_metric=run.best_metric or None,
+                              best_mode=run.best_mode)
   try:
     if average_last:
       steps, params = checkpointer.average_params(abstract_state, average_last)
@@ -170,7 +173,7 @@ def load_params(workdir: str, checkpoint: str | int = "best", average_last: int 
       available = checkpointer.steps()
       if restored is None and not available:
         raise ConfigError(f"{workdir!r} holds no checkpoint yet: its run writes the first at step "
-                          f"{config.get('checkpoint_every', '?')} (config.checkpoint_every), and another when it "
+                          f"{run.checkpoint_every} (config.checkpoint_every), and another when it "
                           "ends or is stopped.")
       if restored is None or (step is not None and restored[0] != step):
         raise ConfigError(f"{workdir!r} holds no checkpoint of step {checkpoint}; its periodic checkpoints are "
@@ -181,9 +184,9 @@ def load_params(workdir: str, checkpoint: str | int = "best", average_last: int 
   finally:
     checkpointer.close()
   params = jax.device_get(params)
-  if num_replicas(config) > 1:
+  if run.replicas.count > 1:
     params = jax.tree.map(lambda x: x[replica], params)
-  return RestoredParams(params=params, steps=list(steps), config=config, task=task, model_config=model_config)
+  return RestoredParams(params=params, steps=list(steps), run=run, task=task, model_config=model_config)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """A run's session: the checks and pieces every mode shares, made once by ``prepare``.
 
-``prepare`` validates the config for the mode, takes the workdir (a training run's lock), builds the task,
+``prepare`` takes a run's ``RunConfig`` (checked when it was resolved) and the workdir (a training run's lock) (a training run's lock), builds the task,
 the parallelism and the checkpointer, and holds the run to its record:
 
 - ``config.json`` is written once, when a run starts; it is never rewritten. A later command (a resume, an
@@ -24,7 +24,8 @@ import jax
 from transformer.errors import ConfigError, WorkdirError
 from transformer.tasks import TranslatesText, WritesPredictions, build_task
 from transformer.train.checkpoint import Checkpointer
-from transformer.train.config import SWEEPABLE, num_replicas, replica_values, validate_config
+from transformer.tasks.run_config import SWEEPABLE, RunConfig
+from transformer.train.config import check_workdir
 from transformer.train.parallel import make_strategy
 from transformer.train.restore import CONFIG_FILE, HISTORY_FILE, config_differences, read_run_config
 from transformer.train.run_format import require_current_format, write_format
@@ -37,10 +38,10 @@ DATA_FILE = "data_fingerprint.json"  # the source files the run's data was prepa
 
 @dataclasses.dataclass
 class Session:
-  """What every mode shares, made by ``prepare``: the config, its task and model, the parallelism, the
+  """What every mode shares, made by ``prepare``: the run's config, its task and model, the parallelism, the
   checkpointer, and which process this is. ``info`` is where progress lines go (stderr in translate mode, so
   that translations stand alone on stdout)."""
-  config: object
+  run: RunConfig
   workdir: str
   mode: str
   task: object
@@ -58,11 +59,11 @@ class Session:
 
   @property
   def host_batch_size(self) -> int:
-    return self.config.batch_size // self.process_count
+    return self.run.batch_size // self.process_count
 
   @property
   def num_replicas(self) -> int:
-    return num_replicas(self.config)
+    return self.run.replicas.count
 
   def say(self, text: str) -> None:
     """Print a progress line from the main process."""
@@ -70,22 +71,23 @@ class Session:
       print(text, file=self.info, flush=True)
 
 
-def prepare(config, workdir: str, mode: str) -> Session:
-  """Check the config for ``mode``, build the task, parallelism and checkpointer, and hold the run to its
-  record (``config.json``, ``model_config.json``, the tokenizers it trained with)."""
+def prepare(run: RunConfig, workdir: str, mode: str) -> Session:
+  """Build ``run``'s task, parallelism and checkpointer for ``mode``, and hold the run to its record
+  (``config.json``, ``model_config.json``, the tokenizers it trained with)."""
   if mode != "train":
     _require_a_run(workdir, mode)  # before anything is created in the workdir
-  validate_config(config, workdir if mode == "train" else None, mode)
+  else:
+    check_workdir(workdir)
   lock = lock_workdir(workdir, mode)  # one training run per workdir (None in other modes)
-  task = build_task(config)
-  _check_task_supports(config, task, mode)
+  task = build_task(run)
+  _check_task_supports(run, task, mode)
   model_config = task.model_config()
-  strategy = make_strategy(config.parallelism, num_replicas(config), config.fsdp, replica_values(config))
-  _check_batch_divides(config, strategy.num_devices, jax.process_count())
-  checkpointer = Checkpointer(workdir, keep=config.keep_checkpoints, asynchronous=config.async_checkpointing,
-                              best_metric=config.best_metric or None, best_mode=config.best_mode,
-                              repair=lock is not None, discard_unrestorable=config.restart)
-  session = Session(config, workdir, mode, task, model_config, strategy, checkpointer, jax.process_index(),
+  strategy = make_strategy(run.parallelism, run.replicas.count, run.fsdp, run.replicas.settings())
+  _check_batch_divides(run, strategy.num_devices, jax.process_count())
+  checkpointer = Checkpointer(workdir, keep=run.keep_checkpoints, asynchronous=run.async_checkpointing,
+                              best_metric=run.best_metric or None, best_mode=run.best_mode,
+                              repair=lock is not None, discard_unrestorable=run.restart)
+  session = Session(run, workdir, mode, task, model_config, strategy, checkpointer, jax.process_index(),
                     jax.process_count(), sys.stderr if mode == "translate" else sys.stdout, lock)
   has_checkpoints = checkpointer.has_checkpoints()
   check_workdir_model(workdir, model_config, has_checkpoints, write=session.is_main and mode == "train")
@@ -106,27 +108,26 @@ def _require_a_run(workdir: str, mode: str) -> None:
                        "train first (--mode=train), or give the workdir of a trained run.")
 
 
-def _check_task_supports(config, task, mode: str) -> None:
+def _check_task_supports(run: RunConfig, task, mode: str) -> None:
   if mode == "translate" and not isinstance(task, TranslatesText):
     raise ConfigError(f"--mode=translate needs a task that translates text; config.task.name="
-                      f"{config.task.name!r} ({type(task).__name__}) does not. Use --mode=eval or --mode=predict.")
+                      f"{run.task.name!r} ({type(task).__name__}) does not. Use --mode=eval or --mode=predict.")
   if mode == "predict" and not isinstance(task, WritesPredictions):
-    raise ConfigError(f"--mode=predict needs a task that writes predictions; config.task.name={config.task.name!r} "
+    raise ConfigError(f"--mode=predict needs a task that writes predictions; config.task.name={run.task.name!r} "
                       f"({type(task).__name__}) does not. Use --mode=eval.")
-  swept = replica_values(config)
-  if "label_smoothing" in swept and "label_smoothing" not in inspect.signature(task.loss_and_metrics).parameters:
+  if "label_smoothing" in run.replicas.swept and "label_smoothing" not in inspect.signature(task.loss_and_metrics).parameters:
     others = [field for field in SWEEPABLE if field != "label_smoothing"]
-    raise ConfigError(f"config.sweep={config.sweep!r} sweeps label_smoothing, but the loss of "
+    raise ConfigError(f"config.sweep={run.sweep!r} sweeps label_smoothing, but the loss of "
                       f"{type(task).__name__} is not label-smoothed; sweep {others} only.")
 
 
-def _check_batch_divides(config, num_devices: int, process_count: int) -> None:
-  if config.batch_size % (num_devices * config.grad_accum_steps) and config.parallelism != "jit":
-    raise ConfigError(f"config.batch_size={config.batch_size} must be divisible by the {num_devices} "
-                      f"devices times grad_accum_steps={config.grad_accum_steps} for parallelism="
-                      f"{config.parallelism!r}.")
-  if config.batch_size % process_count:
-    raise ConfigError(f"config.batch_size={config.batch_size} must be divisible by the {process_count} processes.")
+def _check_batch_divides(run: RunConfig, num_devices: int, process_count: int) -> None:
+  if run.batch_size % (num_devices * run.grad_accum_steps) and run.parallelism != "jit":
+    raise ConfigError(f"config.batch_size={run.batch_size} must be divisible by the {num_devices} "
+                      f"devices times grad_accum_steps={run.grad_accum_steps} for parallelism="
+                      f"{run.parallelism!r}.")
+  if run.batch_size % process_count:
+    raise ConfigError(f"config.batch_size={run.batch_size} must be divisible by the {process_count} processes.")
 
 
 def check_workdir_model(workdir: str, model_config, has_checkpoints: bool, write: bool) -> None:
@@ -164,17 +165,16 @@ def hold_to_record(session: Session, resuming: bool, write_history: bool = False
 
 
 def _hold_to_config(session: Session, resuming: bool, write_history: bool) -> None:
-  config, workdir = session.config, session.workdir
+  run, workdir = session.run, session.workdir
   path = os.path.join(workdir, CONFIG_FILE)
   if not resuming or not os.path.isfile(path):
     if session.is_main and session.mode == "train":
       write_format(workdir)  # first: config.json without it reads as an older run, to convert
-      write_atomically(path, config.to_json_best_effort(indent=2, sort_keys=True))
+      write_atomically(path, json.dumps(run.record, indent=2, sort_keys=True))
       session.say(f"config: {path}")
     return
-  changes = config_differences(read_run_config(workdir).to_dict(), json.loads(config.to_json_best_effort()),
-                               session.mode)
-  refused = [change for change in changes if not change.allowed and change.field not in _accepted(config)]
+  changes = config_differences(read_run_config(workdir).to_dict(), dict(run.record), session.mode)
+  refused = [change for change in changes if not change.allowed and change.field not in run.accepted_changes]
   if refused:
     raise ConfigError(
         f"--workdir={workdir} was trained with other settings: "
@@ -183,11 +183,6 @@ def _hold_to_config(session: Session, resuming: bool, write_history: bool) -> No
         + ",".join(c.field for c in refused) + f" (it is recorded in {HISTORY_FILE}).")
   if write_history:
     _append_history(session, [(c.field, c.old, c.new) for c in changes if c.recorded])
-
-
-def _accepted(config) -> set[str]:
-  """The fields ``config.accept_changes`` ("field,field") names."""
-  return {field.strip() for field in config.get("accept_changes", "").split(",") if field.strip()}
 
 
 def _append_history(session: Session, changes: list[tuple]) -> None:
@@ -216,7 +211,7 @@ def _hold_to_data(session: Session, resuming: bool, write_history: bool) -> None
   if recorded == current:
     return
   changed = sorted(name for name in set(recorded) | set(current) if recorded.get(name) != current.get(name))
-  if "data" not in _accepted(session.config):
+  if "data" not in session.run.accepted_changes:
     raise ConfigError(
         f"--workdir={session.workdir} was trained on other data: {', '.join(changed)} "
         f"({recorded.get(changed[0], 'absent')} then, {current.get(changed[0], 'absent')} now). Point the task "

@@ -61,7 +61,7 @@ def make_train_step(task, model, optimizer: optax.GradientTransformation, grad_a
   parameters (zeros in their place), so autodiff skips the backward pass of whatever only they feed, e.g. a
   whole frozen pretrained encoder. The optimizer must leave them unchanged too (``make_optimizer`` does).
 
-  ``train_step``'s optional ``settings`` are one replica's swept values (``config.replica_values``; the
+  ``train_step``'s optional ``settings`` are one replica's swept values (``RunConfig.replicas.settings``; the
   strategy passes each replica its own): ``"variant"`` picks the schedule of ``variant_schedules`` whose rate
   multiplies the updates (``optimizer`` then runs at a constant rate of 1: Adam's update is linear in its rate,
   decoupled weight decay included; the schedule reads the optimizer's own step count, as optax's does, which
