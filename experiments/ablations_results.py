@@ -5,6 +5,7 @@
     python -m experiments.ablations_results --workdir_root=/tmp/ablations --update_committed
     python -m experiments.ablations_results --task=multi30k --workdir_root=/tmp/ablations_m30k \\
         --launch_flag=--config.task.source_dir=../shared/data/multi30k
+    python -m experiments.ablations_results --from_records --update_committed   # the page again, no workdirs
 
 The ablations are the config files in ``experiments/ablations/`` (``ABLATIONS``); each cell of the grid is one
 ``launch.py`` run of a variant that trains ``config.num_seeds`` seeds in one program (``jax.vmap``), in
@@ -13,18 +14,20 @@ ablations) share the cell of the first. The grid resumes: a cell whose ``metrics
 evaluation is not run again, and any other is launched, which resumes from its latest checkpoint.
 
 Each finished cell's numbers (final metrics per seed, training loss curve, divergence, wall time, hardware,
-attention statistics, its flattened config) are kept in ``cells.json`` beside the page, so the page outlives the
-workdirs: a cell whose run is absent or unfinished under ``--workdir_root`` is read from the record of the same
-run in ``cells.json`` (the committed page's, then the output folder's) when the record's config agrees with the
-cell's on every field both have, and trained only when there is none (``--ignore_recorded`` trains it anyway).
-``--notrain`` trains nothing: the page holds the finished and recorded cells and names the others. Each row
-names the hardware its cell trained on: this machine's, unless ``cells.json`` records the run elsewhere or
-``--hardware`` names it (workdirs copied back from a GPU machine).
+attention statistics, its flattened config, its command) are a record of ``records.json`` beside the page
+(``report.RecordStore``), and the page is written from those records, so it outlives the workdirs: a cell whose
+run is absent or unfinished under ``--workdir_root`` is read from the record of the same run (the output
+folder's; a new folder starts from the committed page's) when the record's config agrees with the cell's on
+every field both have, and trained only when there is none (``--ignore_recorded`` trains it anyway).
+``--notrain`` trains nothing: the page holds the finished and recorded cells and names the others;
+``--from_records`` reads no workdir at all. Each row names the hardware its cell trained on: this machine's,
+unless a record of the same run says elsewhere or ``--hardware`` names it (workdirs copied back from a GPU
+machine).
 
 Every number on the page is the mean +- standard deviation over the seeds of a cell's final evaluation
 (``eval/<metric>/seed_i``). The page goes to ``--output_dir``, by default ``<workdir_root>/results/``; the
 committed page ``experiments/ablations/`` (``experiments/ablations/multi30k/`` for ``--task=multi30k``) only with
-``--update_committed``, and then only when no cell trained fewer steps than the committed row records.
+``--update_committed``, and then only when no cell trains fewer steps than the committed row records.
 """
 from __future__ import annotations
 
@@ -36,7 +39,6 @@ import os
 from typing import Callable
 
 import numpy as np
-from absl import app, flags
 
 from experiments import report
 from experiments.ablations import common
@@ -46,18 +48,6 @@ from transformer.train.writers import read_metrics
 
 ABLATIONS = ("scaling", "heads", "positions", "norm_position", "norms", "regularization", "rnn_attention")
 DEFAULT_ROOT = "/tmp/ablations"
-_ROOT = report.workdir_root_flag()
-_OUTPUT = report.output_flags()
-_ABLATION = flags.DEFINE_string("ablation", "all", f"Comma-separated ablations, or 'all': {', '.join(ABLATIONS)}.")
-_TASK = flags.DEFINE_enum("task", "synthetic", list(common.TASKS), "The base: synthetic (reversal) or multi30k.")
-_IGNORE_RECORDED = flags.DEFINE_bool("ignore_recorded", False, "Train every unfinished cell, even one whose "
-                                     "result cells.json records.")
-_TRAIN = flags.DEFINE_bool("train", True, "Train the cells that have neither a finished run nor a record. "
-                           "--notrain writes the page from what has finished and lists the rest as not finished "
-                           "(e.g. at a session's end, while the grid still trains).")
-_HARDWARE = report.hardware_flag()  # for the cells read from finished runs; cells.json keeps it
-_LAUNCH_FLAGS = flags.DEFINE_multi_string("launch_flag", [], "Passed to every launch.py run, e.g. "
-                                          "--launch_flag=--config.task.source_dir=../shared/data/multi30k.")
 # Per task, the table's metrics as (name, heading, digits); the first is the one variants are compared on and
 # plotted: exact match of greedy decoding on the synthetic task, BLEU of beam search on Multi30k validation.
 METRICS = {
@@ -67,7 +57,6 @@ METRICS = {
                  ("eval/nll", "NLL (nats/token)", 3)),
 }
 ATTENTION_HEADER = ["run", "attention", "entropy (nats)", "uniform entropy (nats)", "rows with max weight > 0.9"]
-RECORDS_FILE = "cells.json"  # beside RESULTS.md: each finished cell's numbers, so the page outlives its workdirs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -173,11 +162,12 @@ def run_grid(cells: list[Cell], train: Callable[[str, str, tuple], object] | Non
              launch_flags: tuple[str, ...] = (), recorded: frozenset[str] = frozenset()) -> dict[str, list[str]]:
   """Train every cell that has not finished (``train(config, workdir, launch_flags)``, by default
   ``report.launch``, which resumes from the latest checkpoint), except those named in ``recorded`` (their
-  result comes from ``cells.json``); ``train=None`` trains nothing. Returns cell name -> its launch command."""
+  result comes from their record); ``train=None`` trains nothing. Returns cell name -> its launch command."""
   commands = {}
   for cell in cells:
     if cell.name in recorded:
-      print(f"{cell.name}: its result recorded in {RECORDS_FILE} (no finished run in {cell.workdir})", flush=True)
+      print(f"{cell.name}: its result recorded in {report.RECORDS_FILE} (no finished run in {cell.workdir})",
+            flush=True)
     if cell.name not in recorded and train is not None and not cell_finished(cell):
       print(f"training {cell.name} in {cell.workdir}", flush=True)
       train(cell.config, cell.workdir, (*cell.launch_flags, *launch_flags))
@@ -218,8 +208,8 @@ class CellResult:
   diverged: int
   wall_seconds: float
   steps: int
-  records: list[dict]  # the metric records; read back from cells.json, only the training loss
-  hardware: str = ""  # where the cell ran: this machine unless cells.json records the same run elsewhere
+  records: list[dict]  # the metric records; read back from its record, only the training loss
+  hardware: str = ""  # where the cell ran: this machine unless a record of the same run says elsewhere
   tokenizers: str = ""  # fingerprint(s) of the run's SentencePiece model(s); "" for runs that did not keep them
 
 
@@ -254,53 +244,38 @@ def tokenizer_label(workdir: str) -> str:
 
 # ------------------------------------------------------------------------------------------ recorded results
 
-def result_record(result: CellResult, config: dict, attention: dict[int, dict] | None = None) -> dict:
-  """What ``cells.json`` keeps of a finished cell: enough to write its rows, plot and comparisons again."""
+def record_values(result: CellResult, config: dict, attention: dict[int, dict] | None = None) -> dict:
+  """What a cell's record keeps beside its steps, command and hardware: enough to write its rows, plot and
+  comparisons again."""
   cell = result.cell
   train = [r for r in result.records if "train/loss" in r]
-  record = {"run": cell.run,
-            "replica_offset": cell.replica_offset, "num_seeds": cell.num_seeds, "steps": result.steps,
+  values = {"run": cell.run, "replica_offset": cell.replica_offset, "num_seeds": cell.num_seeds,
             "per_seed": {name: values.tolist() for name, values in result.per_seed.items()},
-            "diverged": result.diverged, "wall_seconds": result.wall_seconds, "hardware": result.hardware,
-            "tokenizers": result.tokenizers,
+            "diverged": result.diverged, "wall_seconds": result.wall_seconds, "tokenizers": result.tokenizers,
             "train_loss": [[r["step"], seed_values(r, "train/loss", cell.num_seeds).tolist()] for r in train],
             "config": config}
   if attention:
-    record["attention"] = {str(replica): statistics for replica, statistics in attention.items()}
-  return record
+    values["attention"] = {str(replica): statistics for replica, statistics in attention.items()}
+  return values
 
 
 def recorded_result(cell: Cell, record: dict) -> CellResult:
-  """The ``CellResult`` of a ``result_record``, as ``cell``'s."""
+  """The ``CellResult`` of a cell's record (``RecordStore``), as ``cell``'s."""
+  values = record["values"]
   if cell.num_seeds == 1:
-    records = [{"step": step, "train/loss": losses[0]} for step, losses in record["train_loss"]]
+    records = [{"step": step, "train/loss": losses[0]} for step, losses in values["train_loss"]]
   else:
     records = [{"step": step, "train/loss": float(np.mean(losses)),
                 **{f"train/loss/seed_{i}": loss for i, loss in enumerate(losses)}}
-               for step, losses in record["train_loss"]]
-  per_seed = {name: np.asarray(values, np.float64) for name, values in record["per_seed"].items()}
-  return CellResult(cell, per_seed, record["diverged"], record["wall_seconds"], record["steps"], records,
-                    record["hardware"], record.get("tokenizers", ""))
+               for step, losses in values["train_loss"]]
+  per_seed = {name: np.asarray(per_seed, np.float64) for name, per_seed in values["per_seed"].items()}
+  return CellResult(cell, per_seed, values["diverged"], values["wall_seconds"], record["steps"], records,
+                    record["machine"], values.get("tokenizers", ""))
 
 
 def recorded_attention(record: dict) -> dict[int, dict]:
   return {int(replica): {kind: tuple(values) for kind, values in statistics.items()}
-          for replica, statistics in record.get("attention", {}).items()}
-
-
-def read_records(*folders: str) -> dict[str, dict]:
-  """Cell name -> record, from each folder's ``cells.json`` (a later folder's record of a cell wins)."""
-  records = {}
-  for folder in folders:
-    path = os.path.join(folder, RECORDS_FILE)
-    if os.path.exists(path):
-      try:
-        with open(path) as f:
-          records.update(json.load(f))
-      except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise report.UserError(f"{path} is not the JSON this script writes ({error}); restore it from git "
-                               "(git checkout -- PATH) or delete it to train the cells it recorded again") from None
-  return records
+          for replica, statistics in record["values"].get("attention", {}).items()}
 
 
 def config_disagreement(recorded: dict, config: dict) -> list[str]:
@@ -309,25 +284,17 @@ def config_disagreement(recorded: dict, config: dict) -> list[str]:
                 if json.dumps(recorded[key], default=str) != json.dumps(config[key], default=str))
 
 
-def find_record(cell: Cell, config: dict, records: dict[str, dict]) -> dict | None:
-  """The record of ``cell``'s run: its own, else another cell's of the same run (a shared reference), whose
-  config agrees with ``config``; None if there is none."""
-  candidates = [records[cell.name]] if cell.name in records else []
-  candidates += [record for name, record in records.items() if name != cell.name and record["run"] == cell.run
-                 and record["replica_offset"] == cell.replica_offset]
+def find_record(cell: Cell, config: dict, store: report.RecordStore) -> dict | None:
+  """The record of ``cell``'s run in ``store``: its own, else another cell's of the same run (a shared
+  reference), whose config agrees with ``config``; None if there is none."""
+  candidates = [store[cell.name]] if cell.name in store else []
+  candidates += [record for name, record in store.items() if name != cell.name
+                 and record["values"]["run"] == cell.run and record["values"]["replica_offset"] == cell.replica_offset]
   for record in candidates:
-    if (record["num_seeds"] == cell.num_seeds and record["steps"] == cell.num_train_steps
-        and not config_disagreement(record["config"], config)):
+    if (record["values"]["num_seeds"] == cell.num_seeds and record["steps"] == cell.num_train_steps
+        and not config_disagreement(record["values"]["config"], config)):
       return record
   return None
-
-
-def write_records(output: str, records: dict[str, dict]) -> None:
-  """Add ``records`` to ``output/cells.json`` (its other cells kept)."""
-  merged = {**read_records(output), **records}
-  with open(os.path.join(output, RECORDS_FILE), "w") as f:
-    json.dump(dict(sorted(merged.items())), f, indent=1, sort_keys=True)
-    f.write("\n")
 
 
 def comparison(result: CellResult, reference: CellResult) -> str:
@@ -485,24 +452,16 @@ def task_setting(task: str) -> str:
           f"convergence.")
 
 
-def write_results(output: str, results: dict[str, list[CellResult]], commands: dict[str, list[str]],
-                  attention: dict[str, dict], invocation: str, task: str, *,
-                  replace_only_longer: bool = False, records: dict[str, dict] | None = None,
-                  unfinished: tuple[str, ...] = ()) -> str:
-  """Writes ``output/RESULTS.md`` and ``output/<ablation>.png`` (ablation -> its cells' results, in variant
-  order, the first the reference); returns the page's text.
+def render_page(output: str, results: dict[str, list[CellResult]], commands: dict[str, str],
+                attention: dict[str, dict], invocation: str, task: str, unfinished: tuple[str, ...] = ()) -> str:
+  """The page's text (``results``: ablation -> its cells' results, in variant order, the first the reference);
+  draws ``output/<ablation>.png``.
 
   Args:
+    commands: cell name -> the command of its run, as the page shows it.
     attention: cell name -> replica -> ``attention_statistics``, for the cells that have them.
-    replace_only_longer: refuse (``UserError``, before anything is written) when a run trained fewer steps than
-      the page in ``output`` records for it: for the committed page.
-    records: cell name -> ``result_record``, added to ``output/cells.json``.
-    unfinished: cells left out because they have not finished (``--notrain``), named on the page.
+    unfinished: cells left out because they have neither a finished run nor a record, named on the page.
   """
-  new_steps = {result.cell.name: result.steps for cells in results.values() for result in cells}
-  if replace_only_longer:
-    report.check_replacements(os.path.join(output, "RESULTS.md"), report.recorded_steps(output, "run"), new_steps)
-  os.makedirs(output, exist_ok=True)
   header = ["run", *(heading for _, heading, _ in METRICS[task]), "diverged", "steps", "seeds", "wall time",
             "hardware", "command"]
   sections = []
@@ -514,7 +473,7 @@ def write_results(output: str, results: dict[str, list[CellResult]], commands: d
       rows.append([cell.name, *(report.mean_std(result.per_seed[metric], digits) if metric in result.per_seed else "n/a"
                                 for metric, _, digits in METRICS[task]),
                    f"{result.diverged} of {cell.num_seeds}", result.steps, cell.num_seeds,
-                   f"{result.wall_seconds:.0f} s", result.hardware, f"`{report.portable_command(commands[cell.name])}`"])
+                   f"{result.wall_seconds:.0f} s", result.hardware, f"`{commands[cell.name]}`"])
     plot_ablation(cells, os.path.join(output, f"{name}.png"), ablation.title)
     reading = "\n".join(f"- {comparison(result, cells[0])}" for result in cells[1:])
     reading += tokenizer_caveat(cells)
@@ -566,7 +525,7 @@ weights, that of uniform weights over the same keys, and the share of query rows
   if unfinished:
     missing += (f"{chr(10) * 2 if missing else ''}Not finished when this page was written (`--notrain`), so left "
                 f"out with any table whose reference they are: {', '.join(unfinished)}.")
-  page = f"""# Ablations: the paper's design choices over seeds
+  return f"""# Ablations: the paper's design choices over seeds
 
 Written by `{invocation}`; do not edit by hand.
 
@@ -585,9 +544,6 @@ variants that differ only in the learning rate, its warmup or label smoothing (`
 seeds in one vmapped program; the wall time is the program's, listed under each of its variants).
 
 {"".join(part + chr(10) * 2 for part in (missing, tokenizer_summary(results)) if part)}{chr(10).join(sections)}"""
-  if records:
-    write_records(output, records)
-  return report.write_page(output, page)
 
 
 def tokenizer_caveat(cells: list[CellResult]) -> str:
@@ -621,74 +577,102 @@ def tokenizer_summary(results: dict[str, list[CellResult]]) -> str:
           "text can train a different model on another host):\n" + "\n".join(lines))
 
 
-def gather(cells: list[Cell], known: dict[str, dict],
+def gather(cells: list[Cell], store: report.RecordStore,
            train: Callable[[str, str, tuple], object] | None = report.launch, launch_flags: tuple[str, ...] = (),
-           ignore_recorded: bool = False, hardware: str = ""):
-  """Train what is left of the grid and read every cell: from its finished run, else from its record in
-  ``known`` (``read_records``; unless ``ignore_recorded``), else after training it. ``train=None`` trains
-  nothing: a cell with neither a finished run nor a record is left out of the results and records, and so is
-  its ablation's table when it is the reference (the cells it compares against). ``hardware``: where the
-  finished runs trained (default: this machine), unless ``known`` records the same run elsewhere.
-
-  Returns ``(commands, results, attention, records)``: cell name -> launch command; ablation -> its
-  ``CellResult``s in variant order; cell name -> replica -> ``attention_statistics`` (scaling cells); cell name
-  -> ``result_record``.
-  """
+           ignore_recorded: bool = False, hardware: str = "") -> None:
+  """Train what is left of the grid and record every cell in ``store``: from its finished run, else from the
+  record of its run already there (unless ``ignore_recorded``), else after training it. ``train=None`` trains
+  nothing: a cell with neither a finished run nor a record is left unrecorded. ``hardware``: where the finished
+  runs trained (default: this machine), unless a record of the same run says elsewhere. A cell that would
+  replace a record of more steps is refused (``RecordStore.check``) before anything trains."""
   configs = {cell.name: cell_config(cell) for cell in cells}
   stand_ins = {} if ignore_recorded else {
       cell.name: record for cell in cells if not cell_finished(cell)
-      for record in [find_record(cell, configs[cell.name], known)] if record}
+      for record in [find_record(cell, configs[cell.name], store)] if record}
+  store.check({**{cell.name: cell.num_train_steps for cell in cells if train is not None or cell_finished(cell)},
+               **{name: record["steps"] for name, record in stand_ins.items()}})
   commands = run_grid(cells, train, launch_flags, frozenset(stand_ins))
-  results, attention, records = {}, {}, {}
   for cell in cells:
-    if cell.name in stand_ins:
-      result = recorded_result(cell, stand_ins[cell.name])
-      attention[cell.name] = recorded_attention(stand_ins[cell.name])
-    elif train is None and not cell_finished(cell):
+    command = report.portable_command(commands[cell.name])
+    if cell.name in stand_ins:  # under its own name and today's command (the record may be a shared run's)
+      record = stand_ins[cell.name]
+      store.add(cell.name, steps=record["steps"], command=command, machine=record["machine"],
+                values=record["values"])
       continue
-    else:
-      result = cell_result(cell, read_cell(cell), hardware)
-      same_run = find_record(cell, configs[cell.name], known)
-      if same_run and same_run["wall_seconds"] == result.wall_seconds:  # recorded from this run: where it ran
-        result = dataclasses.replace(result, hardware=same_run["hardware"],
-                                     tokenizers=result.tokenizers or same_run.get("tokenizers", ""))
-      if cell.ablation == "scaling":
-        attention[cell.name] = {replica: attention_statistics(cell.workdir, cell.replica_offset + replica)
-                                for replica in range(cell.num_seeds)}
-    results.setdefault(cell.ablation, []).append(result)
-    records[cell.name] = result_record(result, configs[cell.name], attention.get(cell.name))
-  attention = {name: statistics for name, statistics in attention.items() if statistics}
+    if train is None and not cell_finished(cell):
+      continue
+    result = cell_result(cell, read_cell(cell), hardware)
+    same_run = find_record(cell, configs[cell.name], store)
+    if same_run and same_run["values"]["wall_seconds"] == result.wall_seconds:  # recorded from this run
+      result = dataclasses.replace(result, hardware=same_run["machine"],
+                                   tokenizers=result.tokenizers or same_run["values"].get("tokenizers", ""))
+    attention = ({replica: attention_statistics(cell.workdir, cell.replica_offset + replica)
+                  for replica in range(cell.num_seeds)} if cell.ablation == "scaling" else None)
+    store.add(cell.name, steps=result.steps, command=command, machine=result.hardware,
+              values=record_values(result, configs[cell.name], attention))
+
+
+def recorded_results(cells: list[Cell], store: report.RecordStore):
+  """What the page shows of ``cells``: the records in ``store`` whose config agrees with the cell's.
+
+  Returns ``(results, commands, attention, unfinished)``: ablation -> its ``CellResult``s in variant order (an
+  ablation whose reference has no record is left out); cell name -> its command; cell name -> replica ->
+  ``attention_statistics``; the cells without a record.
+  """
+  results, commands, attention, unfinished = {}, {}, {}, []
+  for cell in cells:
+    record = find_record(cell, cell_config(cell), store)
+    if record is None:
+      unfinished.append(cell.name)
+      continue
+    results.setdefault(cell.ablation, []).append(recorded_result(cell, record))
+    commands[cell.name] = record["command"]
+    if statistics := recorded_attention(record):
+      attention[cell.name] = statistics
   references = {}
   for cell in cells:
     references.setdefault(cell.ablation, cell.name)
   results = {name: rows for name, rows in results.items() if rows[0].cell.name == references[name]}
-  return commands, results, attention, records
+  return results, commands, attention, tuple(dict.fromkeys(unfinished))
 
 
-def main(argv):
-  del argv
-  root = os.path.abspath(_ROOT.value or DEFAULT_ROOT)
-  task = _TASK.value
-  names = list(ABLATIONS) if _ABLATION.value == "all" else [n.strip() for n in _ABLATION.value.split(",")]
+def main(argv: list[str] | None = None) -> None:
+  parser = report.results_parser(__doc__, "WORKDIR_ROOT/results", default_root=DEFAULT_ROOT, hardware=True)
+  parser.add_argument("--ablation", default="all",
+                      help=f"Comma-separated ablations, or 'all': {', '.join(ABLATIONS)}.")
+  parser.add_argument("--task", default="synthetic", choices=list(common.TASKS),
+                      help="The base: synthetic (reversal) or multi30k.")
+  parser.add_argument("--ignore_recorded", action="store_true",
+                      help="Train every unfinished cell, even one whose result is recorded.")
+  report.add_boolean_argument(parser, "train", True, "Train the cells that have neither a finished run nor a "
+                              "record. --notrain writes the page from what has finished and lists the rest as not "
+                              "finished (e.g. at a session's end, while the grid still trains).")
+  parser.add_argument("--launch_flag", action="append", default=[], help="Passed to every launch.py run, e.g. "
+                      "--launch_flag=--config.task.source_dir=../shared/data/multi30k; repeat for several.")
+  args = parser.parse_args(argv)
+  root = os.path.abspath(args.workdir_root)
+  task = args.task
+  names = list(ABLATIONS) if args.ablation == "all" else [n.strip() for n in args.ablation.split(",")]
   for name in names:
     report.exit_on_user_error(ablation_module, name)
   committed = os.path.join(report.COMMITTED, "ablations", *(() if task == "synthetic" else (task,)))
-  output = report.exit_on_user_error(report.results_folder, _OUTPUT, committed, os.path.join(root, "results"))
   cells = expand_grid(names, task, root)
-  commands, results, attention, records = report.exit_on_user_error(
-      gather, cells, read_records(committed, output), report.launch if _TRAIN.value else None,
-      tuple(_LAUNCH_FLAGS.value), _IGNORE_RECORDED.value, _HARDWARE.value)
-  unfinished = tuple(dict.fromkeys(cell.name for cell in cells if cell.name not in records))
   invocation = "python -m experiments.ablations_results" + (
-      f" --ablation={_ABLATION.value}" if _ABLATION.value != "all" else "") + (
+      f" --ablation={args.ablation}" if args.ablation != "all" else "") + (
       f" --task={task}" if task != "synthetic" else "") + " --workdir_root=WORKDIR_ROOT"  # a local folder
-  if unfinished:
-    print(f"not finished, left out of the page: {', '.join(unfinished)}")
-  print(report.exit_on_user_error(write_results, output, results, commands, attention, invocation, task,
-                                  replace_only_longer=output == committed and not _OUTPUT.force.value,
-                                  records=records, unfinished=unfinished))
-  print(f"Wrote the page to {output}/RESULTS.md")
+
+  def collect(store: report.RecordStore, folder: str) -> None:
+    gather(cells, store, report.launch if args.train else None, tuple(args.launch_flag), args.ignore_recorded,
+           args.hardware)
+
+  def render(store: report.RecordStore, folder: str) -> str:
+    results, commands, attention, unfinished = recorded_results(cells, store)
+    if unfinished:
+      print(f"not finished, left out of the page: {', '.join(unfinished)}")
+    return render_page(folder, results, commands, attention, invocation, task, unfinished)
+
+  report.make_page(args, committed, os.path.join(root, "results"), collect, render)
 
 
 if __name__ == "__main__":
-  app.run(main)
+  main()

@@ -20,6 +20,7 @@ lower-triangular. Padding is cropped away: every row sums to 1 over the plotted 
 """
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import os
 import re
@@ -199,53 +200,51 @@ def write_attention_plots(model, split: str, indices: list[int], output_dir: str
   return sentences
 
 
-def main(argv):
-  from absl import app
-  from absl import logging as absl_logging
-
-  absl_logging.set_verbosity(absl_logging.WARNING)  # orbax logs every restore step at INFO
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+def main(argv: list[str] | None = None) -> None:
+  parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                   allow_abbrev=False)
+  parser.add_argument("--config", required=True, help="Experiment config file, optionally :variant, as launch.py's; "
+                      "--config.KEY=VALUE overrides follow it as there.")
+  parser.add_argument("--workdir", required=True, help="The run's directory (its checkpoints are read, nothing "
+                      "written).")
+  parser.add_argument("--output_dir", required=True, help="Folder for the PNG files and README.md.")
+  parser.add_argument("--split", default="", help="Evaluation split; default: the config's first test split.")
+  parser.add_argument("--num_sentences", type=int, default=3, help="How many sentences to plot.")
+  parser.add_argument("--first_sentence", type=int, default=0, help="Index of the first sentence in the split.")
+  parser.add_argument("--beam_size", type=int, default=0, help="Beam size of the hypotheses; 0: config.decode's, "
+                      "1: greedy.")
+  parser.add_argument("--checkpoint", default="latest", choices=["latest", "best"],
+                      help="latest, or best (by config.best_metric; the latest when the run kept none).")
+  parser.add_argument("--note", default="", help="A paragraph for README.md under the command, e.g. how the run "
+                      "was trained when it is not an experiment's default.")
+  args, overrides = parser.parse_known_args(argv)
+  unknown = [argument for argument in overrides if not argument.startswith("--config.")]
+  if unknown:
+    parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+  if args.num_sentences < 1 or args.first_sentence < 0:
+    parser.error("--num_sentences must be >= 1 and --first_sentence >= 0.")
+  import logging
+  logging.getLogger("absl").setLevel(logging.WARNING)  # orbax logs every restore step at INFO
+  from experiments import report
   from transformer import load
 
-  config = _CONFIG.value
-  if config.task.name != "translation":
-    raise app.UsageError(f"attention plots need a translation config; config.task.name={config.task.name!r}.")
-  split = _SPLIT.value or config.task.test_splits[0]
-  if split != config.task.eval_split and split not in config.task.test_splits:
-    config.task.test_splits = (*config.task.test_splits, split)  # so that task.data tokenizes it
-  if _NUM_SENTENCES.value < 1 or _FIRST_SENTENCE.value < 0:
-    raise app.UsageError("--num_sentences must be >= 1 and --first_sentence >= 0.")
   try:
-    model = load(_WORKDIR.value, checkpoint=_CHECKPOINT.value, config=config)
-    indices = list(range(_FIRST_SENTENCE.value, _FIRST_SENTENCE.value + _NUM_SENTENCES.value))
-    from experiments import report
-    command = report.portable_command(["python", "-m", "experiments.attention_plots", *sys.argv[1:]])
-    sentences = write_attention_plots(model, split, indices, _OUTPUT_DIR.value, command, _BEAM_SIZE.value or None,
-                                      _NOTE.value)
+    config = report.launch_config([f"--config={args.config}", *overrides])
+    if config.task.name != "translation":
+      parser.error(f"attention plots need a translation config; config.task.name={config.task.name!r}.")
+    split = args.split or config.task.test_splits[0]
+    if split != config.task.eval_split and split not in config.task.test_splits:
+      config.task.test_splits = (*config.task.test_splits, split)  # so that task.data tokenizes it
+    model = load(args.workdir, checkpoint=args.checkpoint, config=config)
+    indices = list(range(args.first_sentence, args.first_sentence + args.num_sentences))
+    command = report.portable_command(["python", "-m", "experiments.attention_plots",
+                                       *(sys.argv[1:] if argv is None else argv)])
+    sentences = write_attention_plots(model, split, indices, args.output_dir, command, args.beam_size or None,
+                                      args.note)
   except (ValueError, FileNotFoundError) as error:
     sys.exit(f"error: {error}")
-  print(f"step {model.step}: wrote {sum(len(s.files) for s in sentences)} plots and README.md to {_OUTPUT_DIR.value}")
+  print(f"step {model.step}: wrote {sum(len(s.files) for s in sentences)} plots and README.md to {args.output_dir}")
 
 
 if __name__ == "__main__":
-  # Flags are defined only when run as a script: the tests import this module next to launch.py, whose
-  # --config and --workdir flags would otherwise be defined twice.
-  from absl import app, flags
-  from ml_collections import config_flags
-
-  _CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file, optionally :variant.",
-                                            lock_config=True)
-  _WORKDIR = flags.DEFINE_string("workdir", None, "The run's directory (its checkpoints are read, nothing written).")
-  _OUTPUT_DIR = flags.DEFINE_string("output_dir", None, "Folder for the PNG files and README.md.")
-  _SPLIT = flags.DEFINE_string("split", "", "Evaluation split; default: the config's first test split.")
-  _NUM_SENTENCES = flags.DEFINE_integer("num_sentences", 3, "How many sentences to plot.")
-  _FIRST_SENTENCE = flags.DEFINE_integer("first_sentence", 0, "Index of the first sentence in the split.")
-  _BEAM_SIZE = flags.DEFINE_integer("beam_size", 0, "Beam size of the hypotheses; 0: config.decode's, "
-                                    "1: greedy.")
-  _CHECKPOINT = flags.DEFINE_enum("checkpoint", "latest", ["latest", "best"],
-                                  "latest, or best (by config.best_metric; the latest when the run kept none).")
-  _NOTE = flags.DEFINE_string("note", "", "A paragraph for README.md under the command, e.g. how the run was "
-                              "trained when it is not an experiment's default.")
-  flags.mark_flags_as_required(["config", "workdir", "output_dir"])
-  app.run(main)
+  main()

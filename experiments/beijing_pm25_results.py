@@ -2,6 +2,7 @@
 
     TRANSFORMER_DATA_DIR=../shared/data python -m experiments.beijing_pm25_results --workdir_root=/tmp/pm25
     ... --update_committed      # into experiments/beijing_pm25/ (else --output_dir, default <root>/results)
+    python -m experiments.beijing_pm25_results --from_records --update_committed   # no runs, no data needed
 
 A model's runs are ``<workdir_root>/<variant>-<hours>h``, one per input window tried (``python launch.py
 --config=experiments/beijing_pm25.py:<variant> --config.model.input_length=<hours> --workdir=...``); nothing is
@@ -10,6 +11,10 @@ kept run is restored from its best checkpoint and forecasts the test windows; al
 scored on the same windows (the origins that the longest input window leaves in 2014). The best
 Transformer-family model and the best recurrent model (each by validation MAE) are compared per horizon on the
 same windows: the MAE difference with a block-bootstrap interval over weeks of origins, and Welch's t over seeds.
+
+Each run's row (validation MAE, steps, command) is kept in ``records.json`` beside the page, and the kept runs'
+test forecasts in ``forecasts_2014.npz``; every number and plot of the page is computed from these two, which is
+all ``--from_records`` reads (in a new folder: the committed ones).
 """
 from __future__ import annotations
 
@@ -17,7 +22,6 @@ import os
 import re
 
 import numpy as np
-from absl import app
 
 from experiments import report
 from experiments.beijing_pm25 import RECURRENT, TRANSFORMERS, WINDOW_CANDIDATES, get_config
@@ -25,10 +29,6 @@ from transformer import load, read_run_config
 from transformer.tasks.forecasting import PREDICTIONS_FILE
 from transformer.tasks.metrics import forecast_metrics
 from transformer.train.writers import read_metrics
-
-_ROOT = report.workdir_root_flag()  # default /tmp/pm25
-_OUTPUT = report.output_flags()  # --output_dir, --update_committed, --force
-DEFAULT_ROOT = "/tmp/pm25"
 
 MODELS = RECURRENT + TRANSFORMERS + ("dlinear",)
 BASELINES = ("persistence", "daily_persistence")
@@ -43,11 +43,6 @@ EXAMPLE_DAYS = 14
 BOOTSTRAP_BLOCK_HOURS = 168
 BOOTSTRAP_RESAMPLES = 2000
 FORECASTS_FILE = "forecasts_2014.npz"
-
-
-def recorded_steps(output: str) -> dict[str, int]:
-  """Run name -> training steps done, from the Runs table of the page already in ``output`` (none: {})."""
-  return report.recorded_steps(output, "run", "steps done", lambda cell: int(cell.split("/")[0]))
 
 
 def run_command(variant: str, hours: int, config=None) -> str:
@@ -87,15 +82,15 @@ def best_validation(workdir: str) -> dict:
 
 def score_run(workdir: str) -> dict:
   """Every seed of the run in ``workdir`` on the test windows: ``{"forecasts": [seeds, windows, H] ug/m3,
-  "actual", "mask": [windows, H], "origin_time", "target_time", "config", "task", "step"}``."""
+  "actual", "mask": [windows, H], "origin_time", "task"}``."""
   config = read_run_config(workdir)
   forecasts = []
   for replica in range(config.num_seeds):
     model = load(workdir, replica=replica)
     split = model.task.predict_split(model.model_config, model.params, "test")
     forecasts.append(split["forecast"])
-  return {**{key: split[key] for key in ("actual", "mask", "origin_time", "target_time")},
-          "forecasts": np.stack(forecasts), "config": config, "task": model.task, "step": model.step}
+  return {**{key: split[key] for key in ("actual", "mask", "origin_time")}, "forecasts": np.stack(forecasts),
+          "task": model.task}
 
 
 def on_origins(score: dict, origins: np.ndarray) -> dict:
@@ -103,7 +98,7 @@ def on_origins(score: dict, origins: np.ndarray) -> dict:
   rows = np.searchsorted(score["origin_time"], origins)
   if not np.array_equal(score["origin_time"][rows], origins):
     raise ValueError("on_origins: a run lacks some of the common test origins")
-  kept = {key: score[key][rows] for key in ("actual", "mask", "origin_time", "target_time")}
+  kept = {key: score[key][rows] for key in ("actual", "mask", "origin_time")}
   return {**score, **kept, "forecasts": score["forecasts"][:, rows]}
 
 
@@ -112,12 +107,8 @@ def baseline_scores(task, origins: np.ndarray) -> dict:
   windows = task.windows("test")
   actual, mask = task.series.concentration_targets(windows)
   rows = np.searchsorted(task.series.times[windows.origins], origins)
-  target_time = task.series.times[windows.target_hours(rows)]
-  scores = {}
-  for name, forecast in task.series.baselines(windows).items():
-    scores[name] = {"forecasts": forecast[rows][None], "actual": actual[rows], "mask": mask[rows],
-                    "origin_time": origins, "target_time": target_time}
-  return scores
+  return {name: {"forecasts": forecast[rows][None], "actual": actual[rows], "mask": mask[rows],
+                 "origin_time": origins} for name, forecast in task.series.baselines(windows).items()}
 
 
 def test_metrics(score: dict) -> dict:
@@ -137,10 +128,11 @@ def seed_mean_absolute_errors(score: dict) -> np.ndarray:
   return np.where(score["mask"], errors, 0.0)
 
 
-def family_best(validation: dict[str, dict], family: tuple[str, ...]) -> str | None:
-  """The model of ``family`` with the lowest validation MAE over all horizons (None: none was run)."""
+def family_best(validation: dict[str, float], family: tuple[str, ...]) -> str | None:
+  """The model of ``family`` with the lowest validation MAE over all horizons (``validation``: model -> that of
+  its kept run; None: none was run)."""
   candidates = [name for name in family if name in validation]
-  return min(candidates, key=lambda name: validation[name]["eval/mae"]) if candidates else None
+  return min(candidates, key=validation.get) if candidates else None
 
 
 def test_best(metrics: dict, family: tuple[str, ...], horizons) -> str | None:
@@ -271,102 +263,137 @@ def save_forecasts(scores: dict, horizons, path: str) -> None:
   np.savez_compressed(path, **arrays)
 
 
-def window_table(runs: dict[str, dict[int, str]], validation: dict[str, dict[int, dict]]) -> str:
+def load_forecasts(path: str) -> tuple[dict, list[int]]:
+  """``save_forecasts`` read back: ``(scores, horizons)``, a score per model (baselines first) as ``score_run``
+  and ``on_origins`` give them, in µg/m³ (a baseline's -0.1, before the split's first measurement, NaN)."""
+  saved = np.load(path)
+  horizons = saved["horizons"].tolist()
+  origins = saved["origin_time"].astype("datetime64[h]")
+  mask = saved["actual"] >= 0
+  common = {"actual": np.where(mask, saved["actual"] / 10, np.nan), "mask": mask, "origin_time": origins,
+            "target_time": origins[:, None] + np.asarray(horizons).astype("timedelta64[h]")}
+  names = [name for name in BASELINES if name in saved] + sorted(
+      set(saved.files) - {"origin_time", "horizons", "actual", *BASELINES})
+  return {name: {**common, "forecasts": np.where((saved[name] == -1) & (name in BASELINES), np.nan,
+                                                   saved[name] / 10)} for name in names}, horizons
+
+
+def kept_windows(store: report.RecordStore) -> dict[str, int]:
+  """Model -> the input hours of its run with the lowest validation MAE, over the store's runs."""
+  tried = {}
+  for record in store.records.values():
+    values = record["values"]
+    tried.setdefault(values["model"], {})[values["hours"]] = values["validation_mae"]
+  return {name: min(by_hours, key=by_hours.get) for name, by_hours in tried.items()}
+
+
+def window_table(store: report.RecordStore, kept: dict[str, int]) -> str:
   """Validation MAE (best checkpoint, all horizons) of each model and window; the kept one in bold."""
+  tried = {(r["values"]["model"], r["values"]["hours"]): r["values"]["validation_mae"] for r in store.records.values()}
   windows = sorted({hours for candidates in WINDOW_CANDIDATES.values() for hours in candidates}
-                   | {hours for tried in runs.values() for hours in tried})
-  rows = []
-  for name in MODELS:
-    tried = validation.get(name, {})
-    kept = min(tried, key=lambda hours: tried[hours]["eval/mae"]) if tried else None
-    rows.append([name] + [("**{:.2f}**" if hours == kept else "{:.2f}").format(tried[hours]["eval/mae"])
-                          if hours in tried else "-" for hours in windows])
+                   | {hours for _, hours in tried})
+  rows = [[name] + [("**{:.2f}**" if hours == kept.get(name) else "{:.2f}").format(tried[name, hours])
+                    if (name, hours) in tried else "-" for hours in windows] for name in MODELS]
   return report.markdown_table(["model"] + [f"{hours} h" for hours in windows], rows)
 
 
-def runs_table(runs: dict[str, dict[int, str]], validation: dict[str, dict[int, dict]]) -> tuple[str, dict]:
-  """Every run: seeds, steps, best step, status, wall time, speed, command; and run name -> steps done."""
-  rows, steps_done = [], {}
-  for name in MODELS:
-    for hours, workdir in sorted(runs.get(name, {}).items()):
-      config, best = read_run_config(workdir), validation[name][hours]
-      total, done = config.num_train_steps, best["last_step"]
-      steps_done[f"{name}-{hours}h"] = done
-      status = "finished" if done >= total else f"**partial** (stopped at step {done} of {total})"
-      rows.append([f"{name}-{hours}h", config.num_seeds, f"{done} / {total}", best["step"], status,
-                   f"{best['wall_seconds'] / 60:.1f} min", f"{best['steps_per_second']:.1f}",
-                   f"`{run_command(name, hours, config)}`"])
+def run_names(store: report.RecordStore) -> list[str]:
+  """The store's runs, by model (``MODELS``' order), then input hours."""
+  order = {name: index for index, name in enumerate(MODELS)}
+  return sorted(store, key=lambda run: (order.get(store[run]["values"]["model"], len(order)),
+                                        store[run]["values"]["hours"]))
+
+
+def runs_table(store: report.RecordStore) -> str:
+  """Every run: seeds, steps, best step, status, wall time, speed, command."""
+  rows = []
+  for run in run_names(store):
+    record = store[run]
+    values, done = record["values"], record["steps"]
+    total = values["num_train_steps"]
+    status = "finished" if done >= total else f"**partial** (stopped at step {done} of {total})"
+    rows.append([run, values["seeds"], f"{done} / {total}", values["best_step"], status,
+                 f"{values['wall_seconds'] / 60:.1f} min", f"{values['steps_per_second']:.1f}",
+                 f"`{record['command']}`"])
   header = ["run", "seeds", "steps done", "best step (validation MAE)", "status", "wall time", "steps/s (median)",
             "command"]
-  return report.markdown_table(header, rows), steps_done
+  return report.markdown_table(header, rows)
 
 
-def score_models(workdir_root: str) -> dict:
-  """Find the runs, keep each model's best window by validation, score the kept runs and the baselines on the
-  common test origins; everything the page needs."""
+def collect(store: report.RecordStore, folder: str, workdir_root: str) -> None:
+  """Record every run under ``workdir_root``; score each model's kept run found there and the baselines on the
+  common test origins into ``folder/forecasts_2014.npz`` (a model whose kept run is elsewhere has no test rows)."""
   runs = find_runs(workdir_root)
   if not runs:
     commands = [f"- {name}: `{run_command(name, hours)}`" for name in MODELS for hours in WINDOW_CANDIDATES[name]]
     raise report.UserError(f"no run with checkpoints under {workdir_root} (named <variant>-<hours>h); train "
                            f"first, e.g.:\n" + "\n".join(commands))
-  validation = {name: {hours: best_validation(workdir) for hours, workdir in tried.items()}
-                for name, tried in runs.items()}
-  kept = {name: min(tried, key=lambda hours: tried[hours]["eval/mae"]) for name, tried in validation.items()}
-  scores = {name: score_run(runs[name][hours]) for name, hours in kept.items()}
+  validation = {(name, hours): best_validation(workdir) for name, tried in runs.items()
+                for hours, workdir in tried.items()}
+  store.check({f"{name}-{hours}h": best["last_step"] for (name, hours), best in validation.items()})
+  for (name, hours), best in validation.items():
+    config = read_run_config(runs[name][hours])
+    store.add(f"{name}-{hours}h", steps=best["last_step"], command=run_command(name, hours, config),
+              machine=report.machine_description(),
+              values={"model": name, "hours": hours, "seeds": config.num_seeds,
+                      "num_train_steps": config.num_train_steps, "best_step": best["step"],
+                      "validation_mae": best["eval/mae"], "wall_seconds": best["wall_seconds"],
+                      "steps_per_second": best["steps_per_second"], "eval_every": config.eval_every,
+                      "workdir_root": workdir_root})
+  kept = kept_windows(store)
+  scores = {name: score_run(runs[name][hours]) for name, hours in kept.items() if hours in runs.get(name, {})}
+  if not scores:  # every model's kept run is an earlier one: its forecasts stay
+    return
   longest = max(scores, key=lambda name: kept[name])
-  origins = scores[longest]["origin_time"]
+  origins, horizons = scores[longest]["origin_time"], list(scores[longest]["task"].horizons)
   scores = {**baseline_scores(scores[longest]["task"], origins),
             **{name: on_origins(score, origins) for name, score in scores.items()}}
-  return {"runs": runs, "validation": validation, "kept": kept, "scores": scores, "origins": origins,
-          "horizons": list(scores[longest]["task"].horizons), "metrics": {n: test_metrics(s) for n, s in
-                                                                          scores.items()}}
+  save_forecasts(scores, horizons, os.path.join(folder, FORECASTS_FILE))
 
 
-def write_results(workdir_root: str, output: str, committed: bool = False, replace_only_longer: bool = False) -> str:
-  """Score the runs under ``workdir_root`` and write RESULTS.md, the plots and the forecasts into ``output``.
+def forecasts_path(folder: str) -> str:
+  """The folder's forecasts, else the committed page's (a new folder starts from the committed records)."""
+  path = os.path.join(folder, FORECASTS_FILE)
+  return path if os.path.exists(path) else os.path.join(COMMITTED_DIR, FORECASTS_FILE)
 
-  With ``replace_only_longer``, a run whose row in ``output``'s page records more training steps than the run
-  now has is refused (``report.check_replacements``) before anything is written. Returns the page.
-  """
-  os.makedirs(output, exist_ok=True)
-  found = score_models(workdir_root)
-  scores, metrics, horizons, kept = found["scores"], found["metrics"], found["horizons"], found["kept"]
-  runs_markdown, steps_done = runs_table(found["runs"], found["validation"])
-  if replace_only_longer:
-    report.check_replacements(os.path.join(output, "RESULTS.md"), recorded_steps(output), steps_done)
-  best_validation_of = {name: found["validation"][name][hours] for name, hours in kept.items()}
-  transformer, recurrent = family_best(best_validation_of, TRANSFORMERS), family_best(best_validation_of, RECURRENT)
+
+def render(store: report.RecordStore, folder: str, committed: bool) -> str:
+  """The page, its plots from the records and the forecasts."""
+  scores, horizons = load_forecasts(forecasts_path(folder))
+  metrics = {name: test_metrics(score) for name, score in scores.items()}
+  kept = kept_windows(store)
+  kept_validation = {name: store[f"{name}-{hours}h"]["values"]["validation_mae"] for name, hours in kept.items()}
+  transformer, recurrent = family_best(kept_validation, TRANSFORMERS), family_best(kept_validation, RECURRENT)
   comparison = ""
-  if transformer and recurrent:
+  if transformer in scores and recurrent in scores:
     rows = paired_comparison(scores, metrics, transformer, recurrent, horizons)
     linear = paired_comparison(scores, metrics, "dlinear", transformer, horizons) if "dlinear" in scores else None
     comparison = comparison_section(rows, linear, transformer, recurrent)
     on_test = test_best(metrics, TRANSFORMERS, horizons), test_best(metrics, RECURRENT, horizons)
     if on_test != (transformer, recurrent):
       comparison += robustness_line(paired_comparison(scores, metrics, *on_test, horizons), *on_test)
-  plot_errors(metrics, horizons, os.path.join(output, "error_by_horizon.png"))
-  plot_forecasts(scores, ["persistence"] + [n for n in (recurrent, transformer) if n], horizons,
-                 os.path.join(output, "forecasts_6h_48h.png"))
-  save_forecasts(scores, horizons, os.path.join(output, FORECASTS_FILE))
+  plot_errors(metrics, horizons, os.path.join(folder, "error_by_horizon.png"))
+  plot_forecasts(scores, ["persistence"] + [n for n in (recurrent, transformer) if n in scores], horizons,
+                 os.path.join(folder, "forecasts_6h_48h.png"))
 
   def table(metric):
     rows = [[name, kept.get(name, "-")] + [mean_std(metrics[name][metric][:, i]) for i in range(len(horizons))]
             + [len(metrics[name][metric])] for name in scores]
     return report.markdown_table(["model", "input hours"] + [f"{h} h" for h in horizons] + ["seeds"], rows)
 
-  origins = found["origins"]
+  origins = next(iter(scores.values()))["origin_time"]
   not_run = [f"- {name}-{hours}h: `{run_command(name, hours)}`" for name in MODELS
-             for hours in WINDOW_CANDIDATES[name] if hours not in found["runs"].get(name, {})]
-  flag = " --update_committed" if committed else ""
-  page = PAGE.format(
-      root=workdir_root, flag=flag, machine=report.machine_description(), horizons=", ".join(map(str, horizons)),
+             for hours in WINDOW_CANDIDATES[name] if f"{name}-{hours}h" not in store]
+  names = run_names(store)
+  return PAGE.format(
+      root=",".join(store.distinct(names, "workdir_root")), flag=" --update_committed" if committed else "",
+      machine="; ".join(store.distinct(names)), horizons=", ".join(map(str, horizons)),
       windows=len(origins), first=origins[0], last=origins[-1], comparison=comparison, mae=table("mae"),
-      rmse=table("rmse"), window_table=window_table(found["runs"], found["validation"]), runs=runs_markdown,
-      eval_every=next(iter(s for s in scores.values() if "config" in s))["config"].eval_every,
+      rmse=table("rmse"), window_table=window_table(store, kept), runs=runs_table(store),
+      eval_every=", ".join(map(str, store.distinct(names, "eval_every"))),
       not_run="\n".join(["", "Not run yet:", ""] + not_run) if not_run else "",
       predictions=PREDICTIONS_FILE, forecasts=FORECASTS_FILE, num_horizons=len(horizons),
       resamples=BOOTSTRAP_RESAMPLES, block_days=BOOTSTRAP_BLOCK_HOURS // 24)
-  return report.write_page(output, page)
 
 
 def comparison_section(rows: list[dict], linear: list[dict] | None, transformer: str, recurrent: str) -> str:
@@ -486,15 +513,12 @@ mae = (np.abs(saved["gru"] / 10 - actual) * measured).sum(1) / measured.sum(0)  
 """
 
 
-def main(argv):
-  del argv
-  root = _ROOT.value or DEFAULT_ROOT
-  output = report.exit_on_user_error(report.results_folder, _OUTPUT, COMMITTED_DIR, os.path.join(root, "results"))
-  committed = output == COMMITTED_DIR
-  print(report.exit_on_user_error(write_results, root, output, committed,
-                                  replace_only_longer=committed and not _OUTPUT.force.value))
-  print(f"wrote {output}/RESULTS.md, error_by_horizon.png, forecasts_6h_48h.png, {FORECASTS_FILE}")
+def main(argv=None) -> str:
+  args = report.results_parser(__doc__, "WORKDIR_ROOT/results", default_root="/tmp/pm25").parse_args(argv)
+  return report.make_page(args, COMMITTED_DIR, os.path.join(args.workdir_root, "results"),
+                          lambda store, folder: collect(store, folder, args.workdir_root),
+                          lambda store, folder: render(store, folder, args.update_committed))
 
 
 if __name__ == "__main__":
-  app.run(main)
+  main()

@@ -3,13 +3,15 @@
     TRANSFORMER_DATA_DIR=... TRANSFORMER_MODELS_DIR=... \\
         python -m experiments.disaster_tweets_results --workdir_root=/tmp/dt                # into /tmp/dt/results
     python -m experiments.disaster_tweets_results --workdir_root=/tmp/dt --update_committed   # the repo's page
+    python -m experiments.disaster_tweets_results --from_records --update_committed   # the page from records.json
 
 Reads the runs of ``experiments/disaster_tweets.py`` in ``WORKDIR_ROOT/<variant>`` (it trains nothing; a variant
 without a run is listed with the command that makes it). Each seed of a run is loaded with
 ``transformer.load(workdir, replica=i)`` (the best checkpoint by validation F1) and scored on the test split;
 each seed's probabilities of "disaster" on the test split go to ``predictions/<variant>.csv`` beside the page,
-so that every number of a row can be recomputed from them. The page quotes the published results of the seed
-experiment (``PUBLISHED``) and says why they are not this table's yardstick.
+so that every number of a row can be recomputed from them; each row is kept in ``records.json`` beside the page,
+and the confusion matrices are drawn from it (the curves only from the runs' metrics). The page quotes the
+published results of the seed experiment (``PUBLISHED``) and says why they are not this table's yardstick.
 """
 from __future__ import annotations
 
@@ -17,19 +19,12 @@ import csv
 import os
 
 import numpy as np
-from absl import app, flags
 
 from experiments import disaster_tweets, report
 from transformer import load, read_run_config
 from transformer.errors import ConfigError
 from transformer.tasks.metrics import best_threshold, binary_metrics, confusion_counts, f1_bootstrap_interval
 from transformer.train.writers import read_metrics
-
-_ROOT = report.workdir_root_flag()  # default /tmp/dt
-_OUTPUT = report.output_flags()  # --output_dir (default WORKDIR_ROOT/results), --update_committed, --force
-_CONDITIONS = flags.DEFINE_string("conditions", "", "What else the machine ran during the runs (their wall times "
-                                  "depend on it), printed on the page.")
-DEFAULT_ROOT = "/tmp/dt"
 
 VARIANTS = ("static_scratch", "static_minilm", "transformer_scratch", "minilm_frozen", "minilm_finetune")
 COMMITTED_DIR = os.path.join(report.COMMITTED, "disaster_tweets")
@@ -126,17 +121,54 @@ def published_section() -> str:
   return f"## Published anchors\n\n{table}\n\n{PUBLISHED_NOTE}\n"
 
 
-def mean_std(values) -> str:
+def summary(values) -> dict:
+  """Mean and sample standard deviation over seeds (``std`` None for one seed), as a record keeps them."""
+  return {"mean": float(np.mean(values)), "std": float(np.std(values, ddof=1)) if len(values) > 1 else None}
+
+
+def mean_std(summary: dict) -> str:
   """``0.812 ± 0.004`` (sample standard deviation over seeds), or the value alone for one seed."""
-  return report.mean_std(values) if len(values) > 1 else f"{values[0]:.3f} (1 seed)"
+  return f"{summary['mean']:.3f} (1 seed)" if summary["std"] is None else (
+      f"{summary['mean']:.3f} ± {summary['std']:.3f}")
 
 
-def plot_confusion_matrices(scored: dict[str, dict], path: str) -> None:
-  """One panel per run: the test split's confusion counts summed over its seeds."""
-  with report.figure(path, 1, len(scored), (3.4 * len(scored), 3.3)) as (_, axes):
-    for axis, (variant, result) in zip(axes[0], scored.items()):
-      matrix = np.array([[sum(s[name] for s in result["seeds"]) for name in row]
-                         for row in (("tn", "fp"), ("fn", "tp"))])
+def record_values(result: dict, workdir_root: str, conditions: str) -> dict:
+  """What a variant's row, its confusion matrix and the page's notes show, from ``score_run``."""
+  seeds = result["seeds"]
+  return {"seeds": len(seeds), **{name: summary([s[name] for s in seeds]) for name in (*METRICS, "tuned_f1")},
+          "threshold": float(np.mean([s["threshold"] for s in seeds])),
+          "ensemble_f1": float(result["ensemble"]["f1"]),
+          "ensemble_interval": [float(bound) for bound in result["ensemble"]["f1_interval"]],
+          "validation_f1": result["validation_f1"], "chosen_step": int(seeds[0]["step"]),
+          "num_train_steps": result["config"].num_train_steps, "wall_seconds": result["wall_seconds"],
+          "confusion": {name: int(sum(s[name] for s in seeds)) for name in ("tn", "fp", "fn", "tp")},
+          "workdir_root": workdir_root, "conditions": conditions}
+
+
+def row(variant: str, record: dict) -> list:
+  values = record["values"]
+  target = TARGETS.get(variant)
+  f1, tuned_f1, ensemble_f1 = values["f1"]["mean"], values["tuned_f1"]["mean"], values["ensemble_f1"]
+
+  def met(value):
+    return "met" if value >= target else "not met"
+  return [
+      variant, values["seeds"], *(mean_std(values[name]) for name in METRICS),
+      f"{mean_std(values['tuned_f1'])} ({values['threshold']:.2f})",
+      "{:.3f} ({:.3f}-{:.3f})".format(ensemble_f1, *values["ensemble_interval"]),
+      "" if target is None else (f"{target:.2f}: argmax {met(f1)}, threshold {met(tuned_f1)} (means), "
+                                 f"ensemble {met(ensemble_f1)}"),
+      "" if values["validation_f1"] is None else f"{values['validation_f1']:.3f}",
+      f"{values['chosen_step']} of {values['num_train_steps']}"
+      + ("" if record["steps"] >= values["num_train_steps"] else " (stopped early)"),
+      f"{values['wall_seconds'] / 60:.1f} min", f"`{record['command']}`"]
+
+
+def plot_confusion_matrices(confusions: dict[str, tuple[dict, int]], path: str) -> None:
+  """One panel per run: ``variant -> (test confusion counts summed over its seeds, seeds)``."""
+  with report.figure(path, 1, len(confusions), (3.4 * len(confusions), 3.3)) as (_, axes):
+    for axis, (variant, (counts, seeds)) in zip(axes[0], confusions.items()):
+      matrix = np.array([[counts[name] for name in row] for row in (("tn", "fp"), ("fn", "tp"))])
       axis.imshow(matrix, cmap="Blues")
       for (row, column), value in np.ndenumerate(matrix):
         axis.text(column, row, str(value), ha="center", va="center",
@@ -145,70 +177,63 @@ def plot_confusion_matrices(scored: dict[str, dict], path: str) -> None:
       axis.set_yticks([0, 1], ["not disaster", "disaster"])
       axis.set_xlabel("predicted")
       axis.set_ylabel("true")
-      seeds = len(result["seeds"])
       axis.set_title(f"{variant}\n({f'{seeds} seeds summed' if seeds > 1 else '1 seed'})", fontsize=9)
 
 
-def main(argv):
-  del argv
-  root = _ROOT.value or DEFAULT_ROOT
-  output = report.exit_on_user_error(report.results_folder, _OUTPUT, COMMITTED_DIR, os.path.join(root, "results"))
-  committed = output == COMMITTED_DIR
-  os.makedirs(output, exist_ok=True)
-  scored, rows, not_run, steps_done, commands = {}, [], [], {}, {}
-  for variant in VARIANTS:
-    workdir = os.path.join(root, variant)
-    command = ["python", "launch.py", f"--config=experiments/disaster_tweets.py:{variant}", f"--workdir={workdir}"]
-    if not os.path.exists(os.path.join(workdir, "config.json")):
-      not_run.append(f"- `{variant}`: `{report.portable_command(command)}`")
-      continue
-    command += overrides(variant, workdir)
-    try:
-      result = scored[variant] = score_run(workdir)
-    except ConfigError as error:  # started, no checkpoint yet
-      not_run.append(f"- `{variant}`: started, not scored ({error}): `{report.portable_command(command)}`")
-      continue
-    seeds, config = result["seeds"], result["config"]
-    commands[variant] = report.portable_command(command)
-    finished = result["last_step"] >= config.num_train_steps
-    steps_done[variant] = result["last_step"]
-    f1, tuned_f1 = (np.mean([s[name] for s in seeds]) for name in ("f1", "tuned_f1"))
-    ensemble_f1, (low, high) = result["ensemble"]["f1"], result["ensemble"]["f1_interval"]
-    target = TARGETS.get(variant)
+def training_command(variant: str, workdir: str = "WORKDIR") -> list[str]:
+  return ["python", "launch.py", f"--config=experiments/disaster_tweets.py:{variant}", f"--workdir={workdir}"]
 
-    def met(value):
-      return "met" if value >= target else "not met"
-    rows.append([
-        variant, len(seeds), *(mean_std([s[name] for s in seeds]) for name in METRICS),
-        f"{mean_std([s['tuned_f1'] for s in seeds])} ({np.mean([s['threshold'] for s in seeds]):.2f})",
-        f"{ensemble_f1:.3f} ({low:.3f}-{high:.3f})",
-        "" if target is None else (f"{target:.2f}: argmax {met(f1)}, threshold {met(tuned_f1)} (means), "
-                                   f"ensemble {met(ensemble_f1)}"),
-        f"{result['validation_f1']:.3f}" if result["validation_f1"] is not None else "",
-        f"{seeds[0]['step']} of {config.num_train_steps}" + ("" if finished else " (stopped early)"),
-        f"{result['wall_seconds'] / 60:.1f} min", f"`{report.portable_command(command)}`"])
-  if committed and not _OUTPUT.force.value:
-    recorded = report.recorded_steps(output, "variant", "chosen step",  # "1200 of 1500 (stopped early)"
-                                     lambda cell: int(cell.split(" of ")[1].split()[0]))
-    report.exit_on_user_error(report.check_replacements, os.path.join(output, "RESULTS.md"), recorded, steps_done)
-  for variant, result in scored.items():  # after the check: a refused page writes nothing
-    write_predictions(output, variant, result["test_ids"], result["test_labels"], result["test_probabilities"])
-  if scored:
-    plot_confusion_matrices(scored, os.path.join(output, "confusion_matrices.png"))
-    report.plot_curves({v: r["records"] for v, r in scored.items()}, ["train/loss", "eval/f1"],
-                       os.path.join(output, "curves.png"), "Disaster Tweets: training loss and validation F1")
+
+def collect(store: report.RecordStore, folder: str, workdir_root: str, conditions: str,
+            not_scored: dict[str, str]) -> None:
+  """Score each variant's run under ``workdir_root`` into its record, its predictions and the curves;
+  ``not_scored``: variant -> why a run there was not scored (for the page)."""
+  workdirs = {variant: os.path.join(workdir_root, variant) for variant in VARIANTS
+              if os.path.exists(os.path.join(workdir_root, variant, "config.json"))}
+  store.check({variant: max((r["step"] for r in read_metrics(workdir)), default=0)  # before scoring
+               for variant, workdir in workdirs.items()})
+  curves = {}
+  for variant, workdir in workdirs.items():
+    command = report.portable_command(training_command(variant, workdir) + overrides(variant, workdir))
+    try:
+      result = score_run(workdir)
+    except ConfigError as error:  # started, no checkpoint yet
+      not_scored[variant] = f"started, not scored ({error}): `{command}`"
+      continue
+    store.add(variant, steps=result["last_step"], command=command, machine=report.machine_description(),
+              values=record_values(result, workdir_root, conditions))
+    write_predictions(folder, variant, result["test_ids"], result["test_labels"], result["test_probabilities"])
+    curves[variant] = result["records"]
+  if curves:
+    report.plot_curves(curves, ["train/loss", "eval/f1"], os.path.join(folder, "curves.png"),
+                       "Disaster Tweets: training loss and validation F1")
+
+
+def render(store: report.RecordStore, folder: str, committed: bool, not_scored: dict[str, str]) -> str:
+  names = list(store)
+  confusions = {name: (store[name]["values"]["confusion"], store[name]["values"]["seeds"]) for name in names}
+  if confusions:
+    plot_confusion_matrices(confusions, os.path.join(folder, "confusion_matrices.png"))
   table = report.markdown_table(
       ["variant", "seeds", "test F1 (disaster)", "precision", "recall", "accuracy",
        "test F1, threshold chosen on validation (threshold)", "test F1 of the seeds' ensemble (95% interval)",
-       "target F1",
-       "validation F1 (chosen step)", "chosen step", "training wall time", "command"], rows)
-  pending = "\n".join(not_run) or "- none"
+       "target F1", "validation F1 (chosen step)", "chosen step", "training wall time", "command"],
+      [row(name, store[name]) for name in names])
+  pending = "\n".join(
+      f"- `{variant}`: " + not_scored.get(variant, f"`{report.portable_command(training_command(variant))}`")
+      for variant in VARIANTS if variant not in store) or "- none"
+  roots = store.distinct(names, "workdir_root")
   flag = " --update_committed" if committed else ""
-  page = f"""# Disaster Tweets (Kaggle nlp-getting-started)
+  written_by = " and ".join(f"`python -m experiments.disaster_tweets_results --workdir_root={root}{flag}`"
+                            for root in roots)
+  conditions = " ".join(store.distinct(names, "conditions"))
+  machines, folders = "; ".join(store.distinct(names)), ", ".join(f"`{root}`" for root in roots)
+  commands = {name: store[name]["command"] for name in names}
+  return f"""# Disaster Tweets (Kaggle nlp-getting-started)
 
-Written by `python -m experiments.disaster_tweets_results --workdir_root={root}{flag}`; do not edit by hand.
+Written by {written_by}; do not edit by hand.
 
-Machine: {report.machine_description()}. Runs read from `{root}`; their commands need
+Machine: {machines}. Runs read from {folders}; their commands need
 `TRANSFORMER_DATA_DIR` (Kaggle's `train.csv` and `test.csv`) and `TRANSFORMER_MODELS_DIR` (holding
 `all-MiniLM-L6-v2`, Hugging Face `sentence-transformers/all-MiniLM-L6-v2`).
 
@@ -222,23 +247,33 @@ the seeds as one model: the most probable class of their mean probability (what 
 `submission.csv`; it is not one model's accuracy, and costs the seeds' training and inference), with the 95%
 percentile bootstrap interval of that F1 over the 761 test tweets (`f1_bootstrap_interval`): how far the score
 would move on another test set of this size, the yardstick for a gap to a target. Wall time: the whole
-training run of all its seeds (compilation, evaluations and checkpoints included). {_CONDITIONS.value or ""}
+training run of all its seeds (compilation, evaluations and checkpoints included). {conditions}
 
 {table}
 
-![confusion matrices](confusion_matrices.png)
+{report.image(folder, "confusion_matrices.png", "confusion matrices")}
 
-![training loss and validation F1](curves.png)
+{report.image(folder, "curves.png", "training loss and validation F1")}
 
-{predictions_section(output, commands)}
+{predictions_section(folder, commands)}
 {published_section()}
 ## Not run yet
 
 {pending}
 {report.runs_not_kept(COMMITTED_DIR)}"""
-  report.write_page(output, page)
-  print(page)
+
+
+def main(argv=None) -> str:
+  parser = report.results_parser(__doc__, "WORKDIR_ROOT/results", default_root="/tmp/dt")
+  parser.add_argument("--conditions", default="", help="What else the machine ran during the runs (their wall "
+                      "times depend on it), printed on the page.")
+  args = parser.parse_args(argv)
+  not_scored = {}
+  return report.make_page(
+      args, COMMITTED_DIR, os.path.join(args.workdir_root, "results"),
+      lambda store, folder: collect(store, folder, args.workdir_root, args.conditions, not_scored),
+      lambda store, folder: render(store, folder, args.update_committed, not_scored))
 
 
 if __name__ == "__main__":
-  app.run(main)
+  main()

@@ -9,21 +9,15 @@ Several workdirs give one line each per panel; up to 4 panels a row. For live cu
 """
 from __future__ import annotations
 
+import argparse
 import os
 import sys
-
-from absl import app, flags
 
 if __name__ == "__main__" and not __package__:  # run by its path (the end-of-run hint), from any directory
   sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the root holds `experiments`
 
 from experiments import report
 from transformer.train.writers import read_metrics
-
-_METRICS = flags.DEFINE_list("metrics", [], "Metrics to draw, one panel each; default: train/loss and every "
-                             "eval/ metric the runs logged (per-seed values left out).")
-_OUTPUT = flags.DEFINE_string("output", "", "PNG to write; default: curves.png in the first workdir.")
-
 
 def default_metrics(runs: dict[str, list[dict]]) -> list[str]:
   """``train/loss`` and the runs' ``eval/*`` metrics, in first-logged order, without per-seed copies."""
@@ -51,12 +45,16 @@ def plot_runs(workdirs: list[str], metrics: list[str] | None = None, output: str
   return output
 
 
-def main(argv):
-  workdirs = argv[1:]
-  if not workdirs:
-    raise app.UsageError("give at least one WORKDIR: python -m experiments.plot WORKDIR")
-  print(f"wrote {plot_runs(workdirs, _METRICS.value, _OUTPUT.value)}")
+def main(argv: list[str] | None = None) -> None:
+  parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                   allow_abbrev=False)
+  parser.add_argument("workdirs", nargs="+", metavar="WORKDIR", help="A training run's --workdir; one line each.")
+  parser.add_argument("--metrics", type=report.comma_list, default=[], help="Metrics to draw, one panel each; "
+                      "default: train/loss and every eval/ metric the runs logged (per-seed values left out).")
+  parser.add_argument("--output", default="", help="PNG to write; default: curves.png in the first workdir.")
+  args = parser.parse_args(argv)
+  print(f"wrote {plot_runs(args.workdirs, args.metrics, args.output)}")
 
 
 if __name__ == "__main__":
-  app.run(main)
+  main()

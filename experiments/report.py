@@ -1,17 +1,18 @@
-"""Shared pieces of the results scripts: read runs' metrics, write markdown tables and curve plots, and decide
-where a page goes.
+"""The results library: the record store, the one main of a results script and its flags, the command and
+machine stamp, markdown tables, plots and the statistics the pages quote; the benchmarks use it too.
 
-Every number in a RESULTS.md comes from a run's ``metrics.jsonl`` through these functions. A results script
-writes into a folder of the user's (``--output_dir``, or its default, printed at the end); the committed pages
-under ``experiments/<name>/`` are written only with ``--update_committed``, and there a row is only replaced by
-a run of at least as many training steps as the one it records, unless ``--force``.
+Every number in a RESULTS.md comes from a run's ``metrics.jsonl`` into the page's ``records.json``
+(``RecordStore``), and the page is rendered from those records (``make_page``; ``--from_records`` renders it
+again without the runs). A results script writes into a folder of the user's (``--output_dir``, or its default,
+printed at the end); the committed pages under ``experiments/<name>/`` are written only with
+``--update_committed``, and there a row is only replaced by a run of at least as many training steps as the one
+it records, unless ``--force``.
 """
 from __future__ import annotations
 
+import argparse
 import contextlib
-import dataclasses
 import datetime
-import functools
 import json
 import math
 import os
@@ -21,7 +22,6 @@ import subprocess
 import sys
 from typing import Callable
 
-from absl import flags
 import jax
 import numpy as np
 
@@ -32,17 +32,11 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 COMMITTED = os.path.join(REPO, "experiments")
 # A hand-written note beside a results page: settings tried whose workdirs are gone (see runs_not_kept).
 NOT_KEPT_NOTE = "runs_not_kept.md"
+# Beside a results page: its rows (RecordStore).
+RECORDS_FILE = "records.json"
 
 
-@dataclasses.dataclass(frozen=True)
-class OutputFlags:
-  """The flags that say where a results script writes (``output_flags``)."""
-  output_dir: flags.FlagHolder
-  update_committed: flags.FlagHolder
-  force: flags.FlagHolder
-
-
-# Where a results page goes, the same flags in both flag systems (absl here, argparse in benchmarks/): name -> help.
+# Where a results page goes: name -> help (``add_output_arguments``).
 OUTPUT_HELP = {
     "output_dir": "Folder for the page (RESULTS.md and what it links), printed at the end; default: {default}.",
     "update_committed": "Write into the committed page instead of --output_dir.",
@@ -53,18 +47,10 @@ OUTPUT_HELP = {
 _LONGER = " A row there is only replaced by a run of at least as many training steps (see --force)."
 
 
-@functools.cache  # defined once per process, whichever results script imports it first
-def output_flags() -> OutputFlags:
-  return OutputFlags(
-      output_dir=flags.DEFINE_string("output_dir", "", OUTPUT_HELP["output_dir"].format(
-          default="see the script's docstring")),
-      update_committed=flags.DEFINE_bool("update_committed", False, OUTPUT_HELP["update_committed"] + _LONGER),
-      force=flags.DEFINE_bool("force", False, OUTPUT_HELP["force"]))
-
-
 def add_output_arguments(parser, default: str, force: bool = True) -> None:
-  """``output_flags`` as options of an ``argparse.ArgumentParser`` (``benchmarks/``); ``default``: where the
-  page goes without ``--output_dir``, for the help; ``force=False`` where no row is kept from run to run."""
+  """``--output_dir``, ``--update_committed`` and ``--force`` on an ``argparse.ArgumentParser``; ``default``:
+  where the page goes without ``--output_dir``, for the help; ``force=False`` where no row is kept from run to
+  run (the benchmarks)."""
   parser.add_argument("--output_dir", default="", help=OUTPUT_HELP["output_dir"].format(default=default))
   parser.add_argument("--update_committed", action="store_true",
                       help=OUTPUT_HELP["update_committed"] + (_LONGER if force else ""))
@@ -72,30 +58,75 @@ def add_output_arguments(parser, default: str, force: bool = True) -> None:
     parser.add_argument("--force", action="store_true", help=OUTPUT_HELP["force"])
 
 
-@functools.cache  # one flag whichever results script defines it first; each script has its own default
-def workdir_root_flag() -> flags.FlagHolder:
-  return flags.DEFINE_string("workdir_root", "", "Where the runs' workdirs are: <root>/<variant> (default: the "
-                             "script's own, in its docstring).")
+def add_boolean_argument(parser, name: str, default: bool, help: str) -> None:
+  """``--NAME`` and ``--noNAME`` (absl's spelling, which the pages' commands and READMEs use)."""
+  parser.add_argument(f"--{name}", dest=name, action="store_true", default=default, help=help)
+  parser.add_argument(f"--no{name}", dest=name, action="store_false", help=f"The opposite of --{name}.")
 
 
-@functools.cache  # as workdir_root_flag: results scripts imported together (the tests) share it
-def hardware_flag() -> flags.FlagHolder:
-  return flags.DEFINE_string("hardware", "", "Where the runs read trained, for the page (default: this "
-                             "machine), e.g. '1 x NVIDIA H200, 16 cores' for workdirs copied back from a GPU host.")
+def comma_list(text: str) -> list[str]:
+  """An argparse ``type``: ``a,b`` -> ``["a", "b"]`` (absl's DEFINE_list)."""
+  return [part.strip() for part in text.split(",") if part.strip()]
 
 
-def results_folder(output: OutputFlags, committed: str, default: str) -> str:
-  """The folder a script writes its page to: ``committed`` with ``--update_committed``, else ``--output_dir``,
-  else ``default``."""
-  return choose_results_folder(output.output_dir.value, output.update_committed.value, output.force.value,
-                               committed, default)
+def results_parser(doc: str, default_output: str, default_root: str | None = None,
+                   hardware: bool = False) -> argparse.ArgumentParser:
+  """The parser of a results script: its module docstring as the help, ``add_output_arguments``,
+  ``--from_records``, and ``--workdir_root`` (where ``default_root`` is given) and ``--hardware`` (with
+  ``hardware``). The script adds its own options and parses; ``make_page`` does the rest."""
+  parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                   allow_abbrev=False)  # as absl: a misspelt flag is an error
+  add_output_arguments(parser, default_output)
+  parser.add_argument("--from_records", action="store_true",
+                      help=f"Train and score nothing: write the page from the folder's {RECORDS_FILE} alone (a new "
+                           "folder's start from the committed page's), e.g. after a change of the page's layout.")
+  if default_root is not None:
+    parser.add_argument("--workdir_root", default=default_root,
+                        help=f"Where the runs' workdirs are: <root>/<variant> (default: {default_root}).")
+  if hardware:
+    parser.add_argument("--hardware", default="", help="Where the runs read trained, for the page (default: this "
+                        "machine), e.g. '1 x NVIDIA H200, 16 cores' for workdirs copied back from a GPU host.")
+  return parser
+
+
+def make_page(args: argparse.Namespace, committed: str, default_output: str,
+              collect: Callable[[RecordStore, str], object] | None,
+              render: Callable[[RecordStore, str], str]) -> str:
+  """The one main of a results script: collect records, render the page, write it.
+
+  The folder is ``committed`` with ``--update_committed``, else ``--output_dir``, else ``default_output``
+  (``choose_results_folder``). Its ``RecordStore`` (a new folder's starts from the committed records) gets the
+  new runs' records from ``collect(store, folder)`` (train, score; skipped with ``--from_records``), which may
+  also write files beside the page (plots, test outputs); in the committed folder a record is only replaced by
+  one of at least as many steps, unless ``--force``. Then ``render(store, folder)`` gives the page's text, and
+  RESULTS.md and records.json are written (nothing is, if a step fails). A ``UserError`` exits with one line.
+  Returns the page's text.
+  """
+  def write() -> tuple[str, str]:
+    force = getattr(args, "force", False)
+    folder = choose_results_folder(args.output_dir, args.update_committed, force, committed, default_output)
+    os.makedirs(folder, exist_ok=True)
+    updating = os.path.realpath(folder) == os.path.realpath(committed)
+    store = RecordStore(folder, start_from=None if updating else committed, force=force or not updating)
+    if collect is not None and not args.from_records:
+      collect(store, folder)
+    text = render(store, folder)
+    store.save()
+    return folder, write_page(folder, text)
+
+  folder, text = exit_on_user_error(write)
+  print(text)
+  print(f"Wrote the page to {folder}/RESULTS.md" + ("" if os.path.realpath(folder) == os.path.realpath(committed)
+        else f" (the committed page {os.path.relpath(committed, REPO)}/ is unchanged; --update_committed writes "
+             "there)."))
+  return text
 
 
 def choose_results_folder(output_dir: str, update_committed: bool, force: bool, committed: str,
-                          default: str) -> str:
-  """``results_folder`` on plain values (also for ``benchmarks/``, whose flags are argparse's): ``committed``
-  with ``update_committed``, else ``output_dir``, else ``default``; a UserError for the combinations that
-  would write the committed page by accident or say nothing."""
+                          default: str, keeps_rows: bool = True) -> str:
+  """The folder a page goes to: ``committed`` with ``update_committed``, else ``output_dir``, else ``default``;
+  a UserError for the combinations that would write the committed page by accident or say nothing.
+  ``keeps_rows=False``: a page whose sections every run replaces (the benchmarks'), for the message."""
   if update_committed and output_dir:
     raise UserError("give either --output_dir (a page of your own) or --update_committed (the committed page "
                     f"{os.path.relpath(committed, REPO)}/), not both")
@@ -105,9 +136,107 @@ def choose_results_folder(output_dir: str, update_committed: bool, force: bool, 
     return committed
   folder = os.path.abspath(output_dir or default)
   if os.path.realpath(folder) == os.path.realpath(committed):
-    raise UserError(f"--output_dir={output_dir} is the committed page; give --update_committed to "
-                    "write there (rows are then only replaced by runs at least as long), or another folder")
+    raise UserError(f"--output_dir={output_dir} is the committed page; give --update_committed to write there"
+                    + (" (rows are then only replaced by runs at least as long)" if keeps_rows else "")
+                    + ", or another folder")
   return folder
+
+
+# ------------------------------------------------------------------------------ the record store
+
+class RecordStore:
+  """The rows of a results page, kept beside it in ``records.json`` so the page outlives its runs' workdirs.
+
+  ``{"<row name>": {"steps": int, "command": str, "machine": str, "values": {...}, "order": int}}``: the
+  training steps of the row's run, the command that made it, where it ran, what the script renders from it
+  (JSON), and where the row stands among the others (``items`` gives the rows in the order they were first
+  added, which the file's sorted keys do not keep). A row is only replaced by a run of at least as many steps
+  unless the store (or ``add``) is forced: the rule of committed pages (``make_page`` forces the store of a
+  folder of the user's).
+  """
+
+  def __init__(self, folder: str, start_from: str | None = None, force: bool = False):
+    """Reads ``folder/records.json``; a folder without one starts from ``start_from/records.json`` (the
+    committed page's) when given, else empty. ``force``: ``add`` replaces rows by shorter runs."""
+    self.folder, self.force = folder, force
+    self.path = os.path.join(folder, RECORDS_FILE)
+    source = self.path if os.path.exists(self.path) or start_from is None else os.path.join(start_from,
+                                                                                             RECORDS_FILE)
+    self.records: dict[str, dict] = {}
+    if os.path.exists(source):
+      try:
+        with open(source) as f:
+          self.records = json.load(f)
+      except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise UserError(f"{source} is not the JSON of a record store ({error}); restore it from git "
+                        "(git checkout -- PATH) or delete it to record its rows again") from None
+
+  def check(self, new_steps: dict[str, int], force: bool | None = None) -> None:
+    """Refuses (one ``UserError`` naming each refused row, both step counts and ``--force``) to replace a row
+    by a run of fewer steps; ``new_steps``: row name -> steps of the run that would replace it. Call it before
+    expensive work (training, decoding) so that a refusal costs nothing."""
+    if self.force if force is None else force:
+      return
+    shorter = [f"row {name!r} records a run of {self.records[name]['steps']} training steps, the new one "
+               f"trained {steps}" for name, steps in new_steps.items()
+               if name in self.records and steps < self.records[name]["steps"]]
+    if shorter:
+      raise UserError(f"{self.path}: {'; '.join(shorter)}. A committed row is only replaced by a run at least as "
+                      "long: give --force to replace it anyway, another row name for a row of its own, or leave "
+                      "out --update_committed to write a page of your own.")
+
+  def add(self, name: str, *, steps: int, command: str, machine: str, values: dict,
+          force: bool | None = None) -> None:
+    """Records row ``name`` (replacing its record; ``check`` first). Saved by ``save``."""
+    self.check({name: steps}, force)
+    order = self.records.get(name, {}).get("order")
+    if order is None:  # a new row (or one of a file written without places): after the others
+      order = 1 + max((record.get("order", -1) for record in self.records.values()), default=-1)
+    self.records[name] = {"steps": int(steps), "command": command, "machine": machine, "values": values,
+                          "order": order}
+
+  def rename(self, name: str, new_name: str) -> None:
+    """Row ``name`` as ``new_name``, in its place."""
+    self.records[new_name] = self.records.pop(name)
+
+  def save(self) -> None:
+    os.makedirs(self.folder, exist_ok=True)
+    with open(self.path, "w") as f:
+      json.dump(self.records, f, indent=1, sort_keys=True, allow_nan=True)
+      f.write("\n")
+
+  def __getitem__(self, name: str) -> dict:
+    return self.records[name]
+
+  def __contains__(self, name: str) -> bool:
+    return name in self.records
+
+  def __iter__(self):
+    return iter(name for name, _ in self.items())
+
+  def __len__(self) -> int:
+    return len(self.records)
+
+  def __delitem__(self, name: str) -> None:
+    del self.records[name]
+
+  def distinct(self, names, field: str = "machine") -> list:
+    """The distinct values of ``record[field]`` (or ``record["values"][field]`` where the record has no such
+    field) over the rows ``names``, in first-seen order: a page's machine stamps, workdir roots."""
+    found = [self[name][field] if field in self[name] else self[name]["values"].get(field) for name in names]
+    return list(dict.fromkeys(value for value in found if value is not None))
+
+  def items(self) -> list[tuple[str, dict]]:
+    """``(name, record)`` in the order the rows were first added."""
+    return sorted(self.records.items(), key=lambda item: item[1].get("order", math.inf))
+
+
+def image(folder: str, file: str, alt: str) -> str:
+  """``![alt](file)`` when ``folder/file`` exists; else a line saying it is drawn from the runs' workdirs (a plot
+  of per-step curves, which records do not keep: ``--from_records`` into a new folder)."""
+  if os.path.exists(os.path.join(folder, file)):
+    return f"![{alt}]({file})"
+  return f"({alt}: `{file}` is drawn from the runs' workdirs, not from {RECORDS_FILE}; not drawn here.)"
 
 
 def runs_not_kept(output: str) -> str:
@@ -122,49 +251,20 @@ def runs_not_kept(output: str) -> str:
           f"(hand-written in `{NOT_KEPT_NOTE}`, with the numbers their training printed):\n\n{note}\n")
 
 
-def read_page(output: str) -> str:
-  """The text of ``output/RESULTS.md``; empty when there is no page yet."""
-  path = os.path.join(output, "RESULTS.md")
+def read_page(output: str, name: str = "RESULTS.md") -> str:
+  """The text of ``output/NAME``; empty when there is no page yet."""
+  path = os.path.join(output, name)
   if not os.path.exists(path):
     return ""
   with open(path) as f:
     return f.read()
 
 
-def recorded_steps(output: str, first_column: str, steps_column: str = "steps",
-                   steps: Callable[[str], int] = int) -> dict[str, int]:
-  """Row name -> training steps of the run the page in ``output`` records for it (empty when there is no page
-  yet): from the first table of each section (``## ``) of ``output/RESULTS.md`` whose header starts with
-  ``first_column`` and has ``steps_column``, that cell read by ``steps`` (e.g. ``"1200 of 1500"`` needs its
-  own)."""
-  return {row[first_column]: steps(row[steps_column]) for section in read_page(output).split("\n## ")
-          for row in read_markdown_table(section, first_column) if steps_column in row}
-
-
-def write_page(output: str, text: str) -> str:
-  """Write ``text`` as ``output/RESULTS.md``; returns it."""
-  with open(os.path.join(output, "RESULTS.md"), "w") as f:
+def write_page(output: str, text: str, name: str = "RESULTS.md") -> str:
+  """Write ``text`` as ``output/NAME``; returns it."""
+  with open(os.path.join(output, name), "w") as f:
     f.write(text)
   return text
-
-
-def check_replacements(page: str, recorded_steps: dict[str, int], new_steps: dict[str, int]) -> None:
-  """Refuses to replace a recorded row by a run of fewer training steps.
-
-  Args:
-    page: the page's file, for the message (e.g. ``experiments/multi30k/runs.json``).
-    recorded_steps: row name -> training steps of the run the page records.
-    new_steps: row name -> training steps of the run that would replace it.
-
-  Raises:
-    UserError: one line naming each refused row, both step counts and ``--force``.
-  """
-  shorter = [f"row {name!r} records a run of {recorded_steps[name]} training steps, the new one trained {steps}"
-             for name, steps in new_steps.items() if name in recorded_steps and steps < recorded_steps[name]]
-  if shorter:
-    raise UserError(f"{page}: {'; '.join(shorter)}. A committed row is only replaced by a run at least as long: "
-                    "give --force to replace it anyway, --run=NEW_ROW=VARIANT:WORKDIR for a row of its own, or "
-                    "leave out --update_committed to write a page of your own.")
 
 
 # ------------------------------------------------------------------------------ the machine stamp
@@ -295,23 +395,6 @@ def markdown_table(header: list[str], rows: list[list]) -> str:
   return "\n".join(lines)
 
 
-def read_markdown_table(text: str, first_column: str) -> list[dict[str, str]]:
-  """The rows of the first table in markdown ``text`` whose header starts with ``first_column``, each as
-  ``{column: cell}`` (the inverse of ``markdown_table`` for cells without ``|``); empty when there is none."""
-  def cells(line: str) -> list[str]:
-    return [cell.strip() for cell in line.strip().strip("|").split("|")]
-  lines = text.splitlines()
-  for index, line in enumerate(lines):
-    if line.startswith("|") and cells(line)[0] == first_column:
-      rows = []
-      for body in lines[index + 2:]:  # after the header and its |---| line
-        if not body.startswith("|"):
-          break
-        rows.append(dict(zip(cells(line), cells(body))))
-      return rows
-  return []
-
-
 # Panels per row of a curves figure: a run with many metrics (a forecaster's per-horizon errors) reads as a grid.
 MAX_PANEL_COLUMNS = 4
 
@@ -398,6 +481,19 @@ def config_overrides(variant_config, run_config, ignored: tuple[str, ...] = ()) 
             else str(value))
     overrides.append(f"--config.{key}={text}")
   return overrides
+
+
+def launch_config(arguments: list[str]):
+  """The ``ConfigDict`` ``launch.py ARGUMENTS`` trains: its ``--config=FILE[:VARIANT]`` with the
+  ``--config.KEY=VALUE`` overrides, parsed as launch.py parses them (ml_collections' parser, which lives on absl
+  flags: on a registry of its own here, so nothing global is defined); other arguments are ignored."""
+  from absl import flags
+  from ml_collections import config_flags
+  argv = ["launch.py", *arguments]
+  parsed = flags.FlagValues()
+  config_flags.DEFINE_config_file("config", None, flag_values=parsed, lock_config=True, sys_argv=argv)
+  parsed(argv, known_only=True)
+  return parsed.config
 
 
 def portable_command(parts: list[str]) -> str:

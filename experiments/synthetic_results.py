@@ -1,93 +1,91 @@
 """Train the three synthetic variants and write their results page: RESULTS.md and curves.png.
 
     python -m experiments.synthetic_results --workdir_root=/tmp/synthetic
+    python -m experiments.synthetic_results --from_records --update_committed   # the page from records.json
 
 Runs that already finished in ``workdir_root`` are not retrained (the launch resumes, and has nothing to do).
-The page holds only the rows of this invocation (one per task). It goes to ``--output_dir``, by default
+Each task's row is kept in ``records.json`` beside the page. The page goes to ``--output_dir``, by default
 ``<workdir_root>/results/`` (printed at the end); the committed page ``experiments/synthetic/`` is written only
-with ``--update_committed``, and then only when no task trained fewer steps than the committed row records
-(its ``steps`` column), unless ``--force``.
+with ``--update_committed``, and then only when no task trains fewer steps than its committed row, unless
+``--force``. The curves are drawn from the runs' metrics, so ``--from_records`` leaves ``curves.png`` as it is.
 """
 from __future__ import annotations
 
 import os
 
 import numpy as np
-from absl import app
 
 from experiments import report
+from experiments.synthetic import get_config
 from transformer.train.writers import read_metrics
 
-_ROOT = report.workdir_root_flag()  # default /tmp/synthetic
-DEFAULT_ROOT = "/tmp/synthetic"
-_OUTPUT = report.output_flags()  # --output_dir, --update_committed, --force
 VARIANTS = ("copy", "reverse", "sort")
 HEADER = ["task", "steps", "exact match (512 held-out)", "token accuracy", "first >= 99% exact match",
           "total wall time", "steps/s (median)", "tokens/s (median)", "command"]
 
 
-def row(variant: str, records: list[dict], command: list[str]) -> list:
-  """The table row of one run from its metric records."""
+def record_values(records: list[dict], workdir_root: str) -> dict:
+  """What a task's row shows, from its run's metric records."""
   final = [r for r in records if "eval/exact_match" in r][-1]
   reached = report.first_reaching(records, "eval/exact_match", 0.99)
   speeds = [r["train/steps_per_second"] for r in records if "train/steps_per_second" in r][1:]
   tokens = [r["train/tokens_per_second"] for r in records if "train/tokens_per_second" in r][1:]
-  return [
-      variant, final["step"], f"{final['eval/exact_match']:.4f}", f"{final['eval/token_accuracy']:.4f}",
-      f"step {reached['step']}, {reached['wall_seconds']:.0f} s" if reached else "not reached",
-      f"{final['wall_seconds']:.0f} s", f"{np.median(speeds):.1f}", f"{np.median(tokens):,.0f}",
-      f"`{report.command_line(command)}`"]
+  return {"exact_match": final["eval/exact_match"], "token_accuracy": final["eval/token_accuracy"],
+          "reached": reached and {"step": reached["step"], "wall_seconds": reached["wall_seconds"]},
+          "wall_seconds": final["wall_seconds"], "steps_per_second": float(np.median(speeds)),
+          "tokens_per_second": float(np.median(tokens)), "workdir_root": workdir_root}
 
 
-def write_results(output: str, runs: dict[str, tuple[list[dict], list[str]]], workdir_root: str, *,
-                  replace_only_longer: bool = False) -> str:
-  """Writes ``output/RESULTS.md`` and ``output/curves.png`` from ``runs`` (task -> (metric records, launch
-  command)); returns the page's text.
+def row(name: str, record: dict) -> list:
+  values, reached = record["values"], record["values"]["reached"]
+  return [name, record["steps"], f"{values['exact_match']:.4f}", f"{values['token_accuracy']:.4f}",
+          f"step {reached['step']}, {reached['wall_seconds']:.0f} s" if reached else "not reached",
+          f"{values['wall_seconds']:.0f} s", f"{values['steps_per_second']:.1f}",
+          f"{values['tokens_per_second']:,.0f}", f"`{record['command']}`"]
 
-  Args:
-    replace_only_longer: refuse (``UserError``, before anything is written) when a task trained fewer steps than
-      the page in ``output`` records for it: for the committed page.
-  """
-  rows = [row(variant, records, command) for variant, (records, command) in runs.items()]
-  if replace_only_longer:
-    report.check_replacements(os.path.join(output, "RESULTS.md"), report.recorded_steps(output, "task"),
-                              {cells[0]: cells[1] for cells in rows})
-  os.makedirs(output, exist_ok=True)
-  report.plot_curves({variant: records for variant, (records, _) in runs.items()},
-                     ["train/loss", "eval/exact_match"], os.path.join(output, "curves.png"),
+
+def collect(store: report.RecordStore, folder: str, workdir_root: str) -> None:
+  """Train (or resume) each variant under ``workdir_root``, record its row and draw ``folder/curves.png``."""
+  store.check({variant: get_config(variant).num_train_steps for variant in VARIANTS})  # before training
+  runs = {}
+  for variant in VARIANTS:
+    workdir = os.path.join(workdir_root, variant)
+    command = report.launch(f"experiments/synthetic.py:{variant}", workdir)
+    runs[variant] = read_metrics(workdir)
+    store.add(variant, steps=runs[variant][-1]["step"], command=report.command_line(command),
+              machine=report.machine_description(), values=record_values(runs[variant], workdir_root))
+  report.plot_curves(runs, ["train/loss", "eval/exact_match"], os.path.join(folder, "curves.png"),
                      "Synthetic tasks: small encoder-decoder (2+2 layers, d_model 64)")
-  text = f"""# Synthetic sequence tasks
 
-Written by `python -m experiments.synthetic_results --workdir_root={workdir_root}`; do not edit by hand.
 
-Machine: {report.machine_description()}.
+def render(store: report.RecordStore, folder: str) -> str:
+  names = list(store)
+  roots = store.distinct(names, "workdir_root")
+  written_by = " and ".join(f"`python -m experiments.synthetic_results --workdir_root={root}`" for root in roots)
+  machines = "; ".join(store.distinct(names))
+  return f"""# Synthetic sequence tasks
+
+Written by {written_by}; do not edit by hand.
+
+Machine: {machines}.
 
 Exact match: greedy decoding (key/value cache) of 512 held-out sequences of 1-12 symbols, every token and
 the end-of-sequence right. Wall time includes compilation, evaluation (every 500 steps) and checkpointing;
 tokens/s counts non-padding source and target tokens.
 
-{report.markdown_table(HEADER, rows)}
+{report.markdown_table(HEADER, [row(name, store[name]) for name in names])}
 
-![training curves](curves.png)
+{report.image(folder, "curves.png", "training curves")}
 """
-  return report.write_page(output, text)
 
 
-def main(argv):
-  del argv
-  root = _ROOT.value or DEFAULT_ROOT
-  committed = os.path.join(report.COMMITTED, "synthetic")
-  output = report.exit_on_user_error(report.results_folder, _OUTPUT, committed,
-                                     os.path.join(root, "results"))
-  runs = {}
-  for variant in VARIANTS:
-    workdir = os.path.join(root, variant)
-    command = report.exit_on_user_error(report.launch, f"experiments/synthetic.py:{variant}", workdir)
-    runs[variant] = (read_metrics(workdir), command)
-  print(report.exit_on_user_error(write_results, output, runs, root,
-                                  replace_only_longer=output == committed and not _OUTPUT.force.value))
-  print(f"Wrote the page to {output}/RESULTS.md")
+def main(argv=None) -> str:
+  parser = report.results_parser(__doc__, "WORKDIR_ROOT/results", default_root="/tmp/synthetic")
+  args = parser.parse_args(argv)
+  return report.make_page(args, os.path.join(report.COMMITTED, "synthetic"),
+                          os.path.join(args.workdir_root, "results"),
+                          lambda store, folder: collect(store, folder, args.workdir_root), render)
 
 
 if __name__ == "__main__":
-  app.run(main)
+  main()

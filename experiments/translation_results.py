@@ -1,41 +1,43 @@
-"""Score translation runs and write a results page: RESULTS.md, runs.json, curves and the best test output.
+"""Score translation runs and write a results page: RESULTS.md, records.json, curves and the best test output.
 
     python -m experiments.translation_results --experiment=multi30k \\
         --run=transformer_small:/tmp/multi30k_small --run=gru_bahdanau:/tmp/multi30k_gru \\
         --source_dir=DIR  # the raw files (see transformer/data/multi30k); default: downloaded
+    python -m experiments.translation_results --experiment=multi30k --from_records --update_committed
 
 Where the page goes: ``--output_dir=DIR``; by default ``WORKDIR/results/`` of the first ``--run`` (with no
-``--run``: ``./results-<experiment>/``); the folder is printed at the end. A folder without a ``runs.json`` yet
-starts from the committed page's rows (``experiments/<experiment>/``: ``runs.json``, ``validation_runs.json``,
-``runs_not_kept.md``, ``curves.png`` and the test output of its best row), so your rows are shown beside the
-published ones; a committed row of the same name as one of yours is kept as ``NAME (committed)``. The committed
-page is only written with ``--update_committed``, and there a row is only replaced by a run of at least as many
-training steps as it records (else one line says which row and both step counts), unless ``--force``.
+``--run``: ``./results-<experiment>/``); the folder is printed at the end. A folder without a ``records.json`` yet
+starts from the committed page (``experiments/<experiment>/``: its records, ``runs_not_kept.md``, ``curves.png``
+and the test outputs of its rows), so your rows are shown beside the published ones; a committed row of the same
+name as one of yours is kept as ``NAME (committed)``. The committed page is only written with
+``--update_committed``, and there a row is only replaced by a run of at least as many training steps as it
+records (else one line says which row and both step counts), unless ``--force``.
 
 Each ``--run=VARIANT:WORKDIR`` is a finished (or interrupted) run of ``experiments/<experiment>.py:VARIANT``;
 ``--run=ROW=VARIANT:WORKDIR`` names its row ROW instead of VARIANT (e.g. a run of an earlier setting of the
 variant, kept beside the current one). Its best checkpoint (chosen on validation) is scored with
 ``launch.py --mode=eval`` unless ``WORKDIR/eval_results.json`` is already newer than its checkpoints. A row keeps
-its run's settings (``config.json`` as saved, read through ``transformer.train.convert_run.upgrade_config`` so that runs
-saved in an older config shape compare field by field), and its command is the variant's plus the ``--config.*``
-overrides that turn the variant as it is when the page is written into those settings, so it reproduces that run
-after later default changes too. Each run's row and curves are kept in the page's ``runs.json`` (one entry per
-row, replaced when that row is reported again), so runs made on different days or machines end up in one table.
-The row with the best validation BLEU gives the page's test hypotheses (copied from that run's folder, so the file
-always belongs to a row of the table); every other scored row's go to ``hypotheses/ROW/`` (the best row's move
-there when another row beats it), so each test BLEU in the table can be recomputed with sacreBLEU, and the page
-lists each row's files or says that they are not committed and how to make them. Rows that differ only in
-``config.seed`` are also tabled together: each seed's BLEU and their mean. A second table splits each run's test
-BLEU by the reference's length in words (``transformer.tasks.metrics.bleu_by_reference_length``). With
-``--validation_only`` the runs are not decoded again: a third table (kept in ``validation_runs.json``) lists them
-beside the scored ones by the validation BLEU their training logged, for settings that lost on validation. Without
-``--run`` the page is rewritten from ``runs.json`` alone (e.g. with ``--update_committed`` after
-``experiments/attention_plots.py`` added the ``attention/`` or ``alignment/`` folder it links). A hand-written
-``runs_not_kept.md`` in the page's folder (settings tried whose workdirs are gone) is quoted at the end of the
-page.
+its run's settings (``config.json`` as saved, read through ``transformer.train.convert_run.upgrade_config`` so
+that runs saved in an older config shape compare field by field), and its command is the variant's plus the
+``--config.*`` overrides that turn the variant as it is when the page is written into those settings, so it
+reproduces that run after later default changes too. Each row, with its curves, is a record of the page's
+``records.json`` (``report.RecordStore``; replaced when that row is reported again), so runs made on different
+days or machines end up in one table. The row with the best validation BLEU gives the page's test hypotheses
+(copied from that run's folder, so the file always belongs to a row of the table); every other scored row's go
+to ``hypotheses/ROW/`` (the best row's move there when another row beats it), so each test BLEU in the table can
+be recomputed with sacreBLEU, and the page lists each row's files or says that they are not committed and how to
+make them. Rows that differ only in ``config.seed`` are also tabled together: each seed's BLEU and their mean. A
+second table splits each run's test BLEU by the reference's length in words
+(``transformer.tasks.metrics.bleu_by_reference_length``). With ``--validation_only`` the runs are not decoded
+again: a third table lists them beside the scored ones by the validation BLEU their training logged, for settings
+that lost on validation. ``--from_records`` (or no ``--run``) rewrites the page from ``records.json`` alone
+(e.g. with ``--update_committed`` after ``experiments/attention_plots.py`` added the ``attention/`` or
+``alignment/`` folder it links). A hand-written ``runs_not_kept.md`` in the page's folder (settings tried whose
+workdirs are gone) is quoted at the end of the page.
 """
 from __future__ import annotations
 
+import argparse
 import importlib
 import json
 import math
@@ -43,28 +45,13 @@ import os
 import shlex
 import shutil
 
-from absl import app, flags
-
 from experiments import report
 from transformer.errors import ConfigError, UserError
 from transformer.tasks.metrics import bleu_by_reference_length
 from transformer.train.convert_run import upgrade_config
 from transformer.train.writers import read_metrics
 
-_EXPERIMENT = flags.DEFINE_enum("experiment", "multi30k", ["multi30k", "iwslt15_en_vi"], "Which experiment.")
-_RUNS = flags.DEFINE_multi_string("run", [], "[ROW=]VARIANT:WORKDIR of a run to report (ROW: the row's name, "
-                                   "default VARIANT).")
-_SOURCE_DIR = flags.DEFINE_string("source_dir", "", "Raw data folder (as --config.task.source_dir).")
-_DATA_DIR = flags.DEFINE_string("data_dir", "", "TFDS data dir (as --config.task.data_dir).")
-_HARDWARE = report.hardware_flag()
-_AVERAGE = flags.DEFINE_integer(
-    "average_checkpoints", 0, "Also score the mean of the last N checkpoints and report it if it is better "
-    "on validation (each run must have kept N: config.keep_checkpoints and enough checkpoints saved).")
-_VALIDATION_ONLY = flags.DEFINE_bool(
-    "validation_only", False, "Record the --run runs from their training logs alone, in the table of runs "
-    "compared on validation (no decoding, never scored on the test set): for settings that lost on validation.")
-_NOTE = flags.DEFINE_string("note", "", "A remark stored with the rows of this invocation (e.g. shared CPU).")
-_OUTPUT = report.output_flags()  # --output_dir, --update_committed, --force
+EXPERIMENTS = ("multi30k", "iwslt15_en_vi")
 
 # Published full-data results, quoted for reference (not reproduced here).
 PUBLISHED = {
@@ -102,9 +89,8 @@ CURVES = ("train/nll", "eval/nll", "eval/bleu")
 # trained: never in a row's command.
 NOT_TRAINING_SETTINGS = ("task.source_dir", "task.data_dir", "task.test_splits", "quiet", "tensorboard",
                          "async_checkpointing", "average_checkpoints", "translate_input", "translate_output")
-# Hand-written note in experiments/<experiment>/ on settings tried without a workdir left; RESULTS.md quotes it.
-# What a new page folder copies from the committed one (the test output too: it belongs to the best row).
-STARTING_FILES = ("runs.json", "validation_runs.json", report.NOT_KEPT_NOTE, "curves.png")
+# What a new page folder copies from the committed one, with the test outputs of its rows (they belong to them).
+STARTING_FILES = (report.NOT_KEPT_NOTE, "curves.png")
 # Beside the page: the test outputs of each scored row but the best (whose are the page's own files), one folder
 # per row, so that every row's test BLEU can be recomputed.
 ROW_OUTPUTS = "hypotheses"
@@ -125,7 +111,8 @@ def config_overrides(experiment: str, variant: str, run_config: dict) -> list[st
   return report.config_overrides(current, run_config, NOT_TRAINING_SETTINGS)
 
 
-def evaluate(variant: str, workdir: str, average_checkpoints: int = 0) -> tuple[dict, str]:
+def evaluate(args: argparse.Namespace, variant: str, workdir: str,
+             average_checkpoints: int = 0) -> tuple[dict, str]:
   """``(eval_results, output_dir)`` of the best checkpoint, or of the mean of the last ``average_checkpoints``
   (run by ``launch.py --mode=eval`` unless its results are newer than the checkpoints)."""
   output_dir = os.path.join(workdir, f"average_last_{average_checkpoints}") if average_checkpoints else workdir
@@ -135,19 +122,19 @@ def evaluate(variant: str, workdir: str, average_checkpoints: int = 0) -> tuple[
   stale = not os.path.exists(path) or os.path.getmtime(path) < newest
   if not stale:
     with open(path) as f:  # results from before the experiment chose alpha on validation
-      stale = (f"{TEST_SPLIT[_EXPERIMENT.value]}/length_penalty" not in json.load(f) and
-               bool(importlib.import_module(f"experiments.{_EXPERIMENT.value}").get_config(variant)
+      stale = (f"{TEST_SPLIT[args.experiment]}/length_penalty" not in json.load(f) and
+               bool(importlib.import_module(f"experiments.{args.experiment}").get_config(variant)
                     .task.length_penalty_candidates))
   if stale:
-    command = [f"--config=experiments/{_EXPERIMENT.value}.py:{variant}",
+    command = [f"--config=experiments/{args.experiment}.py:{variant}",
                f"--workdir={workdir}", "--mode=eval", "--config.quiet=True",
                f"--config.average_checkpoints={average_checkpoints}"]
     with open(os.path.join(workdir, "config.json")) as f:  # the run's settings, should the variant have changed
-      command += config_overrides(_EXPERIMENT.value, variant, json.load(f))
-    if _SOURCE_DIR.value:
-      command.append(f"--config.task.source_dir={_SOURCE_DIR.value}")
-    if _DATA_DIR.value:
-      command.append(f"--config.task.data_dir={_DATA_DIR.value}")
+      command += config_overrides(args.experiment, variant, json.load(f))
+    if args.source_dir:
+      command.append(f"--config.task.source_dir={args.source_dir}")
+    if args.data_dir:
+      command.append(f"--config.task.data_dir={args.data_dir}")
     report.run_launch(command)
   with open(path) as f:
     return json.load(f), output_dir
@@ -158,37 +145,37 @@ def validation_bleu(results: dict, eval_split: str) -> float:
   return results.get(f"{eval_split}/bleu", results["eval/bleu"])
 
 
-def _prepared_dataset(experiment: str, config: dict):
+def _prepared_dataset(args: argparse.Namespace, config: dict):
   """``(builder, source_language, target_language)`` of the run's prepared dataset."""
   from transformer.data.translation import prepare_dataset
   task = config["task"]
-  return prepare_dataset(experiment, task["pair"], data_dir=task["data_dir"] or _DATA_DIR.value or None,
-                         source_dir=task["source_dir"] or _SOURCE_DIR.value or None)
+  return prepare_dataset(args.experiment, task["pair"], data_dir=task["data_dir"] or args.data_dir or None,
+                         source_dir=task["source_dir"] or args.source_dir or None)
 
 
-def training_pairs(experiment: str, config: dict) -> int:
+def training_pairs(args: argparse.Namespace, config: dict) -> int:
   """How many training pairs the run's prepared dataset holds (results must say)."""
-  builder, _, _ = _prepared_dataset(experiment, config)
+  builder, _, _ = _prepared_dataset(args, config)
   return builder.info.splits["train"].num_examples
 
 
-def test_references(experiment: str, config: dict) -> list[str]:
+def test_references(args: argparse.Namespace, config: dict) -> list[str]:
   """The test split's reference sentences, in the order of the hypotheses ``--mode=eval`` writes."""
   from transformer.data.translation import read_split_text
-  builder, _, target_language = _prepared_dataset(experiment, config)
-  return read_split_text(builder, TEST_SPLIT[experiment], [target_language])[target_language]
+  builder, _, target_language = _prepared_dataset(args, config)
+  return read_split_text(builder, TEST_SPLIT[args.experiment], [target_language])[target_language]
 
 
-def test_bleu_by_reference_length(experiment: str, config: dict, output_dir: str) -> dict:
+def test_bleu_by_reference_length(args: argparse.Namespace, config: dict, output_dir: str) -> dict:
   """``bleu_by_reference_length`` of the test hypotheses in ``output_dir`` (written by ``--mode=eval``)."""
-  path = os.path.join(output_dir, f"{TEST_SPLIT[experiment]}.hyp.{TARGET_LANGUAGE[experiment]}")
+  path = os.path.join(output_dir, f"{TEST_SPLIT[args.experiment]}.hyp.{TARGET_LANGUAGE[args.experiment]}")
   with open(path) as f:
     hypotheses = f.read().split("\n")[:-1]  # one line per reference, newline-terminated
-  return bleu_by_reference_length(hypotheses, test_references(experiment, config),
+  return bleu_by_reference_length(hypotheses, test_references(args, config),
                                   config["task"].get("bleu_tokenize", "13a"))
 
 
-def trained_run(experiment: str, variant: str, workdir: str) -> dict:
+def trained_run(args: argparse.Namespace, variant: str, workdir: str) -> dict:
   """What a row says of a run from its workdir alone (no decoding): size, training pairs, steps and wall time,
   the run's settings (its command is derived from them, see ``run_command``), hardware and curves."""
   with open(os.path.join(workdir, "config.json")) as f:
@@ -202,7 +189,7 @@ def trained_run(experiment: str, variant: str, workdir: str) -> dict:
           f"{model_config['cell']}, {model_config['attention']}, hidden {model_config['hidden_dim']}")
   return {
       "size": size,
-      "training_pairs": training_pairs(experiment, config),
+      "training_pairs": training_pairs(args, config),
       "steps_trained": steps_trained(records),
       "steps_planned": config["num_train_steps"],
       "wall_hours": trained[-1]["wall_seconds"] / 3600 if trained else math.nan,
@@ -210,28 +197,29 @@ def trained_run(experiment: str, variant: str, workdir: str) -> dict:
       # page is written (run_command), so a row stays reproducible when the defaults change later.
       "variant": variant,
       "config": config,
-      "source_dir": _SOURCE_DIR.value or "$TRANSFORMER_DATA_DIR",
-      "hardware": _HARDWARE.value or report.machine_description(),
-      "note": _NOTE.value,
+      "source_dir": args.source_dir or "$TRANSFORMER_DATA_DIR",
+      "hardware": args.hardware or report.machine_description(),
+      "note": args.note,
       "curves": [{k: v for k, v in r.items() if k == "step" or k in CURVES}
                  for r in records if any(k in r for k in CURVES)],
   }
 
 
-def summarize(experiment: str, variant: str, workdir: str, average_checkpoints: int = 0) -> tuple[dict, str]:
+def summarize(args: argparse.Namespace, variant: str, workdir: str) -> tuple[dict, str]:
   """``(row, output_dir)``: the table row and curves of one run, and the folder of its test outputs.
 
-  Scores the best checkpoint (on validation) and, with ``average_checkpoints``, also the mean of the last
+  Scores the best checkpoint (on validation) and, with ``--average_checkpoints``, also the mean of the last
   that many checkpoints; the one with the higher validation BLEU is reported (never chosen on test).
   """
+  experiment, average_checkpoints = args.experiment, args.average_checkpoints
   test = TEST_SPLIT[experiment]
-  run = trained_run(experiment, variant, workdir)
+  run = trained_run(args, variant, workdir)
   config = run["config"]
   eval_split = config["task"].get("eval_split", "validation")
-  results, output_dir = evaluate(variant, workdir)
+  results, output_dir = evaluate(args, variant, workdir)
   candidates = {"best checkpoint": validation_bleu(results, eval_split)}
   if average_checkpoints:
-    averaged, averaged_dir = evaluate(variant, workdir, average_checkpoints)
+    averaged, averaged_dir = evaluate(args, variant, workdir, average_checkpoints)
     candidates[f"mean of the last {average_checkpoints}"] = validation_bleu(averaged, eval_split)
     if validation_bleu(averaged, eval_split) > validation_bleu(results, eval_split):
       results, output_dir = averaged, averaged_dir
@@ -247,7 +235,7 @@ def summarize(experiment: str, variant: str, workdir: str, average_checkpoints: 
       "validation_bleu_by_length_penalty": results.get(f"{eval_split}/bleu_by_length_penalty", {}),
       "test_bleu": results[f"{test}/bleu"],
       "test_bleu_lowercase": results[f"{test}/bleu_lowercase"],
-      "test_bleu_by_reference_length": test_bleu_by_reference_length(experiment, config, output_dir),
+      "test_bleu_by_reference_length": test_bleu_by_reference_length(args, config, output_dir),
       "signature": results[f"{test}/bleu_signature"],
       "other_tests": {split: {"bleu": results[f"{split}/bleu"], "bleu_lowercase": results[f"{split}/bleu_lowercase"]}
                       for split in OTHER_TESTS[experiment] if f"{split}/bleu" in results},
@@ -255,14 +243,14 @@ def summarize(experiment: str, variant: str, workdir: str, average_checkpoints: 
   return {**summary, "command": run_command(experiment, summary)}, output_dir
 
 
-def validation_summary(experiment: str, variant: str, workdir: str) -> dict:
+def validation_summary(args: argparse.Namespace, variant: str, workdir: str) -> dict:
   """A run recorded only by the validation BLEU its training logged (``eval/bleu`` at each evaluation, decoded
   with the run's ``decode.length_penalty``): a setting compared on validation and never scored on test."""
-  run = trained_run(experiment, variant, workdir)
+  run = trained_run(args, variant, workdir)
   if not any("eval/bleu" in record for record in run["curves"]):
-    raise app.UsageError(f"{workdir}/metrics.jsonl has no eval/bleu: the run stopped before its first "
+    raise UserError(f"{workdir}/metrics.jsonl has no eval/bleu: the run stopped before its first "
                          "evaluation (config.eval_every); train it further or leave it out.")
-  return {**run, "command": run_command(experiment, run)}
+  return {**run, "command": run_command(args.experiment, run)}
 
 
 def run_command(experiment: str, run: dict) -> str:
@@ -272,23 +260,6 @@ def run_command(experiment: str, run: dict) -> str:
   return " ".join([f"python launch.py --config=experiments/{experiment}.py:{variant} --workdir=WORKDIR",
                    f"--config.task.source_dir={run['source_dir']}",
                    *map(shlex.quote, config_overrides(experiment, variant, run["config"]))])
-
-
-def settings_from_command(command: str) -> dict:
-  """``variant``, ``config`` and ``source_dir`` of a row's ``python launch.py --config=...`` command, parsed as
-  launch.py parses its flags (with the variant's defaults of today)."""
-  from ml_collections import config_flags
-  argv = shlex.split(command)[1:]  # drop "python"
-  config_args = [arg for arg in argv if arg.startswith("--config=")]
-  if not config_args:
-    raise ValueError(f"runs.json row command {command!r} has no --config=experiments/<experiment>.py:VARIANT; "
-                     "report the run again with --run=VARIANT:WORKDIR to store its settings.")
-  variant = config_args[0].rpartition(":")[2]
-  parsed = flags.FlagValues()
-  config_flags.DEFINE_config_file("config", None, flag_values=parsed, lock_config=True, sys_argv=argv)
-  parsed(argv, known_only=True)
-  config = json.loads(parsed.config.to_json_best_effort())
-  return {"variant": variant, "config": config, "source_dir": config["task"]["source_dir"]}
 
 
 def decoding_label(decode: dict, length_penalty: float | None = None) -> str:
@@ -484,35 +455,6 @@ def other_tests_table(experiment: str, runs: dict) -> str:
           f"(rows whose `--mode=eval` had them in `task.test_splits`); nothing was chosen on them:\n\n{table}\n")
 
 
-def read_rows(path: str) -> dict:
-  """Row name -> row of a ``runs.json`` / ``validation_runs.json``; empty when there is none."""
-  if not os.path.exists(path):
-    return {}
-  with open(path) as f:
-    return json.load(f)
-
-
-def start_page(experiment: str, output: str, committed: str, new_names: set[str]) -> None:
-  """Starts the page in ``output`` (a folder without a runs.json) from the committed one in ``committed``: its
-  rows, notes, curves and the test outputs of its rows. A committed row named as one of ``new_names`` is kept as
-  ``NAME (committed)`` (its outputs' folder too), so the new run of that name is shown beside it."""
-  os.makedirs(output, exist_ok=True)
-  for name in (*STARTING_FILES, *(page_name for _, page_name in test_outputs(experiment))):
-    if os.path.exists(os.path.join(committed, name)):
-      shutil.copy(os.path.join(committed, name), os.path.join(output, name))
-  for name in (os.listdir(os.path.join(committed, ROW_OUTPUTS))
-               if os.path.isdir(os.path.join(committed, ROW_OUTPUTS)) else ()):
-    shutil.copytree(os.path.join(committed, ROW_OUTPUTS, name),
-                    row_outputs_folder(output, f"{name} (committed)" if name in new_names else name))
-  for table in ("runs.json", "validation_runs.json"):
-    path = os.path.join(output, table)
-    if os.path.exists(path):
-      rows = {(f"{name} (committed)" if name in new_names else name): row
-              for name, row in read_rows(path).items()}
-      with open(path, "w") as f:
-        json.dump(rows, f, indent=1)
-
-
 def steps_trained(records: list[dict]) -> int:
   """The last training step a run's metrics record (0 before the first log)."""
   trained = [r for r in records if "wall_seconds" in r]
@@ -529,46 +471,74 @@ def check_checkpoints(workdir: str, average_checkpoints: int) -> None:
                     "leave it out to score the best checkpoint alone.")
 
 
-def check_replacements(output: str, new_steps: dict[str, int]) -> None:
-  """Refuses (``UserError``) to replace a row of ``output``'s page by a run of fewer training steps; ``new_steps``:
-  row name -> training steps of its new run."""
-  recorded = {**read_rows(os.path.join(output, "validation_runs.json")), **read_rows(os.path.join(output, "runs.json"))}
-  report.check_replacements(os.path.join(output, "runs.json"),
-                            {name: run["steps_trained"] for name, run in recorded.items()}, new_steps)
+def parse_run(experiment: str, spec: str) -> tuple[str, str, str]:
+  """``--run`` value ``[ROW=]VARIANT:WORKDIR`` -> ``(row name, variant, workdir)``; the row name defaults to
+  the variant. A malformed value, an unknown variant or a missing workdir is a UserError naming the fix."""
+  name_and_variant, _, workdir = spec.partition(":")
+  name, _, variant = name_and_variant.rpartition("=")
+  if not workdir or not variant:
+    raise UserError(f"--run={spec!r}: give VARIANT:WORKDIR or ROW=VARIANT:WORKDIR")
+  variants = importlib.import_module(f"experiments.{experiment}").VARIANTS
+  if variant not in variants:
+    raise UserError(f"--run={spec!r}: unknown variant {variant!r} of experiments/{experiment}.py; choose "
+                         f"one of {list(variants)}")
+  if not os.path.isfile(os.path.join(workdir, "config.json")):
+    raise UserError(f"--run={spec!r}: {workdir} holds no config.json; give the --workdir of a training run")
+  return name or variant, variant, workdir
 
 
-def write_results(experiment: str, output: str, new_runs: dict[str, tuple[dict, str]],
-                  new_validation_runs: dict[str, dict] | None = None, *, start_from: str | None = None,
-                  replace_only_longer: bool = False) -> str:
-  """Merge ``new_runs`` (row name -> ``summarize``'s (row, output folder)) into ``output/runs.json`` and
-  ``new_validation_runs`` (row name -> ``validation_summary``) into ``output/validation_runs.json``, copy the
-  test output of a run that beats every stored one on validation, and rewrite RESULTS.md and curves.png.
-  Returns the RESULTS.md text.
+# ------------------------------------------------------------------------------ rows as records
 
-  Args:
-    start_from: a committed page's folder: when ``output`` holds no runs.json yet, the page starts from its rows
-      (``start_page``). Never written.
-    replace_only_longer: refuse (``UserError``, before anything is written) to replace a row by a run of fewer
-      training steps than it records: for committed pages.
-  """
-  new_validation_runs = new_validation_runs or {}
-  test = TEST_NAME[experiment]
-  hypotheses = hypothesis_name(experiment)
-  runs_path = os.path.join(output, "runs.json")
-  if replace_only_longer:
-    check_replacements(output, {**{name: run["steps_trained"] for name, run in new_validation_runs.items()},
-                                **{name: summary["steps_trained"] for name, (summary, _) in new_runs.items()}})
-  if start_from and not os.path.exists(runs_path):
-    start_page(experiment, output, start_from, {*new_runs, *new_validation_runs})
+def add_row(experiment: str, store: report.RecordStore, name: str, run: dict) -> None:
+  """Row ``name`` (a ``summarize`` or ``validation_summary`` dict) into ``store``: its steps, command
+  (``run_command``) and hardware as the record's, the rest as its values."""
+  store.add(name, steps=run["steps_trained"], command=run_command(experiment, run), machine=run["hardware"],
+            values={key: value for key, value in run.items() if key not in ("steps_trained", "command", "hardware")})
+
+
+def stored_rows(store: report.RecordStore) -> tuple[dict, dict]:
+  """``(scored, validation_only)``: row name -> the row as ``add_row`` took it, in the store's order; a row
+  scored on test has a test BLEU."""
+  rows = {name: {**record["values"], "steps_trained": record["steps"], "command": record["command"],
+                 "hardware": record["machine"]} for name, record in store.items()}
+  scored = {name: run for name, run in rows.items() if "test_bleu" in run}
+  return scored, {name: run for name, run in rows.items() if name not in scored}
+
+
+def start_page(experiment: str, store: report.RecordStore, output: str, committed: str, new_names: set[str]) -> None:
+  """Starts the page in ``output`` (a folder without records yet; ``store`` holds the committed ones) from the
+  committed one in ``committed``: its notes, curves and the test outputs of its rows. A committed row named as one
+  of ``new_names`` is kept as ``NAME (committed)`` (its outputs' folder too), so the new run of that name is shown
+  beside it."""
   os.makedirs(output, exist_ok=True)
-  runs = read_rows(runs_path)
+  for name in (*STARTING_FILES, *(page_name for _, page_name in test_outputs(experiment))):
+    if os.path.exists(os.path.join(committed, name)):
+      shutil.copy(os.path.join(committed, name), os.path.join(output, name))
+  for name in (os.listdir(os.path.join(committed, ROW_OUTPUTS))
+               if os.path.isdir(os.path.join(committed, ROW_OUTPUTS)) else ()):
+    shutil.copytree(os.path.join(committed, ROW_OUTPUTS, name),
+                    row_outputs_folder(output, f"{name} (committed)" if name in new_names else name))
+  for name in new_names & set(store):
+    store.rename(name, f"{name} (committed)")
+
+
+def add_runs(experiment: str, store: report.RecordStore, output: str, new_runs: dict[str, tuple[dict, str]],
+             new_validation_runs: dict[str, dict]) -> None:
+  """Record ``new_runs`` (row name -> ``summarize``'s (row, output folder)) and ``new_validation_runs`` (row
+  name -> ``validation_summary``) in ``store``, and copy the test output of a run that beats every stored one on
+  validation into ``output`` (the former best row's move to its ``hypotheses/ROW/``). A refused replacement
+  (``RecordStore.check``) stops it before any file is touched."""
+  store.check({**{name: run["steps_trained"] for name, run in new_validation_runs.items()},
+               **{name: summary["steps_trained"] for name, (summary, _) in new_runs.items()}})
+  hypotheses = hypothesis_name(experiment)
+  runs, _ = stored_rows(store)
   # The folder's test output is the best row's (as this function keeps it), until that row is replaced.
   owner = max(runs, key=lambda name: runs[name]["validation_bleu"], default=None)
   # A row reported again is replaced: the old row's score no longer counts.
   best_before = max((run["validation_bleu"] for name, run in runs.items() if name not in new_runs),
                     default=-math.inf)
   for name, (summary, output_dir) in new_runs.items():
-    runs[name] = summary
+    add_row(experiment, store, name, summary)
     if summary["validation_bleu"] > best_before:  # the best model so far: its test outputs are the page's
       best_before = summary["validation_bleu"]
       if owner is not None and owner != name:  # the former best row keeps its outputs in its own folder
@@ -582,30 +552,30 @@ def write_results(experiment: str, output: str, new_runs: dict[str, tuple[dict, 
       owner = name
     else:
       copy_row_outputs(experiment, output_dir, row_outputs_folder(output, name))
-  if not runs:
-    raise app.UsageError("give at least one --run=VARIANT:WORKDIR to score on test (without --validation_only): "
-                         "the page needs one model scored on test")
-  validation_path = os.path.join(output, "validation_runs.json")
-  validation_runs = read_rows(validation_path)
-  validation_runs.update(new_validation_runs)
-  for name in runs:  # a run scored on test is no longer a validation-only row
-    validation_runs.pop(name, None)
-  for run in [*runs.values(), *validation_runs.values()]:
-    if "config" not in run:  # a row written before rows kept their settings: rebuilt from its command
-      run.update(settings_from_command(run["command"]))
-    run["command"] = run_command(experiment, run)
-  with open(runs_path, "w") as f:
-    json.dump(runs, f, indent=1)
-  if validation_runs:
-    with open(validation_path, "w") as f:
-      json.dump(validation_runs, f, indent=1)
-  elif os.path.exists(validation_path):
-    os.remove(validation_path)
-  best = max(runs, key=lambda name: runs[name]["validation_bleu"])
+  runs, _ = stored_rows(store)
+  for name, run in new_validation_runs.items():
+    if name not in runs:  # a run scored on test is no longer a validation-only row
+      add_row(experiment, store, name, run)
+  best = max(runs, key=lambda name: runs[name]["validation_bleu"], default=None)
   if owner in new_runs and owner != best:  # the best row was replaced by a worse run: no row's output now
     for _, page_name in test_outputs(experiment):
       if os.path.exists(os.path.join(output, page_name)):
         os.remove(os.path.join(output, page_name))
+
+
+def render_page(experiment: str, store: report.RecordStore, output: str) -> str:
+  """The page's text from ``store`` and the files in ``output`` (test outputs, plot folders, the not-kept note);
+  redraws ``curves.png``. Each row's command is derived again from its settings (``run_command``: the variant's
+  defaults of today)."""
+  for name, record in store.items():
+    record["command"] = run_command(experiment, {**record["values"]})
+  runs, validation_runs = stored_rows(store)
+  if not runs:
+    raise UserError("give at least one --run=VARIANT:WORKDIR to score on test (without --validation_only): the "
+                    "page needs one model scored on test")
+  test = TEST_NAME[experiment]
+  hypotheses = hypothesis_name(experiment)
+  best = max(runs, key=lambda name: runs[name]["validation_bleu"])
   if any(run["curves"] for run in runs.values()):  # rows carried over without curves keep the old plot
     report.plot_curves({name: run["curves"] for name, run in runs.items()}, list(CURVES),
                        os.path.join(output, "curves.png"), f"{experiment}: training curves")
@@ -614,9 +584,6 @@ def write_results(experiment: str, output: str, new_runs: dict[str, tuple[dict, 
        "training wall time", "decoding (length penalty alpha chosen on validation)", "validation BLEU",
        f"{test} BLEU", f"{test} BLEU lowercased", "hardware",
        "sacreBLEU signature", "command"], [row(name, run) for name, run in runs.items()])
-  by_length = by_length_table(test, runs)
-  compared_on_validation = validation_table(runs, validation_runs)
-  not_kept = report.runs_not_kept(output)
   published = report.markdown_table(["published result", f"{test} BLEU"], PUBLISHED[experiment])
   others = [page_name for _, page_name in test_outputs(experiment)[1:]
             if os.path.exists(os.path.join(output, page_name))]
@@ -630,10 +597,10 @@ def write_results(experiment: str, output: str, new_runs: dict[str, tuple[dict, 
            if os.path.exists(os.path.join(output, folder, "README.md"))]
   plots_line = (f"\nAttention heatmaps (written by `python -m experiments.attention_plots`; each README has its "
                 f"command): {', '.join(plots)}.\n" if plots else "")
-  text = f"""# {experiment}: translation results
+  return f"""# {experiment}: translation results
 
 Written by `python -m experiments.translation_results --experiment={experiment} --run=VARIANT:WORKDIR ...`
-from `runs.json` (one entry per row, added or replaced by each invocation); do not edit by hand.
+from `{report.RECORDS_FILE}` (one entry per row, added or replaced by each invocation); do not edit by hand.
 
 Checkpoints are chosen on the validation split (the best single checkpoint, or with `--average_checkpoints=N`
 the mean of the last N when that scores higher on validation); the test split is scored by `--mode=eval`,
@@ -643,59 +610,66 @@ with beam search. {test_output}
 
 {NOTES[experiment]}
 {seeds_table(test, runs)}{outputs_table(experiment, output, runs, best)}{other_tests_table(experiment, runs)}\
-{by_length}{compared_on_validation}
+{by_length_table(test, runs)}{validation_table(runs, validation_runs)}
 {published}
 
 ![training curves](curves.png)
-{plots_line}{not_kept}"""
-  return report.write_page(output, text)
+{plots_line}{report.runs_not_kept(output)}"""
 
 
-def parse_run(experiment: str, spec: str) -> tuple[str, str, str]:
-  """``--run`` value ``[ROW=]VARIANT:WORKDIR`` -> ``(row name, variant, workdir)``; the row name defaults to
-  the variant. A malformed value, an unknown variant or a missing workdir is a usage error naming the fix."""
-  name_and_variant, _, workdir = spec.partition(":")
-  name, _, variant = name_and_variant.rpartition("=")
-  if not workdir or not variant:
-    raise app.UsageError(f"--run={spec!r}: give VARIANT:WORKDIR or ROW=VARIANT:WORKDIR")
-  variants = importlib.import_module(f"experiments.{experiment}").VARIANTS
-  if variant not in variants:
-    raise app.UsageError(f"--run={spec!r}: unknown variant {variant!r} of experiments/{experiment}.py; choose "
-                         f"one of {list(variants)}")
-  if not os.path.isfile(os.path.join(workdir, "config.json")):
-    raise app.UsageError(f"--run={spec!r}: {workdir} holds no config.json; give the --workdir of a training run")
-  return name or variant, variant, workdir
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+  parser = report.results_parser(__doc__, "WORKDIR/results/ of the first --run", hardware=True)
+  parser.add_argument("--experiment", default="multi30k", choices=EXPERIMENTS, help="Which experiment.")
+  parser.add_argument("--run", action="append", default=[], help="[ROW=]VARIANT:WORKDIR of a run to report (ROW: "
+                      "the row's name, default VARIANT); repeat for several.")
+  parser.add_argument("--source_dir", default="", help="Raw data folder (as --config.task.source_dir).")
+  parser.add_argument("--data_dir", default="", help="TFDS data dir (as --config.task.data_dir).")
+  parser.add_argument("--average_checkpoints", type=int, default=0, help="Also score the mean of the last N "
+                      "checkpoints and report it if it is better on validation (each run must have kept N: "
+                      "config.keep_checkpoints and enough checkpoints saved).")
+  parser.add_argument("--validation_only", action="store_true", help="Record the --run runs from their training "
+                      "logs alone, in the table of runs compared on validation (no decoding, never scored on the "
+                      "test set): for settings that lost on validation.")
+  parser.add_argument("--note", default="", help="A remark stored with the rows of this invocation (e.g. shared "
+                      "CPU).")
+  return parser.parse_args(argv)
 
 
-def main(argv):
-  del argv
-  experiment = _EXPERIMENT.value
+def main(argv: list[str] | None = None) -> None:
+  args = parse_args(argv)
+  experiment = args.experiment
   committed = os.path.join(report.COMMITTED, experiment)
-  specs = [parse_run(experiment, spec) for spec in _RUNS.value]
+  specs = [report.exit_on_user_error(parse_run, experiment, spec) for spec in args.run]
   default = (os.path.join(specs[0][2], "results") if specs else os.path.join(os.getcwd(), f"results-{experiment}"))
-  output = report.exit_on_user_error(report.results_folder, _OUTPUT, committed, default)
-  updating = output == committed
-  replace_only_longer = updating and not _OUTPUT.force.value
-  if replace_only_longer:  # before the runs are decoded: a refused row costs nothing
-    report.exit_on_user_error(check_replacements, output,
-                              {name: steps_trained(read_metrics(workdir)) for name, _, workdir in specs})
-  if _AVERAGE.value and not _VALIDATION_ONLY.value:
-    for _, _, workdir in specs:
-      report.exit_on_user_error(check_checkpoints, workdir, _AVERAGE.value)
-  new_runs, new_validation_runs = {}, {}
-  for name, variant, workdir in specs:
-    if _VALIDATION_ONLY.value:
-      new_validation_runs[name] = validation_summary(experiment, variant, workdir)
-    else:
-      new_runs[name] = report.exit_on_user_error(summarize, experiment, variant, workdir, _AVERAGE.value)
-  text = report.exit_on_user_error(write_results, experiment, output, new_runs, new_validation_runs,
-                                   start_from=None if updating else committed,
-                                   replace_only_longer=replace_only_longer)
-  print(text)
-  print(f"Wrote the page to {output}/RESULTS.md" + ("" if updating else
-        f" (the committed page {os.path.relpath(committed, report.REPO)}/ is unchanged; --update_committed "
-        "writes there)."))
+  started = []
+
+  def start(store: report.RecordStore, folder: str, new_names: set[str]) -> None:
+    """A new folder starts from the committed page's files, once (before the new rows' files are added)."""
+    if not started and not os.path.exists(store.path) and os.path.realpath(folder) != os.path.realpath(committed):
+      start_page(experiment, store, folder, committed, new_names)
+    started.append(folder)
+
+  def collect(store: report.RecordStore, folder: str) -> None:
+    start(store, folder, {name for name, _, _ in specs})
+    # Before the runs are decoded: a refused row costs nothing.
+    store.check({name: steps_trained(read_metrics(workdir)) for name, _, workdir in specs})
+    if args.average_checkpoints and not args.validation_only:
+      for _, _, workdir in specs:
+        check_checkpoints(workdir, args.average_checkpoints)
+    new_runs, new_validation_runs = {}, {}
+    for name, variant, workdir in specs:
+      if args.validation_only:
+        new_validation_runs[name] = validation_summary(args, variant, workdir)
+      else:
+        new_runs[name] = summarize(args, variant, workdir)
+    add_runs(experiment, store, folder, new_runs, new_validation_runs)
+
+  def render(store: report.RecordStore, folder: str) -> str:
+    start(store, folder, set())
+    return render_page(experiment, store, folder)
+
+  report.make_page(args, committed, default, collect, render)
 
 
 if __name__ == "__main__":
-  app.run(main)
+  main()

@@ -3,7 +3,7 @@
 #
 #   BUDGET_S=530 bash experiments/ablations/gpu_grid.sh WHEEL_DIR MULTI30K_DIR OUTPUT_DIR ABLATION [ABLATION ...]
 #
-# Runs the grid driver once per ablation (each writes its own page and cells.json), stops starting or running
+# Runs the grid driver once per ablation (each writes its own page and records.json), stops starting or running
 # them after BUDGET_S seconds (default 530), and packs the workdirs without checkpoints, with the pages and
 # logs, into OUTPUT_DIR/ablations.tgz: unpack it here and read it with --hardware and --notrain. A killed run
 # is lost with the machine; a finished cell is not. WHEEL_DIR: see benchmarks/gpu_run.sh.
@@ -13,7 +13,7 @@
 # model, which can differ from that host's (pieces per word on train: en 1.187 there, 1.232 here), so its
 # cells would compare different tokens; every run keeps the model it used in WORKDIR/tokenizers/.
 # DRIVER_FLAGS (optional): more flags of experiments.ablations_results, e.g. --ignore_recorded to train again
-# cells that cells.json records (from another tokenizer, say).
+# cells that records.json records (from another tokenizer, say).
 # XLA's GPU autotuning is off unless XLA_FLAGS says otherwise: with it, compiling each of the ~10 batch
 # shapes took most of a 600-step program.
 set -u -o pipefail

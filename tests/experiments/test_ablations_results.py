@@ -1,8 +1,10 @@
-"""The ablation grid: its cells, resuming a killed grid, per-seed results and the page (into tmp_path only)."""
+"""The ablation grid: its cells, resuming a killed grid, per-seed results, their records and the page (into
+tmp_path only); the committed pages regenerate from their records."""
 import dataclasses
 import importlib
 import json
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -155,56 +157,66 @@ def test_a_killed_grid_resumes_without_redoing_finished_cells(tiny_norms, tmp_pa
     assert result.per_seed["eval/exact_match"].shape == (2,)  # per seed, from eval/exact_match/seed_i
     assert result.steps == 4 and result.diverged in (0, 1, 2)
   output = tmp_path / "page"
-  page = ablations_results.write_results(str(output), results, commands, {}, "python -m ...", "synthetic")
+  output.mkdir()
+  page = ablations_results.render_page(
+      str(output), results, {name: report.portable_command(command) for name, command in commands.items()}, {},
+      "python -m ...", "synthetic")
   assert "## LayerNorm vs RMSNorm vs BatchNorm" in page
   assert "`python launch.py --config=experiments/ablations/norms.py:rms_norm --workdir=WORKDIR`" in page
   assert (output / "norms.png").stat().st_size > 0
-  assert report.recorded_steps(str(output), "run") == {"norms/layer_norm": 4, "norms/rms_norm": 4}
-  shorter = {"norms": [dataclasses.replace(result, steps=2) for result in results["norms"]]}
+  store = report.RecordStore(str(output))
+  ablations_results.gather(cells, store, train=None)
+  assert {name: record["steps"] for name, record in store.items()} == {"norms/layer_norm": 4, "norms/rms_norm": 4}
+  shorter = [dataclasses.replace(cell, num_train_steps=2) for cell in cells]
   with pytest.raises(UserError, match="row 'norms/layer_norm' records a run of 4 training steps"):
-    ablations_results.write_results(str(output), shorter, commands, {}, "python -m ...", "synthetic",
-                                    replace_only_longer=True)
+    ablations_results.gather(shorter, store, train=pytest.fail)  # refused before anything trains
 
 
 def test_recorded_cells_stand_in_for_absent_runs_unless_their_config_changed(tiny_norms, tmp_path):
   cells = ablations_results.expand_grid(["norms"], "synthetic", str(tmp_path / "first"), ablations=("norms",))
   calls = []
   elsewhere_hardware = "1 x NVIDIA H200, 16 cores"  # --hardware: the runs were copied back from a GPU machine
-  commands, results, attention, records = ablations_results.gather(cells, {}, train_in_process(calls),
-                                                                   hardware=elsewhere_hardware)
+  known = report.RecordStore(str(tmp_path / "page"))
+  ablations_results.gather(cells, known, train_in_process(calls), hardware=elsewhere_hardware)
   assert calls == [cell.workdir for cell in cells]
-  page = ablations_results.write_results(str(tmp_path / "page"), results, commands, attention, "python -m ...",
-                                         "synthetic", records=records)
-  known = ablations_results.read_records(str(tmp_path / "page"))
-  assert set(known) == {"norms/layer_norm", "norms/rms_norm"}
-  assert {record["hardware"] for record in known.values()} == {elsewhere_hardware}
+  assert list(known) == ["norms/layer_norm", "norms/rms_norm"]
+  assert {record["machine"] for _, record in known.items()} == {elsewhere_hardware}
+  page = _page(tmp_path / "page", cells, known)
   assert page.count(f"| {elsewhere_hardware} |") == 2
   # Read again from the same runs without --hardware: the record of the same run says where it trained.
-  _, again, _, _ = ablations_results.gather(cells, known, train=None)
-  assert {result.hardware for result in again["norms"]} == {elsewhere_hardware}
-  _, here, _, _ = ablations_results.gather(cells, {}, train=None)
-  assert {result.hardware for result in here["norms"]} == {report.hardware()}
+  ablations_results.gather(cells, known, train=None)
+  assert {record["machine"] for _, record in known.items()} == {elsewhere_hardware}
+  here = report.RecordStore(str(tmp_path / "here"))
+  ablations_results.gather(cells, here, train=None)
+  assert {record["machine"] for _, record in here.items()} == {report.hardware()}
 
   # Another machine: the same grid under an empty root is read from the records; nothing trains, same page.
   elsewhere = ablations_results.expand_grid(["norms"], "synthetic", str(tmp_path / "second"), ablations=("norms",))
   calls.clear()
-  commands, results, attention, records_again = ablations_results.gather(elsewhere, known, train_in_process(calls))
+  before = json.dumps(known.records, sort_keys=True)
+  ablations_results.gather(elsewhere, known, train_in_process(calls))
   assert calls == []
   assert not any(os.path.exists(cell.workdir) for cell in elsewhere)
-  assert json.dumps(records_again, sort_keys=True) == json.dumps(known, sort_keys=True)
-  again = ablations_results.write_results(str(tmp_path / "page_again"), results, commands, attention,
-                                          "python -m ...", "synthetic")
-  assert again == page
+  assert json.dumps(known.records, sort_keys=True) == before
+  assert _page(tmp_path / "page_again", elsewhere, known) == page
 
   # A record whose config disagrees on a field both have trains its cell; a field only the record has does not.
-  known["norms/rms_norm"]["config"]["optimizer.learning_rate"] *= 2
-  known["norms/layer_norm"]["config"]["a_field.since_removed"] = 1
+  known["norms/rms_norm"]["values"]["config"]["optimizer.learning_rate"] *= 2
+  known["norms/layer_norm"]["values"]["config"]["a_field.since_removed"] = 1
   calls.clear()
   ablations_results.gather(elsewhere, known, train_in_process(calls))
   assert calls == [elsewhere[1].workdir]
   calls.clear()  # --ignore_recorded: the unfinished cell trains, the finished one is read from its run
   ablations_results.gather(elsewhere, known, train_in_process(calls), ignore_recorded=True)
   assert calls == [elsewhere[0].workdir]
+
+
+def _page(output, cells, store) -> str:
+  """The page of ``cells`` from ``store`` (as main's render), drawn into ``output``."""
+  os.makedirs(output, exist_ok=True)
+  results, commands, attention, unfinished = ablations_results.recorded_results(cells, store)
+  return ablations_results.render_page(str(output), results, commands, attention, "python -m ...", "synthetic",
+                                       unfinished)
 
 
 def test_without_training_the_page_holds_the_finished_cells_and_names_the_others(tiny_norms, tmp_path):
@@ -215,25 +227,26 @@ def test_without_training_the_page_holds_the_finished_cells_and_names_the_others
   train_in_process(calls, num_train_steps=2, eval_every=2)("experiments/ablations/norms.py:rms_norm",
                                                          killed.workdir, ())
   calls.clear()
-  commands, results, attention, records = ablations_results.gather(cells, {}, train=None)
+  store = report.RecordStore(str(tmp_path / "page"))
+  ablations_results.gather(cells, store, train=None)
   assert calls == [] and max(r["step"] for r in read_metrics(killed.workdir)) == 2  # nothing trained or resumed
-  assert [result.cell.name for result in results["norms"]] == [reference.name] and set(records) == {reference.name}
-  page = ablations_results.write_results(str(tmp_path / "page"), results, commands, attention, "python -m ...",
-                                         "synthetic", records=records, unfinished=(killed.name,))
+  assert list(store) == [reference.name]
+  page = _page(tmp_path / "page", cells, store)
   assert f"(`--notrain`), so left out with any table whose reference they are: {killed.name}." in page
   assert "| norms/layer_norm |" in page and "| norms/rms_norm |" not in page
 
   # Only a non-reference cell finished: it is recorded, but its ablation has no table to compare it in.
   cells = ablations_results.expand_grid(["norms"], "synthetic", str(tmp_path / "b"), ablations=("norms",))
   ablations_results.run_grid(cells[1:], train_in_process(calls))
-  commands, results, attention, records = ablations_results.gather(cells, {}, train=None)
-  assert results == {} and set(records) == {cells[1].name}
+  store = report.RecordStore(str(tmp_path / "b_page"))
+  ablations_results.gather(cells, store, train=None)
+  assert list(store) == [cells[1].name] and ablations_results.recorded_results(cells, store)[0] == {}
 
 
 def test_a_damaged_records_file_is_one_clear_error(tmp_path):
-  (tmp_path / ablations_results.RECORDS_FILE).write_text('{"heads/4": {"run": ')
-  with pytest.raises(UserError, match="cells.json is not the JSON this script writes.*git checkout"):
-    ablations_results.read_records(str(tmp_path))
+  (tmp_path / report.RECORDS_FILE).write_text('{"heads/4": {"run": ')
+  with pytest.raises(SystemExit, match="records.json is not the JSON of a record store.*git checkout"):
+    ablations_results.main([f"--output_dir={tmp_path}", "--from_records"])
 
 
 def test_a_cell_sharing_a_run_finds_the_record_of_that_run():
@@ -242,12 +255,14 @@ def test_a_cell_sharing_a_run_finds_the_record_of_that_run():
   shared = cells["positions/sinusoidal"]
   assert shared.run == "heads/4" and cells["heads/4"].run == "heads/4"
   config = ablations_results.cell_config(shared)
-  record = {"run": "heads/4", "replica_offset": 0, "num_seeds": shared.num_seeds,
-            "steps": shared.num_train_steps, "config": config}
-  assert ablations_results.find_record(shared, config, {"heads/4": record}) is record
-  assert ablations_results.find_record(shared, config, {"heads/4": {**record, "steps": 1}}) is None
+  store = report.RecordStore("/no/folder")
+  store.add("heads/4", steps=shared.num_train_steps, command="c", machine="m", values={
+      "run": "heads/4", "replica_offset": 0, "num_seeds": shared.num_seeds, "config": config})
+  assert ablations_results.find_record(shared, config, store) is store["heads/4"]
   assert ablations_results.find_record(cells["heads/8"], ablations_results.cell_config(cells["heads/8"]),
-                                       {"heads/4": record}) is None
+                                       store) is None
+  store.add("heads/4", steps=1, command="c", machine="m", values=store["heads/4"]["values"], force=True)
+  assert ablations_results.find_record(shared, config, store) is None  # another number of steps: another run
 
 
 def test_cell_result_counts_diverged_seeds_and_reports_mean_and_spread():
@@ -285,9 +300,9 @@ def test_a_multi30k_cell_is_read_and_compared_in_bleu_with_its_own_divergence_th
                               per_seed={"eval/bleu": np.array([10.0, 11.0])})
   assert ablations_results.comparison(other, reference).startswith(
       "unscaled: -11.50 BLEU against scaled (standard error 2.06; larger than the spread")
-  page = ablations_results.write_results(str(tmp_path), {"scaling": [reference, other]},
-                                         {"scaling/scaled": ["python"], "scaling/unscaled": ["python"]}, {},
-                                         "python -m ...", "multi30k")
+  page = ablations_results.render_page(str(tmp_path), {"scaling": [reference, other]},
+                                       {"scaling/scaled": "python", "scaling/unscaled": "python"}, {},
+                                       "python -m ...", "multi30k")
   assert "| run | BLEU | token accuracy | NLL (nats/token) | diverged |" in page
   assert "| scaling/scaled | 22.00 ± 2.83 | n/a | 2.250 ± 0.354 | 1 of 2 |" in page
   assert "Against the reference (scaled), BLEU:" in page and "above 5.0 nats" in page
@@ -304,7 +319,7 @@ def test_the_page_groups_cells_by_tokenizer_and_flags_tables_that_mix_them(tmp_p
   records = [{"step": 4, "train/loss": 3.0}, {"step": 4, "wall_seconds": 9.0, "eval/bleu": 20.0}]
   reference = ablations_results.cell_result(cell, records, hardware="1 x cpu, 2 cores")
   assert reference.tokenizers == "aaaa1111bbbb"
-  record = ablations_results.result_record(reference, {})
+  record = {"steps": 4, "machine": "m", "values": ablations_results.record_values(reference, {})}
   assert ablations_results.recorded_result(cell, record).tokenizers == "aaaa1111bbbb"
   unscaled = dataclasses.replace(cell, variant="unscaled", workdir=str(tmp_path / "unscaled"))
   same = dataclasses.replace(reference, cell=unscaled)
@@ -314,9 +329,10 @@ def test_the_page_groups_cells_by_tokenizer_and_flags_tables_that_mix_them(tmp_p
   assert "did not all tokenize" in ablations_results.tokenizer_caveat([reference, other])
   assert "may not all tokenize" in ablations_results.tokenizer_caveat([reference, unknown_elsewhere])
   assert ablations_results.tokenizer_caveat([reference, dataclasses.replace(same, tokenizers="")]) == ""
-  page = ablations_results.write_results(str(tmp_path / "page"), {"scaling": [reference, unknown_elsewhere]},
-                                         {"scaling/scaled": ["python"], "scaling/unscaled": ["python"]}, {},
-                                         "python -m ...", "multi30k")
+  os.makedirs(tmp_path / "page")
+  page = ablations_results.render_page(str(tmp_path / "page"), {"scaling": [reference, unknown_elsewhere]},
+                                       {"scaling/scaled": "python", "scaling/unscaled": "python"}, {},
+                                       "python -m ...", "multi30k")
   assert "- aaaa1111bbbb: scaling/scaled (1 x cpu, 2 cores)\n" in page
   assert "- not recorded (the run predates WORKDIR/tokenizers/): scaling/unscaled (1 x NVIDIA H200, 16 cores)" in page
   assert "(scaled: aaaa1111bbbb; unscaled: not recorded)" in page
@@ -372,7 +388,22 @@ def test_a_regularization_table_on_multi30k_says_how_its_cells_stand_against_the
   assert ablations_results.against_base(results["positions"], results, "multi30k") == ""  # the base itself
   assert ablations_results.against_base(results["regularization"], {"regularization": results["regularization"]},
                                         "multi30k") == ""  # no table holds the base: nothing to compare with
-  page = ablations_results.write_results(str(tmp_path), results, {name: ["python"] for name in cells}, {},
-                                         "python -m ...", "multi30k")
+  page = ablations_results.render_page(str(tmp_path), results, {name: "python" for name in cells}, {},
+                                       "python -m ...", "multi30k")
   assert text in page.split("## Label smoothing and dropout")[1]
   assert "pre-LN; dropout 0.3 on the residual sublayers, 0.1 on the attention weights, label smoothing 0.1" in page
+
+
+@pytest.mark.parametrize("task, arguments", [
+    ("synthetic", []),
+    ("multi30k", ["--task=multi30k", "--ablation=" + ",".join(ablations_results.ABLATIONS)])])  # as its page says
+def test_the_committed_page_is_regenerated_from_its_records_alone(task, arguments, tmp_path, monkeypatch):
+  """``--from_records --update_committed`` (on a copy of the committed folder): no workdir is read, and the page
+  is the committed one but for the line that says where and when it was written."""
+  shutil.copytree(os.path.join(report.COMMITTED, "ablations"), tmp_path / "ablations")
+  folder = tmp_path / "ablations" / ("" if task == "synthetic" else task)
+  before = (folder / "RESULTS.md").read_text()
+  monkeypatch.setattr(report, "COMMITTED", str(tmp_path))
+  ablations_results.main([*arguments, "--from_records", "--update_committed", f"--workdir_root={tmp_path / 'none'}"])
+  stamp = lambda text: [line for line in text.splitlines() if not line.startswith("Page written on: ")]
+  assert stamp((folder / "RESULTS.md").read_text()) == stamp(before)

@@ -94,3 +94,13 @@ def test_padding_in_the_batch_does_not_change_the_maps(trained):
     np.testing.assert_allclose(batched[0][key], alone[key], atol=1e-5, err_msg=str(key))
   assert batched[1][("cross", 0) if ("cross", 0) in alone else ("alignment", None)].shape[1:] == (
       len(longer_target), len(longer_source))
+
+
+def test_the_command_line_refuses_what_it_cannot_plot(capsys):
+  with pytest.raises(SystemExit):  # a classification config: no decoder to plot
+    attention_plots.main(["--config=experiments/disaster_tweets.py", "--workdir=W", "--output_dir=O"])
+  assert "attention plots need a translation config" in capsys.readouterr().err
+  with pytest.raises(SystemExit):  # anything but --config.* overrides is refused, not ignored
+    attention_plots.main(["--config=experiments/multi30k.py:gru_bahdanau", "--workdir=W", "--output_dir=O",
+                          "--num_sentence=2"])
+  assert "unrecognized arguments: --num_sentence=2" in capsys.readouterr().err

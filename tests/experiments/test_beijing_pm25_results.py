@@ -1,15 +1,18 @@
 """The PM2.5 results page: windows chosen on validation, test metrics of a run's seeds and of persistence on the
-common windows recomputed independently, the paired comparison, the committed forecasts, the block bootstrap."""
+common windows recomputed independently, the paired comparison, the committed forecasts, the block bootstrap; a
+recorded run is only replaced by one at least as long, and the page is rewritten from records.json and the
+forecasts alone."""
 import json
 import os
+import shutil
 
 import numpy as np
 import pytest
 
 from experiments import beijing_pm25_results as results
 from tests.tasks.test_forecasting import INPUT_LENGTH, numpy_metrics, small_config
+from experiments import report
 from transformer import load
-from transformer.errors import UserError
 from transformer.train import run
 
 LONG = 2 * INPUT_LENGTH  # a second window for the GRU: the common test windows are this one's
@@ -32,7 +35,9 @@ def page(tmp_path_factory):
   _train(root, "patchtst", INPUT_LENGTH, "patchtst")
   _train(root, "dlinear", INPUT_LENGTH, "dlinear")
   output = root / "out"
-  return root, output, results.write_results(str(root), str(output))
+  with pytest.MonkeyPatch.context() as patch:  # no committed page to start from
+    patch.setattr(results, "COMMITTED_DIR", str(root / "no_committed_page"))
+    return root, output, results.main([f"--workdir_root={root}", f"--output_dir={output}"])
 
 
 def _best_validation_mae(workdir):
@@ -99,15 +104,40 @@ def test_the_paired_comparison_and_verdict_name_the_families_best_and_the_seed_m
          "--config=experiments/beijing_pm25.py:transformer --workdir=WORKDIR`" in text
 
 
-def test_a_committed_row_is_only_replaced_by_a_run_at_least_as_long(page):
+def test_the_page_is_rewritten_from_its_records_and_forecasts_alone(page, tmp_path, monkeypatch):
+  root, output, text = page
+  monkeypatch.setattr(results, "COMMITTED_DIR", str(root / "no_committed_page"))
+  copy = tmp_path / "copy"
+  shutil.copytree(output, copy)
+  assert results.main(["--from_records", f"--output_dir={copy}", f"--workdir_root={tmp_path / 'none'}"]) == text
+
+
+def test_the_committed_page_is_rewritten_from_its_records_and_forecasts_alone(tmp_path, monkeypatch):
+  copy = tmp_path / "beijing_pm25"
+  shutil.copytree(results.COMMITTED_DIR, copy)
+  monkeypatch.setattr(results, "COMMITTED_DIR", str(copy))
+  before = {name: (copy / name).read_bytes() for name in ("RESULTS.md", results.FORECASTS_FILE)}
+  results.main(["--from_records", "--update_committed", f"--workdir_root={tmp_path / 'none'}"])
+  assert {name: (copy / name).read_bytes() for name in before} == before
+
+
+def test_a_committed_row_is_only_replaced_by_a_run_at_least_as_long(page, monkeypatch):
   root, output, _ = page
+  monkeypatch.setattr(results, "COMMITTED_DIR", str(output))
   name = f"gru-{INPUT_LENGTH}h"
-  recorded = (output / "RESULTS.md").read_text().replace(f"| {name} | 2 | 6 / 6 |", f"| {name} | 2 | 600 / 600 |")
-  (output / "RESULTS.md").write_text(recorded)
-  assert results.recorded_steps(str(output))[name] == 600
-  with pytest.raises(UserError, match=f"row '{name}' records a run of 600 training steps, the new one trained 6"):
-    results.write_results(str(root), str(output), replace_only_longer=True)
-  assert (output / "RESULTS.md").read_text() == recorded
+  records = json.loads((output / "records.json").read_text())
+  longer = {**records, name: {**records[name], "steps": 600}}
+  (output / "records.json").write_text(json.dumps(longer))
+  page_before = (output / "RESULTS.md").read_bytes()
+  try:
+    with pytest.raises(SystemExit) as exited:
+      results.main([f"--workdir_root={root}", "--update_committed"])
+    assert f"row '{name}' records a run of 600 training steps, the new one trained 6" in str(exited.value)
+    assert "--force" in str(exited.value)
+    assert (output / "RESULTS.md").read_bytes() == page_before
+    assert report.RecordStore(str(output))[name]["steps"] == 600
+  finally:
+    (output / "records.json").write_text(json.dumps(records))
 
 
 def test_the_test_year_ranking_is_only_a_robustness_check_from_24_hours():

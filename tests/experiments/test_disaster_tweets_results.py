@@ -1,8 +1,13 @@
 """The Disaster Tweets config and results script: every variant is a valid config, and the results page's
-commands and statistics are what the runs recorded."""
+commands and statistics are what the runs recorded; a committed row is only replaced by a run at least as long,
+and the committed page is rewritten from its records alone."""
+import json
+import shutil
+
+import numpy as np
 import pytest
 
-from experiments import disaster_tweets, disaster_tweets_results as results
+from experiments import disaster_tweets, disaster_tweets_results as results, report
 from transformer.errors import ConfigError
 from transformer.train.config import validate_config
 from transformer.train.run_format import write_format
@@ -32,8 +37,58 @@ def test_the_recorded_command_rebuilds_the_runs_settings(tmp_path):
 
 
 def test_mean_and_sample_standard_deviation():
-  assert results.mean_std([0.80, 0.82, 0.84]) == "0.820 ± 0.020"
-  assert results.mean_std([0.8123]) == "0.812 (1 seed)"
+  assert results.summary([0.80, 0.82, 0.84]) == pytest.approx({"mean": 0.82, "std": 0.02})
+  assert results.mean_std(results.summary([0.80, 0.82, 0.84])) == "0.820 ± 0.020"
+  assert results.mean_std(results.summary([0.8123])) == "0.812 (1 seed)"
+
+
+@pytest.fixture
+def committed(tmp_path, monkeypatch):
+  """A copy of the committed page standing in for it (tests never write the real one)."""
+  copy = tmp_path / "committed"
+  shutil.copytree(results.COMMITTED_DIR, copy)
+  monkeypatch.setattr(results, "COMMITTED_DIR", str(copy))
+  return copy
+
+
+def test_the_committed_page_and_its_confusion_matrices_are_rewritten_from_its_records_alone(tmp_path, committed):
+  before = {name: (committed / name).read_bytes() for name in ("RESULTS.md", "confusion_matrices.png")}
+  results.main(["--from_records", "--update_committed", f"--workdir_root={tmp_path / 'none'}"])
+  assert {name: (committed / name).read_bytes() for name in before} == before
+
+
+def fake_run(root, variant: str, steps: int, monkeypatch) -> None:
+  """A workdir holding a run's config and metrics, and score_run's answer for it (no model is loaded)."""
+  workdir = root / variant
+  workdir.mkdir(parents=True)
+  write_format(str(workdir))
+  config = disaster_tweets.get_config(variant)
+  config.num_train_steps = steps
+  (workdir / "config.json").write_text(config.to_json_best_effort())
+  (workdir / "metrics.jsonl").write_text(json.dumps({"step": steps, "train/loss": 0.5, "eval/f1": 0.7}) + "\n")
+  seeds = [{"tp": 200, "fp": 50, "fn": 127, "tn": 384, "step": steps, "threshold": 0.5, "f1": f1,
+            "precision": 0.8, "recall": 0.6, "accuracy": 0.77, "tuned_f1": f1} for f1 in (0.69, 0.71)]
+  monkeypatch.setattr(results, "score_run", lambda workdir: {
+      "config": config, "seeds": seeds, "ensemble": {"f1": 0.7, "f1_interval": (0.66, 0.74)},
+      "records": [{"step": steps, "train/loss": 0.5, "eval/f1": 0.7}], "test_ids": np.array([1, 2]),
+      "test_labels": np.array([1, 0]), "test_probabilities": [np.array([0.9, 0.2])] * 2, "validation_f1": 0.7,
+      "last_step": steps, "wall_seconds": 60.0})
+
+
+def test_a_committed_row_is_replaced_only_by_a_run_at_least_as_long(tmp_path, committed, monkeypatch):
+  recorded = report.RecordStore(str(committed))["minilm_finetune"]["steps"]
+  fake_run(tmp_path / "runs", "minilm_finetune", recorded - 1, monkeypatch)
+  before = (committed / "RESULTS.md").read_bytes()
+  with pytest.raises(SystemExit) as exited:
+    results.main([f"--workdir_root={tmp_path / 'runs'}", "--update_committed"])
+  assert (f"row 'minilm_finetune' records a run of {recorded} training steps, the new one trained {recorded - 1}"
+          in str(exited.value)) and "--force" in str(exited.value)
+  assert (committed / "RESULTS.md").read_bytes() == before
+  text = results.main([f"--workdir_root={tmp_path / 'runs'}", "--update_committed", "--force"])
+  assert ("| minilm_finetune | 2 | 0.700 ± 0.014 | 0.800 ± 0.000 | 0.600 ± 0.000 | 0.770 ± 0.000 | "
+          "0.700 ± 0.014 (0.50) | 0.700 (0.660-0.740) |") in text
+  assert f"| {recorded - 1} of {recorded - 1} |" in text and "| static_scratch | 3 |" in text  # the others kept
+  assert (committed / "predictions" / "minilm_finetune.csv").exists()
 
 
 def test_per_seed_predictions_recompute_the_tables_f1_and_the_page_says_where_they_are(tmp_path):

@@ -48,6 +48,17 @@ def test_many_metrics_are_drawn_as_a_grid(tmp_path):
   assert width <= 4 * 5 * 110 and height >= 5 * 3.6 * 110 * 0.9  # 4 panels of 5 x 3.6 inches a row, 5 rows
 
 
+def test_the_command_line_takes_workdirs_a_metric_list_and_an_output(tmp_path, capsys):
+  workdir, output = str(tmp_path / "run"), str(tmp_path / "compare.png")
+  _write_run(workdir, RECORDS)
+  plot.main([workdir, "--metrics=train/loss,eval/loss", f"--output={output}"])
+  assert f"wrote {output}" in capsys.readouterr().out
+  assert _png_size(output)[0] == 2 * 5 * 110  # two panels: the list was split at the comma
+  with pytest.raises(SystemExit):  # no WORKDIR: a usage error
+    plot.main([])
+  assert "the following arguments are required: WORKDIR" in capsys.readouterr().err
+
+
 @pytest.mark.slow
 def test_the_command_by_its_path_writes_a_png_beside_the_metrics_from_any_directory(tmp_path):
   """The end-of-run hint's form: ``python <repo>/experiments/plot.py WORKDIR``, run from outside the repository."""

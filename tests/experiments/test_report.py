@@ -1,8 +1,9 @@
 """experiments/report.py, the results library: Welch's t-test of two runs' seeds (the Student t p-value from the
-regularized incomplete beta function, no scipy) checked against closed forms and published values; the steps a
-page records; the output flags both flag systems share; the block bootstrap of a paired MAE difference."""
+regularized incomplete beta function, no scipy) checked against closed forms and published values; the record
+store and its replace-only-longer rule; the one main of a results script (make_page) and its flags; the block
+bootstrap of a paired MAE difference."""
 import argparse
-import dataclasses
+import json
 import math
 
 import numpy as np
@@ -51,28 +52,123 @@ def test_welch_t_test_by_hand_and_its_degenerate_samples():
   assert report.format_p_value(0.0912) == "p = 0.091" and report.format_p_value(0.0004) == "p < 0.001"
 
 
-def test_recorded_steps_reads_the_steps_of_each_sections_table(tmp_path):
-  assert report.recorded_steps(str(tmp_path), "run") == {}  # no page yet
-  page = "\n\n".join([
-      "# Page", report.markdown_table(["run", "steps"], [["a", 300]]),
-      "## Other", report.markdown_table(["run", "steps", "BLEU"], [["b", 40], ["c", 1200]]),
-      # a section's later table with the same first column and no steps (attention statistics) is not read
-      report.markdown_table(["run", "entropy"], [["d", 0.5]]),
-      "## Chosen", report.markdown_table(["variant", "chosen step"], [["e", "900 of 1500 (stopped early)"]])])
-  report.write_page(str(tmp_path), page)
-  assert report.recorded_steps(str(tmp_path), "run") == {"a": 300, "b": 40, "c": 1200}
-  assert report.recorded_steps(str(tmp_path), "variant", "chosen step",
-                               lambda cell: int(cell.split(" of ")[1].split()[0])) == {"e": 1500}
-
-
-def test_the_output_flags_are_the_same_in_both_flag_systems():
-  parser = argparse.ArgumentParser()
-  report.add_output_arguments(parser, "a folder of the script's")
-  args = parser.parse_args(["--output_dir=o", "--update_committed", "--force"])
-  assert set(vars(args)) == {field.name for field in dataclasses.fields(report.OutputFlags)}  # absl's names
+def test_the_output_flags_keep_their_names_and_benchmarks_have_no_force():
+  parser = report.results_parser("doc", "a folder of the script's", default_root="/tmp/root", hardware=True)
+  args = parser.parse_args(["--output_dir=o", "--update_committed", "--force", "--from_records"])
+  assert (args.output_dir, args.update_committed, args.force, args.from_records) == ("o", True, True, True)
+  assert (args.workdir_root, args.hardware) == ("/tmp/root", "")
   benchmarks = argparse.ArgumentParser()  # sections replaced by every run: no rows to force
   report.add_output_arguments(benchmarks, "runs/benchmarks-<time>/", force=False)
   assert "--force" not in benchmarks.format_help() and "a run of at least" not in benchmarks.format_help()
+  boolean = argparse.ArgumentParser()
+  report.add_boolean_argument(boolean, "train", True, "Train.")  # absl's --notrain, as the READMEs write it
+  assert boolean.parse_args([]).train and not boolean.parse_args(["--notrain"]).train
+  assert report.comma_list("a, b,") == ["a", "b"]
+
+
+def test_a_record_is_replaced_only_by_a_run_at_least_as_long_unless_forced(tmp_path):
+  store = report.RecordStore(str(tmp_path))
+  store.add("a", steps=300, command="python launch.py", machine="CPU", values={"bleu": 1.5})
+  store.add("a", steps=300, command="python launch.py --again", machine="CPU", values={"bleu": 2.0})  # as long
+  with pytest.raises(report.UserError, match=r"row 'a' records a run of 300 training steps, the new one trained "
+                     r"200.*--force"):
+    store.add("a", steps=200, command="c", machine="m", values={})
+  with pytest.raises(report.UserError, match="row 'a'"):  # before any work: the script checks all its rows
+    store.check({"a": 100, "new": 5})
+  assert store["a"]["values"] == {"bleu": 2.0}  # the refused record changed nothing
+  store.add("a", steps=200, command="c", machine="m", values={"bleu": 0.5}, force=True)
+  assert store["a"]["steps"] == 200
+  report.RecordStore(str(tmp_path), force=True).check({"a": 1})  # a forced store refuses nothing
+
+
+def test_records_round_trip_sorted_and_a_new_folder_starts_from_the_committed_ones(tmp_path):
+  committed, mine = tmp_path / "committed", tmp_path / "mine"
+  store = report.RecordStore(str(committed))
+  store.add("b", steps=2, command="c2", machine="m", values={"x": [1, 2], "nan": float("nan")})
+  store.add("a", steps=1, command="c1", machine="m", values={})
+  store.save()
+  text = (committed / "records.json").read_text()
+  assert text.index('"a"') < text.index('"b"') and text.endswith("\n")  # sorted: small diffs in git
+  again = report.RecordStore(str(committed))
+  assert dict(again.items())["b"]["values"]["x"] == [1, 2] and math.isnan(again["b"]["values"]["nan"])
+  assert list(again) == ["b", "a"]  # the order rows were added in (a table's), not the file's sorted keys
+  again.rename("b", "b (committed)")
+  again.add("c", steps=1, command="c3", machine="m", values={})
+  assert list(again) == ["b (committed)", "a", "c"]
+  assert list(report.RecordStore(str(mine), start_from=str(committed))) == ["b", "a"]
+  assert len(report.RecordStore(str(mine))) == 0  # nothing saved there yet
+  (committed / "records.json").write_text("{not json")
+  with pytest.raises(report.UserError, match="records.json is not the JSON"):
+    report.RecordStore(str(committed))
+
+
+def test_a_row_of_a_file_without_places_is_replaced_and_machines_are_listed_once(tmp_path):
+  (tmp_path / "records.json").write_text(json.dumps({  # written by hand or before rows kept their place
+      "a": {"steps": 5, "command": "c", "machine": "CPU", "values": {"root": "/tmp/a"}},
+      "b": {"steps": 5, "command": "c", "machine": "GPU", "values": {}}}))
+  store = report.RecordStore(str(tmp_path))
+  store.add("a", steps=5, command="c", machine="CPU", values={"root": "/tmp/b"})
+  store.add("c", steps=1, command="c", machine="CPU", values={"root": "/tmp/b"})
+  assert list(store) == ["a", "c", "b"]  # placed rows first, in their order; the rest as the file has them
+  assert store.distinct(["a", "b", "c"]) == ["CPU", "GPU"]
+  assert store.distinct(["a", "b", "c"], "root") == ["/tmp/b"]  # a value's field, rows without it left out
+
+
+def test_a_plot_is_linked_only_where_it_was_drawn_and_pages_take_any_name(tmp_path):
+  assert "not drawn here" in report.image(str(tmp_path), "curves.png", "curves")
+  (tmp_path / "curves.png").write_bytes(b"png")
+  assert report.image(str(tmp_path), "curves.png", "curves") == "![curves](curves.png)"
+  report.write_page(str(tmp_path), "text", name="page.md")
+  assert report.read_page(str(tmp_path), name="page.md") == "text" and report.read_page(str(tmp_path)) == ""
+  committed = str(tmp_path)
+  with pytest.raises(report.UserError, match="at least as long"):
+    report.choose_results_folder(committed, False, False, committed, "d")
+  with pytest.raises(report.UserError) as benchmarks:  # sections every run replaces: no rule of rows to name
+    report.choose_results_folder(committed, False, False, committed, "d", keeps_rows=False)
+  assert "at least as long" not in str(benchmarks.value)
+
+
+def _page_script(tmp_path, argv):
+  """A results script of the one-main shape: a row per --row=NAME:STEPS, the page a table of the records."""
+  parser = report.results_parser("doc", "default")
+  parser.add_argument("--row", action="append", default=[])
+  args = parser.parse_args(argv)
+  collected = []
+
+  def collect(store, folder):
+    rows = dict(spec.split(":") for spec in args.row)
+    store.check({name: int(steps) for name, steps in rows.items()})
+    for name, steps in rows.items():
+      collected.append(name)
+      store.add(name, steps=int(steps), command=f"train {name}", machine="here", values={"score": int(steps) / 10})
+
+  def render(store, folder):
+    return report.markdown_table(["row", "steps", "score"],
+                                 [[name, record["steps"], record["values"]["score"]] for name, record in store.items()])
+
+  committed = str(tmp_path / "committed")
+  return report.make_page(args, committed, str(tmp_path / "default"), collect, render), collected
+
+
+def test_a_page_is_written_from_its_records_and_regenerated_without_runs(tmp_path, capsys):
+  first, _ = _page_script(tmp_path, ["--update_committed", "--row=a:300"])
+  assert "| a | 300 | 30.0 |" in first
+  again, collected = _page_script(tmp_path, ["--update_committed", "--from_records", "--row=b:1"])
+  assert again == first and collected == []  # --from_records: no run is read
+  with pytest.raises(SystemExit, match="row 'a' records a run of 300"):
+    _page_script(tmp_path, ["--update_committed", "--row=a:100"])
+  assert (tmp_path / "committed" / "RESULTS.md").read_text() == first  # the refused run wrote nothing
+  mine, _ = _page_script(tmp_path, ["--row=a:100"])  # a page of one's own: any run replaces, from committed rows
+  assert "| a | 100 | 10.0 |" in mine and (tmp_path / "default" / "records.json").exists()
+  assert "(the committed page" in capsys.readouterr().out
+
+
+def test_launch_config_parses_a_command_as_launch_py_does():
+  config = report.launch_config(["--config=experiments/multi30k.py:gru_bahdanau", "--workdir=W",
+                                 "--config.num_train_steps=7", "--config.task.length_penalty_candidates=(1.0,2.0)"])
+  assert (config.num_train_steps, tuple(config.task.length_penalty_candidates)) == (7, (1.0, 2.0))
+  assert config.model.cell == "gru"  # the variant's own settings
+  assert report.launch_config(["--config=experiments/multi30k.py:gru_bahdanau"]).num_train_steps != 7  # no leak
 
 
 def test_block_bootstrap_shift_is_exact_and_dependence_widens_the_interval():

@@ -1,12 +1,11 @@
-"""experiments/synthetic_results.py: the page goes to a folder of the user's unless --update_committed, and a
-committed row is only replaced by a run at least as long (unless --force)."""
+"""experiments/synthetic_results.py: the page goes to a folder of the user's unless --update_committed, a
+committed row is only replaced by a run at least as long (unless --force), and the committed page is rewritten
+from its records.json alone (--from_records)."""
 import json
 import os
 import shutil
 
 import pytest
-from absl import flags
-from absl.testing import flagsaver
 
 from experiments import report, synthetic_results
 
@@ -31,6 +30,10 @@ def file_bytes(folder) -> dict:
   return {name: open(os.path.join(folder, name), "rb").read() for name in sorted(os.listdir(folder))}
 
 
+def recorded_steps(folder) -> dict[str, int]:
+  return {name: record["steps"] for name, record in report.RecordStore(str(folder)).items()}
+
+
 def train_fake_runs(monkeypatch, steps: int) -> None:
   """report.launch writes a finished run's metrics instead of training."""
   def launch(config, workdir):
@@ -42,53 +45,51 @@ def train_fake_runs(monkeypatch, steps: int) -> None:
 
 
 def test_the_page_goes_to_the_workdir_root_by_default(tmp_path, monkeypatch, committed, capsys):
-  if not flags.FLAGS.is_parsed():
-    flags.FLAGS.mark_as_parsed()
   before = file_bytes(committed)
   repository_before = file_bytes(os.path.join(report.REPO, "experiments", "synthetic"))
   train_fake_runs(monkeypatch, steps=300)
-  with flagsaver.flagsaver(workdir_root=str(tmp_path / "runs")):
-    synthetic_results.main([])
+  text = synthetic_results.main([f"--workdir_root={tmp_path / 'runs'}"])
   assert file_bytes(committed) == before
   assert file_bytes(os.path.join(report.REPO, "experiments", "synthetic")) == repository_before
   output = tmp_path / "runs" / "results"
   assert f"{output}/RESULTS.md" in capsys.readouterr().out
-  assert report.recorded_steps(str(output), "task") == {"copy": 300, "reverse": 300, "sort": 300}
+  assert recorded_steps(output) == {"copy": 300, "reverse": 300, "sort": 300}
+  assert "| copy | 300 | 1.0000 | 1.0000 | step 300, 30 s | 30 s | 10.0 | 2,000 |" in text
   assert (output / "curves.png").read_bytes()[:4] == b"\x89PNG"
 
 
 def test_a_committed_row_is_replaced_only_by_a_run_at_least_as_long(tmp_path, monkeypatch, committed):
-  if not flags.FLAGS.is_parsed():
-    flags.FLAGS.mark_as_parsed()
   before = file_bytes(committed)
-  recorded = report.recorded_steps(str(committed), "task")
+  recorded = recorded_steps(committed)
   assert set(recorded) == set(synthetic_results.VARIANTS)
   train_fake_runs(monkeypatch, steps=min(recorded.values()) - 1)
-  with flagsaver.flagsaver(workdir_root=str(tmp_path / "short"), update_committed=True):
-    with pytest.raises(SystemExit) as exited:
-      synthetic_results.main([])
+  with pytest.raises(SystemExit) as exited:
+    synthetic_results.main([f"--workdir_root={tmp_path / 'short'}", "--update_committed"])
   message = str(exited.value)
   assert message.startswith("error: ") and "\n" not in message and "--force" in message
   assert f"row 'copy' records a run of {recorded['copy']} training steps, the new one trained" in message
   assert file_bytes(committed) == before
 
   train_fake_runs(monkeypatch, steps=max(recorded.values()))
-  with flagsaver.flagsaver(workdir_root=str(tmp_path / "long"), update_committed=True):
-    synthetic_results.main([])
+  synthetic_results.main([f"--workdir_root={tmp_path / 'long'}", "--update_committed"])
   assert "--workdir_root=" + str(tmp_path / "long") in (committed / "RESULTS.md").read_text()
 
   train_fake_runs(monkeypatch, steps=10)
-  with flagsaver.flagsaver(workdir_root=str(tmp_path / "forced"), update_committed=True, force=True):
-    synthetic_results.main([])
-  assert report.recorded_steps(str(committed), "task") == {"copy": 10, "reverse": 10, "sort": 10}
+  synthetic_results.main([f"--workdir_root={tmp_path / 'forced'}", "--update_committed", "--force"])
+  assert recorded_steps(committed) == {"copy": 10, "reverse": 10, "sort": 10}
+
+
+def test_the_committed_page_is_rewritten_from_its_records_alone(tmp_path, committed, monkeypatch):
+  """--from_records trains nothing (no workdir exists) and gives the committed page byte for byte: its rows,
+  commands and machine stamp all come from records.json; curves.png is left as it is."""
+  monkeypatch.setattr(report, "launch", lambda *args: pytest.fail("--from_records must train nothing"))
+  before = file_bytes(committed)
+  synthetic_results.main(["--from_records", "--update_committed", f"--workdir_root={tmp_path / 'none'}"])
+  assert file_bytes(committed) == before
 
 
 def test_force_alone_and_both_destinations_are_refused(tmp_path, committed):
-  if not flags.FLAGS.is_parsed():
-    flags.FLAGS.mark_as_parsed()
-  with flagsaver.flagsaver(workdir_root=str(tmp_path), force=True):
-    with pytest.raises(SystemExit, match="--force only applies with --update_committed"):
-      synthetic_results.main([])
-  with flagsaver.flagsaver(workdir_root=str(tmp_path), update_committed=True, output_dir=str(tmp_path / "x")):
-    with pytest.raises(SystemExit, match="not both"):
-      synthetic_results.main([])
+  with pytest.raises(SystemExit, match="--force only applies with --update_committed"):
+    synthetic_results.main([f"--workdir_root={tmp_path}", "--force"])
+  with pytest.raises(SystemExit, match="not both"):
+    synthetic_results.main([f"--workdir_root={tmp_path}", "--update_committed", f"--output_dir={tmp_path / 'x'}"])

@@ -1,11 +1,11 @@
-"""experiments/translation_results.py: rows accumulate in runs.json across invocations; the committed test
-output is the best-on-validation model's."""
+"""experiments/translation_results.py: rows accumulate in records.json across invocations; the committed test
+output is the best-on-validation model's; the committed pages regenerate from their records."""
 import glob
 import json
 import os
+import shlex
 
 import pytest
-from absl import flags
 
 from experiments import report, translation_results
 from transformer.train.config import model_section
@@ -30,6 +30,37 @@ def summary(validation_bleu, test_bleu, **settings):
           "curves": [{"step": 100, "train/nll": 3.0}, {"step": 200, "train/nll": 2.0, "eval/bleu": validation_bleu}]}
 
 
+def write_results(output, new_runs, new_validation_runs=None, replace_only_longer=False):
+  """One invocation's collect and render (as main's, without workdirs): returns the page."""
+  store = report.RecordStore(str(output), force=not replace_only_longer)
+  translation_results.add_runs("multi30k", store, str(output), new_runs, new_validation_runs or {})
+  text = translation_results.render_page("multi30k", store, str(output))
+  store.save()
+  return report.write_page(str(output), text)
+
+
+def stored(output) -> dict:
+  """Row name -> record of the page's records.json."""
+  return dict(report.RecordStore(str(output)).items())
+
+
+def read_markdown_table(text: str, first_column: str) -> list[dict[str, str]]:
+  """The rows of the first table in markdown ``text`` whose header starts with ``first_column``, each as
+  ``{column: cell}`` (the inverse of ``markdown_table`` for cells without ``|``); empty when there is none."""
+  def cells(line: str) -> list[str]:
+    return [cell.strip() for cell in line.strip().strip("|").split("|")]
+  lines = text.splitlines()
+  for index, line in enumerate(lines):
+    if line.startswith("|") and cells(line)[0] == first_column:
+      rows = []
+      for body in lines[index + 2:]:  # after the header and its |---| line
+        if not body.startswith("|"):
+          break
+        rows.append(dict(zip(cells(line), cells(body))))
+      return rows
+  return []
+
+
 def run_dir(tmp_path, name, text):
   workdir = tmp_path / name
   workdir.mkdir()
@@ -41,16 +72,16 @@ def test_rows_accumulate_and_best_hypotheses_are_kept(tmp_path):
   output = tmp_path / "multi30k"
   output.mkdir()
   first = run_dir(tmp_path, "first", "erste\n")
-  translation_results.write_results("multi30k", str(output), {"transformer_small": (summary(30.0, 31.0), first)})
+  write_results(output, {"transformer_small": (summary(30.0, 31.0), first)})
   assert (output / HYPOTHESIS).read_text() == "erste\n"
   assert "Attention heatmaps" not in (output / "RESULTS.md").read_text()  # no plot folders yet
 
   (output / "alignment").mkdir()  # attention_plots.py output is linked once it exists
   (output / "alignment" / "README.md").write_text("# Attention maps\n")
   worse = run_dir(tmp_path, "worse", "schlechter\n")
-  text = translation_results.write_results("multi30k", str(output), {"gru_bahdanau": (summary(20.0, 21.0), worse)})
+  text = write_results(output, {"gru_bahdanau": (summary(20.0, 21.0), worse)})
   assert (output / HYPOTHESIS).read_text() == "erste\n"  # a worse model on validation does not replace it
-  assert set(json.loads((output / "runs.json").read_text())) == {"transformer_small", "gru_bahdanau"}
+  assert list(stored(output)) == ["transformer_small", "gru_bahdanau"]  # the order they were added
   main_table = text.split("Each row's test outputs")[0]
   rows = [line for line in main_table.splitlines() if line.startswith(("| transformer_small", "| gru"))]
   assert len(rows) == 2 and "| 31.00 | 31.50 |" in rows[0] and "| 21.00 | 21.50 |" in rows[1]
@@ -59,14 +90,14 @@ def test_rows_accumulate_and_best_hypotheses_are_kept(tmp_path):
   assert "[RNN attention alignment](alignment/README.md)" in text and "(attention/README.md)" not in text
 
   better = run_dir(tmp_path, "better", "besser\n")  # reporting a variant again replaces its row
-  text = translation_results.write_results("multi30k", str(output), {"gru_bahdanau": (summary(35.0, 36.0), better)})
+  text = write_results(output, {"gru_bahdanau": (summary(35.0, 36.0), better)})
   assert (output / HYPOTHESIS).read_text() == "besser\n"
   assert "| 36.00 |" in text and "| 21.00 |" not in text
   assert (output / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
   # The best row reported again, now worse but still the best of the table: its new output is committed.
   rerun = run_dir(tmp_path, "rerun", "nochmal\n")
-  text = translation_results.write_results("multi30k", str(output), {"gru_bahdanau": (summary(33.0, 34.0), rerun)})
+  text = write_results(output, {"gru_bahdanau": (summary(33.0, 34.0), rerun)})
   assert (output / HYPOTHESIS).read_text() == "nochmal\n"
   assert "The best model on validation (gru_bahdanau)" in text
 
@@ -79,8 +110,8 @@ def test_the_other_test_sets_are_tabled_and_their_hypotheses_follow_the_best_row
   first = run_dir(tmp_path, "first", "erste\n")
   for split in others:
     (tmp_path / "first" / f"{split}.hyp.de").write_text(f"{split}\n")
-  text = translation_results.write_results(
-      "multi30k", str(output), {"transformer_small": ({**summary(30.0, 31.0), "other_tests": others}, first)})
+  text = write_results(
+      output, {"transformer_small": ({**summary(30.0, 31.0), "other_tests": others}, first)})
   assert (output / "test_2017_flickr.hyp.de").read_text() == "test_2017_flickr\n"
   assert (output / "test_2018_flickr.hyp.de").read_text() == "test_2018_flickr\n"
   assert not (output / "test_2017_mscoco.hyp.de").exists()  # not scored: no file, a dash in the table
@@ -88,12 +119,12 @@ def test_the_other_test_sets_are_tabled_and_their_hypotheses_follow_the_best_row
   assert "gives `test_2016_flickr.hyp.de`, `test_2017_flickr.hyp.de`, `test_2018_flickr.hyp.de`" in text
 
   worse = run_dir(tmp_path, "worse", "schlechter\n")  # a worse model, without the other sets: a row, no files
-  text = translation_results.write_results("multi30k", str(output), {"gru_bahdanau": (summary(20.0, 21.0), worse)})
+  text = write_results(output, {"gru_bahdanau": (summary(20.0, 21.0), worse)})
   assert (output / "test_2017_flickr.hyp.de").read_text() == "test_2017_flickr\n"
   assert "| gru_bahdanau | " not in text.split("The other test sets")[1].split("\n\n")[1]
 
   better = run_dir(tmp_path, "better", "besser\n")  # the new best has no other sets: the old files go
-  text = translation_results.write_results("multi30k", str(output), {"gru_bahdanau": (summary(35.0, 36.0), better)})
+  text = write_results(output, {"gru_bahdanau": (summary(35.0, 36.0), better)})
   assert (output / HYPOTHESIS).read_text() == "besser\n"
   assert not (output / "test_2017_flickr.hyp.de").exists() and not (output / "test_2018_flickr.hyp.de").exists()
   assert "gives `test_2016_flickr.hyp.de` (one line" in text
@@ -103,8 +134,6 @@ def test_the_other_test_sets_are_tabled_and_their_hypotheses_follow_the_best_row
 @pytest.mark.parametrize("averaged_validation, chosen", [(33.0, "averaged"), (31.0, "best")])
 def test_checkpoint_average_is_reported_only_when_better_on_validation(tmp_path, monkeypatch, averaged_validation,
                                                                         chosen):
-  if not flags.FLAGS.is_parsed():
-    flags.FLAGS.mark_as_parsed()
   workdir = tmp_path / "run"
   workdir.mkdir()
   (workdir / "config.json").write_text(json.dumps({"num_train_steps": 400, "task": {}}))
@@ -120,11 +149,11 @@ def test_checkpoint_average_is_reported_only_when_better_on_validation(tmp_path,
                     "test_2016_flickr/bleu": 34.0, "test_2016_flickr/bleu_lowercase": 35.0,
                     "test_2016_flickr/bleu_signature": "s"}, directories["averaged"])}
   monkeypatch.setattr(translation_results, "evaluate",
-                      lambda variant, workdir, average=0: results["averaged" if average else "best"])
-  monkeypatch.setattr(translation_results, "training_pairs", lambda experiment, config: 29000)
-  monkeypatch.setattr(translation_results, "test_references", lambda experiment, config: ["Ein Hund ."])
-  row, output_dir = translation_results.summarize("multi30k", "transformer_small", str(workdir),
-                                                  average_checkpoints=2)
+                      lambda args, variant, workdir, average=0: results["averaged" if average else "best"])
+  monkeypatch.setattr(translation_results, "training_pairs", lambda args, config: 29000)
+  monkeypatch.setattr(translation_results, "test_references", lambda args, config: ["Ein Hund ."])
+  row, output_dir = translation_results.summarize(translation_results.parse_args(["--average_checkpoints=2"]),
+                                                  "transformer_small", str(workdir))
   assert output_dir == directories[chosen]
   assert row["validation_bleu_by_checkpoint"] == {"best checkpoint": 32.0, "mean of the last 2": averaged_validation}
   cells = " | ".join(translation_results.row("transformer_small", row))
@@ -133,8 +162,6 @@ def test_checkpoint_average_is_reported_only_when_better_on_validation(tmp_path,
 
 
 def test_the_row_reports_the_length_penalty_chosen_on_validation(tmp_path, monkeypatch):
-  if not flags.FLAGS.is_parsed():
-    flags.FLAGS.mark_as_parsed()
   workdir = tmp_path / "run"
   workdir.mkdir()
   (workdir / "config.json").write_text(json.dumps(
@@ -146,10 +173,11 @@ def test_the_row_reports_the_length_penalty_chosen_on_validation(tmp_path, monke
              "test_2016_flickr/length_penalty": 1.5, "test_2016_flickr/bleu": 35.0,
              "test_2016_flickr/bleu_lowercase": 36.0, "test_2016_flickr/bleu_signature": "s"}
   output_dir = run_dir(tmp_path, "output", "Ein Hund .\n")
-  monkeypatch.setattr(translation_results, "evaluate", lambda variant, workdir, average=0: (results, output_dir))
-  monkeypatch.setattr(translation_results, "training_pairs", lambda experiment, config: 29000)
-  monkeypatch.setattr(translation_results, "test_references", lambda experiment, config: ["Ein Hund ."])
-  row, _ = translation_results.summarize("multi30k", "gru_bahdanau", str(workdir))
+  monkeypatch.setattr(translation_results, "evaluate",
+                      lambda args, variant, workdir, average=0: (results, output_dir))
+  monkeypatch.setattr(translation_results, "training_pairs", lambda args, config: 29000)
+  monkeypatch.setattr(translation_results, "test_references", lambda args, config: ["Ein Hund ."])
+  row, _ = translation_results.summarize(translation_results.parse_args([]), "gru_bahdanau", str(workdir))
   assert row["validation_bleu"] == 32.0  # the BLEU of the alpha the test was decoded with
   cells = translation_results.row("gru_bahdanau", row)
   assert "beam 5, alpha 1.5 (on validation: 0.6: 30.00, 1.5: 32.00)" in cells
@@ -165,15 +193,13 @@ def test_a_greedy_or_sampled_run_is_labelled_by_its_decoding_not_by_beam_setting
   assert translation_results.row("greedy", greedy)[6] == "greedy"
   assert translation_results.row("beam", beam)[6] == "beam 5, alpha 1"  # the alpha its --mode=eval chose
   table = translation_results.validation_table({"greedy": greedy}, {"sampled": sampled, "beam": beam})
-  rows = report.read_markdown_table(table, "model")
+  rows = read_markdown_table(table, "model")
   assert [row["decoding during training"] for row in rows] == [
       "greedy", "sampling, temperature 0.8, top-p 0.9", "beam 5, alpha 0.6"]
 
 
 def test_the_command_of_a_run_reproduces_its_config(tmp_path):
   """A run trained with overrides (or before its variant changed): the row's flags rebuild its config.json."""
-  from ml_collections import config_flags
-
   from experiments import multi30k
   config = multi30k.get_config("gru_bahdanau")
   config.num_train_steps = 1000
@@ -188,10 +214,12 @@ def test_the_command_of_a_run_reproduces_its_config(tmp_path):
 
   argv = ["launch.py", "--config=experiments/multi30k.py:gru_bahdanau", *overrides,
           f"--config.task.source_dir={tmp_path}"]
-  parsed = flags.FlagValues()  # as launch.py parses its command line
-  config_flags.DEFINE_config_file("config", None, flag_values=parsed, lock_config=True, sys_argv=argv)
-  parsed(argv)
-  assert json.loads(parsed.config.to_json_best_effort()) == run_config
+  assert _launch_config(argv) == run_config
+
+
+def _launch_config(argv: list[str]) -> dict:
+  """The config ``launch.py ARGV`` trains (its config file, variant and --config.* overrides)."""
+  return json.loads(report.launch_config(argv[1:]).to_json_best_effort())
 
 
 def test_row_commands_follow_the_variant_defaults_of_the_day_the_page_is_written(tmp_path, monkeypatch):
@@ -203,7 +231,7 @@ def test_row_commands_follow_the_variant_defaults_of_the_day_the_page_is_written
   row = summary(30.0, 31.0, num_train_steps=123)
   prefix = ("python launch.py --config=experiments/multi30k.py:transformer_small --workdir=WORKDIR "
             "--config.task.source_dir=$TRANSFORMER_DATA_DIR")
-  text = translation_results.write_results("multi30k", str(output), {"transformer_small": (row, workdir)})
+  text = write_results(output, {"transformer_small": (row, workdir)})
   assert f"`{prefix} --config.num_train_steps=123`" in text
 
   get_config = multi30k.get_config
@@ -212,60 +240,35 @@ def test_row_commands_follow_the_variant_defaults_of_the_day_the_page_is_written
     config.num_train_steps, config.model.dropout_rate = 123, 0.2
     return config
   monkeypatch.setattr(multi30k, "get_config", changed_defaults)
-  text = translation_results.write_results("multi30k", str(output), {})  # rewritten from runs.json
+  text = write_results(output, {})  # rewritten from records.json
   assert f"`{prefix} --config.model.dropout_rate=0.3`" in text
-  assert json.loads((output / "runs.json").read_text())["transformer_small"]["command"] == (
-      f"{prefix} --config.model.dropout_rate=0.3")
-
-
-def test_a_row_written_before_rows_kept_their_settings_gets_them_from_its_command(tmp_path):
-  """An old runs.json row holds only its command: the page keeps that command and stores the settings it names."""
-  output = tmp_path / "multi30k"
-  output.mkdir()
-  old_row = summary(30.0, 31.0)
-  for key in ("variant", "config", "source_dir"):
-    del old_row[key]
-  old_row["command"] = ("python launch.py --config=experiments/multi30k.py:gru_bahdanau --workdir=WORKDIR "
-                        "--config.task.source_dir=../data --config.num_train_steps=1000 "
-                        "'--config.task.length_penalty_candidates=(1.0,2.0)'")
-  (output / "runs.json").write_text(json.dumps({"gru": old_row}))
-  text = translation_results.write_results("multi30k", str(output), {})
-  assert f"`{old_row['command']}`" in text
-  stored = json.loads((output / "runs.json").read_text())["gru"]
-  assert (stored["variant"], stored["source_dir"]) == ("gru_bahdanau", "../data")
-  assert stored["config"]["num_train_steps"] == 1000
-  assert stored["config"]["task"]["length_penalty_candidates"] == [1.0, 2.0]
-  assert (stored["config"]["model_name"], stored["config"]["model"]["cell"]) == ("rnn", "gru")
-  with pytest.raises(ValueError, match="has no --config="):
-    translation_results.settings_from_command("python launch.py --workdir=WORKDIR")
+  assert stored(output)["transformer_small"]["command"] == f"{prefix} --config.model.dropout_rate=0.3"
 
 
 def test_run_specs_name_rows_and_bad_ones_say_what_to_give(tmp_path):
-  from absl import app
   (tmp_path / "config.json").write_text("{}")
   assert translation_results.parse_run("multi30k", f"gru_bahdanau:{tmp_path}") == ("gru_bahdanau", "gru_bahdanau",
                                                                                     str(tmp_path))
   assert translation_results.parse_run("multi30k", f"first try=transformer_small:{tmp_path}") == (
       "first try", "transformer_small", str(tmp_path))
-  with pytest.raises(app.UsageError, match="give VARIANT:WORKDIR"):
+  with pytest.raises(translation_results.UserError, match="give VARIANT:WORKDIR"):
     translation_results.parse_run("multi30k", "gru_bahdanau")
-  with pytest.raises(app.UsageError, match="unknown variant 'gru' .*gru_bahdanau"):
+  with pytest.raises(translation_results.UserError, match="unknown variant 'gru' .*gru_bahdanau"):
     translation_results.parse_run("multi30k", f"gru:{tmp_path}")
-  with pytest.raises(app.UsageError, match="holds no config.json"):
+  with pytest.raises(translation_results.UserError, match="holds no config.json"):
     translation_results.parse_run("multi30k", f"gru_bahdanau:{tmp_path / 'missing'}")
 
 
 def test_bleu_by_reference_length_groups_the_test_sentences(tmp_path, monkeypatch):
   """The summary scores the written test hypotheses per reference-length group: a hypothesis that only gets
   the long sentence wrong lowers only that group, and the groups hold every sentence once."""
-  if not flags.FLAGS.is_parsed():
-    flags.FLAGS.mark_as_parsed()
   short = ["ein Hund läuft über die Wiese .", "zwei Kinder spielen im Park .", "eine Frau liest ein Buch ."]
   long = " ".join(["ein Mann in einem roten Hemd steht neben einem Auto und spricht mit einer Frau ."] * 2)
   references = short + [long]
   output_dir = run_dir(tmp_path, "output", "\n".join(short + ["ein Mann"]) + "\n")
-  monkeypatch.setattr(translation_results, "test_references", lambda experiment, config: references)
-  by_length = translation_results.test_bleu_by_reference_length("multi30k", {"task": {}}, output_dir)
+  monkeypatch.setattr(translation_results, "test_references", lambda args, config: references)
+  by_length = translation_results.test_bleu_by_reference_length(translation_results.parse_args([]), {"task": {}},
+                                                                output_dir)
   assert list(by_length) == ["0-9", "20-39"]
   assert [group["sentences"] for group in by_length.values()] == [3, 1]
   assert by_length["0-9"]["bleu"] == pytest.approx(100.0) and by_length["0-9"]["length_ratio"] == 1.0
@@ -280,12 +283,9 @@ def test_bleu_by_reference_length_groups_the_test_sentences(tmp_path, monkeypatc
 
 def test_validation_only_runs_are_listed_beside_the_scored_ones_and_never_replace_their_output(tmp_path,
                                                                                                monkeypatch):
-  if not flags.FLAGS.is_parsed():
-    flags.FLAGS.mark_as_parsed()
   output = tmp_path / "multi30k"
   output.mkdir()
-  translation_results.write_results("multi30k", str(output),
-                                    {"transformer_small": (summary(30.0, 31.0), run_dir(tmp_path, "scored", "a\n"))})
+  write_results(output, {"transformer_small": (summary(30.0, 31.0), run_dir(tmp_path, "scored", "a\n"))})
   workdir = tmp_path / "lost"
   workdir.mkdir()
   from experiments import multi30k
@@ -299,13 +299,14 @@ def test_validation_only_runs_are_listed_beside_the_scored_ones_and_never_replac
              {"step": 200, "train/nll": 2.0, "wall_seconds": 72.0},
              {"step": 200, "eval/nll": 2.25, "eval/bleu": 40.0}]  # higher than the scored row: still not committed
   (workdir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
-  monkeypatch.setattr(translation_results, "training_pairs", lambda experiment, config: 29000)
-  lost = translation_results.validation_summary("multi30k", "transformer_small", str(workdir))
-  text = translation_results.write_results("multi30k", str(output), {}, {"more dropout": lost})
+  monkeypatch.setattr(translation_results, "training_pairs", lambda args, config: 29000)
+  args = translation_results.parse_args([])
+  lost = translation_results.validation_summary(args, "transformer_small", str(workdir))
+  text = write_results(output, {}, {"more dropout": lost})
 
   assert (output / HYPOTHESIS).read_text() == "a\n"
   assert "The best model on validation (transformer_small)" in text
-  assert set(json.loads((output / "validation_runs.json").read_text())) == {"more dropout"}
+  assert "test_bleu" not in stored(output)["more dropout"]["values"]  # recorded, not scored
   section = text.split("Every run by the validation BLEU")[1].split("\n\n")[1]  # the table after the caption
   rows = {line.split(" | ")[0][2:]: line for line in section.splitlines()[2:]}
   assert set(rows) == {"transformer_small", "more dropout"}
@@ -315,15 +316,14 @@ def test_validation_only_runs_are_listed_beside_the_scored_ones_and_never_replac
   assert "--config.model.dropout_rate=0.5" in rows["more dropout"]
 
   # Scoring that run on test later moves it out of the validation-only list.
-  text = translation_results.write_results(
-      "multi30k", str(output), {"more dropout": (summary(29.0, 30.0), run_dir(tmp_path, "now scored", "b\n"))})
-  assert not (output / "validation_runs.json").exists()
+  text = write_results(
+      output, {"more dropout": (summary(29.0, 30.0), run_dir(tmp_path, "now scored", "b\n"))})
+  assert "test_bleu" in stored(output)["more dropout"]["values"]
   assert "Every run by the validation BLEU" not in text
 
   (workdir / "metrics.jsonl").write_text(json.dumps(records[0]) + "\n")  # stopped before its first evaluation
-  from absl import app
-  with pytest.raises(app.UsageError, match="no eval/bleu"):
-    translation_results.validation_summary("multi30k", "transformer_small", str(workdir))
+  with pytest.raises(translation_results.UserError, match="no eval/bleu"):
+    translation_results.validation_summary(args, "transformer_small", str(workdir))
 
 
 def _flat_settings(config: dict) -> dict:
@@ -345,23 +345,22 @@ def test_an_old_shaped_run_config_gets_model_overrides_that_rebuild_it():
   assert overrides == ["--config.model.cell=lstm", "--config.model.hidden_dim=256"]
   command = ("python launch.py --config=experiments/multi30k.py:gru_bahdanau --workdir=WORKDIR "
              "--config.task.source_dir=../data " + " ".join(overrides))
-  parsed = translation_results.settings_from_command(command)["config"]
+  parsed = _launch_config(shlex.split(command)[1:])
   assert _flat_settings(parsed) == _flat_settings(upgrade_config(old_shape))
   with pytest.raises(ValueError, match="trained model_name='rnn', but .*transformer_small builds 'transformer'"):
     translation_results.config_overrides("multi30k", "transformer_small", old_shape)
 
 
-@pytest.mark.parametrize("path", sorted(glob.glob(os.path.join(translation_results.report.REPO, "experiments", "*",
-                                                               "*runs.json"))))
-def test_every_committed_row_command_reproduces_its_recorded_settings(path):
-  """Each row of runs.json / validation_runs.json: its command, parsed as launch.py parses it (config file,
+@pytest.mark.parametrize("experiment", translation_results.EXPERIMENTS)
+def test_every_committed_row_command_reproduces_its_recorded_settings(experiment):
+  """Each row of the committed records.json: its command, parsed as launch.py parses it (config file,
   variant, --config.* overrides) with today's experiment configs, gives the run's saved config.json (migrated
   to today's shape) in every field the run recorded and today's configs still have."""
-  rows = json.load(open(path))
-  assert rows
-  for name, row in rows.items():
-    parsed = _flat_settings(translation_results.settings_from_command(row["command"])["config"])
-    recorded = {key: value for key, value in _flat_settings(upgrade_config(row["config"])).items()
+  store = report.RecordStore(os.path.join(report.COMMITTED, experiment))
+  assert len(store)
+  for name, record in store.items():
+    parsed = _flat_settings(_launch_config(shlex.split(record["command"])[1:]))
+    recorded = {key: value for key, value in _flat_settings(upgrade_config(record["values"]["config"])).items()
                 if key not in translation_results.NOT_TRAINING_SETTINGS}
     assert recorded.keys() <= parsed.keys(), (name, sorted(recorded.keys() - parsed.keys()))
     assert {key: parsed[key] for key in recorded} == recorded, name
@@ -396,9 +395,6 @@ def _fake_workdir(tmp_path, name, steps):
 def test_by_default_the_page_goes_to_a_new_folder_beside_the_committed_rows(tmp_path, monkeypatch, capsys):
   """main with --run alone: the committed page (here a copy, and the repository's own) keeps its bytes; the new
   folder WORKDIR/results shows the new row beside the committed ones, with the committed best row's output."""
-  from absl.testing import flagsaver
-  if not flags.FLAGS.is_parsed():
-    flags.FLAGS.mark_as_parsed()
   committed = _committed_copy(tmp_path)
   monkeypatch.setattr(translation_results.report, "COMMITTED", str(committed.parent))
   before, repository_before = _file_bytes(committed), _file_bytes(
@@ -406,38 +402,33 @@ def test_by_default_the_page_goes_to_a_new_folder_beside_the_committed_rows(tmp_
   workdir = _fake_workdir(tmp_path, "short_run", steps=300)
   (workdir / HYPOTHESIS).write_text("kurz\n")
   monkeypatch.setattr(translation_results, "summarize",
-                      lambda experiment, variant, workdir, average=0: (summary(9.86, 9.5), workdir))
-  with flagsaver.flagsaver(experiment="multi30k", run=[f"transformer_small:{workdir}"]):
-    translation_results.main([])
+                      lambda args, variant, workdir: (summary(9.86, 9.5), workdir))
+  translation_results.main(["--experiment=multi30k", f"--run=transformer_small:{workdir}"])
   assert _file_bytes(committed) == before
   assert _file_bytes(os.path.join(translation_results.report.REPO, "experiments", "multi30k")) == repository_before
   output = workdir / "results"
   assert str(output) in capsys.readouterr().out
-  rows = json.loads((output / "runs.json").read_text())
-  committed_rows = json.loads((committed / "runs.json").read_text())
-  assert set(rows) == {"transformer_small"} | {name if name != "transformer_small" else f"{name} (committed)"
-                                               for name in committed_rows}
-  assert rows["transformer_small (committed)"]["validation_bleu"] == committed_rows["transformer_small"][
-      "validation_bleu"]
+  rows, committed_rows = stored(output), stored(committed)
+  assert list(rows) == [name if name != "transformer_small" else f"{name} (committed)"  # in its place
+                        for name in committed_rows] + ["transformer_small"]
+  assert rows["transformer_small (committed)"]["values"] == committed_rows["transformer_small"]["values"]
   # The new run is worse on validation: the test output is still the committed best row's, which came with it.
   assert (output / HYPOTHESIS).read_bytes() == (committed / HYPOTHESIS).read_bytes()
   text = (output / "RESULTS.md").read_text()
   assert "| transformer_small | " in text and "| transformer_small (committed) | " in text
 
-  with flagsaver.flagsaver(experiment="multi30k", run=[f"transformer_small:{workdir}"],
-                           output_dir=str(committed)):  # the committed folder named as an output: refused
-    with pytest.raises(SystemExit, match="is the committed page; give --update_committed"):
-      translation_results.main([])
+  with pytest.raises(SystemExit, match="is the committed page; give --update_committed"):  # named as an output
+    translation_results.main([f"--run=transformer_small:{workdir}", f"--output_dir={committed}"])
   assert _file_bytes(committed) == before
 
 
 def test_a_committed_row_is_replaced_only_by_a_run_at_least_as_long(tmp_path, monkeypatch):
   committed = _committed_copy(tmp_path)
-  recorded = json.loads((committed / "runs.json").read_text())["transformer_small"]["steps_trained"]
+  recorded = stored(committed)["transformer_small"]["steps"]
   before = _file_bytes(committed)
   short = run_dir(tmp_path, "short", "kurz\n")
   with pytest.raises(translation_results.UserError) as refused:
-    translation_results.write_results("multi30k", str(committed), {
+    write_results(committed, {
         "transformer_small": ({**summary(9.86, 9.5), "steps_trained": 300}, short)}, replace_only_longer=True)
   message = str(refused.value)
   assert "\n" not in message and "'transformer_small'" in message and "--force" in message
@@ -445,31 +436,27 @@ def test_a_committed_row_is_replaced_only_by_a_run_at_least_as_long(tmp_path, mo
   assert _file_bytes(committed) == before  # refused before anything is written
 
   # Through main: refused before the run is decoded, as one line and exit status 1.
-  from absl.testing import flagsaver
-  if not flags.FLAGS.is_parsed():
-    flags.FLAGS.mark_as_parsed()
   monkeypatch.setattr(translation_results.report, "COMMITTED", str(committed.parent))
   monkeypatch.setattr(translation_results, "summarize", lambda *args: pytest.fail("decoded a refused run"))
   workdir = _fake_workdir(tmp_path, "short_run", steps=300)
-  with flagsaver.flagsaver(experiment="multi30k", run=[f"transformer_small:{workdir}"], update_committed=True):
-    with pytest.raises(SystemExit) as exited:
-      translation_results.main([])
+  with pytest.raises(SystemExit) as exited:
+    translation_results.main([f"--run=transformer_small:{workdir}", "--update_committed"])
   assert str(exited.value).startswith("error: ") and "trained 300" in str(exited.value)
   assert _file_bytes(committed) == before
 
   longer = run_dir(tmp_path, "longer", "lang\n")  # as long as the recorded run: it replaces the row
-  text = translation_results.write_results("multi30k", str(committed), {
+  text = write_results(committed, {
       "transformer_small": ({**summary(50.0, 51.0), "steps_trained": recorded}, longer)}, replace_only_longer=True)
-  assert json.loads((committed / "runs.json").read_text())["transformer_small"]["test_bleu"] == 51.0
+  assert stored(committed)["transformer_small"]["values"]["test_bleu"] == 51.0
   assert (committed / HYPOTHESIS).read_text() == "lang\n" and "| 51.00 |" in text
 
   # --force (replace_only_longer=False) lets a shorter run replace it; the best row (gru_bahdanau now) was not
   # the one whose output the folder held, so that output goes and the page says so.
-  text = translation_results.write_results("multi30k", str(committed), {
+  text = write_results(committed, {
       "transformer_small": ({**summary(9.86, 9.5), "steps_trained": 300}, short)})
-  rows = json.loads((committed / "runs.json").read_text())
-  assert rows["transformer_small"]["steps_trained"] == 300
-  best = max(rows, key=lambda name: rows[name]["validation_bleu"])
+  rows = stored(committed)
+  assert rows["transformer_small"]["steps"] == 300
+  best = max(rows, key=lambda name: rows[name]["values"]["validation_bleu"])
   assert best != "transformer_small" and not (committed / HYPOTHESIS).exists()
   assert f"The best model on validation ({best}) has no test output in this folder" in text
 
@@ -498,13 +485,13 @@ def test_rows_of_one_setting_over_seeds_are_tabled_with_their_mean_and_each_seed
           "transformer_small_seed1": (summary(29.0, 30.0, seed=1), run_dir(tmp_path, "seed1", "eins\n")),
           "transformer_small_warmup": (summary(28.0, 27.0, **{"optimizer.warmup_steps": 10}),
                                        run_dir(tmp_path, "other", "anders\n"))}
-  text = translation_results.write_results("multi30k", str(output), runs)
-  rows = report.read_markdown_table(text, "rows")
+  text = write_results(output, runs)
+  rows = read_markdown_table(text, "rows")
   assert rows == [{"rows": "transformer_small, transformer_small_seed1", "seeds": "0, 1",
                    "test_2016_flickr BLEU: mean (each seed)": "30.50 (31.00, 30.00)",
                    "test_2016_flickr BLEU lowercased: mean (each seed)": "31.00 (31.50, 30.50)",
                    "validation BLEU: mean (each seed)": "29.50 (30.00, 29.00)"}]
-  assert [row["seed"] for row in report.read_markdown_table(text, "model")] == ["0", "1", "0"]
+  assert [row["seed"] for row in read_markdown_table(text, "model")] == ["0", "1", "0"]
   # The same seed twice (a rerun) is not averaged: which rows to take would be a guess.
   assert translation_results.seed_groups({"a": runs["transformer_small"][0],
                                           "b": {**runs["transformer_small"][0]}}) == []
@@ -516,30 +503,45 @@ def test_every_scored_row_keeps_its_test_output_and_the_page_says_where(tmp_path
   output = tmp_path / "multi30k"
   output.mkdir()
   first = run_dir(tmp_path, "first", "erste\n")
-  translation_results.write_results("multi30k", str(output), {"transformer_small": (summary(30.0, 31.0), first)})
+  write_results(output, {"transformer_small": (summary(30.0, 31.0), first)})
   worse = run_dir(tmp_path, "worse", "schlecht\n")
-  translation_results.write_results("multi30k", str(output), {"gru_bahdanau": (summary(20.0, 21.0), worse)})
+  write_results(output, {"gru_bahdanau": (summary(20.0, 21.0), worse)})
   assert (output / "hypotheses" / "gru_bahdanau" / HYPOTHESIS).read_text() == "schlecht\n"
-  text = translation_results.write_results(
-      "multi30k", str(output), {"best": (summary(35.0, 36.0), run_dir(tmp_path, "best", "beste\n"))})
+  text = write_results(
+      output, {"best": (summary(35.0, 36.0), run_dir(tmp_path, "best", "beste\n"))})
   assert (output / HYPOTHESIS).read_text() == "beste\n"
   assert (output / "hypotheses" / "transformer_small" / HYPOTHESIS).read_text() == "erste\n"  # moved, not lost
   assert not (output / "hypotheses" / "best").exists()
   listed = {row["model"]: row["test outputs in this folder"]
-            for row in report.read_markdown_table(text.split("Each row's test outputs")[1], "model")}
+            for row in read_markdown_table(text.split("Each row's test outputs")[1], "model")}
   assert listed == {"transformer_small": f"`hypotheses/transformer_small/{HYPOTHESIS}`",
                     "gru_bahdanau": f"`hypotheses/gru_bahdanau/{HYPOTHESIS}`",
                     "best": f"`{HYPOTHESIS}`"}
 
   # A page of one's own starts with them; a committed row renamed beside a new run of its name keeps its own.
   mine = tmp_path / "mine"
-  translation_results.start_page("multi30k", str(mine), str(output), {"transformer_small"})
+  store = report.RecordStore(str(mine), start_from=str(output))
+  translation_results.start_page("multi30k", store, str(mine), str(output), {"transformer_small"})
   assert (mine / "hypotheses" / "transformer_small (committed)" / HYPOTHESIS).read_text() == "erste\n"
   assert (mine / "hypotheses" / "gru_bahdanau" / HYPOTHESIS).read_text() == "schlecht\n"
+  assert list(store) == ["transformer_small (committed)", "gru_bahdanau", "best"]
 
   # A row reported before rows kept their outputs: the page says so and how to make them.
   (output / "hypotheses" / "gru_bahdanau" / HYPOTHESIS).unlink()
-  text = translation_results.write_results("multi30k", str(output), {})
+  text = write_results(output, {})
   assert ("| gru_bahdanau | 21.00 | not committed (the row was reported before every row's outputs were kept): "
           "train it with the row's command, then `python -m experiments.translation_results --experiment=multi30k "
           "--run=gru_bahdanau=transformer_small:WORKDIR` scores it") in text
+
+
+@pytest.mark.parametrize("experiment", translation_results.EXPERIMENTS)
+def test_the_committed_page_is_regenerated_from_its_records_alone(experiment, tmp_path, monkeypatch):
+  """``--from_records --update_committed`` (on a copy of the committed folder): no workdir, the same page."""
+  import shutil
+  committed = tmp_path / experiment
+  shutil.copytree(os.path.join(report.COMMITTED, experiment), committed)
+  before = (committed / "RESULTS.md").read_text()
+  monkeypatch.setattr(report, "COMMITTED", str(tmp_path))
+  translation_results.main([f"--experiment={experiment}", "--from_records", "--update_committed"])
+  assert (committed / "RESULTS.md").read_text() == before
+  assert stored(committed) == stored(os.path.join(translation_results.report.REPO, "experiments", experiment))
