@@ -16,7 +16,7 @@ import sys
 from benchmarks import common
 
 
-def collect(source: str, names: list[str], path: str | None = None) -> list[str]:
+def collect(source: str, names: list[str], path: str = common.RESULTS_PATH) -> list[str]:
   """Copy ``names`` (all when empty) from the page ``source`` into ``path`` (default the committed page).
 
   Returns the names copied. Raises ``ValueError`` naming a section that ``source`` does not have.

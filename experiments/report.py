@@ -1,12 +1,9 @@
 """The results library: the record store, the one main of a results script and its flags, the command and
 machine stamp, markdown tables, plots and the statistics the pages quote; the benchmarks use it too.
 
-Every number in a RESULTS.md comes from a run's ``metrics.jsonl`` into the page's ``records.json``
-(``RecordStore``), and the page is rendered from those records (``make_page``; ``--from_records`` renders it
-again without the runs). A results script writes into a folder of the user's (``--output_dir``, or its default,
-printed at the end); the committed pages under ``experiments/<name>/`` are written only with
-``--update_committed``, and there a row is only replaced by a run of at least as many training steps as the one
-it records, unless ``--force``.
+A page is rendered from the rows in its ``records.json`` (``--from_records`` renders it again without the runs).
+The committed pages under ``experiments/<name>/`` are written only with ``--update_committed``, and there a row
+is only replaced by a run of at least as many training steps, unless ``--force`` (docs/development.md).
 """
 from __future__ import annotations
 
@@ -28,34 +25,24 @@ import numpy as np
 from transformer.errors import UserError, exit_on_user_error  # noqa: F401 (the scripts' one-line errors)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# Where the committed pages live: experiments/<name>/RESULTS.md and what it links.
-COMMITTED = os.path.join(REPO, "experiments")
-# A hand-written note beside a results page: settings tried whose workdirs are gone (see runs_not_kept).
-NOT_KEPT_NOTE = "runs_not_kept.md"
-# Beside a results page: its rows (RecordStore).
-RECORDS_FILE = "records.json"
+COMMITTED = os.path.join(REPO, "experiments")  # the committed pages: experiments/<name>/RESULTS.md
+NOT_KEPT_NOTE = "runs_not_kept.md"  # beside a page, by hand: settings tried whose workdirs are gone
+RECORDS_FILE = "records.json"  # beside a page: its rows (RecordStore)
 
 
-# Where a results page goes: name -> help (``add_output_arguments``).
-OUTPUT_HELP = {
-    "output_dir": "Folder for the page (RESULTS.md and what it links), printed at the end; default: {default}.",
-    "update_committed": "Write into the committed page instead of --output_dir.",
-    "force": "With --update_committed: replace committed rows even by runs of fewer training steps."}
-
-
-# The rule of pages whose rows outlive a run (not the benchmarks', whose sections each run replaces).
-_LONGER = " A row there is only replaced by a run of at least as many training steps (see --force)."
-
+# ------------------------------------------------------------------------------ flags and the one main
 
 def add_output_arguments(parser, default: str, force: bool = True) -> None:
-  """``--output_dir``, ``--update_committed`` and ``--force`` on an ``argparse.ArgumentParser``; ``default``:
-  where the page goes without ``--output_dir``, for the help; ``force=False`` where no row is kept from run to
-  run (the benchmarks)."""
-  parser.add_argument("--output_dir", default="", help=OUTPUT_HELP["output_dir"].format(default=default))
-  parser.add_argument("--update_committed", action="store_true",
-                      help=OUTPUT_HELP["update_committed"] + (_LONGER if force else ""))
+  """``--output_dir`` (``default``: where the page goes without it, for the help), ``--update_committed`` and
+  ``--force``; ``force=False`` where no row outlives a run (the benchmarks, whose sections each run replaces)."""
+  parser.add_argument("--output_dir", default="", help="Folder for the page (RESULTS.md and what it links), "
+                      f"printed at the end; default: {default}.")
+  parser.add_argument("--update_committed", action="store_true", help="Write into the committed page instead of "
+                      "--output_dir." + (" A row there is only replaced by a run of at least as many training steps "
+                                         "(see --force)." if force else ""))
   if force:
-    parser.add_argument("--force", action="store_true", help=OUTPUT_HELP["force"])
+    parser.add_argument("--force", action="store_true",
+                        help="With --update_committed: replace committed rows even by runs of fewer training steps.")
 
 
 def add_boolean_argument(parser, name: str, default: bool, help: str) -> None:
@@ -71,9 +58,8 @@ def comma_list(text: str) -> list[str]:
 
 def results_parser(doc: str, default_output: str, default_root: str | None = None,
                    hardware: bool = False) -> argparse.ArgumentParser:
-  """The parser of a results script: its module docstring as the help, ``add_output_arguments``,
-  ``--from_records``, and ``--workdir_root`` (where ``default_root`` is given) and ``--hardware`` (with
-  ``hardware``). The script adds its own options and parses; ``make_page`` does the rest."""
+  """A results script's parser: ``doc`` as the help, ``add_output_arguments``, ``--from_records``, and
+  ``--workdir_root`` (given ``default_root``) and ``--hardware`` (given ``hardware``). ``make_page`` does the rest."""
   parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter,
                                    allow_abbrev=False)  # as absl: a misspelt flag is an error
   add_output_arguments(parser, default_output)
@@ -92,41 +78,36 @@ def results_parser(doc: str, default_output: str, default_root: str | None = Non
 def make_page(args: argparse.Namespace, committed: str, default_output: str,
               collect: Callable[[RecordStore, str], object] | None,
               render: Callable[[RecordStore, str], str]) -> str:
-  """The one main of a results script: collect records, render the page, write it.
+  """The one main of a results script: in the folder (``choose_results_folder``), its ``RecordStore`` (a new
+  folder's starts from the committed records, forced unless committed) gets the runs' records from ``collect(store,
+  folder)`` (train, score, plots; not with ``--from_records``); ``render(store, folder)`` gives the page's text.
+  RESULTS.md and records.json are written only if every step succeeds; a ``UserError`` exits with one line."""
+  force = getattr(args, "force", False)
+  folder = exit_on_user_error(choose_results_folder, args.output_dir, args.update_committed, force, committed,
+                              default_output)
+  updating = args.update_committed  # choose_results_folder refuses any other way into the committed folder
 
-  The folder is ``committed`` with ``--update_committed``, else ``--output_dir``, else ``default_output``
-  (``choose_results_folder``). Its ``RecordStore`` (a new folder's starts from the committed records) gets the
-  new runs' records from ``collect(store, folder)`` (train, score; skipped with ``--from_records``), which may
-  also write files beside the page (plots, test outputs); in the committed folder a record is only replaced by
-  one of at least as many steps, unless ``--force``. Then ``render(store, folder)`` gives the page's text, and
-  RESULTS.md and records.json are written (nothing is, if a step fails). A ``UserError`` exits with one line.
-  Returns the page's text.
-  """
-  def write() -> tuple[str, str]:
-    force = getattr(args, "force", False)
-    folder = choose_results_folder(args.output_dir, args.update_committed, force, committed, default_output)
+  def write() -> str:
     os.makedirs(folder, exist_ok=True)
-    updating = os.path.realpath(folder) == os.path.realpath(committed)
     store = RecordStore(folder, start_from=None if updating else committed, force=force or not updating)
     if collect is not None and not args.from_records:
       collect(store, folder)
     text = render(store, folder)
     store.save()
-    return folder, write_page(folder, text)
+    return write_page(folder, text)
 
-  folder, text = exit_on_user_error(write)
+  text = exit_on_user_error(write)
   print(text)
-  print(f"Wrote the page to {folder}/RESULTS.md" + ("" if os.path.realpath(folder) == os.path.realpath(committed)
-        else f" (the committed page {os.path.relpath(committed, REPO)}/ is unchanged; --update_committed writes "
-             "there)."))
+  print(f"Wrote the page to {folder}/RESULTS.md" + ("" if updating else f" (the committed page "
+        f"{os.path.relpath(committed, REPO)}/ is unchanged; --update_committed writes there)."))
   return text
 
 
 def choose_results_folder(output_dir: str, update_committed: bool, force: bool, committed: str,
                           default: str, keeps_rows: bool = True) -> str:
-  """The folder a page goes to: ``committed`` with ``update_committed``, else ``output_dir``, else ``default``;
-  a UserError for the combinations that would write the committed page by accident or say nothing.
-  ``keeps_rows=False``: a page whose sections every run replaces (the benchmarks'), for the message."""
+  """``committed`` with ``update_committed``, else ``output_dir``, else ``default``; a UserError for the
+  combinations that would write the committed page by accident or say nothing. ``keeps_rows=False``: a page
+  whose sections every run replaces (the benchmarks'), for the message."""
   if update_committed and output_dir:
     raise UserError("give either --output_dir (a page of your own) or --update_committed (the committed page "
                     f"{os.path.relpath(committed, REPO)}/), not both")
@@ -145,36 +126,27 @@ def choose_results_folder(output_dir: str, update_committed: bool, force: bool, 
 # ------------------------------------------------------------------------------ the record store
 
 class RecordStore:
-  """The rows of a results page, kept beside it in ``records.json`` so the page outlives its runs' workdirs.
-
-  ``{"<row name>": {"steps": int, "command": str, "machine": str, "values": {...}, "order": int}}``: the
-  training steps of the row's run, the command that made it, where it ran, what the script renders from it
-  (JSON), and where the row stands among the others (``items`` gives the rows in the order they were first
-  added, which the file's sorted keys do not keep). A row is only replaced by a run of at least as many steps
-  unless the store (or ``add``) is forced: the rule of committed pages (``make_page`` forces the store of a
-  folder of the user's).
-  """
+  """The rows of a results page in ``records.json`` beside it, so the page outlives its runs' workdirs:
+  ``{"<row>": {"steps": int, "command": str, "machine": str, "values": {...JSON}, "order": int}}`` (``order``:
+  the row's place, as first added, which the file's sorted keys do not keep). A row is only replaced by a run of
+  at least as many steps unless the store (or ``add``) is forced."""
 
   def __init__(self, folder: str, start_from: str | None = None, force: bool = False):
-    """Reads ``folder/records.json``; a folder without one starts from ``start_from/records.json`` (the
-    committed page's) when given, else empty. ``force``: ``add`` replaces rows by shorter runs."""
+    """Reads ``folder/records.json``, else ``start_from/records.json`` (the committed page's) where given."""
     self.folder, self.force = folder, force
     self.path = os.path.join(folder, RECORDS_FILE)
-    source = self.path if os.path.exists(self.path) or start_from is None else os.path.join(start_from,
-                                                                                             RECORDS_FILE)
+    source = self.path if os.path.exists(self.path) or not start_from else os.path.join(start_from, RECORDS_FILE)
     self.records: dict[str, dict] = {}
     if os.path.exists(source):
       try:
-        with open(source) as f:
-          self.records = json.load(f)
+        self.records = json.loads(read_page(*os.path.split(source)))
       except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise UserError(f"{source} is not the JSON of a record store ({error}); restore it from git "
                         "(git checkout -- PATH) or delete it to record its rows again") from None
 
   def check(self, new_steps: dict[str, int], force: bool | None = None) -> None:
-    """Refuses (one ``UserError`` naming each refused row, both step counts and ``--force``) to replace a row
-    by a run of fewer steps; ``new_steps``: row name -> steps of the run that would replace it. Call it before
-    expensive work (training, decoding) so that a refusal costs nothing."""
+    """Refuses (one ``UserError`` naming each row, both step counts and ``--force``) to replace a row by a run
+    of fewer steps (``new_steps``: row -> steps); call it before training, so that a refusal costs nothing."""
     if self.force if force is None else force:
       return
     shorter = [f"row {name!r} records a run of {self.records[name]['steps']} training steps, the new one "
@@ -187,23 +159,20 @@ class RecordStore:
 
   def add(self, name: str, *, steps: int, command: str, machine: str, values: dict,
           force: bool | None = None) -> None:
-    """Records row ``name`` (replacing its record; ``check`` first). Saved by ``save``."""
+    """Records row ``name`` (``check`` first), in its place or after the others. Saved by ``save``."""
     self.check({name: steps}, force)
     order = self.records.get(name, {}).get("order")
-    if order is None:  # a new row (or one of a file written without places): after the others
+    if order is None:  # a new row (or one of a file written without places)
       order = 1 + max((record.get("order", -1) for record in self.records.values()), default=-1)
     self.records[name] = {"steps": int(steps), "command": command, "machine": machine, "values": values,
                           "order": order}
 
   def rename(self, name: str, new_name: str) -> None:
-    """Row ``name`` as ``new_name``, in its place."""
-    self.records[new_name] = self.records.pop(name)
+    self.records[new_name] = self.records.pop(name)  # the record keeps its place
 
   def save(self) -> None:
-    os.makedirs(self.folder, exist_ok=True)
-    with open(self.path, "w") as f:
-      json.dump(self.records, f, indent=1, sort_keys=True, allow_nan=True)
-      f.write("\n")
+    write_page(self.folder, json.dumps(self.records, indent=1, sort_keys=True, allow_nan=True) + "\n",
+               RECORDS_FILE)
 
   def __getitem__(self, name: str) -> dict:
     return self.records[name]
@@ -217,18 +186,34 @@ class RecordStore:
   def __len__(self) -> int:
     return len(self.records)
 
-  def __delitem__(self, name: str) -> None:
-    del self.records[name]
-
   def distinct(self, names, field: str = "machine") -> list:
-    """The distinct values of ``record[field]`` (or ``record["values"][field]`` where the record has no such
-    field) over the rows ``names``, in first-seen order: a page's machine stamps, workdir roots."""
+    """The distinct ``record[field]`` (else ``record["values"][field]``) of the rows ``names``, first seen
+    first, None left out: a page's machine stamps, workdir roots."""
     found = [self[name][field] if field in self[name] else self[name]["values"].get(field) for name in names]
     return list(dict.fromkeys(value for value in found if value is not None))
 
   def items(self) -> list[tuple[str, dict]]:
     """``(name, record)`` in the order the rows were first added."""
     return sorted(self.records.items(), key=lambda item: item[1].get("order", math.inf))
+
+
+# ------------------------------------------------------------------------------ the page
+
+def read_page(output: str, name: str = "RESULTS.md") -> str:
+  """The text of ``output/NAME``; empty when there is none."""
+  path = os.path.join(output, name)
+  if not os.path.exists(path):
+    return ""
+  with open(path) as f:
+    return f.read()
+
+
+def write_page(output: str, text: str, name: str = "RESULTS.md") -> str:
+  """Writes ``text`` as ``output/NAME`` (making the folder); returns it."""
+  os.makedirs(output or ".", exist_ok=True)
+  with open(os.path.join(output, name), "w") as f:
+    f.write(text)
+  return text
 
 
 def image(folder: str, file: str, alt: str) -> str:
@@ -240,31 +225,28 @@ def image(folder: str, file: str, alt: str) -> str:
 
 
 def runs_not_kept(output: str) -> str:
-  """Markdown section: the hand-written ``output/runs_not_kept.md`` (settings tried whose workdirs are gone, so
-  in no table), or "" when there is none."""
-  path = os.path.join(output, NOT_KEPT_NOTE)
-  if not os.path.exists(path):
-    return ""
-  with open(path) as f:
-    note = f.read().strip()
-  return (f"\n## Runs not kept\n\nSettings tried whose workdirs are gone, so they are in no table above "
-          f"(hand-written in `{NOT_KEPT_NOTE}`, with the numbers their training printed):\n\n{note}\n")
+  """A section of the hand-written ``output/runs_not_kept.md`` (settings tried whose workdirs are gone, so in no
+  table), or "" when there is none."""
+  note = read_page(output, NOT_KEPT_NOTE).strip()
+  return note and (f"\n## Runs not kept\n\nSettings tried whose workdirs are gone, so they are in no table above "
+                   f"(hand-written in `{NOT_KEPT_NOTE}`, with the numbers their training printed):\n\n{note}\n")
 
 
-def read_page(output: str, name: str = "RESULTS.md") -> str:
-  """The text of ``output/NAME``; empty when there is no page yet."""
-  path = os.path.join(output, name)
-  if not os.path.exists(path):
-    return ""
-  with open(path) as f:
-    return f.read()
+def markdown_table(header: list[str], rows: list[list]) -> str:
+  lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+  lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
+  return "\n".join(lines)
 
 
-def write_page(output: str, text: str, name: str = "RESULTS.md") -> str:
-  """Write ``text`` as ``output/NAME``; returns it."""
-  with open(os.path.join(output, name), "w") as f:
-    f.write(text)
-  return text
+def mean_std(values, digits: int = 3) -> str:
+  """``mean ± std`` (sample standard deviation, e.g. over seeds) of the finite values, and how many are not."""
+  values = np.asarray(values, np.float64)
+  finite = values[np.isfinite(values)]
+  if not finite.size:
+    return "n/a"
+  spread = finite.std(ddof=1) if finite.size > 1 else 0.0
+  text = f"{finite.mean():.{digits}f} ± {spread:.{digits}f}"
+  return text if finite.size == values.size else f"{text} ({values.size - finite.size} not finite)"
 
 
 # ------------------------------------------------------------------------------ the machine stamp
@@ -274,8 +256,7 @@ def host_description(load_average: bool = False) -> str:
   skews timings)."""
   devices = jax.devices()
   memory_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-  device = (f"{len(devices)} x {devices[0].device_kind}" if devices[0].platform != "cpu"
-            else "CPU only")
+  device = f"{len(devices)} x {devices[0].device_kind}" if devices[0].platform != "cpu" else "CPU only"
   cores = usable_cores()
   cores_text = (f"{os.cpu_count()} cores" if cores == os.cpu_count()
                 else f"{cores} of its {os.cpu_count()} cores (taskset)")
@@ -295,22 +276,19 @@ def hardware() -> str:
   return f"{len(devices)} x {devices[0].device_kind}, {os.cpu_count()} cores"
 
 
-def cpu_name() -> str:
-  try:
-    with open("/proc/cpuinfo") as f:
-      for line in f:
-        if line.startswith("model name"):
-          return line.split(":", 1)[1].strip()
-  except OSError:
-    pass
-  return platform.processor() or platform.machine()
+def versions() -> str:
+  import flax
+  import optax
+  return f"JAX {jax.__version__} (backend {jax.default_backend()}), flax {flax.__version__}, optax {optax.__version__}"
 
 
 def usable_cores() -> int:
   """CPU cores this process may run on (``taskset`` narrows them; XLA's and PyTorch's thread pools follow)."""
-  if hasattr(os, "sched_getaffinity"):
-    return len(os.sched_getaffinity(0))
-  return os.cpu_count() or 1
+  return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def cpu_name() -> str:
+  return read_cpuinfo().get("model name") or platform.processor() or platform.machine()
 
 
 def cpu_vector_description(cpuinfo: dict[str, str] | None = None) -> str:
@@ -326,133 +304,47 @@ def cpu_vector_description(cpuinfo: dict[str, str] | None = None) -> str:
   return f" ({', '.join(parts)})"
 
 
-def versions() -> str:
-  import flax
-  import optax
-  return f"JAX {jax.__version__} (backend {jax.default_backend()}), flax {flax.__version__}, optax {optax.__version__}"
-
-
 def read_cpuinfo() -> dict[str, str]:
   """The first processor's fields of /proc/cpuinfo (empty where unreadable), plus ``max MHz``: the highest
-  clock any core reports there."""
+  clock any core reports there, or the rated maximum where the kernel exposes it (boost clocks)."""
   fields, megahertz = {}, []
   try:
     with open("/proc/cpuinfo") as f:
       for line in f:
-        name, _, value = line.partition(":")
-        name, value = name.strip(), value.strip()
+        name, _, value = (part.strip() for part in line.partition(":"))
         if name == "cpu MHz":
           megahertz.append(float(value))
         fields.setdefault(name, value)
   except (OSError, ValueError):
     return {}
-  try:  # the rated maximum, where the kernel exposes it (boost clocks above "cpu MHz")
-    with open("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq") as f:
-      megahertz.append(int(f.read()) / 1e3)
-  except (OSError, ValueError):
-    pass
+  with contextlib.suppress(OSError, ValueError):
+    megahertz.append(int(read_page("/sys/devices/system/cpu/cpu0/cpufreq", "cpuinfo_max_freq")) / 1e3)
   if megahertz:
     fields["max MHz"] = str(max(megahertz))
   return fields
 
 
+# ------------------------------------------------------------------------------ runs and their commands
+
 def launch(config: str, workdir: str, overrides: tuple[str, ...] = ()) -> list[str]:
-  """Run ``launch.py`` (resuming if ``workdir`` has checkpoints) with its progress output (a bar on a terminal,
-  else a line per logging step: a grid of cells can train for hours); returns the command for the record."""
+  """Runs ``launch.py`` (resuming if ``workdir`` has checkpoints) with its progress output (a grid of cells can
+  train for hours); returns the command for the record."""
   run_launch([f"--config={config}", f"--workdir={workdir}", *overrides])
   return ["python", "launch.py", f"--config={config}", f"--workdir={workdir}", *overrides]
 
 
 def run_launch(arguments: list[str]) -> None:
-  """``python launch.py ARGUMENTS`` in the repository.
-
-  Raises:
-    UserError: it failed; its own error (one line, or a bug's traceback) is printed above, so the script's
-      message is one line more, not a second traceback.
-  """
+  """``python launch.py ARGUMENTS`` in the repository; a failure is a ``UserError`` of one line (launch.py's
+  own error is printed above it)."""
   result = subprocess.run([sys.executable, "launch.py", *arguments], cwd=REPO)
   if result.returncode:
     raise UserError(f"python launch.py {command_line(arguments)} exited with status {result.returncode} (its "
                     "error is printed above)")
 
 
-def series(records: list[dict], name: str) -> tuple[list[int], list[float]]:
-  points = [(r["step"], r[name]) for r in records if name in r]
-  return [p[0] for p in points], [p[1] for p in points]
-
-
 def first_reaching(records: list[dict], name: str, threshold: float) -> dict | None:
   """The first record whose ``name`` is at least ``threshold``."""
-  for record in records:
-    if record.get(name, float("-inf")) >= threshold:
-      return record
-  return None
-
-
-def markdown_table(header: list[str], rows: list[list]) -> str:
-  lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-  lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
-  return "\n".join(lines)
-
-
-# Panels per row of a curves figure: a run with many metrics (a forecaster's per-horizon errors) reads as a grid.
-MAX_PANEL_COLUMNS = 4
-
-
-def panel_grid(num_panels: int) -> tuple[int, int]:
-  """``(rows, columns)`` of a figure of ``num_panels`` panels: one row up to ``MAX_PANEL_COLUMNS``, then a grid."""
-  columns = max(1, min(num_panels, MAX_PANEL_COLUMNS))
-  return -(-num_panels // columns), columns
-
-
-@contextlib.contextmanager
-def figure(path: str, rows: int, columns: int, size: tuple[float, float], dpi: int = 110):
-  """``with figure(path, rows, columns, (width, height)) as (figure, axes):`` a matplotlib figure of a grid of
-  panels (``axes[row, column]``), laid out, written to ``path`` and closed at the end of the block."""
-  import matplotlib
-  matplotlib.use("Agg")  # no display: the pages are written on servers
-  import matplotlib.pyplot as plt
-  drawing, axes = plt.subplots(rows, columns, figsize=size, squeeze=False)
-  try:
-    yield drawing, axes
-    drawing.tight_layout()
-    drawing.savefig(path, dpi=dpi)
-  finally:
-    plt.close(drawing)
-
-
-def plot_curves(runs: dict[str, list[dict]], metrics: list[str], path: str, title: str) -> None:
-  """One panel per metric (``panel_grid``), one line per run (``name -> metric records``, as read by
-  ``read_metrics``)."""
-  rows, columns = panel_grid(len(metrics))
-  with figure(path, rows, columns, (5 * columns, 3.6 * rows)) as (drawing, axes):
-    for axis in axes.flat[len(metrics):]:
-      axis.set_visible(False)
-    for axis, metric in zip(axes.flat, metrics):
-      for name, records in runs.items():
-        steps, values = series(records, metric)
-        if not steps:
-          continue
-        axis.plot(steps, values, marker="." if len(steps) < 30 else None, label=name)
-      axis.set_xlabel("step")
-      axis.set_title(metric)
-      if "loss" in metric:
-        axis.set_yscale("log")
-      axis.grid(alpha=0.3)
-      if axis.get_legend_handles_labels()[0]:
-        axis.legend()
-    drawing.suptitle(title)
-
-
-def mean_std(values, digits: int = 3) -> str:
-  """``mean ± std`` (sample standard deviation, e.g. over seeds) of the finite values, and how many are not."""
-  values = np.asarray(values, np.float64)
-  finite = values[np.isfinite(values)]
-  if not finite.size:
-    return "n/a"
-  spread = finite.std(ddof=1) if finite.size > 1 else 0.0
-  text = f"{finite.mean():.{digits}f} ± {spread:.{digits}f}"
-  return text if finite.size == values.size else f"{text} ({values.size - finite.size} not finite)"
+  return next((record for record in records if record.get(name, -math.inf) >= threshold), None)
 
 
 def flatten_config(tree) -> dict:
@@ -484,9 +376,8 @@ def config_overrides(variant_config, run_config, ignored: tuple[str, ...] = ()) 
 
 
 def launch_config(arguments: list[str]):
-  """The ``ConfigDict`` ``launch.py ARGUMENTS`` trains: its ``--config=FILE[:VARIANT]`` with the
-  ``--config.KEY=VALUE`` overrides, parsed as launch.py parses them (ml_collections' parser, which lives on absl
-  flags: on a registry of its own here, so nothing global is defined); other arguments are ignored."""
+  """The ``ConfigDict`` ``launch.py ARGUMENTS`` trains (``--config=FILE[:VARIANT]`` and ``--config.KEY=VALUE``;
+  other arguments ignored), parsed by ml_collections' parser on absl flags of its own: nothing global defined."""
   from absl import flags
   from ml_collections import config_flags
   argv = ["launch.py", *arguments]
@@ -516,61 +407,68 @@ def command_line(parts: list[str]) -> str:
   return " ".join(shlex.quote(p) for p in parts)
 
 
+# ------------------------------------------------------------------------------ plots
+
+def panel_grid(num_panels: int) -> tuple[int, int]:
+  """``(rows, columns)`` of a figure of ``num_panels`` panels: one row up to 4, then a grid (a forecaster's
+  per-horizon errors read as a grid, not one long row)."""
+  columns = max(1, min(num_panels, 4))
+  return -(-num_panels // columns), columns
+
+
+@contextlib.contextmanager
+def figure(path: str, rows: int, columns: int, size: tuple[float, float], dpi: int = 110):
+  """``with figure(path, rows, columns, (width, height)) as (figure, axes):`` a matplotlib figure of a grid of
+  panels (``axes[row, column]``), laid out, written to ``path`` and closed at the end of the block."""
+  import matplotlib
+  matplotlib.use("Agg")  # no display: the pages are written on servers
+  import matplotlib.pyplot as plt
+  drawing, axes = plt.subplots(rows, columns, figsize=size, squeeze=False)
+  try:
+    yield drawing, axes
+    drawing.tight_layout()
+    drawing.savefig(path, dpi=dpi)
+  finally:
+    plt.close(drawing)
+
+
+def plot_curves(runs: dict[str, list[dict]], metrics: list[str], path: str, title: str) -> None:
+  """One panel per metric (``panel_grid``), one line per run (``name -> metric records``, as ``read_metrics``)."""
+  rows, columns = panel_grid(len(metrics))
+  with figure(path, rows, columns, (5 * columns, 3.6 * rows)) as (drawing, axes):
+    for axis in axes.flat[len(metrics):]:
+      axis.set_visible(False)
+    for axis, metric in zip(axes.flat, metrics):
+      for name, records in runs.items():
+        points = [(record["step"], record[metric]) for record in records if metric in record]
+        if points:
+          axis.plot(*zip(*points), marker="." if len(points) < 30 else None, label=name)
+      axis.set_xlabel("step")
+      axis.set_title(metric)
+      if "loss" in metric:
+        axis.set_yscale("log")
+      axis.grid(alpha=0.3)
+      if axis.get_legend_handles_labels()[0]:
+        axis.legend()
+    drawing.suptitle(title)
+
+
 # ------------------------------------------------------------------------------ comparing seeds of two runs
-# Plain math, no scipy: the results scripts need no dependency beyond the package's for one p-value.
-
-
-def regularized_incomplete_beta(x: float, a: float, b: float) -> float:
-  """I_x(a, b), the regularized incomplete beta function, for 0 <= x <= 1 and a, b > 0.
-
-  The continued fraction of Numerical Recipes (section 6.4, evaluated by the modified Lentz method); it
-  converges fast for x < (a + 1) / (a + b + 2), and the symmetry I_x(a, b) = 1 - I_{1-x}(b, a) covers the rest.
-  """
-  if not 0.0 <= x <= 1.0:
-    raise ValueError(f"regularized_incomplete_beta: x={x!r} is outside [0, 1]")
-  if x in (0.0, 1.0):
-    return x
-  if x > (a + 1.0) / (a + b + 2.0):
-    return 1.0 - regularized_incomplete_beta(1.0 - x, b, a)
-  log_front = a * math.log(x) + b * math.log1p(-x) - (math.lgamma(a) + math.lgamma(b) - math.lgamma(a + b))
-  tiny, epsilon = 1e-300, 1e-15
-  c, d = 1.0, 1.0 - (a + b) * x / (a + 1.0)
-  d = 1.0 / (d if abs(d) > tiny else tiny)
-  fraction = d
-  for m in range(1, 10_000):
-    for numerator in (m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),  # the even step, then the odd
-                      -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))):
-      d = 1.0 + numerator * d
-      d = 1.0 / (d if abs(d) > tiny else tiny)
-      c = 1.0 + numerator / c
-      c = c if abs(c) > tiny else tiny
-      fraction *= c * d
-    if abs(c * d - 1.0) < epsilon:
-      break
-  return math.exp(log_front) * fraction / a
-
 
 def student_t_two_sided_p(t: float, df: float) -> float:
   """P(|T| >= |t|) for Student's t with ``df`` (not necessarily whole) degrees of freedom:
-  I_{df / (df + t^2)}(df / 2, 1 / 2)."""
-  if math.isinf(t):
-    return 0.0
-  return regularized_incomplete_beta(df / (df + t * t), df / 2.0, 0.5)
+  I_{df / (df + t^2)}(df / 2, 1 / 2), the regularized incomplete beta function (scipy comes with JAX)."""
+  import scipy.special
+  return float(scipy.special.betainc(df / 2.0, 0.5, df / (df + t * t)))
 
 
 def welch_t_test(a, b) -> tuple[float, float, float]:
-  """Welch's t-test of the means of two samples (seeds of two runs) without assuming equal variances.
+  """Welch's t-test of the means of two samples (seeds of two runs), each of at least 2 finite values (else a
+  ValueError), without assuming equal variances.
 
-  Args:
-    a, b: the samples, each of at least 2 finite values (a sequence or 1-D array).
-
-  Returns:
-    ``(t, df, p)``: t = (mean(a) - mean(b)) / sqrt(var(a) / n_a + var(b) / n_b) with sample variances, its
-    Welch-Satterthwaite degrees of freedom, and the two-sided p-value from Student's t. Both samples constant:
-    t = +-inf and p = 0 when the means differ, t = nan and p = 1 when they do not; df is then nan.
-
-  Raises:
-    ValueError: a sample has fewer than 2 values (no variance to estimate), or a value that is not finite.
+  Returns ``(t, df, p)``: t = (mean(a) - mean(b)) / sqrt(var(a) / n_a + var(b) / n_b) with sample variances,
+  its Welch-Satterthwaite degrees of freedom and the two-sided p-value from Student's t. Both samples constant:
+  t = +-inf and p = 0 when the means differ, t = nan and p = 1 when they do not; df is then nan.
   """
   samples = [[float(value) for value in sample] for sample in (a, b)]
   for name, sample in zip("ab", samples):
@@ -598,14 +496,10 @@ def block_bootstrap_difference(errors_a: np.ndarray, errors_b: np.ndarray, mask:
                                seed: int = 0) -> dict[str, np.ndarray]:
   """MAE(a) - MAE(b) per horizon and its 95% percentile interval, resampling blocks of consecutive windows.
 
-  Args:
-    errors_a, errors_b: ``[windows, H]`` absolute errors of two models on the same windows (0 where unmeasured).
-    mask: ``[windows, H]`` measured targets.
-    block_length: consecutive windows per block (the last block may be shorter).
-
-  Returns:
-    ``{"difference", "low", "high": [H]}``; the interval from ``resamples`` draws of as many blocks as there
-    are, with replacement.
+  ``errors_a``, ``errors_b``: ``[windows, H]`` absolute errors of two models on the same windows (0 where
+  unmeasured); ``mask``: ``[windows, H]`` measured targets; ``block_length``: windows per block (the last may be
+  shorter). Returns ``{"difference", "low", "high": [H]}``, the interval from ``resamples`` draws of as many
+  blocks as there are, with replacement.
   """
   starts = np.arange(0, len(mask), block_length)
   block_errors = np.add.reduceat(errors_a - errors_b, starts, axis=0)  # [blocks, H]

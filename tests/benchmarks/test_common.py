@@ -4,6 +4,7 @@ import os
 import re
 
 import jax
+import numpy as np
 import pytest
 
 from benchmarks import common
@@ -99,3 +100,19 @@ def test_a_section_written_now_has_the_committed_sections_layout():
   assert match and match["name"] == common.section_name("decoding") and match["script"] == "decoding"
   assert "`python -m benchmarks.decoding --repeats 3`\n" in text and text.endswith(
       "| x | 1.50 |\n\n- a note\n<!-- /benchmarks.decoding -->\n")
+
+
+def test_the_command_leaves_out_where_the_page_goes_and_cells_read_alike():
+  argv = ["--update_committed", "--a", "--output_dir=/o", "--b", "--output_dir", "/p", "--c=1"]
+  assert common.command("decoding", argv) == "python -m benchmarks.decoding --a --b --c=1"
+  cells = [None, "text", 1234, np.int64(5), 1234.5678, float("nan"), np.float32("inf")]
+  assert [common.fmt(cell) for cell in cells] == ["-", "text", "1,234", "5", "1,234.57", "-", "-"]
+
+
+def test_the_committed_folder_as_output_dir_is_refused_without_a_rule_of_longer_runs(capsys):
+  """Every run replaces its section: the refusal points to --update_committed and names no rule of rows."""
+  with pytest.raises(SystemExit):
+    common.parse_args("x", ["--output_dir", common.BENCHMARKS_DIR])
+  error = capsys.readouterr().err
+  assert "is the committed page; give --update_committed to write there, or another folder" in error
+  assert "at least as long" not in error

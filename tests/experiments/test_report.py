@@ -1,5 +1,5 @@
 """experiments/report.py, the results library: Welch's t-test of two runs' seeds (the Student t p-value from the
-regularized incomplete beta function, no scipy) checked against closed forms and published values; the record
+regularized incomplete beta function) checked against closed forms and published values; the record
 store and its replace-only-longer rule; the one main of a results script (make_page) and its flags; the block
 bootstrap of a paired MAE difference."""
 import argparse
@@ -17,21 +17,12 @@ from experiments import report
     (3.0, 2, 1 - 3 / math.sqrt(3 ** 2 + 2)),  # df 2 closed form: 1 - |t| / sqrt(t^2 + 2) = 0.0955
     (-3.0, 2, 1 - 3 / math.sqrt(3 ** 2 + 2)),  # two-sided: the sign does not matter
     (1.7, 1, 1 - 2 / math.pi * math.atan(1.7)),  # df 1 is the Cauchy distribution
-    (12.0, 1, 1 - 2 / math.pi * math.atan(12.0)),  # far in the tail (the symmetric branch of the fraction)
+    (12.0, 1, 1 - 2 / math.pi * math.atan(12.0)),  # far in the tail
     (1.959963985, 1e7, 0.05),  # many degrees of freedom: the normal's 97.5% quantile
     (0.0, 3.3, 1.0),
 ])
 def test_the_two_sided_p_value_matches_closed_forms_and_tables(t, df, expected):
   assert report.student_t_two_sided_p(t, df) == pytest.approx(expected, rel=1e-6)
-
-
-def test_the_incomplete_beta_is_a_distribution_function():
-  assert report.regularized_incomplete_beta(0.3, 1.0, 1.0) == pytest.approx(0.3)  # Beta(1, 1) is uniform
-  assert report.regularized_incomplete_beta(0.3, 2.0, 1.0) == pytest.approx(0.09)  # I_x(2, 1) = x^2
-  assert report.regularized_incomplete_beta(0.0, 2.0, 3.0) == 0.0
-  assert report.regularized_incomplete_beta(1.0, 2.0, 3.0) == 1.0
-  with pytest.raises(ValueError, match="outside"):
-    report.regularized_incomplete_beta(1.5, 2.0, 3.0)
 
 
 def test_welch_t_test_by_hand_and_its_degenerate_samples():
@@ -118,8 +109,12 @@ def test_a_plot_is_linked_only_where_it_was_drawn_and_pages_take_any_name(tmp_pa
   assert "not drawn here" in report.image(str(tmp_path), "curves.png", "curves")
   (tmp_path / "curves.png").write_bytes(b"png")
   assert report.image(str(tmp_path), "curves.png", "curves") == "![curves](curves.png)"
-  report.write_page(str(tmp_path), "text", name="page.md")
-  assert report.read_page(str(tmp_path), name="page.md") == "text" and report.read_page(str(tmp_path)) == ""
+  report.write_page(str(tmp_path / "new"), "text", name="page.md")  # the folder is made
+  assert report.read_page(str(tmp_path / "new"), name="page.md") == "text" and report.read_page(str(tmp_path)) == ""
+  assert report.runs_not_kept(str(tmp_path)) == ""  # no hand-written note
+  (tmp_path / report.NOT_KEPT_NOTE).write_text("- lr 1e-3: diverged\n")
+  assert report.runs_not_kept(str(tmp_path)).startswith("\n## Runs not kept\n") and "- lr 1e-3: diverged\n" in (
+      report.runs_not_kept(str(tmp_path)))
   committed = str(tmp_path)
   with pytest.raises(report.UserError, match="at least as long"):
     report.choose_results_folder(committed, False, False, committed, "d")
@@ -161,6 +156,14 @@ def test_a_page_is_written_from_its_records_and_regenerated_without_runs(tmp_pat
   mine, _ = _page_script(tmp_path, ["--row=a:100"])  # a page of one's own: any run replaces, from committed rows
   assert "| a | 100 | 10.0 |" in mine and (tmp_path / "default" / "records.json").exists()
   assert "(the committed page" in capsys.readouterr().out
+
+
+def test_the_cpu_is_named_from_proc_cpuinfo_else_by_platform(monkeypatch):
+  monkeypatch.setattr(report, "read_cpuinfo", lambda: {"model name": "Some CPU"})
+  assert report.cpu_name() == "Some CPU"
+  monkeypatch.setattr(report, "read_cpuinfo", dict)  # unreadable (another OS, a container without /proc)
+  monkeypatch.setattr(report.platform, "processor", lambda: "")
+  assert report.cpu_name() == report.platform.machine()
 
 
 def test_launch_config_parses_a_command_as_launch_py_does():
