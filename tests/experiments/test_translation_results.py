@@ -23,8 +23,9 @@ def summary(validation_bleu, test_bleu, **settings):
     (config[section] if section else config)[name] = value
   return {"variant": "transformer_small", "config": json.loads(config.to_json_best_effort()),
           "source_dir": "$TRANSFORMER_DATA_DIR", "size": "4+4 layers, d_model 128", "training_pairs": 29000,
-          "best_step": 200, "steps_trained": 300,
-          "steps_planned": 400, "wall_hours": 0.5, "validation_bleu": validation_bleu, "test_bleu": test_bleu,
+          "best_step": 200, "averaged_steps": [], "steps_trained": 300, "steps_planned": 400, "wall_hours": 0.5,
+          "beam_size": 5, "length_penalty": 0.6, "validation_bleu_by_length_penalty": {},
+          "validation_bleu": validation_bleu, "test_bleu": test_bleu,
           "test_bleu_lowercase": test_bleu + 0.5, "signature": "nrefs:1|tok:13a",
           "hardware": "1 x cpu", "note": "",
           "curves": [{"step": 100, "train/nll": 3.0}, {"step": 200, "train/nll": 2.0, "eval/bleu": validation_bleu}]}
@@ -156,7 +157,7 @@ def test_checkpoint_average_is_reported_only_when_better_on_validation(tmp_path,
                                                   "transformer_small", str(workdir))
   assert output_dir == directories[chosen]
   assert row["validation_bleu_by_checkpoint"] == {"best checkpoint": 32.0, "mean of the last 2": averaged_validation}
-  cells = " | ".join(translation_results.row("transformer_small", row))
+  cells = " | ".join(translation_results.row("transformer_small", {**row, "command": "cmd"}))
   assert ("mean of steps 300, 400 of 400" in cells) == (chosen == "averaged")
   assert row["test_bleu"] == (34.0 if chosen == "averaged" else 35.0)
 
@@ -179,7 +180,7 @@ def test_the_row_reports_the_length_penalty_chosen_on_validation(tmp_path, monke
   monkeypatch.setattr(translation_results, "test_references", lambda args, config: ["Ein Hund ."])
   row, _ = translation_results.summarize(translation_results.parse_args([]), "gru_bahdanau", str(workdir))
   assert row["validation_bleu"] == 32.0  # the BLEU of the alpha the test was decoded with
-  cells = translation_results.row("gru_bahdanau", row)
+  cells = translation_results.row("gru_bahdanau", {**row, "command": "cmd"})
   assert "beam 5, alpha 1.5 (on validation: 0.6: 30.00, 1.5: 32.00)" in cells
 
 
@@ -545,3 +546,20 @@ def test_the_committed_page_is_regenerated_from_its_records_alone(experiment, tm
   translation_results.main([f"--experiment={experiment}", "--from_records", "--update_committed"])
   assert (committed / "RESULTS.md").read_text() == before
   assert stored(committed) == stored(os.path.join(translation_results.report.REPO, "experiments", experiment))
+
+
+@pytest.mark.parametrize("best_first", [False, True])
+def test_the_best_row_reported_again_beside_a_better_run_keeps_its_new_outputs(tmp_path, best_first):
+  """One invocation re-reports the best row (now worse) and adds a better run, in either order: the better run's
+  outputs become the page's, and the re-reported row's folder holds its new run's outputs, not its old ones."""
+  output = tmp_path / "multi30k"
+  output.mkdir()
+  write_results(output, {"transformer_small": (summary(30.0, 31.0), run_dir(tmp_path, "old", "alt\n")),
+                         "gru_bahdanau": (summary(20.0, 21.0), run_dir(tmp_path, "gru", "gru\n"))})
+  new_runs = {"transformer_small": (summary(25.0, 26.0), run_dir(tmp_path, "new", "neu\n")),
+              "best": (summary(35.0, 36.0), run_dir(tmp_path, "best", "beste\n"))}
+  write_results(output, dict(reversed(new_runs.items())) if best_first else new_runs)
+  assert (output / HYPOTHESIS).read_text() == "beste\n"
+  assert (output / "hypotheses" / "transformer_small" / HYPOTHESIS).read_text() == "neu\n"
+  assert (output / "hypotheses" / "gru_bahdanau" / HYPOTHESIS).read_text() == "gru\n"
+  assert not (output / "hypotheses" / "best").exists()
