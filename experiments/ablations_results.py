@@ -7,27 +7,13 @@
         --launch_flag=--config.task.source_dir=../shared/data/multi30k
     python -m experiments.ablations_results --from_records --update_committed   # the page again, no workdirs
 
-The ablations are the config files in ``experiments/ablations/`` (``ABLATIONS``); each cell of the grid is one
-``launch.py`` run of a variant that trains ``config.num_seeds`` seeds in one program (``jax.vmap``), in
-``<workdir_root>/<ablation>/<variant>``. Variants with the same config (the reference model appears in several
-ablations) share the cell of the first. The grid resumes: a cell whose ``metrics.jsonl`` has its final
-evaluation is not run again, and any other is launched, which resumes from its latest checkpoint.
-
-Each finished cell's numbers (final metrics per seed, training loss curve, divergence, wall time, hardware,
-attention statistics, its flattened config, its command) are a record of ``records.json`` beside the page
-(``report.RecordStore``), and the page is written from those records, so it outlives the workdirs: a cell whose
-run is absent or unfinished under ``--workdir_root`` is read from the record of the same run (the output
-folder's; a new folder starts from the committed page's) when the record's config agrees with the cell's on
-every field both have, and trained only when there is none (``--ignore_recorded`` trains it anyway).
-``--notrain`` trains nothing: the page holds the finished and recorded cells and names the others;
-``--from_records`` reads no workdir at all. Each row names the hardware its cell trained on: this machine's,
-unless a record of the same run says elsewhere or ``--hardware`` names it (workdirs copied back from a GPU
-machine).
-
-Every number on the page is the mean +- standard deviation over the seeds of a cell's final evaluation
-(``eval/<metric>/seed_i``). The page goes to ``--output_dir``, by default ``<workdir_root>/results/``; the
-committed page ``experiments/ablations/`` (``experiments/ablations/multi30k/`` for ``--task=multi30k``) only with
-``--update_committed``, and then only when no cell trains fewer steps than the committed row records.
+Each cell, ``<workdir_root>/<ablation>/<variant>``, is one ``launch.py`` run of ``config.num_seeds`` seeds; the
+grid resumes (a finished cell is skipped, another resumes from its checkpoint). Every finished cell is a record of
+``records.json`` beside the page, and the page is written from the records: a cell without a finished run is read
+from a record of the same run whose config agrees with its own, else trained (``--ignore_recorded`` trains it
+anyway; ``--notrain`` names it as not finished). The page goes to ``--output_dir`` (default
+``<workdir_root>/results/``), or with ``--update_committed`` to ``experiments/ablations/`` (``multi30k/`` for
+``--task=multi30k``), where a row is only replaced by a run at least as long. More: experiments/ablations/README.md.
 """
 from __future__ import annotations
 
@@ -50,12 +36,9 @@ ABLATIONS = ("scaling", "heads", "positions", "norm_position", "norms", "regular
 DEFAULT_ROOT = "/tmp/ablations"
 # Per task, the table's metrics as (name, heading, digits); the first is the one variants are compared on and
 # plotted: exact match of greedy decoding on the synthetic task, BLEU of beam search on Multi30k validation.
-METRICS = {
-    "synthetic": (("eval/exact_match", "exact match", 3), ("eval/token_accuracy", "token accuracy", 3),
-                  ("eval/nll", "NLL (nats/token)", 3)),
-    "multi30k": (("eval/bleu", "BLEU", 2), ("eval/token_accuracy", "token accuracy", 3),
-                 ("eval/nll", "NLL (nats/token)", 3)),
-}
+_SECONDARY = (("eval/token_accuracy", "token accuracy", 3), ("eval/nll", "NLL (nats/token)", 3))
+METRICS = {"synthetic": (("eval/exact_match", "exact match", 3), *_SECONDARY),
+           "multi30k": (("eval/bleu", "BLEU", 2), *_SECONDARY)}
 ATTENTION_HEADER = ["run", "attention", "entropy (nats)", "uniform entropy (nats)", "rows with max weight > 0.9"]
 
 
@@ -73,6 +56,7 @@ class Cell:
   # with ``--config.sweep=<sweep>``; this cell's seeds are replicas replica_offset, ... of that run.
   sweep: str = ""
   replica_offset: int = 0
+  flat_config: dict = dataclasses.field(default_factory=dict, compare=False, repr=False)  # its variant's config
 
   @property
   def name(self) -> str:
@@ -89,12 +73,6 @@ class Cell:
     return (f"--config.sweep={self.sweep}",) if self.sweep else ()
 
 
-def cell_config(cell: Cell) -> dict:
-  """The cell's own variant config, flattened (``report.flatten_config``)."""
-  suffix = "" if cell.task == "synthetic" else f",{cell.task}"
-  return report.flatten_config(ablation_module(cell.ablation).get_config(cell.variant + suffix))
-
-
 def ablation_module(name: str):
   if name not in ABLATIONS:
     raise report.UserError(f"unknown ablation {name!r}; choose from {', '.join(ABLATIONS)} or 'all'")
@@ -108,21 +86,24 @@ def _config_key(flat: dict, leave_out: tuple[str, ...] = ()) -> str:
 def expand_grid(names: list[str], task: str, root: str, ablations: tuple[str, ...] = ABLATIONS) -> list[Cell]:
   """The cells of the ablations ``names``, in order. A variant whose config equals one earlier in
   ``ablations`` (all of them, so the choice does not depend on ``names``) gets that one's cell. Of the others,
-  the variants of one ablation that differ only in ``SWEEPABLE`` fields (learning rate, warmup, label smoothing) share
-  one run, vmapped over variants and seeds (``config.sweep``), in ``<ablation>/<variant>+<variant>``."""
+  the variants of one ablation that differ only in ``SWEEPABLE`` fields (learning rate, warmup, label smoothing)
+  share one run, vmapped over variants and seeds (``config.sweep``), in ``<ablation>/<variant>+<variant>``.
+  Each cell keeps its variant's config, flattened (``report.flatten_config``)."""
   suffix = "" if task == "synthetic" else f",{task}"
   owner = {}  # config (JSON) -> the cell that trains it
   cells = {}
   for name in ablations:
     module = ablation_module(name)
     fresh = {}  # config without its sweepable fields (JSON) -> [(variant, flat config)] of configs not seen before
-    repeats = {}  # variant -> the config (JSON) of an earlier variant of this ablation that it equals
+    seen = set()  # the configs (JSON) of this ablation's fresh variants
+    repeats = {}  # variant -> the config (JSON) of an earlier variant that it equals
     for variant in module.ABLATION.variants:
       flat = report.flatten_config(module.get_config(variant + suffix))
       key = _config_key(flat)
-      if key in owner or any(key == _config_key(f) for group in fresh.values() for _, f in group):
+      if key in owner or key in seen:
         repeats[variant] = key
         continue
+      seen.add(key)
       fresh.setdefault(_config_key(flat, leave_out=SWEEPABLE), []).append((variant, flat))
     for group in fresh.values():
       variants = [variant for variant, _ in group]
@@ -133,7 +114,7 @@ def expand_grid(names: list[str], task: str, root: str, ablations: tuple[str, ..
       for index, (variant, variant_flat) in enumerate(group):
         cell = Cell(name, variant, f"experiments/ablations/{name}.py:{first}{suffix}",
                     os.path.join(root, name, "+".join(variants)), flat["num_train_steps"], num_seeds, task, sweep,
-                    index * num_seeds)
+                    index * num_seeds, variant_flat)
         owner[_config_key(variant_flat)] = cells[(name, variant)] = cell
     for variant, key in repeats.items():  # its own config names the run, unless only a sweep's command does
       shared = owner[key]
@@ -149,133 +130,73 @@ def final_evaluation(records: list[dict], num_train_steps: int) -> dict | None:
   return done[-1] if done else None
 
 
-def run_finished(workdir: str, num_train_steps: int) -> bool:
-  return bool(os.path.exists(os.path.join(workdir, "metrics.jsonl"))
-              and final_evaluation(read_metrics(workdir), num_train_steps))
-
-
 def cell_finished(cell: Cell) -> bool:
-  return run_finished(cell.workdir, cell.num_train_steps)
-
-
-def run_grid(cells: list[Cell], train: Callable[[str, str, tuple], object] | None = report.launch,
-             launch_flags: tuple[str, ...] = (), recorded: frozenset[str] = frozenset()) -> dict[str, list[str]]:
-  """Train every cell that has not finished (``train(config, workdir, launch_flags)``, by default
-  ``report.launch``, which resumes from the latest checkpoint), except those named in ``recorded`` (their
-  result comes from their record); ``train=None`` trains nothing. Returns cell name -> its launch command."""
-  commands = {}
-  for cell in cells:
-    if cell.name in recorded:
-      print(f"{cell.name}: its result recorded in {report.RECORDS_FILE} (no finished run in {cell.workdir})",
-            flush=True)
-    if cell.name not in recorded and train is not None and not cell_finished(cell):
-      print(f"training {cell.name} in {cell.workdir}", flush=True)
-      train(cell.config, cell.workdir, (*cell.launch_flags, *launch_flags))
-    commands[cell.name] = ["python", "launch.py", f"--config={cell.config}", f"--workdir={cell.workdir}",
-                           *cell.launch_flags, *launch_flags]
-  return commands
-
-
-def _own_replicas(records: list[dict], offset: int, count: int) -> list[dict]:
-  """Records of a run of several variants as the cell's own: its replicas ``offset .. offset + count - 1`` as
-  ``<name>/seed_0 ..``, the other replicas (and the run's per-variant means) dropped, and each mean over the
-  cell's replicas only."""
-  own = []
-  for record in records:
-    kept = {key: value for key, value in record.items() if "/seed_" not in key and "/variant_" not in key}
-    for key, value in record.items():
-      name, marker, index = key.rpartition("/seed_")
-      if marker and offset <= int(index) < offset + count:
-        kept[f"{name}/seed_{int(index) - offset}"] = value
-    names = {key.rsplit("/seed_", 1)[0] for key in kept if "/seed_" in key}
-    kept.update({name: float(np.mean([kept[f"{name}/seed_{i}"] for i in range(count)])) for name in names})
-    own.append(kept)
-  return own
-
-
-def read_cell(cell: Cell) -> list[dict]:
-  """The cell's metric records; for a cell of a sweep, its own replicas as its seeds."""
-  if cell.sweep:
-    return _own_replicas(read_metrics(cell.workdir), cell.replica_offset, cell.num_seeds)
-  return read_metrics(cell.workdir)
+  return bool(os.path.exists(os.path.join(cell.workdir, "metrics.jsonl"))
+              and final_evaluation(read_metrics(cell.workdir), cell.num_train_steps))
 
 
 @dataclasses.dataclass
 class CellResult:
-  """Per-seed values of a finished cell."""
+  """A finished cell's numbers, as its record keeps them (``record_values``) and the page shows them."""
   cell: Cell
   per_seed: dict[str, np.ndarray]  # metric -> [seeds]
   diverged: int
   wall_seconds: float
   steps: int
-  records: list[dict]  # the metric records; read back from its record, only the training loss
+  train_loss: list  # [[step, [training loss per seed]]]
   hardware: str = ""  # where the cell ran: this machine unless a record of the same run says elsewhere
   tokenizers: str = ""  # fingerprint(s) of the run's SentencePiece model(s); "" for runs that did not keep them
+  command: str = ""  # the command of its run, as the page shows it
+  attention: dict = dataclasses.field(default_factory=dict)  # replica -> ``attention_statistics``, if measured
 
 
-def seed_values(record: dict, name: str, num_seeds: int) -> np.ndarray:
-  if num_seeds == 1:
+def seed_values(record: dict, name: str, cell: Cell) -> np.ndarray:
+  """``name`` per seed of ``cell``: ``<name>/seed_<i>`` of the cell's replicas (a sweep's run holds those of
+  every variant), or ``name`` itself in the run of a single replica."""
+  if cell.num_seeds == 1 and not cell.sweep:
     return np.array([record.get(name, np.nan)], np.float64)
-  return np.array([record.get(f"{name}/seed_{i}", np.nan) for i in range(num_seeds)], np.float64)
+  return np.array([record.get(f"{name}/seed_{cell.replica_offset + i}", np.nan) for i in range(cell.num_seeds)],
+                  np.float64)
 
 
 def cell_result(cell: Cell, records: list[dict], hardware: str = "") -> CellResult:
-  """The cell's final per-seed metrics and divergence count; ``hardware``: where it ran (default: here)."""
+  """The cell's final per-seed metrics, training loss and divergence count from its run's metric ``records``;
+  ``hardware``: where it ran (default: here)."""
   final = final_evaluation(records, cell.num_train_steps)
   if final is None:
     raise report.UserError(f"{cell.workdir} has no evaluation at step {cell.num_train_steps}: its run has not "
                            "finished; rerun the script to resume it")
-  per_seed = {name: seed_values(final, name, cell.num_seeds) for name, _, _ in METRICS[cell.task] if name in final}
+  per_seed = {name: seed_values(final, name, cell) for name, _, _ in METRICS[cell.task] if name in final}
   train = [r for r in records if "train/loss" in r]
-  last_loss = seed_values(train[-1], "train/loss", cell.num_seeds)
-  skipped = sum(seed_values(r, "train/skipped_steps", cell.num_seeds) for r in train
-                if "train/skipped_steps" in r) if any("train/skipped_steps" in r for r in train) else 0.0
-  losses = np.array([seed_values(r, "train/loss", cell.num_seeds) for r in train])
-  diverged = ((~np.isfinite(losses)).any(axis=0) | (last_loss > common.DIVERGED_LOSS[cell.task])
-              | (np.asarray(skipped) > 0))
-  return CellResult(cell, per_seed, int(diverged.sum()), final["wall_seconds"], final["step"], records,
-                    hardware or report.hardware(), tokenizer_label(cell.workdir))
+  losses = np.array([seed_values(r, "train/loss", cell) for r in train])
+  skipped = sum((seed_values(r, "train/skipped_steps", cell) for r in train if "train/skipped_steps" in r),
+                np.zeros(cell.num_seeds))
+  diverged = (~np.isfinite(losses)).any(axis=0) | (losses[-1] > common.DIVERGED_LOSS[cell.task]) | (skipped > 0)
+  return CellResult(cell, per_seed, int(diverged.sum()), final["wall_seconds"], final["step"],
+                    [[r["step"], loss.tolist()] for r, loss in zip(train, losses)], hardware or report.hardware(),
+                    ", ".join(sorted(set(recorded_tokenizers(cell.workdir).values()))))
 
 
-def tokenizer_label(workdir: str) -> str:
-  """The fingerprints of the tokenizers a run kept (``WORKDIR/tokenizers/``), each once; "" if none."""
-  return ", ".join(sorted(set(recorded_tokenizers(workdir).values())))
-
-
-# ------------------------------------------------------------------------------------------ recorded results
-
-def record_values(result: CellResult, config: dict, attention: dict[int, dict] | None = None) -> dict:
+def record_values(result: CellResult) -> dict:
   """What a cell's record keeps beside its steps, command and hardware: enough to write its rows, plot and
-  comparisons again."""
+  comparisons again, and its config, which a record must agree with to stand in for a run (``find_record``)."""
   cell = result.cell
-  train = [r for r in result.records if "train/loss" in r]
   values = {"run": cell.run, "replica_offset": cell.replica_offset, "num_seeds": cell.num_seeds,
             "per_seed": {name: values.tolist() for name, values in result.per_seed.items()},
             "diverged": result.diverged, "wall_seconds": result.wall_seconds, "tokenizers": result.tokenizers,
-            "train_loss": [[r["step"], seed_values(r, "train/loss", cell.num_seeds).tolist()] for r in train],
-            "config": config}
-  if attention:
-    values["attention"] = {str(replica): statistics for replica, statistics in attention.items()}
+            "train_loss": result.train_loss, "config": cell.flat_config}
+  if result.attention:
+    values["attention"] = {str(replica): statistics for replica, statistics in result.attention.items()}
   return values
 
 
 def recorded_result(cell: Cell, record: dict) -> CellResult:
   """The ``CellResult`` of a cell's record (``RecordStore``), as ``cell``'s."""
   values = record["values"]
-  if cell.num_seeds == 1:
-    records = [{"step": step, "train/loss": losses[0]} for step, losses in values["train_loss"]]
-  else:
-    records = [{"step": step, "train/loss": float(np.mean(losses)),
-                **{f"train/loss/seed_{i}": loss for i, loss in enumerate(losses)}}
-               for step, losses in values["train_loss"]]
-  per_seed = {name: np.asarray(per_seed, np.float64) for name, per_seed in values["per_seed"].items()}
-  return CellResult(cell, per_seed, values["diverged"], values["wall_seconds"], record["steps"], records,
-                    record["machine"], values.get("tokenizers", ""))
-
-
-def recorded_attention(record: dict) -> dict[int, dict]:
-  return {int(replica): {kind: tuple(values) for kind, values in statistics.items()}
-          for replica, statistics in record["values"].get("attention", {}).items()}
+  attention = {int(replica): statistics for replica, statistics in values.get("attention", {}).items()}
+  return CellResult(cell, {name: np.asarray(per_seed, np.float64) for name, per_seed in values["per_seed"].items()},
+                    values["diverged"], values["wall_seconds"], record["steps"], values["train_loss"],
+                    record["machine"], values.get("tokenizers", ""), record.get("command", ""), attention)
 
 
 def config_disagreement(recorded: dict, config: dict) -> list[str]:
@@ -284,35 +205,37 @@ def config_disagreement(recorded: dict, config: dict) -> list[str]:
                 if json.dumps(recorded[key], default=str) != json.dumps(config[key], default=str))
 
 
-def find_record(cell: Cell, config: dict, store: report.RecordStore) -> dict | None:
+def find_record(cell: Cell, store: report.RecordStore) -> dict | None:
   """The record of ``cell``'s run in ``store``: its own, else another cell's of the same run (a shared
-  reference), whose config agrees with ``config``; None if there is none."""
+  reference), whose config agrees with the cell's; None if there is none."""
   candidates = [store[cell.name]] if cell.name in store else []
   candidates += [record for name, record in store.items() if name != cell.name
                  and record["values"]["run"] == cell.run and record["values"]["replica_offset"] == cell.replica_offset]
   for record in candidates:
     if (record["values"]["num_seeds"] == cell.num_seeds and record["steps"] == cell.num_train_steps
-        and not config_disagreement(record["values"]["config"], config)):
+        and not config_disagreement(record["values"]["config"], cell.flat_config)):
       return record
   return None
 
 
+def welch(a: np.ndarray, b: np.ndarray) -> str:
+  """Welch's t-test of ``a`` against ``b`` in words (``report.welch_t_test``)."""
+  t, df, p = report.welch_t_test(a, b)
+  return f"Welch's t = {t:.2f}, {df:.1f} degrees of freedom, {report.format_p_value(p)}"
+
+
 def comparison(result: CellResult, reference: CellResult) -> str:
   """One sentence on ``result`` against ``reference`` in the task's first metric: the difference of means,
-  whether it exceeds the seeds' spread (more than twice the standard error of the difference: a screen), and
-  beside it Welch's t, its degrees of freedom and two-sided p-value (``report.welch_t_test``), which with 3
-  seeds a side can leave a difference the screen calls larger above p = 0.05."""
+  whether it exceeds twice its standard error (a screen) and Welch's t-test beside it (with 3 seeds a side,
+  a difference the screen calls larger can be above p = 0.05)."""
   metric, heading, digits = METRICS[result.cell.task][0]
   a, b = result.per_seed.get(metric), reference.per_seed.get(metric)
   if a is None or b is None or not (np.isfinite(a).all() and np.isfinite(b).all()):
     return f"{result.cell.variant}: not comparable (missing or non-finite values)"
-  difference = a.mean() - b.mean()
-  error = math.sqrt(a.var(ddof=1) / a.size + b.var(ddof=1) / b.size) if min(a.size, b.size) > 1 else 0.0
+  difference, spread = a.mean() - b.mean(), min(a.size, b.size) > 1
+  error = math.sqrt(a.var(ddof=1) / a.size + b.var(ddof=1) / b.size) if spread else 0.0
   verdict = ("larger than the spread of seeds" if abs(difference) > 2 * error
-             else "within the spread of seeds: no conclusion")
-  if min(a.size, b.size) > 1:
-    t, df, p = report.welch_t_test(a, b)
-    verdict += f"; Welch's t = {t:.2f}, {df:.1f} degrees of freedom, {report.format_p_value(p)}"
+             else "within the spread of seeds: no conclusion") + (f"; {welch(a, b)}" if spread else "")
   return (f"{result.cell.variant}: {difference:+.{digits}f} {heading} against {reference.cell.variant} "
           f"(standard error {error:.{digits}f}; {verdict})")
 
@@ -325,33 +248,25 @@ REGULARIZATION_FIELDS = {"model.dropout_rate": "dropout", "model.attention_dropo
 def against_base(cells: list[CellResult], results: dict[str, list[CellResult]], task: str) -> str:
   """A paragraph for a table whose reference is not the model the other tables start from (``Ablation.
   against_base``): that base's regularization and score, and this table's cell closest to it, with the settings
-  in which it differs and the gap (Welch's t as in ``comparison``). "" when the reference is the base, or no
-  table on the page holds the base."""
+  in which it differs and the gap. "" when the reference is the base, or no table on the page holds the base."""
   base = report.flatten_config(common.multi30k_base() if task == "multi30k" else common.synthetic_base())
-  differences = {result.cell.name: config_disagreement(cell_config(result.cell), base) for result in cells}
-  if not differences[cells[0].cell.name]:
-    return ""
+  differences = {result.cell.name: config_disagreement(result.cell.flat_config, base) for result in cells}
   base_results = [result for rows in results.values() for result in rows
-                  if not config_disagreement(cell_config(result.cell), base)]
-  if not base_results:
+                  if not config_disagreement(result.cell.flat_config, base)]
+  if not differences[cells[0].cell.name] or not base_results:
     return ""
-  base_result = base_results[0]
   metric, heading, digits = METRICS[task][0]
   closest = min(cells, key=lambda result: len(differences[result.cell.name]))
   fields = differences[closest.cell.name]
-  changed = ", ".join(f"{field} {cell_config(closest.cell)[field]} against {base[field]}" for field in fields)
+  changed = ", ".join(f"{field} {closest.cell.flat_config[field]} against {base[field]}" for field in fields)
   settings = ", ".join(f"{words} {base[field]}" for field, words in REGULARIZATION_FIELDS.items())
-  base_score, score = base_result.per_seed[metric], closest.per_seed[metric]
-  statistics = ""
-  if min(base_score.size, score.size) > 1:
-    t, df, p = report.welch_t_test(score, base_score)
-    statistics = f" (Welch's t = {t:.2f}, {df:.1f} degrees of freedom, {report.format_p_value(p)})"
+  base_score, score = base_results[0].per_seed[metric], closest.per_seed[metric]
+  statistics = f" ({welch(score, base_score)})" if min(base_score.size, score.size) > 1 else ""
   means = [np.nanmean(result.per_seed[metric]) for result in cells]
-  same_run = ", ".join(result.cell.name for result in base_results)
   text = (f"This table's reference ({cells[0].cell.variant}) is not the model the other tables start from: the "
-          f"base (`common.{task}_base`; {same_run} are that run) trains with "
-          f"{settings}, and scores {np.mean(base_score):.{digits}f} {heading}; these variants set those settings "
-          f"themselves and score {min(means):.{digits}f}-{max(means):.{digits}f}. The closest of them, "
+          f"base (`common.{task}_base`; {', '.join(result.cell.name for result in base_results)} are that run) "
+          f"trains with {settings}, and scores {np.mean(base_score):.{digits}f} {heading}; these variants set those "
+          f"settings themselves and score {min(means):.{digits}f}-{max(means):.{digits}f}. The closest of them, "
           f"{closest.cell.variant}, differs from the base only in {changed}: {np.mean(score):.{digits}f} against "
           f"{np.mean(base_score):.{digits}f}{statistics}.")
   if task == "multi30k":
@@ -385,20 +300,15 @@ def attention_statistics(workdir: str, replica: int, count: int = 64) -> dict[st
   model = transformer.load(workdir, checkpoint="latest", replica=replica)
   pad = model.model_config.pad_id if hasattr(model, "model_config") else 0
   sources, targets = first_pairs(model.task.eval_batches(count), count, pad)
-  rows = {}
+  rows = {}  # kind -> [(entropy, uniform entropy, saturated) per row of one map]
   for maps in model.attention_weights(sources, targets):
     for (kind, _), weights in maps.items():  # [heads, q_length, kv_length]
       entropy = -np.sum(np.where(weights > 0, weights * np.log(np.maximum(weights, 1e-30)), 0.0), axis=-1)
-      valid_keys = np.broadcast_to(np.arange(1, weights.shape[1] + 1)[:, None] if kind == "decoder_self"
-                                   else np.full((weights.shape[1], 1), weights.shape[2]), weights.shape[1:2] + (1,))
-      uniform = np.broadcast_to(np.log(valid_keys[:, 0]), entropy.shape)
-      saturated = weights.max(axis=-1) > 0.9
-      bucket = rows.setdefault(kind, ([], [], []))
-      bucket[0].append(entropy.ravel())
-      bucket[1].append(uniform.ravel())
-      bucket[2].append(saturated.ravel())
-  return {kind: (float(np.concatenate(e).mean()), float(np.concatenate(u).mean()), float(np.concatenate(s).mean()))
-          for kind, (e, u, s) in rows.items()}
+      queries, keys = weights.shape[1:]  # a decoder query sees the keys up to its own position
+      valid_keys = np.arange(1, queries + 1) if kind == "decoder_self" else np.full(queries, keys)
+      uniform = np.broadcast_to(np.log(valid_keys), entropy.shape)
+      rows.setdefault(kind, []).append((entropy.ravel(), uniform.ravel(), (weights.max(axis=-1) > 0.9).ravel()))
+  return {kind: tuple(float(np.concatenate(column).mean()) for column in zip(*maps)) for kind, maps in rows.items()}
 
 
 def plot_ablation(results: list[CellResult], path: str, title: str) -> None:
@@ -410,9 +320,8 @@ def plot_ablation(results: list[CellResult], path: str, title: str) -> None:
       values = result.per_seed.get(metric, np.array([np.nan]))
       bars.bar(index, np.nanmean(values) if np.isfinite(values).any() else 0.0, color=f"C{index}", alpha=0.6)
       bars.scatter(np.full(values.size, index), values, color="black", s=12, zorder=3)
-      train = [r for r in result.records if "train/loss" in r]
-      losses = np.array([seed_values(r, "train/loss", result.cell.num_seeds) for r in train])
-      curves.plot([r["step"] for r in train], np.nanmean(losses, axis=1), color=f"C{index}",
+      losses = np.array([loss for _, loss in result.train_loss], np.float64)
+      curves.plot([step for step, _ in result.train_loss], np.nanmean(losses, axis=1), color=f"C{index}",
                   label=result.cell.variant)
     bars.set_xticks(range(len(results)), [r.cell.variant for r in results], rotation=20, ha="right")
     bars.set_ylabel(f"{heading} (final, per seed)")
@@ -435,7 +344,7 @@ def task_setting(task: str) -> str:
             "warmup steps, 300 steps (norm_position: 4+4 layers, 200 steps at a constant 5e-3, no clipping).")
   from experiments.ablations import rnn_attention
   base = common.multi30k_base()
-  model, optimizer = base.model, base.optimizer
+  model = base.model
   rnn = rnn_attention.get_config(f"{next(iter(rnn_attention.ABLATION.variants))},multi30k")
   schedule = lambda optimizer: (f"peak learning rate {optimizer.learning_rate:g} after {optimizer.warmup_steps} "
                                 f"warmup steps, then {optimizer.schedule.replace('_', ' ')} decay")
@@ -444,97 +353,73 @@ def task_setting(task: str) -> str:
           f"{model.d_model}, {model.norm_position}-LN; dropout {model.dropout_rate:g} on the residual sublayers, "
           f"{model.attention_dropout_rate:g} on the attention weights, label smoothing {base.label_smoothing:g}: "
           f"the settings of its full run, kept in every Transformer table but regularization), "
-          f"{schedule(optimizer)}; the RNN ablation: its "
-          f"`gru_bahdanau` with hidden {rnn.model.hidden_dim} and embeddings {rnn.model.embedding_dim} "
-          f"(`rnn_attention.py`), {schedule(rnn.optimizer)}; batches of {base.task.max_tokens:,} tokens, a budget "
-          f"of {base.num_train_steps} steps; BLEU of beam search (beam {base.decode.beam_size}) on the "
-          f"validation set at the end. A budget this short compares the variants early in training, not at "
-          f"convergence.")
+          f"{schedule(base.optimizer)}; the RNN ablation: its `gru_bahdanau` with hidden {rnn.model.hidden_dim} "
+          f"and embeddings {rnn.model.embedding_dim} (`rnn_attention.py`), {schedule(rnn.optimizer)}; batches of "
+          f"{base.task.max_tokens:,} tokens, a budget of {base.num_train_steps} steps; BLEU of beam search (beam "
+          f"{base.decode.beam_size}) on the validation set at the end. A budget this short compares the variants "
+          "early in training, not at convergence.")
 
 
-def render_page(output: str, results: dict[str, list[CellResult]], commands: dict[str, str],
-                attention: dict[str, dict], invocation: str, task: str, unfinished: tuple[str, ...] = ()) -> str:
-  """The page's text (``results``: ablation -> its cells' results, in variant order, the first the reference);
-  draws ``output/<ablation>.png``.
-
-  Args:
-    commands: cell name -> the command of its run, as the page shows it.
-    attention: cell name -> replica -> ``attention_statistics``, for the cells that have them.
-    unfinished: cells left out because they have neither a finished run nor a record, named on the page.
-  """
-  header = ["run", *(heading for _, heading, _ in METRICS[task]), "diverged", "steps", "seeds", "wall time",
-            "hardware", "command"]
-  sections = []
-  for name, cells in results.items():
-    ablation = ablation_module(name).ABLATION
-    rows = []
-    for result in cells:
-      cell = result.cell
-      rows.append([cell.name, *(report.mean_std(result.per_seed[metric], digits) if metric in result.per_seed else "n/a"
-                                for metric, _, digits in METRICS[task]),
-                   f"{result.diverged} of {cell.num_seeds}", result.steps, cell.num_seeds,
-                   f"{result.wall_seconds:.0f} s", result.hardware, f"`{commands[cell.name]}`"])
-    plot_ablation(cells, os.path.join(output, f"{name}.png"), ablation.title)
-    reading = "\n".join(f"- {comparison(result, cells[0])}" for result in cells[1:])
-    reading += tokenizer_caveat(cells)
-    if len(cells) > 1:  # only the reference finished: nothing to compare yet
-      reading = f"Against the reference ({cells[0].cell.variant}), {METRICS[task][0][1]}:\n{reading}"
-    if ablation.against_base and (contrast := against_base(cells, results, task)):
-      reading += f"\n\n{contrast}"
-    text = f"""## {ablation.title}
-
-{ablation.question} Config: `experiments/ablations/{name}.py`.
-
-{report.markdown_table(header, rows)}
-
-{reading}
-{chr(10) + ablation.note + chr(10) if ablation.note else ""}
-![{name}]({name}.png)
-"""
-    attention_rows = []
-    for result in cells:
-      per_replica = attention.get(result.cell.name)
-      if not per_replica:
-        continue
-      for kind in ("encoder_self", "decoder_self", "cross"):
-        values = np.array([[per_replica[r][kind][i] for r in sorted(per_replica)] for i in range(3)])
-        attention_rows.append([result.cell.name, kind, report.mean_std(values[0], 2), f"{values[1].mean():.2f}",
-                               report.mean_std(values[2], 3)])
-    if attention_rows:
-      text += f"""
+ATTENTION_NOTE = """
 Attention of the trained models (final parameters, the first 64 validation pairs, teacher-forced; mean ± std
 over seeds, through `transformer.load(workdir, replica=i).attention_weights`): the mean entropy of a query's
 weights, that of uniform weights over the same keys, and the share of query rows whose largest weight exceeds
 0.9 (a saturated softmax, whose gradient is small: the paper's reason for the scale).
 
-{report.markdown_table(ATTENTION_HEADER, attention_rows)}
 """
-    sections.append(text)
-  setting = task_setting(task)
-  if task == "synthetic":
-    base = common.multi30k_base()
-    other = (f"The same ablations on Multi30k, a budgeted run of {base.num_train_steps} steps x {base.num_seeds} "
-             f"seeds per cell (`--task=multi30k`, `common.multi30k_base`): ")
-    multi30k_page = os.path.join(report.COMMITTED, "ablations", "multi30k", "RESULTS.md")
-    missing = other + ("[multi30k/RESULTS.md](multi30k/RESULTS.md)." if os.path.exists(multi30k_page)
-                       else "not run yet.")
-  else:
-    not_run = [name for name in ABLATIONS if name not in results]
-    missing = (f"Not run on Multi30k yet: {', '.join(not_run)} (their synthetic results: "
-               f"[../RESULTS.md](../RESULTS.md)).") if not_run else ""
-  if unfinished:
-    missing += (f"{chr(10) * 2 if missing else ''}Not finished when this page was written (`--notrain`), so left "
-                f"out with any table whose reference they are: {', '.join(unfinished)}.")
-  return f"""# Ablations: the paper's design choices over seeds
+
+
+def table_row(result: CellResult) -> list:
+  """A cell's row: its metrics (mean ± std over seeds), divergence, budget, wall time, hardware and command."""
+  cell = result.cell
+  return [cell.name, *(report.mean_std(result.per_seed[metric], digits) if metric in result.per_seed else "n/a"
+                       for metric, _, digits in METRICS[cell.task]),
+          f"{result.diverged} of {cell.num_seeds}", result.steps, cell.num_seeds, f"{result.wall_seconds:.0f} s",
+          result.hardware, f"`{result.command}`"]
+
+
+def attention_rows(result: CellResult) -> list[list]:
+  """The cell's rows of the attention table (mean ± std over its seeds); none where it was not measured."""
+  rows = []
+  for kind in ("encoder_self", "decoder_self", "cross") if result.attention else ():
+    entropy, uniform, saturated = np.array([result.attention[r][kind] for r in sorted(result.attention)]).T
+    rows.append([result.cell.name, kind, report.mean_std(entropy, 2), f"{uniform.mean():.2f}",
+                 report.mean_std(saturated, 3)])
+  return rows
+
+
+def ablation_section(name: str, cells: list[CellResult], results: dict[str, list[CellResult]], task: str,
+                     output: str) -> str:
+  """One ablation's section (``cells``: its results in variant order, the first the reference); draws
+  ``output/<name>.png``."""
+  ablation = ablation_module(name).ABLATION
+  header = ["run", *(heading for _, heading, _ in METRICS[task]), "diverged", "steps", "seeds", "wall time",
+            "hardware", "command"]
+  plot_ablation(cells, os.path.join(output, f"{name}.png"), ablation.title)
+  reading = "\n".join(f"- {comparison(result, cells[0])}" for result in cells[1:]) + tokenizer_caveat(cells)
+  if len(cells) > 1:  # only the reference finished: nothing to compare yet
+    reading = f"Against the reference ({cells[0].cell.variant}), {METRICS[task][0][1]}:\n{reading}"
+  if ablation.against_base and (contrast := against_base(cells, results, task)):
+    reading += f"\n\n{contrast}"
+  note = f"\n{ablation.note}\n" if ablation.note else ""
+  text = (f"## {ablation.title}\n\n{ablation.question} Config: `experiments/ablations/{name}.py`.\n\n"
+          f"{report.markdown_table(header, [table_row(result) for result in cells])}\n\n{reading}\n{note}\n"
+          f"![{name}]({name}.png)\n")
+  if attention := [row for result in cells for row in attention_rows(result)]:
+    text += f"{ATTENTION_NOTE}{report.markdown_table(ATTENTION_HEADER, attention)}\n"
+  return text
+
+
+PAGE = """# Ablations: the paper's design choices over seeds
 
 Written by `{invocation}`; do not edit by hand.
 
-Page written on: {report.machine_description()}; each row names the hardware its cell ran on.
+Page written on: {machine}; each row names the hardware its cell ran on.
 
 {setting} Every cell trains its seeds in one program (`config.num_seeds`, `jax.vmap`; seeds share the data
 order). Each number is the mean ± sample standard deviation over the seeds of the final evaluation; "diverged"
 counts seeds whose training loss became non-finite, that skipped a non-finite step, or whose final training loss
-is above {common.DIVERGED_LOSS[task]} nats. A difference is called "larger than the spread of seeds" when it exceeds
+is above {diverged_loss} nats. A difference is called "larger than the spread of seeds" when it exceeds
 twice its standard error; with 3 seeds that is a screen, not a significance test. Beside it, Welch's t-test
 (unequal variances; `experiments.report.welch_t_test`): t, its Welch-Satterthwaite degrees of freedom and the
 two-sided p-value. With 2-4 degrees of freedom a t between 2 and 4 can be p above 0.05: read such a
@@ -543,7 +428,38 @@ evaluation. Cells with the same config (the reference model) are one run, listed
 variants that differ only in the learning rate, its warmup or label smoothing (`--config.sweep`: variants and
 seeds in one vmapped program; the wall time is the program's, listed under each of its variants).
 
-{"".join(part + chr(10) * 2 for part in (missing, tokenizer_summary(results)) if part)}{chr(10).join(sections)}"""
+"""
+
+
+def page_notes(task: str, results: dict[str, list[CellResult]], unfinished: tuple[str, ...]) -> list[str]:
+  """The paragraphs on what the page does not hold (the other task's page, the ablations not run, the cells not
+  finished) and on the tokenizers its cells used."""
+  if task == "synthetic":
+    base = common.multi30k_base()
+    page = os.path.exists(os.path.join(report.COMMITTED, "ablations", "multi30k", "RESULTS.md"))
+    notes = [f"The same ablations on Multi30k, a budgeted run of {base.num_train_steps} steps x {base.num_seeds} "
+             f"seeds per cell (`--task=multi30k`, `common.multi30k_base`): "
+             + ("[multi30k/RESULTS.md](multi30k/RESULTS.md)." if page else "not run yet.")]
+  else:
+    not_run = [name for name in ABLATIONS if name not in results]
+    notes = [f"Not run on Multi30k yet: {', '.join(not_run)} (their synthetic results: [../RESULTS.md]"
+             "(../RESULTS.md))."] if not_run else []
+  if unfinished:
+    notes.append("Not finished when this page was written (`--notrain`), so left out with any table whose "
+                 f"reference they are: {', '.join(unfinished)}.")
+  return ["\n\n".join(notes), tokenizer_summary(results)]
+
+
+def render_page(output: str, results: dict[str, list[CellResult]], invocation: str, task: str,
+                unfinished: tuple[str, ...] = ()) -> str:
+  """The page's text (``results``: ablation -> its cells' results, in variant order, the first the reference;
+  ``unfinished``: the cells with neither a finished run nor a record, named on the page); draws
+  ``output/<ablation>.png``."""
+  head = PAGE.format(invocation=invocation, machine=report.machine_description(), setting=task_setting(task),
+                     diverged_loss=common.DIVERGED_LOSS[task])
+  notes = "".join(f"{note}\n\n" for note in page_notes(task, results, unfinished) if note)
+  return head + notes + "\n".join(ablation_section(name, cells, results, task, output)
+                                   for name, cells in results.items())
 
 
 def tokenizer_caveat(cells: list[CellResult]) -> str:
@@ -563,12 +479,9 @@ def tokenizer_summary(results: dict[str, list[CellResult]]) -> str:
   """Which SentencePiece model each cell's run tokenized with, grouped by model: the same options and text can
   train another model on another host, so numbers compare across tables only within one group."""
   groups: dict[str, dict[str, list[str]]] = {}
-  for cells in results.values():
-    for result in cells:
-      hardware = groups.setdefault(result.tokenizers, {}).setdefault(result.hardware, [])
-      if result.cell.name not in hardware:
-        hardware.append(result.cell.name)
-  if not groups or set(groups) == {""}:
+  for result in (result for cells in results.values() for result in cells):
+    groups.setdefault(result.tokenizers, {}).setdefault(result.hardware, []).append(result.cell.name)
+  if not set(groups) - {""}:  # no run kept its tokenizers: nothing to tell apart
     return ""
   lines = [f"- {fingerprint or 'not recorded (the run predates WORKDIR/tokenizers/)'}: "
            + "; ".join(f"{', '.join(names)} ({hardware})" for hardware, names in by_hardware.items())
@@ -581,59 +494,63 @@ def gather(cells: list[Cell], store: report.RecordStore,
            train: Callable[[str, str, tuple], object] | None = report.launch, launch_flags: tuple[str, ...] = (),
            ignore_recorded: bool = False, hardware: str = "") -> None:
   """Train what is left of the grid and record every cell in ``store``: from its finished run, else from the
-  record of its run already there (unless ``ignore_recorded``), else after training it. ``train=None`` trains
-  nothing: a cell with neither a finished run nor a record is left unrecorded. ``hardware``: where the finished
-  runs trained (default: this machine), unless a record of the same run says elsewhere. A cell that would
-  replace a record of more steps is refused (``RecordStore.check``) before anything trains."""
-  configs = {cell.name: cell_config(cell) for cell in cells}
+  record of its run already there (unless ``ignore_recorded``), else after training it with ``train(config,
+  workdir, launch_flags)`` (by default ``report.launch``, which resumes from the latest checkpoint; ``None``
+  trains nothing, and a cell with neither a finished run nor a record is left unrecorded). ``hardware``: where
+  the finished runs trained (default: this machine), unless a record of the same run says elsewhere. A cell that
+  would replace a record of more steps is refused (``RecordStore.check``) before anything trains."""
   stand_ins = {} if ignore_recorded else {
-      cell.name: record for cell in cells if not cell_finished(cell)
-      for record in [find_record(cell, configs[cell.name], store)] if record}
+      cell.name: record for cell in cells if not cell_finished(cell) for record in [find_record(cell, store)] if record}
   store.check({**{cell.name: cell.num_train_steps for cell in cells if train is not None or cell_finished(cell)},
                **{name: record["steps"] for name, record in stand_ins.items()}})
-  commands = run_grid(cells, train, launch_flags, frozenset(stand_ins))
   for cell in cells:
-    command = report.portable_command(commands[cell.name])
+    flags = (*cell.launch_flags, *launch_flags)
+    command = report.portable_command(["python", "launch.py", f"--config={cell.config}", f"--workdir={cell.workdir}",
+                                       *flags])
     if cell.name in stand_ins:  # under its own name and today's command (the record may be a shared run's)
+      print(f"{cell.name}: its result recorded in {report.RECORDS_FILE} (no finished run in {cell.workdir})",
+            flush=True)
       record = stand_ins[cell.name]
       store.add(cell.name, steps=record["steps"], command=command, machine=record["machine"],
                 values=record["values"])
       continue
-    if train is None and not cell_finished(cell):
-      continue
-    result = cell_result(cell, read_cell(cell), hardware)
-    same_run = find_record(cell, configs[cell.name], store)
-    if same_run and same_run["values"]["wall_seconds"] == result.wall_seconds:  # recorded from this run
-      result = dataclasses.replace(result, hardware=same_run["machine"],
-                                   tokenizers=result.tokenizers or same_run["values"].get("tokenizers", ""))
-    attention = ({replica: attention_statistics(cell.workdir, cell.replica_offset + replica)
-                  for replica in range(cell.num_seeds)} if cell.ablation == "scaling" else None)
-    store.add(cell.name, steps=result.steps, command=command, machine=result.hardware,
-              values=record_values(result, configs[cell.name], attention))
+    if train is not None and not cell_finished(cell):
+      print(f"training {cell.name} in {cell.workdir}", flush=True)
+      train(cell.config, cell.workdir, flags)
+    if train is not None or cell_finished(cell):
+      result = run_result(cell, store, hardware)
+      store.add(cell.name, steps=result.steps, command=command, machine=result.hardware,
+                values=record_values(result))
+
+
+def run_result(cell: Cell, store: report.RecordStore, hardware: str) -> CellResult:
+  """The ``CellResult`` of the cell's finished run, with its hardware and tokenizers from the record of the same
+  run in ``store`` where it has one, and the attention statistics of the scaling ablation's models."""
+  result = cell_result(cell, read_metrics(cell.workdir), hardware)
+  same_run = find_record(cell, store)
+  if same_run and same_run["values"]["wall_seconds"] == result.wall_seconds:  # recorded from this run
+    result.hardware = same_run["machine"]
+    result.tokenizers = result.tokenizers or same_run["values"].get("tokenizers", "")
+  if cell.ablation == "scaling":
+    result.attention = {replica: attention_statistics(cell.workdir, cell.replica_offset + replica)
+                        for replica in range(cell.num_seeds)}
+  return result
 
 
 def recorded_results(cells: list[Cell], store: report.RecordStore):
-  """What the page shows of ``cells``: the records in ``store`` whose config agrees with the cell's.
-
-  Returns ``(results, commands, attention, unfinished)``: ablation -> its ``CellResult``s in variant order (an
-  ablation whose reference has no record is left out); cell name -> its command; cell name -> replica ->
-  ``attention_statistics``; the cells without a record.
-  """
-  results, commands, attention, unfinished = {}, {}, {}, []
+  """What the page shows of ``cells``: ``(results, unfinished)``, ablation -> the ``CellResult``s of the records
+  in ``store`` whose config agrees with the cell's, in variant order (an ablation whose reference has no record
+  is left out), and the cells without one."""
+  results, unfinished = {}, []
   for cell in cells:
-    record = find_record(cell, cell_config(cell), store)
+    record = find_record(cell, store)
     if record is None:
       unfinished.append(cell.name)
-      continue
-    results.setdefault(cell.ablation, []).append(recorded_result(cell, record))
-    commands[cell.name] = record["command"]
-    if statistics := recorded_attention(record):
-      attention[cell.name] = statistics
-  references = {}
-  for cell in cells:
-    references.setdefault(cell.ablation, cell.name)
+    else:
+      results.setdefault(cell.ablation, []).append(recorded_result(cell, record))
+  references = {cell.ablation: cell.name for cell in reversed(cells)}  # each ablation's first cell
   results = {name: rows for name, rows in results.items() if rows[0].cell.name == references[name]}
-  return results, commands, attention, tuple(dict.fromkeys(unfinished))
+  return results, tuple(dict.fromkeys(unfinished))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -666,10 +583,10 @@ def main(argv: list[str] | None = None) -> None:
            args.hardware)
 
   def render(store: report.RecordStore, folder: str) -> str:
-    results, commands, attention, unfinished = recorded_results(cells, store)
+    results, unfinished = recorded_results(cells, store)
     if unfinished:
       print(f"not finished, left out of the page: {', '.join(unfinished)}")
-    return render_page(folder, results, commands, attention, invocation, task, unfinished)
+    return render_page(folder, results, invocation, task, unfinished)
 
   report.make_page(args, committed, os.path.join(root, "results"), collect, render)
 

@@ -82,7 +82,7 @@ def tiny_norms(monkeypatch):
 
 
 def train_in_process(calls, **overrides):
-  """A ``run_grid`` trainer that runs ``transformer.train.run`` here (no subprocess), recording its calls."""
+  """A ``gather`` trainer that runs ``transformer.train.run`` here (no subprocess), recording its calls."""
   def train(config_argument, workdir, launch_flags):
     path, _, variant = config_argument.partition(":")
     module = importlib.import_module("experiments.ablations." + os.path.basename(path)[:-3])
@@ -104,24 +104,27 @@ def test_variants_of_a_sweep_train_once_and_read_as_their_own_replicas(tiny_norm
   cells = ablations_results.expand_grid(["regularization"], "synthetic", str(tmp_path), ablations=("regularization",))
   assert {cell.workdir for cell in cells} == {str(tmp_path / "regularization" / "none+label_smoothing")}
   calls = []
-  commands = ablations_results.run_grid(cells, train_in_process(calls))
+  store = report.RecordStore(str(tmp_path / "page"))
+  ablations_results.gather(cells, store, train_in_process(calls))
   assert calls == [cells[0].workdir]  # one program for both variants
-  assert commands["regularization/label_smoothing"][:5] == [
-      "python", "launch.py", "--config=experiments/ablations/regularization.py:none",
-      f"--workdir={cells[0].workdir}", "--config.sweep=label_smoothing=0.0,0.1"]
+  assert store["regularization/label_smoothing"]["command"] == (
+      "python launch.py --config=experiments/ablations/regularization.py:none --workdir=WORKDIR "
+      "--config.sweep=label_smoothing=0.0,0.1")
   run_records = read_metrics(cells[0].workdir)
   final = ablations_results.final_evaluation(run_records, 4)
-  results = [ablations_results.cell_result(cell, ablations_results.read_cell(cell)) for cell in cells]
-  for result, replicas in zip(results, ([0, 1], [2, 3])):
+  last_loss = [r for r in run_records if "train/loss" in r][-1]
+  for cell, replicas in zip(cells, ([0, 1], [2, 3])):  # each cell's seeds are its own replicas of the run
+    result = ablations_results.cell_result(cell, run_records)
     np.testing.assert_allclose(result.per_seed["eval/exact_match"],
                                [final[f"eval/exact_match/seed_{r}"] for r in replicas])
-    own_final = ablations_results.final_evaluation(ablations_results.read_cell(result.cell), 4)
-    assert own_final["eval/loss"] == pytest.approx(np.mean([final[f"eval/loss/seed_{r}"] for r in replicas]))
-    assert "eval/loss/seed_2" not in own_final and "eval/loss/variant_1" not in own_final
+    np.testing.assert_allclose(store[cell.name]["values"]["per_seed"]["eval/nll"],
+                               [final[f"eval/nll/seed_{r}"] for r in replicas])
+    assert result.train_loss[-1] == [4, [last_loss[f"train/loss/seed_{r}"] for r in replicas]]
   # Each variant's replicas got its own label smoothing: without it the loss is the NLL, with it it is not.
-  unsmoothed, smoothed = (result.records[-1] for result in results)
-  assert unsmoothed["eval/loss"] == pytest.approx(unsmoothed["eval/nll"], rel=1e-6)
-  assert abs(smoothed["eval/loss"] - smoothed["eval/nll"]) > 0.01
+  for replica in (0, 1):
+    assert final[f"eval/loss/seed_{replica}"] == pytest.approx(final[f"eval/nll/seed_{replica}"], rel=1e-6)
+  for replica in (2, 3):
+    assert abs(final[f"eval/loss/seed_{replica}"] - final[f"eval/nll/seed_{replica}"]) > 0.01
 
 
 def test_a_killed_grid_resumes_without_redoing_finished_cells(tiny_norms, tmp_path):
@@ -129,7 +132,7 @@ def test_a_killed_grid_resumes_without_redoing_finished_cells(tiny_norms, tmp_pa
   assert [cell.variant for cell in cells] == ["layer_norm", "rms_norm"]
   finished, killed = cells
   calls = []
-  ablations_results.run_grid([finished], train_in_process(calls))
+  ablations_results.gather([finished], report.RecordStore(str(tmp_path / "first")), train_in_process(calls))
   # The killed cell: a checkpoint at step 2 of 4 and the metrics up to it, as a run stopped there leaves them.
   train_in_process(calls, num_train_steps=2, eval_every=2)("experiments/ablations/norms.py:rms_norm",
                                                          killed.workdir, ())
@@ -137,36 +140,33 @@ def test_a_killed_grid_resumes_without_redoing_finished_cells(tiny_norms, tmp_pa
   before = (tmp_path / "norms" / "layer_norm" / "metrics.jsonl").read_text()
 
   calls.clear()
-  commands = ablations_results.run_grid(cells, train_in_process(calls))
+  output = tmp_path / "page"
+  store = report.RecordStore(str(output))
+  ablations_results.gather(cells, store, train_in_process(calls))
   assert calls == [killed.workdir]  # the finished cell is not run again
   assert (tmp_path / "norms" / "layer_norm" / "metrics.jsonl").read_text() == before
   steps = [record["step"] for record in read_metrics(killed.workdir) if "train/loss" in record]
   assert steps == [2, 4]  # resumed from step 2, not restarted
-  assert commands[killed.name][:3] == ["python", "launch.py", "--config=experiments/ablations/norms.py:rms_norm"]
+  assert store[killed.name]["command"] == "python launch.py --config=experiments/ablations/norms.py:rms_norm " \
+                                          "--workdir=WORKDIR"
+  assert {name: record["steps"] for name, record in store.items()} == {"norms/layer_norm": 4, "norms/rms_norm": 4}
 
   calls.clear()
-  ablations_results.run_grid(cells, train_in_process(calls))
+  ablations_results.gather(cells, store, train_in_process(calls))
   assert calls == []
 
-  results = {"norms": [ablations_results.cell_result(cell, read_metrics(cell.workdir)) for cell in cells]}
   statistics = ablations_results.attention_statistics(finished.workdir, replica=1)
   assert set(statistics) == {"encoder_self", "decoder_self", "cross"}
   for entropy, uniform, saturated in statistics.values():
     assert 0.0 <= entropy <= uniform + 1e-6 and 0.0 <= saturated <= 1.0  # no row is flatter than uniform
-  for result in results["norms"]:
+  for cell in cells:
+    result = ablations_results.cell_result(cell, read_metrics(cell.workdir))
     assert result.per_seed["eval/exact_match"].shape == (2,)  # per seed, from eval/exact_match/seed_i
     assert result.steps == 4 and result.diverged in (0, 1, 2)
-  output = tmp_path / "page"
-  output.mkdir()
-  page = ablations_results.render_page(
-      str(output), results, {name: report.portable_command(command) for name, command in commands.items()}, {},
-      "python -m ...", "synthetic")
+  page = _page(output, cells, store)
   assert "## LayerNorm vs RMSNorm vs BatchNorm" in page
   assert "`python launch.py --config=experiments/ablations/norms.py:rms_norm --workdir=WORKDIR`" in page
   assert (output / "norms.png").stat().st_size > 0
-  store = report.RecordStore(str(output))
-  ablations_results.gather(cells, store, train=None)
-  assert {name: record["steps"] for name, record in store.items()} == {"norms/layer_norm": 4, "norms/rms_norm": 4}
   shorter = [dataclasses.replace(cell, num_train_steps=2) for cell in cells]
   with pytest.raises(UserError, match="row 'norms/layer_norm' records a run of 4 training steps"):
     ablations_results.gather(shorter, store, train=pytest.fail)  # refused before anything trains
@@ -214,16 +214,15 @@ def test_recorded_cells_stand_in_for_absent_runs_unless_their_config_changed(tin
 def _page(output, cells, store) -> str:
   """The page of ``cells`` from ``store`` (as main's render), drawn into ``output``."""
   os.makedirs(output, exist_ok=True)
-  results, commands, attention, unfinished = ablations_results.recorded_results(cells, store)
-  return ablations_results.render_page(str(output), results, commands, attention, "python -m ...", "synthetic",
-                                       unfinished)
+  results, unfinished = ablations_results.recorded_results(cells, store)
+  return ablations_results.render_page(str(output), results, "python -m ...", "synthetic", unfinished)
 
 
 def test_without_training_the_page_holds_the_finished_cells_and_names_the_others(tiny_norms, tmp_path):
   cells = ablations_results.expand_grid(["norms"], "synthetic", str(tmp_path / "a"), ablations=("norms",))
   reference, killed = cells
   calls = []
-  ablations_results.run_grid([reference], train_in_process(calls))
+  ablations_results.gather([reference], report.RecordStore(str(tmp_path / "trained")), train_in_process(calls))
   train_in_process(calls, num_train_steps=2, eval_every=2)("experiments/ablations/norms.py:rms_norm",
                                                          killed.workdir, ())
   calls.clear()
@@ -237,7 +236,7 @@ def test_without_training_the_page_holds_the_finished_cells_and_names_the_others
 
   # Only a non-reference cell finished: it is recorded, but its ablation has no table to compare it in.
   cells = ablations_results.expand_grid(["norms"], "synthetic", str(tmp_path / "b"), ablations=("norms",))
-  ablations_results.run_grid(cells[1:], train_in_process(calls))
+  ablations_results.gather(cells[1:], report.RecordStore(str(tmp_path / "b_trained")), train_in_process(calls))
   store = report.RecordStore(str(tmp_path / "b_page"))
   ablations_results.gather(cells, store, train=None)
   assert list(store) == [cells[1].name] and ablations_results.recorded_results(cells, store)[0] == {}
@@ -254,15 +253,15 @@ def test_a_cell_sharing_a_run_finds_the_record_of_that_run():
       list(ablations_results.ABLATIONS), "synthetic", "/root")}
   shared = cells["positions/sinusoidal"]
   assert shared.run == "heads/4" and cells["heads/4"].run == "heads/4"
-  config = ablations_results.cell_config(shared)
+  positions = importlib.import_module("experiments.ablations.positions")
+  assert shared.flat_config == report.flatten_config(positions.get_config("sinusoidal"))  # its own variant's
   store = report.RecordStore("/no/folder")
   store.add("heads/4", steps=shared.num_train_steps, command="c", machine="m", values={
-      "run": "heads/4", "replica_offset": 0, "num_seeds": shared.num_seeds, "config": config})
-  assert ablations_results.find_record(shared, config, store) is store["heads/4"]
-  assert ablations_results.find_record(cells["heads/8"], ablations_results.cell_config(cells["heads/8"]),
-                                       store) is None
+      "run": "heads/4", "replica_offset": 0, "num_seeds": shared.num_seeds, "config": shared.flat_config})
+  assert ablations_results.find_record(shared, store) is store["heads/4"]
+  assert ablations_results.find_record(cells["heads/8"], store) is None
   store.add("heads/4", steps=1, command="c", machine="m", values=store["heads/4"]["values"], force=True)
-  assert ablations_results.find_record(shared, config, store) is None  # another number of steps: another run
+  assert ablations_results.find_record(shared, store) is None  # another number of steps: another run
 
 
 def test_cell_result_counts_diverged_seeds_and_reports_mean_and_spread():
@@ -300,9 +299,7 @@ def test_a_multi30k_cell_is_read_and_compared_in_bleu_with_its_own_divergence_th
                               per_seed={"eval/bleu": np.array([10.0, 11.0])})
   assert ablations_results.comparison(other, reference).startswith(
       "unscaled: -11.50 BLEU against scaled (standard error 2.06; larger than the spread")
-  page = ablations_results.render_page(str(tmp_path), {"scaling": [reference, other]},
-                                       {"scaling/scaled": "python", "scaling/unscaled": "python"}, {},
-                                       "python -m ...", "multi30k")
+  page = ablations_results.render_page(str(tmp_path), {"scaling": [reference, other]}, "python -m ...", "multi30k")
   assert "| run | BLEU | token accuracy | NLL (nats/token) | diverged |" in page
   assert "| scaling/scaled | 22.00 ± 2.83 | n/a | 2.250 ± 0.354 | 1 of 2 |" in page
   assert "Against the reference (scaled), BLEU:" in page and "above 5.0 nats" in page
@@ -319,7 +316,7 @@ def test_the_page_groups_cells_by_tokenizer_and_flags_tables_that_mix_them(tmp_p
   records = [{"step": 4, "train/loss": 3.0}, {"step": 4, "wall_seconds": 9.0, "eval/bleu": 20.0}]
   reference = ablations_results.cell_result(cell, records, hardware="1 x cpu, 2 cores")
   assert reference.tokenizers == "aaaa1111bbbb"
-  record = {"steps": 4, "machine": "m", "values": ablations_results.record_values(reference, {})}
+  record = {"steps": 4, "machine": "m", "values": ablations_results.record_values(reference)}
   assert ablations_results.recorded_result(cell, record).tokenizers == "aaaa1111bbbb"
   unscaled = dataclasses.replace(cell, variant="unscaled", workdir=str(tmp_path / "unscaled"))
   same = dataclasses.replace(reference, cell=unscaled)
@@ -331,7 +328,6 @@ def test_the_page_groups_cells_by_tokenizer_and_flags_tables_that_mix_them(tmp_p
   assert ablations_results.tokenizer_caveat([reference, dataclasses.replace(same, tokenizers="")]) == ""
   os.makedirs(tmp_path / "page")
   page = ablations_results.render_page(str(tmp_path / "page"), {"scaling": [reference, unknown_elsewhere]},
-                                       {"scaling/scaled": "python", "scaling/unscaled": "python"}, {},
                                        "python -m ...", "multi30k")
   assert "- aaaa1111bbbb: scaling/scaled (1 x cpu, 2 cores)\n" in page
   assert "- not recorded (the run predates WORKDIR/tokenizers/): scaling/unscaled (1 x NVIDIA H200, 16 cores)" in page
@@ -376,8 +372,7 @@ def test_a_regularization_table_on_multi30k_says_how_its_cells_stand_against_the
       ["positions", "regularization"], "multi30k", "/root")}
 
   def result(name, bleu):
-    losses = [{"step": 600, "train/loss": 2.0, **{f"train/loss/seed_{i}": 2.0 for i in range(3)}}]
-    return ablations_results.CellResult(cells[name], {"eval/bleu": np.array(bleu)}, 0, 1.0, 600, losses)
+    return ablations_results.CellResult(cells[name], {"eval/bleu": np.array(bleu)}, 0, 1.0, 600, [[600, [2.0] * 3]])
   results = {"positions": [result("positions/sinusoidal", [22.0, 22.5, 22.0])],
              "regularization": [result("regularization/none", [28.0, 29.0, 29.5]),
                                 result("regularization/both", [27.0, 27.5, 27.2])]}
@@ -388,8 +383,7 @@ def test_a_regularization_table_on_multi30k_says_how_its_cells_stand_against_the
   assert ablations_results.against_base(results["positions"], results, "multi30k") == ""  # the base itself
   assert ablations_results.against_base(results["regularization"], {"regularization": results["regularization"]},
                                         "multi30k") == ""  # no table holds the base: nothing to compare with
-  page = ablations_results.render_page(str(tmp_path), results, {name: "python" for name in cells}, {},
-                                       "python -m ...", "multi30k")
+  page = ablations_results.render_page(str(tmp_path), results, "python -m ...", "multi30k")
   assert text in page.split("## Label smoothing and dropout")[1]
   assert "pre-LN; dropout 0.3 on the residual sublayers, 0.1 on the attention weights, label smoothing 0.1" in page
 
