@@ -4,17 +4,11 @@
     ... --update_committed      # into experiments/beijing_pm25/ (else --output_dir, default <root>/results)
     python -m experiments.beijing_pm25_results --from_records --update_committed   # no runs, no data needed
 
-A model's runs are ``<workdir_root>/<variant>-<hours>h``, one per input window tried (``python launch.py
---config=experiments/beijing_pm25.py:<variant> --config.model.input_length=<hours> --workdir=...``); nothing is
-trained here. Per model, the window whose run reached the lowest validation MAE (2013) is kept. Every seed of a
-kept run is restored from its best checkpoint and forecasts the test windows; all models and baselines are
-scored on the same windows (the origins that the longest input window leaves in 2014). The best
-Transformer-family model and the best recurrent model (each by validation MAE) are compared per horizon on the
-same windows: the MAE difference with a block-bootstrap interval over weeks of origins, and Welch's t over seeds.
-
-Each run's row (validation MAE, steps, command) is kept in ``records.json`` beside the page, and the kept runs'
-test forecasts in ``forecasts_2014.npz``; every number and plot of the page is computed from these two, which is
-all ``--from_records`` reads (in a new folder: the committed ones).
+Reads the runs ``<workdir_root>/<variant>-<hours>h``, one per input window tried (nothing is trained here), and keeps
+per model the window of lowest validation MAE (2013), whose seeds forecast the test windows every run has. Each run's
+row is kept in ``records.json`` beside the page and the kept runs' test forecasts in ``forecasts_2014.npz``: every
+number and plot of the page comes from these two, all that ``--from_records`` reads (in a new folder: the committed
+ones). The page says how the models are compared.
 """
 from __future__ import annotations
 
@@ -68,88 +62,92 @@ def find_runs(workdir_root: str) -> dict[str, dict[int, str]]:
   return runs
 
 
-def best_validation(workdir: str) -> dict:
-  """The evaluation record with the lowest validation MAE (the best checkpoint's), with ``wall_seconds``, the
-  last step and the median steps/s of the run added."""
+def best_validation(workdir: str) -> tuple[int, dict]:
+  """The run's last step, and what its metrics give its row: the step and validation MAE of the best checkpoint
+  (the lowest), the run's wall time and median steps/s."""
   records = read_metrics(workdir)
-  best = dict(min((r for r in records if "eval/mae" in r), key=lambda r: r["eval/mae"]))
+  best = min((r for r in records if "eval/mae" in r), key=lambda r: r["eval/mae"])
   last = [r for r in records if "wall_seconds" in r][-1]
   speeds = [r["train/steps_per_second"] for r in records if "train/steps_per_second" in r][1:]
-  best.update(last_step=last["step"], wall_seconds=last["wall_seconds"],
-              steps_per_second=float(np.median(speeds)) if speeds else float("nan"))
-  return best
+  return last["step"], {"best_step": best["step"], "validation_mae": best["eval/mae"],
+                        "wall_seconds": last["wall_seconds"],
+                        "steps_per_second": float(np.median(speeds)) if speeds else float("nan")}
 
 
-def score_run(workdir: str) -> dict:
-  """Every seed of the run in ``workdir`` on the test windows: ``{"forecasts": [seeds, windows, H] ug/m3,
-  "actual", "mask": [windows, H], "origin_time", "task"}``."""
-  config = read_run_config(workdir)
-  forecasts = []
-  for replica in range(config.num_seeds):
-    model = load(workdir, replica=replica)
-    split = model.task.predict_split(model.model_config, model.params, "test")
-    forecasts.append(split["forecast"])
-  return {**{key: split[key] for key in ("actual", "mask", "origin_time")}, "forecasts": np.stack(forecasts),
-          "task": model.task}
+def write_forecasts(workdirs: dict[str, str], path: str) -> None:
+  """Every seed of the kept runs (``model -> workdir``, the longest input window first: its test windows, the
+  fewest, are the ones every run has) and the persistence baselines forecast the test windows, written to ``path``
+  in tenths of µg/m³ (int16: the rounding moves an MAE by < 0.05): ``origin_time`` (hours since 1970),
+  ``horizons``, ``actual`` (-1 where unmeasured) and one ``[seeds, windows, H]`` array per model."""
+  forecasts, common = {}, None
+  for name, workdir in workdirs.items():
+    seeds = []  # every seed of the run, restored from its best checkpoint
+    for replica in range(read_run_config(workdir).num_seeds):
+      model = load(workdir, replica=replica)
+      split = model.task.predict_split(model.model_config, model.params, "test")
+      seeds.append(split["forecast"])
+    if common is None:
+      common, task = split, model.task
+      forecasts.update({baseline: forecast[None] for baseline, forecast in
+                        task.series.baselines(task.windows("test")).items()})
+    rows = np.searchsorted(split["origin_time"], common["origin_time"])
+    if not np.array_equal(split["origin_time"][rows], common["origin_time"]):
+      raise ValueError(f"write_forecasts: the run of {name} lacks some of the common test origins")
+    forecasts[name] = np.stack(seeds)[:, rows]
+  arrays = {"origin_time": common["origin_time"].astype("datetime64[h]").astype(np.int64),
+            "horizons": np.asarray(task.horizons),
+            "actual": np.where(common["mask"], np.round(np.nan_to_num(common["actual"]) * 10), -1)}
+  arrays.update({name: np.round(np.nan_to_num(values, nan=-0.1) * 10) for name, values in forecasts.items()})
+  for name, values in list(arrays.items())[2:]:
+    if np.abs(values).max() >= np.iinfo(np.int16).max:
+      raise ValueError(f"write_forecasts: {name} holds a value beyond int16 tenths of µg/m³")
+    arrays[name] = values.astype(np.int16)
+  np.savez_compressed(path, **arrays)
 
 
-def on_origins(score: dict, origins: np.ndarray) -> dict:
-  """``score`` restricted to the windows whose origin is in ``origins`` (in their order)."""
-  rows = np.searchsorted(score["origin_time"], origins)
-  if not np.array_equal(score["origin_time"][rows], origins):
-    raise ValueError("on_origins: a run lacks some of the common test origins")
-  kept = {key: score[key][rows] for key in ("actual", "mask", "origin_time")}
-  return {**score, **kept, "forecasts": score["forecasts"][:, rows]}
+def load_forecasts(path: str) -> dict:
+  """``write_forecasts`` read back, in µg/m³: ``horizons``, ``origin_time`` [windows], ``target_time``, ``actual``
+  (NaN where unmeasured), ``mask`` [windows, H] and ``forecasts``: model -> [seeds, windows, H] (baselines
+  first; their -0.1, before the split's first measurement, NaN)."""
+  saved = np.load(path)
+  horizons, mask = saved["horizons"].tolist(), saved["actual"] >= 0
+  origins = saved["origin_time"].astype("datetime64[h]")
+  names = [name for name in BASELINES if name in saved] + sorted(
+      set(saved.files) - {"origin_time", "horizons", "actual", *BASELINES})
+  return {"horizons": horizons, "origin_time": origins, "mask": mask,
+          "target_time": origins[:, None] + np.asarray(horizons).astype("timedelta64[h]"),
+          "actual": np.where(mask, saved["actual"] / 10, np.nan),
+          "forecasts": {name: np.where((saved[name] == -1) & (name in BASELINES), np.nan, saved[name] / 10)
+                        for name in names}}
 
 
-def baseline_scores(task, origins: np.ndarray) -> dict:
-  """The persistence baselines, as one-seed scores on the test windows of ``task`` at ``origins``."""
-  windows = task.windows("test")
-  actual, mask = task.series.concentration_targets(windows)
-  rows = np.searchsorted(task.series.times[windows.origins], origins)
-  return {name: {"forecasts": forecast[rows][None], "actual": actual[rows], "mask": mask[rows],
-                 "origin_time": origins} for name, forecast in task.series.baselines(windows).items()}
+def test_metrics(data: dict) -> dict:
+  """Model -> ``{"mae", "rmse": [seeds, H]}`` in ug/m3 over the measured targets (a baseline's NaN forecast,
+  before the split's first measurement, unscored)."""
+  metrics = {}
+  for name, forecasts in data["forecasts"].items():
+    per_seed = [forecast_metrics(np.nan_to_num(forecast), np.nan_to_num(data["actual"]),
+                                 data["mask"] & np.isfinite(forecast)) for forecast in forecasts]
+    metrics[name] = {metric: np.stack([m[metric] for m in per_seed]) for metric in ("mae", "rmse")}
+  return metrics
 
 
-def test_metrics(score: dict) -> dict:
-  """``{"mae", "rmse": [seeds, H]}`` in ug/m3 over the measured targets (a baseline's NaN forecast, before
-  the split's first measurement, unscored)."""
-  per_seed = []
-  for forecast in score["forecasts"]:
-    usable = score["mask"] & np.isfinite(forecast)
-    per_seed.append(forecast_metrics(np.nan_to_num(forecast), np.nan_to_num(score["actual"]), usable))
-  return {metric: np.stack([m[metric] for m in per_seed]) for metric in ("mae", "rmse")}
+def best_of(family: tuple[str, ...], error: dict[str, float]) -> str | None:
+  """The model of ``family`` with the lowest ``error`` (model -> a validation or test MAE; None: none has one)."""
+  candidates = [name for name in family if name in error]
+  return min(candidates, key=error.get) if candidates else None
 
 
-def seed_mean_absolute_errors(score: dict) -> np.ndarray:
-  """``[windows, H]`` absolute error of each forecast averaged over seeds (0 where unmeasured): its mean over
-  the measured targets is the seeds' mean MAE."""
-  errors = np.abs(score["forecasts"] - np.nan_to_num(score["actual"])[None]).mean(axis=0)
-  return np.where(score["mask"], errors, 0.0)
-
-
-def family_best(validation: dict[str, float], family: tuple[str, ...]) -> str | None:
-  """The model of ``family`` with the lowest validation MAE over all horizons (``validation``: model -> that of
-  its kept run; None: none was run)."""
-  candidates = [name for name in family if name in validation]
-  return min(candidates, key=validation.get) if candidates else None
-
-
-def test_best(metrics: dict, family: tuple[str, ...], horizons) -> str | None:
-  """The model of ``family`` with the lowest mean test MAE over the horizons from 24 h: an optimistic choice,
-  only to check that the verdict does not hang on the validation year's ranking."""
-  long = [index for index, horizon in enumerate(horizons) if horizon >= 24]
-  candidates = [name for name in family if name in metrics]
-  return min(candidates, key=lambda name: metrics[name]["mae"].mean(0)[long].mean()) if candidates else None
-
-
-def paired_comparison(scores: dict, metrics: dict, first: str, second: str, horizons) -> list[dict]:
+def paired_comparison(data: dict, metrics: dict, first: str, second: str) -> list[dict]:
   """Per horizon: both MAEs (seed means), the block-bootstrap difference and Welch's t over seeds."""
-  compared = report.block_bootstrap_difference(
-      seed_mean_absolute_errors(scores[first]), seed_mean_absolute_errors(scores[second]), scores[first]["mask"],
-      block_length=BOOTSTRAP_BLOCK_HOURS, resamples=BOOTSTRAP_RESAMPLES)
+  def seed_mean_errors(name):  # [windows, H], 0 where unmeasured: its mean over the measured is the seeds' mean MAE
+    errors = np.abs(data["forecasts"][name] - np.nan_to_num(data["actual"])[None]).mean(axis=0)
+    return np.where(data["mask"], errors, 0.0)
+
+  compared = report.block_bootstrap_difference(seed_mean_errors(first), seed_mean_errors(second), data["mask"],
+                                               block_length=BOOTSTRAP_BLOCK_HOURS, resamples=BOOTSTRAP_RESAMPLES)
   rows = []
-  for index, horizon in enumerate(horizons):
+  for index, horizon in enumerate(data["horizons"]):
     a, b = metrics[first]["mae"][:, index], metrics[second]["mae"][:, index]
     low, high = compared["low"][index], compared["high"][index]
     rows.append({"horizon": horizon, "first": a.mean(), "second": b.mean(),
@@ -161,10 +159,8 @@ def paired_comparison(scores: dict, metrics: dict, first: str, second: str, hori
 
 def comparison_table(rows: list[dict], first: str, second: str) -> str:
   def welch(row):
-    if row["welch"] is None:
-      return "-"
-    t, df, p = row["welch"]
-    return f"t = {t:.2f}, df = {df:.1f}, {report.format_p_value(p)}"
+    return "-" if row["welch"] is None else "t = {:.2f}, df = {:.1f}, {}".format(
+        *row["welch"][:2], report.format_p_value(row["welch"][2]))
   return report.markdown_table(
       ["horizon", f"{first} MAE", f"{second} MAE", "difference", "95% interval (weeks resampled)",
        "beyond the interval", "Welch's t over seeds"],
@@ -175,27 +171,50 @@ def comparison_table(rows: list[dict], first: str, second: str) -> str:
 
 def verdict(rows: list[dict], first: str, second: str, linear_rows: list[dict] | None) -> str:
   """One sentence on the long horizons (24 h and more), with the numbers behind it."""
+  def numbers(rows):
+    return "; ".join(f"{row['horizon']} h {row['first']:.1f} vs {row['second']:.1f} ({row['difference']:+.1f}, "
+                     f"{row['low']:+.1f} to {row['high']:+.1f})" for row in rows if row["horizon"] >= 24)
   long = [row for row in rows if row["horizon"] >= 24]
-  won = [row for row in long if row["better"] == first]
-  numbers = "; ".join(f"{row['horizon']} h {row['first']:.1f} vs {row['second']:.1f} "
-                      f"({row['difference']:+.1f}, {row['low']:+.1f} to {row['high']:+.1f})" for row in long)
+  won = [f"{row['horizon']} h" for row in long if row["better"] == first]
+  lost = [f"{row['horizon']} h" for row in long if row["better"] == second]
   if len(won) == len(long):
     claim = f"beats the best recurrent model ({second}) at every horizon from 24 h, beyond the uncertainty"
   elif won:
-    claim = (f"beats the best recurrent model ({second}) beyond the uncertainty only at "
-             f"{', '.join(str(row['horizon']) + ' h' for row in won)} of the horizons from 24 h")
+    claim = (f"beats the best recurrent model ({second}) beyond the uncertainty only at {', '.join(won)} of the "
+             "horizons from 24 h")
   else:
     claim = f"does not beat the best recurrent model ({second}) beyond the uncertainty at any horizon from 24 h"
-  lost = [f"{row['horizon']} h" for row in long if row["better"] == second]
   if lost:
     claim += f"; {second} is better beyond it at {', '.join(lost)}"
   sentence = (f"**On 2014, the best Transformer-family model ({first}) {claim}** (test MAE in µg/m³, "
-              f"difference and its 95% interval: {numbers})")
-  if linear_rows:
-    linear = "; ".join(f"{row['horizon']} h {row['first']:.1f} vs {row['second']:.1f} ({row['difference']:+.1f}, "
-                       f"{row['low']:+.1f} to {row['high']:+.1f})" for row in linear_rows if row["horizon"] >= 24)
-    sentence += f"; DLinear against {first}: {linear}"
-  return sentence + "."
+              f"difference and its 95% interval: {numbers(rows)})")
+  return sentence + (f"; DLinear against {first}: {numbers(linear_rows)}." if linear_rows else ".")
+
+
+def comparison_section(data: dict, metrics: dict, transformer: str, recurrent: str) -> str:
+  """The verdict, the paired tables (DLinear against the Transformer too), and where the test year ranks others
+  best in each family (by the mean MAE from 24 h: optimistic), their comparison from 24 h in one line."""
+  rows = paired_comparison(data, metrics, transformer, recurrent)
+  linear = paired_comparison(data, metrics, "dlinear", transformer) if "dlinear" in metrics else None
+  text = (f"{verdict(rows, transformer, recurrent, linear)}\n\nBest by validation MAE: {transformer} of the "
+          f"Transformer family ({', '.join(TRANSFORMERS)}), {recurrent} of the recurrent models. Difference = "
+          f"MAE({transformer}) - MAE({recurrent}) on the same test windows, seeds' forecasts averaged per window "
+          f"(negative: {transformer} better).\n\n{comparison_table(rows, transformer, recurrent)}\n")
+  if linear:
+    text += (f"\nDLinear, the linear reference, against {transformer} (negative: DLinear better):\n\n"
+             f"{comparison_table(linear, 'dlinear', transformer)}\n")
+  from_24h = [index for index, horizon in enumerate(data["horizons"]) if horizon >= 24]
+  on_test = {name: values["mae"].mean(0)[from_24h].mean() for name, values in metrics.items()}
+  first, second = best_of(TRANSFORMERS, on_test), best_of(RECURRENT, on_test)
+  if (first, second) == (transformer, recurrent):
+    return text
+  long = [row for row in paired_comparison(data, metrics, first, second) if row["horizon"] >= 24]
+  won = [f"{row['horizon']} h" for row in long if row["better"] == first]
+  return text + (f"\nChosen on the test year instead (optimistic, only to check that the verdict does not hang on "
+                 f"the validation ranking): {first} against {second}: " + "; ".join(
+                     f"{row['horizon']} h {row['difference']:+.1f} ({row['low']:+.1f} to {row['high']:+.1f})"
+                     for row in long)
+                 + f"; {first} better beyond the interval at {', '.join(won) if won else 'none of these horizons'}.\n")
 
 
 def plot_errors(metrics: dict, horizons, path: str) -> None:
@@ -216,26 +235,22 @@ def plot_errors(metrics: dict, horizons, path: str) -> None:
     drawing.suptitle("Beijing PM2.5, 2014 (test): error by horizon (mean over seeds)")
 
 
-def plot_forecasts(scores: dict, names: list[str], horizons, path: str) -> None:
+def plot_forecasts(data: dict, names: list[str], path: str) -> None:
   """Measured pm2.5 and the forecasts of ``names`` (seed means) made ``EXAMPLE_HORIZONS`` hours earlier, over
   the ``EXAMPLE_DAYS`` days of 2014 whose measurements vary most (of consecutive spans)."""
-  reference = scores[names[0]]
-  first = list(horizons).index(EXAMPLE_HORIZONS[0])
-  span = min(EXAMPLE_DAYS * 24, len(reference["mask"]))
-  measured = np.where(reference["mask"][:, first], reference["actual"][:, first], np.nan)
-  starts = np.arange(0, len(measured) - span + 1, span)
-  start = max(starts, key=lambda s: np.nanstd(measured[s:s + span]))
-  period = reference["target_time"][start, first], reference["target_time"][start, first] + span
-  size = (12, 3.8 * len(EXAMPLE_HORIZONS))
-  with report.figure(path, len(EXAMPLE_HORIZONS), 1, size) as (drawing, axes):
+  horizons, target_time = list(data["horizons"]), data["target_time"]
+  measured = np.where(data["mask"], data["actual"], np.nan)
+  first = horizons.index(EXAMPLE_HORIZONS[0])
+  span = min(EXAMPLE_DAYS * 24, len(measured))
+  start = max(np.arange(0, len(measured) - span + 1, span), key=lambda s: np.nanstd(measured[s:s + span, first]))
+  period = target_time[start, first], target_time[start, first] + span
+  with report.figure(path, len(EXAMPLE_HORIZONS), 1, (12, 3.8 * len(EXAMPLE_HORIZONS))) as (drawing, axes):
     for axis, horizon in zip(axes[:, 0], EXAMPLE_HORIZONS):
-      index = list(horizons).index(horizon)
-      times = reference["target_time"][:, index]
-      rows = (times >= period[0]) & (times < period[1])
-      axis.plot(times[rows], np.where(reference["mask"][rows, index], reference["actual"][rows, index], np.nan),
-                color="black", linewidth=1.5, label="measured")
+      index = horizons.index(horizon)
+      rows = (target_time[:, index] >= period[0]) & (target_time[:, index] < period[1])
+      axis.plot(target_time[rows, index], measured[rows, index], color="black", linewidth=1.5, label="measured")
       for name in names:
-        axis.plot(times[rows], scores[name]["forecasts"][:, rows, index].mean(0), linewidth=1,
+        axis.plot(target_time[rows, index], data["forecasts"][name][:, rows, index].mean(0), linewidth=1,
                   linestyle="--" if name in BASELINES else "-", label=name)
       axis.set_ylabel("PM2.5 (µg/m³)")
       axis.set_title(f"forecasts made {horizon} h ahead")
@@ -245,55 +260,26 @@ def plot_forecasts(scores: dict, names: list[str], horizons, path: str) -> None:
     drawing.autofmt_xdate()
 
 
-def save_forecasts(scores: dict, horizons, path: str) -> None:
-  """The test forecasts behind every table, in tenths of µg/m³ (int16: the rounding moves an MAE by < 0.05):
-  ``origin_time`` (hours since 1970), ``horizons``, ``actual`` (-1 where unmeasured) and one ``[seeds,
-  windows, H]`` array per model."""
-  reference = next(iter(scores.values()))
-  arrays = {"origin_time": reference["origin_time"].astype("datetime64[h]").astype(np.int64),
-            "horizons": np.asarray(horizons),
-            "actual": np.where(reference["mask"], np.round(np.nan_to_num(reference["actual"]) * 10), -1)}
-  for name, score in scores.items():
-    arrays[name] = np.round(np.nan_to_num(score["forecasts"], nan=-0.1) * 10)
-  for name, values in arrays.items():
-    if name not in ("origin_time", "horizons"):
-      if np.abs(values).max() >= np.iinfo(np.int16).max:
-        raise ValueError(f"save_forecasts: {name} holds a value beyond int16 tenths of µg/m³")
-      arrays[name] = values.astype(np.int16)
-  np.savez_compressed(path, **arrays)
-
-
-def load_forecasts(path: str) -> tuple[dict, list[int]]:
-  """``save_forecasts`` read back: ``(scores, horizons)``, a score per model (baselines first) as ``score_run``
-  and ``on_origins`` give them, in µg/m³ (a baseline's -0.1, before the split's first measurement, NaN)."""
-  saved = np.load(path)
-  horizons = saved["horizons"].tolist()
-  origins = saved["origin_time"].astype("datetime64[h]")
-  mask = saved["actual"] >= 0
-  common = {"actual": np.where(mask, saved["actual"] / 10, np.nan), "mask": mask, "origin_time": origins,
-            "target_time": origins[:, None] + np.asarray(horizons).astype("timedelta64[h]")}
-  names = [name for name in BASELINES if name in saved] + sorted(
-      set(saved.files) - {"origin_time", "horizons", "actual", *BASELINES})
-  return {name: {**common, "forecasts": np.where((saved[name] == -1) & (name in BASELINES), np.nan,
-                                                   saved[name] / 10)} for name in names}, horizons
+def validation_maes(store: report.RecordStore) -> dict[str, dict[int, float]]:
+  """Model -> {input hours: validation MAE (best checkpoint, all horizons)} of the store's runs."""
+  tried = {}
+  for record in store.records.values():
+    tried.setdefault(record["values"]["model"], {})[record["values"]["hours"]] = record["values"]["validation_mae"]
+  return tried
 
 
 def kept_windows(store: report.RecordStore) -> dict[str, int]:
   """Model -> the input hours of its run with the lowest validation MAE, over the store's runs."""
-  tried = {}
-  for record in store.records.values():
-    values = record["values"]
-    tried.setdefault(values["model"], {})[values["hours"]] = values["validation_mae"]
-  return {name: min(by_hours, key=by_hours.get) for name, by_hours in tried.items()}
+  return {name: min(by_hours, key=by_hours.get) for name, by_hours in validation_maes(store).items()}
 
 
 def window_table(store: report.RecordStore, kept: dict[str, int]) -> str:
-  """Validation MAE (best checkpoint, all horizons) of each model and window; the kept one in bold."""
-  tried = {(r["values"]["model"], r["values"]["hours"]): r["values"]["validation_mae"] for r in store.records.values()}
+  """Validation MAE of each model and window; the kept one in bold."""
+  tried = validation_maes(store)
   windows = sorted({hours for candidates in WINDOW_CANDIDATES.values() for hours in candidates}
-                   | {hours for _, hours in tried})
-  rows = [[name] + [("**{:.2f}**" if hours == kept.get(name) else "{:.2f}").format(tried[name, hours])
-                    if (name, hours) in tried else "-" for hours in windows] for name in MODELS]
+                   | {hours for by_hours in tried.values() for hours in by_hours})
+  rows = [[name] + [("**{:.2f}**" if hours == kept.get(name) else "{:.2f}").format(tried[name][hours])
+                    if hours in tried.get(name, {}) else "-" for hours in windows] for name in MODELS]
   return report.markdown_table(["model"] + [f"{hours} h" for hours in windows], rows)
 
 
@@ -309,15 +295,13 @@ def runs_table(store: report.RecordStore) -> str:
   rows = []
   for run in run_names(store):
     record = store[run]
-    values, done = record["values"], record["steps"]
-    total = values["num_train_steps"]
+    values, done, total = record["values"], record["steps"], record["values"]["num_train_steps"]
     status = "finished" if done >= total else f"**partial** (stopped at step {done} of {total})"
     rows.append([run, values["seeds"], f"{done} / {total}", values["best_step"], status,
                  f"{values['wall_seconds'] / 60:.1f} min", f"{values['steps_per_second']:.1f}",
                  f"`{record['command']}`"])
-  header = ["run", "seeds", "steps done", "best step (validation MAE)", "status", "wall time", "steps/s (median)",
-            "command"]
-  return report.markdown_table(header, rows)
+  return report.markdown_table(["run", "seeds", "steps done", "best step (validation MAE)", "status", "wall time",
+                                "steps/s (median)", "command"], rows)
 
 
 def collect(store: report.RecordStore, folder: str, workdir_root: str) -> None:
@@ -330,96 +314,51 @@ def collect(store: report.RecordStore, folder: str, workdir_root: str) -> None:
                            f"first, e.g.:\n" + "\n".join(commands))
   validation = {(name, hours): best_validation(workdir) for name, tried in runs.items()
                 for hours, workdir in tried.items()}
-  store.check({f"{name}-{hours}h": best["last_step"] for (name, hours), best in validation.items()})
-  for (name, hours), best in validation.items():
+  store.check({f"{name}-{hours}h": steps for (name, hours), (steps, _) in validation.items()})
+  for (name, hours), (steps, values) in validation.items():
     config = read_run_config(runs[name][hours])
-    store.add(f"{name}-{hours}h", steps=best["last_step"], command=run_command(name, hours, config),
+    store.add(f"{name}-{hours}h", steps=steps, command=run_command(name, hours, config),
               machine=report.machine_description(),
-              values={"model": name, "hours": hours, "seeds": config.num_seeds,
-                      "num_train_steps": config.num_train_steps, "best_step": best["step"],
-                      "validation_mae": best["eval/mae"], "wall_seconds": best["wall_seconds"],
-                      "steps_per_second": best["steps_per_second"], "eval_every": config.eval_every,
-                      "workdir_root": workdir_root})
-  kept = kept_windows(store)
-  scores = {name: score_run(runs[name][hours]) for name, hours in kept.items() if hours in runs.get(name, {})}
-  if not scores:  # every model's kept run is an earlier one: its forecasts stay
-    return
-  longest = max(scores, key=lambda name: kept[name])
-  origins, horizons = scores[longest]["origin_time"], list(scores[longest]["task"].horizons)
-  scores = {**baseline_scores(scores[longest]["task"], origins),
-            **{name: on_origins(score, origins) for name, score in scores.items()}}
-  save_forecasts(scores, horizons, os.path.join(folder, FORECASTS_FILE))
-
-
-def forecasts_path(folder: str) -> str:
-  """The folder's forecasts, else the committed page's (a new folder starts from the committed records)."""
-  path = os.path.join(folder, FORECASTS_FILE)
-  return path if os.path.exists(path) else os.path.join(COMMITTED_DIR, FORECASTS_FILE)
+              values={"model": name, "hours": hours, "seeds": config.num_seeds, "eval_every": config.eval_every,
+                      "num_train_steps": config.num_train_steps, "workdir_root": workdir_root, **values})
+  kept = sorted(kept_windows(store).items(), key=lambda item: -item[1])  # the longest input window first
+  workdirs = {name: runs[name][hours] for name, hours in kept if hours in runs.get(name, {})}
+  if workdirs:  # else every model's kept run is an earlier one: its forecasts stay
+    write_forecasts(workdirs, os.path.join(folder, FORECASTS_FILE))
 
 
 def render(store: report.RecordStore, folder: str, committed: bool) -> str:
-  """The page, its plots from the records and the forecasts."""
-  scores, horizons = load_forecasts(forecasts_path(folder))
-  metrics = {name: test_metrics(score) for name, score in scores.items()}
-  kept = kept_windows(store)
-  kept_validation = {name: store[f"{name}-{hours}h"]["values"]["validation_mae"] for name, hours in kept.items()}
-  transformer, recurrent = family_best(kept_validation, TRANSFORMERS), family_best(kept_validation, RECURRENT)
-  comparison = ""
-  if transformer in scores and recurrent in scores:
-    rows = paired_comparison(scores, metrics, transformer, recurrent, horizons)
-    linear = paired_comparison(scores, metrics, "dlinear", transformer, horizons) if "dlinear" in scores else None
-    comparison = comparison_section(rows, linear, transformer, recurrent)
-    on_test = test_best(metrics, TRANSFORMERS, horizons), test_best(metrics, RECURRENT, horizons)
-    if on_test != (transformer, recurrent):
-      comparison += robustness_line(paired_comparison(scores, metrics, *on_test, horizons), *on_test)
+  """The page and its plots, from the records and the folder's forecasts (else the committed page's: a new
+  folder starts from the committed records)."""
+  path = os.path.join(folder, FORECASTS_FILE)
+  data = load_forecasts(path if os.path.exists(path) else os.path.join(COMMITTED_DIR, FORECASTS_FILE))
+  metrics, horizons, tried, kept = test_metrics(data), data["horizons"], validation_maes(store), kept_windows(store)
+  validation = {name: tried[name][hours] for name, hours in kept.items()}
+  transformer, recurrent = best_of(TRANSFORMERS, validation), best_of(RECURRENT, validation)
+  both = transformer in metrics and recurrent in metrics
   plot_errors(metrics, horizons, os.path.join(folder, "error_by_horizon.png"))
-  plot_forecasts(scores, ["persistence"] + [n for n in (recurrent, transformer) if n in scores], horizons,
+  plot_forecasts(data, ["persistence"] + [n for n in (recurrent, transformer) if n in metrics],
                  os.path.join(folder, "forecasts_6h_48h.png"))
 
-  def table(metric):
-    rows = [[name, kept.get(name, "-")] + [mean_std(metrics[name][metric][:, i]) for i in range(len(horizons))]
-            + [len(metrics[name][metric])] for name in scores]
+  def table(metric):  # mean ± std over seeds; a baseline's one value alone
+    rows = [[name, kept.get(name, "-")] + [f"{values[0]:.1f}" if len(values) == 1 else report.mean_std(values, 1)
+                                           for values in metrics[name][metric].T] + [len(metrics[name][metric])]
+            for name in metrics]
     return report.markdown_table(["model", "input hours"] + [f"{h} h" for h in horizons] + ["seeds"], rows)
 
-  origins = next(iter(scores.values()))["origin_time"]
   not_run = [f"- {name}-{hours}h: `{run_command(name, hours)}`" for name in MODELS
              for hours in WINDOW_CANDIDATES[name] if f"{name}-{hours}h" not in store]
-  names = run_names(store)
+  names, origins = run_names(store), data["origin_time"]
   return PAGE.format(
       root=",".join(store.distinct(names, "workdir_root")), flag=" --update_committed" if committed else "",
       machine="; ".join(store.distinct(names)), horizons=", ".join(map(str, horizons)),
-      windows=len(origins), first=origins[0], last=origins[-1], comparison=comparison, mae=table("mae"),
-      rmse=table("rmse"), window_table=window_table(store, kept), runs=runs_table(store),
+      windows=len(origins), first=origins[0], last=origins[-1], mae=table("mae"), rmse=table("rmse"),
+      comparison=comparison_section(data, metrics, transformer, recurrent) if both else "",
+      window_table=window_table(store, kept), runs=runs_table(store),
       eval_every=", ".join(map(str, store.distinct(names, "eval_every"))),
       not_run="\n".join(["", "Not run yet:", ""] + not_run) if not_run else "",
       predictions=PREDICTIONS_FILE, forecasts=FORECASTS_FILE, num_horizons=len(horizons),
       resamples=BOOTSTRAP_RESAMPLES, block_days=BOOTSTRAP_BLOCK_HOURS // 24)
-
-
-def comparison_section(rows: list[dict], linear: list[dict] | None, transformer: str, recurrent: str) -> str:
-  text = (f"{verdict(rows, transformer, recurrent, linear)}\n\nBest by validation MAE: {transformer} of the "
-          f"Transformer family ({', '.join(TRANSFORMERS)}), {recurrent} of the recurrent models. Difference = "
-          f"MAE({transformer}) - MAE({recurrent}) on the same test windows, seeds' forecasts averaged per window "
-          f"(negative: {transformer} better).\n\n{comparison_table(rows, transformer, recurrent)}\n")
-  if linear:
-    text += (f"\nDLinear, the linear reference, against {transformer} (negative: DLinear better):\n\n"
-             f"{comparison_table(linear, 'dlinear', transformer)}\n")
-  return text
-
-
-def robustness_line(rows: list[dict], first: str, second: str) -> str:
-  """The comparison of the models that the test year itself ranks best in each family, from 24 h."""
-  long = [row for row in rows if row["horizon"] >= 24]
-  won = [f"{row['horizon']} h" for row in long if row["better"] == first]
-  return (f"\nChosen on the test year instead (optimistic, only to check that the verdict does not hang on the "
-          f"validation ranking): {first} against {second}: " + "; ".join(
-              f"{row['horizon']} h {row['difference']:+.1f} ({row['low']:+.1f} to {row['high']:+.1f})" for row in long)
-          + f"; {first} better beyond the interval at {', '.join(won) if won else 'none of these horizons'}.\n")
-
-
-def mean_std(values: np.ndarray) -> str:
-  """``mean ± std`` over seeds; a single value alone (a baseline)."""
-  return f"{values[0]:.1f}" if len(values) == 1 else report.mean_std(values, digits=1)
 
 
 PAGE = """# Beijing PM2.5 forecasting

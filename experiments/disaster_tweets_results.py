@@ -5,13 +5,10 @@
     python -m experiments.disaster_tweets_results --workdir_root=/tmp/dt --update_committed   # the repo's page
     python -m experiments.disaster_tweets_results --from_records --update_committed   # the page from records.json
 
-Reads the runs of ``experiments/disaster_tweets.py`` in ``WORKDIR_ROOT/<variant>`` (it trains nothing; a variant
-without a run is listed with the command that makes it). Each seed of a run is loaded with
-``transformer.load(workdir, replica=i)`` (the best checkpoint by validation F1) and scored on the test split;
-each seed's probabilities of "disaster" on the test split go to ``predictions/<variant>.csv`` beside the page,
-so that every number of a row can be recomputed from them; each row is kept in ``records.json`` beside the page,
-and the confusion matrices are drawn from it (the curves only from the runs' metrics). The page quotes the
-published results of the seed experiment (``PUBLISHED``) and says why they are not this table's yardstick.
+Reads the runs of ``experiments/disaster_tweets.py`` in ``WORKDIR_ROOT/<variant>`` (it trains nothing) and scores
+every seed's best checkpoint (``transformer.load(workdir, replica=i)``) on the test split. Each row is kept in
+``records.json`` beside the page and each seed's test probabilities in ``predictions/<variant>.csv``; the
+confusion matrices are drawn from the records, the curves only from the runs' metrics.
 """
 from __future__ import annotations
 
@@ -49,9 +46,14 @@ PREDICTIONS = "predictions"  # beside the page: <variant>.csv, each seed's test 
 NOT_SETTINGS = ("quiet", "tensorboard", "task.source_dir", "task.data_dir", "task.pretrained_dir")
 
 
-def overrides(variant: str, workdir: str) -> list[str]:
-  """``--config.<field>=<value>`` for each setting in which the run differs from the variant's config today."""
-  return report.config_overrides(disaster_tweets.get_config(variant), read_run_config(workdir), NOT_SETTINGS)
+def training_command(variant: str, workdir: str | None = None) -> str:
+  """The command that trains ``variant`` (paths made portable); given the run's ``workdir``, with a
+  ``--config.<field>=<value>`` for each setting in which the run differs from the variant's config today."""
+  parts = ["python", "launch.py", f"--config=experiments/disaster_tweets.py:{variant}",
+           f"--workdir={workdir or 'WORKDIR'}"]
+  if workdir is not None:
+    parts += report.config_overrides(disaster_tweets.get_config(variant), read_run_config(workdir), NOT_SETTINGS)
+  return report.portable_command(parts)
 
 
 def score_run(workdir: str) -> dict:
@@ -164,10 +166,11 @@ def row(variant: str, record: dict) -> list:
       f"{values['wall_seconds'] / 60:.1f} min", f"`{record['command']}`"]
 
 
-def plot_confusion_matrices(confusions: dict[str, tuple[dict, int]], path: str) -> None:
-  """One panel per run: ``variant -> (test confusion counts summed over its seeds, seeds)``."""
-  with report.figure(path, 1, len(confusions), (3.4 * len(confusions), 3.3)) as (_, axes):
-    for axis, (variant, (counts, seeds)) in zip(axes[0], confusions.items()):
+def plot_confusion_matrices(store: report.RecordStore, names: list[str], path: str) -> None:
+  """One panel per row ``names`` of ``store``: its test confusion counts, summed over its seeds."""
+  with report.figure(path, 1, len(names), (3.4 * len(names), 3.3)) as (_, axes):
+    for axis, variant in zip(axes[0], names):
+      counts, seeds = store[variant]["values"]["confusion"], store[variant]["values"]["seeds"]
       matrix = np.array([[counts[name] for name in row] for row in (("tn", "fp"), ("fn", "tp"))])
       axis.imshow(matrix, cmap="Blues")
       for (row, column), value in np.ndenumerate(matrix):
@@ -180,10 +183,6 @@ def plot_confusion_matrices(confusions: dict[str, tuple[dict, int]], path: str) 
       axis.set_title(f"{variant}\n({f'{seeds} seeds summed' if seeds > 1 else '1 seed'})", fontsize=9)
 
 
-def training_command(variant: str, workdir: str = "WORKDIR") -> list[str]:
-  return ["python", "launch.py", f"--config=experiments/disaster_tweets.py:{variant}", f"--workdir={workdir}"]
-
-
 def collect(store: report.RecordStore, folder: str, workdir_root: str, conditions: str,
             not_scored: dict[str, str]) -> None:
   """Score each variant's run under ``workdir_root`` into its record, its predictions and the curves;
@@ -194,7 +193,7 @@ def collect(store: report.RecordStore, folder: str, workdir_root: str, condition
                for variant, workdir in workdirs.items()})
   curves = {}
   for variant, workdir in workdirs.items():
-    command = report.portable_command(training_command(variant, workdir) + overrides(variant, workdir))
+    command = training_command(variant, workdir)
     try:
       result = score_run(workdir)
     except ConfigError as error:  # started, no checkpoint yet
@@ -211,16 +210,15 @@ def collect(store: report.RecordStore, folder: str, workdir_root: str, condition
 
 def render(store: report.RecordStore, folder: str, committed: bool, not_scored: dict[str, str]) -> str:
   names = list(store)
-  confusions = {name: (store[name]["values"]["confusion"], store[name]["values"]["seeds"]) for name in names}
-  if confusions:
-    plot_confusion_matrices(confusions, os.path.join(folder, "confusion_matrices.png"))
+  if names:
+    plot_confusion_matrices(store, names, os.path.join(folder, "confusion_matrices.png"))
   table = report.markdown_table(
       ["variant", "seeds", "test F1 (disaster)", "precision", "recall", "accuracy",
        "test F1, threshold chosen on validation (threshold)", "test F1 of the seeds' ensemble (95% interval)",
        "target F1", "validation F1 (chosen step)", "chosen step", "training wall time", "command"],
       [row(name, store[name]) for name in names])
   pending = "\n".join(
-      f"- `{variant}`: " + not_scored.get(variant, f"`{report.portable_command(training_command(variant))}`")
+      f"- `{variant}`: " + not_scored.get(variant, f"`{training_command(variant)}`")
       for variant in VARIANTS if variant not in store) or "- none"
   roots = store.distinct(names, "workdir_root")
   flag = " --update_committed" if committed else ""

@@ -3,12 +3,11 @@
     TFDS_DATA_DIR=/tmp/tfds python -m experiments.language_model_results --workdir_root=/tmp/lm
     python -m experiments.language_model_results --from_records --update_committed   # the page from records.json
 
-The run is ``<workdir_root>/small``, trained by the command the page records (this script trains nothing).
-``transformer.load`` gives the best checkpoint (by validation perplexity) and its tokenizer, so the data the run
-read must be reachable: its ``task.source_dir`` and the same TFDS data dir. The row, the continuations included,
-is kept in ``records.json`` beside the page. The page goes to ``--output_dir``, by default
-``<workdir_root>/results/``; the committed ``experiments/language_model/`` only with ``--update_committed`` (and
-then only from a run of at least the recorded steps, unless ``--force``).
+The run is ``<workdir_root>/small`` (this script trains nothing); ``transformer.load`` gives its best checkpoint and
+tokenizer, so the data the run read must be reachable (its ``task.source_dir``, the same TFDS data dir). Its row,
+continuations included, is kept in ``records.json`` beside the page, which goes to ``--output_dir`` (default
+``<workdir_root>/results/``) or, with ``--update_committed``, to ``experiments/language_model/`` (from a run of at
+least the recorded steps, unless ``--force``).
 """
 from __future__ import annotations
 

@@ -3,11 +3,10 @@
     python -m experiments.synthetic_results --workdir_root=/tmp/synthetic
     python -m experiments.synthetic_results --from_records --update_committed   # the page from records.json
 
-Runs that already finished in ``workdir_root`` are not retrained (the launch resumes, and has nothing to do).
-Each task's row is kept in ``records.json`` beside the page. The page goes to ``--output_dir``, by default
-``<workdir_root>/results/`` (printed at the end); the committed page ``experiments/synthetic/`` is written only
-with ``--update_committed``, and then only when no task trains fewer steps than its committed row, unless
-``--force``. The curves are drawn from the runs' metrics, so ``--from_records`` leaves ``curves.png`` as it is.
+Finished runs in ``workdir_root`` are not retrained (the launch resumes). Each task's row is kept in
+``records.json`` beside the page, which goes to ``--output_dir`` (default ``<workdir_root>/results/``) or, with
+``--update_committed``, to ``experiments/synthetic/`` (where no task may train fewer steps than its row, unless
+``--force``). The curves are drawn from the runs' metrics: ``--from_records`` leaves ``curves.png`` as it is.
 """
 from __future__ import annotations
 

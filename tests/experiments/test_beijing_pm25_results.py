@@ -52,7 +52,8 @@ def _kept_gru(root):
 
 def _common(metrics, origins):
   rows = np.isin(metrics["origins"], origins)
-  errors = np.where(metrics["mask"][rows], np.abs(metrics["forecasts"][rows] - np.nan_to_num(metrics["actual"][rows])), 0)
+  errors = np.abs(metrics["forecasts"][rows] - np.nan_to_num(metrics["actual"][rows]))
+  errors = np.where(metrics["mask"][rows], errors, 0)
   return errors.sum(0) / metrics["mask"][rows].sum(0)
 
 
@@ -140,14 +141,21 @@ def test_a_committed_row_is_only_replaced_by_a_run_at_least_as_long(page, monkey
     (output / "records.json").write_text(json.dumps(records))
 
 
-def test_the_test_year_ranking_is_only_a_robustness_check_from_24_hours():
-  horizons = [1, 24, 96]
+def test_the_test_year_ranking_is_only_a_robustness_check_from_24_hours(monkeypatch):
+  data = {"horizons": [1, 24, 96]}
   metrics = {"patchtst": {"mae": np.array([[9.0, 60.0, 70.0]])}, "transformer": {"mae": np.array([[30.0, 58.0, 69.0]])},
              "gru": {"mae": np.array([[10.0, 57.0, 66.0]])}}
-  assert results.test_best(metrics, ("transformer", "transformer_encoder", "patchtst"), horizons) == "transformer"
-  assert results.test_best(metrics, ("rnn", "lstm"), horizons) is None
-  rows = [{"horizon": h, "difference": d, "low": d - 1, "high": d + 1, "better": "gru" if d > 1 else None}
-          for h, d in zip(horizons, (20.0, 1.0, 3.0))]
-  line = results.robustness_line(rows, "transformer", "gru")
-  assert "24 h +1.0 (+0.0 to +2.0); 96 h +3.0 (+2.0 to +4.0)" in line and "1 h" not in line
+  compared = []
+
+  def paired_comparison(data, metrics, first, second):  # its numbers are not what this test is about
+    compared.append((first, second))
+    return [{"horizon": h, "first": 0.0, "second": 0.0, "difference": d, "low": d - 1, "high": d + 1,
+             "better": "gru" if d > 1 else None, "welch": None} for h, d in zip(data["horizons"], (20.0, 1.0, 3.0))]
+  monkeypatch.setattr(results, "paired_comparison", paired_comparison)
+  section = results.comparison_section(data, metrics, "patchtst", "gru")
+  # Validation chose patchtst; the test year's mean MAE from 24 h (1 h left out) ranks transformer first.
+  assert compared == [("patchtst", "gru"), ("transformer", "gru")]
+  line = section.split("Chosen on the test year instead", 1)[1]
+  assert "transformer against gru: 24 h +1.0 (+0.0 to +2.0); 96 h +3.0 (+2.0 to +4.0)" in line and "1 h" not in line
   assert "transformer better beyond the interval at none of these horizons" in line
+  assert results.best_of(("rnn", "lstm"), {"gru": 1.0}) is None

@@ -2,6 +2,7 @@
 commands and statistics are what the runs recorded; a committed row is only replaced by a run at least as long,
 and the committed page is rewritten from its records alone."""
 import json
+import shlex
 import shutil
 
 import numpy as np
@@ -32,8 +33,11 @@ def test_the_recorded_command_rebuilds_the_runs_settings(tmp_path):
   config.optimizer.frozen_params = ("encoder/embedding",)
   write_format(str(tmp_path))  # a run's record: its format and config.json
   (tmp_path / "config.json").write_text(config.to_json_best_effort())
-  assert results.overrides("minilm_finetune", str(tmp_path)) == [
+  assert shlex.split(results.training_command("minilm_finetune", str(tmp_path))) == [
+      "python", "launch.py", "--config=experiments/disaster_tweets.py:minilm_finetune", "--workdir=WORKDIR",
       "--config.num_train_steps=123", "--config.optimizer.frozen_params=('encoder/embedding',)"]
+  assert results.training_command("static_scratch") == (
+      "python launch.py --config=experiments/disaster_tweets.py:static_scratch --workdir=WORKDIR")
 
 
 def test_mean_and_sample_standard_deviation():
