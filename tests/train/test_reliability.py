@@ -435,20 +435,25 @@ def test_tokenizers_are_recorded_on_a_fresh_workdir_and_checked_once_it_holds_ch
 @pytest.mark.slow
 def test_a_second_sigint_stops_at_once_in_one_line_with_status_130(tmp_path):
   long_run = [flag for flag in LAUNCH if not flag.startswith("--config.num_train_steps=")]
-  process = start_launch(*long_run, "--config.num_train_steps=1000000", f"--workdir={tmp_path}")
-  wait_for(tmp_path / "checkpoints" / "50", process)
-  process.send_signal(signal.SIGINT)
-  time.sleep(0.01)
+  for attempt in range(3):  # a loaded host can let the first stop finish before the second signal is sent
+    workdir = tmp_path / f"attempt{attempt}"
+    process = start_launch(*long_run, "--config.num_train_steps=1000000", f"--workdir={workdir}")
+    wait_for(workdir / "checkpoints" / "50", process)
+    process.send_signal(signal.SIGINT)
+    time.sleep(0.01)
+    if process.poll() is None:
+      break
+    finish(process, timeout=120)
   process.send_signal(signal.SIGINT)
   output, = finish(process, timeout=120)
   assert process.returncode == 130, output
   assert "Traceback" not in output and "KeyboardInterrupt" not in output, output
   assert output.count("SIGINT again: stopped at once") == 1, output
   rerun = start_launch(*long_run, "--config.num_train_steps=60", "--config.accept_changes=num_train_steps",
-                       f"--workdir={tmp_path}")
+                       f"--workdir={workdir}")
   output, = finish(rerun, timeout=300)
   assert rerun.returncode == 0 and "resumed from step" in output, output
-  assert not [name for name in os.listdir(tmp_path / "checkpoints") if "tmp" in name]
+  assert not [name for name in os.listdir(workdir / "checkpoints") if "tmp" in name]
 
 
 @pytest.mark.slow
