@@ -440,12 +440,19 @@ def test_a_second_sigint_stops_at_once_in_one_line_with_status_130(tmp_path):
     process = start_launch(*long_run, "--config.num_train_steps=1000000", f"--workdir={workdir}")
     wait_for(workdir / "checkpoints" / "50", process)
     process.send_signal(signal.SIGINT)
-    time.sleep(0.01)
+    # The second signal only after the first was handled: two arriving before Python runs a handler are one.
+    seen = ""
+    for line in iter(process.stdout.readline, ""):
+      seen += line
+      if "SIGINT received: stopping after this step" in line:
+        break
     if process.poll() is None:
       break
     finish(process, timeout=120)
   process.send_signal(signal.SIGINT)
   output, = finish(process, timeout=120)
+  output = seen + output
+  assert "(Ctrl-C again stops at once)" in seen, output
   assert process.returncode == 130, output
   assert "Traceback" not in output and "KeyboardInterrupt" not in output, output
   assert output.count("SIGINT again: stopped at once") == 1, output

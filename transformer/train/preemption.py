@@ -10,7 +10,7 @@ INTERRUPTED_EXIT_STATUS = 130  # what a shell reports for a process stopped by S
 
 class Preemption:
   """Turns SIGTERM and SIGINT (Ctrl-C) into a flag the loop checks between steps, so that it checkpoints
-  before exiting. A second Ctrl-C stops the process at once, with one line and exit status 130: without
+  before exiting; one line says so at once. A second Ctrl-C stops the process at once, with one line and exit status 130: without
   waiting for the save under way, whose temporary directory the next start clears away."""
 
   SIGNALS = (signal.SIGTERM, signal.SIGINT)
@@ -34,6 +34,9 @@ class Preemption:
       os.write(2, b"\nSIGINT again: stopped at once; the latest committed checkpoint is kept, rerun to resume.\n")
       os._exit(INTERRUPTED_EXIT_STATUS)
     self.requested = signal.Signals(signum).name
+    # Said at once, not at the step's end: a Ctrl-C that seems ignored gets pressed again, losing the save.
+    os.write(2, f"\n{self.requested} received: stopping after this step, with a checkpoint"
+                f"{' (Ctrl-C again stops at once)' if signum == signal.SIGINT else ''}.\n".encode())
 
   def __exit__(self, *exc):
     for number, previous in self._previous.items():
