@@ -45,6 +45,9 @@ def test_the_record_is_the_config_as_json_values():
     ("sweep", "model.d_model=64,128", "'model.d_model' cannot be swept in one program"),
     ("sweep", "optimizer.learning_rate=1e-3,x", "must be numbers separated by commas"),
     ("steps_per_call", 3, "config.log_every=100 is not a multiple of config.steps_per_call=3"),
+    ("label_smoothing", "0.1", "config.label_smoothing='0.1' must be of type float, as its default 0.0 is."),
+    ("batch_size", True, "config.batch_size=True must be of type int"),
+    ("task", "synthetic", "config.task must be a section of fields (e.g. config.task.<field>), got 'synthetic'."),
 ])
 def test_a_bad_top_level_value_fails_when_resolved_naming_the_field(field, value, message):
   values = load_experiment_config("synthetic", "copy").to_dict()
@@ -55,6 +58,7 @@ def test_a_bad_top_level_value_fails_when_resolved_naming_the_field(field, value
 
 @pytest.mark.parametrize("section,field,value,message", [
     ("optimizer", "schedule", "linear", "config.optimizer.schedule='linear' is not supported"),
+    ("optimizer", "learning_rate", "3e-4", "config.optimizer.learning_rate='3e-4' must be of type float"),
     ("optimizer", "learnig_rate", 1e-3, "config.optimizer: OptimizerConfig has no field 'learnig_rate'. Did you mean "
                                         "'learning_rate'?"),
     ("decode", "beam_sise", 4, "config.decode has no field 'beam_sise'"),

@@ -37,6 +37,20 @@ SECTIONS = ("model", "task", "optimizer", "decode")  # the ConfigDict's sections
 DECIDED_ELSEWHERE = ("vocab_size", "target_vocab_size", "pad_id", "bos_id", "eos_id", "deterministic", "decode")
 
 
+def check_types(settings, prefix: str, skip: tuple[str, ...] = ()) -> None:
+  """Each field of the dataclass ``settings`` has its default's type (an int is a float too, a list a tuple): a
+  config written in Python can hold any value, and a string where a number belongs would otherwise fail deep
+  inside a comparison or a traced step."""
+  for field in dataclasses.fields(settings):
+    value, default = getattr(settings, field.name), field.default
+    if field.name in skip or default is dataclasses.MISSING:
+      continue
+    allowed = {float: (int, float), tuple: (tuple, list)}.get(type(default), (type(default),))
+    if isinstance(value, bool) != isinstance(default, bool) or not isinstance(value, allowed):
+      raise ConfigError(f"{prefix}.{field.name}={value!r} must be of type {type(default).__name__}, as its default "
+                        f"{default!r} is.")
+
+
 @dataclasses.dataclass(frozen=True)
 class OptimizerConfig(ValidatedConfig):
   """``config.optimizer``: Adam with a warmup schedule (``transformer.train.optimizer.make_optimizer``)."""
@@ -52,6 +66,7 @@ class OptimizerConfig(ValidatedConfig):
   frozen_params: tuple[str, ...] = ()
 
   def __post_init__(self):
+    check_types(self, "config.optimizer")
     object.__setattr__(self, "frozen_params", tuple(self.frozen_params or ()))
     if self.schedule not in SCHEDULES:
       raise ConfigError(f"config.optimizer.schedule={self.schedule!r} is not supported; choose one of "
@@ -219,6 +234,9 @@ class RunConfig:
       if name not in names + list(SECTIONS):
         close = difflib.get_close_matches(name, names, n=1)
         raise ConfigError(f"config has no field {name!r}." + (f" Did you mean {close[0]!r}?" if close else ""))
+    for name in SECTIONS:
+      _require(isinstance(values.get(name, {}), Mapping),
+               f"config.{name} must be a section of fields (e.g. config.{name}.<field>), got {values[name]!r}.")
     model_name = values.get("model_name", "transformer")
     task_section = values.get("task", {"name": ""})
     return cls(model=_model_config(model_name, values.get("model", {})),
@@ -228,6 +246,7 @@ class RunConfig:
                record=record, **{name: values[name] for name in names if name in values})
 
   def __post_init__(self):
+    check_types(self, "config", skip=SECTIONS + ("record",))
     self.replicas  # pylint: disable=pointless-statement  # parse (and check) config.sweep once, here
     for name in ("batch_size", "num_train_steps", "log_every", "eval_every", "checkpoint_every", "keep_checkpoints",
                  "grad_accum_steps", "num_seeds", "eval_batch_size"):
