@@ -58,7 +58,11 @@ def test_a_bad_top_level_value_fails_when_resolved_naming_the_field(field, value
 
 @pytest.mark.parametrize("section,field,value,message", [
     ("optimizer", "schedule", "linear", "config.optimizer.schedule='linear' is not supported"),
-    ("optimizer", "learning_rate", "3e-4", "config.optimizer.learning_rate='3e-4' must be of type float"),
+    ("optimizer", "learning_rate", "3e-4", "config.optimizer: OptimizerConfig.learning_rate='3e-4' must be of type "
+                                           "float"),
+    ("decode", "temperature", None, "config.decode.temperature=None must be of type float"),
+    ("model", "dropout_rate", "0.1", "ModelConfig.dropout_rate='0.1' must be of type float"),
+    ("task", "max_length", "12", "config.task: SyntheticConfig.max_length='12' must be of type int"),
     ("optimizer", "learnig_rate", 1e-3, "config.optimizer: OptimizerConfig has no field 'learnig_rate'. Did you mean "
                                         "'learning_rate'?"),
     ("decode", "beam_sise", 4, "config.decode has no field 'beam_sise'"),
@@ -76,6 +80,7 @@ def test_a_saved_config_lacking_a_field_added_since_takes_its_default():
   del values["steps_per_call"], values["optimizer"]["grad_clip_norm"], values["decode"]["top_p"]
   run = RunConfig.from_config(values)
   assert (run.steps_per_call, run.optimizer.grad_clip_norm, run.decode.top_p) == (1, 0.0, 1.0)
+  assert RunConfig.from_config({}).optimizer == OptimizerConfig()  # missing sections too
 
 
 def test_replicas_are_parsed_once_seeds_within_variants():

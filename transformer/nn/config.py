@@ -19,9 +19,26 @@ POOLINGS = ("mean", "first")
 DTYPES = ("float32", "bfloat16")
 
 
+def check_field_types(cls, values, prefix: str) -> None:
+  """Raise a ``ConfigError`` naming the first of ``values`` (field -> value, for the dataclass ``cls``) whose type is
+  not its default's (an int is a float too, a list a tuple; fields defaulting to None take anything): a config
+  written in Python can hold any value, and a string where a number belongs would otherwise fail deep inside a
+  comparison or a traced step."""
+  defaults = {field.name: field.default for field in dataclasses.fields(cls)}
+  for name, value in values.items():
+    default = defaults.get(name)
+    if default is None or default is dataclasses.MISSING:
+      continue
+    allowed = {float: (int, float), tuple: (tuple, list)}.get(type(default), (type(default),))
+    if isinstance(value, bool) != isinstance(default, bool) or not isinstance(value, allowed):
+      raise ConfigError(f"{prefix}.{name}={value!r} must be of type {type(default).__name__}, as its default "
+                        f"{default!r} is.")
+
+
 class ValidatedConfig:
-  """Shared behaviour of the frozen model configs: ``replace`` and ``from_dict`` reject unknown fields with
-  a "did you mean" hint, and ``check_*`` helpers word every error the same way (field, bad value, fix)."""
+  """Shared behaviour of the frozen configs (model, task, optimizer): ``replace`` and ``from_dict`` reject unknown
+  fields with a "did you mean" hint, ``from_dict`` values of the wrong type, and ``check_*`` helpers word every
+  error the same way (field, bad value, fix)."""
 
   @classmethod
   def field_names(cls) -> tuple[str, ...]:
@@ -46,6 +63,7 @@ class ValidatedConfig:
     unknown = [name for name in values if name not in cls.field_names()]
     if unknown:
       raise ConfigError(cls.unknown_field_message(unknown[0]))
+    check_field_types(cls, values, cls.__name__)
     return cls(**values)
 
   def check_choice(self, name: str, allowed) -> None:

@@ -23,7 +23,7 @@ from typing import Any, Mapping
 from transformer.decode import DecodeSettings
 from transformer.errors import ConfigError
 from transformer.nn import MODELS, model_spec
-from transformer.nn.config import ValidatedConfig
+from transformer.nn.config import ValidatedConfig, check_field_types
 from transformer.tasks.configs import TaskConfig, task_config
 
 SCHEDULES = ("inverse_sqrt", "cosine", "constant")  # built by transformer.train.optimizer.make_schedule
@@ -35,20 +35,6 @@ SCHEDULE_FIELDS = ("optimizer.learning_rate", "optimizer.warmup_steps")  # swept
 SECTIONS = ("model", "task", "optimizer", "decode")  # the ConfigDict's sections, each its own dataclass
 # Model fields the task fills in from the data (vocabulary, special ids) or the mode switches: not in config.model.
 DECIDED_ELSEWHERE = ("vocab_size", "target_vocab_size", "pad_id", "bos_id", "eos_id", "deterministic", "decode")
-
-
-def check_types(settings, prefix: str, skip: tuple[str, ...] = ()) -> None:
-  """Each field of the dataclass ``settings`` has its default's type (an int is a float too, a list a tuple): a
-  config written in Python can hold any value, and a string where a number belongs would otherwise fail deep
-  inside a comparison or a traced step."""
-  for field in dataclasses.fields(settings):
-    value, default = getattr(settings, field.name), field.default
-    if field.name in skip or default is dataclasses.MISSING:
-      continue
-    allowed = {float: (int, float), tuple: (tuple, list)}.get(type(default), (type(default),))
-    if isinstance(value, bool) != isinstance(default, bool) or not isinstance(value, allowed):
-      raise ConfigError(f"{prefix}.{field.name}={value!r} must be of type {type(default).__name__}, as its default "
-                        f"{default!r} is.")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,7 +52,6 @@ class OptimizerConfig(ValidatedConfig):
   frozen_params: tuple[str, ...] = ()
 
   def __post_init__(self):
-    check_types(self, "config.optimizer")
     object.__setattr__(self, "frozen_params", tuple(self.frozen_params or ()))
     if self.schedule not in SCHEDULES:
       raise ConfigError(f"config.optimizer.schedule={self.schedule!r} is not supported; choose one of "
@@ -236,7 +221,8 @@ class RunConfig:
         raise ConfigError(f"config has no field {name!r}." + (f" Did you mean {close[0]!r}?" if close else ""))
     for name in SECTIONS:
       _require(isinstance(values.get(name, {}), Mapping),
-               f"config.{name} must be a section of fields (e.g. config.{name}.<field>), got {values[name]!r}.")
+               f"config.{name} must be a section of fields (e.g. config.{name}.<field>), got {values.get(name)!r}.")
+    check_field_types(cls, {name: values[name] for name in names if name in values}, "config")
     model_name = values.get("model_name", "transformer")
     task_section = values.get("task", {"name": ""})
     return cls(model=_model_config(model_name, values.get("model", {})),
@@ -246,7 +232,6 @@ class RunConfig:
                record=record, **{name: values[name] for name in names if name in values})
 
   def __post_init__(self):
-    check_types(self, "config", skip=SECTIONS + ("record",))
     self.replicas  # pylint: disable=pointless-statement  # parse (and check) config.sweep once, here
     for name in ("batch_size", "num_train_steps", "log_every", "eval_every", "checkpoint_every", "keep_checkpoints",
                  "grad_accum_steps", "num_seeds", "eval_batch_size"):
@@ -348,6 +333,7 @@ def _from_mapping(cls, values: Mapping, name: str):
   unknown = sorted(set(values) - set(fields))
   if unknown:
     raise ConfigError(f"config.{name} has no field {unknown[0]!r}; its fields are {fields}.")
+  check_field_types(cls, values, f"config.{name}")
   try:
     return cls(**values)
   except ValueError as error:
