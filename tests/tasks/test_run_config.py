@@ -60,6 +60,8 @@ def test_a_bad_top_level_value_fails_when_resolved_naming_the_field(field, value
     ("optimizer", "schedule", "linear", "config.optimizer.schedule='linear' is not supported"),
     ("optimizer", "learning_rate", "3e-4", "config.optimizer: OptimizerConfig.learning_rate='3e-4' must be of type "
                                            "float"),
+    ("model", "d_modle", 64, "config.model: ModelConfig has no field 'd_modle'. Did you mean 'd_model'?"),
+    ("task", "name", 3, "config.task.name=3 is not a known task"),
     ("decode", "temperature", None, "config.decode.temperature=None must be of type float"),
     ("model", "dropout_rate", "0.1", "ModelConfig.dropout_rate='0.1' must be of type float"),
     ("task", "max_length", "12", "config.task: SyntheticConfig.max_length='12' must be of type int"),

@@ -16,7 +16,7 @@ TensorFlow is needed: datasets are written as ``array_record`` and read with
 | ``classification`` | ``fixed_batches`` and the resumable ``ShuffledBatches`` of labelled token arrays |
 | ``synthetic`` | copy / reverse / sort sequences (``make_examples``) and the resumable ``SyntheticBatches`` |
 | ``beijing_pm25/`` | TFDS builder of the hourly UCI rows, ``read_csv``; ``features``: ``prepare``/``load`` -> ``PM25Series`` |
-| ``timeseries`` | ``WindowedSeries`` (windows sliced on the fly, resumable iterator, fixed-shape eval batches), persistence baselines, masked MAE/RMSE |
+| ``timeseries`` | ``WindowedSeries`` (windows sliced on the fly, resumable iterator, fixed-shape eval batches), persistence baselines |
 
 Submodules are imported explicitly (``from transformer.data import batching``), so that using
 the batching alone does not import TFDS.

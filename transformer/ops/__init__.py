@@ -4,7 +4,7 @@
     out = ops.dot_product_attention(q, k, v, mask=ops.make_causal_mask(q.shape[1]))
 
 Each op computes its formula; backend-tuned implementations live in ``ops.kernels`` and are passed in as
-``kernels=ops.select_kernels(setting)`` (what ``ModelConfig.kernels`` does).
+``kernels=ops.select_kernels(setting)`` (what a model config's ``resolved_kernels`` holds).
 """
 from transformer.ops.attention import MASK_VALUE, attend, attention_weights, dot_product_attention, weighted_values
 from transformer.ops.chunked import chunked_dot_product_attention

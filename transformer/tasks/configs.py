@@ -191,8 +191,8 @@ TASK_CONFIGS = {"synthetic": SyntheticConfig, "translation": TranslationConfig, 
 
 def task_config_class(name: str) -> type[TaskConfig]:
   """The config dataclass of the task ``name``; a ``ConfigError`` naming the tasks for an unknown one."""
-  if name not in TASK_CONFIGS:
-    close = difflib.get_close_matches(name, TASK_CONFIGS, n=1)
+  if not isinstance(name, str) or name not in TASK_CONFIGS:
+    close = difflib.get_close_matches(str(name), TASK_CONFIGS, n=1)
     hint = f" Did you mean {close[0]!r}?" if close else ""
     raise ConfigError(f"config.task.name={name!r} is not a known task; choose one of {sorted(TASK_CONFIGS)}.{hint}")
   return TASK_CONFIGS[name]

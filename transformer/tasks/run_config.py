@@ -5,7 +5,9 @@ and the command line overrides: it builds the model's config (``transformer.nn``
 at their defaults, filled in by the task), the task's config (``transformer.tasks.configs``), the decode and
 optimizer settings, and parses the replicas (``num_seeds`` times the variants of ``sweep``); every check runs
 there, and a bad value is a ``ConfigError`` naming the field and the fix. Training, evaluation, prediction,
-translation, restoring and ``transformer.load`` take the ``RunConfig``; nothing below it reads raw keys.
+translation, restoring and ``transformer.load`` take the ``RunConfig``; nothing below it reads raw keys. The entry
+points that also accept a ``ConfigDict`` (``transformer.train.run``, ``build_task``, ``load_params``/``load`` with
+``config=``) resolve it here first.
 
 The fields and defaults of ``RunConfig``, ``OptimizerConfig`` and ``DecodeSettings`` are the defaults of every
 experiment: ``transformer.train.base_config`` builds its ``ConfigDict`` from them. ``record`` keeps the values
@@ -352,6 +354,13 @@ def _model_config(model_name: str, values: Mapping):
   config_class = model_spec(model_name).config
   if values and set(values) != set(model_fields(model_name)):
     holds = [name for name in MODELS if set(model_fields(name)) == set(values)]
+    unknown = sorted(set(values) - set(model_fields(model_name)))
+    if not holds and unknown:  # a misspelt field rather than another model's section
+      raise ConfigError(f"config.model: {config_class.unknown_field_message(unknown[0])}")
+    missing = sorted(set(model_fields(model_name)) - set(values))
+    if not holds and missing:
+      raise ConfigError(f"config.model lacks {missing} of config.model_name={model_name!r}; build the section with "
+                        "set_model (transformer.train.config) rather than by hand.")
     raise ConfigError(
         f"config.model_name={model_name!r}, but config.model holds the fields of "
         f"{holds[0] if holds else 'another model'!r}. The model section is built with the model: choose an "

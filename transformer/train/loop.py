@@ -115,7 +115,7 @@ class Trainer:
 
   def report_finished(self) -> RunOutput:
     """A finished run: report it, train nothing."""
-    self.session.say(f"already done: {self.session.workdir} is trained to step {self.step} (run.num_train_steps="
+    self.session.say(f"already done: {self.session.workdir} is trained to step {self.step} (config.num_train_steps="
                      f"{self.run.num_train_steps}); raise --config.num_train_steps to train further.")
     self.results = _last_evaluation(self.session.workdir)
     _print_summary(self.session, self.step, self.results)

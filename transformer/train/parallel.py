@@ -138,7 +138,7 @@ class PmapStrategy(Strategy):
     return self.from_canonical(jax.jit(create_fn)(seed_key))
 
   def compile_train_step(self, train_step, steps_per_call: int = 1):
-    if steps_per_call > 1:  # validate_config says so first; its metrics would be [devices, steps, ...]
+    if steps_per_call > 1:  # RunConfig refuses it first; its metrics would be [devices, steps, ...]
       raise ValueError("several steps per call (config.steps_per_call > 1) work with parallelism 'jit' or 'mesh'.")
     def step_with_rng(state, batch):
       return train_step(state, batch, jax.random.fold_in(state.rng, state.step))

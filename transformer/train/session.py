@@ -1,6 +1,6 @@
 """A run's session: the checks and pieces every mode shares, made once by ``prepare``.
 
-``prepare`` takes a run's ``RunConfig`` (checked when it was resolved) and the workdir (a training run's lock) (a training run's lock), builds the task,
+``prepare`` takes a run's ``RunConfig`` (checked when it was resolved) and the workdir (a training run's lock), builds the task,
 the parallelism and the checkpointer, and holds the run to its record:
 
 - ``config.json`` is written once, when a run starts; it is never rewritten. A later command (a resume, an
