@@ -36,7 +36,7 @@ def parse_args(description: str, argv: Sequence[str] | None,
   ``--time_budget_s``) plus its own. ``args.results_path``: the committed RESULTS.md with ``--update_committed``,
   else ``--output_dir``'s (by default a new folder per run under the git-ignored ``runs/``); ``None`` (nothing
   written) for a ``--smoke`` run without ``--output_dir``."""
-  parser = argparse.ArgumentParser(description=description)
+  parser = argparse.ArgumentParser(description=description, allow_abbrev=False)  # a misspelt flag is an error
   parser.add_argument("--smoke", action="store_true",
                       help="tiny sizes and one repeat, for tests; writes RESULTS.md only if --output_dir is given")
   parser.add_argument("--repeats", type=int, default=None, help="timed calls per measurement (median)")

@@ -555,7 +555,7 @@ def recorded_results(cells: list[Cell], store: report.RecordStore):
 
 def main(argv: list[str] | None = None) -> None:
   parser = report.results_parser(__doc__, "WORKDIR_ROOT/results", default_root=DEFAULT_ROOT, hardware=True)
-  parser.add_argument("--ablation", default="all",
+  parser.add_argument("--ablation", type=report.comma_list, default=["all"],
                       help=f"Comma-separated ablations, or 'all': {', '.join(ABLATIONS)}.")
   parser.add_argument("--task", default="synthetic", choices=list(common.TASKS),
                       help="The base: synthetic (reversal) or multi30k.")
@@ -569,13 +569,13 @@ def main(argv: list[str] | None = None) -> None:
   args = parser.parse_args(argv)
   root = os.path.abspath(args.workdir_root)
   task = args.task
-  names = list(ABLATIONS) if args.ablation == "all" else [n.strip() for n in args.ablation.split(",")]
+  names = list(ABLATIONS) if args.ablation == ["all"] else args.ablation
   for name in names:
     report.exit_on_user_error(ablation_module, name)
   committed = os.path.join(report.COMMITTED, "ablations", *(() if task == "synthetic" else (task,)))
   cells = expand_grid(names, task, root)
   invocation = "python -m experiments.ablations_results" + (
-      f" --ablation={args.ablation}" if args.ablation != "all" else "") + (
+      f" --ablation={','.join(args.ablation)}" if args.ablation != ["all"] else "") + (
       f" --task={task}" if task != "synthetic" else "") + " --workdir_root=WORKDIR_ROOT"  # a local folder
 
   def collect(store: report.RecordStore, folder: str) -> None:

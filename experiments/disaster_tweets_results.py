@@ -21,7 +21,6 @@ from experiments import disaster_tweets, report
 from transformer import load, read_run_config
 from transformer.errors import ConfigError
 from transformer.tasks.metrics import best_threshold, binary_metrics, confusion_counts, f1_bootstrap_interval
-from transformer.train.writers import read_metrics
 
 VARIANTS = ("static_scratch", "static_minilm", "transformer_scratch", "minilm_frozen", "minilm_finetune")
 COMMITTED_DIR = os.path.join(report.COMMITTED, "disaster_tweets")
@@ -76,7 +75,7 @@ def score_run(workdir: str) -> dict:
   ensemble_predictions = np.mean(test_probabilities, axis=0).argmax(-1)
   ensemble = {**binary_metrics(confusion_counts(ensemble_predictions, test_labels)),
               "f1_interval": f1_bootstrap_interval(ensemble_predictions, test_labels)}
-  records = read_metrics(workdir)
+  records = report.run_metrics(workdir)
   evaluations = {r["step"]: r for r in records if "eval/f1" in r}
   test = model.task.splits[config.task.test_split]
   return {"config": config, "seeds": seeds, "ensemble": ensemble, "records": records,
@@ -189,7 +188,10 @@ def collect(store: report.RecordStore, folder: str, workdir_root: str, condition
   ``not_scored``: variant -> why a run there was not scored (for the page)."""
   workdirs = {variant: os.path.join(workdir_root, variant) for variant in VARIANTS
               if os.path.exists(os.path.join(workdir_root, variant, "config.json"))}
-  store.check({variant: max((r["step"] for r in read_metrics(workdir)), default=0)  # before scoring
+  if not workdirs:  # a mistyped root would otherwise rewrite the page from the records alone, silently
+    raise report.UserError(f"--workdir_root={workdir_root} holds no run of {', '.join(VARIANTS)} (a folder "
+                           "<root>/<variant> with config.json); give the root of the runs, or --from_records.")
+  store.check({variant: max((r["step"] for r in report.run_metrics(workdir)), default=0)  # before scoring
                for variant, workdir in workdirs.items()})
   curves = {}
   for variant, workdir in workdirs.items():

@@ -19,7 +19,6 @@ import numpy as np
 from experiments import report
 from experiments.language_model import get_config
 import transformer
-from transformer.train.writers import read_metrics
 
 VARIANT = "small"
 # Where the data lives and how the run printed: not part of the command that reproduces it.
@@ -38,7 +37,7 @@ def per_word_perplexity(nll_per_piece: float, pieces: int, words: int, sentences
 def collect(store: report.RecordStore, folder: str, workdir: str) -> None:
   """The row of the run in ``workdir`` (scores, the model and data it describes, greedy continuations) and
   ``folder/curves.png``."""
-  records = read_metrics(workdir)
+  records = report.run_metrics(workdir)
   store.check({VARIANT: records[-1]["step"]})  # before loading and decoding
   evaluations = [r for r in records if "eval/perplexity" in r]
   best = min(evaluations, key=lambda r: r["eval/perplexity"])

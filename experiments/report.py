@@ -23,6 +23,7 @@ import jax
 import numpy as np
 
 from transformer.errors import UserError, exit_on_user_error  # noqa: F401 (the scripts' one-line errors)
+from transformer.train.writers import read_metrics
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 COMMITTED = os.path.join(REPO, "experiments")  # the committed pages: experiments/<name>/RESULTS.md
@@ -49,6 +50,13 @@ def add_boolean_argument(parser, name: str, default: bool, help: str) -> None:
   """``--NAME`` and ``--noNAME`` (absl's spelling, which the pages' commands and READMEs use)."""
   parser.add_argument(f"--{name}", dest=name, action="store_true", default=default, help=help)
   parser.add_argument(f"--no{name}", dest=name, action="store_false", help=f"The opposite of --{name}.")
+
+
+def non_negative_int(text: str) -> int:
+  """An argparse ``type``: an integer >= 0, else a usage error naming the value."""
+  if not text.strip().isdigit():
+    raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text}")
+  return int(text)
 
 
 def comma_list(text: str) -> list[str]:
@@ -325,6 +333,13 @@ def read_cpuinfo() -> dict[str, str]:
 
 
 # ------------------------------------------------------------------------------ runs and their commands
+
+def run_metrics(workdir: str) -> list[dict]:
+  """The records of a training run's ``metrics.jsonl``; a ``UserError`` naming the folder when it holds none."""
+  if not os.path.isfile(os.path.join(workdir, "metrics.jsonl")):
+    raise UserError(f"{workdir} holds no metrics.jsonl: give the workdir of a training run (launch.py --workdir).")
+  return read_metrics(workdir)
+
 
 def launch(config: str, workdir: str, overrides: tuple[str, ...] = ()) -> list[str]:
   """Runs ``launch.py`` (resuming if ``workdir`` has checkpoints) with its progress output (a grid of cells can

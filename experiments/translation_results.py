@@ -28,7 +28,6 @@ from experiments import report
 from transformer.errors import ConfigError, UserError
 from transformer.tasks.metrics import bleu_by_reference_length
 from transformer.train.convert_run import upgrade_config
-from transformer.train.writers import read_metrics
 
 EXPERIMENTS = ("multi30k", "iwslt15_en_vi")
 
@@ -69,7 +68,7 @@ CURVES = ("train/nll", "eval/nll", "eval/bleu")
 NOT_TRAINING_SETTINGS = ("task.source_dir", "task.data_dir", "task.test_splits", "quiet", "tensorboard",
                          "async_checkpointing", "average_checkpoints", "translate_input", "translate_output")
 # What a new page folder copies from the committed one, with the test outputs of its rows (they belong to them).
-STARTING_FILES = (report.NOT_KEPT_NOTE, "curves.png")
+STARTING_FILES = (report.NOT_KEPT_NOTE, "curves.png")  # and the PLOT_FOLDERS
 # Beside the page, one folder per scored row but the best (whose are the page's own files): its test outputs.
 ROW_OUTPUTS = "hypotheses"
 # Folders of experiments/attention_plots.py output linked from RESULTS.md when present.
@@ -160,7 +159,7 @@ def trained_run(args: argparse.Namespace, variant: str, workdir: str) -> dict:
   """What a row says of a run from its workdir alone (no decoding); its command is derived from its settings."""
   config = read_json(os.path.join(workdir, "config.json"))
   model = read_json(os.path.join(workdir, "model_config.json"))
-  records = read_metrics(workdir)
+  records = report.run_metrics(workdir)
   trained = [r for r in records if "wall_seconds" in r]
   return {
       "size": (f"{model['num_encoder_layers']}+{model['num_decoder_layers']} layers, d_model {model['d_model']}"
@@ -457,11 +456,15 @@ def start_page(experiment: str, store: report.RecordStore, output: str, committe
   for name in STARTING_FILES:
     if os.path.exists(os.path.join(committed, name)):
       shutil.copy(os.path.join(committed, name), os.path.join(output, name))
+  for name in PLOT_FOLDERS:  # the page links them when present
+    if os.path.isdir(os.path.join(committed, name)):
+      shutil.copytree(os.path.join(committed, name), os.path.join(output, name), dirs_exist_ok=True)
   place_outputs(experiment, committed, output, page_names=True)
   rows = os.path.join(committed, ROW_OUTPUTS)
   for name in os.listdir(rows) if os.path.isdir(rows) else ():
-    shutil.copytree(os.path.join(rows, name),
-                    os.path.join(output, ROW_OUTPUTS, f"{name} (committed)" if name in new_names else name))
+    shutil.copytree(os.path.join(rows, name),  # a rerun after a failed one finds them there
+                    os.path.join(output, ROW_OUTPUTS, f"{name} (committed)" if name in new_names else name),
+                    dirs_exist_ok=True)
   for name in new_names & set(store):
     store.rename(name, f"{name} (committed)")
 
@@ -526,7 +529,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                       "the row's name, default VARIANT); repeat for several.")
   parser.add_argument("--source_dir", default="", help="Raw data folder (as --config.task.source_dir).")
   parser.add_argument("--data_dir", default="", help="TFDS data dir (as --config.task.data_dir).")
-  parser.add_argument("--average_checkpoints", type=int, default=0, help="Also score the mean of the last N "
+  parser.add_argument("--average_checkpoints", type=report.non_negative_int, default=0, help="Also score the mean of the last N "
                       "checkpoints and report it if it is better on validation (each run must have kept N: "
                       "config.keep_checkpoints and enough checkpoints saved).")
   parser.add_argument("--validation_only", action="store_true", help="Record the --run runs from their training "
@@ -545,7 +548,7 @@ def main(argv: list[str] | None = None) -> None:
   def collect(store: report.RecordStore, folder: str) -> None:
     start_page(experiment, store, folder, committed, {name for name, _, _ in specs})  # before the new rows' files
     # Before the runs are decoded: a refused row costs nothing.
-    store.check({name: steps_trained(read_metrics(workdir)) for name, _, workdir in specs})
+    store.check({name: steps_trained(report.run_metrics(workdir)) for name, _, workdir in specs})
     if args.validation_only:
       add_runs(experiment, store, folder, {}, {name: validation_summary(args, variant, workdir)
                                                for name, variant, workdir in specs})

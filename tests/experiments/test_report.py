@@ -192,3 +192,14 @@ def test_block_bootstrap_shift_is_exact_and_dependence_widens_the_interval():
   masked = report.block_bootstrap_difference(np.array([[1.0], [0.0]]), np.zeros((2, 1)), np.array([[True], [False]]),
                                               block_length=1)
   assert masked["difference"][0] == 1.0
+
+
+def test_a_folder_without_metrics_and_a_negative_count_are_one_line_errors(tmp_path):
+  with pytest.raises(report.UserError, match=f"{tmp_path} holds no metrics.jsonl: give the workdir of a training run"):
+    report.run_metrics(str(tmp_path))
+  (tmp_path / "metrics.jsonl").write_text('{"step": 10, "train/loss": 1.5}\n')
+  assert report.run_metrics(str(tmp_path)) == [{"step": 10, "train/loss": 1.5}]
+  assert report.non_negative_int("0") == 0 and report.non_negative_int("5") == 5
+  for bad in ("-3", "2.5", "x"):
+    with pytest.raises(argparse.ArgumentTypeError, match=f"must be an integer >= 0, got {bad}"):
+      report.non_negative_int(bad)
