@@ -82,9 +82,21 @@ def test_peaks_take_the_higher_measurement_and_divide_by_both():
   assert turbo.mfu(100.0) == (pytest.approx(100 / 420), None) and "not used" in turbo.describe()
 
 
-def test_measured_peak_is_the_best_of_sizes_and_repeats():
-  flops, size = measure.best_matmul_flops((16, 32), "float32", warmup=1, repeats=2)
-  assert flops > 0 and size in (16, 32)
+def test_measured_peak_is_the_best_of_sizes_and_repeats(monkeypatch):
+  """A scripted clock makes the fastest call known: the middle size, in its middle repeat. The median, the
+  first call, the first or the last size would each give another answer."""
+  durations = {8: (0.001, 0.0005, 0.002), 16: (0.004, 0.0001, 0.003), 32: (0.01, 0.002, 0.02)}
+  readings, now = [], 0.0
+  for size in (8, 16, 32):
+    for seconds in (1.0,) + durations[size]:  # one untimed warm-up call, then the timed ones
+      readings += [now, now + seconds]
+      now += seconds
+  clock = iter(readings)
+  monkeypatch.setattr(measure, "time", type("Clock", (), {"perf_counter": staticmethod(lambda: next(clock))}))
+  flops, size = measure.best_matmul_flops((8, 16, 32), "float32", warmup=1, repeats=3)
+  assert size == 16
+  assert flops == pytest.approx(2 * 16**3 / 0.0001, rel=1e-9)
+  assert next(clock, None) is None  # every warm-up and timed call read the clock, no more
 
 
 def test_cpu_vector_description_names_what_the_peak_is_computed_from():

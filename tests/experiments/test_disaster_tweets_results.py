@@ -57,6 +57,8 @@ def committed(tmp_path, monkeypatch):
 
 def test_the_committed_page_and_its_confusion_matrices_are_rewritten_from_its_records_alone(tmp_path, committed):
   before = {name: (committed / name).read_bytes() for name in ("RESULTS.md", "confusion_matrices.png")}
+  for name in before:  # deleted, so that only files written again from the records can match
+    (committed / name).unlink()
   results.main(["--from_records", "--update_committed", f"--workdir_root={tmp_path / 'none'}"])
   assert {name: (committed / name).read_bytes() for name in before} == before
 
@@ -112,6 +114,9 @@ def test_per_seed_predictions_recompute_the_tables_f1_and_the_page_says_where_th
   assert [row["id"] for row in rows] == ["11", "12", "15", "20", "31"] and list(rows[0]) == [
       "id", "target", "seed_0", "seed_1"]
   for seed, seed_probabilities in enumerate(probabilities):  # the F1 the table reports for that seed
+    # the probabilities themselves, to the 6 decimals written, not only which side of 0.5 they fall
+    np.testing.assert_allclose([float(row[f"seed_{seed}"]) for row in rows], seed_probabilities, rtol=0,
+                               atol=5e-7, err_msg=f"seed_{seed}")
     recomputed = [int(float(row[f"seed_{seed}"]) > 0.5) for row in rows]
     assert recomputed == list((seed_probabilities > 0.5).astype(int))
     assert binary_metrics(confusion_counts(recomputed, [int(row["target"]) for row in rows]))["f1"] == (

@@ -81,9 +81,11 @@ def test_a_committed_row_is_replaced_only_by_a_run_at_least_as_long(tmp_path, mo
 
 def test_the_committed_page_is_rewritten_from_its_records_alone(tmp_path, committed, monkeypatch):
   """--from_records trains nothing (no workdir exists) and gives the committed page byte for byte: its rows,
-  commands and machine stamp all come from records.json; curves.png is left as it is."""
+  commands and machine stamp all come from records.json; curves.png is left as it is. The page is deleted first,
+  so only a page written again from the records can match."""
   monkeypatch.setattr(report, "launch", lambda *args: pytest.fail("--from_records must train nothing"))
   before = file_bytes(committed)
+  (committed / "RESULTS.md").unlink()
   synthetic_results.main(["--from_records", "--update_committed", f"--workdir_root={tmp_path / 'none'}"])
   assert file_bytes(committed) == before
 

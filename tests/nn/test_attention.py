@@ -289,5 +289,6 @@ def test_a_chunked_model_sows_the_weights_of_the_dense_path_when_asked():
   dense_output, dense_state = MultiHeadAttention(CONFIG).apply(
       {"params": params}, inputs, inputs, valid, valid, causal=True, mutable=["intermediates"])
   np.testing.assert_allclose(sown_output, plain, atol=1e-5, rtol=1e-5)
+  np.testing.assert_allclose(sown_output, dense_output, atol=1e-5, rtol=1e-5)
   np.testing.assert_allclose(state["intermediates"]["attention_weights"][0],
                              dense_state["intermediates"]["attention_weights"][0], atol=1e-6)

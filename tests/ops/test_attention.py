@@ -329,16 +329,30 @@ def test_nested_lists_are_taken_as_jax_nn_takes_them():
                              jax.nn.dot_product_attention(query, key, value), **TOLERANCE[jnp.float32])
 
 
+def _dense_reference(query, key, value, mask):
+  """Softmax attention written out in numpy (float64): weights ``[batch, heads, q, kv]`` that are 0 off the mask
+  and on rows with no key, and the output ``[batch, q, heads, dim]``; independent of ``ops``."""
+  query, key, value = (np.asarray(x, np.float64) for x in (query, key, value))
+  mask = np.broadcast_to(np.asarray(mask, bool), (query.shape[0], query.shape[2], query.shape[1], key.shape[1]))
+  logits = np.einsum("bqhd,bkhd->bhqk", query, key) / np.sqrt(query.shape[-1])
+  logits = np.where(mask, logits, -np.inf)
+  row_max = np.where(mask.any(-1, keepdims=True), logits.max(-1, keepdims=True), 0.0)
+  exp = np.where(mask, np.exp(logits - row_max), 0.0)
+  weights = exp / np.maximum(exp.sum(-1, keepdims=True), 1e-300)
+  return np.einsum("bhqk,bkhd->bqhd", weights, value), weights
+
+
 @pytest.mark.parametrize("kernels", ["reference", "auto"])
 def test_attend_builds_the_mask_from_its_parts_and_chunked_kernels_compute_the_same(kernels):
-  """``attend`` = ``dot_product_attention`` over make_attention_mask(valid) & causal & extra mask & window; with
-  ``attention_chunk_size`` the blocked implementation, the same values; dense again where weights are asked."""
+  """``attend`` = attention over make_attention_mask(valid) & causal & extra mask & window; with
+  ``attention_chunk_size`` the blocked implementation, the same values; dense again where weights are asked
+  or a further mask is given. Checked against a numpy softmax, weights included."""
   query, key, value = _qkv(7, 6, 6)
   query_valid = np.array([[1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 0, 0]], bool)
   key_valid = np.array([[1, 1, 1, 1, 1, 0], [1, 1, 1, 1, 0, 0]], bool)
   mask = ops.combine_masks(ops.make_attention_mask(query_valid, key_valid), ops.make_causal_mask(6, 6))
-  mask = ops.combine_masks(mask, ops.make_local_mask(6, 3, 6))
-  expected = ops.dot_product_attention(query, key, value, mask=mask)
+  mask = np.asarray(ops.combine_masks(mask, ops.make_local_mask(6, 3, 6)))
+  expected, expected_weights = _dense_reference(query, key, value, mask)
   parts = dict(query_valid=query_valid, key_valid=key_valid, causal=True, window=3)
   dense = ops.select_kernels(kernels)
   chunked = ops.select_kernels(kernels, attention_chunk_size=4)
@@ -347,6 +361,17 @@ def test_attend_builds_the_mask_from_its_parts_and_chunked_kernels_compute_the_s
   np.testing.assert_allclose(ops.attend(query, key, value, kernels=chunked, **parts), expected, atol=1e-5)
   output, weights = ops.attend(query, key, value, kernels=chunked, return_weights=True, **parts)
   np.testing.assert_allclose(output, expected, atol=1e-5)
-  np.testing.assert_array_equal(np.asarray(weights) > 0, np.broadcast_to(mask, weights.shape) & (weights > 0))
-  extra = np.tril(np.ones((6, 6), bool))[None, None]  # a further mask (a decode cache's) takes the dense path
-  np.testing.assert_allclose(ops.attend(query, key, value, kernels=chunked, mask=extra, **parts), expected, atol=1e-5)
+  np.testing.assert_allclose(weights, expected_weights, atol=1e-6)
+  # A further mask (a decode cache's, per example): it hides key 1 from example 0 and key 2 from example 1,
+  # which every query that sees them must feel; it takes the dense path.
+  extra = np.ones((BATCH, 1, 6, 6), bool)
+  extra[0, :, :, 1] = False
+  extra[1, :, :, 2] = False
+  expected_extra, expected_extra_weights = _dense_reference(query, key, value, mask & extra)
+  assert np.abs(expected_extra - expected).max() > 0.1  # the extra mask changes the answer
+  for chosen in (dense, chunked):
+    np.testing.assert_allclose(ops.attend(query, key, value, kernels=chosen, mask=extra, **parts), expected_extra,
+                               atol=1e-5)
+    output, weights = ops.attend(query, key, value, kernels=chosen, mask=extra, return_weights=True, **parts)
+    np.testing.assert_allclose(output, expected_extra, atol=1e-5)
+    np.testing.assert_allclose(weights, expected_extra_weights, atol=1e-6)

@@ -4,6 +4,7 @@ is a ``ConfigError`` at validation, naming the field. No data is read: only the 
 import dataclasses
 import importlib
 import importlib.util
+import inspect
 import pathlib
 import re
 
@@ -63,11 +64,20 @@ def test_every_task_has_its_config_class_and_a_docstring_per_field():
     assert TASK_CONFIGS[name]().name == name  # the defaults validate
   from transformer.data.beijing_pm25.features import HORIZONS
   assert ForecastingConfig().horizons == HORIZONS  # the dataset's, written out: validation imports no TFDS
-  source = (REPO / "transformer" / "tasks" / "configs.py").read_text()
+  # Each field's comment is looked for in the source of the class that declares it (a base class where a
+  # subclass only changes the default), not the whole module, where a same-named field of another class
+  # would answer for it.
   for config_class in TASK_CONFIGS.values():
     for field in dataclasses.fields(config_class):
-      if field.name != "name":
-        assert re.search(rf"#.*\n\s+{field.name}: |\n\s+{field.name}: .*#", source), field.name
+      if field.name == "name":
+        continue
+      declaring = [klass for klass in config_class.__mro__ if field.name in inspect.get_annotations(klass)]
+      assert declaring, f"{config_class.__name__}.{field.name}"
+      # a comment on its line, or on a line of its own just above (not the previous field's trailing one)
+      pattern = rf"(?m)^[ \t]*#.*\n[ \t]+{field.name}: |^[ \t]+{field.name}: .*#"
+      assert any(re.search(pattern, inspect.getsource(klass)) for klass in declaring), (
+          f"{config_class.__name__}.{field.name} has no comment in "
+          f"{', '.join(klass.__name__ for klass in declaring)}")
 
 
 def test_a_section_saved_without_a_field_gets_what_the_code_took_for_it():

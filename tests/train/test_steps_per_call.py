@@ -32,6 +32,9 @@ def _records(workdir):
 
 
 def _assert_trees_equal(actual, desired):
+  # zip would stop at the shorter tree: a missing or extra leaf (or one moved) must fail, not be skipped.
+  assert jax.tree.structure(actual) == jax.tree.structure(desired), (
+      f"tree structures differ:\n{jax.tree.structure(actual)}\n{jax.tree.structure(desired)}")
   for (path, a), d in zip(jax.tree_util.tree_leaves_with_path(actual), jax.tree.leaves(desired)):
     np.testing.assert_array_equal(np.asarray(a), np.asarray(d), err_msg=jax.tree_util.keystr(path))
 
