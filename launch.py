@@ -3,8 +3,9 @@
     python launch.py --config=experiments/synthetic.py:copy --workdir=/tmp/copy --config.num_train_steps=300
     python launch.py --config=experiments/synthetic.py:copy --workdir=/tmp/copy --mode=eval
 
-Multi-host: add --coordinator_address=HOST:PORT --num_processes=N --process_id=I on every host (or set the
-TRANSFORMER_* environment variables; SLURM and TPU VMs are detected). See the README.
+Multi-host: add --coordinator_address=HOST:PORT --num_processes=N --process_id=I and --config.parallelism=mesh on
+every host (or set the TRANSFORMER_* environment variables; SLURM under srun and TPU VMs are detected), with one
+shared --workdir. See "Multi-host" in docs/training.md.
 
 Errors the user causes (``transformer.errors``: a bad config, missing data, a bad input file) print as one line
 ``error: ...`` and exit with status 1; any other exception is a bug and keeps its traceback.
@@ -16,6 +17,7 @@ import logging
 import os
 import re
 import sys
+import traceback
 
 from absl import app, flags
 from absl import logging as absl_logging
@@ -35,6 +37,12 @@ _MODE = flags.DEFINE_enum("mode", "train", ["train", "eval", "predict", "transla
 _COORDINATOR = flags.DEFINE_string("coordinator_address", None, "Multi-host: host:port of process 0.")
 _NUM_PROCESSES = flags.DEFINE_integer("num_processes", None, "Multi-host: number of processes.")
 _PROCESS_ID = flags.DEFINE_integer("process_id", None, "Multi-host: this process's index.")
+_LOCAL_DEVICE_IDS = flags.DEFINE_string("local_device_ids", None, "Multi-host: the devices this process drives, "
+                                        "a comma list such as 0,1 (default: JAX's choice).")
+_INITIALIZATION_TIMEOUT = flags.DEFINE_integer("initialization_timeout", None, "Multi-host: seconds to wait for "
+                                               "every process to join (default 300).")
+_PEER_TIMEOUT = flags.DEFINE_integer("peer_timeout", None, "Multi-host: a process that stops sending heartbeats "
+                                     "for this many seconds is taken as lost; the survivors stop (default 100).")
 flags.mark_flags_as_required(["config", "workdir"])
 
 
@@ -67,13 +75,22 @@ def main(argv):
   if not _CONFIG.value.get("quiet", False):  # our own progress: data preparation, tokenizers, padding fraction
     logging.getLogger("transformer").setLevel(logging.INFO)
   from transformer.train import distributed, run, validate_config  # after flag parsing: imports JAX
-  exit_on_user_error(distributed.initialize, _COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
-  config = exit_on_user_error(_config_for_mode, _CONFIG.value, _WORKDIR.value, _MODE.value, sys.argv[1:])
-  run_config = exit_on_user_error(validate_config, config, None, _MODE.value)  # the one reading of the config
-  if _MODE.value == "translate":
-    exit_on_user_error(translate_files, run_config, _WORKDIR.value, run)
-  else:
-    exit_on_user_error(run, run_config, _WORKDIR.value, _MODE.value)
+  exit_on_user_error(distributed.initialize, _COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value,
+                     local_device_ids=_LOCAL_DEVICE_IDS.value, initialization_timeout=_INITIALIZATION_TIMEOUT.value,
+                     peer_timeout=_PEER_TIMEOUT.value)
+  try:
+    config = exit_on_user_error(_config_for_mode, _CONFIG.value, _WORKDIR.value, _MODE.value, sys.argv[1:])
+    run_config = exit_on_user_error(validate_config, config, None, _MODE.value)  # the one reading of the config
+    if _MODE.value == "translate":
+      exit_on_user_error(translate_files, run_config, _WORKDIR.value, run)
+    else:
+      exit_on_user_error(run, run_config, _WORKDIR.value, _MODE.value)
+  except BaseException as error:  # with several processes: the others stop at once, naming this one
+    if not isinstance(error, SystemExit) or error.code not in (0, None):
+      from transformer.train.peers import leave_after_error
+      # Returns only in a single-process run, where the error goes on as usual.
+      leave_after_error(error.code if isinstance(error, SystemExit) else traceback.format_exc())
+    raise
 
 
 def translate_files(run_config, workdir: str, run) -> None:

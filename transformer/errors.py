@@ -40,6 +40,11 @@ class CheckpointRestoreError(WorkdirError):
   """Checkpoints exist but none could be restored: refusing to silently start from scratch."""
 
 
+class ClusterError(UserError):
+  """A multi-process run cannot start: this process was not launched as the cluster expects (``srun``), or the
+  other processes did not join in time; the message names the processes expected and what to check."""
+
+
 class TrainingDiverged(UserError, RuntimeError):
   """The loss or gradient norm became non-finite; the message names the step and what to change."""
 
@@ -54,4 +59,4 @@ def exit_on_user_error(function, *args, **kwargs):
 
 
 __all__ = ["UserError", "ConfigError", "MissingDataError", "MissingDependencyError", "InputFileError",
-           "WorkdirError", "CheckpointRestoreError", "TrainingDiverged", "exit_on_user_error"]
+           "WorkdirError", "CheckpointRestoreError", "ClusterError", "TrainingDiverged", "exit_on_user_error"]

@@ -14,6 +14,7 @@ TensorFlow is needed: datasets are written as ``array_record`` and read with
 | ``batching`` | ``TokenizedExamples``, ``TokenBatcher`` (buckets, token budget), ``BatchIterator``, ``PrefetchIterator`` |
 | ``translation`` | ``load_translation_data(name, pair, ...)``: the above tied together for translation |
 | ``classification`` | ``fixed_batches`` and the resumable ``ShuffledBatches`` of labelled token arrays |
+| ``hosts`` | many processes: every one walks the same global batches and takes its rows (``HostShard``, ``host_rows``, ``pad_rows``) |
 | ``synthetic`` | copy / reverse / sort sequences (``make_examples``) and the resumable ``SyntheticBatches`` |
 | ``beijing_pm25/`` | TFDS builder of the hourly UCI rows, ``read_csv``; ``features``: ``prepare``/``load`` -> ``PM25Series`` |
 | ``timeseries`` | ``WindowedSeries`` (windows sliced on the fly, resumable iterator, fixed-shape eval batches), persistence baselines |

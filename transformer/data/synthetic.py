@@ -2,7 +2,7 @@
 
 Sequences of ``min_length..max_length`` symbols drawn uniformly from ``num_symbols`` symbols (ids
 ``FIRST_SYMBOL..``), padded with 0; targets end with EOS. Every batch is a pure function of
-``(seed, shard, batch index)``, so the iterator's state is one integer and resuming is exact.
+``(seed, batch index)``, so the iterator's state is one integer and resuming is exact.
 """
 from __future__ import annotations
 
@@ -46,20 +46,21 @@ def make_examples(kind: str, rng: np.random.Generator, count: int, num_symbols: 
 
 
 class SyntheticBatches:
-  """Endless, resumable training batches: batch ``i`` depends only on ``(seed, shard_index, i)``."""
+  """Endless, resumable training batches ``{"source": [batch_size, max_length], "target": [batch_size,
+  max_length + 1]}``: batch ``i`` depends only on ``(seed, i)``, the same on every process (a global batch)."""
 
-  def __init__(self, task_config, batch_size: int, seed: int, shard_index: int = 0):
+  def __init__(self, task_config, batch_size: int, seed: int):
     self._config = task_config
     self._batch_size = batch_size
     self._seed = seed
-    self._shard_index = shard_index
     self._index = 0
 
   def __iter__(self):
     return self
 
   def __next__(self):
-    rng = np.random.default_rng([self._seed, self._shard_index, self._index])
+    # The 0 was the former shard index: the batches stay those of earlier single-process runs.
+    rng = np.random.default_rng([self._seed, 0, self._index])
     self._index += 1
     config = self._config
     return make_examples(config.kind, rng, self._batch_size, config.num_symbols, config.min_length,

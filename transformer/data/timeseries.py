@@ -251,10 +251,9 @@ class WindowedSeries:
     batch["origin"][:count] = origins
     return batch
 
-  def train_iterator(self, batch_size: int, seed: int, shard_index: int = 0,
-                     shard_count: int = 1) -> WindowBatchIterator:
-    """Endless shuffled batches of the scored windows (see :class:`WindowBatchIterator`)."""
-    return WindowBatchIterator(self, batch_size, seed, shard_index, shard_count)
+  def train_iterator(self, batch_size: int, seed: int) -> WindowBatchIterator:
+    """Endless shuffled global batches of the scored windows (see :class:`WindowBatchIterator`)."""
+    return WindowBatchIterator(self, batch_size, seed)
 
   def eval_batches(self, batch_size: int) -> EvalBatches:
     """Every window in order, in batches of ``batch_size`` (the last one padded)."""
@@ -265,41 +264,31 @@ class WindowBatchIterator:
   """Endless training batches: epoch after epoch, a shuffled pass over the scored windows.
 
   Epoch ``e``'s order is ``numpy.random.default_rng([seed, e]).permutation`` of the scored
-  windows, the same on every host; host ``shard_index`` takes every ``shard_count``-th window of
-  it, truncated so all hosts get the same number, and cuts full batches of ``batch_size`` (the
-  remainder is left out of that epoch, a different one each epoch). A batch is thus a pure function
-  of ``(seed, shard, epoch, batch)``, and ``get_state()`` ``{"epoch", "batch", "seed",
-  "num_windows", "shard_index", "shard_count"}`` restored by ``set_state`` into an iterator over the
-  same series and settings resumes exactly.
+  windows, cut into full batches of ``batch_size`` (the remainder is left out of that epoch, a
+  different one each epoch). The batches are global, the same on every process (each takes its
+  rows with ``hosts.HostShard``). A batch is thus a pure function of ``(seed, epoch, batch)``, and
+  ``get_state()`` ``{"epoch", "batch", "seed", "num_windows"}`` restored by ``set_state`` into an
+  iterator over the same series and settings resumes exactly.
   """
 
-  def __init__(self, series: WindowedSeries, batch_size: int, seed: int, shard_index: int = 0,
-               shard_count: int = 1):
-    if not 0 <= shard_index < shard_count:
-      raise ValueError(f"shard_index must lie in [0, shard_count={shard_count}); got "
-                       f"{shard_index}.")
+  def __init__(self, series: WindowedSeries, batch_size: int, seed: int):
     self.series = series
     self.batch_size = int(batch_size)
     self.seed = int(seed)
-    self.shard_index = int(shard_index)
-    self.shard_count = int(shard_count)
     self._windows = series.scored_windows()
-    self._windows_per_shard = len(self._windows) // self.shard_count
-    self.batches_per_epoch = self._windows_per_shard // self.batch_size
+    self.batches_per_epoch = len(self._windows) // self.batch_size
     if self.batches_per_epoch == 0:
       raise ValueError(
           f"WindowBatchIterator: {len(self._windows)} scored windows make no full batch of "
-          f"{self.batch_size} per shard ({self.shard_count} shards); lower the batch size.")
+          f"{self.batch_size}; lower the batch size.")
     self._epoch = 0
     self._batch = 0
     self._order_cache: tuple[int, np.ndarray] | None = None
 
   def epoch_order(self, epoch: int) -> np.ndarray:
-    """This shard's window indices of ``epoch``, in the order they are batched."""
+    """The window indices of ``epoch``, in the order they are batched."""
     if self._order_cache is None or self._order_cache[0] != epoch:
-      order = np.random.default_rng([self.seed, epoch]).permutation(self._windows)
-      self._order_cache = (epoch, order[self.shard_index::self.shard_count]
-                           [:self._windows_per_shard])
+      self._order_cache = (epoch, np.random.default_rng([self.seed, epoch]).permutation(self._windows))
     return self._order_cache[1]
 
   def __iter__(self) -> Iterator[dict[str, np.ndarray]]:
@@ -315,17 +304,20 @@ class WindowBatchIterator:
 
   def get_state(self) -> dict[str, Any]:
     return {"epoch": self._epoch, "batch": self._batch, "seed": self.seed,
-            "num_windows": len(self._windows), "shard_index": self.shard_index,
-            "shard_count": self.shard_count}
+            "num_windows": len(self._windows)}
 
   def set_state(self, state: Mapping[str, Any]) -> None:
-    expected = {"seed": self.seed, "num_windows": len(self._windows),
-                "shard_index": self.shard_index, "shard_count": self.shard_count}
+    # States saved before batches were global carry the shards; one shard of one is the global order.
+    if int(state.get("shard_count", 1)) != 1:
+      raise ValueError(f"Iterator state {dict(state)} was saved by shard {state.get('shard_index')} of "
+                       f"{state['shard_count']} (each host striding the windows), which no global batch "
+                       f"sequence continues; restart the run, or resume it with the code that saved it.")
+    expected = {"seed": self.seed, "num_windows": len(self._windows)}
     found = {key: state.get(key) for key in expected}
     if found != expected:
       raise ValueError(f"Iterator state {dict(state)} was saved for {found}, but this iterator "
                        f"has {expected}: restore it into an iterator over the same series, "
-                       f"windows, seed and shards.")
+                       f"windows and seed.")
     self._epoch, self._batch = int(state["epoch"]), int(state["batch"])
 
 

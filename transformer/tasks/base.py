@@ -6,7 +6,7 @@ it never looks inside batches. A new experiment is a config, plus a task only if
 from __future__ import annotations
 
 import abc
-from typing import Any, Iterator, Protocol, runtime_checkable
+from typing import Any, Iterator, Protocol, Sequence, runtime_checkable
 
 import flax.linen as nn
 import numpy as np
@@ -21,7 +21,8 @@ Metrics = dict[str, tuple[Any, Any]]  # name -> (sum, weight): summed over batch
 
 
 class ResumableIterator(Protocol):
-  """A batch iterator whose position can be saved in a checkpoint and restored exactly."""
+  """A batch iterator whose position can be saved in a checkpoint and restored exactly. Token-bucketed ones
+  also have ``batch_shapes``: ``[(rows, length), ...]``, the shapes of their batches."""
 
   def __iter__(self) -> Iterator[Batch]: ...
 
@@ -53,13 +54,15 @@ class Task(abc.ABC):
     """The Flax module; the same call with ``model_config.replace(deterministic=True)`` builds eval models."""
 
   @abc.abstractmethod
-  def train_iterator(self, batch_size: int, seed: int, shard_index: int = 0,
-                     shard_count: int = 1) -> ResumableIterator:
-    """Endless training batches for this host's shard (``batch_size`` is this host's share)."""
+  def train_iterator(self, batch_size: int, seed: int) -> ResumableIterator:
+    """Endless GLOBAL training batches (``batch_size`` is the global batch), the same on every process; the
+    training loop takes each process's rows (``data.hosts.HostShard``). Its state is thus the same on every
+    process and resumes on any process count."""
 
   @abc.abstractmethod
   def eval_batches(self, batch_size: int) -> list[Batch]:
-    """The validation set as a list of batches of identical shapes (padding rows have zero weight)."""
+    """The validation set as a list of batches of identical shapes (padding rows have zero weight, as have the
+    all-zero filler rows of ``data.hosts.pad_rows``)."""
 
   @abc.abstractmethod
   def init_inputs(self, batch: Batch) -> tuple:
@@ -103,9 +106,29 @@ class Task(abc.ABC):
     which a sum over batches cannot give; by default none."""
     return {}
 
-  def evaluate(self, model_config: ModelConfig, params, batches: list[Batch]) -> tuple[dict, list[str]]:
-    """Host-side evaluation beyond the loss (e.g. decoding): ``(metrics, example lines to print)``."""
+  # Host-side evaluation beyond the loss (e.g. decoding) comes in three parts, so that processes can share it:
+  # each evaluates some of the evaluation batches, and the outputs of all are scored together.
+
+  def evaluation_batches(self, batches: list[Batch]) -> Sequence:
+    """What the host-side evaluation goes through, one unit at a time, of the validation set ``batches``
+    (``eval_batches``): by default nothing (the loss metrics say everything)."""
+    return []
+
+  def evaluate_batches(self, model_config: ModelConfig, params, batches: Sequence) -> list:
+    """One output per unit of ``batches`` (some of ``evaluation_batches``), each a function of its unit alone:
+    picklable host values (hypotheses by example index, per-example flags, forecasts) that processes exchange
+    and ``score_outputs`` reads."""
+    return [None for _ in batches]
+
+  def score_outputs(self, outputs: list) -> tuple[dict, list[str]]:
+    """``(metrics, example lines to print)`` of the outputs of every unit of ``evaluation_batches``, in order."""
     return {}, []
+
+  def evaluate(self, model_config: ModelConfig, params, batches: list[Batch]) -> tuple[dict, list[str]]:
+    """Host-side evaluation beyond the loss: ``(metrics, example lines to print)``, all three parts on this
+    process. A task whose evaluation cannot be shared overrides this instead; every process then runs it whole."""
+    units = self.evaluation_batches(batches)
+    return self.score_outputs(self.evaluate_batches(model_config, params, units))
 
 
 # Capabilities only some tasks have. The training system checks for them (``isinstance(task, TranslatesText)``)

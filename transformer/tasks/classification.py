@@ -162,10 +162,9 @@ class ClassificationTask(Task):
                          np.asarray(labels, np.int32))
             for split, (ids, texts, labels) in raw.items()}
 
-  def train_iterator(self, batch_size, seed, shard_index=0, shard_count=1):
+  def train_iterator(self, batch_size, seed):
     train = self.splits["train"]
-    rows = np.arange(shard_index, len(train.labels), shard_count)
-    return ShuffledBatches(train.tokens[rows], train.labels[rows], batch_size, seed, self.tokenizer.pad_id,
+    return ShuffledBatches(train.tokens, train.labels, batch_size, seed, self.tokenizer.pad_id,
                            self.task_config.bucket_length_multiple)
 
   def eval_batches(self, batch_size, split: str | None = None):

@@ -45,6 +45,7 @@ from transformer.tasks.metrics import forecast_metrics
 # an untrained model's wild outputs stay finite in the metrics.
 MAX_LOG_CONCENTRATION = 10.0
 PREDICTIONS_FILE = "forecasts_test.csv"
+PREDICT_BATCH_SIZE = 512  # windows per forecast call of predict_split and the evaluation
 PM25_FEATURE = pm25_features.FEATURE_NAMES.index("pm25")  # standardised log1p(pm2.5), as the targets
 SYNTHETIC_SPLITS = {"train": 0.6, "validation": 0.2, "test": 0.2}  # fractions of the generated series
 
@@ -160,8 +161,8 @@ class ForecastingTask(Task):
     """The windows of ``split`` (``train``, ``validation``, ``test``)."""
     return self.series.windows(split, self.input_length, self.horizons)
 
-  def train_iterator(self, batch_size, seed, shard_index=0, shard_count=1):
-    return self.windows("train").train_iterator(batch_size, seed, shard_index, shard_count)
+  def train_iterator(self, batch_size, seed):
+    return self.windows("train").train_iterator(batch_size, seed)
 
   def eval_batches(self, batch_size):
     return self.windows("validation").eval_batches(batch_size)
@@ -208,7 +209,7 @@ class ForecastingTask(Task):
   def _predict_fn(self, model_config):
     return _compiled_forecaster(model_config.replace(deterministic=True))
 
-  def forecast_features(self, model_config, params, inputs, batch_size: int = 512) -> np.ndarray:
+  def forecast_features(self, model_config, params, inputs, batch_size: int = PREDICT_BATCH_SIZE) -> np.ndarray:
     """float64 ug/m3 ``[windows, num_horizons]`` forecasts of prepared feature windows ``[windows, L, F]``."""
     inputs = np.asarray(inputs, np.float32)
     predict = self._predict_fn(model_config)
@@ -224,22 +225,31 @@ class ForecastingTask(Task):
   def predict_split(self, model_config, params, split: str) -> dict[str, np.ndarray]:
     """Every window of ``split``: ``{"forecast", "actual" (NaN where unobserved), "mask": [windows, H],
     "origin_time": datetime64[h] [windows], "target_time": datetime64[h] [windows, H]}``, in ug/m3."""
+    batches = self.windows(split).eval_batches(PREDICT_BATCH_SIZE)
+    return self.split_prediction(split, self.evaluate_batches(model_config, params, batches))
+
+  def split_prediction(self, split: str, forecasts: list[np.ndarray]) -> dict[str, np.ndarray]:
+    """``predict_split``'s dict from the forecasts of each of its batches, in order."""
     windows = self.windows(split)
-    forecasts = []
-    for batch in windows.eval_batches(512):
-      real = batch["origin"] >= 0
-      forecasts.append(self.forecast_features(model_config, params, batch["inputs"][real]))
     actual, mask = self.series.concentration_targets(windows)
     target_hours = windows.target_hours(np.arange(windows.num_windows))
     return {"forecast": np.concatenate(forecasts), "actual": actual, "mask": mask,
             "origin_time": self.series.times[windows.origins], "target_time": self.series.times[target_hours]}
 
-  def evaluate(self, model_config, params, batches):
+  def evaluation_batches(self, batches):
+    del batches  # the validation windows in the batches of predict_split, so that both give the same numbers
+    return self.windows("validation").eval_batches(PREDICT_BATCH_SIZE)
+
+  def evaluate_batches(self, model_config, params, batches):
+    """Per batch of windows, float64 ug/m3 ``[real windows, num_horizons]`` forecasts."""
+    return [self.forecast_features(model_config, params, batch["inputs"][batch["origin"] >= 0])
+            for batch in batches]
+
+  def score_outputs(self, outputs):
     """RMSE in ug/m3 over all horizons and per horizon on the validation split (float64, host), and one
     example forecast."""
-    predicted = self.predict_split(model_config, params, "validation")
-    metrics = forecast_metrics(predicted["forecast"], np.nan_to_num(predicted["actual"]),
-                                          predicted["mask"])
+    predicted = self.split_prediction("validation", outputs)
+    metrics = forecast_metrics(predicted["forecast"], np.nan_to_num(predicted["actual"]), predicted["mask"])
     mask = predicted["mask"]
     errors = np.where(mask, predicted["forecast"] - np.nan_to_num(predicted["actual"]), 0.0)
     results = {"rmse": float(np.sqrt(np.sum(errors ** 2) / max(mask.sum(), 1)))}

@@ -66,12 +66,9 @@ class LanguageModelTask(Task):
                            seed=seed, batch_size_multiple=task.batch_size_multiple,
                            fixed_shape=task.fixed_batch_shape)
 
-  def train_iterator(self, batch_size, seed, shard_index=0, shard_count=1):
-    del batch_size  # batches are sized by config.task.max_tokens
-    examples = self.data.train
-    if shard_count > 1:  # each host batches its own sentences
-      examples = examples.select(np.arange(shard_index, len(examples), shard_count))
-    return batching.PrefetchIterator(self._batcher(examples, train=True, seed=seed).iterator())
+  def train_iterator(self, batch_size, seed):
+    del batch_size  # global batches are sized by config.task.max_tokens; .batch_shapes lists their shapes
+    return batching.PrefetchIterator(self._batcher(self.data.train, train=True, seed=seed).iterator())
 
   def eval_batches(self, batch_size):
     del batch_size
@@ -95,13 +92,20 @@ class LanguageModelTask(Task):
     return {name.replace("/nll", "/perplexity", 1): math.exp(min(value, 700.0))  # exp overflows past ~709
             for name, value in metrics.items() if name.split("/")[1:2] == ["nll"]}
 
-  def evaluate(self, model_config, params, batches):
-    """Greedy continuations of the first words of a few eval sentences, as examples (no metrics)."""
+  def evaluation_batches(self, batches):
+    """One unit: the first words of a few eval sentences, as prompts, which ``continue_texts`` decodes
+    together (so one process does)."""
     task = self.task_config
     sentences = self.data.eval_text[task.eval_split][:task.num_eval_prompts]
-    prompts = [" ".join(sentence.split()[:task.prompt_words]) for sentence in sentences]
-    continuations = self.continue_texts(model_config, params, prompts)
-    return {}, [f"prompt: {prompt}\n  continuation: {text}" for prompt, text in zip(prompts, continuations)]
+    return [[" ".join(sentence.split()[:task.prompt_words]) for sentence in sentences]]
+
+  def evaluate_batches(self, model_config, params, batches):
+    """Per list of prompts, ``(prompt, continuation)`` pairs."""
+    return [list(zip(prompts, self.continue_texts(model_config, params, prompts))) for prompts in batches]
+
+  def score_outputs(self, outputs):
+    """The continuations, as examples (no metrics)."""
+    return {}, [f"prompt: {prompt}\n  continuation: {text}" for pairs in outputs for prompt, text in pairs]
 
   def continue_texts(self, model_config, params, prompts: list[str], max_new_tokens: int | None = None,
                      settings: DecodeSettings | None = None) -> list[str]:

@@ -20,6 +20,8 @@ from transformer.tasks.base import Task
 from transformer.tasks.run_config import override_decode
 from transformer.tasks.decoding import SEQ2SEQ_MODELS, model_class, search_decode
 
+EXAMPLES_SHOWN = 3  # decoded examples printed at each evaluation
+
 
 class Seq2SeqTask(Task):
   """Base class: subclasses provide data (``train_iterator``, ``eval_batches``) and ``model_config``."""
@@ -130,18 +132,31 @@ class Seq2SeqTask(Task):
     """Teacher-forced attention weights of each (source, target) pair; see ``attention_weights`` (module)."""
     return attention_weights(model_config, params, self.encode_sources(sources), self.encode_targets(targets))
 
-  def evaluate(self, model_config, params, batches):
-    """Greedy-decode every eval batch; exact-match sequence accuracy and a few examples."""
-    matches = sequences = 0.0
-    examples = []
+  def evaluation_batches(self, batches):
+    """Every eval batch, each greedy-decoded on its own."""
+    return list(batches)
+
+  def evaluate_batches(self, model_config, params, batches):
+    """Per batch, greedy decoding's ``{"matches", "sequences"}`` (exact-match counts, floats) and the
+    ``"examples"`` of its first rows."""
+    outputs = []
     for batch in batches:
       target = np.asarray(batch["target"])
       predictions = np.asarray(self.decode_batch(model_config, params, batch["source"], target.shape[1], 1))
       match, count = ops.sequence_exact_match(predictions, target, target != model_config.pad_id)
-      matches += float(match)
-      sequences += float(count)
-      for row in range(min(3 - len(examples), len(target))):
-        examples.append(self.format_example(batch["source"][row], target[row], predictions[row]))
+      examples = [self.format_example(batch["source"][row], target[row], predictions[row])
+                  for row in range(min(EXAMPLES_SHOWN, len(target)))]
+      outputs.append({"matches": float(match), "sequences": float(count), "examples": examples})
+    return outputs
+
+  def score_outputs(self, outputs):
+    """Exact-match sequence accuracy and the first few examples."""
+    matches = sequences = 0.0
+    examples = []
+    for output in outputs:  # summed in batch order, as one process decoding every batch would
+      matches += output["matches"]
+      sequences += output["sequences"]
+      examples += output["examples"][:EXAMPLES_SHOWN - len(examples)]
     return {"exact_match": matches / max(sequences, 1.0)}, examples
 
   def write_predictions(self, model_config, params, output_dir: str) -> str:

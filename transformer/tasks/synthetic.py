@@ -23,8 +23,8 @@ class SyntheticTask(Seq2SeqTask):
     return self.make_model_config(vocab_size=FIRST_SYMBOL + self.task_config.num_symbols, target_vocab_size=None,
                                   pad_id=PAD_ID, bos_id=BOS_ID, eos_id=EOS_ID)
 
-  def train_iterator(self, batch_size, seed, shard_index=0, shard_count=1):
-    return SyntheticBatches(self.task_config, batch_size, seed, shard_index)
+  def train_iterator(self, batch_size, seed):
+    return SyntheticBatches(self.task_config, batch_size, seed)
 
   def eval_batches(self, batch_size):
     task = self.task_config

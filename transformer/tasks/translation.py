@@ -57,15 +57,11 @@ class TranslationTask(Seq2SeqTask):
                                  seed=seed, batch_size_multiple=task.batch_size_multiple,
                                  fixed_shape=task.fixed_batch_shape, include_index=not train)
 
-  def train_iterator(self, batch_size, seed, shard_index=0, shard_count=1):
-    del batch_size  # batches are sized by config.task.max_tokens
-    examples = self.data.train
-    if shard_count > 1:  # each host batches its own examples
-      examples = examples.select(np.arange(shard_index, len(examples), shard_count))
-    batcher = self._batcher(examples, train=True, seed=seed)
-    if shard_index == 0:
-      log.info("training batches: %d per epoch, padding fraction %.3f, shapes %s", batcher.num_batches(),
-               batcher.padding_fraction(), batcher.batch_shapes)
+  def train_iterator(self, batch_size, seed):
+    del batch_size  # global batches are sized by config.task.max_tokens; .batch_shapes lists their shapes
+    batcher = self._batcher(self.data.train, train=True, seed=seed)
+    log.info("training batches: %d per epoch, padding fraction %.3f, shapes %s", batcher.num_batches(),
+             batcher.padding_fraction(), batcher.batch_shapes)
     return batching.PrefetchIterator(batcher.iterator())
 
   def eval_batches(self, batch_size, split: str | None = None):
@@ -79,39 +75,74 @@ class TranslationTask(Seq2SeqTask):
     """Decode batches (with ``index``) into ``count`` detokenised hypotheses in the original order, with beam
     search of ``config.decode``, or beam search of ``beam_size`` ranked by ``length_penalty`` when given (see
     ``decode_settings``). Shows ``Progress`` as ``description``: sentences done of ``count``."""
-    hypotheses = [""] * count
-    progress = Progress(description, count, quiet=self.run.quiet)
+    decoded = self.decode_indexed(model_config, params, batches, count, length_penalty, beam_size, description)
+    return place_hypotheses(decoded, count)
+
+  def decode_indexed(self, model_config, params, batches, count: int, length_penalty: float | None = None,
+                     beam_size: int | None = None, description: str = "translating") -> list[list[tuple[int, str]]]:
+    """Per batch, ``(example index, detokenised hypothesis)`` of its rows whose index lies in ``[0, count)``
+    (none for a batch without such rows, which is not decoded); search and ``Progress`` as
+    ``translate_batches``."""
+    decoded = []
+    total = sum(_rows_below(batch, count).size for batch in batches)
+    progress = Progress(description, total, quiet=self.run.quiet)
     for batch in batches:
-      index = np.asarray(batch["index"])
-      if not np.any((index >= 0) & (index < count)):
+      rows = _rows_below(batch, count)
+      if not rows.size:
+        decoded.append([])
         continue
       max_length = self.default_max_length(batch["source"].shape[1])
       tokens = np.asarray(self.decode_batch(model_config, params, batch["source"], max_length, beam_size,
                                             length_penalty))
-      for row, example in enumerate(index):
-        if 0 <= example < count:
-          hypotheses[example] = self.data.target_tokenizer.decode(tokens[row])
-      progress.update(int(np.sum((index >= 0) & (index < count))))
+      index = np.asarray(batch["index"])
+      decoded.append([(int(index[row]), self.data.target_tokenizer.decode(tokens[row])) for row in rows])
+      progress.update(int(rows.size))
     progress.close()
-    return hypotheses
+    return decoded
+
+  def sentence_count(self, split: str, count: int | None = None) -> int:
+    """Sentences of ``split`` scored: its first ``count`` if given, else all."""
+    references = self.data.eval_reference_text[split]
+    return len(references) if not count else min(count, len(references))
 
   def bleu(self, model_config, params, split: str, count: int | None = None, length_penalty: float | None = None):
     """``(metrics, hypotheses)`` on ``split`` (its first ``count`` sentences if given)."""
-    references = self.data.eval_reference_text[split]
-    count = len(references) if not count else min(count, len(references))
+    count = self.sentence_count(split, count)
     hypotheses = self.translate_batches(model_config, params, self.eval_batches(0, split), count, length_penalty,
                                         description=f"decoding {split}")
-    tokenize = self.task_config.bleu_tokenize
-    bleu, signature = corpus_bleu(hypotheses, references[:count], tokenize)
-    bleu_lowercase, signature_lowercase = corpus_bleu(hypotheses, references[:count], tokenize, lowercase=True)
-    return {"bleu": bleu, "bleu_lowercase": bleu_lowercase, "bleu_signature": signature,
-            "bleu_lowercase_signature": signature_lowercase, "sentences": count}, hypotheses
+    return self.bleu_of(hypotheses, split), hypotheses
 
-  def evaluate(self, model_config, params, batches):
-    task = self.task_config
-    metrics, hypotheses = self.bleu(model_config, params, task.eval_split, task.num_eval_sentences)
-    sources = self.data.eval_source_text[task.eval_split]
-    references = self.data.eval_reference_text[task.eval_split]
+  def bleu_of(self, hypotheses: list[str], split: str) -> dict:
+    """Corpus BLEU (cased and lowercased, with their signatures) of the hypotheses of the first
+    ``len(hypotheses)`` sentences of ``split``."""
+    references = self.data.eval_reference_text[split][:len(hypotheses)]
+    tokenize = self.task_config.bleu_tokenize
+    bleu, signature = corpus_bleu(hypotheses, references, tokenize)
+    bleu_lowercase, signature_lowercase = corpus_bleu(hypotheses, references, tokenize, lowercase=True)
+    return {"bleu": bleu, "bleu_lowercase": bleu_lowercase, "bleu_signature": signature,
+            "bleu_lowercase_signature": signature_lowercase, "sentences": len(hypotheses)}
+
+  def eval_sentence_count(self) -> int:
+    """Sentences of the eval split that evaluation scores: its first ``num_eval_sentences`` (0: all)."""
+    return self.sentence_count(self.task_config.eval_split, self.task_config.num_eval_sentences)
+
+  def evaluation_batches(self, batches):
+    """The eval split's batches that hold one of the sentences scored (``eval_sentence_count``)."""
+    count = self.eval_sentence_count()
+    return [batch for batch in batches if _rows_below(batch, count).size]
+
+  def evaluate_batches(self, model_config, params, batches):
+    """Per batch, ``(example index, hypothesis)`` of its sentences, by ``config.decode``."""
+    return self.decode_indexed(model_config, params, batches, self.eval_sentence_count(),
+                               description=f"decoding {self.task_config.eval_split}")
+
+  def score_outputs(self, outputs):
+    """Corpus BLEU of all the hypotheses (put in sentence order) and the first three sentences."""
+    split = self.task_config.eval_split
+    hypotheses = place_hypotheses(outputs, self.eval_sentence_count())
+    metrics = self.bleu_of(hypotheses, split)
+    sources = self.data.eval_source_text[split]
+    references = self.data.eval_reference_text[split]
     examples = [f"source:     {sources[i]}\n  reference:  {references[i]}\n  hypothesis: {hypotheses[i]}"
                 for i in range(min(3, len(hypotheses)))]
     return {k: v for k, v in metrics.items() if isinstance(v, float)}, examples
@@ -196,3 +227,19 @@ class TranslationTask(Seq2SeqTask):
         f.write("\n".join(hypotheses) + "\n")
       results[split] = {**metrics, "length_penalty": length_penalty}
     return results
+
+
+def _rows_below(batch, count: int) -> np.ndarray:
+  """The rows of a batch whose example ``index`` lies in ``[0, count)`` (filler and padding rows have -1)."""
+  index = np.asarray(batch["index"])
+  return np.flatnonzero((index >= 0) & (index < count))
+
+
+def place_hypotheses(decoded: list[list[tuple[int, str]]], count: int) -> list[str]:
+  """``count`` hypotheses in example order from ``decode_indexed``'s ``(index, hypothesis)`` pairs (of every
+  batch, in any order); an example no batch holds gets ``""``."""
+  hypotheses = [""] * count
+  for pairs in decoded:
+    for example, hypothesis in pairs:
+      hypotheses[example] = hypothesis
+  return hypotheses

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import tempfile
 
 import ml_collections
 import optax
 
 from transformer.decode import DecodeSettings
-from transformer.errors import ConfigError
+from transformer.errors import ConfigError, WorkdirError
 from transformer.nn import model_spec
 from transformer.tasks.run_config import OptimizerConfig, RunConfig, model_fields
 from transformer.train.optimizer import make_optimizer, make_schedule
@@ -85,7 +86,9 @@ def validate_config(config: ml_collections.ConfigDict, workdir: str | None = Non
 
 
 def check_workdir(workdir: str) -> None:
-  """The workdir of a training run: a directory (created if missing) this process can write to."""
+  """The workdir of a training run: a local path (``refuse_url_workdir``) to a directory (created if missing)
+  this process can write to."""
+  refuse_url_workdir(workdir)
   if os.path.exists(workdir) and not os.path.isdir(workdir):
     raise ConfigError(f"--workdir={workdir!r} is a file, not a directory; choose a directory (it is created if "
                       "missing).")
@@ -97,3 +100,18 @@ def check_workdir(workdir: str) -> None:
   except OSError as error:
     raise ConfigError(f"--workdir={workdir!r} is not writable ({error.strerror}); choose a directory you "
                       f"can write to.") from None
+
+
+def refuse_url_workdir(workdir: str) -> None:
+  """Every mode reads and writes the workdir with ``os`` and ``open``, which take ``gs://bucket/run`` for a local
+  folder named ``gs:``: refuse any ``scheme://`` workdir before anything is written.
+
+  Raises:
+    WorkdirError: ``workdir`` is a URL; the message names the fix (mount the bucket, pass the mount path).
+  """
+  scheme, separator, rest = workdir.partition("://")
+  if not separator or not re.fullmatch(r"[A-Za-z][A-Za-z0-9+.-]*", scheme):
+    return
+  fix = (f"give the path itself, --workdir={rest}" if scheme.lower() == "file" else
+         f"mount the bucket (e.g. with gcsfuse) and pass the mount path, e.g. --workdir=/mnt/{rest}")
+  raise WorkdirError(f"--workdir={workdir!r} is a URL, but the workdir is read and written as local files: {fix}.")

@@ -11,6 +11,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from transformer.data.hosts import host_rows, pad_rows
+from transformer.tasks.base import Task
+from transformer.train.gather import split_over_processes
 from transformer.train.step import make_eval_step
 
 
@@ -43,14 +46,31 @@ def make_evaluator(session, eval_model, write=print):
   evaluation (decoding), whose examples (of the first replica) the main process prints with ``write`` (the
   training loop's ``bar.write``, so that they never land inside its progress bar). With several replicas
   (``num_seeds > 1``, ``config.sweep``) each metric is the mean over replicas, with each replica's value as
-  ``eval/<name>/seed_i`` (``i`` the replica: variant ``i // num_seeds``, seed ``config.seed + i % num_seeds``)."""
+  ``eval/<name>/seed_i`` (``i`` the replica: variant ``i // num_seeds``, seed ``config.seed + i % num_seeds``).
+
+  The processes share the task's evaluation: each evaluates every ``process_count``-th unit of
+  ``task.evaluation_batches`` (``gather.split_over_processes``) and all score the outputs of every unit, in
+  order, so every process returns the metrics of one process evaluating everything."""
   strategy, task, num_seeds = session.strategy, session.task, session.run.num_seeds
   eval_step = strategy.compile_eval_step(make_eval_step(task, eval_model, getattr(strategy, "axis_name", None)))
   eval_batches = task.eval_batches(session.run.eval_batch_size)
+  # Each process places its rows of every batch, padded with rows of zero weight to split over the devices.
+  host_batches = [host_rows(pad_rows(batch, strategy.num_devices), session.process_index, session.process_count)
+                  for batch in eval_batches]
+  shared = type(task).evaluate is Task.evaluate  # else the task evaluates whole on every process
+  units = task.evaluation_batches(eval_batches) if shared else None
+
+  def task_evaluation(params) -> tuple[dict, list[str]]:
+    if not shared:
+      return task.evaluate(session.model_config, params, eval_batches)
+    # Each process decodes its share of the units; every process scores all outputs, in the units' order.
+    outputs = split_over_processes(lambda share: task.evaluate_batches(session.model_config, params, share),
+                                   units, session.process_index, session.process_count)
+    return task.score_outputs(outputs)
 
   def evaluate(state) -> dict:
     sums = None
-    for batch in eval_batches:
+    for batch in host_batches:
       metrics = eval_step(state.params, strategy.put_batch(batch))
       sums = metrics if sums is None else jax.tree.map(jnp.add, sums, metrics)
     results = means(strategy.fetch(sums), "eval", num_seeds)
@@ -59,7 +79,7 @@ def make_evaluator(session, eval_model, write=print):
     per_replica = []  # each replica's own evaluation (e.g. decoding): seeds are compared on it, not on a mean
     for replica in range(session.num_replicas):
       replica_params = params if session.num_replicas == 1 else jax.tree.map(lambda x, i=replica: x[i], params)
-      task_metrics, examples = task.evaluate(session.model_config, replica_params, eval_batches)
+      task_metrics, examples = task_evaluation(replica_params)
       per_replica.append(task_metrics)
       if session.is_main and examples and replica == 0:
         write("examples:\n  " + "\n  ".join(examples))

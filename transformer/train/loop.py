@@ -19,16 +19,19 @@ import time
 
 import jax
 import numpy as np
+from jax.experimental import multihost_utils
 
+from transformer.data.hosts import HostShard
 from transformer.data.prefetch import BatchGroups, prefetch_to_device, stack_batches
 from transformer.errors import ConfigError, TrainingDiverged
 from transformer.tasks.progress import log_line, progress_bar
 from transformer.tasks.run_config import RunConfig
 from transformer.train.config import run_optimizer, run_schedules
 from transformer.train.evaluate import make_evaluator, means, replica_means
+from transformer.train.goodput import Goodput, highest_logged_step, write_goodput
 from transformer.train.initialise import initial_state, state_factory
 from transformer.train.preemption import Preemption
-from transformer.train.session import Session, hold_to_record, prepare
+from transformer.train.session import Session, hold_to_record, prepare, record_launch
 from transformer.train.step import make_train_step
 from transformer.train.window import MetricsWindow
 from transformer.train.workdir import check_fresh_start
@@ -61,6 +64,21 @@ def run_train(run: RunConfig, workdir: str) -> RunOutput:
       session.lock.release()
 
 
+def host_iterator(session: Session) -> HostShard:
+  """This process's rows of the task's global training batches; refuses, before any step, batch shapes whose
+  rows do not split over the devices (of every process)."""
+  iterator = HostShard(session.task.train_iterator(session.run.batch_size, session.run.order_seed),
+                       session.process_index, session.process_count)
+  devices = session.strategy.num_devices
+  uneven = sorted({shape[0] for shape in getattr(iterator.iterator, "batch_shapes", []) if shape[0] % devices})
+  if uneven:
+    iterator.close()
+    raise ConfigError(f"batches of {', '.join(map(str, uneven))} rows do not split over the {devices} devices "
+                      f"(of {session.process_count} process(es)); set --config.task.batch_size_multiple to a "
+                      f"multiple of {devices}.")
+  return iterator
+
+
 def _due(step: int, every: int, last: bool) -> bool:
   return last or step % every == 0
 
@@ -83,8 +101,7 @@ class Trainer:
     self.strategy, self.checkpointer = session.strategy, session.checkpointer
     self.model = self.task.build_model(session.model_config)
     self.optimizer = run_optimizer(self.run)
-    self.iterator = self.task.train_iterator(session.host_batch_size, self.run.order_seed, session.process_index,
-                                             session.process_count)
+    self.iterator = host_iterator(session)
     create, abstract_state = state_factory(session, self.model, self.optimizer,
                                            self.task.init_inputs(self._first_batch_rows()))
     checked = self.checkpointer.has_checkpoints() and not self.run.restart
@@ -101,8 +118,12 @@ class Trainer:
       self.state = self.strategy.from_canonical(canonical)
       self.iterator.set_state(extra["iterator"])
     self.start_step, self.position = self.step, self.iterator.get_state()
+    record_launch(session, self.step)
     self.wall_seconds_before = extra.get("wall_seconds", 0.0)  # of earlier (interrupted) sessions of this run
     self.window = MetricsWindow(self.strategy.fetch, extra)
+    self.goodput = Goodput(extra.get("goodput"))
+    if restored is not None:  # before the writer drops the lines past this step: the steps to train again
+      self.goodput.redone(highest_logged_step(session.workdir) - self.step)
     self.results, self.evaluated = {}, None
 
   def _first_batch_rows(self) -> dict:
@@ -162,23 +183,26 @@ class Trainer:
     """The compiled calls (one step each, or ``config.steps_per_call``), each followed by the actions due."""
     run, total = self.run, self.run.num_train_steps
     groups = BatchGroups(self.iterator, call_sizes(self.step, total, self.steps_per_call))
+    self.goodput.start_loop(self.session.started)
     for host_batches, placed, position in prefetch_to_device(groups, self._place):
       self._call(host_batches, placed)
       self.position = position
       last = self.step == total
+      stop = preemption.stop_at(self.step)  # every process of a run: the same answer at the same step
       self.evaluated = None
       if _due(self.step, run.log_every, last):
         self.log()
       if _due(self.step, run.eval_every, last):
         self.evaluate(last)
-      if _due(self.step, run.checkpoint_every, last) or self.evaluated is not None or preemption.requested:
+      if _due(self.step, run.checkpoint_every, last) or self.evaluated is not None or stop:
         self.save(self.evaluated)
-      if preemption.requested:
-        self.checkpointer.wait()
+      if stop:
+        with self.goodput.timed("checkpoint"):
+          self.checkpointer.wait()
         self.bar.close()  # on a terminal the line below would be glued to the bar
         self.session.say(f"{preemption.requested}: saved a checkpoint at step {self.step}; rerun the same "
                          "command to resume.")
-      if last or preemption.requested:
+      if last or stop:
         return
 
   def _place(self, host_batches: list):
@@ -190,7 +214,9 @@ class Trainer:
     return [self.strategy.put_batch(batch) for batch in host_batches]
 
   def _call(self, host_batches: list, placed) -> None:
-    """Run the steps of one group of batches: one compiled call of several steps, or one call per step."""
+    """Run the steps of one group of batches: one compiled call of several steps, or one call per step; a call
+    that traced a new program counts as compilation."""
+    compilations, start = self.strategy.trace_count, time.perf_counter()
     if not isinstance(placed, list):
       self._announce_compilation(host_batches[0], stacked=len(host_batches))
       self.state, metrics = self.train_steps(self.state, placed)
@@ -204,6 +230,8 @@ class Trainer:
         self.step += 1
         self.window.add(metrics, self.step, self.task.count_tokens(host_batch))
     self.bar.update(len(host_batches))
+    if self.strategy.trace_count > compilations:
+      self.goodput.add("compile", time.perf_counter() - start)
 
   def _announce_compilation(self, batch, stacked: int = 0) -> None:
     shape = " ".join(sorted({"x".join(map(str, np.shape(value))) for value in batch.values()}))
@@ -231,7 +259,9 @@ class Trainer:
     logged.update(replica_means("train/learning_rate", np.repeat(rates, run.num_seeds)
                                 if run.replicas.sweeps_schedule else rates[0], run.num_seeds))
     logged["train/steps_per_second"] = steps / seconds
-    logged["train/tokens_per_second"] = tokens * self.session.process_count / seconds
+    if self.session.process_count > 1:  # each process counted its own rows; logging is due on all at once
+      tokens = int(np.sum(multihost_utils.process_allgather(np.int64(tokens))))
+    logged["train/tokens_per_second"] = tokens / seconds
     logged["wall_seconds"] = self.wall_seconds()
     self.writer.write(self.step, logged)
     skipped = logged.get("train/skipped_steps")
@@ -253,7 +283,8 @@ class Trainer:
       self.window.check_finite()  # never spend an evaluation on a diverged state
     if last:
       self.bar.close()  # on a terminal: the final evaluation prints below the finished bar, not inside it
-    self.evaluated = self.results = self.evaluate_state(self.state)
+    with self.goodput.timed("evaluate"):
+      self.evaluated = self.results = self.evaluate_state(self.state)
     self.writer.write(self.step, {**self.evaluated, "wall_seconds": self.wall_seconds()})
     if self.session.is_main:
       self.bar.write(" ".join(f"{k}={v:.4f}" for k, v in sorted(self.evaluated.items()) if "/seed_" not in k)
@@ -271,18 +302,24 @@ class Trainer:
     """Checkpoint the state, the data position and the metrics window (and the best copy, with ``metrics``)."""
     if not self.run.skip_nonfinite_steps:
       self.window.check_finite()  # never save a state after a non-finite step
-    extra = {"wall_seconds": self.wall_seconds(), "iterator": self.position, **self.window.saved()}
-    self.checkpointer.save(self.step, self.strategy.to_canonical(self.state), extra, metrics)
+    with self.goodput.timed("checkpoint"):
+      extra = {"wall_seconds": self.wall_seconds(), "iterator": self.position, **self.window.saved(),
+               "goodput": self.goodput.saved(self.step - self.start_step)}
+      self.checkpointer.save(self.step, self.strategy.to_canonical(self.state), extra, metrics)
 
   def _finish(self, interrupted: str | None) -> None:
     session = self.session
     if session.process_count > 1:  # lock-step check across hosts: every process prints a digest of its parameters
       print(f"params checksum (process {session.process_index} of {session.process_count}): "
-            f"{_local_digest(self.state.params)}", flush=True)
-    self.checkpointer.wait()
+            f"{_local_digest(self.strategy.host_params(self.state))}", flush=True)
+    with self.goodput.timed("checkpoint"):
+      self.checkpointer.wait()
     self.writer.close()
+    record, line = self.goodput.summary(self.step - self.start_step)
+    if session.is_main:
+      write_goodput(session.workdir, record)
     if not interrupted:
-      _print_summary(session, self.step, self.results)
+      _print_summary(session, self.step, self.results, line)
     self.checkpointer.close()
 
 
@@ -296,7 +333,7 @@ def _unmeasured_as_nan(sums: dict, steps: int) -> dict:
 
 
 def _local_digest(tree) -> str:
-  """SHA-1 of this process's first shard of every leaf (the whole leaf when replicated)."""
+  """SHA-1 of this process's copy of every leaf of ``tree`` (replicated: ``Strategy.host_params``)."""
   digest = hashlib.sha1()
   for leaf in jax.tree.leaves(tree):
     digest.update(np.ascontiguousarray(np.asarray(leaf.addressable_data(0))).tobytes())
@@ -314,7 +351,7 @@ def _last_evaluation(workdir: str) -> dict:
   return {}
 
 
-def _print_summary(session: Session, step: int, results: dict) -> None:
+def _print_summary(session: Session, step: int, results: dict, goodput: str = "") -> None:
   """The end of a training run in a few lines: final and best metrics, where the outputs are, how to see them."""
   if not session.is_main:
     return
@@ -329,6 +366,7 @@ def _print_summary(session: Session, step: int, results: dict) -> None:
               if record["step"] == best_step and run.best_metric in record]
     value = f"={values[-1]:.4f}" if values else ""
     lines.append(f"best: {run.best_metric}{value} at step {best_step}: {os.path.join(workdir, 'best')}")
+  lines += [goodput] if goodput else []
   lines.append(f"checkpoints: {os.path.join(workdir, 'checkpoints')}")
   lines.append(f"metrics: {os.path.join(workdir, 'metrics.jsonl')}")
   tensorboard = os.path.join(workdir, "tensorboard")

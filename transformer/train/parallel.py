@@ -235,6 +235,13 @@ class MeshStrategy(Strategy):
     return jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh), state_shapes,
                         self._state_sharding)
 
+  def host_params(self, state):
+    """The parameters replicated on every device: with FSDP over several processes, no process holds a whole
+    parameter until it is gathered (``device_get`` of a sharded array spanning other hosts fails)."""
+    if not self.fsdp:
+      return state.params
+    return jax.jit(lambda params: params, out_shardings=self.replicated)(state.params)
+
   def fetch(self, tree):
     return jax.tree.map(lambda x: np.asarray(jax.device_get(x)), tree)
 

@@ -18,18 +18,21 @@ import inspect
 import json
 import os
 import sys
+import time
 
 import jax
+import numpy as np
+from jax.experimental import multihost_utils
 
-from transformer.errors import ConfigError, WorkdirError
+from transformer.errors import ConfigError, MissingDataError, WorkdirError
 from transformer.tasks import TranslatesText, WritesPredictions, build_task
 from transformer.train.checkpoint import Checkpointer
 from transformer.tasks.run_config import SWEEPABLE, RunConfig
-from transformer.train.config import check_workdir
+from transformer.train.config import check_workdir, refuse_url_workdir
 from transformer.train.parallel import make_strategy
 from transformer.train.restore import CONFIG_FILE, HISTORY_FILE, config_differences, read_run_config
 from transformer.train.run_format import require_current_format, write_format
-from transformer.train.workdir import check_tokenizers, lock_workdir
+from transformer.train.workdir import LAUNCHES_FILE, check_shared_workdir, check_tokenizers, lock_workdir
 from transformer.train.writers import write_atomically
 
 MODEL_CONFIG_FILE = "model_config.json"
@@ -52,6 +55,7 @@ class Session:
   process_count: int
   info: object
   lock: object = None  # the workdir's training lock (train mode, main process), released when training ends
+  started: float = dataclasses.field(default_factory=time.perf_counter)  # when ``prepare`` began (goodput)
 
   @property
   def is_main(self) -> bool:
@@ -74,12 +78,15 @@ class Session:
 def prepare(run: RunConfig, workdir: str, mode: str) -> Session:
   """Build ``run``'s task, parallelism and checkpointer for ``mode``, and hold the run to its record
   (``config.json``, ``model_config.json``, the tokenizers it trained with)."""
+  started = time.perf_counter()
   if mode != "train":
     _require_a_run(workdir, mode)  # before anything is created in the workdir
   else:
     check_workdir(workdir)
+    check_shared_workdir(workdir)  # before the lock: a workdir per host would give each process its own
+  _check_parallelism(run, jax.process_count())
   lock = lock_workdir(workdir, mode)  # one training run per workdir (None in other modes)
-  task = build_task(run)
+  task = _build_task_once(run)
   _check_task_supports(run, task, mode)
   model_config = task.model_config()
   strategy = make_strategy(run.parallelism, run.replicas.count, run.fsdp, run.replicas.settings())
@@ -88,7 +95,7 @@ def prepare(run: RunConfig, workdir: str, mode: str) -> Session:
                               best_metric=run.best_metric or None, best_mode=run.best_mode,
                               repair=lock is not None, discard_unrestorable=run.restart)
   session = Session(run, workdir, mode, task, model_config, strategy, checkpointer, jax.process_index(),
-                    jax.process_count(), sys.stderr if mode == "translate" else sys.stdout, lock)
+                    jax.process_count(), sys.stderr if mode == "translate" else sys.stdout, lock, started)
   has_checkpoints = checkpointer.has_checkpoints()
   check_workdir_model(workdir, model_config, has_checkpoints, write=session.is_main and mode == "train")
   check_tokenizers(workdir, task.trained_tokenizers(), has_checkpoints, write=session.is_main and mode == "train")
@@ -100,7 +107,8 @@ def prepare(run: RunConfig, workdir: str, mode: str) -> Session:
 
 
 def _require_a_run(workdir: str, mode: str) -> None:
-  """Eval, predict and translate read a run: refuse, writing nothing, where there is none."""
+  """Eval, predict and translate read a run: refuse, writing nothing, where there is none (or at a URL)."""
+  refuse_url_workdir(workdir)
   if not os.path.isdir(workdir):
     raise WorkdirError(f"--mode={mode}: --workdir={workdir} does not exist; give the workdir of a trained run.")
   if not any(os.path.isdir(os.path.join(workdir, name)) for name in ("checkpoints", "best")):
@@ -119,6 +127,38 @@ def _check_task_supports(run: RunConfig, task, mode: str) -> None:
     others = [field for field in SWEEPABLE if field != "label_smoothing"]
     raise ConfigError(f"config.sweep={run.sweep!r} sweeps label_smoothing, but the loss of "
                       f"{type(task).__name__} is not label-smoothed; sweep {others} only.")
+
+
+def _build_task_once(run: RunConfig):
+  """``build_task(run)``, its data prepared by process 0 alone before the others read it: processes preparing
+  the same files at once race on TFDS's renames (and tokenizer training)."""
+  if jax.process_count() == 1:
+    return build_task(run)
+  task = None
+  if jax.process_index() == 0:
+    try:
+      task = build_task(run)
+    finally:  # on an error too: the others must not wait for data that will never come
+      prepared = multihost_utils.broadcast_one_to_all(np.int32(task is not None))
+  else:
+    prepared = multihost_utils.broadcast_one_to_all(np.int32(0))
+  if not prepared:
+    raise MissingDataError("process 0 could not prepare the data (its output names the problem); fix that and "
+                           "rerun every process.")
+  return task if task is not None else build_task(run)
+
+
+def _check_parallelism(run: RunConfig, process_count: int) -> None:
+  """Several processes train one model only on the mesh: ``jit`` would train a model per process and ``pmap``
+  holds arrays that no checkpoint can gather across hosts."""
+  if process_count > 1 and run.parallelism != "mesh":
+    raise ConfigError(
+        f"config.parallelism={run.parallelism!r} does not span processes: with {process_count} processes "
+        f"{'each would train its own model' if run.parallelism == 'jit' else 'its arrays stay on each host'}. "
+        "Use --config.parallelism=mesh (data parallel over every device of every process; add "
+        "--config.fsdp=True to shard the parameters)"
+        + (f", and --config.num_seeds=1 without config.sweep (seeds and variants are vmapped on one "
+           "process only)" if run.replicas.count > 1 else "") + ".")
 
 
 def _check_batch_divides(run: RunConfig, num_devices: int, process_count: int) -> None:
@@ -218,3 +258,26 @@ def _hold_to_data(session: Session, resuming: bool, write_history: bool) -> None
         "at the run's data, use a new --workdir, or accept it with --config.accept_changes=data.")
   if write_history:
     _append_history(session, [("data", recorded, current)])
+
+
+def record_launch(session: Session, step: int) -> None:
+  """Append this training launch to the run's ``LAUNCHES_FILE``; a launch on other process or device counts than
+  the one before says so in one line (the global batch and its order do not depend on them)."""
+  path = os.path.join(session.workdir, LAUNCHES_FILE)
+  launch = {"step": step, "processes": session.process_count, "devices": jax.device_count(),
+            "platform": jax.devices()[0].platform, "parallelism": session.strategy.name,
+            "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+  previous = None
+  if os.path.isfile(path):
+    with open(path) as f:
+      lines = [line for line in f if line.strip()]
+    previous = json.loads(lines[-1]) if lines else None
+  counts = ("processes", "devices")
+  if step and previous and any(previous[name] != launch[name] for name in counts):
+    session.say(f"elastic restore: the run's last launch (from step {previous['step']}) had {previous['processes']} "
+                f"process(es) x {previous['devices']} devices, this one {launch['processes']} x {launch['devices']}, "
+                f"from step {step}: the same global batches in the same order; losses equal up to the order of "
+                "the sums.")
+  if session.is_main:
+    with open(path, "a") as f:
+      f.write(json.dumps(launch) + "\n")

@@ -1,4 +1,5 @@
-"""Owning a workdir: one training run at a time (a lock), and never starting over on top of earlier outputs.
+"""Owning a workdir: one training run at a time (a lock), never starting over on top of earlier outputs, and in a
+multi-process run one folder that every process shares (``check_shared_workdir``).
 
 The lock is ``WORKDIR/train.lock``, held with ``fcntl.flock`` for the life of the training run, so the OS
 releases it when the process dies however it dies (a lock left by ``kill -9`` never blocks a rerun). The file
@@ -20,6 +21,7 @@ import socket
 import time
 
 import jax
+import numpy as np
 
 from transformer.errors import WorkdirError
 from transformer.train.writers import read_metrics, write_atomically
@@ -30,7 +32,13 @@ LOCK_NAME = "train.lock"
 TOKENIZERS_DIR = "tokenizers"  # the run's own tokenizer models (check_tokenizers)
 # Outputs of an earlier run that a run starting from step 0 would overwrite or mix with its own.
 EARLIER_OUTPUTS = ("metrics.jsonl", "checkpoints", "best", "tensorboard")
-RUN_RECORD = ("config.json", "config_history.jsonl", "data_fingerprint.json")  # moved with them on a restart
+LAUNCHES_FILE = "launches.jsonl"  # a line per training launch: its start step, processes, devices, parallelism
+GOODPUT_FILE = "goodput.json"  # where the run's time went (train/goodput.py)
+RUN_RECORD = ("config.json", "config_history.jsonl", "data_fingerprint.json", LAUNCHES_FILE,
+              GOODPUT_FILE)  # moved with them on a restart
+
+SHARED_MARKER_PREFIX = ".shared-workdir-"  # check_shared_workdir's file, removed once every process looked
+SHARED_WAIT = 5.0  # seconds a process looks for that file: a shared file system may show a new file late
 
 _held: dict[str, int] = {}  # workdir -> file descriptor of the lock this process holds
 
@@ -76,6 +84,56 @@ def lock_workdir(workdir: str, mode: str = "train") -> WorkdirLock | None:
   os.pwrite(descriptor, json.dumps(holder).encode(), 0)
   _held[workdir] = descriptor
   return WorkdirLock(workdir, descriptor)
+
+
+def check_shared_workdir(workdir: str) -> None:
+  """Every process of a multi-process run sees the same workdir (a single process returns at once).
+
+  Process 0 writes a random token into a file named by it, the token is sent to every process, and each looks
+  for it there. A folder of the same name on each host's own disk would otherwise hang the run at its first
+  save, each process waiting for files the others wrote elsewhere. The name is new to every host (no stale
+  NFS or gcsfuse cache of it), and a process that does not see it yet looks again for ``SHARED_WAIT`` seconds.
+
+  Raises:
+    WorkdirError: on every process, when any process does not see the token; the message names them.
+  """
+  if jax.process_count() == 1:
+    return
+  from jax.experimental import multihost_utils  # pylint: disable=import-outside-toplevel
+  os.makedirs(workdir, exist_ok=True)
+  token = np.frombuffer(os.urandom(16), np.uint8) if jax.process_index() == 0 else np.zeros(16, np.uint8)
+  if jax.process_index() == 0:
+    write_atomically(_marker_path(workdir, token), token.tobytes())
+  token = np.asarray(multihost_utils.broadcast_one_to_all(token), np.uint8)
+  sees = np.int32(_sees_token(_marker_path(workdir, token), token.tobytes()))
+  seen = np.asarray(multihost_utils.process_allgather(sees)).reshape(-1)
+  multihost_utils.sync_global_devices("check_shared_workdir")  # every process has looked before it goes
+  if jax.process_index() == 0:
+    os.remove(_marker_path(workdir, token))
+  blind = [index for index, saw in enumerate(seen) if not saw]
+  if blind:
+    who = f"process {blind[0]} does" if len(blind) == 1 else f"processes {', '.join(map(str, blind))} do"
+    raise WorkdirError(f"--workdir={workdir} is not shared between the processes of this run: {who} not see the "
+                       "file process 0 wrote there, and the run would hang at its first save. Give every process "
+                       "the same shared folder (NFS, a mounted bucket) as --workdir.")
+
+
+def _marker_path(workdir: str, token: np.ndarray) -> str:
+  return os.path.join(workdir, f"{SHARED_MARKER_PREFIX}{token.tobytes().hex()}")
+
+
+def _sees_token(path: str, token: bytes) -> bool:
+  deadline = time.monotonic() + SHARED_WAIT
+  while True:
+    try:
+      with open(path, "rb") as f:
+        if f.read() == token:
+          return True
+    except OSError:
+      pass
+    if time.monotonic() > deadline:
+      return False
+    time.sleep(0.25)
 
 
 def _read_holder(descriptor: int) -> str:

@@ -1,0 +1,185 @@
+"""Data on many hosts: the processes' rows of each global batch put back together are the global batch, past
+epoch ends, for every kind of training iterator; a position saved on one process count resumes on another;
+``host_rows`` refuses what does not split; ``pad_rows`` fills with rows that name no example."""
+from __future__ import annotations
+
+import json
+
+import ml_collections
+import numpy as np
+import pytest
+
+from transformer.data import batching, timeseries
+from transformer.data.classification import ShuffledBatches
+from transformer.data.hosts import HostShard, host_rows, pad_rows
+from transformer.data.synthetic import SyntheticBatches
+from transformer.tasks.language_model import SentenceBatcher
+
+
+def _token_examples(count: int, max_length: int, seed: int) -> batching.TokenizedExamples:
+  """Ids in [4, 100) (never the pad id 0), lengths in [1, max_length]."""
+  rng = np.random.default_rng(seed)
+  lengths = rng.integers(1, max_length + 1, (2, count))
+  return batching.TokenizedExamples.from_sequences([rng.integers(4, 100, n) for n in lengths[0]],
+                                                   [rng.integers(4, 100, n) for n in lengths[1]])
+
+
+def _token_batcher(batcher_class=batching.TokenBatcher, **options):
+  # Buckets 8 / 16 / 24 hold 12 / 4 / 4 rows: every bucket splits over 2 and 4 processes.
+  return batcher_class(_token_examples(70, 24, seed=5), max_tokens=96, max_length=24, seed=1,
+                       batch_size_multiple=4, **options)
+
+
+def _synthetic():
+  config = ml_collections.ConfigDict({"kind": "sort", "num_symbols": 10, "min_length": 1, "max_length": 7})
+  return SyntheticBatches(config, batch_size=8, seed=3), 5  # no epochs: any count of batches
+
+
+def _token_batches():
+  batcher = _token_batcher(include_index=True)
+  return batching.PrefetchIterator(batcher.iterator()), batcher.num_batches()
+
+
+def _sentences():
+  batcher = _token_batcher(SentenceBatcher)
+  return batching.PrefetchIterator(batcher.iterator()), batcher.num_batches()
+
+
+def _windows():
+  hours = 80
+  features = np.arange(hours, dtype=np.float32)[:, None] * np.array([1, -1], np.float32)
+  mask = np.ones(hours, bool)
+  mask[30:40] = False
+  series = timeseries.WindowedSeries(features, np.arange(hours, dtype=np.float32), mask, input_length=4,
+                                     horizons=(1, 3))
+  iterator = series.train_iterator(batch_size=8, seed=2)
+  return iterator, iterator.batches_per_epoch
+
+
+def _classification():
+  rng = np.random.default_rng(4)
+  lengths = rng.integers(1, 13, 50)
+  tokens = np.where(np.arange(12) < lengths[:, None], rng.integers(5, 50, (50, 12)), 0).astype(np.int32)
+  labels = rng.integers(0, 2, 50).astype(np.int32)
+  return ShuffledBatches(tokens, labels, batch_size=8, seed=6, length_multiple=4), 50 // 8
+
+
+ITERATORS = {"synthetic": _synthetic, "token_batches": _token_batches, "language_model": _sentences,
+             "windows": _windows, "classification": _classification}
+
+
+def _take(iterator, count: int) -> list[dict]:
+  return [next(iterator) for _ in range(count)]
+
+
+def _close(*iterators) -> None:
+  for iterator in iterators:
+    if hasattr(iterator, "close"):
+      iterator.close()
+
+
+def _assert_batches_equal(got: list[dict], want: list[dict]) -> None:
+  assert len(got) == len(want)
+  for step, (got_batch, want_batch) in enumerate(zip(got, want)):
+    assert set(got_batch) == set(want_batch)
+    for name in want_batch:
+      np.testing.assert_array_equal(got_batch[name], want_batch[name], err_msg=f"batch {step}, {name}")
+      assert got_batch[name].dtype == want_batch[name].dtype
+
+
+def _joined(shards: list[list[dict]]) -> list[dict]:
+  """Batch ``s`` of every process's list, rows concatenated in process order."""
+  return [{name: np.concatenate([shard[step][name] for shard in shards]) for name in shards[0][step]}
+          for step in range(len(shards[0]))]
+
+
+@pytest.mark.parametrize("process_count", [2, 4])
+@pytest.mark.parametrize("kind", sorted(ITERATORS))
+def test_the_processes_rows_joined_are_the_global_batches_past_epoch_ends(kind, process_count):
+  reference, per_epoch = ITERATORS[kind]()
+  count = 2 * per_epoch + 3
+  expected = _take(reference, count)
+  shards = []
+  for process in range(process_count):
+    shard = HostShard(ITERATORS[kind]()[0], process, process_count)
+    shards.append(_take(shard, count))
+    assert shard.get_state() == reference.get_state()  # the position is global
+    _close(shard)
+  for step in range(count):  # every process feeds the same shapes at a step
+    shapes = {tuple((name, value.shape) for name, value in shard[step].items()) for shard in shards}
+    assert len(shapes) == 1
+    assert next(iter(shapes))[0][1][0] * process_count == next(iter(expected[step].values())).shape[0]
+  _assert_batches_equal(_joined(shards), expected)
+  _close(reference)
+
+
+@pytest.mark.parametrize("saved_on, restored_on", [((1, 2), 1), ((0, 1), 2), ((3, 4), 2)])
+@pytest.mark.parametrize("kind", sorted(ITERATORS))
+def test_a_position_saved_on_one_process_count_resumes_the_global_batches_on_another(kind, saved_on,
+                                                                                      restored_on):
+  reference, per_epoch = ITERATORS[kind]()
+  skip, count = per_epoch + 1, per_epoch + 2  # saved in the second epoch, resumed into the third
+  expected = _take(reference, skip + count)[skip:]
+  saver = HostShard(ITERATORS[kind]()[0], *saved_on)
+  _take(saver, skip)
+  state = json.loads(json.dumps(saver.get_state()))  # as a checkpoint stores it
+  restored = []
+  for process in range(restored_on):
+    shard = HostShard(ITERATORS[kind]()[0], process, restored_on)
+    shard.set_state(state)
+    restored.append(_take(shard, count))
+    _close(shard)
+  _assert_batches_equal(_joined(restored), expected)
+  _close(reference, saver)
+
+
+@pytest.mark.parametrize("kind", sorted(ITERATORS))
+def test_one_process_sees_the_global_batches_themselves(kind):
+  reference, per_epoch = ITERATORS[kind]()
+  shard = HostShard(ITERATORS[kind]()[0], 0, 1)
+  _assert_batches_equal(_take(shard, per_epoch + 1), _take(reference, per_epoch + 1))
+  assert shard.get_state() == reference.get_state()
+  batch = {"rows": np.arange(4)}
+  assert host_rows(batch, 0, 1) is batch
+  _close(reference, shard)
+
+
+def test_batch_shapes_are_the_global_ones_with_the_rows_divided():
+  iterator = batching.PrefetchIterator(_token_batcher().iterator())
+  assert iterator.batch_shapes == [(12, 8), (4, 16), (4, 24)]
+  assert HostShard(iterator, 3, 4).batch_shapes == [(3, 8), (1, 16), (1, 24)]
+  assert HostShard(iterator, 0, 1).batch_shapes == iterator.batch_shapes
+  with pytest.raises(ValueError, match="4 rows does not split evenly over 3 processes"):
+    HostShard(iterator, 0, 3).batch_shapes  # pylint: disable=expression-not-assigned
+  iterator.close()
+  assert not hasattr(HostShard(_synthetic()[0], 0, 2), "batch_shapes")  # fixed batch_size: nothing to list
+
+
+def test_host_rows_takes_contiguous_rows_and_refuses_what_does_not_split():
+  batch = {"tokens": np.arange(24).reshape(6, 4), "label": np.arange(6)}
+  rows = host_rows(batch, 1, 3)
+  np.testing.assert_array_equal(rows["tokens"], batch["tokens"][2:4])
+  np.testing.assert_array_equal(rows["label"], [2, 3])
+  with pytest.raises(ValueError, match="6 rows does not split evenly over 4 processes"):
+    host_rows(batch, 0, 4)
+  with pytest.raises(ValueError, match="process_index=2, process_count=2"):
+    host_rows(batch, 2, 2)
+  with pytest.raises(ValueError, match="leading sizes"):
+    host_rows({"a": np.zeros(4), "b": np.zeros(2)}, 0, 2)
+
+
+def test_pad_rows_appends_zero_rows_with_index_minus_one_and_leaves_divisible_batches_alone():
+  batch = {"source": np.arange(1, 16, dtype=np.int32).reshape(5, 3), "index": np.arange(5, dtype=np.int32),
+           "weight": np.ones(5, np.float32), "mask": np.ones((5, 2), bool)}
+  padded = pad_rows(batch, 4)
+  assert {name: value.shape[0] for name, value in padded.items()} == dict.fromkeys(batch, 8)
+  assert {name: value.dtype for name, value in padded.items()} == {name: v.dtype for name, v in batch.items()}
+  for name, value in batch.items():
+    np.testing.assert_array_equal(padded[name][:5], value)
+  np.testing.assert_array_equal(padded["index"][5:], [-1, -1, -1])
+  assert not padded["source"][5:].any() and not padded["weight"][5:].any() and not padded["mask"][5:].any()
+  assert pad_rows(batch, 5) is batch and pad_rows(batch, 1) is batch
+  with pytest.raises(ValueError, match="multiple must be >= 1"):
+    pad_rows(batch, 0)
+  # The use: an evaluation batch split over processes x devices.
+  _assert_batches_equal(_joined([[host_rows(padded, i, 2)] for i in range(2)]), [padded])

@@ -1,0 +1,179 @@
+"""A run across processes behaves as on one machine: 2 CPU processes of 2 devices each through jax.distributed on
+localhost (gloo collectives), with the faults a cluster brings: signals to one or every process, a dead peer,
+another process count on resume."""
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from tests.train.conftest import REPO, TINY_OVERRIDES
+
+pytestmark = pytest.mark.slow
+
+FLAGS = [f"--config.{k}={v}" for k, v in {**TINY_OVERRIDES, "parallelism": "mesh", "quiet": False}.items()]
+DEVICES = 2  # per process
+
+
+def free_port():
+  with socket.socket() as s:
+    s.bind(("localhost", 0))
+    return s.getsockname()[1]
+
+
+class Cluster:
+  """``count`` launch.py processes of one run on localhost, each writing its output to a file."""
+
+  def __init__(self, tmp_path, workdir, *flags, count=2, devices=DEVICES, name="run"):
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    env.update(XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}", PYTHONFAULTHANDLER="1",
+               JAX_ENABLE_COMPILATION_CACHE="false")  # each process compiles, as on a first multi-host run
+    cluster = [f"--coordinator_address=localhost:{port}", f"--num_processes={count}"] if count > 1 else []
+    self.logs = [tmp_path / f"{name}_{i}.log" for i in range(count)]
+    self.processes = []
+    for i, log in enumerate(self.logs):
+      process_flags = [*cluster, f"--process_id={i}"] if count > 1 else []
+      with open(log, "w") as out:
+        self.processes.append(subprocess.Popen(
+            [sys.executable, "launch.py", "--config=experiments/synthetic.py:copy", f"--workdir={workdir}",
+             *process_flags, *FLAGS, *flags], cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT))
+
+  def output(self, i=0) -> str:
+    return self.logs[i].read_text()
+
+  def wait_for(self, text, timeout=120, i=0):
+    deadline = time.monotonic() + timeout
+    while text not in self.output(i):
+      if time.monotonic() > deadline or any(p.poll() is not None for p in self.processes):
+        self.finish(timeout=1)
+        pytest.fail(f"no {text!r} in process {i}'s output:\n{self.output(i)}")
+      time.sleep(0.2)
+
+  def finish(self, timeout=180) -> list[int]:
+    """Exit statuses once every process has exited; after ``timeout`` seconds all are aborted (their Python
+    stacks in the logs) and the test fails with every output."""
+    deadline = time.monotonic() + timeout
+    while any(p.poll() is None for p in self.processes) and time.monotonic() < deadline:
+      time.sleep(0.2)
+    if any(p.poll() is None for p in self.processes):
+      for p in self.processes:
+        if p.poll() is None:
+          p.send_signal(signal.SIGABRT)
+      time.sleep(5)
+      for p in self.processes:
+        p.kill()
+      pytest.fail(f"still running after {timeout} s:\n" + "\n".join(
+          f"--- process {i}\n{self.output(i)}" for i in range(len(self.processes))))
+    return [p.returncode for p in self.processes]
+
+
+def checksums(cluster) -> set:
+  return {line.split(":")[1] for i in range(len(cluster.processes)) for line in cluster.output(i).splitlines()
+          if line.startswith("params checksum")}
+
+
+def train_losses(workdir) -> dict:
+  with open(os.path.join(workdir, "metrics.jsonl")) as f:
+    return {record["step"]: record["train/loss"] for record in map(json.loads, f) if "train/loss" in record}
+
+
+def test_jit_and_pmap_are_refused_across_processes(tmp_path):
+  cluster = Cluster(tmp_path, tmp_path / "run", "--config.parallelism=jit")
+  assert cluster.finish(timeout=120) == [1, 1]
+  for i in range(2):
+    output = cluster.output(i)
+    assert "error: config.parallelism='jit'" in output and "--config.parallelism=mesh" in output, output
+    assert "Traceback" not in output, output
+
+
+def test_fsdp_evaluates_and_checkpoints_across_processes(tmp_path):
+  workdir = tmp_path / "run"
+  cluster = Cluster(tmp_path, workdir, "--config.fsdp=True")
+  assert cluster.finish() == [0, 0], cluster.output(0) + cluster.output(1)
+  assert "eval/exact_match=" in cluster.output(0)
+  assert sorted(os.listdir(workdir / "checkpoints")) == ["10", "20"]
+  assert len(checksums(cluster)) == 1
+  launches = [json.loads(line) for line in open(workdir / "launches.jsonl")]
+  assert [(launch["processes"], launch["devices"]) for launch in launches] == [(2, 4)]
+  goodput = json.loads((workdir / "goodput.json").read_text())
+  assert 0 < goodput["goodput"] < 1 and goodput["seconds"]["compile"] > 0 and goodput["steps"] == 20
+  assert "goodput: " in cluster.output(0)
+
+
+@pytest.mark.parametrize("apart", [0, 3, 10, None], ids=["together", "3s-apart", "10s-apart", "one-process"])
+def test_a_signal_stops_every_process_at_one_step(tmp_path, apart):
+  """SIGTERM to both processes ``apart`` seconds apart (None: to process 1 only): both save the same step and
+  exit 0, and the rerun resumes from it."""
+  workdir = tmp_path / "run"
+  long_run = ["--config.num_train_steps=100000", "--config.checkpoint_every=100000", "--config.eval_every=100000"]
+  cluster = Cluster(tmp_path, workdir, *long_run)
+  cluster.wait_for("step 10/")
+  first = cluster.processes[1 if apart is None else 0]
+  first.send_signal(signal.SIGTERM)
+  if apart is not None:
+    time.sleep(apart)
+    if cluster.processes[1].poll() is None:
+      cluster.processes[1].send_signal(signal.SIGTERM)
+  assert cluster.finish(timeout=60) == [0, 0], cluster.output(0) + cluster.output(1)
+  saved = os.listdir(workdir / "checkpoints")
+  assert len(saved) == 1 and f"saved a checkpoint at step {saved[0]}" in cluster.output(0)
+  assert len(checksums(cluster)) == 1
+  if apart != 3:  # one rerun shows the saved step resumes: each launch costs seconds of compilation
+    return
+  rerun = Cluster(tmp_path, workdir, *long_run[1:], f"--config.num_train_steps={int(saved[0]) + 5}",
+                  "--config.accept_changes=num_train_steps", name="rerun")
+  assert rerun.finish() == [0, 0], rerun.output(0) + rerun.output(1)
+  assert f"resumed from step {saved[0]}" in rerun.output(0)
+
+
+def test_a_dead_peer_stops_the_others_in_one_line_and_the_rerun_resumes(tmp_path):
+  workdir = tmp_path / "run"
+  flags = ["--config.num_train_steps=100000", "--config.checkpoint_every=10", "--config.eval_every=100000"]
+  cluster = Cluster(tmp_path, workdir, *flags, "--peer_timeout=20")
+  cluster.wait_for("step 15/")
+  killed = time.monotonic()
+  cluster.processes[1].kill()
+  statuses = cluster.finish(timeout=60)
+  assert time.monotonic() - killed < 20  # within --peer_timeout, before JAX's own abort
+  output = cluster.output(0)
+  assert statuses[0] == 75, output
+  lines = [line for line in output.splitlines() if line.startswith("error: process 1 of 2")]
+  assert len(lines) == 1 and "launch.py" in lines[0], output
+  assert "Check failure" not in output.split(lines[0])[0]  # the line comes before any abort of JAX's
+  saved = max(int(step) for step in os.listdir(workdir / "checkpoints"))
+  rerun = Cluster(tmp_path, workdir, *flags[1:], f"--config.num_train_steps={saved + 5}",
+                  "--config.accept_changes=num_train_steps", name="rerun")
+  assert rerun.finish() == [0, 0], rerun.output(0) + rerun.output(1)
+  assert f"resumed from step {saved}" in rerun.output(0)
+
+
+def test_the_global_batches_do_not_depend_on_the_process_count(tmp_path):
+  """2 processes train to step 10, 1 process (as many devices) resumes to 20, and the other way round: the
+  losses are those of one uninterrupted process, up to the order of the sums."""
+  steps = ["--config.num_train_steps=20", "--config.log_every=5"]
+  reference = Cluster(tmp_path, tmp_path / "one", *steps, count=1, devices=4, name="one")
+  assert reference.finish() == [0]
+  expected = train_losses(tmp_path / "one")
+  # 1 -> 2: the reference run's checkpoint of step 10, resumed by 2 processes.
+  shutil.copytree(tmp_path / "one", tmp_path / "one_then_two")
+  shutil.rmtree(tmp_path / "one_then_two" / "checkpoints" / "20")
+  two = Cluster(tmp_path, tmp_path / "one_then_two", *steps, name="one_then_two")
+  # 2 -> 1: 2 processes to step 10, then 1 process.
+  assert two.finish() == [0, 0] and "elastic restore: " in two.output(0), two.output(0)
+  for count, num_train_steps in ((2, 10), (1, 20)):
+    run = Cluster(tmp_path, tmp_path / "two_then_one", *steps[1:], f"--config.num_train_steps={num_train_steps}",
+                  count=count, devices=4 // count, name=f"two_then_one_{count}")
+    assert run.finish() == [0] * count, run.output(0)
+  assert "elastic restore: " in run.output(0)
+  for name in ("one_then_two", "two_then_one"):
+    losses = train_losses(tmp_path / name)
+    assert sorted(losses) == sorted(expected) == [5, 10, 15, 20]
+    np.testing.assert_allclose([losses[s] for s in sorted(losses)], [expected[s] for s in sorted(expected)],
+                               rtol=2e-5)
