@@ -140,12 +140,7 @@ def load_translation_data(
       name, pair, data_dir=data_dir, source_dir=source_dir)
   split_sizes = {split: info.num_examples for split, info in builder.info.splits.items()}
   languages = (source_language, target_language)
-  if eval_splits is None:
-    eval_splits = [split for split in split_sizes if split != "train"]
-  unknown = [split for split in eval_splits if split not in split_sizes]
-  if unknown:
-    raise ValueError(f"{name}/{builder.builder_config.name} has no split {unknown}; "
-                     f"splits: {sorted(split_sizes)}.")
+  eval_splits = _checked_eval_splits(name, builder, split_sizes, eval_splits)
   logger.info("%s/%s: splits %s; training files %s", name, builder.builder_config.name,
               split_sizes, builder.info.metadata.get("source_files", {}).get("train"))
 
@@ -155,40 +150,8 @@ def load_translation_data(
 
   options = dataclasses.replace(tokenizer_options or tokenizers.SentencePieceOptions(),
                                 vocab_size=vocab_size)
-  cache_dir = epath.Path(builder.data_dir) / "sentencepiece"
-  if shared_vocab:
-    shared = tokenizers.load_or_train_sentencepiece(
-        cache_dir, builder.builder_config.name,
-        lambda: train_text()[builder.languages[0]] + train_text()[builder.languages[1]], options)
-    source_tokenizer = target_tokenizer = shared
-  else:
-    source_tokenizer, target_tokenizer = (
-        tokenizers.load_or_train_sentencepiece(cache_dir, language, lambda language=language: train_text()[language],
-                                               options)
-        for language in languages)
-
-  def tokenize(texts: Mapping[str, list[str]]) -> batching.TokenizedExamples:
-    return batching.TokenizedExamples.from_sequences(
-        source_tokenizer.encode_batch(texts[source_language]),
-        target_tokenizer.encode_batch(texts[target_language]))
-
-  def tokenize_training_pairs():
-    texts = train_text()
-    nonempty = [i for i, (source, target) in enumerate(zip(*(texts[l] for l in languages))) if source and target]
-    if len(nonempty) < split_sizes["train"]:
-      logger.info("%s: %d training pairs with an empty side removed.", name, split_sizes["train"] - len(nonempty))
-    logger.info("%s: tokenizing %d training pairs...", name, len(nonempty))
-    train = tokenize({language: [texts[language][i] for i in nonempty] for language in languages})
-    train_words = {language: sum(len(texts[language][i].split()) for i in nonempty) for language in languages}
-    train_pieces = {source_language: train.source_tokens.size, target_language: train.target_tokens.size}
-    pieces_per_word = {language: (train_pieces[language] - len(train)) / max(train_words[language], 1)
-                       for language in languages}
-    # A unigram SentencePiece model trained on little text can cut frequent words apart (IWSLT'15 en-vi, 10k
-    # pairs: 79 of the 300 most frequent Vietnamese words, against 1 with BPE); this number shows it.
-    logger.info("%s: SentencePiece pieces per word on train: %s", name,
-                ", ".join(f"{language} {value:.3f}" for language, value in pieces_per_word.items()))
-    return train, pieces_per_word
-
+  source_tokenizer, target_tokenizer = _load_tokenizers(builder, languages, train_text, shared_vocab, options)
+  tokenize = functools.partial(_tokenize, source_tokenizer, target_tokenizer, languages)
   eval_text = {split: read_split_text(builder, split, languages) for split in eval_splits}
   return TranslationData(
       source_language=source_language,
@@ -200,5 +163,67 @@ def load_translation_data(
       eval_reference_text={split: texts[target_language] for split, texts in eval_text.items()},
       split_sizes=split_sizes,
       dataset_dir=str(builder.data_dir),
-      tokenize_training_pairs=tokenize_training_pairs,
+      tokenize_training_pairs=functools.partial(_tokenize_training_pairs, name, train_text,
+                                                split_sizes["train"], tokenize, languages),
   )
+
+
+def _checked_eval_splits(name: str, builder: tfds.core.DatasetBuilder, split_sizes: Mapping[str, int],
+                         eval_splits: Sequence[str] | None) -> Sequence[str]:
+  """``eval_splits``, by default every split but ``train``; a ValueError names a split the dataset lacks."""
+  if eval_splits is None:
+    eval_splits = [split for split in split_sizes if split != "train"]
+  unknown = [split for split in eval_splits if split not in split_sizes]
+  if unknown:
+    raise ValueError(f"{name}/{builder.builder_config.name} has no split {unknown}; "
+                     f"splits: {sorted(split_sizes)}.")
+  return eval_splits
+
+
+def _load_tokenizers(builder: tfds.core.DatasetBuilder, languages: Sequence[str],
+                     train_text: Callable[[], dict[str, list[str]]], shared_vocab: bool,
+                     options: tokenizers.SentencePieceOptions):
+  """``(source_tokenizer, target_tokenizer)`` cached under the prepared dataset, trained on ``train_text()``
+  (read only when a tokenizer is not cached yet): one shared by both languages, or one per language."""
+  cache_dir = epath.Path(builder.data_dir) / "sentencepiece"
+  if shared_vocab:
+    shared = tokenizers.load_or_train_sentencepiece(
+        cache_dir, builder.builder_config.name,
+        lambda: train_text()[builder.languages[0]] + train_text()[builder.languages[1]], options)
+    return shared, shared
+  return tuple(
+      tokenizers.load_or_train_sentencepiece(cache_dir, language, lambda language=language: train_text()[language],
+                                             options)
+      for language in languages)
+
+
+def _tokenize(source_tokenizer: tokenizers.SentencePieceTokenizer,
+              target_tokenizer: tokenizers.SentencePieceTokenizer, languages: Sequence[str],
+              texts: Mapping[str, list[str]]) -> batching.TokenizedExamples:
+  """The pairs of ``texts`` (language -> aligned texts) as token ids; ``languages`` is (source, target)."""
+  source_language, target_language = languages
+  return batching.TokenizedExamples.from_sequences(
+      source_tokenizer.encode_batch(texts[source_language]),
+      target_tokenizer.encode_batch(texts[target_language]))
+
+
+def _tokenize_training_pairs(name: str, train_text: Callable[[], dict[str, list[str]]], train_size: int,
+                             tokenize: Callable[[Mapping[str, list[str]]], batching.TokenizedExamples],
+                             languages: Sequence[str]) -> tuple[batching.TokenizedExamples, dict[str, float]]:
+  """``(train, pieces_per_word)`` of ``TranslationData``: the training pairs with no empty side, tokenized."""
+  texts = train_text()
+  source_language, target_language = languages
+  nonempty = [i for i, (source, target) in enumerate(zip(*(texts[l] for l in languages))) if source and target]
+  if len(nonempty) < train_size:
+    logger.info("%s: %d training pairs with an empty side removed.", name, train_size - len(nonempty))
+  logger.info("%s: tokenizing %d training pairs...", name, len(nonempty))
+  train = tokenize({language: [texts[language][i] for i in nonempty] for language in languages})
+  train_words = {language: sum(len(texts[language][i].split()) for i in nonempty) for language in languages}
+  train_pieces = {source_language: train.source_tokens.size, target_language: train.target_tokens.size}
+  pieces_per_word = {language: (train_pieces[language] - len(train)) / max(train_words[language], 1)
+                     for language in languages}
+  # A unigram SentencePiece model trained on little text can cut frequent words apart (IWSLT'15 en-vi, 10k
+  # pairs: 79 of the 300 most frequent Vietnamese words, against 1 with BPE); this number shows it.
+  logger.info("%s: SentencePiece pieces per word on train: %s", name,
+              ", ".join(f"{language} {value:.3f}" for language, value in pieces_per_word.items()))
+  return train, pieces_per_word

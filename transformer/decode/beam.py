@@ -125,6 +125,22 @@ def beam_search(step_fn: StepFunction, cache, batch_size: int, beam_size: int, m
   Raises:
     ValueError: a bad setting, or ``bos_id``, ``eos_id`` or ``pad_id`` outside the vocabulary of the logits.
   """
+  _check_beam_settings(beam_size, max_length, finish_rule)
+  log_probs, cache = first_log_probs(step_fn, cache, batch_size, bos_id, prompt, prompt_lengths, prefill_fn)
+  check_special_ids(log_probs.shape[-1], bos_id=bos_id, eos_id=eos_id, pad_id=pad_id)
+  state = _initial_state(log_probs, cache, batch_size, beam_size, max_length, pad_id)
+  state = jax.lax.while_loop(
+      lambda state: _can_improve(state, max_length, length_penalty),
+      lambda state: _beam_step(state, step_fn, beam_size, max_length, eos_id, length_penalty, finish_rule),
+      state)
+  scores = jnp.where(state.finished_scores == BROKEN, jnp.nan, state.finished_scores)
+  if return_all_beams:
+    return state.finished_sequences, scores
+  return state.finished_sequences[:, 0], scores[:, 0]
+
+
+def _check_beam_settings(beam_size: int, max_length: int, finish_rule: str) -> None:
+  """A ValueError naming the setting unless ``beam_search`` can run with it."""
   if not isinstance(beam_size, int) or beam_size < 1:
     raise ValueError(f"beam_search needs beam_size >= 1, got {beam_size!r}.")
   if not isinstance(max_length, int) or max_length < 1:
@@ -132,57 +148,16 @@ def beam_search(step_fn: StepFunction, cache, batch_size: int, beam_size: int, m
   if finish_rule not in FINISH_RULES:
     raise ValueError(f"beam_search's finish_rule={finish_rule!r} is unknown; choose one of {list(FINISH_RULES)}.")
 
-  def can_improve(state: _BeamState):
-    # An upper bound on any score the alive hypotheses can still reach: log P only falls as they grow, and
-    # dividing a negative log P by the largest penalty of a length still possible raises it the most.
-    largest_penalty = jnp.maximum(gnmt_length_penalty(state.step + 1, length_penalty),
-                                  gnmt_length_penalty(max_length, length_penalty))
-    best_alive_bound = state.alive_log_probs[:, 0] / largest_penalty
-    return (state.step < max_length) & jnp.any(best_alive_bound > state.finished_scores[:, -1])
 
-  def step(state: _BeamState) -> _BeamState:
-    vocab_size = state.next_log_probs.shape[-1]
-    # A live hypothesis whose next-token logits are no distribution ends here without a token and is
-    # finished with the score BROKEN (NaN once returned). None of its extensions may be chosen: such a row of
-    # log_softmax holds only NaN and -inf, and the NaN become -inf before the top-k (which ranks NaN first).
-    broken = non_finite_rows(state.next_log_probs) & (state.alive_log_probs > -jnp.inf)  # [batch, beam]
-    candidate_log_probs = (state.alive_log_probs[:, :, None] + state.next_log_probs).reshape(
-        batch_size, beam_size * vocab_size)  # not -1: a batch of 0 has no size to infer it from
-    candidate_log_probs = jnp.where(jnp.isnan(candidate_log_probs), -jnp.inf, candidate_log_probs)
-    num_candidates = min(2 * beam_size, beam_size * vocab_size)
-    top_log_probs, top_indices = jax.lax.top_k(candidate_log_probs, num_candidates)  # [batch, candidates]
-    parents, tokens = top_indices // vocab_size, top_indices % vocab_size
-    sequences = gather_beams(state.alive_sequences, parents).at[:, :, state.step].set(tokens)
-    length = state.step + 1
-
-    is_eos = tokens == eos_id
-    ends = is_eos | (length == max_length)  # everything still alive finishes at max_length
-    if finish_rule == "within_beam":
-      ends = ends & (jnp.arange(num_candidates) < beam_size)
-    new_scores = jnp.where(ends, top_log_probs / gnmt_length_penalty(length, length_penalty), -jnp.inf)
-    broken_scores = jnp.where(broken, BROKEN, -jnp.inf)
-    # Earlier finished hypotheses come first, so top_k keeps them on ties.
-    finished_scores, keep = jax.lax.top_k(
-        jnp.concatenate([state.finished_scores, broken_scores, new_scores], axis=1), beam_size)
-    finished_sequences = gather_beams(
-        jnp.concatenate([state.finished_sequences, state.alive_sequences, sequences], axis=1), keep)
-
-    alive_log_probs, keep = jax.lax.top_k(jnp.where(is_eos, -jnp.inf, top_log_probs), beam_size)
-    alive_sequences = gather_beams(sequences, keep)
-    cache = _gather_cache(state.cache, gather_beams(parents, keep), beam_size)
-    logits, cache = step_fn(flatten_beams(alive_sequences[:, :, state.step])[:, None], cache)
-    next_log_probs = unflatten_beams(jax.nn.log_softmax(logits[:, -1].astype(jnp.float32)), beam_size)
-    return _BeamState(length, alive_sequences, alive_log_probs, next_log_probs, finished_sequences,
-                      finished_scores, cache)
-
-  log_probs, cache = first_log_probs(step_fn, cache, batch_size, bos_id, prompt, prompt_lengths, prefill_fn)
-  check_special_ids(log_probs.shape[-1], bos_id=bos_id, eos_id=eos_id, pad_id=pad_id)
+def _initial_state(log_probs, cache, batch_size: int, beam_size: int, max_length: int, pad_id: int) -> _BeamState:
+  """The search before its first step: one live beam per example, whose next-token distribution is
+  ``log_probs`` ``[batch, vocab]``; ``cache`` has ``batch_size`` rows, repeated here per beam."""
   empty_sequences = jnp.full((batch_size, beam_size, max_length), pad_id, jnp.int32)
   # All beams start as the same prefix; only the first is live, or the top-k would pick duplicates.
   # -inf (not a large negative number) marks empty beams: it stays -inf under every update and can never
   # outrank a real hypothesis, however long; log-probabilities are never +inf, so no NaN arises.
   initial_log_probs = jnp.where(jnp.arange(beam_size) == 0, 0.0, -jnp.inf).astype(jnp.float32)
-  state = _BeamState(
+  return _BeamState(
       step=jnp.array(0, jnp.int32),
       alive_sequences=empty_sequences,
       alive_log_probs=jnp.broadcast_to(initial_log_probs, (batch_size, beam_size)),
@@ -190,8 +165,52 @@ def beam_search(step_fn: StepFunction, cache, batch_size: int, beam_size: int, m
       finished_sequences=empty_sequences,
       finished_scores=jnp.full((batch_size, beam_size), -jnp.inf, jnp.float32),
       cache=map_batch_leaves(lambda x: expand_to_beams(x, beam_size), cache, batch_size))
-  state = jax.lax.while_loop(can_improve, step, state)
-  scores = jnp.where(state.finished_scores == BROKEN, jnp.nan, state.finished_scores)
-  if return_all_beams:
-    return state.finished_sequences, scores
-  return state.finished_sequences[:, 0], scores[:, 0]
+
+
+def _can_improve(state: _BeamState, max_length: int, length_penalty) -> jax.Array:
+  """Whether another step may change the result: ``[]`` bool, the ``while_loop``'s condition."""
+  # An upper bound on any score the alive hypotheses can still reach: log P only falls as they grow, and
+  # dividing a negative log P by the largest penalty of a length still possible raises it the most.
+  largest_penalty = jnp.maximum(gnmt_length_penalty(state.step + 1, length_penalty),
+                                gnmt_length_penalty(max_length, length_penalty))
+  best_alive_bound = state.alive_log_probs[:, 0] / largest_penalty
+  return (state.step < max_length) & jnp.any(best_alive_bound > state.finished_scores[:, -1])
+
+
+def _beam_step(state: _BeamState, step_fn: StepFunction, beam_size: int, max_length: int, eos_id: int,
+               length_penalty, finish_rule: str) -> _BeamState:
+  """One token more: the ``2 * beam_size`` best extensions, those that end finished, the best
+  ``beam_size`` others carried on with their caches and next-token distributions."""
+  batch_size, _, vocab_size = state.next_log_probs.shape
+  # A live hypothesis whose next-token logits are no distribution ends here without a token and is
+  # finished with the score BROKEN (NaN once returned). None of its extensions may be chosen: such a row of
+  # log_softmax holds only NaN and -inf, and the NaN become -inf before the top-k (which ranks NaN first).
+  broken = non_finite_rows(state.next_log_probs) & (state.alive_log_probs > -jnp.inf)  # [batch, beam]
+  candidate_log_probs = (state.alive_log_probs[:, :, None] + state.next_log_probs).reshape(
+      batch_size, beam_size * vocab_size)  # not -1: a batch of 0 has no size to infer it from
+  candidate_log_probs = jnp.where(jnp.isnan(candidate_log_probs), -jnp.inf, candidate_log_probs)
+  num_candidates = min(2 * beam_size, beam_size * vocab_size)
+  top_log_probs, top_indices = jax.lax.top_k(candidate_log_probs, num_candidates)  # [batch, candidates]
+  parents, tokens = top_indices // vocab_size, top_indices % vocab_size
+  sequences = gather_beams(state.alive_sequences, parents).at[:, :, state.step].set(tokens)
+  length = state.step + 1
+
+  is_eos = tokens == eos_id
+  ends = is_eos | (length == max_length)  # everything still alive finishes at max_length
+  if finish_rule == "within_beam":
+    ends = ends & (jnp.arange(num_candidates) < beam_size)
+  new_scores = jnp.where(ends, top_log_probs / gnmt_length_penalty(length, length_penalty), -jnp.inf)
+  broken_scores = jnp.where(broken, BROKEN, -jnp.inf)
+  # Earlier finished hypotheses come first, so top_k keeps them on ties.
+  finished_scores, keep = jax.lax.top_k(
+      jnp.concatenate([state.finished_scores, broken_scores, new_scores], axis=1), beam_size)
+  finished_sequences = gather_beams(
+      jnp.concatenate([state.finished_sequences, state.alive_sequences, sequences], axis=1), keep)
+
+  alive_log_probs, keep = jax.lax.top_k(jnp.where(is_eos, -jnp.inf, top_log_probs), beam_size)
+  alive_sequences = gather_beams(sequences, keep)
+  cache = _gather_cache(state.cache, gather_beams(parents, keep), beam_size)
+  logits, cache = step_fn(flatten_beams(alive_sequences[:, :, state.step])[:, None], cache)
+  next_log_probs = unflatten_beams(jax.nn.log_softmax(logits[:, -1].astype(jnp.float32)), beam_size)
+  return _BeamState(length, alive_sequences, alive_log_probs, next_log_probs, finished_sequences,
+                    finished_scores, cache)

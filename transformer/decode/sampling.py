@@ -6,6 +6,8 @@ Holtzman et al. 2020). Randomness comes from one explicit key: the same key give
 """
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 
@@ -99,15 +101,8 @@ def sample(step_fn: StepFunction, cache, batch_size: int, max_length: int, bos_i
   cache = map_batch_leaves(lambda x: expand_to_beams(x, num_samples), cache, batch_size)
   log_probs = expand_to_beams(log_probs, num_samples)  # [rows, vocab]
 
-  def choose(step, log_probs, finished, total):
-    # A row that meets logits that are no distribution ends here without a token, its total NaN.
-    broken = ~finished & non_finite_rows(log_probs)
-    ended = finished | broken
-    tokens = sample_logits(jax.random.fold_in(rng, step), log_probs, temperature, top_k, top_p)
-    tokens = jnp.where(ended, pad_id, tokens)
-    total = total + jnp.where(ended, 0.0, jnp.take_along_axis(log_probs, tokens[:, None], axis=1)[:, 0])
-    total = jnp.where(broken, jnp.nan, total)
-    return tokens, ended | (tokens == eos_id), total
+  choose = functools.partial(_choose_tokens, rng, temperature=temperature, top_k=top_k, top_p=top_p,
+                             eos_id=eos_id, pad_id=pad_id)
 
   def step(carry, step_index):
     log_probs, cache, finished, total = carry
@@ -121,3 +116,17 @@ def sample(step_fn: StepFunction, cache, batch_size: int, max_length: int, bos_i
   last, _, total = choose(max_length - 1, log_probs, finished, total)
   tokens = jnp.concatenate([tokens, last[None]], axis=0).T  # [rows, max_length]
   return unflatten_beams(tokens, num_samples), unflatten_beams(total, num_samples)
+
+
+def _choose_tokens(rng, step, log_probs, finished, total, *, temperature: float, top_k: int, top_p: float,
+                   eos_id: int, pad_id: int):
+  """Token ``step`` of ``sample``: ``log_probs`` ``[rows, vocab]``, ``finished`` ``[rows]`` bool and the running
+  ``total`` ``[rows]`` float32 -> ``(tokens [rows] int32, finished, total)``; ended rows get ``pad_id``."""
+  # A row that meets logits that are no distribution ends here without a token, its total NaN.
+  broken = ~finished & non_finite_rows(log_probs)
+  ended = finished | broken
+  tokens = sample_logits(jax.random.fold_in(rng, step), log_probs, temperature, top_k, top_p)
+  tokens = jnp.where(ended, pad_id, tokens)
+  total = total + jnp.where(ended, 0.0, jnp.take_along_axis(log_probs, tokens[:, None], axis=1)[:, 0])
+  total = jnp.where(broken, jnp.nan, total)
+  return tokens, ended | (tokens == eos_id), total

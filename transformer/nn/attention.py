@@ -16,6 +16,11 @@ _dense_init = nn.initializers.xavier_uniform()
 CROSS_CACHE = "cross_cache"
 
 
+def _split_heads(x, head_dim: int):
+  """``[batch, length, n * head_dim]`` -> ``[batch, length, n, head_dim]``."""
+  return x.reshape(x.shape[0], x.shape[1], x.shape[2] // head_dim, head_dim)
+
+
 class MultiHeadAttention(nn.Module):
   """``MultiHead(Q, K, V) = Concat(head_1..head_h) W^O`` (Vaswani et al., section 3.2.2).
 
@@ -61,48 +66,47 @@ class MultiHeadAttention(nn.Module):
     """
     config = self.config
     batch, q_length, d_model = inputs_q.shape
-    heads, kv_heads, head_dim = config.num_heads, config.kv_heads, config.head_dim
-    features = heads * head_dim
-
-    def split_heads(x):  # [batch, length, n * head_dim] -> [batch, length, n, head_dim]
-      return x.reshape(x.shape[0], x.shape[1], x.shape[2] // head_dim, head_dim)
-
-    query = split_heads(self._projection("query", d_model, features)(inputs_q))
-    # Grouped-query attention: fewer key/value heads, each read by heads // kv_heads query heads.
-    project_key = self._projection("key", inputs_kv.shape[-1], kv_heads * head_dim)
-    project_value = self._projection("value", inputs_kv.shape[-1], kv_heads * head_dim)
-    if self.cross_attention and self.has_variable(CROSS_CACHE, "key"):
-      # Decoding: the encoder output's keys and values were projected once, before the first step.
-      key, value = self.get_variable(CROSS_CACHE, "key"), self.get_variable(CROSS_CACHE, "value")
-    else:
-      key, value = split_heads(project_key(inputs_kv)), split_heads(project_value(inputs_kv))
-      if self.cross_attention and self.is_mutable_collection(CROSS_CACHE) and not self.is_initializing():
-        self.put_variable(CROSS_CACHE, "key", key)
-        self.put_variable(CROSS_CACHE, "value", value)
-
-    rotary = config.positional_encoding == "rotary" and not self.cross_attention
-    query_positions = key_positions = None
-    if rotary:
-      query_positions = jnp.arange(q_length)
-      key_positions = jnp.arange(key.shape[1])
-
+    features = config.num_heads * config.head_dim
+    query = _split_heads(self._projection("query", d_model, features)(inputs_q), config.head_dim)
+    key, value = self._keys_and_values(inputs_kv)
     window = None if self.cross_attention else config.attention_window
-    cache_mask = None
+    cache_mask = positions = None  # positions: the queries' [batch, q_length] in the decode cache
     if config.decode and causal and self.has_variable("cache", "cached_key"):
       key, value, cache_mask, positions = self._update_cache(key, value, query_valid)
       if window is not None:  # and hide keys older than the window: make_local_mask's rule, per example
         slots = jnp.arange(key.shape[1], dtype=positions.dtype)
         cache_mask = cache_mask & (slots[None, None, None, :] > positions[:, None, :, None] - window)
-      if rotary:
-        query_positions, key_positions = positions, jnp.arange(key.shape[1])
       query_valid, key_valid, causal, window = None, None, False, None  # the cache mask hides future and past
     elif config.decode and causal:
       self._create_cache(key, value)  # the init call: behave as full causal attention
 
-    if rotary:
-      query = ops.apply_rotary_embedding(query, query_positions)
-      key = ops.apply_rotary_embedding(key, key_positions)
+    if config.positional_encoding == "rotary" and not self.cross_attention:
+      query = ops.apply_rotary_embedding(query, jnp.arange(q_length) if positions is None else positions)
+      key = ops.apply_rotary_embedding(key, jnp.arange(key.shape[1]))
+    output = self._attend(query, key, value, query_valid, key_valid, causal, window, cache_mask)
+    output = output.reshape(batch, q_length, features)
+    return self._projection("output", features, d_model)(output)
 
+  def _keys_and_values(self, inputs_kv):
+    """The keys and values ``[batch, kv_length, kv_heads, head_dim]`` of ``inputs_kv`` ``[batch, kv_length,
+    d_model]``; while decoding, cross attention reads them from (or writes them to) ``CROSS_CACHE``."""
+    kv_heads, head_dim = self.config.kv_heads, self.config.head_dim
+    # Grouped-query attention: fewer key/value heads, each read by heads // kv_heads query heads.
+    project_key = self._projection("key", inputs_kv.shape[-1], kv_heads * head_dim)
+    project_value = self._projection("value", inputs_kv.shape[-1], kv_heads * head_dim)
+    if self.cross_attention and self.has_variable(CROSS_CACHE, "key"):
+      # Decoding: the encoder output's keys and values were projected once, before the first step.
+      return self.get_variable(CROSS_CACHE, "key"), self.get_variable(CROSS_CACHE, "value")
+    key, value = _split_heads(project_key(inputs_kv), head_dim), _split_heads(project_value(inputs_kv), head_dim)
+    if self.cross_attention and self.is_mutable_collection(CROSS_CACHE) and not self.is_initializing():
+      self.put_variable(CROSS_CACHE, "key", key)
+      self.put_variable(CROSS_CACHE, "value", value)
+    return key, value
+
+  def _attend(self, query, key, value, query_valid, key_valid, causal, window, cache_mask):
+    """``ops.attend`` with the config's dropout and kernels: ``[batch, q_length, heads, head_dim]``. The
+    weights are sown into ``intermediates`` when that collection is mutable."""
+    config = self.config
     use_dropout = not config.deterministic and config.attention_dropout_rate > 0.0
     # The weights are formed only when sown (a fused or chunked kernel never writes them out); ops.attend
     # picks the implementation (chunked, fused or the formula) from the config's resolved kernels.
@@ -113,12 +117,11 @@ class MultiHeadAttention(nn.Module):
         dropout_rate=config.attention_dropout_rate if use_dropout else 0.0,
         dropout_rng=self.make_rng("dropout") if use_dropout else None, return_weights=sow_weights,
         float32_logits=config.float32_attention_logits, kernels=config.resolved_kernels)
-    if sow_weights:
-      output, weights = output
-      self.sow("intermediates", "attention_weights", weights)
-
-    output = output.reshape(batch, q_length, features)
-    return self._projection("output", features, d_model)(output)
+    if not sow_weights:
+      return output
+    output, weights = output
+    self.sow("intermediates", "attention_weights", weights)
+    return output
 
   def _create_cache(self, key, value):
     """Zero cache sized by the init call's inputs: keys and values ``[batch, max_length, kv_heads, head_dim]``

@@ -280,15 +280,7 @@ class RNNDecoder(nn.Module):
     if config.decode and self.has_variable("cache", "cache_index"):
       if decoder_inputs.shape[1] != 1:
         raise ValueError(f"decode=True takes one position per call, got {decoder_inputs.shape[1]}.")
-      cache_index = self.variable("cache", "cache_index")
-      cached = {name: self.variable("cache", name) for name in initial_state}
-      # A zero cache means "no step yet": the first step starts from the encoder, later ones from the cache.
-      state = {name: jnp.where(cache_index.value == 0, initial_state[name], cached[name].value)
-               for name in initial_state}
-      state, (features, weights) = step(state, embedded, encoded, encoded_valid, projected_keys)
-      for name, variable in cached.items():
-        variable.value = state[name]
-      cache_index.value = cache_index.value + 1
+      features, weights = self._cached_step(step, initial_state, embedded, encoded, encoded_valid, projected_keys)
     else:
       if config.decode:  # the init call: create a zero cache, then behave as teacher forcing
         for name, value in initial_state.items():
@@ -300,6 +292,27 @@ class RNNDecoder(nn.Module):
     # The output layers run on all positions at once, after the scan: large matmuls instead of one per step.
     if logits_index is not None:
       features = jax.lax.dynamic_slice_in_dim(features, logits_index, 1, axis=1)
+    return self._output_logits(features)
+
+  @nn.nowrap
+  def _cached_step(self, step, initial_state, embedded, encoded, encoded_valid, projected_keys):
+    """One decoding step from the state in the ``cache`` collection, which it updates: ``(features,
+    weights)`` of ``step`` for ``embedded`` ``[batch, 1, embedding_dim]``."""
+    cache_index = self.variable("cache", "cache_index")
+    cached = {name: self.variable("cache", name) for name in initial_state}
+    # A zero cache means "no step yet": the first step starts from the encoder, later ones from the cache.
+    state = {name: jnp.where(cache_index.value == 0, initial_state[name], cached[name].value)
+             for name in initial_state}
+    state, (features, weights) = step(state, embedded, encoded, encoded_valid, projected_keys)
+    for name, variable in cached.items():
+      variable.value = state[name]
+    cache_index.value = cache_index.value + 1
+    return features, weights
+
+  @nn.nowrap
+  def _output_logits(self, features):
+    """The output layers: ``[batch, length, d_features]`` -> float32 logits ``[batch, length, vocab]``."""
+    config = self.config
     if config.attention == "bahdanau":
       # Bahdanau et al. 2015 (A.2.2) deep output: t_i = maxout(U_o s_i + V_o E y_{i-1} + C_o c_i), pool size 2,
       # so the vocabulary projection reads readout_dim features instead of hidden + context + embedding.

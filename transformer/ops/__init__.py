@@ -6,7 +6,7 @@
 Each op computes its formula; backend-tuned implementations live in ``ops.kernels`` and are passed in as
 ``kernels=ops.select_kernels(setting)`` (what a model config's ``resolved_kernels`` holds).
 """
-from transformer.ops.attention import MASK_VALUE, attend, attention_weights, dot_product_attention, weighted_values
+from transformer.ops.attention import attend, attention_weights, dot_product_attention, weighted_values
 from transformer.ops.chunked import chunked_dot_product_attention
 from transformer.ops import kernels
 from transformer.ops.dense import dense
@@ -15,7 +15,7 @@ from transformer.ops.feed_forward import ACTIVATIONS, feed_forward
 from transformer.ops.kernels import select_kernels  # the one choice of backend-tuned pieces: see above
 from transformer.ops.losses import softmax_cross_entropy, weighted_sum
 from transformer.ops.heads import head_groups, repeat_kv_heads
-from transformer.ops.masks import (combine_masks, make_attention_mask, make_causal_mask, make_local_mask,
+from transformer.ops.masks import (MASK_VALUE, combine_masks, make_attention_mask, make_causal_mask, make_local_mask,
                                    make_padding_mask)
 from transformer.ops.metrics import sequence_exact_match, token_accuracy
 from transformer.ops.norms import batch_norm, layer_norm, rms_norm

@@ -18,35 +18,13 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from transformer.ops.chunked import chunked_dot_product_attention
 from transformer.ops.dropout import dropout
-from transformer.ops.heads import head_groups, repeat_kv_heads
+from transformer.ops.heads import check_attention_inputs, head_groups, repeat_kv_heads
 from transformer.ops.kernels import REFERENCE, Kernels, fused_attention_blocker
-from transformer.ops.masks import combine_masks, make_attention_mask, make_causal_mask, make_local_mask
+from transformer.ops.masks import (MASK_VALUE, combine_masks, make_attention_mask, make_causal_mask,
+                                   make_local_mask)
 from transformer.ops.scores import dot_product_scores
-
-# Masked logits are set to this value rather than -inf: a row with every key masked then gives a finite
-# softmax (which we zero out) instead of NaN, and gradients stay finite. exp(-1e9 - x) is exactly 0 in
-# float32 for any realistic logit x, so partially masked rows are unaffected.
-MASK_VALUE = -1e9
-
-
-def check_attention_inputs(query, key, value) -> None:
-  """Raise a ValueError naming the problem unless query, key and value are float
-  ``[batch, length, heads, head_dim]`` arrays that agree as attention needs."""
-  if query.ndim != 4 or key.ndim != 4 or value.ndim != 4:
-    raise ValueError("query, key and value must be [batch, length, heads, head_dim]; got shapes "
-                     f"{query.shape}, {key.shape}, {value.shape}")
-  if not all(jnp.issubdtype(x.dtype, jnp.floating) for x in (query, key, value)):
-    raise ValueError(f"attention needs floating-point query, key and value, got {query.dtype}, {key.dtype}, "
-                     f"{value.dtype}; cast them, e.g. with .astype(jnp.float32)")
-  if query.shape[-1] != key.shape[-1]:
-    raise ValueError(f"query and key head_dim differ: {query.shape[-1]} vs {key.shape[-1]}")
-  if key.shape[:3] != value.shape[:3]:
-    raise ValueError(f"key and value must agree on [batch, kv_length, heads]: {key.shape} vs {value.shape}")
-  if query.shape[0] != key.shape[0] or not key.shape[2] or query.shape[2] % key.shape[2]:
-    raise ValueError(f"query and key must agree on batch, and the key's heads must divide the query's "
-                     f"(grouped-query attention): {query.shape} vs {key.shape}")
-
 
 def _zero_unseen_keys(key, value, mask):
   """Keys and values set to 0 where no query may attend (e.g. padding): a weight of exactly 0 times a NaN
@@ -198,7 +176,6 @@ def attend(query, key, value, *, query_valid=None, key_valid=None, causal: bool 
   kernels = kernels or REFERENCE
   query, key, value = jnp.asarray(query), jnp.asarray(key), jnp.asarray(value)
   if kernels.attention_chunk_size and not (return_weights or dropout_rate > 0.0 or mask is not None):
-    from transformer.ops.chunked import chunked_dot_product_attention  # noqa: PLC0415 (chunked imports this module)
     return chunked_dot_product_attention(
         query, key, value, query_valid, key_valid, causal=causal, window=window, scale=scale,
         query_chunk_size=kernels.attention_chunk_size, key_chunk_size=kernels.attention_chunk_size, kernels=kernels)

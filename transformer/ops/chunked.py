@@ -18,9 +18,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from transformer.ops.attention import MASK_VALUE, check_attention_inputs
-from transformer.ops.heads import repeat_kv_heads
+from transformer.ops.heads import check_attention_inputs, repeat_kv_heads
 from transformer.ops.kernels import REFERENCE, Kernels
+from transformer.ops.masks import MASK_VALUE
 from transformer.ops.scores import dot_product_scores
 
 

@@ -8,6 +8,11 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
+# Masked logits are set to this value rather than -inf: a row with every key masked then gives a finite
+# softmax (which we zero out) instead of NaN, and gradients stay finite. exp(-1e9 - x) is exactly 0 in
+# float32 for any realistic logit x, so partially masked rows are unaffected.
+MASK_VALUE = -1e9
+
 
 def make_attention_mask(query_valid, key_valid):
   """Pairwise mask from per-position validity.

@@ -82,6 +82,40 @@ def read_csv(path: epath.PathLike) -> dict[str, np.ndarray]:
       does not follow the previous row's by exactly one (a gap, a repeat or a step back).
   """
   path = epath.Path(path)
+  reader, header = _csv_reader(path)
+  position = {name: header.index(name) for name in COLUMNS}
+  times, pm25, codes = [], [], []
+  weather = {name: [] for name in WEATHER_COLUMNS}
+  for row in reader:
+    where = f"{path}, line {reader.line_num}"
+    if len(row) != len(COLUMNS):
+      raise InputFileError(f"{where}: {len(row)} fields, expected {len(COLUMNS)} ({','.join(header)}).")
+
+    def number(name: str, allow_missing: bool = False) -> float:
+      return parse_number(row[position[name]], allow_missing, f"{where}: column {name}")
+
+    number("No")  # checked, not kept: the time columns order the rows
+    time = _row_hour([number(name) for name in ("year", "month", "day", "hour")], times[-1] if times else None,
+                     where)
+    wind = row[position["cbwd"]].strip()
+    if wind not in WIND_DIRECTIONS:
+      raise InputFileError(f"{where}: column cbwd is {wind!r}, expected one of {', '.join(WIND_DIRECTIONS)}.")
+    times.append(time)
+    pm25.append(number("pm2.5", allow_missing=True))
+    codes.append(WIND_DIRECTIONS.index(wind))
+    for name in WEATHER_COLUMNS:
+      weather[name].append(number(name))
+  if not times:
+    raise InputFileError(f"{path}: the header is not followed by any row.")
+  columns = {"time": np.array(times, "datetime64[h]"), "pm25": np.array(pm25, np.float32)}
+  columns.update((name, np.array(values, np.float32)) for name, values in weather.items())
+  columns["cbwd"] = np.array(codes, np.int64)
+  return columns
+
+
+def _csv_reader(path: epath.Path):
+  """``(reader, header)``: a CSV reader of the file's rows after its header, and the header, checked to name
+  each of :data:`COLUMNS` once; else InputFileError."""
   try:
     text = path.read_bytes().decode("utf-8-sig")
   except UnicodeDecodeError as error:
@@ -98,51 +132,27 @@ def read_csv(path: epath.PathLike) -> dict[str, np.ndarray]:
     raise InputFileError(
         f"{path}, line 1: the header must name the columns {','.join(COLUMNS)} once each "
         f"(missing: {missing or 'none'}; unknown: {unknown or 'none'}; got {','.join(header)}).")
-  position = {name: header.index(name) for name in COLUMNS}
-  times, pm25, codes = [], [], []
-  weather = {name: [] for name in WEATHER_COLUMNS}
-  for row in reader:
-    line = reader.line_num
-    if len(row) != len(COLUMNS):
-      raise InputFileError(f"{path}, line {line}: {len(row)} fields, expected {len(COLUMNS)} "
-                           f"({','.join(header)}).")
+  return reader, header
 
-    def number(name: str, allow_missing: bool = False) -> float:
-      return parse_number(row[position[name]], allow_missing, f"{path}, line {line}: column {name}")
 
-    number("No")  # checked, not kept: the time columns order the rows
-    date_fields = [number(name) for name in ("year", "month", "day", "hour")]
-    if any(value != int(value) for value in date_fields):
-      raise InputFileError(f"{path}, line {line}: year, month, day and hour must be integers; "
-                           f"got {date_fields}.")
-    try:
-      time = datetime.datetime(*(int(value) for value in date_fields))
-    except ValueError as error:
-      raise InputFileError(f"{path}, line {line}: no such date and hour "
-                           f"{[int(value) for value in date_fields]} ({error}).") from None
-    if times and time != times[-1] + datetime.timedelta(hours=1):
-      previous = times[-1].strftime("%Y-%m-%d %Hh")
-      hours = (time - times[-1]) / datetime.timedelta(hours=1)
-      problem = ("repeats it" if hours == 0 else
-                 f"skips {hours - 1:g} hour(s)" if hours > 1 else "goes back in time")
-      raise InputFileError(
-          f"{path}, line {line}: {time.strftime('%Y-%m-%d %Hh')} after {previous} {problem}; "
-          f"the rows must be consecutive hours, one row per hour, with no gap or repeat.")
-    wind = row[position["cbwd"]].strip()
-    if wind not in WIND_DIRECTIONS:
-      raise InputFileError(f"{path}, line {line}: column cbwd is {wind!r}, expected one of "
-                           f"{', '.join(WIND_DIRECTIONS)}.")
-    times.append(time)
-    pm25.append(number("pm2.5", allow_missing=True))
-    codes.append(WIND_DIRECTIONS.index(wind))
-    for name in WEATHER_COLUMNS:
-      weather[name].append(number(name))
-  if not times:
-    raise InputFileError(f"{path}: the header is not followed by any row.")
-  columns = {"time": np.array(times, "datetime64[h]"), "pm25": np.array(pm25, np.float32)}
-  columns.update((name, np.array(values, np.float32)) for name, values in weather.items())
-  columns["cbwd"] = np.array(codes, np.int64)
-  return columns
+def _row_hour(date_fields: list[float], previous: datetime.datetime | None, where: str) -> datetime.datetime:
+  """The hour of a row's year, month, day and hour, checked to exist and to follow ``previous`` (the hour of
+  the row before, None for the first row) by exactly one; else InputFileError at ``where``."""
+  if any(value != int(value) for value in date_fields):
+    raise InputFileError(f"{where}: year, month, day and hour must be integers; got {date_fields}.")
+  try:
+    time = datetime.datetime(*(int(value) for value in date_fields))
+  except ValueError as error:
+    raise InputFileError(f"{where}: no such date and hour {[int(value) for value in date_fields]} "
+                         f"({error}).") from None
+  if previous is not None and time != previous + datetime.timedelta(hours=1):
+    hours = (time - previous) / datetime.timedelta(hours=1)
+    problem = ("repeats it" if hours == 0 else
+               f"skips {hours - 1:g} hour(s)" if hours > 1 else "goes back in time")
+    raise InputFileError(
+        f"{where}: {time.strftime('%Y-%m-%d %Hh')} after {previous.strftime('%Y-%m-%d %Hh')} {problem}; "
+        f"the rows must be consecutive hours, one row per hour, with no gap or repeat.")
+  return time
 
 
 def parse_number(field: str, allow_missing: bool, where: str) -> float:
