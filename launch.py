@@ -151,10 +151,11 @@ def read_input_lines(path: str = "") -> list[str]:
 def _config_for_mode(config, workdir: str, mode: str, argv):
   """Train uses ``config``; every other mode the run's saved ``config.json`` (so a run trained with overrides is
   evaluated as trained), with this command line's ``--config.*`` overrides set on top."""
-  if mode == "train" or not os.path.isfile(os.path.join(workdir, "config.json")):
+  from transformer.train.run_directory import CONFIG, RunDirectory
+  directory = RunDirectory(workdir)
+  if mode == "train" or not directory.has(CONFIG):
     return config
-  from transformer.train import read_run_config
-  saved = read_run_config(workdir)
+  saved = directory.config_dict()
   overridden = sorted({arg[len("--config."):].partition("=")[0] for arg in argv if arg.startswith("--config.")})
   for path in overridden:
     *parents, leaf = path.split(".")
@@ -163,7 +164,7 @@ def _config_for_mode(config, workdir: str, mode: str, argv):
       source, target = source[parent], target[parent]
     with target.ignore_type():  # JSON gave lists where the config file has tuples
       target[leaf] = source[leaf]
-  print(f"--mode={mode} uses the run's saved config ({os.path.join(workdir, 'config.json')})"
+  print(f"--mode={mode} uses the run's saved config ({directory.path(CONFIG)})"
         + (f" with {', '.join('--config.' + p for p in overridden)} from this command" if overridden else ""),
         file=sys.stderr if mode == "translate" else sys.stdout, flush=True)  # translate's stdout: translations only
   return saved

@@ -77,10 +77,10 @@ def experiment_config(overrides: dict, steps: int, steps_per_call: int = 1):
 def loop_seconds_per_step(config) -> float:
   """(a): the training loop's seconds per step, the median over its logging windows after the first."""
   from transformer.train import run
-  from transformer.train.writers import read_metrics
+  from transformer.train.run_directory import RunDirectory
   with tempfile.TemporaryDirectory() as workdir:
     run(config, workdir)
-    rates = [r["train/steps_per_second"] for r in read_metrics(workdir) if "train/steps_per_second" in r]
+    rates = [rate for _, rate in RunDirectory(workdir).metrics().values("train/steps_per_second")]
   return statistics.median(1 / rate for rate in rates[1:])
 
 

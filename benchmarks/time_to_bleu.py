@@ -19,7 +19,6 @@ a checkpoint and stops, and the evaluation scores what it reached; the table say
 """
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
@@ -32,6 +31,7 @@ from benchmarks import common
 from experiments.report import REPO, host_description
 from transformer.data.download import ENV_VAR
 from transformer.errors import MissingDataError, exit_on_user_error
+from transformer.train.run_directory import RunDirectory
 
 DEFAULT_CONFIG = "experiments/multi30k.py:transformer_gpu"
 GIT_IGNORED_DATA = os.path.join(REPO, ".gpu_data")
@@ -101,18 +101,6 @@ def run_until(command: list[str], env: dict, deadline: float | None) -> tuple[in
   return process.returncode, time.monotonic() - start, stopped
 
 
-def steps_trained(workdir: str) -> int:
-  """The last step in the run's ``metrics.jsonl`` (0 if none)."""
-  path = os.path.join(workdir, "metrics.jsonl")
-  last = 0
-  if os.path.exists(path):
-    with open(path) as f:
-      for line in f:
-        if line.strip():
-          last = max(last, int(json.loads(line).get("step", 0)))
-  return last
-
-
 def describe_search(decode: dict) -> str:
   """``config.decode`` in words, e.g. "beam search 5" or "greedy search"."""
   if decode["method"] == "beam":
@@ -138,16 +126,13 @@ def main(argv=None) -> common.Report:
   status, train_seconds, stopped = run_until(launch_command(args.config, workdir, *flags), env, train_deadline)
   if status and not stopped:
     sys.exit(f"error: training exited with status {status} (its error is printed above)")
-  trained = steps_trained(workdir)
+  trained = RunDirectory(workdir).metrics().last_step
   status, eval_seconds, eval_stopped = run_until(launch_command(args.config, workdir, "--mode=eval", *flags), env,
                                                  budget_end)
   if status:
     sys.exit(f"error: --mode=eval exited with status {status}"
              + (" after the time budget was spent" if eval_stopped else " (its error is printed above)"))
-  with open(os.path.join(workdir, "eval_results.json")) as f:
-    results = json.load(f)
-  with open(os.path.join(workdir, "config.json")) as f:
-    config = json.load(f)
+  results, config = RunDirectory(workdir).eval_results(), RunDirectory(workdir).config_values()
   planned = config["num_train_steps"]
   task = config["task"]
   bleu = results[f"{TEST_SPLIT}/bleu"]

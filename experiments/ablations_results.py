@@ -30,7 +30,7 @@ from experiments import report
 from experiments.ablations import common
 from transformer.tasks.run_config import SWEEPABLE
 from transformer.train.workdir import recorded_tokenizers
-from transformer.train.writers import read_metrics
+from transformer.train.run_directory import MetricsLog, RunDirectory, read_metrics
 
 ABLATIONS = ("scaling", "heads", "positions", "norm_position", "norms", "regularization", "rnn_attention")
 DEFAULT_ROOT = "/tmp/ablations"
@@ -124,15 +124,8 @@ def expand_grid(names: list[str], task: str, root: str, ablations: tuple[str, ..
           for variant in ablation_module(name).ABLATION.variants]
 
 
-def final_evaluation(records: list[dict], num_train_steps: int) -> dict | None:
-  """The evaluation record at ``num_train_steps`` (None while the run has not finished)."""
-  done = [r for r in records if r.get("step") == num_train_steps and any(k.startswith("eval/") for k in r)]
-  return done[-1] if done else None
-
-
 def cell_finished(cell: Cell) -> bool:
-  return bool(os.path.exists(os.path.join(cell.workdir, "metrics.jsonl"))
-              and final_evaluation(read_metrics(cell.workdir), cell.num_train_steps))
+  return RunDirectory(cell.workdir).metrics().evaluation_at(cell.num_train_steps) is not None
 
 
 @dataclasses.dataclass
@@ -162,7 +155,7 @@ def seed_values(record: dict, name: str, cell: Cell) -> np.ndarray:
 def cell_result(cell: Cell, records: list[dict], hardware: str = "") -> CellResult:
   """The cell's final per-seed metrics, training loss and divergence count from its run's metric ``records``;
   ``hardware``: where it ran (default: here)."""
-  final = final_evaluation(records, cell.num_train_steps)
+  final = MetricsLog(tuple(records)).evaluation_at(cell.num_train_steps)
   if final is None:
     raise report.UserError(f"{cell.workdir} has no evaluation at step {cell.num_train_steps}: its run has not "
                            "finished; rerun the script to resume it")

@@ -22,7 +22,7 @@ from experiments.beijing_pm25 import RECURRENT, TRANSFORMERS, WINDOW_CANDIDATES,
 from transformer import load, read_run_config
 from transformer.tasks.forecasting import PREDICTIONS_FILE
 from transformer.tasks.metrics import forecast_metrics
-from transformer.train.writers import read_metrics
+from transformer.train.run_directory import CHECKPOINTS, RunDirectory
 
 MODELS = RECURRENT + TRANSFORMERS + ("dlinear",)
 BASELINES = ("persistence", "daily_persistence")
@@ -56,7 +56,7 @@ def find_runs(workdir_root: str) -> dict[str, dict[int, str]]:
   runs = {}
   for name in sorted(os.listdir(workdir_root)) if os.path.isdir(workdir_root) else []:
     match = RUN_NAME.match(name)
-    checkpoints = os.path.join(workdir_root, name, "checkpoints")
+    checkpoints = RunDirectory(os.path.join(workdir_root, name)).path(CHECKPOINTS)
     if match and match["variant"] in MODELS and os.path.isdir(checkpoints) and os.listdir(checkpoints):
       runs.setdefault(match["variant"], {})[int(match["hours"])] = os.path.join(workdir_root, name)
   return runs
@@ -65,13 +65,11 @@ def find_runs(workdir_root: str) -> dict[str, dict[int, str]]:
 def best_validation(workdir: str) -> tuple[int, dict]:
   """The run's last step, and what its metrics give its row: the step and validation MAE of the best checkpoint
   (the lowest), the run's wall time and median steps/s."""
-  records = read_metrics(workdir)
-  best = min((r for r in records if "eval/mae" in r), key=lambda r: r["eval/mae"])
-  last = [r for r in records if "wall_seconds" in r][-1]
-  speeds = [r["train/steps_per_second"] for r in records if "train/steps_per_second" in r][1:]
-  return last["step"], {"best_step": best["step"], "validation_mae": best["eval/mae"],
-                        "wall_seconds": last["wall_seconds"],
-                        "steps_per_second": float(np.median(speeds)) if speeds else float("nan")}
+  metrics = RunDirectory(workdir).metrics()
+  best = metrics.best("eval/mae", mode="min")
+  last_step, wall_seconds = metrics.values("wall_seconds")[-1]
+  return last_step, {"best_step": best["step"], "validation_mae": best["eval/mae"], "wall_seconds": wall_seconds,
+                     "steps_per_second": metrics.median_rate()}
 
 
 def write_forecasts(workdirs: dict[str, str], path: str) -> None:

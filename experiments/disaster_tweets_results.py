@@ -19,6 +19,7 @@ import numpy as np
 
 from experiments import disaster_tweets, report
 from transformer import load, read_run_config
+from transformer.train.run_directory import CONFIG, RunDirectory
 from transformer.errors import ConfigError
 from transformer.tasks.metrics import best_threshold, binary_metrics, confusion_counts, f1_bootstrap_interval
 
@@ -187,7 +188,7 @@ def collect(store: report.RecordStore, folder: str, workdir_root: str, condition
   """Score each variant's run under ``workdir_root`` into its record, its predictions and the curves;
   ``not_scored``: variant -> why a run there was not scored (for the page)."""
   workdirs = {variant: os.path.join(workdir_root, variant) for variant in VARIANTS
-              if os.path.exists(os.path.join(workdir_root, variant, "config.json"))}
+              if RunDirectory(os.path.join(workdir_root, variant)).has(CONFIG)}
   if not workdirs:  # a mistyped root would otherwise rewrite the page from the records alone, silently
     raise report.UserError(f"--workdir_root={workdir_root} holds no run of {', '.join(VARIANTS)} (a folder "
                            "<root>/<variant> with config.json); give the root of the runs, or --from_records.")

@@ -14,11 +14,10 @@ from __future__ import annotations
 import math
 import os
 
-import numpy as np
-
 from experiments import report
 from experiments.language_model import get_config
 import transformer
+from transformer.train.run_directory import MetricsLog
 
 VARIANT = "small"
 # Where the data lives and how the run printed: not part of the command that reproduces it.
@@ -39,8 +38,8 @@ def collect(store: report.RecordStore, folder: str, workdir: str) -> None:
   ``folder/curves.png``."""
   records = report.run_metrics(workdir)
   store.check({VARIANT: records[-1]["step"]})  # before loading and decoding
-  evaluations = [r for r in records if "eval/perplexity" in r]
-  best = min(evaluations, key=lambda r: r["eval/perplexity"])
+  metrics = MetricsLog(tuple(records))
+  best = metrics.best("eval/perplexity", mode="min")
   model, run_config = transformer.load(workdir), transformer.read_run_config(workdir)
   model_config, data = model.model_config, model.task.data
   command = ["python", "launch.py", f"--config=experiments/language_model.py:{VARIANT}", f"--workdir={workdir}",
@@ -49,11 +48,10 @@ def collect(store: report.RecordStore, folder: str, workdir: str) -> None:
   split = run_config.task.eval_split
   pieces = int(data.eval[split].target_tokens.size)
   words = sum(len(text.split()) for text in data.eval_text[split])
-  tokens = [r["train/tokens_per_second"] for r in records if "train/tokens_per_second" in r][1:]
   values = {
       "best_perplexity": best["eval/perplexity"], "best_step": best["step"], "best_nll": best["eval/nll"],
       "per_word_perplexity": per_word_perplexity(best["eval/nll"], pieces, words, len(data.eval_text[split])),
-      "wall_seconds": records[-1]["wall_seconds"], "tokens_per_second": float(np.median(tokens)),
+      "wall_seconds": records[-1]["wall_seconds"], "tokens_per_second": metrics.median_rate("train/tokens_per_second"),
       "model": {name: getattr(model_config, name) for name in ("num_decoder_layers", "d_model", "num_heads",
                                                                 "d_ff", "vocab_size")},
       "tokenizer_type": run_config.task.tokenizer_type, "pieces_per_word": data.pieces_per_word,

@@ -17,7 +17,7 @@ if __name__ == "__main__" and not __package__:  # run by its path (the end-of-ru
   sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the root holds `experiments`
 
 from experiments import report
-from transformer.train.writers import read_metrics
+from transformer.train.run_directory import METRICS, RunDirectory, read_metrics
 
 def default_metrics(runs: dict[str, list[dict]]) -> list[str]:
   """``train/loss`` and the runs' ``eval/*`` metrics, in first-logged order, without per-seed copies."""
@@ -32,7 +32,7 @@ def plot_runs(workdirs: list[str], metrics: list[str] | None = None, output: str
   """Draw the runs in ``workdirs`` (one line each) and return the PNG's path."""
   runs = {}
   for workdir in workdirs:
-    if not os.path.exists(os.path.join(workdir, "metrics.jsonl")):
+    if not RunDirectory(workdir).has(METRICS):
       raise SystemExit(f"error: {workdir} has no metrics.jsonl; give the --workdir of a training run.")
     runs[os.path.basename(os.path.normpath(workdir))] = read_metrics(workdir)
   metrics = metrics or default_metrics(runs)

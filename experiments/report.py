@@ -23,7 +23,7 @@ import jax
 import numpy as np
 
 from transformer.errors import UserError, exit_on_user_error  # noqa: F401 (the scripts' one-line errors)
-from transformer.train.writers import read_metrics
+from transformer.train.run_directory import METRICS, RunDirectory, read_metrics
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 COMMITTED = os.path.join(REPO, "experiments")  # the committed pages: experiments/<name>/RESULTS.md
@@ -336,7 +336,7 @@ def read_cpuinfo() -> dict[str, str]:
 
 def run_metrics(workdir: str) -> list[dict]:
   """The records of a training run's ``metrics.jsonl``; a ``UserError`` naming the folder when it holds none."""
-  if not os.path.isfile(os.path.join(workdir, "metrics.jsonl")):
+  if not RunDirectory(workdir).has(METRICS):
     raise UserError(f"{workdir} holds no metrics.jsonl: give the workdir of a training run (launch.py --workdir).")
   return read_metrics(workdir)
 
@@ -363,7 +363,10 @@ def first_reaching(records: list[dict], name: str, threshold: float) -> dict | N
 
 
 def flatten_config(tree) -> dict:
-  """A config (``ConfigDict`` or the dict of a ``config.json``) as ``{"a.b": value}``; tuples as lists."""
+  """A config (``ConfigDict``, ``RunConfig`` or the dict of a ``config.json``) as ``{"a.b": value}``; tuples as
+  lists."""
+  if hasattr(tree, "record"):  # a RunConfig: its values as given
+    tree = dict(tree.record)
   if not isinstance(tree, dict):
     tree = json.loads(tree.to_json_best_effort())
   flat = {}

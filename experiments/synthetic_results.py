@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import os
 
-import numpy as np
 
 from experiments import report
 from experiments.synthetic import get_config
-from transformer.train.writers import read_metrics
+from transformer.train.run_directory import MetricsLog, read_metrics
 
 VARIANTS = ("copy", "reverse", "sort")
 HEADER = ["task", "steps", "exact match (512 held-out)", "token accuracy", "first >= 99% exact match",
@@ -27,12 +26,11 @@ def record_values(records: list[dict], workdir_root: str) -> dict:
   """What a task's row shows, from its run's metric records."""
   final = [r for r in records if "eval/exact_match" in r][-1]
   reached = report.first_reaching(records, "eval/exact_match", 0.99)
-  speeds = [r["train/steps_per_second"] for r in records if "train/steps_per_second" in r][1:]
-  tokens = [r["train/tokens_per_second"] for r in records if "train/tokens_per_second" in r][1:]
+  metrics = MetricsLog(tuple(records))
   return {"exact_match": final["eval/exact_match"], "token_accuracy": final["eval/token_accuracy"],
           "reached": reached and {"step": reached["step"], "wall_seconds": reached["wall_seconds"]},
-          "wall_seconds": final["wall_seconds"], "steps_per_second": float(np.median(speeds)),
-          "tokens_per_second": float(np.median(tokens)), "workdir_root": workdir_root}
+          "wall_seconds": final["wall_seconds"], "steps_per_second": metrics.median_rate(),
+          "tokens_per_second": metrics.median_rate("train/tokens_per_second"), "workdir_root": workdir_root}
 
 
 def row(name: str, record: dict) -> list:

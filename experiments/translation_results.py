@@ -28,6 +28,7 @@ from experiments import report
 from transformer.errors import ConfigError, UserError
 from transformer.tasks.metrics import bleu_by_reference_length
 from transformer.train.convert_run import upgrade_config
+from transformer.train.run_directory import CHECKPOINTS, CONFIG, EVAL_RESULTS, MODEL_CONFIG, RunDirectory
 
 EXPERIMENTS = ("multi30k", "iwslt15_en_vi")
 
@@ -76,11 +77,6 @@ PLOT_FOLDERS = {"attention": "Transformer attention (encoder self, decoder self,
                 "alignment": "RNN attention alignment"}
 
 
-def read_json(path: str):
-  with open(path) as f:
-    return json.load(f)
-
-
 def config_overrides(experiment: str, variant: str, run_config: dict) -> list[str]:
   """The ``--config.KEY=VALUE`` flags that turn ``experiments/<experiment>.py:VARIANT`` as it is now into
   ``run_config`` (a run's config.json, of any shape ``upgrade_config`` reads)."""
@@ -103,22 +99,24 @@ def evaluate(args: argparse.Namespace, variant: str, workdir: str,
              average_checkpoints: int = 0) -> tuple[dict, str]:
   """``(eval_results, output_dir)`` of the best checkpoint, or of the mean of the last ``average_checkpoints``
   (run by ``launch.py --mode=eval`` unless its results are newer than the checkpoints)."""
-  output_dir = os.path.join(workdir, f"average_last_{average_checkpoints}") if average_checkpoints else workdir
-  path = os.path.join(output_dir, "eval_results.json")
-  checkpoints = os.path.join(workdir, "checkpoints")
+  directory = RunDirectory(workdir)
+  output_dir = directory.output_dir(average_checkpoints)
+  path = os.path.join(output_dir, EVAL_RESULTS)
+  checkpoints = directory.path(CHECKPOINTS)
   newest = max((os.path.getmtime(os.path.join(checkpoints, s)) for s in os.listdir(checkpoints)), default=0)
-  results = read_json(path) if os.path.exists(path) and os.path.getmtime(path) >= newest else {}
+  fresh = os.path.exists(path) and os.path.getmtime(path) >= newest
+  results = directory.eval_results(average_checkpoints) if fresh else {}
   experiment = importlib.import_module(f"experiments.{args.experiment}")
   # Results from before the experiment chose alpha on validation are stale too.
   if not results or (f"{TEST_SPLIT[args.experiment]}/length_penalty" not in results
                      and experiment.get_config(variant).task.length_penalty_candidates):
-    run_config = read_json(os.path.join(workdir, "config.json"))  # the run's settings, should the variant change
+    run_config = directory.config_values(any_format=True)  # the run's settings, should the variant change
     report.run_launch([f"--config=experiments/{args.experiment}.py:{variant}", f"--workdir={workdir}",
                        "--mode=eval", "--config.quiet=True", f"--config.average_checkpoints={average_checkpoints}",
                        *config_overrides(args.experiment, variant, run_config),
                        *(f"--config.task.{key}={value}" for key, value in
                          (("source_dir", args.source_dir), ("data_dir", args.data_dir)) if value)])
-    results = read_json(path)
+    results = directory.eval_results(average_checkpoints)
   return results, output_dir
 
 
@@ -157,8 +155,8 @@ def steps_trained(records: list[dict]) -> int:
 
 def trained_run(args: argparse.Namespace, variant: str, workdir: str) -> dict:
   """What a row says of a run from its workdir alone (no decoding); its command is derived from its settings."""
-  config = read_json(os.path.join(workdir, "config.json"))
-  model = read_json(os.path.join(workdir, "model_config.json"))
+  directory = RunDirectory(workdir)
+  config, model = directory.config_values(any_format=True), directory.read_json(MODEL_CONFIG)
   records = report.run_metrics(workdir)
   trained = [r for r in records if "wall_seconds" in r]
   return {
@@ -507,14 +505,14 @@ def parse_run(experiment: str, spec: str) -> tuple[str, str, str]:
   if variant not in variants:
     raise UserError(f"--run={spec!r}: unknown variant {variant!r} of experiments/{experiment}.py; choose "
                     f"one of {list(variants)}")
-  if not os.path.isfile(os.path.join(workdir, "config.json")):
+  if not RunDirectory(workdir).has(CONFIG):
     raise UserError(f"--run={spec!r}: {workdir} holds no config.json; give the --workdir of a training run")
   return name or variant, variant, workdir
 
 
 def check_checkpoints(workdir: str, average_checkpoints: int) -> None:
   """Refuses (``UserError``) ``--average_checkpoints`` larger than the number of checkpoints ``workdir`` kept."""
-  folder = os.path.join(workdir, "checkpoints")
+  folder = RunDirectory(workdir).path(CHECKPOINTS)
   kept = sorted(int(name) for name in os.listdir(folder) if name.isdigit()) if os.path.isdir(folder) else []
   if len(kept) < average_checkpoints:
     raise UserError(f"--average_checkpoints={average_checkpoints}: {workdir} kept {len(kept)} checkpoint(s) (steps "

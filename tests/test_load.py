@@ -9,7 +9,7 @@ from transformer import load, load_params
 from transformer import ops
 from transformer.train import run
 from transformer.train.run_format import write_format
-from transformer.train.writers import read_metrics
+from transformer.train.run_directory import read_metrics
 
 STEPS, EVERY = 300, 100
 SETTINGS = {"num_train_steps": STEPS, "eval_every": EVERY, "checkpoint_every": EVERY, "log_every": EVERY,

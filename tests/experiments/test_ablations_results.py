@@ -13,7 +13,7 @@ from experiments import ablations_results, report
 from experiments.ablations import common
 from transformer.errors import ConfigError, UserError
 from transformer.train import run
-from transformer.train.writers import read_metrics
+from transformer.train.run_directory import MetricsLog, RunDirectory, read_metrics
 
 
 def test_the_grid_expands_to_every_variant_and_shares_identical_configs():
@@ -111,7 +111,7 @@ def test_variants_of_a_sweep_train_once_and_read_as_their_own_replicas(tiny_norm
       "python launch.py --config=experiments/ablations/regularization.py:none --workdir=WORKDIR "
       "--config.sweep=label_smoothing=0.0,0.1")
   run_records = read_metrics(cells[0].workdir)
-  final = ablations_results.final_evaluation(run_records, 4)
+  final = MetricsLog(tuple(run_records)).evaluation_at(4)
   last_loss = [r for r in run_records if "train/loss" in r][-1]
   for cell, replicas in zip(cells, ([0, 1], [2, 3])):  # each cell's seeds are its own replicas of the run
     result = ablations_results.cell_result(cell, run_records)
@@ -136,7 +136,7 @@ def test_a_killed_grid_resumes_without_redoing_finished_cells(tiny_norms, tmp_pa
   # The killed cell: a checkpoint at step 2 of 4 and the metrics up to it, as a run stopped there leaves them.
   train_in_process(calls, num_train_steps=2, eval_every=2)("experiments/ablations/norms.py:rms_norm",
                                                          killed.workdir, ())
-  assert ablations_results.final_evaluation(read_metrics(killed.workdir), killed.num_train_steps) is None
+  assert RunDirectory(killed.workdir).metrics().evaluation_at(killed.num_train_steps) is None
   before = (tmp_path / "norms" / "layer_norm" / "metrics.jsonl").read_text()
 
   calls.clear()

@@ -21,7 +21,7 @@ from transformer.nn import EncoderClassifier
 from transformer.tasks import build_task
 from transformer.tasks.metrics import binary_metrics, confusion_counts
 from transformer.train import run
-from transformer.train.writers import read_metrics
+from transformer.train.run_directory import read_metrics
 
 # Disaster tweets mention fire, flood, burn or rain; the others do not (words of the tiny BERT's vocabulary).
 DISASTER = ["fire near the road", "flood on the river", "big fire !", "the river is burning", "rain and flood",

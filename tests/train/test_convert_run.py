@@ -15,7 +15,8 @@ from transformer.errors import ConfigError, WorkdirError
 from transformer.train import read_run_config, run
 from transformer.train.config import base_config
 from transformer.train.convert_run import main, upgrade_config, upgrade_model_config
-from transformer.train.run_format import FORMAT_FILE, FORMAT_VERSION, read_format
+from transformer.train.run_directory import FORMAT, RunDirectory
+from transformer.train.run_format import FORMAT_VERSION, read_format
 from transformer.train.session import check_workdir_model
 
 COMMAND = "python -m transformer.train.convert_run"
@@ -65,7 +66,7 @@ def test_a_run_saved_before_the_marker_is_refused_then_converted_loads_the_same_
   workdir = _copy(trained, tmp_path)
   model_config = load(workdir, checkpoint="latest").model_config
   # Format 1: today's config.json, no marker; Transformer runs saved the classifier's fields in model_config.json.
-  os.remove(os.path.join(workdir, FORMAT_FILE))
+  os.remove(os.path.join(workdir, FORMAT))
   config_json, model_config_json = _read(workdir, "config.json"), _read(workdir, "model_config.json")
   _write(workdir, "model_config.json", {**model_config_json, "num_classes": 2, "pooling": "mean"})
   assert "older run format (no run_format.json)" in _refused_naming_the_converter(workdir)
@@ -97,7 +98,7 @@ def test_a_format_0_run_is_converted_to_todays_config_and_loads(trained, tmp_pat
   old.update(architecture="transformer", model={**today["model"], "num_classes": 2, "pooling": "mean"},
              rnn={"cell": "lstm", "hidden_dim": 256})
   _write(workdir, "config.json", old)
-  os.remove(os.path.join(workdir, FORMAT_FILE))
+  os.remove(os.path.join(workdir, FORMAT))
   assert _refused_naming_the_converter(workdir)
 
   main([workdir])
@@ -113,7 +114,7 @@ def test_the_converter_names_a_workdir_without_a_run_and_one_of_a_newer_format(t
   with pytest.raises(SystemExit, match="holds no config.json"):
     main([str(tmp_path)])
   workdir = _copy(trained, tmp_path)
-  _write(workdir, FORMAT_FILE, {"format_version": FORMAT_VERSION + 1})
+  _write(workdir, FORMAT, {"format_version": FORMAT_VERSION + 1})
   with pytest.raises(SystemExit, match=f"run format {FORMAT_VERSION + 1}, newer than this code's"):
     main([workdir])
   with pytest.raises(WorkdirError, match="newer than this code's .*update the code"):
@@ -140,11 +141,11 @@ def test_load_reads_and_verifies_only_the_parameters(trained, tmp_path):
 def test_load_with_a_model_the_checkpoint_does_not_hold_is_named(trained):
   """A parameter the checkpoint lacks is an error, not left unread (orbax's partial restore would hand back
   its abstract leaf); one of another shape too."""
-  deeper = read_run_config(trained[0])
+  deeper = RunDirectory(trained[0]).config_dict()
   deeper.model.num_encoder_layers = 2
   with pytest.raises(ConfigError, match=r"holds no \.params\['encoder'\]\['layer_1'\].*Does the configuration match"):
     load(trained[0], config=deeper)
-  wider = read_run_config(trained[0])
+  wider = RunDirectory(trained[0]).config_dict()
   wider.model.d_ff = 128
   with pytest.raises(ConfigError, match="not compatible with the stored shape.*Does the configuration match"):
     load(trained[0], config=wider)

@@ -12,7 +12,8 @@ import pytest
 from transformer import load
 from transformer.tasks import build_task
 from transformer.train import run
-from transformer.train.writers import read_metrics, results_table
+from transformer.train.run_directory import read_metrics
+from transformer.train.writers import results_table
 
 
 def test_a_run_prints_the_config_path_one_compile_line_and_a_summary(make_config, tmp_path, capsys):

@@ -23,7 +23,7 @@ from transformer.train.checkpoint import Checkpointer
 from transformer.train.state import TrainState
 from transformer.train.step import make_train_step
 from transformer.train.workdir import lock_workdir
-from transformer.train.writers import read_metrics
+from transformer.train.run_directory import read_metrics
 
 BEST = {"best_metric": "eval/loss", "best_mode": "min"}
 

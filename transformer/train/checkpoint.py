@@ -33,6 +33,7 @@ import orbax.checkpoint as ocp
 
 from transformer.errors import (CheckpointRestoreError, ConfigError, MissingDataError, TrainingDiverged,
                                 WorkdirError)
+from transformer.train.run_directory import BEST, CHECKPOINTS
 from transformer.train.orbax_aftermath import collect_orbax_leftovers, join_orbax_workers, quiet_orbax_aftermath
 from transformer.train.writers import format_bytes, is_disk_full
 
@@ -123,17 +124,17 @@ class Checkpointer:
     quiet_orbax_aftermath()
     options = ocp.CheckpointManagerOptions(max_to_keep=keep, enable_async_checkpointing=asynchronous,
                                            create=True, cleanup_tmp_directories=repair)
-    self._latest = ocp.CheckpointManager(os.path.join(directory, "checkpoints"), options=options,
+    self._latest = ocp.CheckpointManager(os.path.join(directory, CHECKPOINTS), options=options,
                                          item_names=("state", "extra"))
     self._best = None
-    if best_metric or os.path.isdir(os.path.join(directory, "best")):
+    if best_metric or os.path.isdir(os.path.join(directory, BEST)):
       # Also without best_metric when best/ exists: its checkpoint can still be resumed from.
       best_options = ocp.CheckpointManagerOptions(
           max_to_keep=1, best_fn=(lambda metrics: metrics[best_metric]) if best_metric else None,
           best_mode=best_mode,
           keep_checkpoints_without_metrics=False, enable_async_checkpointing=asynchronous, create=True,
           cleanup_tmp_directories=repair)
-      self._best = ocp.CheckpointManager(os.path.join(directory, "best"), options=best_options,
+      self._best = ocp.CheckpointManager(os.path.join(directory, BEST), options=best_options,
                                          item_names=("state", "extra"))
 
   def steps(self) -> list[int]:

@@ -21,11 +21,10 @@ from transformer.decode import DecodeSettings
 from transformer.errors import WorkdirError, exit_on_user_error
 from transformer.nn import model_spec
 from transformer.train.config import model_section
-from transformer.train.run_format import FORMAT_FILE, FORMAT_VERSION, read_format, write_format
+from transformer.train.run_directory import CONFIG, FORMAT, MODEL_CONFIG
+from transformer.train.run_format import FORMAT_VERSION, read_format, write_format
 from transformer.train.writers import write_atomically
 
-CONFIG_FILE = "config.json"  # as restore.CONFIG_FILE and session.MODEL_CONFIG_FILE
-MODEL_CONFIG_FILE = "model_config.json"
 MOVED_TO_CLASSIFIER = ("num_classes", "pooling")  # ModelConfig's fields until ClassifierConfig took them
 
 
@@ -141,9 +140,9 @@ def convert(workdir: str) -> list[str]:
   Raises:
     WorkdirError: ``workdir`` holds no run (no ``config.json``), or one of a newer format.
   """
-  config_path = os.path.join(workdir, CONFIG_FILE)
+  config_path = os.path.join(workdir, CONFIG)
   if not os.path.isfile(config_path):
-    raise WorkdirError(f"{workdir} holds no {CONFIG_FILE}: give the workdir of a training run.")
+    raise WorkdirError(f"{workdir} holds no {CONFIG}: give the workdir of a training run.")
   config = _read_json(config_path)
   version = saved_format(workdir, config)
   if version == FORMAT_VERSION:
@@ -154,13 +153,13 @@ def convert(workdir: str) -> list[str]:
   # Steps in order: the marker comes last, so an interrupted conversion is converted again from the start.
   upgraded = upgrade_config(config)
   changes = [_rewrite(config_path, config, upgraded, version)]
-  model_config_path = os.path.join(workdir, MODEL_CONFIG_FILE)
+  model_config_path = os.path.join(workdir, MODEL_CONFIG)
   if os.path.isfile(model_config_path):
     model_config = _read_json(model_config_path)
     changes.append(_rewrite(model_config_path, model_config,
                             upgrade_model_config(model_config, upgraded.get("model_name", "transformer")), version))
   write_format(workdir)
-  return [f"format {version} -> {FORMAT_VERSION}"] + [line for line in changes if line] + [f"wrote {FORMAT_FILE}"]
+  return [f"format {version} -> {FORMAT_VERSION}"] + [line for line in changes if line] + [f"wrote {FORMAT}"]
 
 
 def main(argv: list[str]) -> None:

@@ -17,11 +17,10 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import time
 
-from transformer.train.workdir import GOODPUT_FILE
-from transformer.train.writers import read_metrics, write_atomically
+from transformer.train.run_directory import GOODPUT, RunDirectory
+from transformer.train.writers import write_atomically
 
 PHASES = ("step", "compile", "startup", "evaluate", "checkpoint", "redone")
 
@@ -77,12 +76,4 @@ class Goodput:
 
 
 def write_goodput(workdir: str, record: dict) -> None:
-  write_atomically(os.path.join(workdir, GOODPUT_FILE), json.dumps(record, indent=2, sort_keys=True))
-
-
-def highest_logged_step(workdir: str) -> int:
-  """The last step in ``metrics.jsonl`` (0 without one): how far an interrupted session got."""
-  path = os.path.join(workdir, "metrics.jsonl")
-  if not os.path.exists(path):
-    return 0
-  return max((record["step"] for record in read_metrics(workdir)), default=0)
+  write_atomically(RunDirectory(workdir).path(GOODPUT), json.dumps(record, indent=2, sort_keys=True))

@@ -28,14 +28,15 @@ from transformer.tasks.progress import log_line, progress_bar
 from transformer.tasks.run_config import RunConfig
 from transformer.train.config import run_optimizer, run_schedules
 from transformer.train.evaluate import make_evaluator, means, replica_means
-from transformer.train.goodput import Goodput, highest_logged_step, write_goodput
+from transformer.train.goodput import Goodput, write_goodput
 from transformer.train.initialise import initial_state, state_factory
 from transformer.train.preemption import Preemption
 from transformer.train.session import Session, hold_to_record, prepare, record_launch
 from transformer.train.step import make_train_step
 from transformer.train.window import MetricsWindow
 from transformer.train.workdir import check_fresh_start
-from transformer.train.writers import MetricWriter, read_metrics
+from transformer.train.run_directory import BEST, CHECKPOINTS, METRICS, TENSORBOARD
+from transformer.train.writers import MetricWriter
 
 # The end-of-run hint: the plotting script by its absolute path, so that it works from any directory.
 PLOT_SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
@@ -123,7 +124,7 @@ class Trainer:
     self.window = MetricsWindow(self.strategy.fetch, extra)
     self.goodput = Goodput(extra.get("goodput"))
     if restored is not None:  # before the writer drops the lines past this step: the steps to train again
-      self.goodput.redone(highest_logged_step(session.workdir) - self.step)
+      self.goodput.redone(session.directory.metrics().last_step - self.step)
     self.results, self.evaluated = {}, None
 
   def _first_batch_rows(self) -> dict:
@@ -138,7 +139,7 @@ class Trainer:
     """A finished run: report it, train nothing."""
     self.session.say(f"already done: {self.session.workdir} is trained to step {self.step} (config.num_train_steps="
                      f"{self.run.num_train_steps}); raise --config.num_train_steps to train further.")
-    self.results = _last_evaluation(self.session.workdir)
+    self.results = self.session.directory.metrics().last_evaluation()
     _print_summary(self.session, self.step, self.results)
     self.checkpointer.close()
     return RunOutput(self.step, self.results, self.strategy.to_canonical(self.state))
@@ -340,38 +341,26 @@ def _local_digest(tree) -> str:
   return digest.hexdigest()
 
 
-def _last_evaluation(workdir: str) -> dict:
-  """The ``eval/...`` metrics of the last evaluation in the run's ``metrics.jsonl`` ({} without one)."""
-  if not os.path.exists(os.path.join(workdir, "metrics.jsonl")):
-    return {}
-  for record in reversed(read_metrics(workdir)):
-    evaluated = {name: value for name, value in record.items() if name.startswith("eval/")}
-    if evaluated:
-      return evaluated
-  return {}
-
-
 def _print_summary(session: Session, step: int, results: dict, goodput: str = "") -> None:
   """The end of a training run in a few lines: final and best metrics, where the outputs are, how to see them."""
   if not session.is_main:
     return
-  run, workdir = session.run, session.workdir
+  run, directory = session.run, session.directory
   lines = [f"done: step {step} of {run.num_train_steps}"]
   final = {name: value for name, value in sorted(results.items()) if "/seed_" not in name}
   if final:
     lines.append("final: " + " ".join(f"{name}={value:.4f}" for name, value in final.items()))
   best_step = session.checkpointer.best_step()
   if run.best_metric and best_step is not None:
-    values = [record[run.best_metric] for record in read_metrics(workdir)
-              if record["step"] == best_step and run.best_metric in record]
+    values = [value for step, value in directory.metrics().values(run.best_metric) if step == best_step]
     value = f"={values[-1]:.4f}" if values else ""
-    lines.append(f"best: {run.best_metric}{value} at step {best_step}: {os.path.join(workdir, 'best')}")
+    lines.append(f"best: {run.best_metric}{value} at step {best_step}: {directory.path(BEST)}")
   lines += [goodput] if goodput else []
-  lines.append(f"checkpoints: {os.path.join(workdir, 'checkpoints')}")
-  lines.append(f"metrics: {os.path.join(workdir, 'metrics.jsonl')}")
-  tensorboard = os.path.join(workdir, "tensorboard")
+  lines.append(f"checkpoints: {directory.path(CHECKPOINTS)}")
+  lines.append(f"metrics: {directory.path(METRICS)}")
+  tensorboard = directory.path(TENSORBOARD)
   if run.tensorboard:
     lines.append(f"tensorboard: {tensorboard}")
-  lines.append(f"curves: python {PLOT_SCRIPT} {workdir}"
+  lines.append(f"curves: python {PLOT_SCRIPT} {directory.workdir}"
                + (f"  or  tensorboard --logdir {tensorboard}" if run.tensorboard else ""))
   session.say("\n".join(lines))

@@ -21,6 +21,7 @@ from transformer.train.evaluate import make_evaluator
 from transformer.train.initialise import state_factory, with_params
 from transformer.train.loop import RunOutput, run_train
 from transformer.train.session import Session, prepare
+from transformer.train.run_directory import EVAL_RESULTS, PREDICT_RESULTS
 from transformer.train.writers import results_table
 
 
@@ -49,7 +50,7 @@ def restore_for_inference(session: Session) -> Restored:
   if not run.average_checkpoints:
     return Restored(step, state, workdir, {})
   steps, params = checkpointer.average_params(abstract_state, run.average_checkpoints)
-  output_dir = os.path.join(workdir, f"average_last_{run.average_checkpoints}")
+  output_dir = session.directory.output_dir(run.average_checkpoints)
   os.makedirs(output_dir, exist_ok=True)
   session.say(f"averaged the parameters of steps {steps}; outputs go to {output_dir}")
   return Restored(steps[-1], with_params(session, state, params), output_dir, {"averaged_steps": steps})
@@ -74,7 +75,7 @@ def run_eval(run: RunConfig, workdir: str) -> RunOutput:
     results.update({f"{split}/{k}": v for split, metrics in tests.items() for k, v in metrics.items()})
   if session.is_main:
     summary = {"step": restored.step, **restored.averaged, **results}
-    with open(os.path.join(restored.output_dir, "eval_results.json"), "w") as f:
+    with open(os.path.join(restored.output_dir, EVAL_RESULTS), "w") as f:
       json.dump(summary, f, indent=2)
     written = sorted(name for name, time_ in _file_times(restored.output_dir).items() if before.get(name) != time_)
     print(f"step {restored.step}:\n{results_table(results)}\n"
@@ -91,7 +92,7 @@ def run_predict(run: RunConfig, workdir: str) -> RunOutput:
   if session.is_main:
     params = jax.device_get(session.strategy.host_params(restored.state))
     path = session.task.write_predictions(session.model_config, params, restored.output_dir)
-    with open(os.path.join(restored.output_dir, "predict_results.json"), "w") as f:
+    with open(os.path.join(restored.output_dir, PREDICT_RESULTS), "w") as f:
       json.dump({"step": restored.step, **restored.averaged, "predictions": path}, f, indent=2)
     print(f"predictions of step {restored.step}: {path}", flush=True)
   session.checkpointer.close()

@@ -1,13 +1,12 @@
 """Getting a run back from its workdir: the configuration it was trained with and its parameters.
 
-``read_run_config`` is the one reader of a run's ``config.json``; ``load_params`` restores the parameters of
+``read_run_config`` gives a run's ``RunConfig`` (``RunDirectory``); ``load_params`` restores the parameters of
 the best, latest, a given step's or the mean of the last N checkpoints. ``transformer.load`` builds a usable
 model on these; ``config.restore_from`` (weights-only initialisation of another run) uses ``load_params``.
 """
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from typing import Any
 
@@ -19,48 +18,33 @@ from transformer.errors import ConfigError
 from transformer.tasks import Task, build_task
 from transformer.train.checkpoint import Checkpointer, CheckpointRestoreError, SavedParams
 from transformer.tasks.run_config import RunConfig
-from transformer.train.config import set_field
+from transformer.train.run_directory import CHECKPOINTS, CONFIG, RunDirectory
 from transformer.train.parallel import Strategy
 from transformer.train.run_format import require_current_format
 from transformer.train.workdir import check_tokenizers
 
-CONFIG_FILE = "config.json"
-HISTORY_FILE = "config_history.jsonl"  # changes allowed since config.json was written: step, field, old, new
 # Settings that change what is logged, how often, or where the data is read from, not a run's results.
 NOT_RESULTS = ("log_every", "eval_every", "checkpoint_every", "keep_checkpoints", "async_checkpointing", "quiet",
                "tensorboard", "translate_input", "translate_output", "average_checkpoints", "restart",
                "eval_batch_size", "accept_changes", "steps_per_call", "task.source_dir", "task.data_dir",
                "task.pretrained_dir")
-# Settings a run may change on its way, recorded in HISTORY_FILE: the layout over devices (checkpoints hold the
-# canonical state), the metric that picks the best checkpoint and what evaluation scores (not what is trained);
-# config.decode too.
+# Settings a run may change on its way, recorded in its history (run_directory.HISTORY): the layout over devices
+# (checkpoints hold the canonical state), the metric that picks the best checkpoint and what evaluation scores
+# (not what is trained); config.decode too.
 ALLOWED_CHANGES = ("parallelism", "fsdp", "best_metric", "best_mode", "task.bleu_tokenize", "task.eval_split",
                    "task.length_penalty_candidates", "task.num_eval_examples", "task.num_eval_prompts",
                    "task.num_eval_sentences", "task.prompt_words", "task.test_split", "task.test_splits")
 
 
-def read_run_config(workdir: str) -> ml_collections.ConfigDict:
-  """The configuration the run in ``workdir`` was trained with (its ``config.json``, written by ``run``), with
-  the changes its history records applied.
+def read_run_config(workdir: str) -> RunConfig:
+  """The ``RunConfig`` the run in ``workdir`` was trained with: its ``config.json`` with the changes its history
+  records applied (``RunDirectory.config``).
 
   Raises:
     ConfigError: ``workdir`` does not exist or holds no readable ``config.json``.
     WorkdirError: the run is saved in an older format (``run_format``); the message names the converter.
   """
-  path = os.path.join(workdir, CONFIG_FILE)
-  if not os.path.exists(workdir):
-    raise ConfigError(f"{workdir!r} does not exist: give the --workdir of a run of launch.py (or of "
-                      "transformer.train.run).")
-  if not os.path.isfile(path):
-    raise ConfigError(f"{workdir!r} holds no {CONFIG_FILE}: give the --workdir of a run of launch.py (or of "
-                     "transformer.train.run).")
-  require_current_format(workdir)
-  try:
-    with open(path) as f:
-      values = json.load(f)
-  except json.JSONDecodeError as error:
-    raise ConfigError(f"{path} is not valid JSON ({error}); it was written by run, was it edited?") from None
-  return ml_collections.ConfigDict(_apply_history(values, workdir))
+  return RunDirectory(workdir).config()
 
 
 def seed_keys(run: RunConfig) -> jax.Array:
@@ -153,7 +137,7 @@ def load_params(workdir: str, checkpoint: str | int = "best", average_last: int 
   config = read_run_config(workdir) if config is None else config
   run = config if isinstance(config, RunConfig) else RunConfig.from_config(config)
   _check_load_arguments(run, checkpoint, average_last, replica)
-  if not os.path.isdir(os.path.join(workdir, "checkpoints")):
+  if not os.path.isdir(RunDirectory(workdir).path(CHECKPOINTS)):
     raise ConfigError(f"{workdir!r} holds no checkpoints/ folder; train first.")
   require_current_format(workdir)  # also when ``config`` is given: the run's record must be readable
 
@@ -180,7 +164,7 @@ def load_params(workdir: str, checkpoint: str | int = "best", average_last: int 
                          f"steps {available}.")
       steps, params = [restored[0]], restored[1].params
   except CheckpointRestoreError as error:
-    raise ConfigError(f"{error} Does the configuration match {workdir}/{CONFIG_FILE}?") from error
+    raise ConfigError(f"{error} Does the configuration match {RunDirectory(workdir).path(CONFIG)}?") from error
   finally:
     checkpointer.close()
   params = jax.device_get(params)
@@ -192,7 +176,7 @@ def load_params(workdir: str, checkpoint: str | int = "best", average_last: int 
 @dataclasses.dataclass(frozen=True)
 class ConfigChange:
   """One setting of a command that differs from the run's record. ``allowed``: needs no
-  ``config.accept_changes``; ``recorded``: goes to the run's ``HISTORY_FILE`` when training goes on with it."""
+  ``config.accept_changes``; ``recorded``: goes to the run's history when training goes on with it."""
   field: str
   old: Any
   new: Any
@@ -230,17 +214,3 @@ def config_differences(saved: dict, current: dict, mode: str) -> list[ConfigChan
     else:
       changes.append(ConfigChange(field, old[field], new[field], allowed=False, recorded=mode == "train"))
   return changes
-
-
-def _apply_history(config: dict, workdir: str) -> dict:
-  """``config`` with the changes of the run's ``HISTORY_FILE`` applied, in order."""
-  path = os.path.join(workdir, HISTORY_FILE)
-  if not os.path.isfile(path):
-    return config
-  with open(path) as f:
-    changes = [json.loads(line) for line in f if line.strip()]
-  for change in changes:
-    if change["field"] == "data":  # the data's fingerprint (data_fingerprint.json), not a config field
-      continue
-    set_field(config, change["field"], change["new"])
-  return config

@@ -1,6 +1,6 @@
 """The format of a saved run: which shape its ``config.json`` and ``model_config.json`` have.
 
-A run records ``FORMAT_FILE`` (``{"format_version": N}``) when it starts, beside its ``config.json``. The code
+A run records ``FORMAT`` (``{"format_version": N}``) when it starts, beside its ``config.json``. The code
 reads runs of ``FORMAT_VERSION`` only; a run of another format (or none: saved before the marker existed) is
 refused in one line that names the converter, ``python -m transformer.train.convert_run WORKDIR``, which
 holds all knowledge of older shapes. Raise ``FORMAT_VERSION`` (and teach the converter the step) when a change
@@ -13,10 +13,10 @@ import os
 import shlex
 
 from transformer.errors import WorkdirError
+from transformer.train.run_directory import FORMAT
 from transformer.train.writers import write_atomically
 
 FORMAT_VERSION = 2  # 1: model_name and decode in config.json (no marker); 0: architecture/rnn sections
-FORMAT_FILE = "run_format.json"
 CONVERT_COMMAND = "python -m transformer.train.convert_run"
 
 
@@ -26,7 +26,7 @@ def read_format(workdir: str) -> int | None:
   Raises:
     WorkdirError: the marker is not the JSON this module writes.
   """
-  path = os.path.join(workdir, FORMAT_FILE)
+  path = os.path.join(workdir, FORMAT)
   if not os.path.isfile(path):
     return None
   try:
@@ -40,7 +40,7 @@ def read_format(workdir: str) -> int | None:
 
 def write_format(workdir: str, version: int = FORMAT_VERSION) -> None:
   """Record that ``workdir``'s run is saved in format ``version``."""
-  write_atomically(os.path.join(workdir, FORMAT_FILE), json.dumps({"format_version": version}) + "\n")
+  write_atomically(os.path.join(workdir, FORMAT), json.dumps({"format_version": version}) + "\n")
 
 
 def require_current_format(workdir: str) -> None:
@@ -54,7 +54,7 @@ def require_current_format(workdir: str) -> None:
     return
   if version is not None and version > FORMAT_VERSION:
     raise WorkdirError(f"{workdir} is saved in run format {version}, newer than this code's "
-                       f"{FORMAT_VERSION} ({FORMAT_FILE}); update the code to read it.")
-  found = f"run format {version}" if version is not None else f"an older run format (no {FORMAT_FILE})"
+                       f"{FORMAT_VERSION} ({FORMAT}); update the code to read it.")
+  found = f"run format {version}" if version is not None else f"an older run format (no {FORMAT})"
   raise WorkdirError(f"{workdir} is saved in {found}; this code reads format {FORMAT_VERSION}. Convert it once "
                      f"with: {CONVERT_COMMAND} {shlex.quote(workdir)}")

@@ -8,7 +8,7 @@ the parallelism and the checkpointer, and holds the run to its record:
   one line naming each field (``old -> new``). Raising ``num_train_steps`` (to extend a run) and the settings
   that only change what is logged or where data is read are allowed; ``config.accept_changes`` names others
   to allow. Every allowed change is appended to ``config_history.jsonl`` (step, field, old, new), which
-  ``read_run_config`` applies on top of ``config.json``.
+  ``RunDirectory.config`` applies on top of ``config.json``.
 - Read-only modes (eval, predict, translate) write nothing into a workdir that holds no run.
 """
 from __future__ import annotations
@@ -30,13 +30,12 @@ from transformer.train.checkpoint import Checkpointer
 from transformer.tasks.run_config import SWEEPABLE, RunConfig
 from transformer.train.config import check_workdir, refuse_url_workdir
 from transformer.train.parallel import make_strategy
-from transformer.train.restore import CONFIG_FILE, HISTORY_FILE, config_differences, read_run_config
+from transformer.train.restore import config_differences
+from transformer.train.run_directory import (CONFIG, DATA_FINGERPRINT, HISTORY, LAUNCHES, MODEL_CONFIG,
+                                             RunDirectory)
 from transformer.train.run_format import require_current_format, write_format
-from transformer.train.workdir import LAUNCHES_FILE, check_shared_workdir, check_tokenizers, lock_workdir
+from transformer.train.workdir import check_shared_workdir, check_tokenizers, lock_workdir
 from transformer.train.writers import write_atomically
-
-MODEL_CONFIG_FILE = "model_config.json"
-DATA_FILE = "data_fingerprint.json"  # the source files the run's data was prepared from (Task.data_fingerprint)
 
 
 @dataclasses.dataclass
@@ -56,6 +55,10 @@ class Session:
   info: object
   lock: object = None  # the workdir's training lock (train mode, main process), released when training ends
   started: float = dataclasses.field(default_factory=time.perf_counter)  # when ``prepare`` began (goodput)
+
+  @property
+  def directory(self) -> RunDirectory:
+    return RunDirectory(self.workdir)
 
   @property
   def is_main(self) -> bool:
@@ -111,7 +114,7 @@ def _require_a_run(workdir: str, mode: str) -> None:
   refuse_url_workdir(workdir)
   if not os.path.isdir(workdir):
     raise WorkdirError(f"--mode={mode}: --workdir={workdir} does not exist; give the workdir of a trained run.")
-  if not any(os.path.isdir(os.path.join(workdir, name)) for name in ("checkpoints", "best")):
+  if not RunDirectory(workdir).has_checkpoints():
     raise WorkdirError(f"--mode={mode}: --workdir={workdir} holds no checkpoint (no checkpoints/ or best/); "
                        "train first (--mode=train), or give the workdir of a trained run.")
 
@@ -157,7 +160,7 @@ def _check_parallelism(run: RunConfig, process_count: int) -> None:
         f"{'each would train its own model' if run.parallelism == 'jit' else 'its arrays stay on each host'}. "
         "Use --config.parallelism=mesh (data parallel over every device of every process; add "
         "--config.fsdp=True to shard the parameters)"
-        + (f", and --config.num_seeds=1 without config.sweep (seeds and variants are vmapped on one "
+        + (", and --config.num_seeds=1 without config.sweep (seeds and variants are vmapped on one "
            "process only)" if run.replicas.count > 1 else "") + ".")
 
 
@@ -174,12 +177,12 @@ def check_workdir_model(workdir: str, model_config, has_checkpoints: bool, write
   """A workdir belongs to one model: refuse checkpoints of a different architecture. ``write`` (a training
   run's main process) records ``model_config.json`` when the run starts; it is never rewritten after. A run
   saved in an older format is refused (``run_format``) before its record is compared."""
-  path = os.path.join(workdir, MODEL_CONFIG_FILE)
+  directory = RunDirectory(workdir)
+  path = directory.path(MODEL_CONFIG)
   current = dataclasses.asdict(model_config)
   if has_checkpoints and os.path.exists(path):
     require_current_format(workdir)
-    with open(path) as f:
-      saved = json.load(f)
+    saved = directory.read_json(MODEL_CONFIG)
     ignored = ("deterministic", "decode", "dropout_rate", "attention_dropout_rate", "feed_forward_dropout_rate",
                "kernels")
     # A field added since the run was saved compares as its default (which keeps the saved model's behaviour).
@@ -206,48 +209,47 @@ def hold_to_record(session: Session, resuming: bool, write_history: bool = False
 
 def _hold_to_config(session: Session, resuming: bool, write_history: bool) -> None:
   run, workdir = session.run, session.workdir
-  path = os.path.join(workdir, CONFIG_FILE)
+  path = session.directory.path(CONFIG)
   if not resuming or not os.path.isfile(path):
     if session.is_main and session.mode == "train":
       write_format(workdir)  # first: config.json without it reads as an older run, to convert
       write_atomically(path, json.dumps(run.record, indent=2, sort_keys=True))
       session.say(f"config: {path}")
     return
-  changes = config_differences(read_run_config(workdir).to_dict(), dict(run.record), session.mode)
+  changes = config_differences(session.directory.config_values(), dict(run.record), session.mode)
   refused = [change for change in changes if not change.allowed and change.field not in run.accepted_changes]
   if refused:
     raise ConfigError(
         f"--workdir={workdir} was trained with other settings: "
         + "; ".join(f"{c.field}: {c.old!r} -> {c.new!r}" for c in refused)
         + ". Set them back, use a new --workdir, or accept the change with --config.accept_changes="
-        + ",".join(c.field for c in refused) + f" (it is recorded in {HISTORY_FILE}).")
+        + ",".join(c.field for c in refused) + f" (it is recorded in {HISTORY}).")
   if write_history:
     _append_history(session, [(c.field, c.old, c.new) for c in changes if c.recorded])
 
 
 def _append_history(session: Session, changes: list[tuple]) -> None:
-  """Append ``(field, old, new)`` changes, from the run's latest checkpoint on, to its ``HISTORY_FILE``."""
+  """Append ``(field, old, new)`` changes, from the run's latest checkpoint on, to its history (``HISTORY``)."""
   if not changes or not session.is_main or session.mode != "train":
     return
   step = max(session.checkpointer.steps() + [session.checkpointer.best_step() or 0])
-  with open(os.path.join(session.workdir, HISTORY_FILE), "a") as f:
+  with open(session.directory.path(HISTORY), "a") as f:
     for field, old, new in changes:
       f.write(json.dumps({"step": step, "field": field, "old": old, "new": new}) + "\n")
-  session.say(f"{HISTORY_FILE}: from step {step}, " + "; ".join(f"{field}: {old!r} -> {new!r}"
+  session.say(f"{HISTORY}: from step {step}, " + "; ".join(f"{field}: {old!r} -> {new!r}"
                                                               for field, old, new in changes))
 
 
 def _hold_to_data(session: Session, resuming: bool, write_history: bool) -> None:
   """Record the fingerprint of the data a run starts on; refuse a later command on other data, unless
   ``config.accept_changes`` names ``data`` (recorded in the history like any accepted change)."""
-  path = os.path.join(session.workdir, DATA_FILE)
+  path = session.directory.path(DATA_FINGERPRINT)
   current = session.task.data_fingerprint()
   if not resuming or not os.path.isfile(path):
     if session.is_main and session.mode == "train" and current:
       write_atomically(path, json.dumps(current, indent=2, sort_keys=True))
     return
-  with open(path) as f:
-    recorded = json.load(f)
+  recorded = session.directory.read_json(DATA_FINGERPRINT)
   if recorded == current:
     return
   changed = sorted(name for name in set(recorded) | set(current) if recorded.get(name) != current.get(name))
@@ -261,17 +263,13 @@ def _hold_to_data(session: Session, resuming: bool, write_history: bool) -> None
 
 
 def record_launch(session: Session, step: int) -> None:
-  """Append this training launch to the run's ``LAUNCHES_FILE``; a launch on other process or device counts than
-  the one before says so in one line (the global batch and its order do not depend on them)."""
-  path = os.path.join(session.workdir, LAUNCHES_FILE)
+  """Append this training launch to the run's ``LAUNCHES``; a launch on other process or device counts than the
+  one before says so in one line (the global batch and its order do not depend on them)."""
   launch = {"step": step, "processes": session.process_count, "devices": jax.device_count(),
             "platform": jax.devices()[0].platform, "parallelism": session.strategy.name,
             "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-  previous = None
-  if os.path.isfile(path):
-    with open(path) as f:
-      lines = [line for line in f if line.strip()]
-    previous = json.loads(lines[-1]) if lines else None
+  launches = session.directory.launches()
+  previous = launches[-1] if launches else None
   counts = ("processes", "devices")
   if step and previous and any(previous[name] != launch[name] for name in counts):
     session.say(f"elastic restore: the run's last launch (from step {previous['step']}) had {previous['processes']} "
@@ -279,5 +277,5 @@ def record_launch(session: Session, step: int) -> None:
                 f"from step {step}: the same global batches in the same order; losses equal up to the order of "
                 "the sums.")
   if session.is_main:
-    with open(path, "a") as f:
+    with open(session.directory.path(LAUNCHES), "a") as f:
       f.write(json.dumps(launch) + "\n")

@@ -24,18 +24,13 @@ import jax
 import numpy as np
 
 from transformer.errors import WorkdirError
-from transformer.train.writers import read_metrics, write_atomically
+from transformer.train.run_directory import (BEST, CHECKPOINTS, EARLIER_OUTPUTS, LOCK, METRICS, RUN_RECORD,
+                                             TOKENIZERS, read_metrics)
+from transformer.train.writers import write_atomically
 
 log = logging.getLogger(__name__)
 
-LOCK_NAME = "train.lock"
-TOKENIZERS_DIR = "tokenizers"  # the run's own tokenizer models (check_tokenizers)
 # Outputs of an earlier run that a run starting from step 0 would overwrite or mix with its own.
-EARLIER_OUTPUTS = ("metrics.jsonl", "checkpoints", "best", "tensorboard")
-LAUNCHES_FILE = "launches.jsonl"  # a line per training launch: its start step, processes, devices, parallelism
-GOODPUT_FILE = "goodput.json"  # where the run's time went (train/goodput.py)
-RUN_RECORD = ("config.json", "config_history.jsonl", "data_fingerprint.json", LAUNCHES_FILE,
-              GOODPUT_FILE)  # moved with them on a restart
 
 SHARED_MARKER_PREFIX = ".shared-workdir-"  # check_shared_workdir's file, removed once every process looked
 SHARED_WAIT = 5.0  # seconds a process looks for that file: a shared file system may show a new file late
@@ -69,7 +64,7 @@ def lock_workdir(workdir: str, mode: str = "train") -> WorkdirLock | None:
   workdir = os.path.realpath(workdir)
   if workdir in _held:  # an earlier run in this process ended with an exception before releasing it
     os.close(_held.pop(workdir))
-  path = os.path.join(workdir, LOCK_NAME)
+  path = os.path.join(workdir, LOCK)
   descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
   try:
     fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -146,7 +141,7 @@ def _read_holder(descriptor: int) -> str:
 
 def recorded_tokenizers(workdir: str) -> dict[str, str]:
   """name -> fingerprint of the tokenizers the run in ``workdir`` trained with (``check_tokenizers``)."""
-  folder = os.path.join(workdir, TOKENIZERS_DIR)
+  folder = os.path.join(workdir, TOKENIZERS)
   files = os.listdir(folder) if os.path.isdir(folder) else []
   return {name: rest[:-len(".model")] for name, _, rest in (file.partition(".") for file in files)
           if rest.endswith(".model")}
@@ -165,7 +160,7 @@ def check_tokenizers(workdir: str, tokenizers: dict, has_checkpoints: bool, writ
     has_checkpoints: whether the workdir holds a trained state to protect (else it is (re)recorded).
     write: record the tokenizers (the main process of a training run); other modes only read.
   """
-  folder = os.path.join(workdir, TOKENIZERS_DIR)
+  folder = os.path.join(workdir, TOKENIZERS)
   recorded = recorded_tokenizers(workdir)
   if has_checkpoints:
     for name, tokenizer in sorted(tokenizers.items()):
@@ -199,9 +194,9 @@ def check_fresh_start(workdir: str, restart: bool, checkpoint_every: int) -> Non
     WorkdirError: the workdir holds ``best/``, damaged checkpoints, or metrics that a checkpoint covered.
   """
   found = [name for name in EARLIER_OUTPUTS if _has_content(os.path.join(workdir, name))]
-  records = read_metrics(workdir) if "metrics.jsonl" in found else []
+  records = read_metrics(workdir) if METRICS in found else []
   checkpoint_committed = any(record["step"] > 2 * checkpoint_every for record in records)
-  if not checkpoint_committed and not {"checkpoints", "best"} & set(found):
+  if not checkpoint_committed and not {CHECKPOINTS, BEST} & set(found):
     return
   if not restart:
     raise WorkdirError(
@@ -215,7 +210,7 @@ def check_fresh_start(workdir: str, restart: bool, checkpoint_every: int) -> Non
   os.makedirs(target)
   for name in found + [name for name in RUN_RECORD if os.path.isfile(os.path.join(workdir, name))]:
     source = os.path.join(workdir, name)
-    if name in ("checkpoints", "best"):  # their checkpoint managers are open: move what is inside
+    if name in (CHECKPOINTS, BEST):  # their checkpoint managers are open: move what is inside
       os.makedirs(os.path.join(target, name))
       for entry in os.listdir(source):
         os.rename(os.path.join(source, entry), os.path.join(target, name, entry))

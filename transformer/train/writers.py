@@ -9,6 +9,7 @@ import os
 import shutil
 
 from transformer.errors import WorkdirError
+from transformer.train import run_directory
 
 log = logging.getLogger(__name__)
 
@@ -72,26 +73,6 @@ def write_atomically(path: str, data: str | bytes) -> None:
                           os.path.basename(path)) from None
 
 
-def _read_records(path: str) -> list[dict]:
-  """The records of a ``metrics.jsonl``; a half-written last line (a crash mid-write) is skipped with a
-  warning, a damaged line before it is an error naming the file and the line."""
-  with open(path) as f:
-    lines = f.read().split("\n")
-  records = []
-  for number, line in enumerate(lines, 1):
-    if not line.strip():
-      continue
-    try:
-      records.append(json.loads(line))
-    except json.JSONDecodeError:
-      if any(rest.strip() for rest in lines[number:]):
-        raise WorkdirError(f"{path} line {number} is not a JSON record ({line[:80]!r}); repair or remove that "
-                           "line to resume.") from None
-      log.warning("skipping the half-written last line %d of %s (%r): the run was interrupted while writing it",
-                  number, path, line[:80])
-  return records
-
-
 class MetricWriter:
   """Appends ``{"step": ..., name: value}`` lines to ``workdir/metrics.jsonl`` and TensorBoard scalars.
 
@@ -101,16 +82,16 @@ class MetricWriter:
 
   def __init__(self, workdir: str, resume_step: int = 0, enabled: bool = True, tensorboard: bool = True):
     self.enabled = enabled
-    self.path = os.path.join(workdir, "metrics.jsonl")
+    self.path = os.path.join(workdir, run_directory.METRICS)
     self._tensorboard = None
     if not enabled:
       return
     if os.path.exists(self.path):
-      kept = [record for record in _read_records(self.path) if record["step"] <= resume_step]
+      kept = [record for record in run_directory.read_records(self.path) if record["step"] <= resume_step]
       write_atomically(self.path, "".join(json.dumps(record) + "\n" for record in kept))  # a crash loses no line
     if tensorboard:
       from tensorboardX import SummaryWriter  # imported lazily: optional at read time
-      self._tensorboard = SummaryWriter(os.path.join(workdir, "tensorboard"))
+      self._tensorboard = SummaryWriter(os.path.join(workdir, run_directory.TENSORBOARD))
 
   def write(self, step: int, metrics: dict) -> None:
     if not self.enabled:
@@ -120,7 +101,7 @@ class MetricWriter:
     try:
       with open(self.path, "a") as f:
         f.write(line)
-    except OSError as error:  # a half-written line is dropped on resume (see _read_records)
+    except OSError as error:  # a half-written line is dropped on resume (see run_directory.read_records)
       if not is_disk_full(error):
         raise
       raise disk_full_error(self.path, len(line), f"the metrics of step {step}") from None
@@ -133,11 +114,6 @@ class MetricWriter:
   def close(self) -> None:
     if self._tensorboard is not None:
       self._tensorboard.close()
-
-
-def read_metrics(workdir: str) -> list[dict]:
-  """All records of ``workdir/metrics.jsonl`` (a half-written last line is skipped with a warning)."""
-  return _read_records(os.path.join(workdir, "metrics.jsonl"))
 
 
 def _format_value(value: float) -> str:
