@@ -46,22 +46,53 @@ _PEER_TIMEOUT = flags.DEFINE_integer("peer_timeout", None, "Multi-host: a proces
 flags.mark_flags_as_required(["config", "workdir"])
 
 
+def _load_module(path: str):
+  spec = importlib.util.spec_from_file_location("_experiment_config", path)
+  module = importlib.util.module_from_spec(spec)
+  sys.modules[spec.name] = module  # dataclasses look their module up there
+  try:
+    spec.loader.exec_module(module)
+  finally:
+    del sys.modules[spec.name]
+  return module
+
+
+def experiments() -> list[str]:
+  """``path (variant, variant, ...)`` of every experiment config in ``experiments/`` (a file with
+  ``get_config``), its variants from its ``VARIANTS`` where it lists them."""
+  here = os.path.dirname(os.path.abspath(__file__))
+  described = []
+  for path in sorted(glob.glob(os.path.join(here, "experiments", "**", "*.py"), recursive=True)):
+    with open(path) as f:
+      if not re.search(r"^def get_config", f.read(), re.MULTILINE):
+        continue
+    try:
+      variants = getattr(_load_module(path), "VARIANTS", ())
+    except Exception:  # a config that does not import here (a missing extra) is still listed
+      variants = ()
+    described.append(os.path.relpath(path, here) + (f" ({', '.join(variants)})" if variants else ""))
+  return described
+
+
 def _check_config_argument(argv):
-  """Fail early and clearly on a missing config file or an unknown variant (before flag parsing)."""
+  """Fail early and clearly on a missing config file, a file that is no experiment, a colon naming no variant,
+  or an unknown variant (before flag parsing); ``--help`` starts with the experiments and their variants."""
+  if any(arg in ("--help", "-h", "--helpfull", "-?") for arg in argv):
+    print("Experiments (--config=PATH[:VARIANT]):\n  " + "\n  ".join(experiments()) + "\n")
   values = [arg.split("=", 1)[1] for arg in argv if arg.startswith("--config=")]
   values += [argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg == "--config"]
   if not values:
     return
-  path, _, variant = values[-1].partition(":")
+  path, colon, variant = values[-1].partition(":")
+  listing = "Experiments: " + "; ".join(experiments())
   if not os.path.isfile(path):
-    here = os.path.dirname(os.path.abspath(__file__))
-    candidates = glob.glob(os.path.join(here, "experiments", "**", "*.py"), recursive=True)
-    available = sorted(os.path.relpath(p, here) for p in candidates
-                       if re.search(r"^def get_config", open(p).read(), re.MULTILINE))
-    sys.exit(f"error: --config file {path!r} does not exist. Experiments: {', '.join(available)}")
-  spec = importlib.util.spec_from_file_location("_experiment_config", path)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
+    sys.exit(f"error: --config file {path!r} does not exist. {listing}")
+  module = _load_module(path)
+  if not callable(getattr(module, "get_config", None)):
+    sys.exit(f"error: --config={values[-1]}: {path} is no experiment config (it has no get_config). {listing}")
+  if colon and not variant:
+    sys.exit(f"error: --config={values[-1]} ends with ':' but names no variant: give --config={path}:VARIANT, "
+             f"or drop the colon. {listing}")
   if variant and not inspect.signature(module.get_config).parameters:
     sys.exit(f"error: {path} has no variants; give --config={path} without :{variant}.")
   exit_on_user_error(module.get_config, *([variant] if variant else []))
@@ -84,7 +115,10 @@ def main(argv):
     if _MODE.value == "translate":
       exit_on_user_error(translate_files, run_config, _WORKDIR.value, run)
     else:
-      exit_on_user_error(run, run_config, _WORKDIR.value, _MODE.value)
+      output = exit_on_user_error(run, run_config, _WORKDIR.value, _MODE.value)
+      if getattr(output, "interrupted", None) == "SIGINT":  # saved, but not finished: `launch ... && next` stops
+        from transformer.train.preemption import INTERRUPTED_EXIT_STATUS
+        sys.exit(INTERRUPTED_EXIT_STATUS)
   except BaseException as error:  # with several processes: the others stop at once, naming this one
     if not isinstance(error, SystemExit) or error.code not in (0, None):
       from transformer.train.peers import leave_after_error
@@ -188,7 +222,38 @@ def _parse_flags_or_exit(argv):
     sys.exit(f"error: unknown config field {name!r}. {hint.strip()}")
 
 
+class ClosedPipeTolerant:
+  """``sys.stdout`` / ``sys.stderr`` whose reader may go away (``python launch.py ... | tee log``: the Ctrl-C
+  that stops the run stops tee too): once a write finds the pipe closed, the stream's file descriptor is pointed
+  at /dev/null, so the run saves its checkpoint and exits instead of dying on ``BrokenPipeError``."""
+
+  def __init__(self, stream):
+    self._stream = stream
+
+  def _silence(self) -> None:
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, self._stream.fileno())
+    os.close(devnull)
+
+  def write(self, text):
+    try:
+      return self._stream.write(text)
+    except BrokenPipeError:
+      self._silence()
+      return len(text)
+
+  def flush(self):
+    try:
+      self._stream.flush()
+    except BrokenPipeError:
+      self._silence()
+
+  def __getattr__(self, name):
+    return getattr(self._stream, name)
+
+
 if __name__ == "__main__":
+  sys.stdout, sys.stderr = ClosedPipeTolerant(sys.stdout), ClosedPipeTolerant(sys.stderr)
   if not sys.stderr.isatty():  # output to a log file: no tqdm bars (TFDS's write terminal escape codes)
     os.environ["TQDM_DISABLE"] = "1"  # read when tqdm is imported: before the experiment's config imports it
   _check_config_argument(sys.argv)

@@ -3,6 +3,7 @@ checkpoints, two runs on one workdir, divergence, interrupted writes (docs/relia
 import json
 import logging
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -17,7 +18,7 @@ import orbax.checkpoint as ocp
 import pytest
 
 from tests.train.conftest import REPO, TINY_FLAGS, finish, start_launch, tiny_config
-from transformer.errors import CheckpointRestoreError, TrainingDiverged, WorkdirError
+from transformer.errors import CheckpointRestoreError, MissingDataError, TrainingDiverged, UserError, WorkdirError
 from transformer.train import run
 from transformer.train.checkpoint import Checkpointer
 from transformer.train.state import TrainState
@@ -129,6 +130,18 @@ def test_metrics_without_any_checkpoint_refuse_to_start_over_unless_restart(work
   assert read_metrics(workdir)[0]["step"] == 5  # the new run's own lines
 
 
+def test_a_raised_checkpoint_every_does_not_hide_the_checkpoints_an_earlier_run_committed(workdir):
+  """The earlier run's own checkpoint_every decides whether its metrics prove a committed checkpoint (was: a
+  command with --config.checkpoint_every=50 started over, rewriting metrics.jsonl and config.json)."""
+  run(tiny_config(**BEST, num_train_steps=30), workdir)
+  record = {name: open(os.path.join(workdir, name)).read() for name in ("metrics.jsonl", "config.json")}
+  shutil.rmtree(os.path.join(workdir, "checkpoints"))
+  shutil.rmtree(os.path.join(workdir, "best"))
+  with pytest.raises(WorkdirError, match="no checkpoint to resume from"):
+    run(tiny_config(**BEST, num_train_steps=30, checkpoint_every=50, optimizer__learning_rate=0.05), workdir)
+  assert {name: open(os.path.join(workdir, name)).read() for name in record} == record
+
+
 def test_a_run_killed_before_its_first_checkpoint_committed_starts_over_without_asking(tmp_path):
   with open(tmp_path / "metrics.jsonl", "w") as f:  # a run killed at step 17 while saving step 10 leaves this
     f.writelines(json.dumps({"step": step, "train/loss": 9.0}) + "\n" for step in (5, 10, 15))
@@ -157,7 +170,26 @@ def test_a_second_run_is_refused_and_a_killed_holder_does_not_block(tmp_path):
   lock = lock_workdir(str(tmp_path))  # the OS released the dead process's lock
   assert json.loads((tmp_path / "train.lock").read_text())["pid"] == os.getpid()
   lock.release()
+  assert not (tmp_path / "train.lock").exists()  # a run that ends leaves no lock file behind
   assert lock_workdir(str(tmp_path), mode="eval") is None  # readers take no lock
+
+
+def test_a_folder_holding_no_run_is_refused_and_a_failed_start_leaves_nothing(tmp_path, monkeypatch):
+  """A non-empty folder that is no run's workdir is refused unless config.restart asks (was: config.json,
+  best/, checkpoints/ and tensorboard/ written among its files); a start that fails before training leaves no
+  workdir and no lock behind."""
+  (tmp_path / "README.md").write_text("a project's file")
+  with pytest.raises(WorkdirError, match=r"holds files that are no run's \(README.md\)"):
+    run(tiny_config(), str(tmp_path))
+  assert os.listdir(tmp_path) == ["README.md"]
+  from transformer.tasks.synthetic import SyntheticTask
+
+  def no_data(self):
+    raise MissingDataError("no data here")
+  monkeypatch.setattr(SyntheticTask, "model_config", no_data)
+  with pytest.raises(MissingDataError):
+    run(tiny_config(), str(tmp_path / "new"))
+  assert not (tmp_path / "new").exists()
 
 
 # 4. Altered checkpoint data is detected by its checksum, not restored silently.
@@ -224,6 +256,58 @@ def test_flipped_bits_in_a_checkpoint_are_caught_by_its_checksum(workdir, traine
   untouched.close()
   for got, want in zip(jax.tree.leaves(resumed.state.params), jax.tree.leaves(reference[1].params)):
     np.testing.assert_array_equal(got, want)
+
+
+def test_an_edited_data_position_is_caught_by_its_checksum(workdir, trained_with_best, caplog):
+  """The ``extra`` item (data position, metrics window) has its own checksum: a position edited by hand in both
+  copies of step 20 falls back to step 10, and the run ends as the uninterrupted one (was: resumed the edited
+  position without a word, and diverged from it)."""
+  for directory in ("checkpoints", "best"):
+    path = os.path.join(workdir, directory, "20", "extra", "metadata")
+    with open(path) as f:
+      extra = json.load(f)
+    extra["iterator"] = {**extra["iterator"], "index": extra["iterator"]["index"] + 3}
+    with open(path, "w") as f:
+      json.dump(extra, f)
+  with caplog.at_level(logging.WARNING):
+    resumed = run(tiny_config(**BEST, num_train_steps=20), workdir)
+  assert caplog.text.count("data position or metrics window") >= 2 and "restored step 10" in caplog.text
+  untouched = Checkpointer(trained_with_best)
+  reference = untouched.restore(jax.eval_shape(lambda: resumed.state))
+  untouched.close()
+  for got, want in zip(jax.tree.leaves(resumed.state.params), jax.tree.leaves(reference[1].params)):
+    np.testing.assert_array_equal(got, want)
+
+
+RECORD_DAMAGE = {  # file -> what is written there, and the mode that meets it
+    "run_format.json": ('{"format_version": "2"}', "train"),
+    "config_history.jsonl": ('garbage\n{"step": 10, "field": "num_train_steps", "old": 20, "new": 20}\n', "train"),
+    "model_config.json": ("[]", "train"),
+    "data_fingerprint.json": ("{not json", "train"),
+    "config.json": ("null", "eval"),
+    "metrics.jsonl": ('{"train/loss": 1.0}\n{"step": 20, "train/loss": 1.0}\n', "train"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(RECORD_DAMAGE))
+def test_a_damaged_record_file_is_one_line_naming_it(workdir, name):
+  text, mode = RECORD_DAMAGE[name]
+  with open(os.path.join(workdir, name), "w") as f:
+    f.write(text)
+  with pytest.raises(UserError, match=re.escape(name)) as error:
+    run(tiny_config(**BEST, num_train_steps=30), workdir, mode)
+  assert "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize("name", ["checkpoints", "train.lock"])
+def test_a_run_file_of_the_wrong_kind_is_one_line_naming_it(tmp_path, name):
+  """``checkpoints`` a file (was: a traceback, then training to the first save) or ``train.lock`` a folder."""
+  if name == "checkpoints":
+    (tmp_path / name).write_text("")
+  else:
+    (tmp_path / name).mkdir()
+  with pytest.raises(WorkdirError, match=re.escape(name)):
+    run(tiny_config(), str(tmp_path))
 
 
 # 5. Divergence stops the run (or, when asked, its steps are skipped); a non-finite state is never saved.
@@ -355,9 +439,25 @@ def test_sigint_saves_a_checkpoint_and_the_rerun_finishes(tmp_path):
   wait_for(tmp_path / "checkpoints" / "50", process)
   process.send_signal(signal.SIGINT)
   output, = finish(process, timeout=120)
-  assert process.returncode == 0, output
+  assert process.returncode == 130, output  # saved but not finished: `launch.py ... && next` must not go on
   saved = int(output.split("SIGINT: saved a checkpoint at step ")[1].split(";")[0])
   assert saved in step_dirs(tmp_path / "checkpoints")
+  rerun = start_launch(*LAUNCH, f"--workdir={tmp_path}")
+  output, = finish(rerun, timeout=300)
+  assert rerun.returncode == 0 and f"resumed from step {saved}" in output, output
+
+
+@pytest.mark.slow
+def test_sigint_through_a_closed_pipe_still_saves_and_exits_130(tmp_path):
+  """``launch.py ... 2>&1 | tee log`` and Ctrl-C: tee stops too, so every later write finds the pipe closed (was:
+  BrokenPipeError inside the signal handler, no checkpoint)."""
+  process = start_launch(*LAUNCH, f"--workdir={tmp_path}")
+  wait_for(tmp_path / "checkpoints" / "50", process)
+  process.stdout.close()  # the reader goes away before the signal, as tee does
+  process.send_signal(signal.SIGINT)
+  assert process.wait(timeout=120) == 130
+  saved = max(step_dirs(tmp_path / "checkpoints"))
+  assert 50 < saved < 200, saved  # the step it stopped at was saved, before the run's end
   rerun = start_launch(*LAUNCH, f"--workdir={tmp_path}")
   output, = finish(rerun, timeout=300)
   assert rerun.returncode == 0 and f"resumed from step {saved}" in output, output

@@ -152,3 +152,29 @@ def test_a_run_refuses_data_other_than_its_own_unless_accepted(tmp_path, monkeyp
   assert {"step": 10, "field": "data", "old": {"copy/train.csv": "size=10 sha256=aa"},
           "new": {"copy/train.csv": "size=9 sha256=bb"}} in history
   assert read_run_config(workdir).num_train_steps == 20  # the data change is no config field
+  # The run went on with the new data: later commands compare with it, and need no accept_changes again.
+  assert json.loads((tmp_path / "data_fingerprint.json").read_text()) == {"copy/train.csv": "size=9 sha256=bb"}
+  run(tiny_config(num_train_steps=20), workdir, "eval")
+
+
+def test_a_misspelt_accepted_change_is_refused_with_the_field_meant(trained):
+  workdir, config_json = trained
+  with pytest.raises(ConfigError, match="accept_changes.*'optimizer.learning_rat'.*did you mean 'optimizer.learning_rate'"):
+    run(tiny_config(optimizer__learning_rate=1e-2, accept_changes="optimizer.learning_rat"), workdir)
+  assert _config_bytes(workdir) == config_json
+
+
+@pytest.mark.parametrize("damage", ["missing", "null"])
+def test_a_record_without_its_optimizer_section_still_refuses_another_learning_rate(tmp_path, damage):
+  """A section the record lacks (or holds null) means its defaults, so a command's other value is a change
+  (was: accepted without a word, and not written to the history)."""
+  workdir = str(tmp_path)
+  run(tiny_config(num_train_steps=10), workdir)
+  record = json.loads((tmp_path / "config.json").read_text())
+  if damage == "missing":
+    del record["optimizer"]
+  else:
+    record["optimizer"] = None
+  (tmp_path / "config.json").write_text(json.dumps(record))
+  with pytest.raises(ConfigError, match=r"optimizer.learning_rate: 0.001 -> 0.05"):
+    run(tiny_config(num_train_steps=20, optimizer__learning_rate=0.05), workdir)

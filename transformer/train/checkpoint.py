@@ -19,6 +19,7 @@ half-written temporary directories are removed so that only intact checkpoints r
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import math
 import os
@@ -77,6 +78,12 @@ def state_checksums(state) -> tuple[dict[str, str], list[str]]:
   return checksums, non_finite
 
 
+def _extra_checksum(extra: dict) -> str:
+  """SHA-256 of the JSON of a checkpoint's ``extra`` item (data position, metrics window, ...): an edited one
+  would resume other data without a word."""
+  return hashlib.sha256(json.dumps(extra, sort_keys=True).encode()).hexdigest()
+
+
 def _one_line(error: Exception) -> str:
   text = str(error).strip().splitlines()
   return f"{type(error).__name__}: {text[0][:200] if text else ''}"
@@ -122,6 +129,10 @@ class Checkpointer:
     self._state_size = 0
     self._failed = False  # a save ran out of space: closing must not raise the same error again
     quiet_orbax_aftermath()
+    for name in (CHECKPOINTS, BEST):
+      if os.path.exists(os.path.join(directory, name)) and not os.path.isdir(os.path.join(directory, name)):
+        raise WorkdirError(f"{os.path.join(directory, name)} is a file, not the run's checkpoint folder: move it "
+                           "away (or use another --workdir) and rerun.")
     options = ocp.CheckpointManagerOptions(max_to_keep=keep, enable_async_checkpointing=asynchronous,
                                            create=True, cleanup_tmp_directories=repair)
     self._latest = ocp.CheckpointManager(os.path.join(directory, CHECKPOINTS), options=options,
@@ -179,8 +190,8 @@ class Checkpointer:
       if not math.isfinite(best_value):
         log.warning("step %d is not kept as the best checkpoint: its %s is %s", step, self.best_metric, best_value)
         best_value = None
-    args = ocp.args.Composite(state=ocp.args.StandardSave(state),
-                              extra=ocp.args.JsonSave({**extra, "checksums": checksums}))
+    args = ocp.args.Composite(state=ocp.args.StandardSave(state), extra=ocp.args.JsonSave(
+        {**extra, "checksums": checksums, "extra_checksum": _extra_checksum(extra)}))
     self._state_size = _state_bytes(state)
     copies = 1 if best_value is None else 2
     self._check_space(step, copies)
@@ -289,6 +300,10 @@ class Checkpointer:
     if missing:
       raise ValueError(f"the checkpoint holds no {', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''}")
     expected = extra.pop("checksums", None) or {}  # checkpoints written before checksums were recorded: none
+    recorded = extra.pop("extra_checksum", None)
+    if recorded is not None and recorded != _extra_checksum(extra):
+      raise ValueError("checksum mismatch: its data position or metrics window (the extra item) changed since it "
+                       "was saved")
     actual, _ = state_checksums(state)
     changed = [name for name, digest in actual.items() if name in expected and expected[name] != digest]
     if changed:

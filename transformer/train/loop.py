@@ -46,12 +46,14 @@ PLOT_SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.pa
 @dataclasses.dataclass
 class RunOutput:
   """What ``run`` returns: the last step, its evaluation metrics, the final (canonical) state, how many times
-  the train step was compiled (1 unless shapes changed), and a mode's text outputs (translations)."""
+  the train step was compiled (1 unless shapes changed), a mode's text outputs (translations), and the signal
+  that stopped training early (``"SIGINT"``, ``"SIGTERM"``; None when it ran to the end)."""
   step: int
   metrics: dict
   state: object
   train_step_compilations: int = 0
   outputs: list | None = None
+  interrupted: str | None = None
 
 
 def run_train(run: RunConfig, workdir: str) -> RunOutput:
@@ -157,7 +159,8 @@ class Trainer:
       raise
     self.bar.close()
     self._finish(preemption.requested)
-    return RunOutput(self.step, self.results, self.strategy.to_canonical(self.state), self.strategy.trace_count)
+    return RunOutput(self.step, self.results, self.strategy.to_canonical(self.state), self.strategy.trace_count,
+                     interrupted=preemption.requested)
 
   def _compile(self) -> None:
     run, session = self.run, self.session

@@ -19,6 +19,16 @@ from jax.experimental import multihost_utils
 INTERRUPTED_EXIT_STATUS = 130  # what a shell reports for a process stopped by SIGINT (128 + 2)
 
 
+def _say(text: bytes) -> None:
+  """Write to stderr from a signal handler; a closed pipe (``... | tee log`` whose tee the same Ctrl-C stopped)
+  must not raise inside the handler and lose the save."""
+  try:
+    sys.stdout.flush()
+    os.write(2, text)
+  except OSError:
+    pass
+
+
 class Preemption:
   """``stop_at(step)``, asked after every compiled call with the step reached, says whether to checkpoint and
   stop there; ``requested`` names why (e.g. ``"SIGTERM"``). A second Ctrl-C stops the process at once, with one
@@ -43,14 +53,13 @@ class Preemption:
     if self.requested and signum == signal.SIGINT:
       # os._exit, not an exception: unwinding through orbax's and XLA's threads printed dozens of tracebacks
       # and could crash; the latest committed checkpoint is intact either way.
-      sys.stdout.flush()
-      os.write(2, b"\nSIGINT again: stopped at once; the latest committed checkpoint is kept, rerun to resume.\n")
+      _say(b"\nSIGINT again: stopped at once; the latest committed checkpoint is kept, rerun to resume.\n")
       os._exit(INTERRUPTED_EXIT_STATUS)
     self.requested = signal.Signals(signum).name
     every = " (every process, at a step they all reach)" if self.synchronised else ""
     # Said at once, not at the step's end: a Ctrl-C that seems ignored gets pressed again, losing the save.
-    os.write(2, f"\n{self.requested} received: stopping after this step{every}, with a checkpoint"
-                f"{' (Ctrl-C again stops at once)' if signum == signal.SIGINT else ''}.\n".encode())
+    _say(f"\n{self.requested} received: stopping after this step{every}, with a checkpoint"
+         f"{' (Ctrl-C again stops at once)' if signum == signal.SIGINT else ''}.\n".encode())
     if self.synchronised:
       os.kill(os.getpid(), signal.SIGTERM)  # to JAX's notifier, which tells the other processes
 

@@ -7,6 +7,7 @@ model on these; ``config.restore_from`` (weights-only initialisation of another 
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 from typing import Any
 
@@ -18,6 +19,7 @@ from transformer.errors import ConfigError
 from transformer.tasks import Task, build_task
 from transformer.train.checkpoint import Checkpointer, CheckpointRestoreError, SavedParams
 from transformer.tasks.run_config import RunConfig
+from transformer.train.config import base_config
 from transformer.train.run_directory import CHECKPOINTS, CONFIG, RunDirectory
 from transformer.train.parallel import Strategy
 from transformer.train.run_format import require_current_format
@@ -194,14 +196,24 @@ def _flatten(tree: dict, prefix: str = "") -> dict:
   return out
 
 
-def config_differences(saved: dict, current: dict, mode: str) -> list[ConfigChange]:
+def record_defaults(run: RunConfig) -> dict:
+  """``{"a.b": value}``: what each field of ``run``'s kind of record means when a saved record lacks it (a field
+  added to the code since, a section missing or null): its default, as ``RunConfig.from_config`` reads it."""
+  defaults = _flatten(json.loads(json.dumps(base_config(run.model_name).to_dict())))
+  task = {f"task.{field.name}": field.default for field in dataclasses.fields(run.task)
+          if field.default is not dataclasses.MISSING}
+  return {**defaults, **_flatten(json.loads(json.dumps(task, default=list)))}
+
+
+def config_differences(saved: dict, current: dict, mode: str, defaults: dict | None = None) -> list[ConfigChange]:
   """The settings of ``current`` (a command's config, as JSON values) that differ from ``saved`` (the run's
-  record, history applied). A field the record lacks (added to the code since) keeps the record's behaviour
-  by its default, so it is not a difference. Raising ``num_train_steps`` extends a run (allowed, recorded; so is
-  lowering it, except under a cosine schedule, whose rates it sets);
-  ``config.decode`` and ``ALLOWED_CHANGES`` do not change what is trained (allowed; recorded when training goes
-  on with them)."""
-  old, new = _flatten(saved), _flatten(current)
+  record, history applied). A field the record lacks (added to the code since, or its section missing) keeps
+  the record's behaviour by its default (``defaults``, from ``record_defaults``): it differs only where the
+  command sets another value. Raising ``num_train_steps`` extends a run (allowed, recorded; so is lowering it,
+  except under a cosine schedule, whose rates it sets); ``config.decode`` and ``ALLOWED_CHANGES`` do not change
+  what is trained (allowed; recorded when training goes on with them)."""
+  old = {name: value for name, value in _flatten(saved).items() if value is not None or "." in name}
+  old, new = {**(defaults or {}), **old}, _flatten(current)
   changes = []
   for field in sorted(set(old) & set(new)):
     if old[field] == new[field] or field in NOT_RESULTS:

@@ -59,9 +59,11 @@ EARLIER_OUTPUTS = (METRICS, CHECKPOINTS, BEST, TENSORBOARD)
 RUN_RECORD = (CONFIG, HISTORY, DATA_FINGERPRINT, LAUNCHES, GOODPUT)
 
 
-def read_records(path: str) -> list[dict]:
-  """The records of a JSON-lines file (``metrics.jsonl``, ``config_history.jsonl``, ``launches.jsonl``); a half-written last line (a crash mid-write) is skipped with a
-  warning, a damaged line before it is an error naming the file and the line."""
+def read_records(path: str, required: tuple[str, ...] = ()) -> list[dict]:
+  """The records of a JSON-lines file (``metrics.jsonl``, ``config_history.jsonl``, ``launches.jsonl``), each a
+  JSON object holding the keys ``required``. A half-written last line (a crash mid-write) is skipped with a
+  warning; a damaged line before it, or a record that is no object or lacks a required key, is a
+  ``WorkdirError`` naming the file and the line."""
   with open(path) as f:
     lines = f.read().split("\n")
   records = []
@@ -69,13 +71,19 @@ def read_records(path: str) -> list[dict]:
     if not line.strip():
       continue
     try:
-      records.append(json.loads(line))
+      record = json.loads(line)
     except json.JSONDecodeError:
       if any(rest.strip() for rest in lines[number:]):
         raise WorkdirError(f"{path} line {number} is not a JSON record ({line[:80]!r}); repair or remove that "
                            "line to resume.") from None
       log.warning("skipping the half-written last line %d of %s (%r): the run was interrupted while writing it",
                   number, path, line[:80])
+      continue
+    missing = [key for key in required if not isinstance(record, dict) or key not in record]
+    if missing or not isinstance(record, dict):
+      raise WorkdirError(f"{path} line {number} is not a record of this file ({line[:80]!r}: no "
+                         f"{', '.join(map(repr, missing))}); repair or remove that line to resume.")
+    records.append(record)
   return records
 
 
@@ -150,24 +158,27 @@ class RunDirectory:
     """Whether ``checkpoints/`` or ``best/`` exists (whatever it holds)."""
     return any(os.path.isdir(self.path(name)) for name in (CHECKPOINTS, BEST))
 
-  def read_json(self, name: str):
-    """The JSON of the file ``name``.
+  def read_json(self, name: str, kind: type = dict):
+    """The JSON of the file ``name``, a ``kind`` (an object by default).
 
     Raises:
-      WorkdirError: it is not JSON (a run writes it atomically: was it edited?).
+      WorkdirError: it is not JSON, or not a ``kind`` (a run writes it atomically: was it edited?).
     """
     path = self.path(name)
     try:
       with open(path) as f:
-        return json.load(f)
-    except json.JSONDecodeError as error:
+        value = json.load(f)
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
       raise WorkdirError(f"{path} is not valid JSON ({error}); it was written by the training run, was it "
                          "edited?") from None
+    if not isinstance(value, kind):
+      raise WorkdirError(f"{path} holds a JSON {type(value).__name__}, not the {kind.__name__} the training run "
+                         "writes there; was it edited? Restore it from a copy, or use a new --workdir.")
+    return value
 
-  def read_lines(self, name: str) -> list[dict]:
-    """The JSON lines of the file ``name`` ([] without the file); a half-written last line (a crash mid-write)
-    is skipped with a warning, a damaged one before it is an error naming the line."""
-    return read_records(self.path(name)) if self.has(name) else []
+  def read_lines(self, name: str, required: tuple[str, ...] = ()) -> list[dict]:
+    """The JSON lines of the file ``name`` ([] without the file), see ``read_records``."""
+    return read_records(self.path(name), required) if self.has(name) else []
 
   def output_dir(self, average_checkpoints: int = 0) -> str:
     """Where ``--mode=eval`` and ``--mode=predict`` write: the workdir, or ``average_last_N/`` for the mean of the
@@ -201,7 +212,7 @@ class RunDirectory:
       values = self.read_json(CONFIG)
     except WorkdirError as error:
       raise ConfigError(str(error)) from None
-    for change in self.read_lines(HISTORY):
+    for change in self.read_lines(HISTORY, required=("field", "new")):
       if change["field"] != "data":  # the data's fingerprint (data_fingerprint.json), not a config field
         set_field(values, change["field"], change["new"])
     return values
@@ -216,7 +227,7 @@ class RunDirectory:
 
   def metrics(self) -> MetricsLog:
     """The run's ``metrics.jsonl`` (empty without one)."""
-    return MetricsLog(tuple(self.read_lines(METRICS)))
+    return MetricsLog(tuple(self.read_lines(METRICS, required=("step",))))
 
   def launches(self) -> list[dict]:
     return self.read_lines(LAUNCHES)

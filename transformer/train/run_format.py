@@ -32,9 +32,11 @@ def read_format(workdir: str) -> int | None:
   try:
     with open(path) as f:
       version = json.load(f)["format_version"]
-  except (json.JSONDecodeError, KeyError, TypeError) as error:
-    raise WorkdirError(f"{path} is not a run-format marker ({error!r}); it is written by the training run as "
-                       f'{{"format_version": {FORMAT_VERSION}}}. Was it edited?') from None
+  except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as error:
+    version = error
+  if not isinstance(version, int) or isinstance(version, bool):
+    raise WorkdirError(f"{path} is not a run-format marker ({version!r}); it is written by the training run as "
+                       f'{{"format_version": {FORMAT_VERSION}}}. Was it edited?')
   return version
 
 

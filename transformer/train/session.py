@@ -14,9 +14,11 @@ the parallelism and the checkpointer, and holds the run to its record:
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import inspect
 import json
 import os
+import shutil
 import sys
 import time
 
@@ -30,11 +32,11 @@ from transformer.train.checkpoint import Checkpointer
 from transformer.tasks.run_config import SWEEPABLE, RunConfig
 from transformer.train.config import check_workdir, refuse_url_workdir
 from transformer.train.parallel import make_strategy
-from transformer.train.restore import config_differences
+from transformer.train.restore import config_differences, record_defaults
 from transformer.train.run_directory import (CONFIG, DATA_FINGERPRINT, HISTORY, LAUNCHES, MODEL_CONFIG,
                                              RunDirectory)
 from transformer.train.run_format import require_current_format, write_format
-from transformer.train.workdir import check_shared_workdir, check_tokenizers, lock_workdir
+from transformer.train.workdir import check_shared_workdir, check_tokenizers, lock_workdir, refuse_foreign_folder
 from transformer.train.writers import write_atomically
 
 
@@ -82,13 +84,26 @@ def prepare(run: RunConfig, workdir: str, mode: str) -> Session:
   """Build ``run``'s task, parallelism and checkpointer for ``mode``, and hold the run to its record
   (``config.json``, ``model_config.json``, the tokenizers it trained with)."""
   started = time.perf_counter()
+  created = mode == "train" and not os.path.exists(workdir)
   if mode != "train":
     _require_a_run(workdir, mode)  # before anything is created in the workdir
   else:
+    refuse_foreign_folder(workdir, run.restart)
     check_workdir(workdir)
     check_shared_workdir(workdir)  # before the lock: a workdir per host would give each process its own
   _check_parallelism(run, jax.process_count())
   lock = lock_workdir(workdir, mode)  # one training run per workdir (None in other modes)
+  try:
+    return _build_session(run, workdir, mode, lock, started)
+  except BaseException:
+    if lock is not None:
+      lock.release()
+    if created and jax.process_count() == 1:  # a start that failed (missing data, ...) leaves nothing behind
+      shutil.rmtree(workdir, ignore_errors=True)
+    raise
+
+
+def _build_session(run: RunConfig, workdir: str, mode: str, lock, started: float) -> Session:
   task = _build_task_once(run)
   _check_task_supports(run, task, mode)
   model_config = task.model_config()
@@ -216,7 +231,9 @@ def _hold_to_config(session: Session, resuming: bool, write_history: bool) -> No
       write_atomically(path, json.dumps(run.record, indent=2, sort_keys=True))
       session.say(f"config: {path}")
     return
-  changes = config_differences(session.directory.config_values(), dict(run.record), session.mode)
+  defaults = record_defaults(run)
+  _check_accepted_names(run, defaults)
+  changes = config_differences(session.directory.config_values(), dict(run.record), session.mode, defaults)
   refused = [change for change in changes if not change.allowed and change.field not in run.accepted_changes]
   if refused:
     raise ConfigError(
@@ -226,6 +243,16 @@ def _hold_to_config(session: Session, resuming: bool, write_history: bool) -> No
         + ",".join(c.field for c in refused) + f" (it is recorded in {HISTORY}).")
   if write_history:
     _append_history(session, [(c.field, c.old, c.new) for c in changes if c.recorded])
+
+
+def _check_accepted_names(run: RunConfig, fields: dict) -> None:
+  """``config.accept_changes`` names config fields (``a.b``) or ``data``: a misspelt one would accept nothing."""
+  known = set(fields) | {"data"}
+  for name in sorted(run.accepted_changes - known):
+    close = difflib.get_close_matches(name, sorted(known), n=1)
+    raise ConfigError(f"config.accept_changes names {name!r}, which is no config field"
+                      + (f"; did you mean {close[0]!r}?" if close else "")
+                      + " Give the fields as a command's refusal names them, e.g. optimizer.learning_rate, or data.")
 
 
 def _append_history(session: Session, changes: list[tuple]) -> None:
@@ -260,6 +287,8 @@ def _hold_to_data(session: Session, resuming: bool, write_history: bool) -> None
         "at the run's data, use a new --workdir, or accept it with --config.accept_changes=data.")
   if write_history:
     _append_history(session, [("data", recorded, current)])
+    if session.is_main:  # the run goes on with this data: later commands compare with it
+      write_atomically(path, json.dumps(current, indent=2, sort_keys=True))
 
 
 def record_launch(session: Session, step: int) -> None:

@@ -23,9 +23,10 @@ import time
 import jax
 import numpy as np
 
-from transformer.errors import WorkdirError
-from transformer.train.run_directory import (BEST, CHECKPOINTS, EARLIER_OUTPUTS, LOCK, METRICS, RUN_RECORD,
-                                             TOKENIZERS, read_metrics)
+from transformer.errors import UserError, WorkdirError
+from transformer.train.run_directory import (BEST, CHECKPOINTS, CONFIG, EARLIER_OUTPUTS, FORMAT, HISTORY, LAUNCHES,
+                                             LOCK, METRICS, MODEL_CONFIG, RUN_RECORD, TENSORBOARD, TOKENIZERS,
+                                             RunDirectory, read_metrics)
 from transformer.train.writers import write_atomically
 
 log = logging.getLogger(__name__)
@@ -46,8 +47,13 @@ class WorkdirLock:
     self._descriptor = descriptor
 
   def release(self) -> None:
+    """Give the workdir up; its lock file goes with it (a run that dies leaves it, released by the OS)."""
     if _held.get(self.workdir) == self._descriptor:
       del _held[self.workdir]
+      try:
+        os.remove(os.path.join(self.workdir, LOCK))  # while held: a run starting now opens a new file
+      except OSError:
+        pass
       os.close(self._descriptor)  # closing the descriptor releases the flock
 
 
@@ -65,7 +71,11 @@ def lock_workdir(workdir: str, mode: str = "train") -> WorkdirLock | None:
   if workdir in _held:  # an earlier run in this process ended with an exception before releasing it
     os.close(_held.pop(workdir))
   path = os.path.join(workdir, LOCK)
-  descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+  try:
+    descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+  except OSError as error:  # e.g. a directory of that name
+    raise WorkdirError(f"cannot open the workdir's lock file {path} ({error.strerror}); it is the training "
+                       "run's own file: move whatever is there away and rerun.") from None
   try:
     fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
   except BlockingIOError:
@@ -182,19 +192,44 @@ def check_tokenizers(workdir: str, tokenizers: dict, has_checkpoints: bool, writ
       write_atomically(os.path.join(folder, f"{name}.{tokenizer.fingerprint}.model"), tokenizer.model_proto)
 
 
+# Files only a run writes: a folder holding one of them is a run's workdir.
+RUN_MARKERS = (CONFIG, METRICS, CHECKPOINTS, BEST, FORMAT, MODEL_CONFIG, TOKENIZERS, TENSORBOARD, HISTORY, LAUNCHES,
+               LOCK)
+
+
+def refuse_foreign_folder(workdir: str, restart: bool) -> None:
+  """A training run starts in a new or empty folder, or in a run's own workdir: a folder holding other files and
+  no run (a project's checkout, a data folder) would get a run's files mixed into it.
+
+  Raises:
+    WorkdirError: ``workdir`` holds visible files but none a run writes, and ``restart`` does not ask for it.
+  """
+  if restart or not os.path.isdir(workdir):
+    return
+  names = sorted(name for name in os.listdir(workdir) if not name.startswith("."))
+  if not names or any(name in RUN_MARKERS for name in names):
+    return
+  shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+  raise WorkdirError(f"--workdir={workdir} holds files that are no run's ({shown}); give a new or empty folder (or "
+                     "a run's workdir), or --config.restart=True to train there anyway.")
+
+
 def check_fresh_start(workdir: str, restart: bool, checkpoint_every: int) -> None:
   """Before training from step 0 in ``workdir`` (no checkpoint restored): refuse when an earlier run saved
   checkpoints that are gone, unless ``restart``, which moves its outputs into ``WORKDIR/previous-<UTC time>/``.
 
   An earlier run killed before its first checkpoint was committed lost nothing: its metrics lines are
   rewritten identically, so that start goes on without asking. A metrics line past step
-  ``2 * checkpoint_every`` proves a committed checkpoint: a second save waits for the first to commit.
+  ``2 * checkpoint_every`` proves a committed checkpoint: a second save waits for the first to commit. The
+  earlier run's own ``checkpoint_every`` counts (its record's), not this command's: a raised value must not
+  hide the checkpoints it saved.
 
   Raises:
     WorkdirError: the workdir holds ``best/``, damaged checkpoints, or metrics that a checkpoint covered.
   """
   found = [name for name in EARLIER_OUTPUTS if _has_content(os.path.join(workdir, name))]
   records = read_metrics(workdir) if METRICS in found else []
+  checkpoint_every = min(checkpoint_every, _recorded_checkpoint_every(workdir) or checkpoint_every)
   checkpoint_committed = any(record["step"] > 2 * checkpoint_every for record in records)
   if not checkpoint_committed and not {CHECKPOINTS, BEST} & set(found):
     return
@@ -218,6 +253,18 @@ def check_fresh_start(workdir: str, restart: bool, checkpoint_every: int) -> Non
       os.rename(source, os.path.join(target, name))
   print(f"config.restart=True: moved {', '.join(found)} of the earlier run to {target}; training from step 0.",
         flush=True)
+
+
+def _recorded_checkpoint_every(workdir: str) -> int | None:
+  """The ``checkpoint_every`` of the run recorded in ``workdir`` (None without a readable record)."""
+  directory = RunDirectory(workdir)
+  if not directory.has(CONFIG):
+    return None
+  try:
+    value = directory.config_values(any_format=True).get("checkpoint_every")
+  except (UserError, AttributeError, TypeError, ValueError):  # a damaged record: this command's value decides
+    return None
+  return value if isinstance(value, int) and value > 0 else None
 
 
 def _has_content(path: str) -> bool:

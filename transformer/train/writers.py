@@ -87,7 +87,8 @@ class MetricWriter:
     if not enabled:
       return
     if os.path.exists(self.path):
-      kept = [record for record in run_directory.read_records(self.path) if record["step"] <= resume_step]
+      kept = [record for record in run_directory.read_records(self.path, ("step",))
+              if record["step"] <= resume_step]
       write_atomically(self.path, "".join(json.dumps(record) + "\n" for record in kept))  # a crash loses no line
     if tensorboard:
       from tensorboardX import SummaryWriter  # imported lazily: optional at read time
