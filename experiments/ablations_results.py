@@ -10,10 +10,11 @@
 Each cell, ``<workdir_root>/<ablation>/<variant>``, is one ``launch.py`` run of ``config.num_seeds`` seeds; the
 grid resumes (a finished cell is skipped, another resumes from its checkpoint). Every finished cell is a record of
 ``records.json`` beside the page, and the page is written from the records: a cell without a finished run is read
-from a record of the same run whose config agrees with its own, else trained (``--ignore_recorded`` trains it
-anyway; ``--notrain`` names it as not finished). The page goes to ``--output_dir`` (default
-``<workdir_root>/results/``), or with ``--update_committed`` to ``experiments/ablations/`` (``multi30k/`` for
-``--task=multi30k``), where a row is only replaced by a run at least as long. More: experiments/ablations/README.md.
+from a record of the same run whose config agrees with its own (``--launch_flag=--config.KEY=VALUE`` included),
+else trained (``--ignore_recorded`` trains it anyway; ``--notrain`` names it as not finished). The page goes to
+``--output_dir`` (default ``<workdir_root>/results/``), or with ``--update_committed`` to ``experiments/ablations/``
+(``multi30k/`` for ``--task=multi30k``), where a row is only replaced by a run at least as long. More:
+experiments/ablations/README.md.
 """
 from __future__ import annotations
 
@@ -39,6 +40,9 @@ DEFAULT_ROOT = "/tmp/ablations"
 _SECONDARY = (("eval/token_accuracy", "token accuracy", 3), ("eval/nll", "NLL (nats/token)", 3))
 METRICS = {"synthetic": (("eval/exact_match", "exact match", 3), *_SECONDARY),
            "multi30k": (("eval/bleu", "BLEU", 2), *_SECONDARY)}
+# Launch flags that set where the data lives or how a run prints, or the grid's own sweep: not settings a
+# cell's config (and so its record) holds.
+NOT_TRAINING_SETTINGS = ("task.source_dir", "task.data_dir", "quiet", "tensorboard", "sweep")
 ATTENTION_HEADER = ["run", "attention", "entropy (nats)", "uniform entropy (nats)", "rows with max weight > 0.9"]
 
 
@@ -83,12 +87,15 @@ def _config_key(flat: dict, leave_out: tuple[str, ...] = ()) -> str:
   return json.dumps({k: v for k, v in flat.items() if k not in leave_out}, sort_keys=True, default=str)
 
 
-def expand_grid(names: list[str], task: str, root: str, ablations: tuple[str, ...] = ABLATIONS) -> list[Cell]:
+def expand_grid(names: list[str], task: str, root: str, ablations: tuple[str, ...] = ABLATIONS,
+                launch_flags: tuple[str, ...] = ()) -> list[Cell]:
   """The cells of the ablations ``names``, in order. A variant whose config equals one earlier in
   ``ablations`` (all of them, so the choice does not depend on ``names``) gets that one's cell. Of the others,
   the variants of one ablation that differ only in ``SWEEPABLE`` fields (learning rate, warmup, label smoothing)
   share one run, vmapped over variants and seeds (``config.sweep``), in ``<ablation>/<variant>+<variant>``.
-  Each cell keeps its variant's config, flattened (``report.flatten_config``)."""
+  Each cell keeps its variant's config as its runs train it, flattened (``report.flatten_config``): with the
+  ``--config.KEY=VALUE`` of ``launch_flags`` set (but where data lives, ``NOT_TRAINING_SETTINGS``), so its step
+  target follows ``--config.num_train_steps`` and a record made without such a flag does not stand in for it."""
   suffix = "" if task == "synthetic" else f",{task}"
   owner = {}  # config (JSON) -> the cell that trains it
   cells = {}
@@ -98,7 +105,8 @@ def expand_grid(names: list[str], task: str, root: str, ablations: tuple[str, ..
     seen = set()  # the configs (JSON) of this ablation's fresh variants
     repeats = {}  # variant -> the config (JSON) of an earlier variant that it equals
     for variant in module.ABLATION.variants:
-      flat = report.flatten_config(module.get_config(variant + suffix))
+      flat = report.flatten_config(report.config_with_flags(module.get_config(variant + suffix), list(launch_flags),
+                                                            leave_out=NOT_TRAINING_SETTINGS))
       key = _config_key(flat)
       if key in owner or key in seen:
         repeats[variant] = key
@@ -558,7 +566,10 @@ def main(argv: list[str] | None = None) -> None:
                               "record. --notrain writes the page from what has finished and lists the rest as not "
                               "finished (e.g. at a session's end, while the grid still trains).")
   parser.add_argument("--launch_flag", action="append", default=[], help="Passed to every launch.py run, e.g. "
-                      "--launch_flag=--config.task.source_dir=../shared/data/multi30k; repeat for several.")
+                      "--launch_flag=--config.task.source_dir=../shared/data/multi30k; repeat for several. A "
+                      "--config.KEY=VALUE flag (other than where the data lives) is part of every cell's config: "
+                      "--config.num_train_steps sets the step target, and a record made without the flag does not "
+                      "stand in for a cell.")
   args = parser.parse_args(argv)
   root = os.path.abspath(args.workdir_root)
   task = args.task
@@ -566,7 +577,7 @@ def main(argv: list[str] | None = None) -> None:
   for name in names:
     report.exit_on_user_error(ablation_module, name)
   committed = os.path.join(report.COMMITTED, "ablations", *(() if task == "synthetic" else (task,)))
-  cells = expand_grid(names, task, root)
+  cells = report.exit_on_user_error(expand_grid, names, task, root, launch_flags=tuple(args.launch_flag))
   invocation = "python -m experiments.ablations_results" + (
       f" --ablation={','.join(args.ablation)}" if args.ablation != ["all"] else "") + (
       f" --task={task}" if task != "synthetic" else "") + " --workdir_root=WORKDIR_ROOT"  # a local folder

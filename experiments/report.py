@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
 import datetime
 import json
 import math
@@ -17,6 +18,7 @@ import platform
 import shlex
 import subprocess
 import sys
+import tempfile
 from typing import Callable
 
 import jax
@@ -24,6 +26,7 @@ import numpy as np
 
 from transformer.errors import UserError, exit_on_user_error  # noqa: F401 (the scripts' one-line errors)
 from transformer.train.run_directory import METRICS, RunDirectory, read_metrics
+from transformer.train.writers import write_atomically
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 COMMITTED = os.path.join(REPO, "experiments")  # the committed pages: experiments/<name>/RESULTS.md
@@ -89,15 +92,18 @@ def make_page(args: argparse.Namespace, committed: str, default_output: str,
   """The one main of a results script: in the folder (``choose_results_folder``), its ``RecordStore`` (a new
   folder's starts from the committed records, forced unless committed) gets the runs' records from ``collect(store,
   folder)`` (train, score, plots; not with ``--from_records``); ``render(store, folder)`` gives the page's text.
-  RESULTS.md and records.json are written only if every step succeeds; a ``UserError`` exits with one line."""
+  Before any of that, ``--from_records`` without rows and a folder that cannot be written are refused; RESULTS.md
+  and records.json are written (atomically) only if every step succeeds; a ``UserError`` exits with one line."""
   force = getattr(args, "force", False)
   folder = exit_on_user_error(choose_results_folder, args.output_dir, args.update_committed, force, committed,
                               default_output)
   updating = args.update_committed  # choose_results_folder refuses any other way into the committed folder
 
   def write() -> str:
-    os.makedirs(folder, exist_ok=True)
     store = RecordStore(folder, start_from=None if updating else committed, force=force or not updating)
+    if args.from_records:  # a page of no rows would replace the page: refused before anything is written
+      store.require_rows("--from_records")
+    require_writable(folder)  # before collect's hours of training or decoding
     if collect is not None and not args.from_records:
       collect(store, folder)
     text = render(store, folder)
@@ -109,6 +115,19 @@ def make_page(args: argparse.Namespace, committed: str, default_output: str,
   print(f"Wrote the page to {folder}/RESULTS.md" + ("" if updating else f" (the committed page "
         f"{os.path.relpath(committed, REPO)}/ is unchanged; --update_committed writes there)."))
   return text
+
+
+def require_writable(folder: str) -> None:
+  """Makes ``folder`` and checks that a file can be created in it (a read-only folder or file system refuses
+  it, as it would the page at the end); a ``UserError`` of one line naming the folder otherwise."""
+  try:
+    os.makedirs(folder, exist_ok=True)
+    handle, probe = tempfile.mkstemp(prefix=".write-check-", dir=folder)
+    os.close(handle)
+    os.remove(probe)
+  except OSError as error:
+    raise UserError(f"cannot write the page into {folder} ({error.strerror or error}): give --output_dir=<a "
+                    "folder you can write>, or make it writable, and rerun") from None
 
 
 def choose_results_folder(output_dir: str, update_committed: bool, force: bool, committed: str,
@@ -140,17 +159,24 @@ class RecordStore:
   at least as many steps unless the store (or ``add``) is forced."""
 
   def __init__(self, folder: str, start_from: str | None = None, force: bool = False):
-    """Reads ``folder/records.json``, else ``start_from/records.json`` (the committed page's) where given."""
+    """Reads ``folder/records.json``, else ``start_from/records.json`` (the committed page's) where given:
+    ``source``, the file read or, when neither exists, the one looked for last."""
     self.folder, self.force = folder, force
     self.path = os.path.join(folder, RECORDS_FILE)
-    source = self.path if os.path.exists(self.path) or not start_from else os.path.join(start_from, RECORDS_FILE)
-    self.records: dict[str, dict] = {}
-    if os.path.exists(source):
-      try:
-        self.records = json.loads(read_page(*os.path.split(source)))
-      except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise UserError(f"{source} is not the JSON of a record store ({error}); restore it from git "
-                        "(git checkout -- PATH) or delete it to record its rows again") from None
+    self.looked_at = [self.path] + ([os.path.join(start_from, RECORDS_FILE)] if start_from else [])
+    self.source = next((path for path in self.looked_at if os.path.exists(path)), self.looked_at[-1])
+    self.records: dict[str, dict] = read_records(self.source) if os.path.exists(self.source) else {}
+
+  def require_rows(self, why: str) -> None:
+    """Refuses (one ``UserError`` naming the file) a store without a file or without rows: ``why`` (e.g.
+    ``--from_records``) would write a page of nothing over the page."""
+    if not os.path.exists(self.source):
+      missing = " nor ".join(dict.fromkeys(self.looked_at))
+      raise UserError(f"{why}: there is no {missing}, so no row to write the page from (nothing was written); "
+                      "restore it (git checkout -- FILE), or run without --from_records to record the runs first")
+    if not self.records:
+      raise UserError(f"{why}: {self.source} holds no rows, so no page to write from it (nothing was written); "
+                      "restore it (git checkout -- FILE), or run without --from_records to record the runs first")
 
   def check(self, new_steps: dict[str, int], force: bool | None = None) -> None:
     """Refuses (one ``UserError`` naming each row, both step counts and ``--force``) to replace a row by a run
@@ -179,8 +205,10 @@ class RecordStore:
     self.records[new_name] = self.records.pop(name)  # the record keeps its place
 
   def save(self) -> None:
-    write_page(self.folder, json.dumps(self.records, indent=1, sort_keys=True, allow_nan=True) + "\n",
-               RECORDS_FILE)
+    """Writes ``records.json`` atomically; a store without rows creates no file (there is nothing to keep)."""
+    if self.records or os.path.exists(self.path):
+      write_page(self.folder, json.dumps(self.records, indent=1, sort_keys=True, allow_nan=True) + "\n",
+                 RECORDS_FILE)
 
   def __getitem__(self, name: str) -> dict:
     return self.records[name]
@@ -205,6 +233,47 @@ class RecordStore:
     return sorted(self.records.items(), key=lambda item: item[1].get("order", math.inf))
 
 
+# The fields of a record (``RecordStore``) and their JSON types; ``order`` may be missing (files before it).
+RECORD_FIELDS = {"steps": int, "command": str, "machine": str, "values": dict}
+JSON_TYPES = {dict: "an object", list: "a list", str: "a string", int: "a whole number", float: "a number",
+              bool: "a boolean", type(None): "null"}
+
+
+def read_records(path: str) -> dict[str, dict]:
+  """The rows of the record store ``path``; a ``UserError`` of one line naming the file (and the row) when it
+  is empty, not JSON, not an object of rows, or a row lacks a field or has one of the wrong type."""
+  fix = f"restore it from git (git checkout -- {path}) or delete it to record its rows again"
+  try:
+    text = read_page(*os.path.split(path))
+  except UnicodeDecodeError as error:
+    raise UserError(f"{path} is not the JSON of a record store ({error}); {fix}") from None
+  if not text.strip():  # our writes are atomic: a write cut short by something else (a copy, an editor)
+    raise UserError(f"{path} is empty ({len(text.encode())} bytes), not a record store; {fix}")
+  try:
+    records = json.loads(text)
+  except json.JSONDecodeError as error:
+    raise UserError(f"{path} is not the JSON of a record store ({error}); {fix}") from None
+  if not isinstance(records, dict):
+    raise UserError(f"{path} holds {JSON_TYPES.get(type(records), 'a value')}, not a record store (an object "
+                    f'of rows: {{"<row>": {{"steps", "command", "machine", "values"}}}}); {fix}')
+  for name, record in records.items():
+    if problem := record_problem(record):
+      raise UserError(f"{path}: row {name!r} {problem}; correct or remove the row, or {fix}")
+  return records
+
+
+def record_problem(record) -> str:
+  """What is wrong with one row of a record store, or "" when nothing is."""
+  if not isinstance(record, dict):
+    return f"is {JSON_TYPES.get(type(record), 'a value')}, not an object of {', '.join(RECORD_FIELDS)}"
+  for field, kind in {**RECORD_FIELDS, **({"order": int} if "order" in record else {})}.items():
+    if field not in record:
+      return f"has no {field!r}"
+    if not isinstance(record[field], kind) or (kind is int and isinstance(record[field], bool)):
+      return f"has {json.dumps(record[field])[:40]} as {field!r}, not {JSON_TYPES[kind]}"
+  return ""
+
+
 # ------------------------------------------------------------------------------ the page
 
 def read_page(output: str, name: str = "RESULTS.md") -> str:
@@ -217,10 +286,14 @@ def read_page(output: str, name: str = "RESULTS.md") -> str:
 
 
 def write_page(output: str, text: str, name: str = "RESULTS.md") -> str:
-  """Writes ``text`` as ``output/NAME`` (making the folder); returns it."""
+  """Writes ``text`` as ``output/NAME`` (making the folder), atomically: a kill or a full disk mid-write leaves
+  the old file whole (a full disk: a ``UserError`` naming the file and the free space); returns it."""
   os.makedirs(output or ".", exist_ok=True)
-  with open(os.path.join(output, name), "w") as f:
-    f.write(text)
+  path = os.path.join(output, name)
+  try:
+    write_atomically(path, text)
+  except OSError as error:  # a folder made read-only since, say; a full disk is write_atomically's UserError
+    raise UserError(f"cannot write {path} ({error.strerror or error}); the old file, if any, is unchanged") from None
   return text
 
 
@@ -402,6 +475,33 @@ def launch_config(arguments: list[str]):
   parsed = flags.FlagValues()
   config_flags.DEFINE_config_file("config", None, flag_values=parsed, lock_config=True, sys_argv=argv)
   parsed(argv, known_only=True)
+  return parsed.config
+
+
+def config_with_flags(config, arguments: list[str], leave_out: tuple[str, ...] = ()):
+  """A copy of the ``ConfigDict`` ``config`` with the ``--config.KEY=VALUE`` flags among ``arguments`` set, parsed
+  as ``launch.py`` parses them (ml_collections' parser; other arguments and the fields ``leave_out`` ignored); a
+  ``UserError`` naming a flag that names no field or gives a value of the wrong type."""
+  from absl import flags
+  from ml_collections import config_flags
+  overrides = [argument for argument in arguments if argument.startswith("--config.")
+               and argument[len("--config."):].partition("=")[0] not in leave_out]
+  if not overrides:
+    return config
+  argv = ["launch.py", *overrides]
+  parsed = flags.FlagValues()
+  try:
+    config_flags.DEFINE_config_dict("config", copy.deepcopy(config), flag_values=parsed, lock_config=True,
+                                    sys_argv=argv)
+    parsed(argv, known_only=True)
+  except flags.Error as error:
+    raise UserError(f"{error}: give a value of the field's type") from None
+  except (AttributeError, KeyError) as error:  # ml_collections' text: the field, and the likely one meant
+    while isinstance(error, BaseException) and error.args:
+      error = error.args[0]
+    field, _, hint = str(error).partition("\n")
+    raise UserError(f"{command_line(overrides)}: the config has no field {field}" + (f" ({hint.strip()})" if hint
+                    else "") + "; leave the flag out or name a field of the config") from None
   return parsed.config
 
 

@@ -542,6 +542,7 @@ def main(argv: list[str] | None = None) -> None:
   experiment, committed = args.experiment, os.path.join(report.COMMITTED, args.experiment)
   specs = [report.exit_on_user_error(parse_run, experiment, spec) for spec in args.run]
   default = os.path.join(specs[0][2], "results") if specs else os.path.join(os.getcwd(), f"results-{experiment}")
+  args.from_records = args.from_records or not specs  # no run: the page from records.json, which must hold rows
 
   def collect(store: report.RecordStore, folder: str) -> None:
     start_page(experiment, store, folder, committed, {name for name, _, _ in specs})  # before the new rows' files

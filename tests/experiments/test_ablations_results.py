@@ -86,9 +86,9 @@ def train_in_process(calls, **overrides):
   def train(config_argument, workdir, launch_flags):
     path, _, variant = config_argument.partition(":")
     module = importlib.import_module("experiments.ablations." + os.path.basename(path)[:-3])
-    config = module.get_config(variant)
+    config = report.config_with_flags(module.get_config(variant), list(launch_flags), leave_out=("sweep",))
     config.update(overrides)
-    for flag in launch_flags:  # the one launch flag a grid adds to the config
+    for flag in launch_flags:  # the launch flag a grid adds to the config
       if flag.startswith("--config.sweep="):
         config.sweep = flag.partition("=")[2]
     calls.append(workdir)
@@ -209,6 +209,49 @@ def test_recorded_cells_stand_in_for_absent_runs_unless_their_config_changed(tin
   calls.clear()  # --ignore_recorded: the unfinished cell trains, the finished one is read from its run
   ablations_results.gather(elsewhere, known, train_in_process(calls), ignore_recorded=True)
   assert calls == [elsewhere[0].workdir]
+
+
+def test_a_launch_flag_is_part_of_each_cell_and_sets_its_step_target(tiny_norms, tmp_path):
+  """Issue 57: ``--launch_flag=--config.num_train_steps=20`` trained nothing and showed the recorded 300-step
+  numbers beside a 20-step command (with ``--ignore_recorded``: trained 20 steps, then wanted an evaluation at
+  step 300). A --config flag is part of each cell's config: its step target follows the flag, and a record made
+  without the flag does not stand in for the cell (nor one made with it for a cell without)."""
+  plain = ablations_results.expand_grid(["norms"], "synthetic", str(tmp_path / "first"), ablations=("norms",))
+  calls = []
+  committed = report.RecordStore(str(tmp_path / "committed"))
+  ablations_results.gather(plain, committed, train_in_process(calls))  # the committed rows: 4 steps
+  committed.save()
+  flags = ("--config.num_train_steps=2",)
+  cells = ablations_results.expand_grid(["norms"], "synthetic", str(tmp_path / "second"), ablations=("norms",),
+                                        launch_flags=flags)
+  assert [(cell.num_train_steps, cell.flat_config["num_train_steps"]) for cell in cells] == [(2, 2), (2, 2)]
+  assert [ablations_results.find_record(cell, committed) for cell in cells] == [None, None]
+  for ignore_recorded in (False, True):  # a page of one's own, from the committed rows
+    store = report.RecordStore(str(tmp_path / f"mine_{ignore_recorded}"), start_from=str(tmp_path / "committed"),
+                               force=True)
+    calls.clear()
+    ablations_results.gather(cells, store, train_in_process(calls), launch_flags=flags,
+                             ignore_recorded=ignore_recorded)
+    assert calls == ([cell.workdir for cell in cells] if not ignore_recorded else [])  # trained once, then finished
+    for cell in cells:
+      final = RunDirectory(cell.workdir).metrics().evaluation_at(2)
+      record = store[cell.name]
+      assert record["steps"] == 2 and record["command"].endswith("--workdir=WORKDIR --config.num_train_steps=2")
+      assert record["values"]["per_seed"]["eval/nll"] == [final[f"eval/nll/seed_{i}"] for i in range(2)]
+    results, unfinished = ablations_results.recorded_results(cells, store)
+    assert [result.steps for result in results["norms"]] == [2, 2] and unfinished == ()
+    assert ablations_results.recorded_results(plain, store) == ({}, tuple(cell.name for cell in plain))
+  elsewhere = ablations_results.expand_grid(["norms"], "synthetic", str(tmp_path / "third"), ablations=("norms",),
+                                            launch_flags=flags)
+  assert all(ablations_results.find_record(cell, store) for cell in elsewhere)  # the same flag: it stands in
+  # Where the data lives is no setting: such a flag leaves the cells (and which records stand in) as they are.
+  moved = ablations_results.expand_grid(["norms"], "synthetic", str(tmp_path / "first"), ablations=("norms",),
+                                        launch_flags=("--config.task.source_dir=/data/elsewhere",))
+  assert [ablations_results.find_record(cell, committed) for cell in moved] == [committed[c.name] for c in plain]
+  with pytest.raises(UserError, match="--config.num_train_step=2: the config has no field 'num_train_step' "
+                                      r"\(Did you mean \"num_train_steps\""):
+    ablations_results.expand_grid(["norms"], "synthetic", "/root", ablations=("norms",),
+                                  launch_flags=("--config.num_train_step=2",))
 
 
 def _page(output, cells, store) -> str:
@@ -386,6 +429,21 @@ def test_a_regularization_table_on_multi30k_says_how_its_cells_stand_against_the
   page = ablations_results.render_page(str(tmp_path), results, "python -m ...", "multi30k")
   assert text in page.split("## Label smoothing and dropout")[1]
   assert "pre-LN; dropout 0.3 on the residual sublayers, 0.1 on the attention weights, label smoothing 0.1" in page
+
+
+def test_from_records_without_the_records_file_refuses_and_keeps_the_committed_page(tmp_path, monkeypatch):
+  """Issue 57: ``--from_records --update_committed`` with records.json gone deleted the whole page (5,933 lines),
+  exit 0; now one line naming the file, and the folder as it was."""
+  shutil.copytree(os.path.join(report.COMMITTED, "ablations"), tmp_path / "ablations")
+  (tmp_path / "ablations" / "records.json").unlink()
+  before = {name: (tmp_path / "ablations" / name).read_bytes() for name in os.listdir(tmp_path / "ablations")
+            if os.path.isfile(tmp_path / "ablations" / name)}
+  monkeypatch.setattr(report, "COMMITTED", str(tmp_path))
+  with pytest.raises(SystemExit) as exited:
+    ablations_results.main(["--from_records", "--update_committed", f"--workdir_root={tmp_path / 'none'}"])
+  assert str(exited.value).startswith(f"error: --from_records: there is no {tmp_path / 'ablations' / 'records.json'}")
+  assert before == {name: (tmp_path / "ablations" / name).read_bytes() for name in before}
+  assert not (tmp_path / "ablations" / "records.json").exists()
 
 
 @pytest.mark.parametrize("task, arguments", [

@@ -95,3 +95,15 @@ def test_force_alone_and_both_destinations_are_refused(tmp_path, committed):
     synthetic_results.main([f"--workdir_root={tmp_path}", "--force"])
   with pytest.raises(SystemExit, match="not both"):
     synthetic_results.main([f"--workdir_root={tmp_path}", "--update_committed", f"--output_dir={tmp_path / 'x'}"])
+
+
+def test_from_records_without_the_records_file_refuses_and_keeps_the_committed_page(tmp_path, committed, monkeypatch):
+  """Issue 57: ``--from_records --update_committed`` with records.json gone emptied the committed table, exit 0."""
+  monkeypatch.setattr(report, "launch", lambda *args: pytest.fail("--from_records must train nothing"))
+  (committed / "records.json").unlink()
+  before = file_bytes(committed)
+  with pytest.raises(SystemExit) as exited:
+    synthetic_results.main(["--from_records", "--update_committed", f"--workdir_root={tmp_path / 'none'}"])
+  message = str(exited.value)
+  assert message.startswith(f"error: --from_records: there is no {committed / 'records.json'}") and "\n" not in message
+  assert file_bytes(committed) == before

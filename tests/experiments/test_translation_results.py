@@ -564,3 +564,14 @@ def test_the_best_row_reported_again_beside_a_better_run_keeps_its_new_outputs(t
   assert (output / "hypotheses" / "transformer_small" / HYPOTHESIS).read_text() == "neu\n"
   assert (output / "hypotheses" / "gru_bahdanau" / HYPOTHESIS).read_text() == "gru\n"
   assert not (output / "hypotheses" / "best").exists()
+
+
+def test_no_run_and_no_records_refuses_instead_of_writing_an_empty_page(tmp_path, monkeypatch):
+  """Without --run the page is rewritten from records.json: with none there (nor committed) that wrote a page of
+  no rows, exit 0; now one line naming the files, and no folder made."""
+  monkeypatch.setattr(report, "COMMITTED", str(tmp_path / "committed"))
+  output = tmp_path / "page"
+  with pytest.raises(SystemExit, match=f"there is no {output / 'records.json'} nor "
+                                       f"{tmp_path / 'committed' / 'multi30k' / 'records.json'}"):
+    translation_results.main(["--experiment=multi30k", f"--output_dir={output}"])
+  assert not output.exists()
