@@ -131,12 +131,21 @@ def translate_files(run_config, workdir: str, run) -> None:
   """``--mode=translate``: both files checked before anything is decoded, then the run's translations of the
   input lines (``config.translate_input`` or stdin) into ``config.translate_output`` (or stdout)."""
   source, target = run_config.translate_input, run_config.translate_output
+  if source and os.path.isdir(source):
+    raise InputFileError(f"config.translate_input={source!r} is a directory; give a UTF-8 text file, one sentence "
+                         "a line (or leave it empty to read standard input).")
   if source and not os.path.isfile(source):
     raise InputFileError(f"config.translate_input={source!r} does not exist; give a UTF-8 text file, one sentence "
                          "a line (or leave it empty to read standard input).")
   if target and not os.path.isdir(os.path.dirname(os.path.abspath(target))):
     raise InputFileError(f"config.translate_output={target!r}: its folder {os.path.dirname(os.path.abspath(target))} "
                          "does not exist; create it first (or leave the field empty to write standard output).")
+  if target and os.path.isdir(target):
+    raise InputFileError(f"config.translate_output={target!r} is a directory; give the path of the file to write "
+                         "(or leave the field empty to write standard output).")
+  if target and not os.access(os.path.dirname(os.path.abspath(target)), os.W_OK):
+    raise InputFileError(f"config.translate_output={target!r}: its folder is not writable; choose another path "
+                         "(or leave the field empty to write standard output).")
   lines = read_input_lines(source)
   translations = run(run_config, workdir, "translate", lines=lines).outputs
   text = "".join(line + "\n" for line in translations)

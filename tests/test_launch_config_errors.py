@@ -39,3 +39,16 @@ def test_help_lists_the_experiments_with_their_variants(launch, monkeypatch, cap
   listed = capsys.readouterr().out
   assert "experiments/language_model.py (small, tiny)" in listed
   assert "experiments/translation.py" not in listed and "experiments/ablations/common.py" not in listed
+
+
+@pytest.mark.parametrize("field", ["translate_input", "translate_output"])
+def test_translate_refuses_a_directory_before_decoding(launch, tmp_path, field):
+  """A directory as the input was reported as "does not exist", as the output it failed after decoding."""
+  import types
+  from transformer.errors import InputFileError
+  settings = types.SimpleNamespace(**{"translate_input": "", "translate_output": "", field: str(tmp_path)})
+
+  def no_decoding(*args, **kwargs):
+    raise AssertionError("nothing is decoded before the files are checked")
+  with pytest.raises(InputFileError, match=f"config.{field}=.* is a directory"):
+    launch.translate_files(settings, str(tmp_path), no_decoding)

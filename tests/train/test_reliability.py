@@ -192,6 +192,23 @@ def test_a_folder_holding_no_run_is_refused_and_a_failed_start_leaves_nothing(tm
   assert not (tmp_path / "new").exists()
 
 
+@pytest.mark.parametrize("mode", ["eval", "predict"])
+def test_a_read_only_workdir_is_refused_before_any_work(trained_with_best, monkeypatch, mode):
+  """Eval and predict write their results into the workdir: a read-only one is named at once (was: OSError
+  [Errno 30] after all the decoding). Root writes anywhere here, so the read-only file system is simulated."""
+  import errno
+  import tempfile
+  from transformer.train import workdir as workdir_module
+
+  def read_only(*args, **kwargs):
+    raise OSError(errno.EROFS, "Read-only file system")
+  monkeypatch.setattr(workdir_module.tempfile, "TemporaryFile", read_only)
+  monkeypatch.setattr("transformer.train.session.build_task", lambda run: pytest.fail("work began"))
+  with pytest.raises(WorkdirError, match="is not writable \\(Read-only file system\\)"):
+    run(tiny_config(**BEST), trained_with_best, mode)
+  assert tempfile.TemporaryFile is read_only  # the module's own tempfile is the one patched
+
+
 # 4. Altered checkpoint data is detected by its checksum, not restored silently.
 
 def test_altered_checkpoint_data_fails_its_checksum_and_falls_back(tmp_path, caplog):

@@ -22,6 +22,7 @@ from transformer.errors import WorkdirError, exit_on_user_error
 from transformer.nn import model_spec
 from transformer.train.config import model_section
 from transformer.train.run_directory import CONFIG, FORMAT, MODEL_CONFIG
+from transformer.train.workdir import check_writable
 from transformer.train.run_format import FORMAT_VERSION, read_format, write_format
 from transformer.train.writers import write_atomically
 
@@ -147,6 +148,7 @@ def convert(workdir: str) -> list[str]:
   version = saved_format(workdir, config)
   if version == FORMAT_VERSION:
     return []
+  check_writable(workdir, "convert_run rewrites the run's record in its workdir")
   if version > FORMAT_VERSION:
     raise WorkdirError(f"{workdir} is saved in run format {version}, newer than this code's {FORMAT_VERSION}; "
                        "update the code.")

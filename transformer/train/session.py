@@ -36,7 +36,8 @@ from transformer.train.restore import config_differences, record_defaults
 from transformer.train.run_directory import (CONFIG, DATA_FINGERPRINT, HISTORY, LAUNCHES, MODEL_CONFIG,
                                              RunDirectory)
 from transformer.train.run_format import require_current_format, write_format
-from transformer.train.workdir import check_shared_workdir, check_tokenizers, lock_workdir, refuse_foreign_folder
+from transformer.train.workdir import (check_shared_workdir, check_tokenizers, check_writable, lock_workdir,
+                                       refuse_foreign_folder)
 from transformer.train.writers import write_atomically
 
 
@@ -132,6 +133,8 @@ def _require_a_run(workdir: str, mode: str) -> None:
   if not RunDirectory(workdir).has_checkpoints():
     raise WorkdirError(f"--mode={mode}: --workdir={workdir} holds no checkpoint (no checkpoints/ or best/); "
                        "train first (--mode=train), or give the workdir of a trained run.")
+  if mode in ("eval", "predict"):  # they write their results there: find out before decoding, not after
+    check_writable(workdir, f"--mode={mode} writes its results into --workdir")
 
 
 def _check_task_supports(run: RunConfig, task, mode: str) -> None:

@@ -18,6 +18,7 @@ import json
 import logging
 import os
 import socket
+import tempfile
 import time
 
 import jax
@@ -190,6 +191,16 @@ def check_tokenizers(workdir: str, tokenizers: dict, has_checkpoints: bool, writ
       for stale in [f for f in os.listdir(folder) if f.startswith(f"{name}.")]:
         os.remove(os.path.join(folder, stale))
       write_atomically(os.path.join(folder, f"{name}.{tokenizer.fingerprint}.model"), tokenizer.model_proto)
+
+
+def check_writable(folder: str, what: str) -> None:
+  """Raises ``WorkdirError`` unless this process can create a file in ``folder``; ``what`` says why it must."""
+  try:
+    with tempfile.TemporaryFile(dir=folder):
+      pass
+  except OSError as error:
+    raise WorkdirError(f"{what}, but {folder} is not writable ({error.strerror}); make it writable, or copy the "
+                       "run to a folder you can write to.") from None
 
 
 # Files only a run writes: a folder holding one of them is a run's workdir.
