@@ -24,12 +24,14 @@ from experiments.report import host_description
 from transformer import ops
 
 TARGET = 1.1
+DTYPES = ("float32", "bfloat16", "float16")  # the floating-point types attention runs in
 
 
 def add_arguments(parser):
-  parser.add_argument("--lengths", type=int, nargs="+", default=None, help="sequence lengths")
-  parser.add_argument("--tokens", type=int, default=None, help="tokens per batch (batch = tokens / length)")
-  parser.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"])
+  parser.add_argument("--lengths", type=common.positive_int, nargs="+", default=None, help="sequence lengths")
+  parser.add_argument("--tokens", type=common.positive_int, default=None,
+                      help="tokens per batch (batch = tokens / length)")
+  parser.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"], choices=DTYPES)
   parser.add_argument("--budget_s", type=float, default=60.0, help="time budget per measurement")
 
 

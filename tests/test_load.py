@@ -1,12 +1,16 @@
 """``transformer.load``: a trained run back from its workdir decodes as the training system's evaluation did,
 restores the chosen or averaged checkpoints exactly, and scores pairs as a teacher-forced pass does."""
+import dataclasses
+
 import jax
 import numpy as np
 import pytest
 
-from tests.train.conftest import tiny_config
-from transformer import load, load_params
+from tests.train.conftest import load_experiment_config, tiny_config
+from transformer import load, load_params, read_run_config
 from transformer import ops
+from transformer.errors import ConfigError
+from transformer.inference import Classifier, LanguageModel, Translator
 from transformer.train import run
 from transformer.train.run_format import write_format
 from transformer.train.run_directory import read_metrics
@@ -150,3 +154,53 @@ def test_a_missing_workdir_and_one_before_its_first_checkpoint_are_named(tmp_pat
     with pytest.raises(ValueError, match=r"holds no checkpoint yet: its run writes the first at step 50 "
                                          r"\(config.checkpoint_every\)"):
       load(str(tmp_path), checkpoint=checkpoint)
+
+
+def test_a_max_length_below_one_is_named(trained):
+  """``max_length=-1`` once reached the decoding cache, sized by it: a TypeError from deep inside JAX."""
+  workdir, _, _ = trained
+  model = load(workdir)
+  for max_length in (-1, 0):
+    with pytest.raises(ValueError, match=rf"max_length must be an integer >= 1 .*got {max_length}"):
+      model.decode([[3, 4, 5]], max_length=max_length)
+  assert len(model.decode([[3, 4, 5]], max_length=np.int64(2))[0]) <= 2
+
+
+def test_another_tasks_config_is_refused_naming_both_tasks(trained):
+  """A forecasting config on a copy run looked up its best_metric eval/mae in this run's checkpoints:
+  ``KeyError: 'eval/mae'``."""
+  workdir, _, _ = trained
+  other = load_experiment_config("beijing_pm25", "tiny")
+  with pytest.raises(ConfigError, match=r"the config is of config.task.name='forecasting', but the run trained "
+                                        r"config.task.name='synthetic'"):
+    load(workdir, config=other)
+  assert load(workdir, config=read_run_config(workdir)).step == load(workdir).step  # the run's own: loads
+
+
+class _RecordingTask:
+  """Stands in for a task: records what each text method receives."""
+
+  def __init__(self):
+    self.received = []
+
+  def translate_lines(self, model_config, params, lines, beam_size=None, length_penalty=None):
+    self.received.append(lines)
+    return [line.upper() for line in lines]
+
+  classify_texts = continue_texts = translate_lines
+
+
+@pytest.mark.parametrize("kind, method", [(Translator, "translate"), (Classifier, "classify"),
+                                          (LanguageModel, "continue_texts")])
+def test_a_single_string_is_refused_not_read_as_one_text_per_character(trained, kind, method):
+  """``translate("A man .")`` once returned seven translations, one per character; every text method takes a
+  list and returns one result per text."""
+  workdir, _, _ = trained
+  restored = load_params(workdir)
+  task = _RecordingTask()
+  model = kind(dataclasses.replace(restored, task=task), workdir)
+  with pytest.raises(ValueError, match=rf"{method} takes a list of .*, got one string 'A man \.'; wrap it in a "
+                                       rf"list: {method}\(\['A man \.'\]\)"):
+    getattr(model, method)("A man .")
+  assert task.received == []
+  assert getattr(model, method)(("A man .",)) == ["A MAN ."] and task.received == [["A man ."]]

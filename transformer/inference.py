@@ -16,6 +16,7 @@ from typing import Any
 import ml_collections
 import numpy as np
 
+from transformer.errors import ConfigError
 from transformer.tasks.run_config import RunConfig
 from transformer.train import RestoredParams, load_params, read_run_config
 
@@ -71,6 +72,16 @@ class TrainedModel:
                          f"[0, {vocab_size}) of the model in {self.workdir!r}; give ids from the run's own "
                          "tokenizer or data.")
 
+  @staticmethod
+  def _texts(texts, method: str, what: str) -> list[str]:
+    """``texts`` as a list; a single string is refused: ``list("A man .")`` would be one text per character.
+    Every method that takes texts takes a list and returns one result per text, so its result type never
+    depends on how it was called."""
+    if isinstance(texts, (str, bytes)):
+      raise ValueError(f"{method} takes a list of {what}, got one string {texts[:40]!r}; wrap it in a list: "
+                       f"{method}([{texts[:20]!r}]) returns a list of one.")
+    return list(texts)
+
   def _vocab_sizes(self) -> tuple[int | None, int | None]:
     """The (source, target) vocabulary sizes of a model that reads tokens; None where it reads none."""
     source = getattr(self.model_config, "vocab_size", None)
@@ -88,7 +99,7 @@ class SequenceModel(TrainedModel):
     """Each source (a 1-D int sequence, or text for tasks with a tokenizer) decoded with the run's
     ``config.decode`` (or greedily for ``beam_size`` 1, by beam search for more) into a 1-D int32 array up to
     and including EOS. ``max_length`` None: room for 1.5 times the longest source plus 10 tokens.
-    Raises a ValueError naming any token id outside the model's vocabulary."""
+    Raises a ValueError naming any token id outside the model's vocabulary, or a ``max_length`` below 1."""
     self._check_token_ids(sources, "source", self._vocab_sizes()[0])
     return self.task.decode_sequences(self.model_config, self.params, sources, max_length, beam_size,
                                       length_penalty)
@@ -119,9 +130,11 @@ class Translator(SequenceModel):
 
   def translate(self, lines: list[str], beam_size: int | None = None,
                 length_penalty: float | None = None) -> list[str]:
-    """Translate raw sentences, one output per input (an empty one for a blank line); beam search of
-    ``beam_size`` ranked with the GNMT ``length_penalty`` (default: the run's ``config.decode``)."""
-    return self.task.translate_lines(self.model_config, self.params, list(lines), beam_size, length_penalty)
+    """Translate a list of raw sentences, one output per input (an empty one for a blank line; a single string
+    is refused, not read as one sentence per character); beam search of ``beam_size`` ranked with the GNMT
+    ``length_penalty`` (default: the run's ``config.decode``)."""
+    lines = self._texts(lines, "translate", "source sentences")
+    return self.task.translate_lines(self.model_config, self.params, lines, beam_size, length_penalty)
 
 
 class Classifier(TrainedModel):
@@ -130,8 +143,9 @@ class Classifier(TrainedModel):
   METHODS = ("classify",)
 
   def classify(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    """Classify raw texts: ``(labels int32 [n], probabilities float32 [n, num_classes])``."""
-    return self.task.classify_texts(self.model_config, self.params, list(texts))
+    """Classify a list of raw texts (a single string is refused): ``(labels int32 [n], probabilities float32
+    [n, num_classes])``."""
+    return self.task.classify_texts(self.model_config, self.params, self._texts(texts, "classify", "texts"))
 
 
 class Forecaster(TrainedModel):
@@ -153,8 +167,10 @@ class LanguageModel(TrainedModel):
   METHODS = ("continue_texts",)
 
   def continue_texts(self, prompts: list[str], max_new_tokens: int | None = None) -> list[str]:
-    """Greedy continuations of text prompts, without the prompt; see ``LanguageModelTask.continue_texts``."""
-    return self.task.continue_texts(self.model_config, self.params, list(prompts), max_new_tokens)
+    """Continuations of a list of text prompts (a single string is refused), without the prompt; see
+    ``LanguageModelTask.continue_texts``."""
+    prompts = self._texts(prompts, "continue_texts", "prompts")
+    return self.task.continue_texts(self.model_config, self.params, prompts, max_new_tokens)
 
 
 # The model type of each task class (by name: importing the task modules would need their extras).
@@ -186,8 +202,23 @@ def load(workdir: str, checkpoint: str | int = "best", average_last: int = 0, re
     config: build the task and model from this configuration instead of the run's ``config.json``
       (``read_run_config``), e.g. with the data moved elsewhere.
   """
+  if config is not None:
+    _check_same_task(workdir, config)
   restored = load_params(workdir, checkpoint, average_last, replica, config)
   return model_type(restored.task)(restored, workdir)
+
+
+def _check_same_task(workdir: str, config: ml_collections.ConfigDict | RunConfig) -> None:
+  """A ConfigError unless ``config`` is of the task and model the run in ``workdir`` trained: another task's
+  config would build another model and look up its own metrics (``best_metric``) in this run's checkpoints."""
+  given = config if isinstance(config, RunConfig) else RunConfig.from_config(config)
+  trained = read_run_config(workdir)
+  for field, ours, theirs in (("task.name", given.task.name, trained.task.name),
+                              ("model_name", given.model_name, trained.model_name)):
+    if ours != theirs:
+      raise ConfigError(f"load({workdir!r}, config=...): the config is of config.{field}={ours!r}, but the run "
+                        f"trained config.{field}={theirs!r}; give a config of that run (e.g. read_run_config("
+                        f"{workdir!r}) with the paths changed), or leave config out to use the run's own.")
 
 
 __all__ = ["Classifier", "Forecaster", "LanguageModel", "SequenceModel", "TrainedModel", "Translator", "load",

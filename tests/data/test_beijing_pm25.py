@@ -102,6 +102,10 @@ def replace_field(lines, line_number, column, value):
     (lambda lines: replace_field(lines, 2, "No", "one"), ["line 2", "column No", "'one'"]),
     (lambda lines: replace_field(lines, 7, "PRES", "NA"), ["line 7", "PRES", "'NA'"]),
     (lambda lines: replace_field(lines, 3, "pm2.5", "nan"), ["line 3", "pm2.5", "or NA"]),
+    # Once a WindowedSeries traceback (log1p of -50 is NaN) and silently accepted, in that order.
+    (lambda lines: replace_field(lines, 4, "pm2.5", "-50"), ["line 4", "column pm2.5 is '-50'", "outside [0, 5,000]",
+                                                              "write NA where it was not measured"]),
+    (lambda lines: replace_field(lines, 6, "pm2.5", "1e30"), ["line 6", "column pm2.5 is '1e30'", "outside [0, 5,000]"]),
     (lambda lines: replace_field(lines, 4, "cbwd", "SW"), ["line 4", "cbwd", "'SW'"]),
     (lambda lines: replace_field(lines, 6, "month", "13"), ["line 6", "no such date"]),
     (lambda lines: lines[:4] + lines[5:], ["line 5", "2012-12-31 22h after 2012-12-31 20h",
@@ -529,6 +533,49 @@ def test_a_file_without_2014_is_one_line_naming_the_empty_split(tmp_path, caplog
   message = str(raised.value)
   assert "\n" not in message
   assert "no example for split(s) test" in message and "2012-12-31 21h to 2013-12-31 23h" in message
+
+
+def _without_pm25_in(path: pathlib.Path, year: int) -> pathlib.Path:
+  """The CSV at ``path`` with every pm2.5 of ``year`` written NA."""
+  lines = path.read_text().splitlines()
+  header = lines[0].split(",")
+  for number, line in enumerate(lines[1:], 2):
+    if line.split(",")[header.index("year")] == str(year):
+      lines = replace_field(lines, number, "pm2.5", "NA")
+  return write_csv(path, lines)
+
+
+def test_a_split_without_any_measured_pm25_is_refused_where_the_data_is_prepared(tmp_path, monkeypatch):
+  """A validation year of NA only gave eval/mae=0.0000 (a sum over no hour, weight 0), kept as the best checkpoint."""
+  csv_path = _without_pm25_in(write_hours(tmp_path / beijing_pm25.FILE_NAME, datetime.datetime(2012, 12, 31, 21),
+                                          3 + 8760 + 2), 2013)
+  with pytest.raises(InputFileError) as raised:
+    build(tmp_path / "tfds", source_dir=tmp_path)
+  message = str(raised.value)
+  assert "\n" not in message and str(csv_path) in message
+  assert "no pm2.5 measured in split(s) validation (years [2013]: every value NA)" in message
+  assert not (tmp_path / "tfds" / "beijing_pm25" / "1.1.0").exists()
+
+  # Data prepared before the builder checked (here: with the check switched off) is refused where it is read.
+  monkeypatch.setattr(builder_module, "unmeasured_splits", lambda pm25, rows: [])
+  stale = build(tmp_path / "tfds", source_dir=tmp_path)
+  with pytest.raises(InputFileError, match=rf"no pm2.5 measured in split\(s\) validation; .*rm -r {stale.data_dir}"):
+    pm25_features.load(data_dir=os.fspath(tmp_path / "tfds"), source_dir=os.fspath(tmp_path))
+
+
+def test_truncated_prepared_files_name_the_file_and_how_to_prepare_it_again(tmp_path):
+  """A prepared file cut short (a full disk, a copy interrupted) was a Riegeli ``RuntimeError`` traceback."""
+  write_hours(tmp_path / beijing_pm25.FILE_NAME, datetime.datetime(2012, 12, 31, 21), 3 + 8760 + 2)
+  builder = build(tmp_path / "tfds", source_dir=tmp_path)
+  [validation] = builder.info.splits["validation"].filepaths
+  data = validation.read_bytes()
+  validation.write_bytes(data[:len(data) // 2])
+  with pytest.raises(InputFileError) as raised:
+    pm25_features.load(data_dir=os.fspath(tmp_path / "tfds"), source_dir=os.fspath(tmp_path))
+  message = str(raised.value)
+  assert "\n" not in message
+  assert "beijing_pm25: the prepared validation split cannot be read (" in message
+  assert f"{validation} is truncated or damaged" in message and f"rm -r {builder.data_dir}" in message
 
 
 def test_the_release_constant_is_the_download_checksum():

@@ -11,6 +11,7 @@ import sentencepiece
 
 from data_fixtures import sentence_pairs
 from transformer.data import tokenizers
+from transformer.errors import InputFileError
 
 OPTIONS = tokenizers.SentencePieceOptions(vocab_size=48)
 
@@ -89,3 +90,18 @@ def test_other_options_give_another_cached_model(english, tmp_path):
 def test_too_large_vocabulary_is_a_clear_error(english):
   with pytest.raises(ValueError, match="Vocabulary size too high"):
     tokenizers.train_sentencepiece(english[:5], tokenizers.SentencePieceOptions(vocab_size=5000))
+
+
+@pytest.mark.parametrize("keep", [0.5, 0.0])
+def test_a_truncated_cached_model_names_the_file_and_how_to_make_it_again(english, tmp_path, keep):
+  """A ``.model`` cut short (a full disk, a copy interrupted) was SentencePiece's ``RuntimeError`` traceback
+  (``ParseFromArray``); an empty one a misleading line about special ids."""
+  cached = tokenizers.load_or_train_sentencepiece(tmp_path, "en", english, OPTIONS)
+  with open(cached.path, "wb") as f:
+    f.write(cached.model_proto[:int(len(cached.model_proto) * keep)])
+  with pytest.raises(InputFileError) as raised:
+    tokenizers.load_or_train_sentencepiece(tmp_path, "en", english, OPTIONS)
+  message = str(raised.value)
+  assert "\n" not in message
+  assert f"{cached.path} is not a readable SentencePiece model (" in message
+  assert "Delete it and run again to train it anew" in message and "WORKDIR/tokenizers/" in message

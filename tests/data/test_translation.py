@@ -9,6 +9,7 @@ import pytest
 
 from data_fixtures import IWSLT_SIZES, MULTI30K_SIZES
 from transformer.data import batching, tokenizers, translation
+from transformer.errors import InputFileError
 
 
 def test_multi30k_both_directions_share_prepared_data_and_tokenizer(raw_root, tmp_path):
@@ -80,3 +81,29 @@ def test_training_pairs_are_tokenized_only_when_used(raw_root, tmp_path, caplog)
       f"multi30k: tokenizing {MULTI30K_SIZES['train']} training pairs..."]
   assert data.pieces_per_word["en"] > 0 and len(data.train) == MULTI30K_SIZES["train"]  # computed once
   assert sum("training pairs" in record.getMessage() for record in caplog.records) == 1
+
+
+def test_truncated_prepared_data_names_the_file_and_how_to_prepare_it_again(raw_root, tmp_path):
+  """A prepared split or cached tokenizer cut short was a Riegeli or SentencePiece ``RuntimeError`` traceback."""
+  data_dir = os.fspath(tmp_path / "tfds")
+  data = translation.load_translation_data("multi30k", "en-de", data_dir=data_dir, source_dir=raw_root,
+                                           vocab_size=64, eval_splits=["validation"])
+  builder = translation.prepare_dataset("multi30k", "en-de", data_dir=data_dir)[0]
+  [validation] = builder.info.splits["validation"].filepaths
+  whole = validation.read_bytes()
+  validation.write_bytes(whole[:len(whole) // 2])
+  with pytest.raises(InputFileError) as raised:
+    translation.load_translation_data("multi30k", "en-de", data_dir=data_dir, vocab_size=64,
+                                      eval_splits=["validation"])
+  message = str(raised.value)
+  assert "\n" not in message
+  assert "multi30k: the prepared validation split cannot be read (" in message
+  assert f"{validation} is truncated or damaged" in message and f"rm -r {builder.data_dir}" in message
+
+  validation.write_bytes(whole)
+  model = data.source_tokenizer.path
+  with open(model, "r+b") as f:
+    f.truncate(len(data.source_tokenizer.model_proto) // 3)
+  with pytest.raises(InputFileError, match=f"{model} is not a readable SentencePiece model"):
+    translation.load_translation_data("multi30k", "en-de", data_dir=data_dir, vocab_size=64,
+                                      eval_splits=["validation"])

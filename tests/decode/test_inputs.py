@@ -117,3 +117,18 @@ def test_special_ids_outside_the_vocabulary_are_named(method, name, value):
     else:
       sample(step_fn, cache, 1, MAX_LENGTH, **ids, rng=jax.random.key(0),
              temperature=0.0 if method == "greedy" else 1.0)
+
+
+@pytest.mark.parametrize("max_length", [0, -1, 2.5, True])
+def test_a_max_length_below_one_or_not_an_integer_is_named_by_every_search(max_length):
+  step_fn, cache = markov_step_fn(np.zeros((VOCAB, VOCAB), np.float32)), markov_cache(np.zeros(2, np.int32))
+  calls = {
+      "greedy": lambda: greedy_search(step_fn, cache, 2, max_length, BOS, EOS, PAD),
+      "sample": lambda: sample(step_fn, cache, 2, max_length, BOS, EOS, PAD, rng=jax.random.key(0)),
+      "beam": lambda: beam_search(step_fn, cache, 2, 2, max_length, BOS, EOS, PAD),
+      "search": lambda: search(DecodeSettings("beam", beam_size=2), step_fn, cache, 2, max_length, BOS, EOS, PAD),
+  }
+  for method, call in calls.items():
+    with pytest.raises(ValueError, match=rf"max_length must be an integer >= 1 \(tokens to generate at most\), "
+                                         rf"got {max_length!r}"):
+      call()

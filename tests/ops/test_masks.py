@@ -58,3 +58,14 @@ def test_local_mask_is_a_band_and_with_causal_a_sliding_window():
   np.testing.assert_array_equal(ops.make_local_mask(1, 2, 6, offset=3)[0, 0], [[0, 0, 1, 1, 1, 0]])
   with pytest.raises(ValueError, match="positive"):
     ops.make_local_mask(3, 0)
+
+
+def test_a_negative_length_is_named_not_made_an_empty_mask():
+  """``jnp.arange(-3)`` is empty: without the check a typo'd length gave a mask of no positions, silently."""
+  with pytest.raises(ValueError, match="length is a number of positions, >= 0; got -3"):
+    ops.make_causal_mask(-3)
+  with pytest.raises(ValueError, match="kv_length is a number of positions, >= 0; got -1"):
+    ops.make_causal_mask(2, -1)
+  with pytest.raises(ValueError, match="length is a number of positions, >= 0; got -2"):
+    ops.make_local_mask(-2, 2)
+  assert ops.make_causal_mask(0).shape == (1, 1, 0, 0)  # no positions: empty, as it should be

@@ -160,6 +160,8 @@ def test_train_eval_predict_and_classify_end_to_end(tiny, tmp_path, init):
   texts = list(TEST_TWEETS.values()) + ["fire", ""]
   labels, probabilities = model.classify(texts)
   assert labels.shape == (6,) and probabilities.shape == (6, 2)
+  with pytest.raises(ValueError, match="classify takes a list of texts, got one string 'fire'"):
+    model.classify("fire")  # once one label per character
   np.testing.assert_allclose(probabilities.sum(-1), 1.0, rtol=1e-5)
   # The same as the module applied to the tokenizer's ids of one text at a time (no padding).
   classifier = EncoderClassifier(dataclasses.replace(model.model_config, deterministic=True))

@@ -219,3 +219,48 @@ def test_default_token_count_is_the_nonzero_integer_entries():
   batch = {"source": np.array([[5, 6, 0], [7, 0, 0]]), "target": np.array([[5, 6, 2, 0], [7, 2, 0, 0]]),
            "weights": np.ones((2, 3), np.float32)}
   assert build_task(config).count_tokens(batch) == 3 + 5
+
+
+def test_forecast_refuses_rows_it_cannot_read_naming_the_row_and_column(trained):
+  """Rows without a measured pm2.5, out of time order, or with NaN / inf once gave confident numbers or NaN
+  (``read_csv`` refuses each in a file; ``forecast`` now does on rows in memory)."""
+  _, workdir, _, _ = trained
+  model = load(workdir)
+  series = model.task.series
+  start, _ = series.split_bounds["test"]
+  rows = slice(start + 30, start + 30 + INPUT_LENGTH)
+  good = {name: np.array(values[rows]) for name, values in synthetic_columns(HOURS).items()}
+  good["pm25"][:3] = [10.0, np.nan, 12.0]  # NaN: not measured, forward-filled
+  assert np.all(np.isfinite(model.forecast(good)))
+
+  def edited(name, row, value):
+    columns = {key: values.copy() for key, values in good.items()}
+    columns[name][row] = value
+    return columns
+
+  unmeasured = {**good, "pm25": np.full(INPUT_LENGTH, np.nan)}
+  swapped = {**good, "time": good["time"][[0, 1, 3, 2] + list(range(4, INPUT_LENGTH))]}
+  cases = [
+      (unmeasured, r"column pm25 holds no measured value in its 24 rows \(all NaN\)"),
+      (swapped, r"row 2 \(time .*\) after row 1 \(.*\) skips 1 hour\(s\); the rows must be consecutive hours in "
+                r"time order"),
+      ({**good, "time": good["time"][::-1]}, r"row 1 \(time .*\) after row 0 \(.*\) goes back in time"),
+      (edited("TEMP", 5, np.nan), r"column TEMP of row 5 is nan, expected a finite number"),
+      (edited("Iws", 7, np.inf), r"column Iws of row 7 is inf, expected a finite number"),
+      (edited("pm25", 4, np.inf), r"column pm25 of row 4 is inf, expected NaN \(not measured\) or a value in \[0, "
+                                  r"5,000\] ug/m3"),
+      (edited("pm25", 2, -50.0), r"column pm25 of row 2 is -50.0, expected NaN"),
+      (edited("cbwd", 1, 7), r"column cbwd of row 1 is 7, expected an index 0..3"),
+  ]
+  for columns, expected in cases:
+    with pytest.raises(ValueError, match="^forecast: " + expected) as raised:
+      model.forecast(columns)
+    assert "\n" not in str(raised.value)
+
+  features = np.array(series.features[rows])
+  features[6, 3] = np.nan
+  with pytest.raises(ValueError, match=rf"NaN or infinite value\(s\), the first at row 6, feature "
+                                       rf"{series.feature_names[3]} \(nan\)"):
+    model.forecast(features)
+  with pytest.raises(ValueError, match=r"the first at window 1, row 6"):
+    model.forecast(np.stack([series.features[rows], features]))

@@ -119,6 +119,8 @@ def test_tiny_run_trains_reports_perplexity_and_continues_prompts(raw_dir, data_
     assert f.read() == model.task.data.tokenizer.model_proto
   texts = model.continue_texts(["a dog", "", "the small man sits"], max_new_tokens=6)
   assert len(texts) == 3 and all(isinstance(text, str) for text in texts)
+  with pytest.raises(ValueError, match="continue_texts takes a list of prompts, got one string 'a dog'"):
+    model.continue_texts("a dog")
 
   # Prompts of different lengths in one batch, prefilled in one pass: each row's cached continuation is the
   # argmax of the model's own full pass over its prompt + continuation.

@@ -238,3 +238,5 @@ def test_a_run_refuses_a_tokenizer_other_than_the_one_it_trained_with(raw_dir, t
   shutil.copy(os.path.join(workdir, "tokenizers", f"source.{ours.fingerprint}.model"), ours.path)  # the fix named
   assert open(ours.path, "rb").read() == saved.read_bytes()
   assert load(workdir).translate(["a dog runs"]) == model.translate(["a dog runs"])
+  with pytest.raises(ValueError, match=r"translate takes a list of source sentences, got one string 'a dog runs'"):
+    model.translate("a dog runs")  # once one translation per character

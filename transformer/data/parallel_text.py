@@ -95,6 +95,33 @@ def is_prepared(builder: tfds.core.DatasetBuilder) -> bool:
   return (epath.Path(builder.data_path) / "dataset_info.json").exists()
 
 
+def read_prepared_split(builder: tfds.core.DatasetBuilder, split: str) -> list[dict]:
+  """Every example of ``split`` of a prepared builder, in order, in one batched read.
+
+  Raises:
+    InputFileError: a prepared file cannot be read (truncated by a full disk or a copy cut short: Riegeli's
+      ``RuntimeError``), naming the split's files and how to prepare them again.
+  """
+  try:
+    source = builder.as_data_source(split)
+    rows = source.__getitems__(list(range(len(source))))
+    # A file cut at a block boundary reads without an error, as examples whose every feature is None.
+    if any(value is None for row in rows for value in row.values()):
+      raise RuntimeError("examples without features")
+    return rows
+  except RuntimeError as error:
+    try:
+      files = " ".join(map(str, builder.info.splits[split].filepaths))
+    except (KeyError, ValueError):
+      files = f"the {split} files"
+    reason = str(error).strip().split(";")[0] or type(error).__name__  # Riegeli's first clause names the damage
+    reason = reason if len(reason) <= 120 else reason[:117] + "..."
+    raise InputFileError(
+        f"{builder.name}: the prepared {split} split cannot be read ({reason}): {files} is truncated or damaged. "
+        f"Remove the prepared folder (rm -r {builder.data_dir}) and run again to prepare it from the raw files."
+    ) from None
+
+
 def local_dataset_info(builder: tfds.core.GeneratorBasedBuilder, **fields) -> tfds.core.DatasetInfo:
   """``builder.dataset_info_from_configs(**fields)`` for a data set that is not on TFDS's GCS bucket.
 

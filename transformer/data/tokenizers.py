@@ -25,7 +25,7 @@ from typing import Callable, Iterable, Sequence
 import numpy as np
 import sentencepiece as spm
 
-from transformer.errors import ConfigError
+from transformer.errors import ConfigError, InputFileError
 
 PAD_ID, BOS_ID, EOS_ID, UNK_ID = 0, 1, 2, 3
 SPECIAL_PIECES = {PAD_ID: "<pad>", BOS_ID: "<s>", EOS_ID: "</s>", UNK_ID: "<unk>"}
@@ -56,7 +56,24 @@ class SentencePieceTokenizer:
 
   @classmethod
   def from_file(cls, path: str | os.PathLike) -> SentencePieceTokenizer:
-    return cls(pathlib.Path(path).read_bytes(), path=path)
+    """The tokenizer of a ``.model`` file.
+
+    Raises:
+      InputFileError: the file is empty or no SentencePiece model (truncated by a full disk or a copy cut short),
+        naming it and how to make it again.
+    """
+    model_proto = pathlib.Path(path).read_bytes()
+    try:
+      if not model_proto:
+        raise RuntimeError("the file is empty")
+      return cls(model_proto, path=path)
+    except RuntimeError as error:  # SentencePiece's parse error of a cut protobuf
+      reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+      reason = reason if len(reason) <= 120 else reason[:117] + "..."
+      raise InputFileError(
+          f"{path} is not a readable SentencePiece model ({reason}): it is truncated or damaged. Delete it and run "
+          f"again to train it anew from the training data; for a trained run, copy the run's own model back from "
+          f"WORKDIR/tokenizers/ instead (a retrained model can cut text into other pieces).") from None
 
   @property
   def vocab_size(self) -> int:

@@ -20,6 +20,7 @@ import tensorflow_datasets as tfds
 from transformer.data import batching
 from transformer.data import iwslt15_en_vi
 from transformer.data import multi30k
+from transformer.data import parallel_text
 from transformer.data import tokenizers
 
 logger = logging.getLogger(__name__)
@@ -106,8 +107,7 @@ def prepare_dataset(name: str, pair: str, *, data_dir: epath.PathLike | None = N
 def read_split_text(builder: tfds.core.DatasetBuilder, split: str,
                     languages: Sequence[str]) -> dict[str, list[str]]:
   """language -> the texts of ``split``, in the prepared dataset's (file) order."""
-  source = builder.as_data_source(split)
-  rows = source.__getitems__(list(range(len(source))))  # one batched read
+  rows = parallel_text.read_prepared_split(builder, split)
   return {language: [row[language].decode("utf-8") for row in rows] for language in languages}
 
 

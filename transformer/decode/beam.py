@@ -30,8 +30,8 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from transformer.decode.start import (PrefillFunction, StepFunction, check_special_ids, first_log_probs,
-                                      non_finite_rows)
+from transformer.decode.start import (PrefillFunction, StepFunction, check_max_length, check_special_ids,
+                                      first_log_probs, non_finite_rows)
 
 FINISH_RULES = ("within_beam", "any")
 # The finished score of a hypothesis that met logits that are no distribution, while searching: above every
@@ -143,8 +143,7 @@ def _check_beam_settings(beam_size: int, max_length: int, finish_rule: str) -> N
   """A ValueError naming the setting unless ``beam_search`` can run with it."""
   if not isinstance(beam_size, int) or beam_size < 1:
     raise ValueError(f"beam_search needs beam_size >= 1, got {beam_size!r}.")
-  if not isinstance(max_length, int) or max_length < 1:
-    raise ValueError(f"beam_search needs max_length >= 1, got {max_length!r}.")
+  check_max_length(max_length)
   if finish_rule not in FINISH_RULES:
     raise ValueError(f"beam_search's finish_rule={finish_rule!r} is unknown; choose one of {list(FINISH_RULES)}.")
 

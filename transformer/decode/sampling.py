@@ -12,8 +12,8 @@ import jax
 import jax.numpy as jnp
 
 from transformer.decode.beam import expand_to_beams, map_batch_leaves, unflatten_beams
-from transformer.decode.start import (PrefillFunction, StepFunction, check_special_ids, first_log_probs,
-                                      non_finite_rows)
+from transformer.decode.start import (PrefillFunction, StepFunction, check_max_length, check_special_ids,
+                                      first_log_probs, non_finite_rows)
 
 
 def top_k_logits(logits, top_k: int):
@@ -90,8 +90,7 @@ def sample(step_fn: StepFunction, cache, batch_size: int, max_length: int, bos_i
     ValueError: a bad setting, or ``bos_id``, ``eos_id`` or ``pad_id`` outside the vocabulary of the logits.
   """
   check_sampling(temperature, top_k, top_p, num_samples)
-  if not isinstance(max_length, int) or max_length < 1:
-    raise ValueError(f"max_length must be >= 1, got {max_length!r}.")
+  check_max_length(max_length)
   if rng is None and temperature != 0:
     raise ValueError("sampling with temperature > 0 needs rng=jax.random.key(...); temperature=0 is greedy.")
   rng = jax.random.key(0) if rng is None else rng  # unused by greedy choices

@@ -10,6 +10,7 @@ example's hypotheses, so a model that fails is not hidden behind another beam or
 """
 from __future__ import annotations
 
+import numbers
 from typing import Any, Callable
 
 import jax
@@ -39,6 +40,13 @@ def check_special_ids(vocab_size: int, **ids) -> None:
       raise ValueError(f"{name}={int(value)} is outside the vocabulary [0, {vocab_size}) of the step function's "
                        "logits: the model never emits such an id (an eos_id there never ends a sequence) and "
                        f"cannot read it back; give the id the model was trained with (eos_id={NO_EOS}: no end).")
+
+
+def check_max_length(max_length, name: str = "max_length") -> None:
+  """A ValueError naming ``name`` unless ``max_length`` (tokens to generate at most) is an integer >= 1: a
+  search of no or a negative number of tokens has no output, and its cache would have no room."""
+  if isinstance(max_length, bool) or not isinstance(max_length, numbers.Integral) or max_length < 1:
+    raise ValueError(f"{name} must be an integer >= 1 (tokens to generate at most), got {max_length!r}.")
 
 
 def non_finite_rows(log_probs):

@@ -55,11 +55,22 @@ def make_causal_mask(length: int, kv_length: int | None = None, offset: int = 0)
 
   Returns:
     ``[1, 1, length, kv_length]`` bool mask.
+
+  Raises:
+    ValueError: a negative ``length`` or ``kv_length`` (``jnp.arange`` would make an empty mask of it).
   """
   kv_length = length if kv_length is None else kv_length
+  _check_lengths(length, kv_length)
   query_position = jnp.arange(length)[:, None] + offset
   key_position = jnp.arange(kv_length)[None, :]
   return (key_position <= query_position)[None, None]
+
+
+def _check_lengths(length, kv_length) -> None:
+  """A ValueError naming a negative number of queries or keys (static Python or numpy integers)."""
+  for name, value in (("length", length), ("kv_length", kv_length)):
+    if value < 0:
+      raise ValueError(f"a mask's {name} is a number of positions, >= 0; got {value}.")
 
 
 def make_local_mask(length: int, window: int, kv_length: int | None = None, offset=0):
@@ -80,6 +91,7 @@ def make_local_mask(length: int, window: int, kv_length: int | None = None, offs
   if window < 1:
     raise ValueError(f"a local attention window must be a positive number of keys, got {window}")
   kv_length = length if kv_length is None else kv_length
+  _check_lengths(length, kv_length)
   distance = jnp.arange(length)[:, None] + offset - jnp.arange(kv_length)[None, :]
   return (jnp.abs(distance) < window)[None, None]
 

@@ -148,11 +148,11 @@ class ClassificationTask(Task):
   @functools.cached_property
   def splits(self) -> dict[str, Split]:
     """Every split of the data set, tokenised and padded to one length (the longest text of all)."""
+    from transformer.data.parallel_text import read_prepared_split  # TFDS: the "data" extra
     builder = self._prepared_data
     raw = {}
     for split in builder.info.splits:
-      source = builder.as_data_source(split)
-      rows = source.__getitems__(list(range(len(source))))
+      rows = read_prepared_split(builder, split)
       raw[split] = ([int(row["id"]) for row in rows], [row["text"].decode("utf-8") for row in rows],
                     [int(row["label"]) for row in rows])
     encoded = {split: self.tokenizer.encode_batch(texts) for split, (_, texts, _) in raw.items()}

@@ -34,7 +34,8 @@ import numpy as np
 
 from transformer.data import timeseries
 from transformer.data.beijing_pm25 import features as pm25_features
-from transformer.data.beijing_pm25.beijing_pm25_dataset_builder import WEATHER_COLUMNS, WIND_DIRECTIONS
+from transformer.data.beijing_pm25.beijing_pm25_dataset_builder import (WEATHER_COLUMNS, WIND_DIRECTIONS,
+                                                                         check_columns)
 from transformer.errors import ConfigError
 from transformer.nn import ForecasterConfig, make_forecaster
 from transformer.tasks.base import Task
@@ -298,13 +299,19 @@ class ForecastingTask(Task):
       window: either raw rows, a mapping of the columns ``read_csv`` returns (``time``, ``pm25`` with NaN
         where missing, ``DEWP`` ... ``Ir``, ``cbwd`` as an index into ``WIND_DIRECTIONS``) over at least
         ``input_length`` consecutive hours, the last being the forecast origin (normalised with the
-        training statistics; missing pm2.5 is forward-filled within the rows given); or prepared features
+        training statistics; missing pm2.5 is forward-filled within the rows given, and at least one row must
+        hold a measurement; ``beijing_pm25_dataset_builder.check_columns`` names a bad row); or prepared features
         float ``[input_length, num_features]`` (``PM25Series.features`` rows), or a batch of them
         ``[windows, input_length, num_features]``.
 
     Returns:
       float64 ``[num_horizons]`` (``[windows, num_horizons]`` for a batch of feature windows), for the
       hours ``origin + h`` of ``config.task.horizons``.
+
+    Raises:
+      ValueError: one line naming the row and column of rows out of time order, a NaN or infinite value (NaN
+        pm2.5 means not measured), a pm2.5 outside ``PM25_RANGE``, rows without any measured pm2.5, or a
+        wrong shape.
     """
     if isinstance(window, Mapping):
       inputs = self.features_of_rows(window)
@@ -317,6 +324,14 @@ class ForecastingTask(Task):
       raise ValueError(f"forecast: a feature window must be [input_length, num_features] = {list(expected)} "
                        f"(or a batch of them); got {list(np.shape(window))}. Raw rows go in as a dict of "
                        f"columns.")
+    bad = ~np.isfinite(inputs)
+    if bad.any():
+      index, row, feature = (int(i) for i in np.argwhere(bad)[0])
+      where = f"row {row}" if single else f"window {index}, row {row}"
+      raise ValueError(f"forecast: the feature windows hold {int(bad.sum())} NaN or infinite value(s), the first "
+                       f"at {where}, feature {self.series.feature_names[feature]} ({inputs[index, row, feature]}); "
+                       "prepared features are finite (PM25Series.features); raw rows with missing pm2.5 go in as a "
+                       "dict of columns.")
     forecasts = self.forecast_features(model_config, params, inputs)
     return forecasts[0] if single else forecasts
 
@@ -330,6 +345,7 @@ class ForecastingTask(Task):
     hours = len(columns["time"])
     if hours < self.input_length:
       raise ValueError(f"forecast: {hours} rows given; the model reads the last {self.input_length} hours.")
+    check_columns(columns, "forecast")
     prepared = pm25_features.prepare({name: np.asarray(columns[name]) for name in needed},
                                      {"rows": (0, hours)}, fit_split="rows",
                                      standardization=self.series.standardization)

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from transformer import ops
-from transformer.decode import DecodeSettings
+from transformer.decode import DecodeSettings, check_max_length
 from transformer.errors import ConfigError
 from transformer.nn import EncoderDecoder, ModelConfig, model_spec
 from transformer.tasks.base import Task
@@ -106,11 +106,13 @@ class Seq2SeqTask(Task):
     """Decode ``sources`` (see ``encode_sources``; a padded ``[batch, length]`` array works too) into one 1-D
     int32 token array each, up to and including its EOS (all ``max_length`` tokens when none came), with
     ``decode_settings(beam_size, length_penalty)``. ``max_length`` None: ``default_max_length`` of the longest
-    source."""
+    source; else an integer >= 1 (a ValueError names it: the decoding cache is sized by it)."""
+    if max_length is not None:
+      check_max_length(max_length)
     source = pad_sequences(self.encode_sources(sources), model_config.pad_id)
     if not len(source):
       return []
-    max_length = self.default_max_length(source.shape[1]) if max_length is None else max_length
+    max_length = self.default_max_length(source.shape[1]) if max_length is None else int(max_length)
     tokens = np.asarray(self.decode_batch(model_config, params, source, max_length, beam_size, length_penalty))
     return [until_eos(row, model_config.eos_id) for row in tokens]
 

@@ -22,7 +22,7 @@ The prepared data records the size and SHA-256 of the file it was read from (``t
 reused with a source folder whose file differs since, it is refused in one line naming both fingerprints and
 the folder to remove. A file other than the UCI release (:data:`RELEASE`: hours missing, values edited) is
 prepared with one WARNING line naming its rows and date range and the release's; a split without rows (no
-2014) is one :class:`InputFileError` line.
+2014), or one without any measured pm2.5 (whose metrics would be 0 / 0), is one :class:`InputFileError` line.
 
 Usage (no TensorFlow needed)::
 
@@ -39,7 +39,7 @@ import inspect
 import io
 import logging
 import math
-from typing import Iterator
+from typing import Iterator, Mapping
 
 from etils import epath
 import numpy as np
@@ -56,6 +56,9 @@ COLUMNS = ("No", "year", "month", "day", "hour", "pm2.5", "DEWP", "TEMP", "PRES"
 WEATHER_COLUMNS = ("DEWP", "TEMP", "PRES", "Iws", "Is", "Ir")
 WIND_DIRECTIONS = ("NE", "NW", "SE", "cv")  # cv: calm and variable
 MISSING = "NA"  # the file's marker of a missing pm2.5 value (the only column with gaps)
+# The range of a measured pm2.5 value, ug/m3. The file's highest hour is 994 and the worst hours measured anywhere
+# stay under about 2,000: a value outside is an entry or unit error (mg/m3, a -999 code), never a measurement.
+PM25_RANGE = (0.0, 5000.0)
 SPLIT_YEARS = {"train": (2010, 2011, 2012), "validation": (2013,), "test": (2014,)}
 # The UCI file as published, for the warning when a local copy differs: the size and SHA-256 that projects which
 # downloaded it from UCI record (../shared/data/beijing_pm25/SOURCE.md); checksums.tsv holds the same pair for
@@ -78,8 +81,9 @@ def read_csv(path: epath.PathLike) -> dict[str, np.ndarray]:
   Raises:
     InputFileError: naming the file, the line (the header is line 1) and the problem: a missing
       or unknown column, a row of the wrong length, a value that is not a finite number (``NA``
-      is allowed in pm2.5 only), an unknown wind direction, an impossible date, or an hour that
-      does not follow the previous row's by exactly one (a gap, a repeat or a step back).
+      is allowed in pm2.5 only), a pm2.5 outside :data:`PM25_RANGE`, an unknown wind direction, an
+      impossible date, or an hour that does not follow the previous row's by exactly one (a gap, a repeat or a
+      step back).
   """
   path = epath.Path(path)
   reader, header = _csv_reader(path)
@@ -102,6 +106,9 @@ def read_csv(path: epath.PathLike) -> dict[str, np.ndarray]:
       raise InputFileError(f"{where}: column cbwd is {wind!r}, expected one of {', '.join(WIND_DIRECTIONS)}.")
     times.append(time)
     pm25.append(number("pm2.5", allow_missing=True))
+    if not math.isnan(pm25[-1]) and not PM25_RANGE[0] <= pm25[-1] <= PM25_RANGE[1]:
+      raise InputFileError(f"{where}: column pm2.5 is {row[position['pm2.5']].strip()!r}, outside "
+                           f"{_pm25_range_text()}; correct the value, or write {MISSING} where it was not measured.")
     codes.append(WIND_DIRECTIONS.index(wind))
     for name in WEATHER_COLUMNS:
       weather[name].append(number(name))
@@ -168,6 +175,61 @@ def parse_number(field: str, allow_missing: bool, where: str) -> float:
     allowed = f" or {MISSING}" if allow_missing else ""
     raise InputFileError(f"{where} is {field!r}, expected a finite number{allowed}.")
   return value
+
+
+def _pm25_range_text() -> str:
+  return f"[{PM25_RANGE[0]:g}, {PM25_RANGE[1]:,.0f}] ug/m3, the range of a measured concentration"
+
+
+def check_columns(columns: Mapping[str, np.ndarray], what: str) -> None:
+  """The checks of :func:`read_csv` on columns given in memory (``read_csv``'s dict; ``time`` as datetime64):
+  equal lengths, finite weather, pm2.5 NaN (not measured) or inside :data:`PM25_RANGE`, wind directions
+  that are indices into :data:`WIND_DIRECTIONS`, consecutive hours in time order, and pm2.5 measured in at
+  least one row.
+
+  Raises:
+    ValueError: one line starting with ``what``, naming the column and the row (counted from 0).
+  """
+  names = ("time", "pm25", "cbwd") + WEATHER_COLUMNS
+  lengths = {name: len(columns[name]) for name in names}
+  if len(set(lengths.values())) != 1:
+    raise ValueError(f"{what}: the columns differ in length ({lengths}); give one value per row in each.")
+
+  def refuse(name: str, bad: np.ndarray, values, expected: str):
+    row = int(np.flatnonzero(bad)[0])
+    raise ValueError(f"{what}: column {name} of row {row} is {values[row]}, expected {expected} "
+                     f"({int(bad.sum())} such row(s)).")
+
+  for name in WEATHER_COLUMNS:
+    values = np.asarray(columns[name], np.float64)
+    if not np.all(np.isfinite(values)):
+      refuse(name, ~np.isfinite(values), values, "a finite number")
+  pm25 = np.asarray(columns["pm25"], np.float64)
+  outside = ~np.isnan(pm25) & ~((pm25 >= PM25_RANGE[0]) & (pm25 <= PM25_RANGE[1]))
+  if outside.any():
+    refuse("pm25", outside, pm25, f"NaN (not measured) or a value in {_pm25_range_text()}")
+  if np.isnan(pm25).all():
+    raise ValueError(f"{what}: column pm25 holds no measured value in its {len(pm25)} rows (all NaN); forecasts "
+                     "start from the last measured concentration: give rows that include at least one.")
+  wind = np.asarray(columns["cbwd"])
+  unknown = ~np.isin(wind, np.arange(len(WIND_DIRECTIONS)))
+  if unknown.any():
+    refuse("cbwd", unknown, wind, f"an index 0..{len(WIND_DIRECTIONS) - 1} into {WIND_DIRECTIONS}")
+  times = np.asarray(columns["time"]).astype("datetime64[h]")
+  steps = np.diff(times)
+  wrong = steps != np.timedelta64(1, "h")
+  if wrong.any():
+    row = int(np.flatnonzero(wrong)[0]) + 1
+    hours = int(steps[row - 1] / np.timedelta64(1, "h"))
+    problem = "repeats it" if hours == 0 else f"skips {hours - 1} hour(s)" if hours > 1 else "goes back in time"
+    raise ValueError(f"{what}: row {row} (time {times[row]}) after row {row - 1} ({times[row - 1]}) {problem}; "
+                     "the rows must be consecutive hours in time order, one per hour, the last the forecast origin.")
+
+
+def unmeasured_splits(pm25: np.ndarray, rows: Mapping[str, np.ndarray | slice]) -> list[str]:
+  """The splits (name -> their rows of ``pm25``, float ug/m3 with NaN where not measured) without any
+  measured value: a metric there is over zero hours (0 / 0), so no model could be chosen or scored on them."""
+  return [split for split, selected in rows.items() if np.isnan(np.asarray(pm25)[selected]).all()]
 
 
 def describe_hours(columns: dict[str, np.ndarray]) -> str:
@@ -268,7 +330,14 @@ class Builder(tfds.core.GeneratorBasedBuilder):
     source_files.check_nonempty_splits(
         self.name, {split: int(rows.sum()) for split, rows in selected.items()},
         f"{path} ({describe_hours(columns)})", f"the splits are the years {SPLIT_YEARS}")
-    # After the check above, so that a file that cannot be prepared gives its error line alone.
+    unmeasured = unmeasured_splits(columns["pm25"], selected)
+    if unmeasured:
+      raise InputFileError(
+          f"{path}: no pm2.5 measured in split(s) {', '.join(unmeasured)} (years "
+          f"{[year for split in unmeasured for year in SPLIT_YEARS[split]]}: every value {MISSING}); a model can be "
+          f"neither chosen nor scored on hours without a measurement. Use a file with pm2.5 measured in the years "
+          f"of every split (the UCI release: {RELEASE.contents}).")
+    # After the checks above, so that a file that cannot be prepared gives its error line alone.
     source_files.warn_unless_release(self.name, path, fingerprint, RELEASE, lambda: describe_hours(columns))
     source_files.record(self, {FILE_NAME: fingerprint})  # under the release's name, wherever it was read
     return {split: self._generate_examples(columns, rows) for split, rows in selected.items()}

@@ -37,9 +37,10 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from transformer.data import source_files, timeseries
+from transformer.data import parallel_text, source_files, timeseries
 from transformer.data.beijing_pm25.beijing_pm25_dataset_builder import (
-    SPLIT_YEARS, WEATHER_COLUMNS, WIND_DIRECTIONS, Builder)
+    SPLIT_YEARS, WEATHER_COLUMNS, WIND_DIRECTIONS, Builder, unmeasured_splits)
+from transformer.errors import InputFileError
 
 HORIZONS = (1, 6, 12, 24, 48, 72, 96)
 STANDARDIZED_NAMES = ("pm25",) + WEATHER_COLUMNS  # the columns of PM25Series.standardization
@@ -201,8 +202,7 @@ def read_prepared(builder: Builder) -> dict[str, np.ndarray]:
   """The columns of a prepared builder's splits, concatenated in time order (as ``read_csv``)."""
   parts = []
   for split in SPLIT_YEARS:
-    source = builder.as_data_source(split)
-    examples = source.__getitems__(range(len(source)))
+    examples = parallel_text.read_prepared_split(builder, split)
     parts.append({name: np.array([example[name] for example in examples])
                   for name in ("time", "pm25", "cbwd") + WEATHER_COLUMNS})
   columns = {name: np.concatenate([part[name] for part in parts]) for name in parts[0]}
@@ -221,9 +221,20 @@ def load(data_dir: str | None = None, source_dir: str | None = None,
     data_dir: TFDS data folder (default ``$TFDS_DATA_DIR`` or ``~/tensorflow_datasets``).
     source_dir: folder holding the raw CSV (see the builder module for the alternatives).
     fit_split: as :func:`prepare`.
+
+  Raises:
+    InputFileError: the prepared files are truncated, or a split holds no measured pm2.5; the message names the
+      folder to remove.
   """
   builder = Builder(data_dir=data_dir, file_format="array_record", source_dir=source_dir)
   builder.download_and_prepare()
   columns = read_prepared(builder)
-  series = prepare(columns, split_bounds_by_year(columns["time"]), fit_split)
+  bounds = split_bounds_by_year(columns["time"])
+  # The builder refuses such a file; data prepared before it did is refused here.
+  unmeasured = unmeasured_splits(columns["pm25"], {split: slice(*rows) for split, rows in bounds.items()})
+  if unmeasured:
+    raise InputFileError(f"beijing_pm25 at {builder.data_dir}: no pm2.5 measured in split(s) {', '.join(unmeasured)}; "
+                         "a model can be neither chosen nor scored on hours without a measurement. Prepare it again "
+                         f"from a file with pm2.5 measured in every split's years (rm -r {builder.data_dir}).")
+  series = prepare(columns, bounds, fit_split)
   return dataclasses.replace(series, source_fingerprint=source_files.data_fingerprint(builder))
