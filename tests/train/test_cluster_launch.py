@@ -163,7 +163,7 @@ def test_a_workdir_each_process_has_alone_is_refused_by_every_process(tmp_path):
                             f"--process_id={process_id}", "--config.parallelism=mesh", *TINY_FLAGS,
                             env=two_process_env())
                for process_id in range(2)]
-  outputs = finish(*processes, timeout=60)
+  outputs = finish(*processes, timeout=240)
   for process, output in zip(processes, outputs):
     assert process.returncode == 1, output
     errors = [line for line in output.splitlines() if line.startswith("error: ")]
@@ -197,7 +197,7 @@ def test_srun_tasks_on_localhost_train_in_lock_step(tmp_path):
                SLURM_STEP_NUM_NODES="1", SLURM_JOB_NODELIST="localhost")
     processes.append(start_launch("--config=experiments/synthetic.py:copy", f"--workdir={tmp_path}/shared",
                                   "--config.parallelism=mesh", *TINY_FLAGS, env=env))
-  outputs = finish(*processes, timeout=120)  # about 15 s when healthy
+  outputs = finish(*processes, timeout=400)  # about 15 s when healthy
   for task, (process, output) in enumerate(zip(processes, outputs)):
     assert process.returncode == 0, output
     assert f"process {task} of 2: joining coordinator localhost:{port}" in output, output

@@ -48,7 +48,7 @@ class Cluster:
   def output(self, i=0) -> str:
     return self.logs[i].read_text()
 
-  def wait_for(self, text, timeout=120, i=0):
+  def wait_for(self, text, timeout=400, i=0):
     deadline = time.monotonic() + timeout
     while text not in self.output(i):
       if time.monotonic() > deadline or any(p.poll() is not None for p in self.processes):
@@ -56,7 +56,7 @@ class Cluster:
         pytest.fail(f"no {text!r} in process {i}'s output:\n{self.output(i)}")
       time.sleep(0.2)
 
-  def finish(self, timeout=180) -> list[int]:
+  def finish(self, timeout=400) -> list[int]:
     """Exit statuses once every process has exited; after ``timeout`` seconds all are aborted (their Python
     stacks in the logs) and the test fails with every output."""
     deadline = time.monotonic() + timeout
@@ -86,7 +86,7 @@ def train_losses(workdir) -> dict:
 
 def test_jit_and_pmap_are_refused_across_processes(tmp_path):
   cluster = Cluster(tmp_path, tmp_path / "run", "--config.parallelism=jit")
-  assert cluster.finish(timeout=120) == [1, 1]
+  assert cluster.finish() == [1, 1]
   for i in range(2):
     output = cluster.output(i)
     assert "error: config.parallelism='jit'" in output and "--config.parallelism=mesh" in output, output
@@ -121,7 +121,7 @@ def test_a_signal_stops_every_process_at_one_step(tmp_path, apart):
     time.sleep(apart)
     if cluster.processes[1].poll() is None:
       cluster.processes[1].send_signal(signal.SIGTERM)
-  assert cluster.finish(timeout=60) == [0, 0], cluster.output(0) + cluster.output(1)
+  assert cluster.finish(timeout=240) == [0, 0], cluster.output(0) + cluster.output(1)
   saved = os.listdir(workdir / "checkpoints")
   assert len(saved) == 1 and f"saved a checkpoint at step {saved[0]}" in cluster.output(0)
   assert len(checksums(cluster)) == 1
@@ -136,12 +136,12 @@ def test_a_signal_stops_every_process_at_one_step(tmp_path, apart):
 def test_a_dead_peer_stops_the_others_in_one_line_and_the_rerun_resumes(tmp_path):
   workdir = tmp_path / "run"
   flags = ["--config.num_train_steps=100000", "--config.checkpoint_every=10", "--config.eval_every=100000"]
-  cluster = Cluster(tmp_path, workdir, *flags, "--peer_timeout=20")
+  cluster = Cluster(tmp_path, workdir, *flags, "--peer_timeout=30")
   cluster.wait_for("step 15/")
   killed = time.monotonic()
   cluster.processes[1].kill()
-  statuses = cluster.finish(timeout=60)
-  assert time.monotonic() - killed < 20  # within --peer_timeout, before JAX's own abort
+  statuses = cluster.finish(timeout=120)
+  assert time.monotonic() - killed < 30  # within --peer_timeout, before JAX's own abort
   output = cluster.output(0)
   assert statuses[0] == 75, output
   lines = [line for line in output.splitlines() if line.startswith("error: process 1 of 2")]
