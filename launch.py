@@ -57,15 +57,19 @@ def _load_module(path: str):
   return module
 
 
-def experiments() -> list[str]:
+def experiments(with_variants: bool = True) -> list[str]:
   """``path (variant, variant, ...)`` of every experiment config in ``experiments/`` (a file with
-  ``get_config``), its variants from its ``VARIANTS`` where it lists them."""
+  ``get_config``), its variants from its ``VARIANTS`` where it lists them (the path alone without
+  ``with_variants``)."""
   here = os.path.dirname(os.path.abspath(__file__))
   described = []
   for path in sorted(glob.glob(os.path.join(here, "experiments", "**", "*.py"), recursive=True)):
     with open(path) as f:
       if not re.search(r"^def get_config", f.read(), re.MULTILINE):
         continue
+    if not with_variants:
+      described.append(os.path.relpath(path, here))
+      continue
     try:
       variants = getattr(_load_module(path), "VARIANTS", ())
     except Exception:  # a config that does not import here (a missing extra) is still listed
@@ -84,7 +88,7 @@ def _check_config_argument(argv):
   if not values:
     return
   path, colon, variant = values[-1].partition(":")
-  listing = "Experiments: " + "; ".join(experiments())
+  listing = "Experiments: " + ", ".join(experiments(with_variants=False))  # --help lists their variants
   if not os.path.isfile(path):
     sys.exit(f"error: --config file {path!r} does not exist. {listing}")
   module = _load_module(path)
