@@ -15,6 +15,8 @@ def launch(*args):
                         timeout=300)
 
 
+# Each case checks the kind of failure (a one-line "error: ..." and status 1, no traceback) and that it names the
+# field and value; the wording is checked only where it is the point: the suggestions and the listed fixes.
 @pytest.mark.slow
 @pytest.mark.parametrize("args,expected", [
     (["--config=experiments/nope.py"], "does not exist. Experiments: "),
@@ -22,28 +24,27 @@ def launch(*args):
     (["--config=experiments/synthetic.py", "--config.num_train_stpes=3"], 'Did you mean "num_train_steps"'),
     (["--config=experiments/synthetic.py", "--config.model.num_head=3"], 'Did you mean "num_heads"'),
     (["--config=experiments/synthetic.py", "--config.batch_size=abc"], "--config.batch_size=abc"),
-    (["--config=experiments/synthetic.py", "--config.batch_size=0"], "config.batch_size must be a positive"),
-    (["--config=experiments/synthetic.py", "--config.model.num_heads=5"], "num_heads=5 does not divide d_model=64"),
-    (["--config=experiments/synthetic.py", "--config.model.norm=group_norm"],
-     "choose one of ['layer_norm', 'rms_norm', 'batch_norm']"),
-    (["--config=experiments/synthetic.py", "--config.parallelism=tpu"], "choose one of ['jit', 'pmap', 'mesh']"),
+    (["--config=experiments/synthetic.py", "--config.batch_size=0"], "config.batch_size"),
+    (["--config=experiments/synthetic.py", "--config.model.num_heads=5"], "ModelConfig.num_heads=5"),
+    (["--config=experiments/synthetic.py", "--config.model.norm=group_norm"], "ModelConfig.norm='group_norm'"),
+    (["--config=experiments/synthetic.py", "--config.parallelism=tpu"], "config.parallelism='tpu'"),
     (["--config=experiments/synthetic.py", "--mode=fly"], "--mode=fly"),
     (["--config=experiments/synthetic.py", "--config.target_token_dropout=1.5"],
-     "config.target_token_dropout=1.5 is outside [0, 1)"),
+     "config.target_token_dropout=1.5"),
     # config.model holds the variant's model's fields only: the RNN's here, with its own checks.
     (["--config=experiments/multi30k.py:gru_bahdanau", "--config.model.cel=lstm"], 'Did you mean "cell"'),
     (["--config=experiments/multi30k.py:gru_bahdanau", "--config.model.cell=lstm", "--config.model.hidden_dim=7"],
-     "RNNConfig.hidden_dim=7 must be even"),
+     "RNNConfig.hidden_dim=7"),
     (["--config=experiments/multi30k.py:gru_bahdanau", "--config.model.num_heads=4"],
      "unknown config field 'num_heads'. config.model holds the fields of the experiment's model"),
     (["--config=experiments/multi30k.py:lstm"], "unknown variant 'lstm' of experiments/multi30k.py"),
     (["--config=experiments/synthetic.py", "--config.model_name=rnn"],
-     "config.model holds the fields of 'transformer'"),
+     "config.model_name='rnn'"),
     (["--config=experiments/synthetic.py", "--config.model_name=rnm"], "Did you mean 'rnn'?"),
 ])
 def test_bad_input_gets_a_clear_error(tmp_path, args, expected):
   result = launch(f"--workdir={tmp_path}", *args)
-  assert result.returncode != 0
+  assert result.returncode == 1 and any(line.startswith("error: ") for line in result.stderr.splitlines())
   assert expected in result.stderr, result.stderr
   assert "Traceback" not in result.stderr
 

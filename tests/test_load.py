@@ -47,6 +47,7 @@ def _exact_match(model, batches) -> float:
   return matches / count
 
 
+@pytest.mark.slow
 def test_the_three_line_example_decodes_as_the_training_evaluation(trained):
   workdir, config, output = trained
   model = load(workdir)  # the best checkpoint by eval/exact_match
@@ -68,6 +69,7 @@ def test_the_three_line_example_decodes_as_the_training_evaluation(trained):
     assert np.all(row[len(tokens):] == 0)
 
 
+@pytest.mark.slow
 def test_average_last_is_the_mean_of_the_checkpoints(trained):
   workdir, _, _ = trained
   averaged = load_params(workdir, average_last=3)
@@ -78,6 +80,7 @@ def test_average_last_is_the_mean_of_the_checkpoints(trained):
   assert load(workdir, average_last=2).steps == [200, 300]
 
 
+@pytest.mark.slow
 def test_checkpoint_choices_and_their_errors(trained, tmp_path):
   workdir, _, _ = trained
   assert load_params(workdir, checkpoint=200).step == 200
@@ -91,6 +94,7 @@ def test_checkpoint_choices_and_their_errors(trained, tmp_path):
     load(str(tmp_path))
 
 
+@pytest.mark.slow
 def test_score_is_the_teacher_forced_log_probability(trained):
   """``score`` of pairs batched with padding equals each pair's log-likelihood computed alone with
   ``jax.nn.log_softmax``; the copy a trained model has learned is far likelier than a wrong target."""
@@ -115,6 +119,7 @@ def test_score_is_the_teacher_forced_log_probability(trained):
   assert -scores[0] / len(targets[0]) == pytest.approx(nll, abs=1e-4)
 
 
+@pytest.mark.slow
 def test_what_a_task_cannot_do_is_named(trained):
   workdir, config, _ = trained
   model = load(workdir)
@@ -128,6 +133,7 @@ def test_what_a_task_cannot_do_is_named(trained):
     run(config, workdir, mode="translate", lines=["a b c"])
 
 
+@pytest.mark.slow
 def test_token_ids_outside_the_vocabulary_are_named(trained):
   """JAX clamps an embedding index, so an id past the vocabulary would be read as the last row, silently."""
   workdir, _, _ = trained
@@ -156,6 +162,7 @@ def test_a_missing_workdir_and_one_before_its_first_checkpoint_are_named(tmp_pat
       load(str(tmp_path), checkpoint=checkpoint)
 
 
+@pytest.mark.slow
 def test_a_max_length_below_one_is_named(trained):
   """``max_length=-1`` once reached the decoding cache, sized by it: a TypeError from deep inside JAX."""
   workdir, _, _ = trained
@@ -166,6 +173,7 @@ def test_a_max_length_below_one_is_named(trained):
   assert len(model.decode([[3, 4, 5]], max_length=np.int64(2))[0]) <= 2
 
 
+@pytest.mark.slow
 def test_another_tasks_config_is_refused_naming_both_tasks(trained):
   """A forecasting config on a copy run looked up its best_metric eval/mae in this run's checkpoints:
   ``KeyError: 'eval/mae'``."""
@@ -190,6 +198,7 @@ class _RecordingTask:
   classify_texts = continue_texts = translate_lines
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind, method", [(Translator, "translate"), (Classifier, "classify"),
                                           (LanguageModel, "continue_texts")])
 def test_a_single_string_is_refused_not_read_as_one_text_per_character(trained, kind, method):

@@ -11,6 +11,7 @@ from experiments import report
 from transformer.nn import EncoderDecoder, ModelConfig
 
 
+@pytest.mark.slow
 def test_encoder_decoder_flops_match_xla_count_of_forward_pass():
   """The analytic matmul count is at most XLA's count of the whole forward pass and within 5% of it (XLA also
   counts the non-matmul FLOPs: softmax, norms, residuals); source and target lengths differ so that cross

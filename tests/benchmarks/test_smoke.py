@@ -23,6 +23,7 @@ def _results_snapshot():
 IN_PROCESS = [script for script in common.SCRIPTS if script not in ("suite", "time_to_bleu")]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("script", IN_PROCESS)
 def test_smoke_run_prints_table_with_finite_ratios(script, capsys):
   before = _results_snapshot()
@@ -39,6 +40,7 @@ def test_smoke_run_prints_table_with_finite_ratios(script, capsys):
   assert _results_snapshot() == before, "--smoke must not write benchmarks/RESULTS.md"
 
 
+@pytest.mark.slow
 def test_train_step_compiles_a_row_for_every_cpu_option(capsys):
   """Every XLA:CPU option the benchmarks/README.md measured is still accepted by this jaxlib and times a row."""
   from benchmarks import train_step

@@ -84,6 +84,7 @@ def test_dropout_ops_carry_the_dropout_name_scope():
   assert "dropout and RNG" in parts
 
 
+@pytest.mark.slow
 def test_the_train_step_names_every_part_the_profile_reports():
   """Every part of PARTS appears in our compiled train step (model, loss and optimizer are named), and the
   unnamed remainder is a small minority of its instructions."""

@@ -659,6 +659,7 @@ def test_real_file_persistence_baselines_on_2014(real_columns, input_length):
     print(f"  {name:18s} scored " + " ".join(f"{int(c)}" for c in metrics["count"]))
 
 
+@pytest.mark.slow
 @needs_real_csv
 def test_real_file_through_the_builder_equals_the_csv(real_columns, tmp_path, caplog):
   caplog.set_level(logging.WARNING)

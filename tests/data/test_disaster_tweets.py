@@ -154,6 +154,7 @@ def test_non_utf8_tweet_is_named_by_row(source, tmp_path):
     build(tmp_path / "tfds", source_dir=source)
 
 
+@pytest.mark.slow
 def test_the_real_files_split_as_documented(tmp_path):
   folder = shared_path("data", "disaster_tweets")
   builder = build(tmp_path / "tfds", source_dir=folder)

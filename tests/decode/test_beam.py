@@ -125,6 +125,7 @@ def test_narrow_beam_scores_its_hypotheses_exactly(seed):
     assert scores[row, 0] <= max(exhaustive.values()) + 1e-5
 
 
+@pytest.mark.slow
 def test_one_beam_without_length_penalty_is_greedy_search():
   vocab, max_length, batch = 5, 6, 8
   ended_with_eos = []
@@ -193,6 +194,7 @@ def _teacher_forced_log_probs(params, source, targets):
   return jnp.take_along_axis(jax.nn.log_softmax(logits), targets[..., None], -1)[..., 0]
 
 
+@pytest.mark.slow
 def test_cached_beam_scores_equal_teacher_forced_rescoring():
   max_length, beam_size, alpha = 6, 3, 0.6
   source, params = _tiny_model()
@@ -210,6 +212,7 @@ def test_cached_beam_scores_equal_teacher_forced_rescoring():
   assert np.all(np.diff(scores, axis=1) <= 0)  # sorted best first
 
 
+@pytest.mark.slow
 def test_cached_beam_of_one_equals_greedy_decoding_of_the_model():
   source, params = _tiny_model()
   greedy, _ = greedy_decode(_MODEL_CONFIG, params, source, 6)
@@ -252,6 +255,7 @@ def _flax_wmt_beam_search(log_probs, context, beam_size, max_length, alpha):
   return best + (PAD,) * (max_length - len(best))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("beam_size", [1, 2])
 def test_any_candidate_finishing_scores_at_least_flax_wmt_beam_search(beam_size):
   """finish_rule='any' (flax's and t5x's rule): on random chains the best hypothesis scores at least as high

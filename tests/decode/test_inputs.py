@@ -40,6 +40,7 @@ def _run(method, table, context, **kwargs):
   return np.asarray(tokens), np.asarray(scores)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["greedy", "sample", "beam"])
 def test_nan_logits_end_the_row_with_a_nan_score_in_every_search(method):
   tokens, scores = _run(method, _chain_with_nan_after_token_3(), np.array([0, 1, 2]))
@@ -51,6 +52,7 @@ def test_nan_logits_end_the_row_with_a_nan_score_in_every_search(method):
   assert np.all(np.isfinite(scores[1:])) and scores[1] == pytest.approx(0.0, abs=1e-6)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["greedy", "sample", "beam"])
 def test_nan_logits_at_the_first_step_give_padding_and_nan(method):
   tokens, scores = _run(method, np.full((VOCAB, VOCAB), np.nan, np.float32), np.zeros(2, np.int32))
@@ -71,6 +73,7 @@ def test_a_broken_beam_ranks_first_and_the_others_are_kept():
   np.testing.assert_array_equal(sequences[1], [4, 4, 4, 4])
 
 
+@pytest.mark.slow
 def test_search_ranks_nan_samples_first_and_check_scores_finite_names_the_rows():
   table = np.full((VOCAB, VOCAB), -30.0, np.float32)
   table[BOS, BROKEN_TOKEN] = table[BOS, 4] = 0.0  # a fair coin between 3 (then NaN) and 4 (then on)

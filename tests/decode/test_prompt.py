@@ -35,6 +35,7 @@ def _token_by_token(step_fn, cache, prompt, max_length):
   return tokens + [CONFIG.pad_id] * (max_length - len(tokens)), total
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("positional_encoding", ["learned", "rotary"])
 def test_language_model_prefill_then_decode_equals_token_by_token(positional_encoding):
   model = TransformerLM(CONFIG.replace(positional_encoding=positional_encoding))
@@ -57,6 +58,7 @@ def test_language_model_prefill_then_decode_equals_token_by_token(positional_enc
   assert len({tuple(t) for t in tokens}) == len(tokens)  # the prompts lead to different continuations
 
 
+@pytest.mark.slow
 def test_encoder_decoder_prefill_then_decode_equals_token_by_token():
   source = jnp.array([[3, 4, 5, 6], [6, 5, 0, 0], [7, 3, 9, 0]], jnp.int32)
   model = EncoderDecoder(CONFIG)

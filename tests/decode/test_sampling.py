@@ -81,6 +81,7 @@ def test_same_key_same_samples_other_key_other_samples():
   assert len({tuple(s) for s in np.asarray(first).reshape(-1, MAX_LENGTH)}) > 1  # samples of one input differ
 
 
+@pytest.mark.slow
 def test_first_tokens_follow_the_tempered_and_cut_distribution():
   """10000 first tokens: frequencies match softmax(logits / T) restricted to the top-k or the nucleus."""
   logits = np.log(np.array([0.0, 0.0, 0.05, 0.1, 0.25, 0.6]) + 1e-30)

@@ -96,6 +96,7 @@ def train_in_process(calls, **overrides):
   return train
 
 
+@pytest.mark.slow
 def test_variants_of_a_sweep_train_once_and_read_as_their_own_replicas(tiny_norms, tmp_path, monkeypatch):
   regularization = importlib.import_module("experiments.ablations.regularization")
   two = dataclasses.replace(regularization.ABLATION, variants={
@@ -127,6 +128,7 @@ def test_variants_of_a_sweep_train_once_and_read_as_their_own_replicas(tiny_norm
     assert abs(final[f"eval/loss/seed_{replica}"] - final[f"eval/nll/seed_{replica}"]) > 0.01
 
 
+@pytest.mark.slow
 def test_a_killed_grid_resumes_without_redoing_finished_cells(tiny_norms, tmp_path):
   cells = ablations_results.expand_grid(["norms"], "synthetic", str(tmp_path), ablations=("norms",))
   assert [cell.variant for cell in cells] == ["layer_norm", "rms_norm"]
@@ -172,6 +174,7 @@ def test_a_killed_grid_resumes_without_redoing_finished_cells(tiny_norms, tmp_pa
     ablations_results.gather(shorter, store, train=pytest.fail)  # refused before anything trains
 
 
+@pytest.mark.slow
 def test_recorded_cells_stand_in_for_absent_runs_unless_their_config_changed(tiny_norms, tmp_path):
   cells = ablations_results.expand_grid(["norms"], "synthetic", str(tmp_path / "first"), ablations=("norms",))
   calls = []
@@ -211,6 +214,7 @@ def test_recorded_cells_stand_in_for_absent_runs_unless_their_config_changed(tin
   assert calls == [elsewhere[0].workdir]
 
 
+@pytest.mark.slow
 def test_a_launch_flag_is_part_of_each_cell_and_sets_its_step_target(tiny_norms, tmp_path):
   """Issue 57: ``--launch_flag=--config.num_train_steps=20`` trained nothing and showed the recorded 300-step
   numbers beside a 20-step command (with ``--ignore_recorded``: trained 20 steps, then wanted an evaluation at
@@ -261,6 +265,7 @@ def _page(output, cells, store) -> str:
   return ablations_results.render_page(str(output), results, "python -m ...", "synthetic", unfinished)
 
 
+@pytest.mark.slow
 def test_without_training_the_page_holds_the_finished_cells_and_names_the_others(tiny_norms, tmp_path):
   cells = ablations_results.expand_grid(["norms"], "synthetic", str(tmp_path / "a"), ablations=("norms",))
   reference, killed = cells

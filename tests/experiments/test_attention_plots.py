@@ -35,6 +35,7 @@ def trained(request, folders):
   return variant, load(workdir, checkpoint="latest")  # the config the run saved
 
 
+@pytest.mark.slow
 def test_plots_and_attention_properties(trained, tmp_path):
   variant, model = trained
   assert model.step == QUICK["num_train_steps"]
@@ -80,6 +81,7 @@ def test_plots_and_attention_properties(trained, tmp_path):
       assert np.all(np.triu(weights, k=1) == 0.0)
 
 
+@pytest.mark.slow
 def test_padding_in_the_batch_does_not_change_the_maps(trained):
   """A sentence's cropped maps are the same alone and batched (padded) beside a longer sentence."""
   _, model = trained

@@ -57,6 +57,7 @@ def _common(metrics, origins):
   return errors.sum(0) / metrics["mask"][rows].sum(0)
 
 
+@pytest.mark.slow
 def test_each_model_keeps_its_best_validation_window_and_is_scored_on_the_common_windows(page):
   root, _, text = page
   kept, by_window = _kept_gru(root)
@@ -81,6 +82,7 @@ def test_each_model_keeps_its_best_validation_window_and_is_scored_on_the_common
   assert f"| persistence | - | {np.mean(errors):.1f} |" in text
 
 
+@pytest.mark.slow
 def test_the_paired_comparison_and_verdict_name_the_families_best_and_the_seed_mean_difference(page):
   root, output, text = page
   kept, _ = _kept_gru(root)
@@ -105,6 +107,7 @@ def test_the_paired_comparison_and_verdict_name_the_families_best_and_the_seed_m
          "--config=experiments/beijing_pm25.py:transformer --workdir=WORKDIR`" in text
 
 
+@pytest.mark.slow
 def test_the_page_is_rewritten_from_its_records_and_forecasts_alone(page, tmp_path, monkeypatch):
   root, output, text = page
   monkeypatch.setattr(results, "COMMITTED_DIR", str(root / "no_committed_page"))
@@ -123,6 +126,7 @@ def test_the_committed_page_is_rewritten_from_its_records_and_forecasts_alone(tm
   assert {name: (copy / name).read_bytes() for name in before} == before
 
 
+@pytest.mark.slow
 def test_a_committed_row_is_only_replaced_by_a_run_at_least_as_long(page, monkeypatch):
   root, output, _ = page
   monkeypatch.setattr(results, "COMMITTED_DIR", str(output))

@@ -11,6 +11,7 @@ from tests.tasks.test_language_model import SIZES, tiny_config
 from transformer.train import run
 
 
+@pytest.mark.slow
 def test_page_from_a_tiny_run_and_again_from_its_records(tmp_path):
   raw_dir = write_multi30k(tmp_path / "raw" / "multi30k", sizes=SIZES)
   run(tiny_config(raw_dir, tmp_path / "tfds"), str(tmp_path / "runs" / "small"))

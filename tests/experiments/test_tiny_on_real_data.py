@@ -28,6 +28,7 @@ def _tiny_on_real_data(experiment, tmp_path):
   return config
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("experiment", sorted(SOURCES))
 def test_the_tiny_variant_builds_on_the_real_data(experiment, tmp_path):
   config = _tiny_on_real_data(experiment, tmp_path)

@@ -24,6 +24,7 @@ def _inputs(seed=0):
   return inputs_q, inputs_kv, query_valid, key_valid
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kernels", ["auto", "reference"])
 @pytest.mark.parametrize("implementation", ["dense", "chunked"])
 @pytest.mark.parametrize("positional_encoding", ["sinusoidal", "rotary"])
@@ -56,6 +57,7 @@ def test_self_and_cross_attention_match_numpy(positional_encoding, implementatio
   np.testing.assert_allclose(cross, expected, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("num_kv_heads, window", [(None, None), (1, None), (None, 2), (1, 3)])
 @pytest.mark.parametrize("kernels", ["auto", "reference"])
 def test_cached_decoding_equals_full_causal_attention(kernels, num_kv_heads, window):
@@ -128,6 +130,7 @@ def test_prefill_of_different_lengths_then_steps_equals_full_causal_attention(po
     np.testing.assert_allclose(output[:, 0], full[np.arange(BATCH), positions], atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_float32_attention_logits_flag_reaches_the_dense_attention():
   """``float32_attention_logits=False`` in bfloat16 changes the computation (logits and softmax in bfloat16)
   but stays within bfloat16 rounding of the default; in float32 it changes nothing."""
@@ -145,6 +148,7 @@ def test_float32_attention_logits_flag_reaches_the_dense_attention():
   np.testing.assert_array_equal(apply(float32_attention_logits=False), apply())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("implementation", ["dense", "chunked"])
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_kernels_auto_and_reference_agree_in_outputs_and_gradients(implementation, dtype):
@@ -173,6 +177,7 @@ def test_kernels_auto_and_reference_agree_in_outputs_and_gradients(implementatio
     np.testing.assert_allclose(auto_grads[name], reference_grads[name], err_msg=name, **tolerance)
 
 
+@pytest.mark.slow
 def test_on_a_gpu_auto_fuses_attention_unless_weights_are_sown_or_dropped(monkeypatch):
   """With the platform faked as a GPU (cuDNN cannot run here), ``kernels="auto"`` routes bfloat16 attention to
   the fused kernel, and falls back to the formula when the weights are sown, with attention dropout, and in
@@ -216,6 +221,7 @@ def _repeat_kv_params(params, groups, head_dim):
   return {name: repeat(value) if name.split("_")[0] in ("key", "value") else value for name, value in params.items()}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("implementation", ["dense", "chunked"])
 @pytest.mark.parametrize("num_kv_heads", [1, 2])
 def test_grouped_kv_heads_equal_full_attention_with_each_kv_head_repeated(num_kv_heads, implementation):
@@ -252,6 +258,7 @@ def test_local_window_is_the_same_function_dense_and_chunked_and_limits_what_a_q
   assert not np.allclose(again[0, 1], dense[0, 1])
 
 
+@pytest.mark.slow
 def test_a_models_kernels_are_resolved_once_on_its_config(monkeypatch):
   """Every op of every layer gets its config's ``resolved_kernels``, resolved once per config (the encoder and
   decoder each derive one): the count does not grow with the layers, their attention or norm calls, or a

@@ -37,34 +37,33 @@ def test_heads_must_divide_d_model():
 
 def test_kv_heads_must_divide_num_heads_and_the_error_lists_the_divisors():
   assert ModelConfig(num_heads=8).kv_heads == 8 and ModelConfig(num_heads=8, num_kv_heads=2).kv_heads == 2
-  with pytest.raises(ConfigError, match=re.escape("num_kv_heads=3 does not divide num_heads=8; choose num_kv_heads "
-                                                  "from [1, 2, 4, 8]")):
+  with pytest.raises(ConfigError, match=r"num_kv_heads=3\b.*\[1, 2, 4, 8\]"):
     ModelConfig(num_heads=8, num_kv_heads=3)
 
 
 @pytest.mark.parametrize("field", ["num_kv_heads", "attention_window"])
 def test_kv_heads_and_window_are_positive_or_none(field):
-  with pytest.raises(ConfigError, match=f"ModelConfig.{field} must be a positive integer or None, got 0"):
+  with pytest.raises(ConfigError, match=rf"ModelConfig\.{field}\b"):
     ModelConfig(**{field: 0})
 
 
 @pytest.mark.parametrize("field", ["dropout_rate", "attention_dropout_rate", "feed_forward_dropout_rate"])
 @pytest.mark.parametrize("value", [-0.1, 1.0, 1.5])
 def test_dropout_rates_must_be_in_unit_interval(field, value):
-  with pytest.raises(ValueError, match=re.escape(f"ModelConfig.{field}={value} is outside [0, 1)")):
+  with pytest.raises(ConfigError, match=re.escape(f"ModelConfig.{field}={value}")):
     ModelConfig(**{field: value})
 
 
 @pytest.mark.parametrize("field", ["vocab_size", "d_model", "num_heads", "d_ff", "max_length"])
 def test_sizes_must_be_positive_integers(field):
-  with pytest.raises(ValueError, match=f"ModelConfig.{field} must be a positive integer, got 0"):
+  with pytest.raises(ConfigError, match=rf"ModelConfig\.{field}\b"):
     ModelConfig(**{field: 0})
 
 
 def test_rotary_needs_even_head_dim_and_shared_embeddings_need_equal_vocabularies():
   with pytest.raises(ValueError, match="even head_dim.*got 3"):
     ModelConfig(d_model=6, num_heads=2, positional_encoding="rotary")
-  with pytest.raises(ValueError, match="share_embeddings=True needs target_vocab_size == vocab_size"):
+  with pytest.raises(ConfigError, match="share_embeddings=True.*target_vocab_size"):
     ModelConfig(vocab_size=100, target_vocab_size=50)
   assert ModelConfig(vocab_size=100, target_vocab_size=50, share_embeddings=False).output_vocab_size == 50
 
@@ -100,12 +99,11 @@ def test_classifier_fields_live_in_the_classifier_config_only():
   assert not {"num_classes", "pooling"} & set(ModelConfig.field_names())
   config = ClassifierConfig(d_model=64, num_heads=4, num_classes=3, pooling="first")
   assert (config.num_classes, config.pooling, config.head_dim) == (3, "first", 16)
-  with pytest.raises(ConfigError, match=re.escape("ClassifierConfig.pooling='max' is not supported; choose one of "
-                                                  "['mean', 'first']")):
+  with pytest.raises(ConfigError, match=re.escape("ClassifierConfig.pooling='max'")):
     ClassifierConfig(pooling="max")
-  with pytest.raises(ConfigError, match="ClassifierConfig.num_classes must be a positive integer, got 0"):
+  with pytest.raises(ConfigError, match=r"ClassifierConfig\.num_classes\b"):
     ClassifierConfig(num_classes=0)
-  with pytest.raises(ConfigError, match="ClassifierConfig.num_heads=6 does not divide d_model=512"):
+  with pytest.raises(ConfigError, match=r"ClassifierConfig\.num_heads=6\b"):
     ClassifierConfig(num_heads=6)  # the encoder's checks name the subclass
   with pytest.raises(ConfigError, match=r"ModelConfig has no field 'num_classes'\. Did you mean"):
     ModelConfig.from_dict({"num_classes": 3})

@@ -24,6 +24,7 @@ def _sequence(seed=0, length=LENGTH):
   return x, valid
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("norm_position, norm", [("post", "layer_norm"), ("pre", "layer_norm"), ("pre", "rms_norm")])
 def test_encoder_layer_matches_numpy(norm_position, norm):
   config = CONFIG.replace(norm_position=norm_position, norm=norm)
@@ -63,6 +64,7 @@ def test_batch_norm_module_normalises_each_feature_over_the_valid_positions():
                              atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_a_batch_norm_encoder_ignores_what_padding_holds():
   """The padding mask reaches every norm of the stack: padded positions change no statistics."""
   config = CONFIG.replace(norm="batch_norm", vocab_size=11, num_encoder_layers=2)
@@ -75,6 +77,7 @@ def test_a_batch_norm_encoder_ignores_what_padding_holds():
                              np.asarray(encoder.apply({"params": params}, tokens))[valid], atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_decoder_layer_is_causal():
   """d output[i] / d input[j] is exactly zero for j > i (cross attention over a padded source included)."""
   x, _ = _sequence(2)
@@ -141,6 +144,7 @@ def test_dropout_is_active_only_when_not_deterministic():
   assert np.abs(first - apply(jax.random.key(2))).max() > 1e-2
 
 
+@pytest.mark.slow
 def test_kernels_setting_is_validated_and_reaches_the_norms_and_dropout():
   with pytest.raises(ValueError, match=re.escape("ModelConfig.kernels='cpu' is not supported; choose one of "
                                                  "['auto', 'reference']")):
@@ -161,6 +165,7 @@ def test_kernels_setting_is_validated_and_reaches_the_norms_and_dropout():
   assert "optimization_barrier" in backward["auto"] and "optimization_barrier" not in backward["reference"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("use_bias, dtype", [(True, None), (False, None), (True, jnp.bfloat16)])
 def test_dense_is_flax_dense_in_parameters_values_and_gradients(use_bias, dtype):
   import flax.linen as nn

@@ -40,6 +40,7 @@ DECODING_CASES = [pytest.param("sinusoidal", "dense", id="sinusoidal"), pytest.p
                   pytest.param("rotary", "dense", id="rotary")]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cross_cache", [False, True], ids=["cross-projected-each-step", "cross-cache"])
 @pytest.mark.parametrize("positional_encoding, implementation", DECODING_CASES)
 def test_encoder_decoder_cached_decoding_equals_teacher_forcing(positional_encoding, implementation, cross_cache):
@@ -79,6 +80,7 @@ def test_encoder_decoder_cached_decoding_equals_teacher_forcing(positional_encod
                            full, atol=1e-3)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("positional_encoding, implementation",
                          DECODING_CASES + [pytest.param("rotary", "chunked", id="rotary-chunked")])
 def test_language_model_cached_decoding_equals_teacher_forcing(positional_encoding, implementation):
@@ -101,6 +103,7 @@ def test_language_model_cached_decoding_equals_teacher_forcing(positional_encodi
   np.testing.assert_allclose(stepwise, full, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_chunked_attention_gives_the_dense_model():
   """Ragged chunks (2 into lengths 5 and 7) with padding on both sides: same logits as dense attention."""
   source, targets = _tokens(3, 7, padding_from=4), _tokens(4, 5, padding_from=3)
@@ -128,6 +131,7 @@ def _influence_of_positions(model, params, tokens):
   return np.abs(jacobian).sum(axis=(2, 4))[:, :, :tokens.shape[1]]
 
 
+@pytest.mark.slow
 def test_language_model_and_decoder_are_causal():
   """d logits[i] / d input[j] is exactly zero for j > i: nothing leaks from later positions."""
   config = CONFIG.replace(positional_encoding="learned")
@@ -146,6 +150,7 @@ def test_language_model_and_decoder_are_causal():
   assert (influence[:, future] == 0).all() and (influence[:, ~future] > 0).all()
 
 
+@pytest.mark.slow
 def test_appending_source_padding_leaves_outputs_unchanged():
   source, targets = _tokens(7, 5, padding_from=3), _tokens(8, 4)
   longer_source = jnp.concatenate([source, jnp.full((BATCH, 3), CONFIG.pad_id, jnp.int32)], axis=1)
@@ -165,6 +170,7 @@ def test_appending_source_padding_leaves_outputs_unchanged():
   np.testing.assert_allclose(longer_logits, logits, atol=1e-5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model", [EncoderDecoder(CONFIG), RNNEncoderDecoder(RNN_CONFIG)], ids=["transformer", "rnn"])
 def test_decoder_logits_index_projects_only_that_position(model):
   source, targets = _tokens(9, 5, padding_from=3), _tokens(10, 6)
@@ -184,6 +190,7 @@ def test_decoder_logits_index_projects_only_that_position(model):
     np.testing.assert_allclose(one[:, 0], full[:, index], atol=1e-5)
 
 
+@pytest.mark.slow
 def test_bfloat16_tied_output_projection_accumulates_in_float32():
   """In bfloat16 the tied projection multiplies bfloat16 operands but returns float32 sums: logits close to
   the float32 model's (same parameters), and not merely bfloat16 values cast up."""
@@ -200,6 +207,7 @@ def test_bfloat16_tied_output_projection_accumulates_in_float32():
   assert error < 0.05, error
 
 
+@pytest.mark.slow
 def test_encoder_classifier_shape_and_mean_pooling_ignores_padding():
   config = ClassifierConfig(**{**dataclasses.asdict(CONFIG), "num_classes": 3})
   tokens = _tokens(9, 6, padding_from=2)
@@ -250,6 +258,7 @@ def test_bert_style_embeddings_add_token_types_then_normalise():
                              encoder.apply({"params": params}, tokens, jnp.zeros_like(tokens)), atol=0)
 
 
+@pytest.mark.slow
 def test_bert_fields_off_add_no_parameters_and_token_types_need_a_table():
   tokens = _tokens(12, 4)
   params = Encoder(CONFIG).init(jax.random.key(0), tokens)["params"]
@@ -281,6 +290,7 @@ def test_encoder_reads_continuous_inputs_through_a_projection_with_a_valid_mask(
   assert not np.allclose(apply(changed, jnp.ones_like(valid))[1, :3], encoded[1, :3], atol=1e-3)
 
 
+@pytest.mark.slow
 def test_kernels_auto_and_reference_give_the_same_model_and_cached_decoding():
   """The whole encoder-decoder (pre-LN, rotary): same teacher-forced logits and gradients with either
   setting, and the reference kernels' cached decoding equals their teacher forcing."""

@@ -58,6 +58,7 @@ def _value_and_grads(attention, query, key, value, mask, cotangent):
   return attention(query, key, value, mask), jax.grad(loss, argnums=(0, 1, 2))(query, key, value)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16], ids=["float32", "bfloat16"])
 @pytest.mark.parametrize("kind, q_length, kv_length", [("padding", 5, 7), ("causal", 5, 7), ("causal", 6, 6),
                                                        ("padding+causal", 6, 6)])
@@ -121,6 +122,7 @@ def test_fully_masked_rows_are_zero_with_finite_gradients():
   np.testing.assert_array_equal(grads[2][1], 0.0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kernels", ["reference", "auto"])
 @pytest.mark.parametrize("masked", [False, True])
 def test_bfloat16_gradients_match_float32_attention_of_the_same_inputs(masked, kernels):
@@ -209,6 +211,7 @@ def test_attention_dropout_shares_one_mask_over_batch_and_heads():
   assert not (independent == independent[:1, :1]).all()
 
 
+@pytest.mark.slow
 def test_low_precision_logits_match_flax_stock_bfloat16_attention():
   """``float32_logits=False`` keeps logits and softmax in the inputs' dtype, as flax's stock attention;
   for float32 inputs the flag changes nothing."""
@@ -247,6 +250,7 @@ def test_float32_logits_are_more_accurate_than_bfloat16_ones():
   assert errors[True] < 0.8 * errors[False], errors
 
 
+@pytest.mark.slow
 def test_float16_logits_keep_fully_masked_rows_finite():
   """float16 cannot hold MASK_VALUE (it rounds to -inf, and a row that sees no key has a NaN softmax): such
   rows are still exactly 0, with finite gradients, and masked keys get none."""
@@ -271,6 +275,7 @@ def test_integer_inputs_are_named():
     ops.dot_product_attention(query, key, value)
 
 
+@pytest.mark.slow
 def test_nan_in_a_masked_out_value_does_not_leak_into_the_output():
   """A key no query may attend to (padding) is never read: NaN or inf there changes nothing, also with a
   2-D mask (broadcast as numpy does)."""
@@ -290,6 +295,7 @@ def test_nan_in_a_masked_out_value_does_not_leak_into_the_output():
                              atol=1e-6, rtol=1e-6)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kernels", ["reference", "auto"])
 @pytest.mark.parametrize("kv_heads", [4, 2, 1])
 def test_grouped_query_attention_matches_jax_nn(kv_heads, kernels):
@@ -318,6 +324,7 @@ def test_key_heads_that_do_not_divide_the_query_heads_are_named():
     ops.dot_product_attention(query, key, key)
 
 
+@pytest.mark.slow
 def test_nested_lists_are_taken_as_jax_nn_takes_them():
   query, key, value = (np.asarray(x).tolist() for x in _qkv(0, 3, 3))
   mask = np.asarray(_mask("causal", 3, 3)[0]).tolist()

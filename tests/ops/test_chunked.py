@@ -58,6 +58,7 @@ CASES = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("q_length, kv_length, query_chunk, key_chunk, causal, padding", CASES)
 def test_chunked_equals_dense_outputs_and_gradients(q_length, kv_length, query_chunk, key_chunk, causal, padding):
   query, key, value, query_valid, key_valid, cotangent = _inputs(0, q_length, kv_length, padding)
@@ -87,6 +88,7 @@ def test_chunked_handles_rows_without_keys_and_unscaled_logits():
   np.testing.assert_array_equal(np.asarray(grads[0])[1], 0.0)
 
 
+@pytest.mark.slow
 def test_chunked_in_bfloat16_matches_dense():
   query, key, value, query_valid, key_valid, cotangent = _inputs(2, 7, 7, True, jnp.bfloat16)
   args = (query, key, value, query_valid, key_valid, cotangent, True, True, 3, 2)
@@ -152,6 +154,7 @@ def test_nan_in_an_invalid_key_or_value_reaches_neither_output_nor_gradients():
       np.testing.assert_allclose(grad, expected_grad, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("window, causal", [(1, True), (3, True), (2, False)])
 @pytest.mark.parametrize("kv_heads", [2, 1])
 def test_chunked_equals_dense_with_a_local_window_and_grouped_kv_heads(window, causal, kv_heads):

@@ -65,6 +65,7 @@ def test_auto_on_cpu_is_the_xla_cpu_kernels_and_never_cudnn():
 # ------------------------------------------------------------------------- auto agrees with the reference
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16], ids=["float32", "bfloat16"])
 @pytest.mark.parametrize("masked", [False, True], ids=["no-mask", "padding+causal"])
 @pytest.mark.parametrize("float32_logits", [True, False], ids=["float32-logits", "low-precision-logits"])
@@ -93,6 +94,7 @@ def test_cached_decode_step_and_cross_attention_shapes_agree(q_length):
   _assert_same(attention, (query, key, value), TOLERANCE[jnp.float32])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16], ids=["float32", "bfloat16"])
 def test_chunked_attention_auto_equals_reference(dtype):
   query, key, value = _qkv(2, 7, 9, dtype)
@@ -116,6 +118,7 @@ def test_norms_auto_equal_reference(norm):
   _assert_same(function, (x, scale, bias), TOLERANCE[jnp.float32])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("score", ["luong_dot", "general", "cosine"])
 @pytest.mark.parametrize("q_length", [1, 4])
 def test_rnn_scores_and_single_head_attention_auto_equal_reference(score, q_length):
@@ -247,6 +250,7 @@ def test_cpu_bfloat16_scores_backward_is_two_bfloat16_matmuls_within_rounding_of
   assert all(var.aval.dtype == jnp.bfloat16 for dot in dots for var in dot.invars)
 
 
+@pytest.mark.slow
 def test_softmax_saved_in_output_dtype_is_jax_nn_softmax_in_value_and_gradient():
   logits = jax.random.normal(jax.random.PRNGKey(1), (2, 3, 4, 7)) * 3
   cotangent = jax.random.normal(jax.random.PRNGKey(2), logits.shape)
@@ -383,6 +387,7 @@ def test_dot_product_attention_takes_the_fused_kernel_only_where_nothing_blocks_
   assert len(calls) == 2
 
 
+@pytest.mark.slow
 def test_cudnn_attention_keeps_the_mask_contract(monkeypatch):
   """The wrapper around jax.nn's cuDNN call, run here through jax.nn's XLA implementation: rows that see no
   key give 0 with finite gradients, other rows equal the reference attention."""
@@ -416,6 +421,7 @@ def _grouped_local_inputs(kv_heads, dtype, length=8, heads=4, head_dim=DIM, wind
   return query, key, value, mask
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kv_heads", [4, 2, 1])
 def test_cudnn_attention_takes_grouped_kv_heads_and_a_window_mask(monkeypatch, kv_heads):
   """jax.nn's fused attention reads grouped key/value heads itself (no repeat): run here through jax.nn's XLA

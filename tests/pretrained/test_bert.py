@@ -25,6 +25,7 @@ def _hidden_states(config, params, input_ids, token_type_ids):
   return np.asarray(encoder.apply({"params": params}, jnp.asarray(input_ids), jnp.asarray(token_type_ids)))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sizes", [{}, {"hidden_size": 12, "num_attention_heads": 3, "intermediate_size": 20,
                                         "num_hidden_layers": 1, "max_position_embeddings": 10,
                                         "type_vocab_size": 3}])
@@ -51,6 +52,7 @@ def test_loaded_encoder_equals_a_numpy_bert(tmp_path, sizes):
                              expected[0][mask[0]], atol=2e-5)
 
 
+@pytest.mark.slow
 def test_params_drop_into_an_encoder_classifier(tmp_path):
   write_tiny_bert(tmp_path / "model")
   config, params, _ = load_bert(tmp_path / "model")

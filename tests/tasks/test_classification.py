@@ -61,6 +61,7 @@ def tiny(tmp_path_factory):
   return config, root, tensors
 
 
+@pytest.mark.slow
 def test_summed_batch_metrics_are_the_metrics_of_the_split(tiny):
   config, _, _ = tiny
   config = config.copy_and_resolve_references()
@@ -106,6 +107,7 @@ def _param(tree, path):
   return np.asarray(tree)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("init", ["embedding", "encoder"])
 def test_train_eval_predict_and_classify_end_to_end(tiny, tmp_path, init):
   config, _, tensors = tiny

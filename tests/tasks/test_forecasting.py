@@ -73,6 +73,7 @@ def trained(tmp_path_factory):
   return config, workdir, train_output, eval_output
 
 
+@pytest.mark.slow
 def test_training_lowers_the_loss_and_counts_input_hours(trained):
   _, workdir, train_output, _ = trained
   assert train_output.step == 24
@@ -87,6 +88,7 @@ def test_training_lowers_the_loss_and_counts_input_hours(trained):
   assert task.count_tokens(padded) == 5 * INPUT_LENGTH
 
 
+@pytest.mark.slow
 def test_eval_metrics_in_ug_per_m3_match_numpy_from_the_model_outputs(trained):
   config, workdir, _, eval_output = trained
   restored = load(workdir)
@@ -102,6 +104,7 @@ def test_eval_metrics_in_ug_per_m3_match_numpy_from_the_model_outputs(trained):
   assert len(set(np.round(expected["mae_h"], 6))) == len(config.task.horizons)  # horizons really differ
 
 
+@pytest.mark.slow
 def test_predict_writes_one_row_per_test_window_and_horizon(trained):
   config, workdir, _, _ = trained
   restored = load(workdir)
@@ -126,6 +129,7 @@ def test_predict_writes_one_row_per_test_window_and_horizon(trained):
   assert sum(row["actual"] == "" for row in rows) == (~expected["mask"]).sum()
 
 
+@pytest.mark.slow
 def test_load_forecast_from_raw_rows_equals_forecast_from_features(trained):
   _, workdir, _, _ = trained
   model = load(workdir)
@@ -146,6 +150,7 @@ def test_load_forecast_from_raw_rows_equals_forecast_from_features(trained):
     model.forecast(series.features[first:first + INPUT_LENGTH - 1])
 
 
+@pytest.mark.slow
 def test_per_horizon_metrics_weigh_only_observed_targets():
   config = small_config()
   task = build_task(config)
@@ -178,6 +183,7 @@ def test_per_horizon_metrics_weigh_only_observed_targets():
     np.testing.assert_allclose(float(total), (errors[:, index] ** 2).sum(), rtol=1e-4)
 
 
+@pytest.mark.slow
 def test_vmapped_seeds_train_and_load_separately(tmp_path):
   config = small_config(num_seeds=2, num_train_steps=6, eval_every=6, model__architecture="transformer_encoder",
                         model__num_heads=2)
@@ -221,6 +227,7 @@ def test_default_token_count_is_the_nonzero_integer_entries():
   assert build_task(config).count_tokens(batch) == 3 + 5
 
 
+@pytest.mark.slow
 def test_forecast_refuses_rows_it_cannot_read_naming_the_row_and_column(trained):
   """Rows without a measured pm2.5, out of time order, or with NaN / inf once gave confident numbers or NaN
   (``read_csv`` refuses each in a file; ``forecast`` now does on rows in memory)."""

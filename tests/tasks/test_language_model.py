@@ -61,6 +61,7 @@ def test_batches_are_padded_sentences_ending_with_eos(raw_dir, data_dir):
   assert all(np.sum(row == model_config.eos_id) == 1 for row in sentences)
 
 
+@pytest.mark.slow
 def test_loss_counts_real_tokens_only(raw_dir, data_dir):
   """Extra padding columns and all-padding rows change neither the loss sum nor the weight."""
   task = build_task(tiny_config(raw_dir, data_dir))
@@ -104,6 +105,7 @@ def test_the_task_refuses_another_model(raw_dir, data_dir):
     build_task(config).model_config()
 
 
+@pytest.mark.slow
 def test_tiny_run_trains_reports_perplexity_and_continues_prompts(raw_dir, data_dir, tmp_path):
   """With multi-query attention and a sliding window, whose cached decoding the continuation check covers."""
   workdir = str(tmp_path / "run")

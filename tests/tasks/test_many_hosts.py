@@ -61,6 +61,7 @@ def _check_filler_rows_weigh_nothing(loss_and_metrics, model, init_inputs, batch
     assert len(host_rows(padded, process, 2)[next(iter(padded))]) == multiple // 2
 
 
+@pytest.mark.slow
 def test_filler_rows_weigh_nothing_in_the_synthetic_and_translation_loss():
   task = synthetic_task()  # Seq2SeqTask.loss_and_metrics, as translation: target 0 (PAD) is masked
   model = task.build_model(task.model_config().replace(deterministic=True))
@@ -68,6 +69,7 @@ def test_filler_rows_weigh_nothing_in_the_synthetic_and_translation_loss():
   _check_filler_rows_weigh_nothing(task.loss_and_metrics, model, task.init_inputs(batch), batch)
 
 
+@pytest.mark.slow
 def test_filler_rows_weigh_nothing_in_the_forecasting_loss():
   task = forecasting_task()  # an all-zero target_mask row scores nothing
   model = task.build_model(task.model_config().replace(deterministic=True))
@@ -86,6 +88,7 @@ def _token_rows(rows, length, seed):
   return np.where(np.arange(length) < lengths[:, None], rng.integers(3, 20, (rows, length)), 0).astype(np.int32)
 
 
+@pytest.mark.slow
 def test_filler_rows_weigh_nothing_in_the_language_model_loss():
   model = TransformerLM(ModelConfig(vocab_size=20, deterministic=True, **TINY_MODEL))
   batch = {"tokens": _token_rows(5, 6, seed=0)}
@@ -93,6 +96,7 @@ def test_filler_rows_weigh_nothing_in_the_language_model_loss():
       lambda *args: LanguageModelTask.loss_and_metrics(STUB_TASK, *args), model, (batch["tokens"],), batch)
 
 
+@pytest.mark.slow
 def test_filler_rows_weigh_nothing_in_the_classification_loss():
   model = EncoderClassifier(ClassifierConfig(vocab_size=20, deterministic=True, **TINY_MODEL))
   batch = fixed_batches(_token_rows(5, 6, seed=1), np.array([0, 1, 1, 0, 1], np.int32), batch_size=5)[0]

@@ -1,6 +1,7 @@
 """The run description: ``RunConfig.from_config`` reads the ``ConfigDict`` once into typed, frozen settings."""
 import dataclasses
 import json
+import re
 
 import pytest
 
@@ -38,33 +39,34 @@ def test_the_record_is_the_config_as_json_values():
   assert run.record["optimizer"]["frozen_params"] == ["encoder/embedding"]
 
 
+# The wording is not the point here: each case checks the error's type and that it names the field (and the
+# section); the "Did you mean" suggestions keep their sentence, since the suggestion is the point.
 @pytest.mark.parametrize("field,value,message", [
     ("batch_sise", 8, "config has no field 'batch_sise'. Did you mean 'batch_size'?"),
-    ("batch_size", 0, "config.batch_size must be a positive integer, got 0"),
-    ("parallelism", "pjit", "config.parallelism='pjit' is not supported"),
-    ("sweep", "model.d_model=64,128", "'model.d_model' cannot be swept in one program"),
-    ("sweep", "optimizer.learning_rate=1e-3,x", "must be numbers separated by commas"),
-    ("steps_per_call", 3, "config.log_every=100 is not a multiple of config.steps_per_call=3"),
-    ("label_smoothing", "0.1", "config.label_smoothing='0.1' must be of type float, as its default 0.0 is."),
-    ("batch_size", True, "config.batch_size=True must be of type int"),
-    ("task", "synthetic", "config.task must be a section of fields (e.g. config.task.<field>), got 'synthetic'."),
+    ("batch_size", 0, "config.batch_size"),
+    ("parallelism", "pjit", "config.parallelism='pjit'"),
+    ("sweep", "model.d_model=64,128", "config.sweep='model.d_model=64,128'"),
+    ("sweep", "optimizer.learning_rate=1e-3,x", "config.sweep='optimizer.learning_rate=1e-3,x'"),
+    ("steps_per_call", 3, "config.steps_per_call=3"),
+    ("label_smoothing", "0.1", "config.label_smoothing='0.1'"),
+    ("batch_size", True, "config.batch_size=True"),
+    ("task", "synthetic", "config.task"),
 ])
 def test_a_bad_top_level_value_fails_when_resolved_naming_the_field(field, value, message):
   values = load_experiment_config("synthetic", "copy").to_dict()
   values[field] = value
-  with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)").replace("?", r"\?")):
+  with pytest.raises(ConfigError, match=re.escape(message)):
     RunConfig.from_config(values)
 
 
 @pytest.mark.parametrize("section,field,value,message", [
-    ("optimizer", "schedule", "linear", "config.optimizer.schedule='linear' is not supported"),
-    ("optimizer", "learning_rate", "3e-4", "config.optimizer: OptimizerConfig.learning_rate='3e-4' must be of type "
-                                           "float"),
+    ("optimizer", "schedule", "linear", "config.optimizer.schedule"),
+    ("optimizer", "learning_rate", "3e-4", "config.optimizer: OptimizerConfig.learning_rate"),
     ("model", "d_modle", 64, "config.model: ModelConfig has no field 'd_modle'. Did you mean 'd_model'?"),
-    ("task", "name", 3, "config.task.name=3 is not a known task"),
-    ("decode", "temperature", None, "config.decode.temperature=None must be of type float"),
-    ("model", "dropout_rate", "0.1", "ModelConfig.dropout_rate='0.1' must be of type float"),
-    ("task", "max_length", "12", "config.task: SyntheticConfig.max_length='12' must be of type int"),
+    ("task", "name", 3, "config.task.name"),
+    ("decode", "temperature", None, "config.decode.temperature"),
+    ("model", "dropout_rate", "0.1", "ModelConfig.dropout_rate"),
+    ("task", "max_length", "12", "config.task: SyntheticConfig.max_length"),
     ("optimizer", "learnig_rate", 1e-3, "config.optimizer: OptimizerConfig has no field 'learnig_rate'. Did you mean "
                                         "'learning_rate'?"),
     ("decode", "beam_sise", 4, "config.decode has no field 'beam_sise'"),
@@ -73,7 +75,7 @@ def test_a_bad_top_level_value_fails_when_resolved_naming_the_field(field, value
 def test_a_bad_section_value_names_its_section(section, field, value, message):
   values = load_experiment_config("synthetic", "copy").to_dict()
   values[section][field] = value
-  with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace("?", r"\?")):
+  with pytest.raises(ConfigError, match=re.escape(message)):
     RunConfig.from_config(values)
 
 

@@ -47,6 +47,7 @@ def raw_dir(tmp_path_factory):
   return write_multi30k(tmp_path_factory.mktemp("raw") / "multi30k", sizes=SIZES)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("variant", ["transformer_small", "gru_bahdanau"])
 def test_train_eval_and_translate(raw_dir, tmp_path, monkeypatch, variant):
   data_dir, workdir = tmp_path / "tfds", str(tmp_path / "run")
@@ -142,6 +143,7 @@ def test_fixed_batch_shape_gives_one_shape_and_keeps_every_example(raw_dir, tmp_
   assert len({next(bucketed_iterator)["source"].shape for _ in range(12)}) > 1  # the default: length buckets
 
 
+@pytest.mark.slow
 def test_word_dropout_changes_the_inputs_and_keeps_the_labels(raw_dir, tmp_path):
   """``config.source_token_dropout`` / ``target_token_dropout``: the loss of a training batch is the model's
   loss on inputs with tokens replaced by <unk>, against the batch's own (whole) targets; eval is untouched."""
@@ -202,6 +204,7 @@ def test_tokenizer_type_selects_the_sentencepiece_algorithm(raw_dir, tmp_path):
     build_task(tiny_translation_config(raw_dir, tmp_path / "tfds", **{"task.tokenizer_type": "wordpiece"})).data
 
 
+@pytest.mark.slow
 def test_a_run_refuses_a_tokenizer_other_than_the_one_it_trained_with(raw_dir, tmp_path):
   """The SentencePiece cache is keyed by the options, but another host can train another model from them: a run
   keeps its own models and refuses to resume, evaluate or load with a different one, naming the file to copy."""

@@ -95,6 +95,7 @@ def test_sigterm_saves_a_checkpoint_then_resumes_identically(tmp_path, uninterru
   assert_identical_runs(workdir, uninterrupted)
 
 
+@pytest.mark.slow
 def test_corrupt_latest_checkpoint_falls_back_with_a_warning(make_config, tmp_path, caplog):
   run(make_config(), str(tmp_path))  # checkpoints at 10 and 20
   state_dir = tmp_path / "checkpoints" / "20" / "state"
@@ -114,6 +115,7 @@ def test_corrupt_latest_checkpoint_falls_back_with_a_warning(make_config, tmp_pa
   assert steps == sorted(steps) and steps.count(15) == 1  # lines after step 10 were rewritten, not duplicated
 
 
+@pytest.mark.slow
 def test_all_checkpoints_corrupt_refuses_to_start_from_scratch(make_config, tmp_path):
   run(make_config(), str(tmp_path))
   for path in (tmp_path / "checkpoints").rglob("*"):
@@ -123,12 +125,14 @@ def test_all_checkpoints_corrupt_refuses_to_start_from_scratch(make_config, tmp_
     run(make_config(num_train_steps=30), str(tmp_path))
 
 
+@pytest.mark.slow
 def test_workdir_of_another_model_is_refused(make_config, tmp_path):
   run(make_config(num_train_steps=10), str(tmp_path))
   with pytest.raises(ValueError, match="different model .*d_model: 32 -> 64"):
     run(make_config(model__d_model=64), str(tmp_path))
 
 
+@pytest.mark.slow
 def test_restore_from_starts_from_another_runs_parameters(make_config, tmp_path):
   pretrained = run(make_config(num_train_steps=10), str(tmp_path / "pretrained"))
   # A different seed: the initialisation must come from the checkpoint, not from the seed.
@@ -144,6 +148,7 @@ def test_restore_from_starts_from_another_runs_parameters(make_config, tmp_path)
   assert max(float(np.max(np.abs(np.asarray(fresh_params[k]) - np.asarray(before[k])))) for k in before) > 1e-1
 
 
+@pytest.mark.slow
 def test_keeps_the_last_checkpoints_and_the_best(make_config, tmp_path):
   run(make_config(num_train_steps=20, checkpoint_every=5, eval_every=5, keep_checkpoints=2,
                   best_metric="eval/loss", best_mode="min"), str(tmp_path))
@@ -154,6 +159,7 @@ def test_keeps_the_last_checkpoints_and_the_best(make_config, tmp_path):
   assert best == [min(evals, key=lambda r: r["eval/loss"])["step"]]
 
 
+@pytest.mark.slow
 def test_eval_with_averaged_checkpoints_uses_the_mean_parameters(make_config, tmp_path):
   run(make_config(num_train_steps=20, checkpoint_every=5, keep_checkpoints=3), str(tmp_path))
   averaged = run(make_config(average_checkpoints=3), str(tmp_path), mode="eval")

@@ -29,15 +29,14 @@ def test_validation_checks_the_model_section_before_any_data():
   config = base_config("rnn")
   validate_config(config)
   config.model.hidden_dim = 7  # RNNConfig's own check, as a ConfigError
-  with pytest.raises(ConfigError, match="RNNConfig.hidden_dim=7 must be even"):
+  with pytest.raises(ConfigError, match=r"RNNConfig\.hidden_dim=7\b"):
     validate_config(config)
   config = base_config("transformer")
   config.model_name = "rnn"  # a name without its section
-  with pytest.raises(ConfigError, match="config.model_name='rnn', but config.model holds the fields of "
-                                        "'transformer'"):
+  with pytest.raises(ConfigError, match=r"config\.model_name='rnn'.*config\.model .*'transformer'"):
     validate_config(config)
   config.model_name = "lstm"
-  with pytest.raises(ConfigError, match="'lstm' is not a known model"):
+  with pytest.raises(ConfigError, match=r"config\.model_name='lstm'"):
     validate_config(config)
 
 
@@ -46,8 +45,7 @@ def test_a_seq2seq_task_refuses_a_model_that_is_not_seq2seq():
   from tests.train.conftest import load_experiment_config
   from transformer.tasks import build_task
   config = set_model(load_experiment_config("synthetic", "copy"), "encoder_classifier")
-  with pytest.raises(ConfigError, match="'encoder_classifier' is not a sequence-to-sequence model; the "
-                                        "'synthetic' task trains one of \\['transformer', 'rnn'\\]"):
+  with pytest.raises(ConfigError, match=r"config\.model_name='encoder_classifier'.*'synthetic'"):
     build_task(config).model_config()
 
 
@@ -63,16 +61,16 @@ def test_a_workdir_of_another_model_is_refused_and_a_field_added_since_compares_
   write_format(str(tmp_path))
   (tmp_path / "model_config.json").write_text(json.dumps(saved))
   _check_workdir_model(str(tmp_path), model_config, has_checkpoints=True, write=False)
-  with pytest.raises(ValueError, match="holds checkpoints of a different model .*d_model: 64 -> 128"):
+  with pytest.raises(ConfigError, match="d_model: 64 -> 128"):
     _check_workdir_model(str(tmp_path), model_config.replace(d_model=128), has_checkpoints=True, write=False)
-  with pytest.raises(ValueError, match="holds checkpoints of a different model .*d_model: 64 -> None"):
+  with pytest.raises(ConfigError, match="d_model: 64 -> None"):
     _check_workdir_model(str(tmp_path), RNNConfig(), has_checkpoints=True, write=False)
   # A field added since (here kernels, num_token_types, embedding_norm are left out) compares as its default.
   for added in ("kernels", "num_token_types", "embedding_norm"):
     del saved[added]
   (tmp_path / "model_config.json").write_text(json.dumps(saved))
   _check_workdir_model(str(tmp_path), model_config, has_checkpoints=True, write=False)
-  with pytest.raises(ValueError, match="num_token_types: 0 -> 2"):
+  with pytest.raises(ConfigError, match="num_token_types: 0 -> 2"):
     _check_workdir_model(str(tmp_path), model_config.replace(num_token_types=2), has_checkpoints=True,
                          write=False)
 

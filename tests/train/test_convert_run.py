@@ -60,6 +60,7 @@ def _refused_naming_the_converter(workdir):
   return message
 
 
+@pytest.mark.slow
 def test_a_run_saved_before_the_marker_is_refused_then_converted_loads_the_same_parameters(trained, tmp_path,
                                                                                              capsys):
   assert read_format(trained[0]) == FORMAT_VERSION  # a run records its format when it starts
@@ -89,6 +90,7 @@ def test_a_run_saved_before_the_marker_is_refused_then_converted_loads_the_same_
   assert capsys.readouterr().out == f"{workdir}: already format {FORMAT_VERSION}, nothing to convert\n"
 
 
+@pytest.mark.slow
 def test_a_format_0_run_is_converted_to_todays_config_and_loads(trained, tmp_path, capsys):
   workdir = _copy(trained, tmp_path)
   today = _read(workdir, "config.json")
@@ -110,6 +112,7 @@ def test_a_format_0_run_is_converted_to_todays_config_and_loads(trained, tmp_pat
   _assert_same_params(load(workdir, checkpoint="latest").params, trained[1])
 
 
+@pytest.mark.slow
 def test_the_converter_names_a_workdir_without_a_run_and_one_of_a_newer_format(trained, tmp_path):
   with pytest.raises(SystemExit, match="holds no config.json"):
     main([str(tmp_path)])
@@ -121,6 +124,7 @@ def test_the_converter_names_a_workdir_without_a_run_and_one_of_a_newer_format(t
     load(workdir)
 
 
+@pytest.mark.slow
 def test_load_reads_and_verifies_only_the_parameters(trained, tmp_path):
   """A changed checksum of a parameter makes load fall back to the checkpoint before; one of the optimizer
   state is never looked at (that state is not read)."""
@@ -138,6 +142,7 @@ def test_load_reads_and_verifies_only_the_parameters(trained, tmp_path):
   assert load(workdir, checkpoint="latest").step == 10  # step 20 is damaged: the one before
 
 
+@pytest.mark.slow
 def test_load_with_a_model_the_checkpoint_does_not_hold_is_named(trained):
   """A parameter the checkpoint lacks is an error, not left unread (orbax's partial restore would hand back
   its abstract leaf); one of another shape too."""

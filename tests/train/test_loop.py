@@ -55,6 +55,7 @@ def test_loss_decreases_and_files_are_written(make_config, tmp_path, capsys):
   assert any((tmp_path / "tensorboard").iterdir())
 
 
+@pytest.mark.slow
 def test_a_best_metric_the_task_does_not_report_stops_at_the_first_evaluation_and_resumes(make_config, tmp_path):
   with pytest.raises(ConfigError, match=r"config.best_metric='eval/acuracy' is not a metric .*'eval/loss'.*step 10"):
     run(make_config(best_metric="eval/acuracy"), str(tmp_path))
@@ -63,6 +64,7 @@ def test_a_best_metric_the_task_does_not_report_stops_at_the_first_evaluation_an
   assert [record["step"] for record in read_metrics(str(tmp_path)) if "eval/loss" in record] == [10, 20]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("parallelism,fsdp", [("pmap", False), ("mesh", False), ("mesh", True)])
 def test_parallel_modes_match_single_device(make_config, tmp_path, reference, parallelism, fsdp):
   """Same seed and global batch: 8-device data parallel (and FSDP) follows the 1-device loss curve."""
@@ -75,11 +77,13 @@ def test_parallel_modes_match_single_device(make_config, tmp_path, reference, pa
   assert_params_close(output.state.params, reference_output.state.params, rtol=1e-3, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_gradient_accumulation_matches_full_batch(make_config, tmp_path, reference):
   run(make_config(grad_accum_steps=4), str(tmp_path))
   np.testing.assert_allclose(losses(tmp_path), losses(reference[0]), rtol=2e-4)
 
 
+@pytest.mark.slow
 def test_vmap_over_seeds_equals_separate_runs(make_config, tmp_path):
   together = run(make_config(num_seeds=2, seed=3), str(tmp_path / "vmap"))
   for replica in range(2):
@@ -98,6 +102,7 @@ def test_vmap_over_seeds_equals_separate_runs(make_config, tmp_path):
     assert record["eval/exact_match"] == pytest.approx(np.mean(seeds))
 
 
+@pytest.mark.slow
 def test_vmapped_rnn_seeds_equal_separate_runs(tmp_path):
   """The GRU encoder-decoder's seeds in one program follow the separate runs, training and greedy evaluation.
   The vmapped program runs on one CPU device, where a vmapped init of this model never finished (the
@@ -127,6 +132,7 @@ def test_vmapped_rnn_seeds_equal_separate_runs(tmp_path):
     assert_params_close(loaded.params, alone.state.params, rtol=1e-4, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_vmap_over_swept_variants_equals_separate_runs(make_config, tmp_path):
   """config.sweep: 2 variants (learning rate, warmup and label smoothing zipped) x 2 seeds in one program;
   replica r is variant r // 2 with seed 3 + r % 2, and follows the separate run of that variant and seed."""
@@ -166,6 +172,7 @@ def test_vmap_over_swept_variants_equals_separate_runs(make_config, tmp_path):
   assert not np.allclose(losses(tmp_path / "vmap", "train/loss/seed_0"), losses(tmp_path / "vmap", "train/loss/seed_2"))
 
 
+@pytest.mark.slow
 def test_vmapped_seeds_resume_from_a_checkpoint_between_logging_steps(make_config, tmp_path):
   """A checkpoint between two logging steps (as a SIGTERM's) holds each seed's partial window of metrics;
   resumed from it, the next logged means are those of the uninterrupted run."""
@@ -201,6 +208,7 @@ def test_a_sweep_needs_jit(make_config, tmp_path):
     run(make_config(sweep="optimizer.learning_rate=1e-3,2e-3", parallelism="pmap"), str(tmp_path))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("first,second", [("mesh", "jit"), ("jit", "pmap")])
 def test_resume_on_another_parallelism(make_config, tmp_path, reference, first, second):
   """Checkpoints hold the canonical state: saved under one layout (8 or 1 devices), resumed under another."""
@@ -211,6 +219,7 @@ def test_resume_on_another_parallelism(make_config, tmp_path, reference, first, 
   assert_params_close(resumed.state.params, reference[1].state.params, rtol=1e-3, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_bfloat16_compute_trains(make_config, tmp_path):
   output = run(make_config(num_train_steps=40, model__dtype="bfloat16"), str(tmp_path))
   curve = losses(tmp_path)

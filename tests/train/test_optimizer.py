@@ -55,6 +55,7 @@ def test_weight_decay_is_decoupled():
   np.testing.assert_allclose(updates["w"], [-1e-3 * 0.1 * 2.0], rtol=1e-5)  # zero gradient: decay alone
 
 
+@pytest.mark.slow
 def test_frozen_params_get_no_update_and_the_rest_train_as_without_freezing():
   params = {"encoder": {"embedding": {"embedding": jnp.ones((5, 3))}, "layer_0": {"kernel": jnp.ones((3, 3))}},
             "classifier": {"kernel": jnp.ones((3, 2)), "bias": jnp.zeros((2,))}}

@@ -59,6 +59,7 @@ def test_results_table_has_a_row_per_metric_and_a_column_per_split():
                                 "loss    1.5"]
 
 
+@pytest.mark.slow
 def test_eval_prints_its_metrics_as_a_table(make_config, tmp_path, capsys):
   run(make_config(), str(tmp_path))
   capsys.readouterr()
@@ -76,6 +77,7 @@ def test_eval_prints_its_metrics_as_a_table(make_config, tmp_path, capsys):
   assert f"written: {tmp_path}/eval_results.json" in out
 
 
+@pytest.mark.slow
 def test_predict_writes_one_line_per_example_and_does_not_evaluate(make_config, tmp_path, capsys):
   config = make_config()
   run(config, str(tmp_path))

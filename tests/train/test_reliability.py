@@ -66,6 +66,7 @@ def workdir(trained_with_best, tmp_path):
 
 # 1. A resume that falls back must be able to finish, also when best/ holds the damaged step.
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fault", ["damaged", "deleted"])
 def test_latest_checkpoint_lost_while_best_holds_its_step_resumes_and_reruns(workdir, fault, caplog):
   latest = os.path.join(workdir, "checkpoints", "20")
@@ -98,6 +99,7 @@ def test_saving_a_step_that_best_already_holds_replaces_it(tmp_path):
 
 # 2. Deleted checkpoints: never truncate metrics a surviving checkpoint covers; never start over silently.
 
+@pytest.mark.slow
 def test_deleted_periodic_checkpoints_resume_from_best(workdir):
   before = read_metrics(workdir)
   shutil.rmtree(os.path.join(workdir, "checkpoints"))
@@ -106,6 +108,7 @@ def test_deleted_periodic_checkpoints_resume_from_best(workdir):
   assert after[:len(before)] == before and after[-1]["step"] == 30
 
 
+@pytest.mark.slow
 def test_a_best_checkpoint_of_another_model_is_refused_not_moved_aside(workdir):
   shutil.rmtree(os.path.join(workdir, "checkpoints"))
   with pytest.raises(ValueError, match="different model .*d_model: 32 -> 64"):
@@ -113,6 +116,7 @@ def test_a_best_checkpoint_of_another_model_is_refused_not_moved_aside(workdir):
   assert step_dirs(os.path.join(workdir, "best")) == [20]
 
 
+@pytest.mark.slow
 def test_metrics_without_any_checkpoint_refuse_to_start_over_unless_restart(workdir):
   run(tiny_config(**BEST, num_train_steps=30), workdir)  # past the second checkpoint: one surely committed
   metrics = open(os.path.join(workdir, "metrics.jsonl")).read()
@@ -130,6 +134,7 @@ def test_metrics_without_any_checkpoint_refuse_to_start_over_unless_restart(work
   assert read_metrics(workdir)[0]["step"] == 5  # the new run's own lines
 
 
+@pytest.mark.slow
 def test_a_raised_checkpoint_every_does_not_hide_the_checkpoints_an_earlier_run_committed(workdir):
   """The earlier run's own checkpoint_every decides whether its metrics prove a committed checkpoint (was: a
   command with --config.checkpoint_every=50 started over, rewriting metrics.jsonl and config.json)."""
@@ -192,6 +197,7 @@ def test_a_folder_holding_no_run_is_refused_and_a_failed_start_leaves_nothing(tm
   assert not (tmp_path / "new").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["eval", "predict"])
 def test_a_read_only_workdir_is_refused_before_any_work(trained_with_best, monkeypatch, mode):
   """Eval and predict write their results into the workdir: a read-only one is named at once (was: OSError
@@ -259,6 +265,7 @@ def flip_bits_that_orbax_restores(state_dir, scratch):
   pytest.fail("no seed gave flips that orbax restores silently")
 
 
+@pytest.mark.slow
 def test_flipped_bits_in_a_checkpoint_are_caught_by_its_checksum(workdir, trained_with_best, tmp_path, caplog):
   """16 flipped bits in the latest checkpoints' data, which orbax alone restores without a word: the resumed
   run falls back to step 10 and ends exactly as the uninterrupted run (it replays the same steps)."""
@@ -275,6 +282,7 @@ def test_flipped_bits_in_a_checkpoint_are_caught_by_its_checksum(workdir, traine
     np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.slow
 def test_an_edited_data_position_is_caught_by_its_checksum(workdir, trained_with_best, caplog):
   """The ``extra`` item (data position, metrics window) has its own checksum: a position edited by hand in both
   copies of step 20 falls back to step 10, and the run ends as the uninterrupted one (was: resumed the edited
@@ -306,6 +314,7 @@ RECORD_DAMAGE = {  # file -> what is written there, and the mode that meets it
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(RECORD_DAMAGE))
 def test_a_damaged_record_file_is_one_line_naming_it(workdir, name):
   text, mode = RECORD_DAMAGE[name]
@@ -329,6 +338,7 @@ def test_a_run_file_of_the_wrong_kind_is_one_line_naming_it(tmp_path, name):
 
 # 5. Divergence stops the run (or, when asked, its steps are skipped); a non-finite state is never saved.
 
+@pytest.mark.slow
 def test_divergence_stops_with_the_step_and_keeps_the_last_finite_checkpoint(tmp_path):
   config = tiny_config(optimizer__learning_rate=1e30, optimizer__warmup_steps=0, checkpoint_every=1,
                        log_every=1, **BEST)
@@ -374,6 +384,7 @@ def test_a_nonfinite_step_is_skipped_only_when_asked(skip):
     assert not np.all(np.isfinite(state.params["w"])) and "skipped_steps" not in metrics
 
 
+@pytest.mark.slow
 def test_skipping_nonfinite_steps_trains_on_and_counts_them(tmp_path):
   output = run(tiny_config(optimizer__learning_rate=1e30, optimizer__warmup_steps=0, skip_nonfinite_steps=True,
                           max_skipped_share=1.0), str(tmp_path))
@@ -385,6 +396,7 @@ def test_skipping_nonfinite_steps_trains_on_and_counts_them(tmp_path):
 
 # 9. Interrupted writes, a file as workdir, damaged best checkpoint at evaluation.
 
+@pytest.mark.slow
 def test_a_half_written_last_metrics_line_is_skipped_with_a_warning(workdir, caplog):
   path = os.path.join(workdir, "metrics.jsonl")
   complete = len(open(path).read().splitlines())
@@ -397,6 +409,7 @@ def test_a_half_written_last_metrics_line_is_skipped_with_a_warning(workdir, cap
   assert steps == sorted(steps) and steps.count(25) == 1
 
 
+@pytest.mark.slow
 def test_a_damaged_metrics_line_before_the_last_is_an_error(workdir):
   path = os.path.join(workdir, "metrics.jsonl")
   lines = open(path).read().splitlines()
@@ -412,6 +425,7 @@ def test_a_workdir_that_is_a_file_is_refused_in_one_line(tmp_path):
     run(tiny_config(), str(tmp_path / "file"))
 
 
+@pytest.mark.slow
 def test_eval_with_a_damaged_best_checkpoint_uses_the_latest_good_periodic_one(workdir, caplog):
   damage(os.path.join(workdir, "best", "20"))
   with caplog.at_level(logging.WARNING):
@@ -421,6 +435,7 @@ def test_eval_with_a_damaged_best_checkpoint_uses_the_latest_good_periodic_one(w
   assert step_dirs(os.path.join(workdir, "best")) == [20]  # evaluation never moves a checkpoint
 
 
+@pytest.mark.slow
 def test_all_checkpoints_damaged_is_a_project_error_in_one_line(workdir):
   for directory in ("checkpoints", "best"):
     for step in step_dirs(os.path.join(workdir, directory)):

@@ -29,6 +29,7 @@ def _config_bytes(workdir):
     return f.read()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["train", "eval"])
 @pytest.mark.parametrize("overrides,named", [
     ({"optimizer__learning_rate": 1e-2}, "optimizer.learning_rate: 0.002 -> 0.01"),
@@ -42,6 +43,7 @@ def test_a_command_with_other_settings_than_the_run_is_refused_naming_each(train
   assert _config_bytes(workdir) == config_json  # the record is never rewritten
 
 
+@pytest.mark.slow
 def test_extending_a_run_and_accepted_changes_go_to_its_history(tmp_path):
   workdir = str(tmp_path)
   run(tiny_config(num_train_steps=10), workdir)
@@ -74,6 +76,7 @@ def test_read_only_modes_write_nothing_where_there_is_no_run(tmp_path, mode, sta
   assert (not workdir.exists()) if state == "missing" else not any(workdir.iterdir())
 
 
+@pytest.mark.slow
 def test_a_step_that_logs_nothing_never_waits_for_the_device(tmp_path, monkeypatch):
   """No array is read to the host in the loop except inside its actions (log, evaluate, save): a per-step
   fetch (of metrics, or of a finiteness flag) would be counted. (``jax.transfer_guard`` does not guard reads
@@ -123,6 +126,7 @@ def test_prefetched_batches_are_the_iterators_in_order_with_the_position_after_e
       np.testing.assert_array_equal(np.asarray(device[name]), want[name])
 
 
+@pytest.mark.slow
 def test_a_run_skipping_most_of_its_steps_stops_and_shows_them(tmp_path, capsys):
   config = tiny_config(optimizer__learning_rate=1e30, optimizer__warmup_steps=0, skip_nonfinite_steps=True,
                        quiet=False)
@@ -136,6 +140,7 @@ def test_a_run_skipping_most_of_its_steps_stops_and_shows_them(tmp_path, capsys)
     assert np.isnan(record["train/loss"])
 
 
+@pytest.mark.slow
 def test_a_run_refuses_data_other_than_its_own_unless_accepted(tmp_path, monkeypatch):
   from transformer.tasks.synthetic import SyntheticTask
   workdir = str(tmp_path)
@@ -164,6 +169,7 @@ def test_a_misspelt_accepted_change_is_refused_with_the_field_meant(trained):
   assert _config_bytes(workdir) == config_json
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("damage", ["missing", "null"])
 def test_a_record_without_its_optimizer_section_still_refuses_another_learning_rate(tmp_path, damage):
   """A section the record lacks (or holds null) means its defaults, so a command's other value is a change

@@ -80,6 +80,7 @@ def _random_params(task, model_config, batch):
   return model.init(jax.random.key(0), *task.init_inputs(batch))["params"]
 
 
+@pytest.mark.slow
 def test_synthetic_exact_match_of_shares_is_that_of_the_whole_set(monkeypatch):
   task = build_task(tiny_config(task__num_eval_examples=30))
   model_config = task.model_config()
@@ -108,6 +109,7 @@ def translation_task(tmp_path_factory):
   return build_task(config)
 
 
+@pytest.mark.slow
 def test_translation_bleu_of_shares_is_that_of_the_whole_set(translation_task, monkeypatch):
   task = translation_task
   model_config = task.model_config()
@@ -134,6 +136,7 @@ def test_translation_bleu_of_shares_is_that_of_the_whole_set(translation_task, m
   assert 10 < metrics["bleu"] < 100
 
 
+@pytest.mark.slow
 def test_forecasting_rmse_of_shares_is_that_of_the_whole_split(monkeypatch):
   monkeypatch.setattr(forecasting, "PREDICT_BATCH_SIZE", 32)  # several batches of validation windows
   task = build_task(forecasting_config())

@@ -2,6 +2,7 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from transformer.tasks.run_config import OptimizerConfig
 from transformer.train.optimizer import make_optimizer
@@ -33,6 +34,7 @@ def _dot_count(function, *args) -> int:
   return sum(equation.primitive.name == "dot_general" for equation in jax.make_jaxpr(function)(*args).eqns)
 
 
+@pytest.mark.slow
 def test_frozen_parameters_stay_and_the_rest_train_as_without_freezing():
   config = OptimizerConfig(learning_rate=0.1, schedule="constant", warmup_steps=0)
   plain_optimizer = make_optimizer(config, 10)

@@ -52,6 +52,7 @@ def four_steps_per_call(tmp_path_factory):
   return workdir, run(tiny_config(**RUN, steps_per_call=4), str(workdir))
 
 
+@pytest.mark.slow
 def test_four_steps_per_call_log_and_save_what_one_step_per_call_does(one_step_per_call, four_steps_per_call):
   (one_dir, one), (four_dir, four) = one_step_per_call, four_steps_per_call
   assert four.step == 22
@@ -64,6 +65,7 @@ def test_four_steps_per_call_log_and_save_what_one_step_per_call_does(one_step_p
                         load_params(str(one_dir), checkpoint=step).params)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("saved_by,from_step", [("four", 12), ("one", 10)])
 def test_a_run_resumed_with_four_steps_per_call_equals_the_uninterrupted_run(
     one_step_per_call, four_steps_per_call, tmp_path, saved_by, from_step):
@@ -82,6 +84,7 @@ def test_a_run_resumed_with_four_steps_per_call_equals_the_uninterrupted_run(
   _assert_trees_equal(resumed.state, reference.state)
 
 
+@pytest.mark.slow
 def test_vmapped_seeds_with_four_steps_per_call_equal_one_step_per_call(tmp_path):
   """Replicas (vmap) inside the scan: each seed's logged means and parameters are those of one step per call."""
   settings = dict(num_train_steps=8, log_every=4, eval_every=8, checkpoint_every=8, num_seeds=2)
@@ -102,6 +105,7 @@ class _DropoutTask:
     return loss, weight, {"loss": (loss, weight)}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("parallelism,num_replicas", [("jit", 1), ("jit", 2), ("mesh", 1)])
 def test_a_scanned_call_is_the_same_steps_on_every_strategy_that_scans(parallelism, num_replicas):
   """Strategy level: four calls of the step against one call of four (vmapped replicas with their own swept
