@@ -4,7 +4,7 @@ Two managers share a run directory: ``checkpoints/`` keeps the last ``keep`` per
 ``best/`` keeps the one with the best validation metric. Saves are asynchronous; a save interrupted by a
 kill never becomes visible (orbax writes to a temporary directory and renames it when complete).
 
-Every checkpoint records a SHA-256 of each array of the state (in its JSON ``extra`` item) and restore
+Every checkpoint records a SHA-256 of each array of the state and of its ``extra`` item (``checksums.py``) and restore
 verifies it, so flipped bits are caught like a truncated file: the checkpoint is skipped, with a warning,
 for the one before it, and (when the run owns the workdir, ``repair=True``) renamed aside to
 ``<step>.damaged-<time>`` once an older one restores, so that later saves of that step and later resumes
@@ -18,8 +18,6 @@ half-written temporary directories are removed so that only intact checkpoints r
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import math
 import os
@@ -29,18 +27,18 @@ from typing import Any
 
 import flax.struct
 import jax
-import numpy as np
 import orbax.checkpoint as ocp
 
 from transformer.errors import (CheckpointRestoreError, ConfigError, MissingDataError, TrainingDiverged,
                                 WorkdirError)
+from transformer.train.checksums import extra_checksum as _extra_checksum, state_checksums
 from transformer.train.run_directory import BEST, CHECKPOINTS
 from transformer.train.orbax_aftermath import collect_orbax_leftovers, join_orbax_workers, quiet_orbax_aftermath
 from transformer.train.writers import format_bytes, is_disk_full
 
 log = logging.getLogger(__name__)
 
-__all__ = ["CheckpointRestoreError", "Checkpointer", "SavedParams", "state_checksums"]
+__all__ = ["CheckpointRestoreError", "Checkpointer", "SavedParams", "state_checksums"]  # checksums.py's, re-exported
 
 
 @flax.struct.dataclass
@@ -49,39 +47,6 @@ class SavedParams:
   key stay on disk (orbax's partial restore). Its tree paths (``.params[...]``) are the train state's, so the
   checksums recorded at save time check it."""
   params: Any
-
-
-def _host_array(leaf) -> np.ndarray | None:
-  """The whole value of ``leaf`` on this host, or None when this process holds only part of it."""
-  if isinstance(leaf, jax.Array) and not leaf.is_fully_addressable:
-    if not leaf.is_fully_replicated:
-      return None
-    leaf = leaf.addressable_data(0)
-  return np.asarray(jax.device_get(leaf))
-
-
-def state_checksums(state) -> tuple[dict[str, str], list[str]]:
-  """``(checksums, non_finite)``: SHA-256 of each leaf's dtype, shape and bytes by tree path, and the paths
-  of floating-point leaves holding a NaN or infinity. Leaves this process holds only a shard of are left out."""
-  checksums, non_finite = {}, []
-  for path, leaf in jax.tree_util.tree_leaves_with_path(state):
-    array = _host_array(leaf)
-    if array is None:
-      continue
-    name = jax.tree_util.keystr(path)
-    array = np.ascontiguousarray(array)
-    digest = hashlib.sha256(f"{array.dtype.str}{array.shape}".encode())
-    digest.update(array.view(np.uint8).reshape(-1) if array.size else b"")
-    checksums[name] = digest.hexdigest()
-    if np.issubdtype(array.dtype, np.inexact) and not np.all(np.isfinite(array)):
-      non_finite.append(name)
-  return checksums, non_finite
-
-
-def _extra_checksum(extra: dict) -> str:
-  """SHA-256 of the JSON of a checkpoint's ``extra`` item (data position, metrics window, ...): an edited one
-  would resume other data without a word."""
-  return hashlib.sha256(json.dumps(extra, sort_keys=True).encode()).hexdigest()
 
 
 def _one_line(error: Exception) -> str:
