@@ -15,6 +15,7 @@ translation experiment's ``transformer_small`` (vocabulary 8k, as its data) and 
 - ours, Eigen dots (CPU only): the same step compiled with the XLA option in ``CPU_OPTION_ROWS`` that
   moves the matmuls from YNNPACK (this jaxlib's default) to Eigen: how much is the matmul library
   (``--cpu_option_rows=all``: a row for each of the other options there too);
+- ours, no command buffers (GPU only): the same step with XLA's CUDA graphs off (``GPU_OPTION_ROWS``);
 - flax-stock: the same model built from ``flax.linen``'s stock ``MultiHeadDotProductAttention``,
   ``LayerNorm``, ``Dense`` and ``Embed.attend`` (``FlaxStockTransformer`` below), trained by the same task
   loss, optimizer and step, so only the model code differs;
@@ -93,6 +94,9 @@ CPU_OPTION_ROWS = {
     "ours, 512-bit vectors": {"xla_cpu_prefer_vector_width": 512},
     "ours, FAST_RUNTIME preset": {"xla_cpu_opt_preset": "CPU_OPT_PRESET_FAST_RUNTIME"},
 }
+# XLA:GPU launches a step's kernels as CUDA graphs ("command buffers") where it can; the row without them says
+# what launching each kernel on its own costs (the profiler of step_profile.py needs them off).
+GPU_OPTION_ROWS = {"ours, no command buffers": {"xla_gpu_enable_command_buffer": ""}}
 
 
 def add_arguments(parser):
@@ -112,6 +116,8 @@ def add_arguments(parser):
   parser.add_argument("--cpu_option_rows", default="eigen", choices=["none", "eigen", "all"],
                       help="extra rows of ours compiled with XLA:CPU options (CPU_OPTION_ROWS): none, the Eigen "
                            "dots row, or all of them")
+  parser.add_argument("--gpu_option_rows", default="all", choices=["none", "all"],
+                      help="extra rows of ours compiled with XLA:GPU options (GPU_OPTION_ROWS) on an accelerator")
   parser.add_argument("--isolate", dest="isolate", action="store_true", default=None,
                       help="time each implementation (ours with its option rows, flax-stock, PyTorch) in a process "
                            "of its own, one after the other (the default, except at --smoke size)")
@@ -376,7 +382,7 @@ def release_torch_memory() -> None:
 # XLA:CPU option rows, PyTorch eager with compiled), so that what one loads (PyTorch's thread pools and
 # allocator, above all) cannot change another's time.
 GROUPS = ("ours", "flax-stock", "pytorch")
-ROW_ORDER = ("ours", "flax-stock", *CPU_OPTION_ROWS, "pytorch", "pytorch compiled")
+ROW_ORDER = ("ours", "flax-stock", *CPU_OPTION_ROWS, *GPU_OPTION_ROWS, "pytorch", "pytorch compiled")
 
 
 def chosen_groups(args) -> list[str]:
@@ -564,7 +570,7 @@ def main(argv=None) -> common.Report | None:
     measure.disable_persistent_cache()
   kind = "cpu" if jax.default_backend() == "cpu" else "accelerator"
   option_rows = {"none": {}, "eigen": dict(list(CPU_OPTION_ROWS.items())[:1]), "all": CPU_OPTION_ROWS}[
-      args.cpu_option_rows] if kind == "cpu" else {}
+      args.cpu_option_rows] if kind == "cpu" else {"none": {}, "all": GPU_OPTION_ROWS}[args.gpu_option_rows]
   args.matmul_size_used = 128 if args.smoke else (args.matmul_size or (2048 if kind == "cpu" else 8192))
   groups = chosen_groups(args)
   if args.only:  # a group's own process: measure, hand the measurements over, no table

@@ -53,6 +53,18 @@ def test_time_interleaved_budget_is_judged_by_the_first_round_without_warm_up():
   assert len(fast.times) == 4
 
 
+def test_back_to_back_samples_are_several_calls_reported_per_call():
+  calls_made = []
+
+  def call():
+    calls_made.append(1)
+    time.sleep(0.02)
+
+  timing = measure.time_interleaved({"call": call}, warmup=1, repeats=2, back_to_back=3)["call"]
+  assert len(calls_made) == 1 + 2 * 3 and len(timing.times) == 2
+  assert 0.02 <= timing.minimum < 0.04  # one call's time, not three
+
+
 def test_persistent_cache_disabled_only_inside_the_block():
   before = jax.config.jax_enable_compilation_cache
   with pytest.raises(RuntimeError):

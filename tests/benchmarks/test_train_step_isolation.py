@@ -19,9 +19,9 @@ def test_a_groups_process_gets_the_runs_flags_less_where_the_parent_writes():
                      "--measurements_out=/tmp/m/pytorch.json", "--time_budget_s=120"]
 
 
-def _fake_processes(monkeypatch, failing=()):
+def _fake_processes(monkeypatch, failing=(), option_rows=()):
   """``subprocess.run`` of train_step replaced: each group's process writes one row (ours 2 ms, flax-stock 3 ms)
-  unless it is in ``failing``; returns the commands run."""
+  unless it is in ``failing``, ours' process also one per name in ``option_rows``; returns the commands run."""
   commands = []
 
   def run(command, cwd=None):
@@ -30,10 +30,11 @@ def _fake_processes(monkeypatch, failing=()):
     path = next(a.partition("=")[2] for a in command if a.startswith("--measurements_out="))
     if group in failing:
       return subprocess.CompletedProcess(command, 1)
-    row = dict(variant="transformer_small", batch=2, implementation=group, seconds=0.002 if group == "ours" else 0.003,
-               params=23552, compile=1.0, xla_flops=1e6)
+    names = [group, *option_rows] if group == "ours" else [group]
+    rows = [dict(variant="transformer_small", batch=2, implementation=name, seconds=0.002 if group == "ours" else 0.003,
+                 params=23552, compile=1.0, xla_flops=1e6) for name in names]
     with open(path, "w") as f:
-      json.dump({"rows": [row], "notes": [f"{group} measured"]}, f)
+      json.dump({"rows": rows, "notes": [f"{group} measured"]}, f)
     return subprocess.CompletedProcess(command, 0)
 
   monkeypatch.setattr(train_step.subprocess, "run", run)
@@ -53,6 +54,15 @@ def test_isolate_runs_each_implementation_in_its_own_process_and_merges_their_ro
   assert report.ratios["transformer_small ours / flax-stock tokens/s"] == pytest.approx(1.5)
   assert "ours measured" in report.notes and "flax-stock measured" in report.notes
   assert any(note.startswith("Each implementation timed in its own process") for note in report.notes)
+
+
+def test_every_option_row_has_its_place_in_the_table(monkeypatch, capsys):
+  """A GPU run's "ours, no command buffers" row once crashed the table after every step had been timed."""
+  option_rows = [*train_step.CPU_OPTION_ROWS, *train_step.GPU_OPTION_ROWS]
+  _fake_processes(monkeypatch, option_rows=option_rows)
+  report = train_step.main(["--smoke", "--isolate", "--no_torch", "--cpu_option_rows=none"])
+  capsys.readouterr()
+  assert [row[2] for row in report.rows] == ["ours", "flax-stock", *option_rows]
 
 
 def test_a_reference_whose_process_fails_is_a_note_and_ours_failing_is_an_error(monkeypatch, capsys):

@@ -17,6 +17,10 @@ ACTIVATIONS = ("relu", "gelu", "gelu_exact")  # "gelu": tanh approximation; "gel
 ATTENTION_IMPLEMENTATIONS = ("dense", "chunked")
 POOLINGS = ("mean", "first")
 DTYPES = ("float32", "bfloat16")
+# What a training layer keeps for its backward pass (jax.checkpoint): "none" every activation; "dots" only the
+# outputs of matmuls without batch dimensions (the projections and feed-forward; attention scores and
+# elementwise ops are recomputed: t5x's and MaxText's usual policy); "full" only the layer's inputs.
+REMAT_POLICIES = ("none", "dots", "full")
 
 
 def check_field_types(cls, values, prefix: str) -> None:
@@ -146,6 +150,7 @@ class ModelConfig(ModelSettings):
   # bfloat16 and less accurate; the chunked implementation always uses float32.
   float32_attention_logits: bool = True
   dtype: str = "float32"  # compute dtype; parameters stay float32
+  remat: str = "none"  # per-layer rematerialisation when training, one of REMAT_POLICIES: memory for compute
   # "auto": backend-tuned ops for the platform (transformer/ops/kernels.py); "reference": the formulas
   kernels: str = "auto"
   pad_id: int = 0
@@ -158,7 +163,7 @@ class ModelConfig(ModelSettings):
     for name, allowed in (("positional_encoding", POSITIONAL_ENCODINGS), ("norm", NORMS),
                           ("norm_position", NORM_POSITIONS), ("activation", ACTIVATIONS),
                           ("attention_implementation", ATTENTION_IMPLEMENTATIONS), ("dtype", DTYPES),
-                          ("kernels", KERNEL_SETTINGS)):
+                          ("kernels", KERNEL_SETTINGS), ("remat", REMAT_POLICIES)):
       self.check_choice(name, allowed)
     for name in ("vocab_size", "d_model", "num_heads", "d_ff", "max_length", "attention_chunk_size"):
       self.check_positive_int(name)

@@ -18,6 +18,16 @@ def make_embedding(config: ModelConfig, vocab_size: int, name: str) -> nn.Embed:
                   name=name)
 
 
+def training_layer(layer: type[nn.Module], config: ModelConfig) -> type[nn.Module]:
+  """``layer`` (``EncoderLayer`` or ``DecoderLayer``) rematerialised as ``config.remat`` asks: in the backward
+  pass it recomputes what the policy does not keep. Only when training: evaluation and decoding have no backward
+  pass. The parameters' names and values are the same under every policy."""
+  if config.remat == "none" or config.deterministic or config.decode:
+    return layer
+  policy = None if config.remat == "full" else jax.checkpoint_policies.dots_with_no_batch_dims_saveable
+  return nn.remat(layer, policy=policy)
+
+
 class Embedder(nn.Module):
   """Token embedding (optionally scaled by sqrt(d_model)), plus positions, plus token types (if
   ``config.num_token_types``), then a Norm (if ``config.embedding_norm``, as BERT), then dropout.
@@ -76,8 +86,9 @@ class Encoder(nn.Module):
     if valid is None:
       valid = tokens != config.pad_id
     x = Embedder(config, embedding, name="embedder")(tokens, token_types)
+    layer = training_layer(EncoderLayer, config)
     for index in range(config.num_encoder_layers):
-      x = EncoderLayer(config, name=f"layer_{index}")(x, valid)
+      x = layer(config, name=f"layer_{index}")(x, valid)
     if config.norm_position == "pre":
       x = Norm(config, name="final_norm")(x, valid)
     return x
@@ -113,8 +124,9 @@ class Decoder(nn.Module):
     if target_valid is None:
       target_valid = jnp.ones(decoder_inputs.shape, bool)
     x = Embedder(config, embedding, name="embedder")(decoder_inputs, valid=target_valid)
+    layer = training_layer(DecoderLayer, config)
     for index in range(config.num_decoder_layers):
-      x = DecoderLayer(config, name=f"layer_{index}")(x, target_valid, encoded, encoded_valid)
+      x = layer(config, name=f"layer_{index}")(x, target_valid, encoded, encoded_valid)
     if config.norm_position == "pre":
       x = Norm(config, name="final_norm")(x, target_valid)
     if logits_index is not None:

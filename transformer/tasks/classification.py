@@ -44,7 +44,7 @@ MODELS_ENV_VAR = "TRANSFORMER_MODELS_DIR"
 HUGGING_FACE_IDS = {"all-MiniLM-L6-v2": "sentence-transformers/all-MiniLM-L6-v2"}
 # config.model fields a pretrained encoder takes from the config (the rest are the checkpoint's).
 HEAD_FIELDS = ("num_classes", "pooling", "dropout_rate", "attention_dropout_rate", "feed_forward_dropout_rate",
-               "dtype", "attention_implementation", "attention_chunk_size", "float32_attention_logits")
+               "dtype", "attention_implementation", "attention_chunk_size", "float32_attention_logits", "remat")
 SUBMISSION_FILE = "submission.csv"
 LENGTH_MULTIPLE = 8  # texts classified outside the data sets are padded to a multiple of this (fewer shapes)
 
