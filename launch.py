@@ -154,8 +154,8 @@ def translate_files(run_config, workdir: str, run) -> None:
   translations = run(run_config, workdir, "translate", lines=lines).outputs
   text = "".join(line + "\n" for line in translations)
   if target:
-    with open(target, "w", encoding="utf-8") as f:
-      f.write(text)
+    from transformer.data.files import write_atomically  # a full disk keeps an earlier output whole
+    write_atomically(target, text)
     print(f"translations: {target}", file=sys.stderr, flush=True)
   else:
     sys.stdout.write(text)

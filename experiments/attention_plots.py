@@ -1,7 +1,7 @@
-"""Attention heatmaps of a trained translation model, with a generated README index.
+r"""Attention heatmaps of a trained translation model, with a generated README index.
 
-    python -m experiments.attention_plots --config=experiments/multi30k.py:transformer_small \\
-        --workdir=/tmp/multi30k_small --output_dir=experiments/multi30k/attention --num_sentences=3 \\
+    python -m experiments.attention_plots --config=experiments/multi30k.py:transformer_small \
+        --workdir=/tmp/multi30k_small --output_dir=experiments/multi30k/attention --num_sentences=3 \
         [--split=test_2016_flickr] [--checkpoint=best] [--config.task.source_dir=...]
 
 Loads the run with ``transformer.load`` (the latest checkpoint, or ``--checkpoint=best``), decodes the first

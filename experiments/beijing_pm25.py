@@ -1,8 +1,8 @@
-"""Beijing PM2.5 forecasting: pm2.5 1, 6, 12, 24, 48, 72 and 96 hours ahead from the hours up to the origin.
+r"""Beijing PM2.5 forecasting: pm2.5 1, 6, 12, 24, 48, 72 and 96 hours ahead from the hours up to the origin.
 
-    TRANSFORMER_DATA_DIR=../shared/data python launch.py --config=experiments/beijing_pm25.py:gru \\
+    TRANSFORMER_DATA_DIR=../shared/data python launch.py --config=experiments/beijing_pm25.py:gru \
         --workdir=/tmp/pm25/gru-168h
-    python launch.py --config=experiments/beijing_pm25.py:patchtst --workdir=/tmp/pm25/patchtst-336h \\
+    python launch.py --config=experiments/beijing_pm25.py:patchtst --workdir=/tmp/pm25/patchtst-336h \
         --config.task.source_dir=../shared/data/beijing_pm25
     python launch.py --config=experiments/beijing_pm25.py:gru --workdir=/tmp/pm25/gru-168h --mode=predict  # test CSV
     python launch.py --config=experiments/beijing_pm25.py:gru --config.model.input_length=72 ...  # another window

@@ -1,9 +1,9 @@
-"""Disaster Tweets (Kaggle's nlp-getting-started): is a tweet about a real disaster? F1 of the class "disaster".
+r"""Disaster Tweets (Kaggle's nlp-getting-started): is a tweet about a real disaster? F1 of the class "disaster".
 
     export TRANSFORMER_DATA_DIR=/path/holding/disaster_tweets      # Kaggle's train.csv and test.csv
     export TRANSFORMER_MODELS_DIR=/path/holding/all-MiniLM-L6-v2   # Hugging Face sentence-transformers/all-MiniLM-L6-v2
     python launch.py --config=experiments/disaster_tweets.py:minilm_finetune --workdir=/tmp/dt/minilm_finetune
-    python launch.py --config=experiments/disaster_tweets.py:minilm_finetune --workdir=/tmp/dt/minilm_finetune \\
+    python launch.py --config=experiments/disaster_tweets.py:minilm_finetune --workdir=/tmp/dt/minilm_finetune \
         --mode=eval      # the fixed test split (test/f1, ...); --mode=predict writes Kaggle's submission.csv
 
 (or ``--config.task.source_dir=...`` and ``--config.task.pretrained_dir=...`` instead of the variables.)

@@ -1,6 +1,6 @@
-"""IWSLT'15 English-Vietnamese (Luong & Manning 2015), Stanford's pre-tokenised release.
+r"""IWSLT'15 English-Vietnamese (Luong & Manning 2015), Stanford's pre-tokenised release.
 
-    python launch.py --config=experiments/iwslt15_en_vi.py:transformer_small --workdir=/tmp/iwslt_small \\
+    python launch.py --config=experiments/iwslt15_en_vi.py:transformer_small --workdir=/tmp/iwslt_small \
         --config.task.source_dir=../shared/data/iwslt15_en_vi
     python launch.py --config=experiments/iwslt15_en_vi.py:transformer_small --workdir=/tmp/iwslt_small --mode=eval
 

@@ -1,12 +1,12 @@
-"""Multi30k English-German translation (Elliott et al. 2016): Transformer and RNN-attention baselines.
+r"""Multi30k English-German translation (Elliott et al. 2016): Transformer and RNN-attention baselines.
 
-    python launch.py --config=experiments/multi30k.py:transformer_small --workdir=/tmp/multi30k_small \\
+    python launch.py --config=experiments/multi30k.py:transformer_small --workdir=/tmp/multi30k_small \
         --config.task.source_dir=../shared/data/multi30k
     python launch.py --config=experiments/multi30k.py:transformer_small --workdir=/tmp/multi30k_small --mode=eval
     # on a GPU: one batch shape, bfloat16 (what `python -m benchmarks.time_to_bleu` times)
-    python launch.py --config=experiments/multi30k.py:transformer_gpu --workdir=/tmp/multi30k_gpu \\
+    python launch.py --config=experiments/multi30k.py:transformer_gpu --workdir=/tmp/multi30k_gpu \
         --config.task.source_dir=.gpu_data/multi30k
-    python launch.py --config=experiments/multi30k.py:gru_bahdanau --workdir=/tmp/multi30k_lstm \\
+    python launch.py --config=experiments/multi30k.py:gru_bahdanau --workdir=/tmp/multi30k_lstm \
         --config.task.source_dir=../shared/data/multi30k --config.model.cell=lstm
 
 Variants: ``transformer_small`` (Wu et al. 2021's text-only baseline: 4+4 layers, d_model 128, 4 heads,

@@ -3,7 +3,7 @@
     from transformer import load
     model = load("runs/m30k")                        # a Translator: config, tokenizer, best parameters
     model.translate(["A man rides a bike ."])         # also model.decode(...), .score(...), .attention_weights(...)
-    load("runs/tweets").classify(["Forest fire near La Ronge"])  # a Classifier: (labels, probabilities)
+    load("runs/tweets").classify(["Forest fire near La Ronge"]).names  # a Classifier: ["disaster"]
 
 ``load`` returns the model type of the run's task, with only that task's methods: ``SequenceModel`` (token ids
 in and out: the synthetic tasks), ``Translator`` (text), ``Classifier``, ``Forecaster``, ``LanguageModel``.
@@ -144,7 +144,8 @@ class Classifier(TrainedModel):
 
   def classify(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
     """Classify a list of raw texts (a single string is refused): ``(labels int32 [n], probabilities float32
-    [n, num_classes])``."""
+    [n, num_classes])``, a pair that also has ``.labels``, ``.probabilities`` and ``.names``, each text's label
+    name (``not_disaster``, ``disaster``; ``task.label_names`` lists them by id)."""
     return self.task.classify_texts(self.model_config, self.params, self._texts(texts, "classify", "texts"))
 
 

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from experiments import report
-from transformer.train import writers
+from transformer.data import files
 
 
 @pytest.mark.parametrize("t, df, expected", [
@@ -254,7 +254,7 @@ def cut_writes(monkeypatch, make_error):
   def cut_open(file, mode="r", *args, **kwargs):
     opened = real_open(file, mode, *args, **kwargs)
     return CutFile(opened) if "w" in mode else opened
-  for module in (report, writers):  # the module that writes, whichever it is, looks open up there first
+  for module in (report, files):  # the module that writes, whichever it is, looks open up there first
     monkeypatch.setattr(module, "open", cut_open, raising=False)
 
 

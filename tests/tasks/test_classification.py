@@ -101,6 +101,21 @@ def test_data_fingerprint_is_the_size_and_sha256_of_the_raw_files(tiny):
   assert build_task(config.copy_and_resolve_references()).data_fingerprint() == expected
 
 
+def test_classify_names_each_label_and_still_unpacks_as_a_pair(tiny):
+  """``classify`` gave class ids only; its pair now also names them (``disaster``), and unpacks as before."""
+  config = tiny[0].copy_and_resolve_references()
+  config.num_seeds = 1
+  task = build_task(config)
+  model_config = task.model_config()
+  params = EncoderClassifier(model_config).init(jax.random.key(0), np.ones((1, 8), np.int32))["params"]
+  params["classifier"]["bias"] = np.array([0.0, 50.0], np.float32)  # every text a disaster
+  classified = task.classify_texts(model_config, params, ["forest fire near the town", "a calm day"])
+  labels, probabilities = classified
+  assert task.label_names == ("not_disaster", "disaster")
+  assert classified.names == ["disaster", "disaster"] and labels.tolist() == [1, 1]
+  assert classified.labels is labels and classified.probabilities is probabilities and probabilities.shape == (2, 2)
+
+
 def _param(tree, path):
   for key in path.split("/"):
     tree = tree[key]
@@ -160,8 +175,9 @@ def test_train_eval_predict_and_classify_end_to_end(tiny, tmp_path, init):
 
   model = load(workdir, replica=1)
   texts = list(TEST_TWEETS.values()) + ["fire", ""]
-  labels, probabilities = model.classify(texts)
+  labels, probabilities = classified = model.classify(texts)
   assert labels.shape == (6,) and probabilities.shape == (6, 2)
+  assert classified.names == [("not_disaster", "disaster")[label] for label in labels]
   with pytest.raises(ValueError, match="classify takes a list of texts, got one string 'fire'"):
     model.classify("fire")  # once one label per character
   np.testing.assert_allclose(probabilities.sum(-1), 1.0, rtol=1e-5)

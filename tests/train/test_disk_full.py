@@ -18,9 +18,10 @@ import orbax.checkpoint as ocp
 import pytest
 
 from tests.train.conftest import TINY_FLAGS, finish, start_launch
+from transformer.data.files import format_bytes, is_disk_full, write_atomically
 from transformer.errors import WorkdirError
 from transformer.train.checkpoint import Checkpointer
-from transformer.train.writers import MetricWriter, format_bytes, is_disk_full, write_atomically
+from transformer.train.writers import MetricWriter
 
 
 def random_state(arrays=8, size=4096):

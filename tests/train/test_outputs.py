@@ -13,7 +13,7 @@ from transformer import load
 from transformer.tasks import build_task
 from transformer.train import run
 from transformer.train.run_directory import read_metrics
-from transformer.train.writers import results_table
+from transformer.train.writers import results_table, shown_metrics
 
 
 def test_a_run_prints_the_config_path_one_compile_line_and_a_summary(make_config, tmp_path, capsys):
@@ -57,6 +57,15 @@ def test_results_table_has_a_row_per_metric_and_a_column_per_split():
   assert table.splitlines() == ["metric  eval     test",
                                 "bleu    38.1235  39.86",
                                 "loss    1.5"]
+
+
+def test_metrics_are_printed_by_the_value_of_their_numbers():
+  """PM2.5's horizons once printed as mae_12h, mae_1h, mae_24h, mae_6h (a plain sort of the names)."""
+  metrics = {f"eval/{kind}_{hours}h": float(hours) for kind in ("rmse", "mae") for hours in (24, 6, 1, 12)}
+  metrics.update({"eval/loss": 0.5, "eval/mae_1h/seed_0": 1.0})
+  expected = ["loss"] + [f"{kind}_{hours}h" for kind in ("mae", "rmse") for hours in (1, 6, 12, 24)]
+  assert [row.split()[0] for row in results_table(metrics).splitlines()[1:]] == expected
+  assert list(shown_metrics(metrics)) == [f"eval/{name}" for name in expected]  # the eval line and the summary
 
 
 @pytest.mark.slow

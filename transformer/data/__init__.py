@@ -18,6 +18,7 @@ TensorFlow is needed: datasets are written as ``array_record`` and read with
 | ``synthetic`` | copy / reverse / sort sequences (``make_examples``) and the resumable ``SyntheticBatches`` |
 | ``beijing_pm25/`` | TFDS builder of the hourly UCI rows, ``read_csv``; ``features``: ``prepare``/``load`` -> ``PM25Series`` |
 | ``timeseries`` | ``WindowedSeries`` (windows sliced on the fly, resumable iterator, fixed-shape eval batches), persistence baselines |
+| ``files`` | files written whole (``write_atomically``, ``replacing``), the one-line disk-full error |
 
 Submodules are imported explicitly (``from transformer.data import batching``), so that using
 the batching alone does not import TFDS.

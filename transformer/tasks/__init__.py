@@ -10,8 +10,8 @@ import importlib
 import importlib.util
 
 from transformer.errors import MissingDependencyError
-from transformer.tasks.base import (StartsFromPretrained, Task, TranslatesText, WritesPredictions,
-                                   WritesTestOutputs)
+from transformer.tasks.base import (StartsFromPretrained, Task, TranslatesText, UsesRecordedTokenizers,
+                                   WritesPredictions, WritesTestOutputs)
 from transformer.tasks.configs import TASK_CONFIGS, TaskConfig, task_config, task_config_class
 from transformer.tasks.run_config import RunConfig
 
@@ -54,5 +54,6 @@ def build_task(run) -> Task:
   return getattr(importlib.import_module(module_name), class_name)(run)
 
 
-__all__ = ["EXTRA_MODULES", "RunConfig", "StartsFromPretrained", "Task", "TaskConfig", "TASK_CONFIGS", "TASKS", "TranslatesText",
-           "WritesPredictions", "WritesTestOutputs", "build_task", "require_extra", "task_config", "task_config_class"]
+__all__ = ["EXTRA_MODULES", "RunConfig", "StartsFromPretrained", "Task", "TaskConfig", "TASK_CONFIGS", "TASKS",
+           "TranslatesText", "UsesRecordedTokenizers", "WritesPredictions", "WritesTestOutputs", "build_task",
+           "require_extra", "task_config", "task_config_class"]

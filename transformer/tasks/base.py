@@ -163,6 +163,16 @@ class WritesPredictions(Protocol):
 
 
 @runtime_checkable
+class UsesRecordedTokenizers(Protocol):
+  """A task that trains its tokenizers on its data (``trained_tokenizers``) and can take a run's recorded copies
+  instead (``transformer.load``), so that a trained model reads and writes text without its prepared data."""
+
+  def use_recorded_tokenizers(self, paths: dict[str, str]) -> None:
+    """``paths``: name (of ``trained_tokenizers``) -> the run's model file; the data, read later if at all, must
+    hold the same models."""
+
+
+@runtime_checkable
 class StartsFromPretrained(Protocol):
   """A task whose model starts from pretrained weights (a BERT encoder, an embedding table): a fresh training
   run replaces those of its initial parameters (not a resumed run, nor one with ``config.restore_from``)."""

@@ -32,6 +32,7 @@ import numpy as np
 
 from transformer import ops
 from transformer.data.classification import ShuffledBatches, fixed_batches
+from transformer.data.files import replacing
 from transformer.errors import ConfigError, MissingDataError
 from transformer.nn import ClassifierConfig, EncoderClassifier
 from transformer.tasks.base import Task
@@ -67,6 +68,25 @@ def model_dir(task_config) -> str:
   if not os.path.isdir(folder):
     raise MissingDataError(f"the pretrained model folder {folder} does not exist; {hint}")
   return folder
+
+
+class Classification(tuple):
+  """What ``classify`` returns: the pair ``(labels int32 [n], probabilities float32 [n, num_classes])``, unpacked
+  as before label names were added, with ``labels``, ``probabilities`` and ``names`` (each text's label name,
+  e.g. ``"disaster"``) by name."""
+
+  def __new__(cls, labels: np.ndarray, probabilities: np.ndarray, label_names: tuple[str, ...]):
+    classified = super().__new__(cls, (labels, probabilities))
+    classified.names = [label_names[label] for label in labels.tolist()]
+    return classified
+
+  @property
+  def labels(self) -> np.ndarray:
+    return self[0]
+
+  @property
+  def probabilities(self) -> np.ndarray:
+    return self[1]
 
 
 @dataclasses.dataclass
@@ -217,8 +237,15 @@ class ClassificationTask(Task):
       return np.zeros((0, model_config.num_classes), np.float32)
     return np.concatenate(outputs)
 
-  def classify_texts(self, model_config, params, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    """``(labels int32 [n], probabilities float32 [n, num_classes])`` of raw texts."""
+  @property
+  def label_names(self) -> tuple[str, ...]:
+    """The name of each class id, from the data set's builder (nothing is read): ``not_disaster``, ``disaster``."""
+    from transformer.data import disaster_tweets  # TFDS: the "data" extra; the one data set of the task
+    return tuple(disaster_tweets.LABEL_NAMES)
+
+  def classify_texts(self, model_config, params, texts: list[str]) -> Classification:
+    """``(labels int32 [n], probabilities float32 [n, num_classes])`` of raw texts, with ``.names``: each text's
+    label name (``label_names``)."""
     texts = list(texts)
     if any(not isinstance(text, str) for text in texts):
       raise TypeError("classify takes a list of strings (one text each).")
@@ -227,7 +254,7 @@ class ClassificationTask(Task):
     from transformer.pretrained import pad_batch
     tokens = pad_batch(encoded, self.tokenizer.pad_id, -(-longest // LENGTH_MULTIPLE) * LENGTH_MULTIPLE)
     probabilities = self.probabilities(model_config, params, tokens)
-    return probabilities.argmax(-1).astype(np.int32), probabilities
+    return Classification(probabilities.argmax(-1).astype(np.int32), probabilities, self.label_names)
 
   def split_counts(self, model_config, params, split: str, threshold: float | None = None) -> dict[str, int]:
     """``confusion_counts`` of the model's predictions on a labelled split (e.g. ``"test"``): the most probable
@@ -301,7 +328,7 @@ def _probability_function(model_config):
 
 
 def _write_rows(path, header, rows):
-  with open(path, "w", newline="", encoding="utf-8") as file:
+  with replacing(path, newline="", encoding="utf-8") as file:  # a full disk midway keeps the old file whole
     writer = csv.writer(file, lineterminator="\n")
     writer.writerow(header)
     writer.writerows([[int(value) if isinstance(value, (np.integer, int)) else float(value) for value in row]

@@ -14,7 +14,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from transformer.decode import DecodeSettings, search
+from transformer.decode import DecodeSettings, check_max_length, search
 from transformer.nn import CROSS_CACHE, MODELS, EncoderDecoder, ModelConfig, TransformerLM, cross_attention_cache
 
 # The config.model_name values (keys of transformer.nn.MODELS) a seq2seq task trains. Both models share the
@@ -97,7 +97,11 @@ def search_decode(model_config: ModelConfig, params, source, max_length: int, se
   ``prompt`` ``[batch, prompt_length]`` with ``prompt_lengths`` ``[batch]``: target prefixes to continue,
   written into the cache in one pass (Transformer only); the output holds the continuations.
   ``model_config`` should have ``deterministic=True``.
+
+  Raises:
+    ValueError: ``max_length`` is not an integer >= 1 (checked before the cache is sized by it).
   """
+  check_max_length(max_length)
   prompt_length = 0 if prompt is None else prompt.shape[1]
   # BOS, the prompt and every generated token but the last are written into the cache.
   step_fn, prefill_fn, cache = encoder_decoder_decoding(model_class(model_config)(model_config), params, source,
@@ -137,7 +141,11 @@ def continue_prompts(model_config: ModelConfig, params, prompt, prompt_lengths, 
   Returns:
     ``(sequences int32 [batch, n, max_new_tokens], scores float32 [batch, n])``: the ``n`` continuations
     (beams or samples) best first, EOS included, padded after it (``transformer.decode.search``).
+
+  Raises:
+    ValueError: ``max_new_tokens`` is not an integer >= 1 (checked before the cache is sized by it).
   """
+  check_max_length(max_new_tokens, "max_new_tokens")
   batch, prompt_length = prompt.shape
   step_fn, prefill_fn, cache = language_model_decoding(TransformerLM(model_config), params, batch,
                                                        prompt_length + max_new_tokens)

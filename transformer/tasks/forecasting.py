@@ -36,6 +36,7 @@ from transformer.data import timeseries
 from transformer.data.beijing_pm25 import features as pm25_features
 from transformer.data.beijing_pm25.beijing_pm25_dataset_builder import (WEATHER_COLUMNS, WIND_DIRECTIONS,
                                                                          check_columns)
+from transformer.data.files import replacing
 from transformer.errors import ConfigError
 from transformer.nn import ForecasterConfig, make_forecaster
 from transformer.tasks.base import Task
@@ -281,7 +282,7 @@ class ForecastingTask(Task):
     forecast = np.mean([seed["forecast"] for seed in seeds], axis=0)
     path = os.path.join(output_dir, PREDICTIONS_FILE)
     per_seed = [f"forecast_seed_{i}" for i in range(len(seeds))] if len(seeds) > 1 else []
-    with open(path, "w", newline="") as f:
+    with replacing(path, newline="") as f:  # a full disk or an error midway keeps the old file whole
       writer = csv.writer(f)
       writer.writerow(["timestamp", "horizon", "target_time", "forecast", "actual"] + per_seed)
       for row, origin in enumerate(predicted["origin_time"]):

@@ -17,6 +17,7 @@ import os
 import shutil
 import sys
 
+from transformer.data.files import write_atomically
 from transformer.decode import DecodeSettings
 from transformer.errors import WorkdirError, exit_on_user_error
 from transformer.nn import model_spec
@@ -24,7 +25,6 @@ from transformer.train.config import model_section
 from transformer.train.run_directory import CONFIG, FORMAT, MODEL_CONFIG
 from transformer.train.workdir import check_writable
 from transformer.train.run_format import FORMAT_VERSION, read_format, write_format
-from transformer.train.writers import write_atomically
 
 MOVED_TO_CLASSIFIER = ("num_classes", "pooling")  # ModelConfig's fields until ClassifierConfig took them
 

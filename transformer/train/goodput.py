@@ -19,8 +19,8 @@ import contextlib
 import json
 import time
 
+from transformer.data.files import write_atomically
 from transformer.train.run_directory import GOODPUT, RunDirectory
-from transformer.train.writers import write_atomically
 
 PHASES = ("step", "compile", "startup", "evaluate", "checkpoint", "redone")
 

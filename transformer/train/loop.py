@@ -36,7 +36,7 @@ from transformer.train.step import make_train_step
 from transformer.train.window import MetricsWindow
 from transformer.train.workdir import check_fresh_start
 from transformer.train.run_directory import BEST, CHECKPOINTS, METRICS, TENSORBOARD
-from transformer.train.writers import MetricWriter
+from transformer.train.writers import MetricWriter, shown_metrics
 
 # The end-of-run hint: the plotting script by its absolute path, so that it works from any directory.
 PLOT_SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
@@ -291,14 +291,14 @@ class Trainer:
       self.evaluated = self.results = self.evaluate_state(self.state)
     self.writer.write(self.step, {**self.evaluated, "wall_seconds": self.wall_seconds()})
     if self.session.is_main:
-      self.bar.write(" ".join(f"{k}={v:.4f}" for k, v in sorted(self.evaluated.items()) if "/seed_" not in k)
+      self.bar.write(" ".join(f"{k}={v:.4f}" for k, v in shown_metrics(self.evaluated).items())
                      + f" (step {self.step})")
       sys.stdout.flush()
     best_metric = self.run.best_metric
     if best_metric and best_metric not in self.evaluated:
       self.save()  # keep the work: the fixed command resumes from here
       self.checkpointer.wait()
-      reported = sorted(k for k in self.evaluated if "/seed_" not in k)
+      reported = list(shown_metrics(self.evaluated))
       raise ConfigError(f"config.best_metric={best_metric!r} is not a metric this task reports; choose one of "
                         f"{reported} (step {self.step} is saved; rerun with the fix to resume).")
 
@@ -350,7 +350,7 @@ def _print_summary(session: Session, step: int, results: dict, goodput: str = ""
     return
   run, directory = session.run, session.directory
   lines = [f"done: step {step} of {run.num_train_steps}"]
-  final = {name: value for name, value in sorted(results.items()) if "/seed_" not in name}
+  final = shown_metrics(results)
   if final:
     lines.append("final: " + " ".join(f"{name}={value:.4f}" for name, value in final.items()))
   best_step = session.checkpointer.best_step()

@@ -13,6 +13,7 @@ import os
 
 import jax
 
+from transformer.data.files import write_atomically
 from transformer.errors import ConfigError
 from transformer.tasks import WritesTestOutputs
 from transformer.tasks.run_config import RunConfig
@@ -75,8 +76,7 @@ def run_eval(run: RunConfig, workdir: str) -> RunOutput:
     results.update({f"{split}/{k}": v for split, metrics in tests.items() for k, v in metrics.items()})
   if session.is_main:
     summary = {"step": restored.step, **restored.averaged, **results}
-    with open(os.path.join(restored.output_dir, EVAL_RESULTS), "w") as f:
-      json.dump(summary, f, indent=2)
+    write_atomically(os.path.join(restored.output_dir, EVAL_RESULTS), json.dumps(summary, indent=2))
     written = sorted(name for name, time_ in _file_times(restored.output_dir).items() if before.get(name) != time_)
     print(f"step {restored.step}:\n{results_table(results)}\n"
           f"written: {', '.join(os.path.join(restored.output_dir, name) for name in written)}", flush=True)
@@ -92,8 +92,8 @@ def run_predict(run: RunConfig, workdir: str) -> RunOutput:
   if session.is_main:
     params = jax.device_get(session.strategy.host_params(restored.state))
     path = session.task.write_predictions(session.model_config, params, restored.output_dir)
-    with open(os.path.join(restored.output_dir, PREDICT_RESULTS), "w") as f:
-      json.dump({"step": restored.step, **restored.averaged, "predictions": path}, f, indent=2)
+    write_atomically(os.path.join(restored.output_dir, PREDICT_RESULTS),
+                     json.dumps({"step": restored.step, **restored.averaged, "predictions": path}, indent=2))
     print(f"predictions of step {restored.step}: {path}", flush=True)
   session.checkpointer.close()
   return RunOutput(restored.step, {}, session.strategy.to_canonical(restored.state))

@@ -11,7 +11,7 @@ import threading
 import time
 import warnings
 
-from transformer.train.writers import is_disk_full
+from transformer.data.files import is_disk_full
 
 
 def _is_closed_loop_error(error: BaseException | None) -> bool:

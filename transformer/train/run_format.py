@@ -12,9 +12,9 @@ import json
 import os
 import shlex
 
+from transformer.data.files import write_atomically
 from transformer.errors import WorkdirError
 from transformer.train.run_directory import FORMAT
-from transformer.train.writers import write_atomically
 
 FORMAT_VERSION = 2  # 1: model_name and decode in config.json (no marker); 0: architecture/rnn sections
 CONVERT_COMMAND = "python -m transformer.train.convert_run"

@@ -26,6 +26,7 @@ import jax
 import numpy as np
 from jax.experimental import multihost_utils
 
+from transformer.data.files import write_atomically
 from transformer.errors import ConfigError, MissingDataError, WorkdirError
 from transformer.tasks import TranslatesText, WritesPredictions, build_task
 from transformer.train.checkpoint import Checkpointer
@@ -38,7 +39,6 @@ from transformer.train.run_directory import (CONFIG, DATA_FINGERPRINT, HISTORY, 
 from transformer.train.run_format import require_current_format, write_format
 from transformer.train.workdir import (check_shared_workdir, check_tokenizers, check_writable, lock_workdir,
                                        refuse_foreign_folder)
-from transformer.train.writers import write_atomically
 
 
 @dataclasses.dataclass

@@ -24,11 +24,11 @@ import time
 import jax
 import numpy as np
 
+from transformer.data.files import write_atomically
 from transformer.errors import UserError, WorkdirError
 from transformer.train.run_directory import (BEST, CHECKPOINTS, CONFIG, EARLIER_OUTPUTS, FORMAT, HISTORY, LAUNCHES,
                                              LOCK, METRICS, MODEL_CONFIG, RUN_RECORD, TENSORBOARD, TOKENIZERS,
                                              RunDirectory, read_metrics)
-from transformer.train.writers import write_atomically
 
 log = logging.getLogger(__name__)
 

@@ -1,76 +1,18 @@
 """Metric outputs: ``metrics.jsonl`` (one JSON object per logging step) and TensorBoard."""
 from __future__ import annotations
 
-import errno
 import json
 import logging
 import math
 import os
-import shutil
+import re
 
-from transformer.errors import WorkdirError
+# The atomic writes and the disk-full error live in the data layer, which tasks can import too; also imported
+# from here (checkpoint.py).
+from transformer.data.files import disk_full_error, format_bytes, is_disk_full, write_atomically  # noqa: F401
 from transformer.train import run_directory
 
 log = logging.getLogger(__name__)
-
-
-def is_disk_full(error: BaseException) -> bool:
-  """Whether ``error`` (or an error it was raised from) says the disk or the user's quota is full: an
-  ``OSError`` with ENOSPC or EDQUOT, or tensorstore's ``RESOURCE_EXHAUSTED`` text, which carries only the
-  message (``No space left on device [os_error_code='28']``)."""
-  seen = set()
-  while error is not None and id(error) not in seen:
-    seen.add(id(error))
-    if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
-      return True
-    text = str(error)
-    if "No space left on device" in text or "Disk quota exceeded" in text or f"os_error_code='{errno.ENOSPC}'" in text:
-      return True
-    error = error.__cause__ or error.__context__
-  return False
-
-
-def format_bytes(count: float) -> str:
-  """``452 KiB``, ``1.3 GiB``: sizes in messages, in the units ``df -h`` and ``du -h`` print."""
-  for unit in ("bytes", "KiB", "MiB"):
-    if count < 1024:
-      return f"{count:.0f} {unit}" if unit != "MiB" else f"{count:.1f} {unit}"
-    count /= 1024
-  return f"{count:.1f} GiB"
-
-
-def disk_full_error(path: str, needed: int, what: str) -> WorkdirError:
-  """The one-line error for a write to ``path`` that found its disk full: names the directory, the space the
-  write needed and what is free now."""
-  directory = os.path.dirname(os.path.abspath(path))
-  try:
-    free = format_bytes(shutil.disk_usage(directory).free)
-  except OSError:
-    free = "an unknown amount"
-  return WorkdirError(f"no space left on the disk of {directory} to write {what} ({path}, about "
-                      f"{format_bytes(needed)}; {free} free): free some space there (or move the workdir to a larger "
-                      "disk) and rerun the same command.")
-
-
-def write_atomically(path: str, data: str | bytes) -> None:
-  """Readers (and a crash mid-write) see the old file or the whole new one, never a partial write.
-
-  Raises:
-    WorkdirError: the disk is full; the old file is kept and no ``.tmp`` file is left.
-  """
-  try:
-    with open(path + ".tmp", "wb" if isinstance(data, bytes) else "w") as f:
-      f.write(data)
-    os.replace(path + ".tmp", path)
-  except OSError as error:
-    if not is_disk_full(error):
-      raise
-    try:
-      os.remove(path + ".tmp")
-    except OSError:
-      pass
-    raise disk_full_error(path, len(data.encode() if isinstance(data, str) else data),
-                          os.path.basename(path)) from None
 
 
 class MetricWriter:
@@ -122,9 +64,21 @@ def _format_value(value: float) -> str:
   return text.rstrip("0").rstrip(".") if "." in text else text
 
 
+def metric_order(name: str) -> list:
+  """Sort key of a metric name that orders its numbers by value: ``eval/mae_1h``, ``eval/mae_6h``,
+  ``eval/mae_12h`` (a plain sort puts ``12h`` first), ``layer_2`` before ``layer_10``."""
+  return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
+
+
+def shown_metrics(metrics: dict) -> dict:
+  """``metrics`` as printed: in ``metric_order``, without the per-seed copies (``eval/loss/seed_0``), which
+  ``metrics.jsonl`` holds."""
+  return {name: metrics[name] for name in sorted(metrics, key=metric_order) if "/seed_" not in name}
+
+
 def results_table(metrics: dict) -> str:
   """Metrics named ``<split>/<name>`` (``eval/bleu``, ``test/f1``) as a text table, one row per metric and one
-  column per split, e.g.::
+  column per split (rows in ``metric_order``), e.g.::
 
       metric  eval    test_2016_flickr
       bleu    38.12   39.86
@@ -141,6 +95,6 @@ def results_table(metrics: dict) -> str:
       columns.append(split)
     rows.setdefault(name, {})[split] = _format_value(float(value))
   table = [["metric", *columns]] + [[name, *(row.get(split, "") for split in columns)]
-                                    for name, row in sorted(rows.items())]
+                                    for name, row in sorted(rows.items(), key=lambda item: metric_order(item[0]))]
   widths = [max(len(line[i]) for line in table) for i in range(len(table[0]))]
   return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip() for line in table)

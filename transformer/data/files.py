@@ -1,0 +1,105 @@
+"""Writing files whole: a new content replaces the old only once it is all on disk, and a full disk is one line.
+
+Every layer that writes a file a user keeps (a run's record, predictions, translations, results pages) goes
+through :func:`write_atomically` or :func:`replacing`: the content goes to ``<path>.tmp`` in the same folder and
+``os.replace`` puts it in place, so a crash, a kill or a full disk midway leaves the old file whole. A full disk
+(``ENOSPC``, ``EDQUOT``, or tensorstore's text of them) becomes :func:`disk_full_error`, one ``WorkdirError``
+naming the folder, the size and the free space.
+"""
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import shutil
+from typing import IO, Iterator
+
+from transformer.errors import WorkdirError
+
+
+def is_disk_full(error: BaseException) -> bool:
+  """Whether ``error`` (or an error it was raised from) says the disk or the user's quota is full: an
+  ``OSError`` with ENOSPC or EDQUOT, or tensorstore's ``RESOURCE_EXHAUSTED`` text, which carries only the
+  message (``No space left on device [os_error_code='28']``)."""
+  seen = set()
+  while error is not None and id(error) not in seen:
+    seen.add(id(error))
+    if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
+      return True
+    text = str(error)
+    if "No space left on device" in text or "Disk quota exceeded" in text or f"os_error_code='{errno.ENOSPC}'" in text:
+      return True
+    error = error.__cause__ or error.__context__
+  return False
+
+
+def format_bytes(count: float) -> str:
+  """``452 KiB``, ``1.3 GiB``: sizes in messages, in the units ``df -h`` and ``du -h`` print."""
+  for unit in ("bytes", "KiB", "MiB"):
+    if count < 1024:
+      return f"{count:.0f} {unit}" if unit != "MiB" else f"{count:.1f} {unit}"
+    count /= 1024
+  return f"{count:.1f} GiB"
+
+
+def disk_full_error(path: str, needed: int, what: str, at_least: bool = False) -> WorkdirError:
+  """The one-line error for a write to ``path`` that found its disk full: names the directory, the space the
+  write needed (``at_least``: more than ``needed``, what a streamed write had written) and what is free now."""
+  directory = os.path.dirname(os.path.abspath(path))
+  try:
+    free = format_bytes(shutil.disk_usage(directory).free)
+  except OSError:
+    free = "an unknown amount"
+  size = f"more than {format_bytes(needed)}" if at_least else f"about {format_bytes(needed)}"
+  return WorkdirError(f"no space left on the disk of {directory} to write {what} ({path}, {size}; {free} free): "
+                      "free some space there (or move the workdir to a larger disk) and rerun the same command.")
+
+
+def _remove(path: str) -> int:
+  """Removes ``path`` if it is there; returns the bytes it held (0 if none)."""
+  try:
+    size = os.path.getsize(path)
+    os.remove(path)
+    return size
+  except OSError:
+    return 0
+
+
+@contextlib.contextmanager
+def replacing(path: str, binary: bool = False, **open_arguments) -> Iterator[IO]:
+  """A file to write the new content of ``path`` into, for content written piece by piece (predictions of
+  batch after batch, CSV rows): it is ``path + ".tmp"``, which replaces ``path`` only when the block ends
+  without an error. Any error midway (a full disk, an exception while the content is made) leaves the old
+  ``path`` whole and no temporary file.
+
+  Args:
+    binary: open in ``"wb"`` mode, else ``"w"``; ``open_arguments`` go to ``open`` (``encoding``, ``newline``).
+
+  Raises:
+    WorkdirError: the disk is full (``disk_full_error``).
+  """
+  temporary = path + ".tmp"
+  try:
+    with open(temporary, "wb" if binary else "w", **open_arguments) as file:
+      yield file
+    os.replace(temporary, path)
+  except BaseException as error:
+    written = _remove(temporary)
+    if isinstance(error, Exception) and is_disk_full(error):
+      raise disk_full_error(path, written, os.path.basename(path), at_least=True) from None
+    raise
+
+
+def write_atomically(path: str, data: str | bytes) -> None:
+  """Readers (and a crash mid-write) see the old file or the whole new one, never a partial write; text is
+  written as UTF-8.
+
+  Raises:
+    WorkdirError: the disk is full; the old file is kept and no ``.tmp`` file is left.
+  """
+  try:
+    with replacing(path, **({"binary": True} if isinstance(data, bytes) else {"encoding": "utf-8"})) as file:
+      file.write(data)
+  except WorkdirError:
+    raise disk_full_error(path, len(data.encode() if isinstance(data, str) else data),
+                          os.path.basename(path)) from None
