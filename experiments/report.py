@@ -24,9 +24,9 @@ from typing import Callable
 import jax
 import numpy as np
 
+from transformer.data.files import write_atomically
 from transformer.errors import UserError, exit_on_user_error  # noqa: F401 (the scripts' one-line errors)
 from transformer.train.run_directory import METRICS, RunDirectory, read_metrics
-from transformer.train.writers import write_atomically
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 COMMITTED = os.path.join(REPO, "experiments")  # the committed pages: experiments/<name>/RESULTS.md

@@ -1,11 +1,11 @@
-"""What every ablation shares: the base configs (synthetic and Multi30k), how a variant becomes config overrides,
+r"""What every ablation shares: the base configs (synthetic and Multi30k), how a variant becomes config overrides,
 and the ``Ablation`` record the driver (``experiments/ablations_results.py``) reads. No ``get_config`` here:
 each ablation is its own config file beside this one.
 
 A variant is ``NAME`` (the synthetic task) or ``NAME,multi30k`` (the Multi30k base, a budgeted run):
 
     python launch.py --config=experiments/ablations/heads.py:8 --workdir=/tmp/ablations/heads/8
-    python launch.py --config=experiments/ablations/heads.py:8,multi30k --workdir=/tmp/ablations_m30k/heads/8 \\
+    python launch.py --config=experiments/ablations/heads.py:8,multi30k --workdir=/tmp/ablations_m30k/heads/8 \
         --config.task.source_dir=../shared/data/multi30k
 
 Every run trains ``NUM_SEEDS`` replicas (seeds 0, 1, 2) in one program (``config.num_seeds``: ``jax.vmap``);
