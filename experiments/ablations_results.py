@@ -1,9 +1,9 @@
-"""Run the ablation grid (variants x seeds) and write its results page: RESULTS.md and one plot per ablation.
+r"""Run the ablation grid (variants x seeds) and write its results page: RESULTS.md and one plot per ablation.
 
     python -m experiments.ablations_results --workdir_root=/tmp/ablations                   # all seven
     python -m experiments.ablations_results --ablation=heads,norms --workdir_root=/tmp/ablations
     python -m experiments.ablations_results --workdir_root=/tmp/ablations --update_committed
-    python -m experiments.ablations_results --task=multi30k --workdir_root=/tmp/ablations_m30k \\
+    python -m experiments.ablations_results --task=multi30k --workdir_root=/tmp/ablations_m30k \
         --launch_flag=--config.task.source_dir=../shared/data/multi30k
     python -m experiments.ablations_results --from_records --update_committed   # the page again, no workdirs
 
@@ -389,6 +389,23 @@ def attention_rows(result: CellResult) -> list[list]:
   return rows
 
 
+def divergence_note(cells: list[CellResult], task: str) -> str:
+  """Why each diverged seed counts as diverged: its final training loss against the line, or a non-finite or
+  skipped step; "" where no seed diverged."""
+  line, notes = common.DIVERGED_LOSS[task], []
+  for result in (result for result in cells if result.diverged):
+    final = np.array(result.train_loss[-1][1], np.float64)
+    losses = np.array([loss for _, loss in result.train_loss], np.float64)
+    above = [str(seed) for seed in range(final.size) if np.isfinite(losses[:, seed]).all() and final[seed] > line]
+    other = result.diverged - len(above)
+    why = ([f"seed {', '.join(above)} above the line"] if above else []) + (
+        [f"{other} with a non-finite or skipped step"] if other > 0 else [])
+    notes.append(f"{result.cell.variant}: {' and '.join(why)} (final training losses of its seeds: "
+                 + ", ".join(f"{loss:.3f}" for loss in final) + ")")
+  return (f"Diverged, by the criterion above (final training loss above {line} nats, or a non-finite or skipped "
+          "step): " + "; ".join(notes) + ".") if notes else ""
+
+
 def ablation_section(name: str, cells: list[CellResult], results: dict[str, list[CellResult]], task: str,
                      output: str) -> str:
   """One ablation's section (``cells``: its results in variant order, the first the reference); draws
@@ -400,6 +417,8 @@ def ablation_section(name: str, cells: list[CellResult], results: dict[str, list
   reading = "\n".join(f"- {comparison(result, cells[0])}" for result in cells[1:]) + tokenizer_caveat(cells)
   if len(cells) > 1:  # only the reference finished: nothing to compare yet
     reading = f"Against the reference ({cells[0].cell.variant}), {METRICS[task][0][1]}:\n{reading}"
+  if diverged := divergence_note(cells, task):
+    reading += f"\n\n{diverged}"
   if ablation.against_base and (contrast := against_base(cells, results, task)):
     reading += f"\n\n{contrast}"
   note = f"\n{ablation.note}\n" if ablation.note else ""

@@ -1,6 +1,6 @@
-"""Score the Disaster Tweets runs on the fixed test split and write RESULTS.md and the plots.
+r"""Score the Disaster Tweets runs on the fixed test split and write RESULTS.md and the plots.
 
-    TRANSFORMER_DATA_DIR=... TRANSFORMER_MODELS_DIR=... \\
+    TRANSFORMER_DATA_DIR=... TRANSFORMER_MODELS_DIR=... \
         python -m experiments.disaster_tweets_results --workdir_root=/tmp/dt                # into /tmp/dt/results
     python -m experiments.disaster_tweets_results --workdir_root=/tmp/dt --update_committed   # the repo's page
     python -m experiments.disaster_tweets_results --from_records --update_committed   # the page from records.json
@@ -217,7 +217,7 @@ def render(store: report.RecordStore, folder: str, committed: bool, not_scored: 
     plot_confusion_matrices(store, names, os.path.join(folder, "confusion_matrices.png"))
   table = report.markdown_table(
       ["variant", "seeds", "test F1 (disaster)", "precision", "recall", "accuracy",
-       "test F1, threshold chosen on validation (threshold)", "test F1 of the seeds' ensemble (95% interval)",
+       "test F1, threshold chosen on validation (mean of the seeds' thresholds)", "test F1 of the seeds' ensemble (95% interval)",
        "target F1", "validation F1 (chosen step)", "chosen step", "training wall time", "command"],
       [row(name, store[name]) for name in names])
   pending = "\n".join(
@@ -243,7 +243,8 @@ or selects on. F1, precision and recall are of the class "disaster". Mean ± sam
 the seeds of a run (seeds vmapped in one program, `config.num_seeds`); every seed is scored at the one
 checkpoint kept as best by the seeds' mean validation F1 (`config.best_metric = "eval/f1"`). The first four
 metrics take the most probable class; the threshold column instead predicts "disaster" where its probability
-reaches the threshold that maximises each seed's validation F1 (`best_threshold`). The ensemble column takes
+reaches the threshold that maximises each seed's validation F1 (`best_threshold`); the threshold in
+brackets is the mean of the seeds' thresholds, each seed using its own. The ensemble column takes
 the seeds as one model: the most probable class of their mean probability (what `--mode=predict` writes to
 `submission.csv`; it is not one model's accuracy, and costs the seeds' training and inference), with the 95%
 percentile bootstrap interval of that F1 over the 761 test tweets (`f1_bootstrap_interval`): how far the score

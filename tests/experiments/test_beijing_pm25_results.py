@@ -155,7 +155,8 @@ def test_the_test_year_ranking_is_only_a_robustness_check_from_24_hours(monkeypa
   def paired_comparison(data, metrics, first, second):  # its numbers are not what this test is about
     compared.append((first, second))
     return [{"horizon": h, "first": 0.0, "second": 0.0, "difference": d, "low": d - 1, "high": d + 1,
-             "better": "gru" if d > 1 else None, "welch": None} for h, d in zip(data["horizons"], (20.0, 1.0, 3.0))]
+             "better": "gru" if d > 1 else None, "welch": None, "ensemble": [d, d - 1, d + 1]}
+            for h, d in zip(data["horizons"], (20.0, 1.0, 3.0))]
   monkeypatch.setattr(results, "paired_comparison", paired_comparison)
   section = results.comparison_section(data, metrics, "patchtst", "gru")
   # Validation chose patchtst; the test year's mean MAE from 24 h (1 h left out) ranks transformer first.
@@ -164,3 +165,11 @@ def test_the_test_year_ranking_is_only_a_robustness_check_from_24_hours(monkeypa
   assert "transformer against gru: 24 h +1.0 (+0.0 to +2.0); 96 h +3.0 (+2.0 to +4.0)" in line and "1 h" not in line
   assert "transformer better beyond the interval at none of these horizons" in line
   assert results.best_of(("rnn", "lstm"), {"gru": 1.0}) is None
+
+
+def test_the_published_ranking_is_stated_per_horizon():
+  metrics = {name: {"mae": np.array([values])} for name, values in
+             {"rnn": [11.0, 60.0], "gru": [12.0, 57.0], "transformer": [10.0, 61.0]}.items()}
+  text = results.published_ranking(metrics, [1, 24])
+  assert "their ranking holds at 1 h" in text
+  assert "1 h transformer 1 of 3; 24 h transformer 3 of 3 (gru best)" in text

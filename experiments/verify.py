@@ -1,0 +1,501 @@
+"""Check every published number against what the committed files give: exit 1 naming each one that differs.
+
+    python -m experiments.verify                 # the committed README and pages; data from $TRANSFORMER_DATA_DIR
+    python -m experiments.verify --root=DIR      # copies of the pages in DIR (the repository's layout)
+
+What it recomputes, from the committed files only (nothing is trained or decoded):
+- every results page, written again from its ``records.json`` (and ``forecasts_2014.npz``) by its own script
+  (``--from_records``): every number of the page must come out as printed. The PM2.5 tables, intervals and
+  t-tests are computed there from the committed forecasts; the ablations' statistics from the per-seed values;
+- BLEU of every committed test output (``*.hyp.*``) against the raw reference, with the tokenisation of the row's
+  sacreBLEU signature, cased and lowercased, and BLEU by reference length (needs the data folder; without it
+  these are listed as not verified);
+- the ratios of ``benchmarks/RESULTS.md`` from the timings in the same table, to the timings' printed rounding,
+  and the worst ratio each section's target line quotes;
+- every result in the README's results table and in ``benchmarks/README.md``'s target table against the page it
+  links (the number as printed there).
+
+What has nothing committed behind it (a score whose outputs were not kept, a timing) is listed, with why; it does
+not fail the check.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import contextlib
+import dataclasses
+import difflib
+import importlib
+import io
+import math
+import os
+import re
+import sys
+import tempfile
+
+from experiments import report
+
+# The pages a results script writes, and the arguments that write them again from their records.
+PAGES = {
+    "experiments/synthetic/RESULTS.md": ("experiments.synthetic_results", []),
+    "experiments/language_model/RESULTS.md": ("experiments.language_model_results", []),
+    "experiments/disaster_tweets/RESULTS.md": ("experiments.disaster_tweets_results", []),
+    "experiments/multi30k/RESULTS.md": ("experiments.translation_results", ["--experiment=multi30k"]),
+    "experiments/iwslt15_en_vi/RESULTS.md": ("experiments.translation_results", ["--experiment=iwslt15_en_vi"]),
+    "experiments/ablations/RESULTS.md": ("experiments.ablations_results", []),
+    "experiments/ablations/multi30k/RESULTS.md": (
+        "experiments.ablations_results",
+        ["--task=multi30k", "--ablation=scaling,heads,positions,norm_position,norms,regularization,rnn_attention"]),
+    "experiments/beijing_pm25/RESULTS.md": ("experiments.beijing_pm25_results", []),
+}
+README, BENCHMARKS_README, BENCHMARKS_RESULTS = "README.md", "benchmarks/README.md", "benchmarks/RESULTS.md"
+# Lines of a page that stamp where and when it was written, not a result.
+STAMPS = ("Page written on:",)
+NUMBER = re.compile(r"\d[\d,]*(?:\.\d+)?")
+# A result in a README's sentence: a decimal, or a whole number with % or x (targets and ratios).
+RESULT = re.compile(r"(?<![\w.])(\d[\d,]*\.\d+|\d[\d,]*(?=\s?%|x\b))")
+# Raw reference of a test set, per experiment, in the data folder (as the TFDS builders read them).
+REFERENCE_FILES = {"multi30k": "{split}.de.gz", "iwslt15_en_vi": "{split}.vi"}
+# What has nothing committed behind it on each page, whatever the rows: (what, why).
+NOT_COMMITTED = {
+    "experiments/synthetic/RESULTS.md": [("exact match and token accuracy of copy, reverse and sort", "no decoded "
+                                          "outputs are committed; records.json keeps the numbers the runs printed")],
+    "experiments/language_model/RESULTS.md": [("validation perplexity (per piece and per word) and cross-entropy",
+                                               "no per-sentence log-probabilities are committed")],
+    "experiments/disaster_tweets/RESULTS.md": [("every test F1, precision, recall, accuracy, threshold and ensemble "
+                                                "interval", "no per-seed predictions are committed; records.json "
+                                                "keeps only the seeds' summed confusion counts")],
+    "experiments/ablations/RESULTS.md": [("each seed's final metric and training loss", "the runs' logs are not "
+                                          "committed; the means, spreads, comparisons and Welch's t are "
+                                          "recomputed from the per-seed values in records.json")],
+    "experiments/ablations/multi30k/RESULTS.md": [("each seed's final validation BLEU, accuracy, NLL and training "
+                                                   "loss", "the runs' logs and validation outputs are not committed; "
+                                                   "the statistics are recomputed from records.json")],
+    "experiments/beijing_pm25/RESULTS.md": [("validation MAE of each input window, and the runs table",
+                                             "from the runs' training logs, not committed; every test table is "
+                                             "recomputed from forecasts_2014.npz")],
+    BENCHMARKS_RESULTS: [("every timing, memory figure and MFU", "a measurement: what is checked is that each ratio "
+                          "agrees with the timings printed beside it")],
+    BENCHMARKS_README: [("the figures of the sections below the target table (runs 1-11, A/B runs, profiles)",
+                         "hand-recorded measurements of runs whose RESULTS.md sections later runs replaced")],
+    README: [("the quick start's and the test suite's wall times and test counts", "measured by hand, no record")],
+}
+
+
+@dataclasses.dataclass
+class Tally:
+  """What the check found: per page, how many numbers each kind of check confirmed; the numbers that differ; what
+  could not be verified, with why."""
+  verified: dict = dataclasses.field(default_factory=lambda: collections.defaultdict(collections.Counter))
+  differences: list = dataclasses.field(default_factory=list)
+  not_verified: list = dataclasses.field(default_factory=list)
+
+  def check(self, page: str, kind: str, where: str, printed: str, recomputed: str) -> None:
+    """One number: counted when ``printed`` equals ``recomputed``, else a difference naming it."""
+    if printed == recomputed:
+      self.verified[page][kind] += 1
+    else:
+      self.differences.append(f"{page}: {where}: printed {printed}, recomputed {recomputed}")
+
+  def unverified(self, page: str, what: str, why: str) -> None:
+    self.not_verified.append(f"{page}: {what}: {why}")
+
+
+# ------------------------------------------------------------------------------ reading pages
+
+def read(root: str, page: str) -> str:
+  with open(os.path.join(root, page), encoding="utf-8") as f:
+    return f.read()
+
+
+def numbers(text: str) -> list[str]:
+  return [token.replace(",", "") for token in NUMBER.findall(text)]
+
+
+def cells(line: str) -> list[str]:
+  """The cells of a markdown table row (``| a | b |``), stripped; [] for any other line."""
+  line = line.strip()
+  if not (line.startswith("|") and line.endswith("|")):
+    return []
+  # A code span may hold a "|" (a sacreBLEU signature): split only outside backticks.
+  return [cell.strip() for cell in re.split(r"\|(?=(?:[^`]*`[^`]*`)*[^`]*$)", line[1:-1])]
+
+
+def tables(text: str) -> list[dict]:
+  """Every markdown table of ``text``: ``{"header": [...], "rows": [[...]], "line": the header's line number}``."""
+  found, lines = [], text.splitlines()
+  for index, line in enumerate(lines):
+    if cells(line) and index + 1 < len(lines) and set(lines[index + 1].replace("|", "")) == {"-"}:
+      if index and cells(lines[index - 1]):
+        continue
+      rows = []
+      for row in lines[index + 2:]:
+        if not cells(row):
+          break
+        rows.append(cells(row))
+      found.append({"header": cells(line), "rows": rows, "line": index + 1})
+  return found
+
+
+def cell(text: str, column: str, row_name: str, header_starts: str = "model") -> str | None:
+  """The cell in column ``column`` of the row named ``row_name`` (first cell) of the first table of ``text``
+  whose first heading is ``header_starts`` and that has that column; None where there is none."""
+  for table in tables(text):
+    if table["header"][0] == header_starts and column in table["header"]:
+      index = table["header"].index(column)
+      for row in table["rows"]:
+        if row[0] == row_name:
+          return row[index]
+  return None
+
+
+def sections(text: str) -> dict[str, str]:
+  """The sections of a benchmarks RESULTS.md by marker (``benchmarks.attention.gpu``): the text between
+  ``<!-- NAME -->`` and ``<!-- /NAME -->``."""
+  return dict(re.findall(r"<!-- (benchmarks[\w.]*) -->\n(.*?)<!-- /\1 -->", text, flags=re.S))
+
+
+# ------------------------------------------------------------------------------ pages written again from records
+
+def regenerate(page: str, folder: str) -> str:
+  """``page`` as its script writes it from the committed records, into ``folder`` (its output quieted)."""
+  module, arguments = PAGES[page]
+  with contextlib.redirect_stdout(io.StringIO()):
+    importlib.import_module(module).main([*arguments, "--from_records", f"--output_dir={folder}"])
+  return read(folder, "RESULTS.md")
+
+
+def compare_page(tally: Tally, page: str, printed: str, recomputed: str) -> None:
+  """Every number of ``printed`` against the same place of ``recomputed``, lines aligned as a diff aligns them;
+  a table row names its row and column. The hand-written notes (Runs not kept) are counted as not verified."""
+  ours, theirs = printed.splitlines(), recomputed.splitlines()
+  hand_written = next((index for index, line in enumerate(ours) if line.startswith("## Runs not kept")), len(ours))
+  if hand_written < len(ours):
+    tally.unverified(page, f"the {len(numbers(' '.join(ours[hand_written:])))} numbers under Runs not kept",
+                     "hand-written in runs_not_kept.md from the training output of runs whose workdirs are gone")
+  matcher = difflib.SequenceMatcher(None, ours, theirs, autojunk=False)
+  for tag, start, end, other_start, other_end in matcher.get_opcodes():
+    for offset, index in enumerate(range(start, min(end, hand_written))):
+      line = ours[index]
+      if line.startswith(STAMPS):
+        continue
+      other = theirs[other_start + offset] if other_start + offset < other_end else ""
+      compare_line(tally, page, index + 1, line, other, header_for(ours, index))
+
+
+def header_for(lines: list[str], index: int) -> list[str]:
+  """The header cells of the table holding line ``index`` ([] outside a table)."""
+  while index > 0 and cells(lines[index - 1]):
+    index -= 1
+  return cells(lines[index]) if cells(lines[index]) else []
+
+
+def compare_line(tally: Tally, page: str, number: int, line: str, other: str, header: list[str]) -> None:
+  """The numbers of one printed line against the recomputed line: cell by cell in a table row."""
+  kind = "written again from records.json"
+  row, other_row = cells(line), cells(other)
+  if row and len(row) == len(other_row) and len(row) == len(header):
+    for column, (mine, theirs) in enumerate(zip(row, other_row)):
+      for a, b in zip_numbers(mine, theirs):
+        tally.check(page, kind, f"line {number}, row {row[0]!r}, column {header[column]!r}", a, b)
+    return
+  for a, b in zip_numbers(line, other):
+    tally.check(page, kind, f"line {number} ({line.strip()[:60]!r})", a, b)
+
+
+def zip_numbers(printed: str, recomputed: str) -> list[tuple[str, str]]:
+  """Pairs of (printed, recomputed) numbers in order; a number the other side lacks pairs with "nothing"."""
+  ours, theirs = numbers(printed), numbers(recomputed)
+  width = max(len(ours), len(theirs))
+  return list(zip(*(values + ["nothing"] * (width - len(values)) for values in (ours, theirs))))
+
+
+# ------------------------------------------------------------------------------ BLEU from the committed outputs
+
+def data_folder() -> str:
+  """Where the raw data is: ``$TRANSFORMER_DATA_DIR``, else ``../shared/data`` beside the repository (the pages'
+  commands name it so)."""
+  from transformer.data.parallel_text import ENV_VAR
+  return os.environ.get(ENV_VAR) or os.path.join(os.path.dirname(report.REPO), "shared", "data")
+
+
+def translation_outputs(experiment: str) -> dict[str, list[str]]:
+  """Row -> the committed test outputs of that row (paths relative to the page's folder), every scored row."""
+  from experiments import translation_results
+  store = report.RecordStore(os.path.join(report.COMMITTED, experiment))
+  runs, _ = translation_results.stored_rows(store)
+  best = translation_results.best_row(runs)
+  return {name: translation_results.row_files(experiment, store.folder, name, best) for name in runs}
+
+
+def check_bleu(tally: Tally, root: str, experiment: str, data: str) -> None:
+  """Corpus BLEU (cased, lowercased), its signature and BLEU by reference length of every committed test output
+  of ``experiment``'s page, against the cells that print them; rows without outputs are listed."""
+  from experiments.translation_results import TEST_NAME
+  from transformer.data.parallel_text import read_lines
+  page = f"experiments/{experiment}/RESULTS.md"
+  text, folder = read(root, page), os.path.join(report.COMMITTED, experiment)
+  for name, files in translation_outputs(experiment).items():
+    if not files:
+      tally.unverified(page, f"{name}: test BLEU and BLEU by length", "its test outputs were not committed")
+    tally.unverified(page, f"{name}: validation BLEU", "validation outputs are not committed (logged in training)")
+    for path in files:
+      split = os.path.basename(path).split(".hyp.")[0]
+      reference = os.path.join(data, experiment, REFERENCE_FILES[experiment].format(split=split))
+      if not os.path.exists(reference):
+        tally.unverified(page, f"{name}: {split} BLEU", f"the reference {reference} is not there (give "
+                         "TRANSFORMER_DATA_DIR, the folder of the raw data)")
+        continue
+      with open(os.path.join(folder, path), encoding="utf-8") as f:
+        hypotheses = f.read().split("\n")[:-1]  # one line per reference, newline-terminated
+      check_split(tally, page, text, name, split, split == TEST_NAME[experiment], hypotheses, read_lines(reference))
+
+
+def check_split(tally: Tally, page: str, text: str, name: str, split: str, is_test: bool, hypotheses: list[str],
+                references: list[str]) -> None:
+  """One output file's BLEU against the page: the main table and the outputs table (the test set), or the other
+  test sets' table; the signature, and BLEU by reference length (the test set)."""
+  from transformer.tasks.metrics import bleu_by_reference_length, corpus_bleu
+  signature = (cell(text, "sacreBLEU signature", name) or "").strip("`")
+  tokenize = dict(part.split(":", 1) for part in signature.split("|") if ":" in part).get("tok", "13a")
+  kind = "BLEU from committed outputs"
+  cased, recomputed_signature = corpus_bleu(hypotheses, references, tokenize)
+  lowercased, _ = corpus_bleu(hypotheses, references, tokenize, lowercase=True)
+  for column, value in ((f"{split} BLEU", cased), (f"{split} BLEU lowercased", lowercased)):
+    tally.check(page, kind, f"row {name!r}, column {column!r}", cell(text, column, name) or "nothing",
+                f"{value:.2f}")
+  if not is_test:
+    return
+  tally.check(page, kind, f"row {name!r}, sacreBLEU signature", signature, recomputed_signature)
+  for group, values in bleu_by_reference_length(hypotheses, references, tokenize).items():
+    heading = f"{group} words ({values['sentences']} sentences)"
+    printed = cell(text, heading, name)
+    if printed is not None:  # rows scored before the page had the table have no row there
+      tally.check(page, kind, f"BLEU by length, row {name!r}, column {heading!r}", printed,
+                  f"{values['bleu']:.2f} (length ratio {values['length_ratio']:.2f})")
+
+
+# ------------------------------------------------------------------------------ benchmark ratios
+
+ATTENTION_REFERENCES = ("jax.nn (xla) ms", "flax ms", "jax.nn (cudnn) ms")
+# Per section (its marker, less a ``.gpu``/``.1core`` suffix): (ratio column, numerator, denominators: the
+# smallest of them), each a column of the same row; "row:COLUMN=VALUE" takes the column from the row of the same
+# table with that value (e.g. the implementation "ours").
+RATIOS = {
+    "benchmarks.attention": [("ours / fastest reference", "ours ms", ATTENTION_REFERENCES),
+                             ("ours, float32_logits=False / fastest reference", "ours, float32_logits=False ms",
+                              ATTENTION_REFERENCES)],
+    "benchmarks.chunked_attention": [("chunked / dense memory", "chunked peak MiB", ("dense peak MiB",)),
+                                     ("chunked / dense time", "chunked ms", ("dense ms",))],
+    "benchmarks.train_step": [("ours / this (tokens/s)", "row:implementation=ours:src+tgt tokens/s",
+                               ("src+tgt tokens/s",))],
+    "benchmarks.decoding": [("cache speed-up", "no-cache ms", ("cached ms",))],
+    "benchmarks.input_pipeline": [("pipeline / train step", "pipeline batches/s", ("train steps/s",))],
+    "benchmarks.sequence_length": [("chunked / dense time", "chunked ms", ("dense ms",))],
+    "benchmarks.remat": [("peak / none", "planned peak MiB", ("row:policy=none:planned peak MiB",)),
+                         ("time / none (back to back)", "step ms (10 back to back)",
+                          ("row:policy=none:step ms (10 back to back)",))],
+    "benchmarks.loop_overhead": [("loop / bare", "loop ms", ("bare step ms",))],
+}
+
+
+def bounds(text: str) -> tuple[float, float] | None:
+  """The interval a printed number stands for (half a unit of its last digit either side); None if no number."""
+  match = NUMBER.fullmatch(text.replace(" ", ""))
+  if not match:
+    return None
+  value, decimals = float(text.replace(",", "")), len(text.partition(".")[2])
+  return value - 0.5 * 10 ** -decimals, value + 0.5 * 10 ** -decimals
+
+
+def column_value(table: dict, row: list[str], column: str) -> tuple[float, float] | None:
+  if column.startswith("row:"):  # the named row's column
+    _, selector, column = column.split(":", 2)
+    field, value = selector.split("=")
+    key = table["header"].index(field)
+    row = next((other for other in table["rows"] if other[key] == value), None)
+    if row is None:
+      return None
+  return bounds(row[table["header"].index(column)]) if column in table["header"] else None
+
+
+def check_ratios(tally: Tally, text: str) -> None:
+  """Every ratio column of ``benchmarks/RESULTS.md`` against the timings of its row, to their printed rounding,
+  and each attention and decoding section's quoted worst ratio against its column."""
+  for marker, body in sections(text).items():
+    specs = RATIOS.get(re.sub(r"\.(gpu|1core)$", "", marker), [])
+    for table in tables(body):
+      for ratio, numerator, denominators in specs:
+        if ratio not in table["header"]:
+          continue
+        for row in table["rows"]:
+          check_ratio(tally, marker, table, row, ratio, numerator, denominators)
+      check_worst(tally, marker, body, table)
+
+
+def check_ratio(tally: Tally, marker: str, table: dict, row: list[str], ratio: str, numerator: str,
+                denominators: tuple[str, ...]) -> None:
+  printed = bounds(row[table["header"].index(ratio)])
+  top = column_value(table, row, numerator)
+  bottoms = [value for value in (column_value(table, row, column) for column in denominators) if value]
+  if printed is None or top is None or not bottoms:
+    return  # "-", "does not fit": no ratio printed or nothing to divide
+  low, high = min(b[0] for b in bottoms), min(b[1] for b in bottoms)
+  possible = (top[0] / high, top[1] / low if low > 0 else math.inf)
+  agrees = possible[0] <= printed[1] and printed[0] <= possible[1]
+  where = f"section {marker}, row {' / '.join(row[:4])!r}, column {ratio!r}"
+  text = row[table["header"].index(ratio)]
+  tally.check(BENCHMARKS_RESULTS, "ratio from the timings beside it", where, text,
+              text if agrees else f"{possible[0]:.3f} to {possible[1]:.3f}")
+
+
+def check_worst(tally: Tally, marker: str, body: str, table: dict) -> None:
+  """``worst ratio X`` (attention) or ``smallest speed-up at 256 tokens X`` (decoding) against the column."""
+  quoted = re.search(r"worst ratio ([\d.]+) with the default", body)
+  column = "ours / fastest reference"
+  if quoted is None:
+    quoted, column = re.search(r"smallest speed-up at 256 tokens ([\d.]+)", body), "cache speed-up"
+  if quoted is None or column not in table["header"]:
+    return
+  index = table["header"].index(column)
+  values = [row[index] for row in table["rows"] if bounds(row[index])
+            and (column != "cache speed-up" or row[table["header"].index("output tokens")] == "256")]
+  pick = max if column.startswith("ours") else min
+  tally.check(BENCHMARKS_RESULTS, "ratio from the timings beside it", f"section {marker}, the target line's "
+              f"{'worst' if pick is max else 'smallest'} ratio", quoted.group(1), pick(values, key=float))
+
+
+# ------------------------------------------------------------------------------ the READMEs against their pages
+
+def results_in(text: str) -> list[str]:
+  """The results a sentence quotes (``RESULT``), as printed, commas dropped."""
+  return [token.replace(",", "") for token in RESULT.findall(text)]
+
+
+def found_on(value: str, page_text: str) -> bool:
+  """Whether the number ``value`` is printed on the page (as a number: 2x is 2.0x); a percentage may also be
+  printed as a fraction (100% as 1.0000)."""
+  printed = {float(number) for number in numbers(page_text)}
+  return float(value) in printed or (value.isdigit() and float(value) / 100 in printed)
+
+
+def check_links(tally: Tally, root: str, page: str, table: dict, result_column: int, targets) -> None:
+  """Each result quoted in ``table``'s rows must be printed on the page the row links (``targets(row)``: the
+  page's path and text); a row linking nothing is reported."""
+  for row in table["rows"]:
+    target, target_text = targets(row)
+    if target is None:
+      tally.check(page, "quoted from its page", f"row {row[0]!r}", "a result", "no page linked")
+      continue
+    for value in results_in(row[result_column]):
+      tally.check(page, f"quoted from its page", f"row {row[0]!r}: {value} (from {target})", value,
+                  value if found_on(value, target_text) else f"not on {target}")
+
+
+def readme_targets(root: str):
+  """For a row of the README's results table: the page its last cell links, and its text (the sections named in
+  the row, for benchmarks/RESULTS.md)."""
+  def targets(row):
+    link = re.search(r"\]\(([^)#]+)", row[-1])
+    if link is None:
+      return None, ""
+    page = os.path.normpath(link.group(1))
+    text = read(root, page)
+    named = re.findall(r"benchmarks\.[\w.]+", " ".join(row))
+    if page == BENCHMARKS_RESULTS and named:
+      text = "\n".join(sections(text).get(name, "") for name in named)
+    return page, text
+  return targets
+
+
+def check_readme(tally: Tally, root: str) -> None:
+  """The README's results table against the pages it links, and the claims it derives from a table."""
+  text = read(root, README)
+  table = next(t for t in tables(text) if t["header"][:2] == ["experiment", "result"])
+  check_links(tally, root, README, table, 1, readme_targets(root))
+  for row in table["rows"]:
+    for found in re.finditer(r"at (\d+) of (\d+) sizes", row[1]):
+      tally.check(README, "counted from its page", f"row {row[0]!r}: sizes within the target",
+                  f"{found.group(1)} of {found.group(2)}", attention_sizes_met(read(root, BENCHMARKS_RESULTS)))
+
+
+def attention_sizes_met(text: str) -> str:
+  """``N of M``: the sizes (dtype, pass, length) of the CPU attention section within 1.1x of the fastest reference."""
+  table = tables(sections(text)["benchmarks.attention"])[0]
+  index = table["header"].index("ours / fastest reference")
+  met = sum(float(row[index]) <= 1.1 for row in table["rows"])
+  return f"{met} of {len(table['rows'])}"
+
+
+def check_benchmarks_readme(tally: Tally, root: str) -> None:
+  """``benchmarks/README.md``'s target table: every result in a row is printed in the RESULTS.md sections the row
+  names."""
+  text = read(root, BENCHMARKS_README)
+  table = next(t for t in tables(text) if t["header"][:2] == ["question", "target"])
+  results = sections(read(root, BENCHMARKS_RESULTS))
+
+  def targets(row):
+    named = re.findall(r"benchmarks\.[\w.]+", " ".join(row))
+    missing = [name for name in named if name not in results]
+    if not named or missing:
+      return None, ""
+    return BENCHMARKS_RESULTS, "\n".join(results[name] for name in named)
+
+  for column in range(2, len(table["header"])):
+    check_links(tally, root, BENCHMARKS_README, table, column, targets)
+
+
+# ------------------------------------------------------------------------------ main
+
+def verify(root: str = report.REPO, pages: tuple[str, ...] = (), data: str | None = None) -> Tally:
+  """Every check on the pages under ``root`` (default: the repository), or only on ``pages``; numbers are
+  recomputed from the committed files in the repository."""
+  tally, data = Tally(), data or data_folder()
+  chosen = pages or (*PAGES, README, BENCHMARKS_README, BENCHMARKS_RESULTS)
+  with tempfile.TemporaryDirectory() as scratch:
+    for index, page in enumerate(page for page in chosen if page in PAGES):
+      compare_page(tally, page, read(root, page), regenerate(page, os.path.join(scratch, str(index))))
+  for experiment in ("multi30k", "iwslt15_en_vi"):
+    if f"experiments/{experiment}/RESULTS.md" in chosen:
+      check_bleu(tally, root, experiment, data)
+  if BENCHMARKS_RESULTS in chosen:
+    check_ratios(tally, read(root, BENCHMARKS_RESULTS))
+  if README in chosen:
+    check_readme(tally, root)
+  if BENCHMARKS_README in chosen:
+    check_benchmarks_readme(tally, root)
+  for page in chosen:
+    for what, why in NOT_COMMITTED.get(page, ()):
+      tally.unverified(page, what, why)
+  return tally
+
+
+def summary(tally: Tally) -> str:
+  lines = ["Verified, per page:"]
+  for page, kinds in tally.verified.items():
+    lines.append(f"- {page}: " + "; ".join(f"{count} {kind}" for kind, count in kinds.items()))
+  lines += ["", "Not verified (nothing committed behind them):", *(f"- {line}" for line in tally.not_verified)]
+  if tally.differences:
+    lines += ["", f"{len(tally.differences)} numbers differ from what the committed files give:",
+              *(f"- {line}" for line in tally.differences)]
+  else:
+    lines += ["", "Every checked number is as the committed files give it."]
+  return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+  parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser.add_argument("--root", default=report.REPO, help="Folder holding the pages to check, in the "
+                      "repository's layout (default: the repository).")
+  parser.add_argument("--page", action="append", default=[], help="Check only this page (a path under --root, "
+                      f"e.g. {README}); repeat for several.")
+  parser.add_argument("--data_dir", default="", help="The raw data folder, for BLEU (default: "
+                      "$TRANSFORMER_DATA_DIR, else ../shared/data beside the repository).")
+  args = parser.parse_args(argv)
+  tally = verify(os.path.abspath(args.root), tuple(args.page), args.data_dir or None)
+  print(summary(tally))
+  return 1 if tally.differences else 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

@@ -1,0 +1,107 @@
+"""experiments/verify.py: the committed pages pass; a page copy with one digit changed fails, naming the number."""
+import os
+import shutil
+
+import pytest
+
+from experiments import report, verify
+
+PM25 = "experiments/beijing_pm25/RESULTS.md"
+MULTI30K = "experiments/multi30k/RESULTS.md"
+
+
+def copy_pages(folder) -> str:
+  """The README, every results page and the benchmarks' pages, copied into ``folder`` in the repository's layout."""
+  for page in (*verify.PAGES, verify.README, verify.BENCHMARKS_README, verify.BENCHMARKS_RESULTS):
+    os.makedirs(os.path.join(folder, os.path.dirname(page)), exist_ok=True)
+    shutil.copy(os.path.join(report.REPO, page), os.path.join(folder, page))
+  return str(folder)
+
+
+def change_digit(root: str, page: str, old: str, new: str) -> None:
+  """Replaces the first ``old`` (which must be on the page) by ``new`` in the copy of ``page`` under ``root``."""
+  path = os.path.join(root, page)
+  with open(path, encoding="utf-8") as f:
+    text = f.read()
+  assert old in text
+  with open(path, "w", encoding="utf-8") as f:
+    f.write(text.replace(old, new, 1))
+
+
+def test_cells_keep_a_pipe_inside_a_code_span():
+  assert verify.cells("| a | `x|y` | 1.0 |") == ["a", "`x|y`", "1.0"]
+  assert verify.cells("not a row") == []
+
+
+def test_a_changed_number_is_named_with_its_row_and_column():
+  printed = "| model | BLEU |\n|---|---|\n| gru | 35.21 |\n"
+  recomputed = "| model | BLEU |\n|---|---|\n| gru | 35.20 |\n"
+  tally = verify.Tally()
+  verify.compare_page(tally, "page.md", printed, recomputed)
+  assert tally.differences == ["page.md: line 3, row 'gru', column 'BLEU': printed 35.21, recomputed 35.20"]
+
+
+def test_a_number_missing_on_one_side_is_a_difference():
+  tally = verify.Tally()
+  verify.compare_page(tally, "page.md", "a 1.5 and 2.5\n", "a 1.5\n")
+  assert tally.differences == ["page.md: line 1 ('a 1.5 and 2.5'): printed 2.5, recomputed nothing"]
+
+
+def test_a_ratio_is_checked_to_the_rounding_of_its_timings():
+  table = {"header": ["cached ms", "no-cache ms", "cache speed-up"], "rows": []}
+  for speed_up, agrees in (("3.52", True), ("3.62", False)):
+    tally = verify.Tally()
+    verify.check_ratio(tally, "benchmarks.decoding", table, ["26.43", "93.02", speed_up], "cache speed-up",
+                       "no-cache ms", ("cached ms",))
+    assert bool(tally.differences) != agrees
+
+
+def test_a_quoted_result_is_found_as_its_page_prints_it():
+  assert verify.found_on("2", "ours >= 2.0x pytorch")
+  assert verify.found_on("100", "| copy | 1.0000 |")
+  assert not verify.found_on("40.78", "| transformer_gpu | 40.77 |")
+  assert verify.results_in("1.53x PyTorch, 45% MFU (1.43-3.54x) on H200") == ["1.53", "45", "1.43", "3.54"]
+
+
+@pytest.mark.slow
+def test_the_committed_pages_pass():
+  tally = verify.verify()
+  assert tally.differences == []
+  assert tally.verified[PM25]["written again from records.json"] > 500
+  assert tally.not_verified  # what has nothing committed behind it is listed
+
+
+@pytest.mark.slow
+def test_one_digit_changed_on_a_results_page_fails_naming_it(tmp_path):
+  root = copy_pages(tmp_path)
+  change_digit(root, PM25, "| gru | 168 | 11.6 ± 0.1 | 33.9 ± 0.3 | 45.8 ± 0.3 | 57.2",
+               "| gru | 168 | 11.6 ± 0.1 | 33.9 ± 0.3 | 45.8 ± 0.3 | 57.3")
+  tally = verify.verify(root, (PM25,))
+  assert len(tally.differences) == 1
+  assert "row 'gru', column '24 h': printed 57.3, recomputed 57.2" in tally.differences[0]
+  assert verify.main([f"--root={root}", f"--page={PM25}"]) == 1
+
+
+@pytest.mark.slow
+def test_one_digit_changed_in_the_readme_or_a_benchmark_ratio_fails_naming_it(tmp_path):
+  root = copy_pages(tmp_path)
+  change_digit(root, verify.README, "61.4 vs 57.2 at 24 h", "61.4 vs 57.3 at 24 h")
+  change_digit(root, verify.BENCHMARKS_RESULTS, "| 26.43 | 93.02 | 2,421.44 | 688.05 | 3.52 |",
+               "| 26.43 | 93.02 | 2,421.44 | 688.05 | 3.62 |")
+  tally = verify.verify(root, (verify.README, verify.BENCHMARKS_RESULTS))
+  readme, ratio = sorted(tally.differences, key=lambda line: not line.startswith(verify.README))
+  assert len(tally.differences) == 2
+  assert "57.3" in readme and "not on experiments/beijing_pm25/RESULTS.md" in readme
+  assert "column 'cache speed-up': printed 3.62" in ratio
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.path.isdir(os.path.join(verify.data_folder(), "multi30k")),
+                    reason="the raw Multi30k references (TRANSFORMER_DATA_DIR) are not here")
+def test_a_changed_bleu_fails_against_the_committed_hypotheses(tmp_path):
+  root = copy_pages(tmp_path)
+  change_digit(root, MULTI30K, "| 41.55 | 40.77 | 41.13 |", "| 41.55 | 40.78 | 41.13 |")
+  tally = verify.verify(root, (MULTI30K,))
+  assert tally.verified[MULTI30K]["BLEU from committed outputs"] > 10
+  named = [line for line in tally.differences if "printed 40.78, recomputed 40.77" in line]
+  assert len(named) == 2  # the page written again from records, and the BLEU of the hypotheses
