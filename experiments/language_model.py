@@ -1,6 +1,6 @@
-"""A decoder-only Transformer language model of the English captions of Multi30k (29k training sentences).
+r"""A decoder-only Transformer language model of the English captions of Multi30k (29k training sentences).
 
-    python launch.py --config=experiments/language_model.py --workdir=/tmp/lm \\
+    python launch.py --config=experiments/language_model.py --workdir=/tmp/lm \
         --config.task.source_dir=../shared/data/multi30k
     printf 'A man in a red\nTwo dogs\n' | python launch.py --config=experiments/language_model.py \
         --workdir=/tmp/lm --mode=translate --config.decode.method=sample --config.decode.temperature=0.8 \
@@ -38,6 +38,7 @@ def get_config(variant: str = "small"):
   task.max_length = 64  # training filter (longer sentences are dropped) and the longest continuation
   task.batch_size_multiple = 8
   task.fixed_batch_shape = False  # True: one batch shape (one compilation) instead of one per length bucket
+  task.pack = False  # True: sentences packed whole into rows of max_length: one shape, almost no padding
   task.eval_split = "validation"
   task.num_eval_prompts = 3  # continuations printed at each evaluation
   task.prompt_words = 4

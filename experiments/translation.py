@@ -36,6 +36,8 @@ def task(dataset: str, pair: str, test_splits: tuple[str, ...]) -> ml_collection
       # True: every batch [max_tokens // max_length, max_length], one compiled shape instead of one per length
       # bucket, at the cost of padding: for accelerators, where compiling a large step per bucket is slow.
       "fixed_batch_shape": False,
+      # True: training examples packed whole into rows of max_length, one shape and almost no padding.
+      "pack": False,
       "eval_split": "validation",
       "test_splits": test_splits,
       # --mode=eval decodes the tests with the alpha of these that scores best on the validation split; () = off.

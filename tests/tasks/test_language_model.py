@@ -150,3 +150,19 @@ def test_tiny_run_trains_reports_perplexity_and_continues_prompts(raw_dir, data_
   assert model.task.translate_lines(model.model_config, model.params, ["a dog"], beam_size=2) == \
       model.task.continue_texts(model.model_config, model.params, ["a dog"],
                                 settings=DecodeSettings("beam", beam_size=2))
+
+
+@pytest.mark.slow
+def test_a_trained_run_continues_prompts_without_its_data(tmp_path, monkeypatch):
+  """``load`` once needed the prepared data (or its raw files) to build the tokenizer; the run keeps its own."""
+  import shutil
+
+  raw, workdir = tmp_path / "raw", str(tmp_path / "run")
+  config = tiny_config(write_multi30k(raw / "multi30k", sizes=SIZES), tmp_path / "tfds")
+  config.num_train_steps, config.eval_every, config.checkpoint_every, config.log_every = 4, 4, 4, 2
+  run(config, workdir)
+  expected = load(workdir).continue_texts(["a dog", ""], max_new_tokens=4)
+  shutil.rmtree(raw)
+  shutil.rmtree(tmp_path / "tfds")
+  monkeypatch.setenv("TRANSFORMER_DATA_DIR", str(tmp_path / "nowhere"))
+  assert load(workdir).continue_texts(["a dog", ""], max_new_tokens=4) == expected

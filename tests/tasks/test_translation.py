@@ -144,6 +144,35 @@ def test_fixed_batch_shape_gives_one_shape_and_keeps_every_example(raw_dir, tmp_
 
 
 @pytest.mark.slow
+def test_packed_training_batches_and_their_loss_with_the_transformer_only(raw_dir, tmp_path):
+  """``task.pack``: training batches of packed rows, whose loss equals the loss of the same examples unpacked
+  (dropout off); the RNN baseline, which reads one example per row, refuses it in one line."""
+  import jax
+  import numpy as np
+
+  from transformer.errors import ConfigError
+  from transformer.tasks import build_task
+
+  config = tiny_translation_config(raw_dir, tmp_path / "tfds", **{"task.pack": True})
+  task = build_task(config)
+  batch = next(task.train_iterator(batch_size=0, seed=0))
+  assert {"source_segments", "target_segments"} <= set(batch) and batch["target_segments"].max() > 1
+  model = task.build_model(task.model_config().replace(deterministic=True))
+  params = model.init(jax.random.key(0), batch["source"][:1], batch["target"][:1])["params"]
+  row = {name: values[:1] for name, values in batch.items()}
+  packed_loss = task.loss_and_metrics(model, params, row, None)[0]
+  pairs = [(row["source"][0][row["source_segments"][0] == s], row["target"][0][row["target_segments"][0] == s])
+           for s in range(1, int(row["target_segments"].max()) + 1)]
+  width = max(max(len(source), len(target)) for source, target in pairs)
+  unpacked = {name: np.stack([np.pad(pair[side], (0, width - len(pair[side]))) for pair in pairs])
+              for side, name in enumerate(("source", "target"))}
+  np.testing.assert_allclose(task.loss_and_metrics(model, params, unpacked, None)[0], packed_loss, rtol=1e-5)
+  rnn_task = build_task(tiny_translation_config(raw_dir, tmp_path / "tfds", "gru_bahdanau", **{"task.pack": True}))
+  with pytest.raises(ConfigError, match="pack=False"):
+    rnn_task.train_iterator(batch_size=0, seed=0)
+
+
+@pytest.mark.slow
 def test_word_dropout_changes_the_inputs_and_keeps_the_labels(raw_dir, tmp_path):
   """``config.source_token_dropout`` / ``target_token_dropout``: the loss of a training batch is the model's
   loss on inputs with tokens replaced by <unk>, against the batch's own (whole) targets; eval is untouched."""
@@ -207,7 +236,8 @@ def test_tokenizer_type_selects_the_sentencepiece_algorithm(raw_dir, tmp_path):
 @pytest.mark.slow
 def test_a_run_refuses_a_tokenizer_other_than_the_one_it_trained_with(raw_dir, tmp_path):
   """The SentencePiece cache is keyed by the options, but another host can train another model from them: a run
-  keeps its own models and refuses to resume, evaluate or load with a different one, naming the file to copy."""
+  keeps its own models and refuses to resume or evaluate with a different one, naming the file to copy; ``load``
+  uses the run's own, and refuses the data once something reads it."""
   import shutil
 
   from transformer.data.tokenizers import SentencePieceOptions, train_sentencepiece
@@ -231,8 +261,11 @@ def test_a_run_refuses_a_tokenizer_other_than_the_one_it_trained_with(raw_dir, t
     f.write(other.model_proto)
 
   expected = rf"trained with another source tokenizer \(fingerprint {ours.fingerprint}\).*cp \S+/tokenizers/source\."
-  with pytest.raises(WorkdirError, match=expected):
-    load(workdir)
+  loaded = load(workdir)
+  assert loaded.translate(["a dog runs"]) == model.translate(["a dog runs"])  # the run's own tokenizers
+  with pytest.raises(WorkdirError, match=rf"the prepared data's source tokenizer .*fingerprint {other.fingerprint}.*"
+                                         rf"cp \S+/tokenizers/source\.{ours.fingerprint}\.model"):
+    loaded.task.data  # e.g. for BLEU: its token ids would mean other pieces
   with pytest.raises(WorkdirError, match=expected):
     run(tiny_translation_config(raw_dir, data_dir, **{**short, "num_train_steps": 8}), workdir)
   with pytest.raises(WorkdirError, match=expected):
@@ -243,3 +276,26 @@ def test_a_run_refuses_a_tokenizer_other_than_the_one_it_trained_with(raw_dir, t
   assert load(workdir).translate(["a dog runs"]) == model.translate(["a dog runs"])
   with pytest.raises(ValueError, match=r"translate takes a list of source sentences, got one string 'a dog runs'"):
     model.translate("a dog runs")  # once one translation per character
+
+
+@pytest.mark.slow
+def test_a_trained_run_loads_and_translates_without_its_data(tmp_path, monkeypatch):
+  """``load`` once built the task's data, which needs the prepared dataset or its raw files (``MissingDataError:
+  multi30k: cannot download`` offline); the run keeps its tokenizers, so it loads and translates on its own and
+  reads the data only when something needs it."""
+  import shutil
+
+  raw, data_dir, workdir = tmp_path / "raw", tmp_path / "tfds", str(tmp_path / "run")
+  short = {"num_train_steps": 4, "eval_every": 4, "checkpoint_every": 4, "log_every": 2}
+  run(tiny_translation_config(write_multi30k(raw / "multi30k", sizes=SIZES), data_dir, **short), workdir)
+  lines = ["a dog runs in the park", "", "the small man sits"]
+  expected = load(workdir).translate(lines)
+
+  shutil.rmtree(raw)  # neither the raw files nor the prepared data are left, nor a folder to look in
+  shutil.rmtree(data_dir)
+  monkeypatch.setenv("TRANSFORMER_DATA_DIR", str(tmp_path / "nowhere"))
+  model = load(workdir)
+  assert model.translate(lines) == expected
+  assert model.score(["a dog runs"], ["ein hund"]).shape == (1,)
+  with pytest.raises(MissingDataError):
+    model.task.bleu(model.model_config, model.params, "validation")  # scoring needs the references: the data

@@ -21,7 +21,8 @@ of ``batch_size_multiple``), so ``batch_size * length <= max_tokens`` for each o
 target. With ``fill_partial_batches`` (default) the last, partial batch of a bucket is filled
 with all-padding rows, so every batch of a bucket has the same shape and the set of shapes a
 jitted step sees is :attr:`TokenBatcher.batch_shapes`, one per bucket. ``fixed_shape=True``
-uses a single bucket, ``[max_tokens // max_length, max_length]`` for every batch.
+uses a single bucket, ``[max_tokens // max_length, max_length]`` for every batch. ``pack=True`` (training)
+packs whole examples into rows instead (``packing.py``): one shape, segment ids, almost no padding.
 
 Training (``train=True``) drops examples longer than ``max_length`` and shuffles: in epoch
 ``e`` the examples are permuted with ``numpy.random.default_rng([seed, e])``, cut into batches
@@ -39,6 +40,8 @@ import threading
 from typing import Any, Iterator, Sequence
 
 import numpy as np
+
+from transformer.data import packing
 
 PAD_ID = 0  # == tokenizers.PAD_ID; not imported so that batching needs numpy only
 
@@ -144,12 +147,14 @@ class TokenBatcher:
     batch_size_multiple: batch sizes are multiples of this (e.g. the number of devices).
     fill_partial_batches: fill a bucket's last batch with padding rows to its full batch size.
     include_index: add ``"index"`` (int32 ``[batch_size]``, -1 on filler rows) to each batch.
+    pack: training only: pack examples into rows of ``packing.row_lengths`` positions (``max_length`` on the
+      side with more tokens), ``max_tokens // max_length`` rows a batch (see ``packing.py``).
   """
 
   def __init__(self, examples, *, max_tokens: int, max_length: int = 256,
                bucket_boundaries: Sequence[int] | None = None, train: bool = True, seed: int = 0,
                fixed_shape: bool = False, batch_size_multiple: int = 1,
-               fill_partial_batches: bool = True, include_index: bool = False):
+               fill_partial_batches: bool = True, include_index: bool = False, pack: bool = False):
     if not isinstance(examples, TokenizedExamples):
       examples = TokenizedExamples.from_pairs(examples)
     self.examples = examples
@@ -159,7 +164,11 @@ class TokenBatcher:
     self.seed = int(seed)
     self.fill_partial_batches = bool(fill_partial_batches)
     self.include_index = bool(include_index)
-    if fixed_shape:
+    self.pack = bool(pack)
+    if self.pack and (include_index or not self.train):
+      raise ValueError("pack=True is for training batches: evaluation and prediction keep one example per row "
+                       "(with include_index); leave pack off there.")
+    if fixed_shape or self.pack:
       boundaries = [self.max_length]
     elif bucket_boundaries is None:
       boundaries = make_bucket_boundaries(self.max_length)
@@ -181,6 +190,13 @@ class TokenBatcher:
     boundary_array = np.array(boundaries)
     self.bucket_ids = np.searchsorted(boundary_array, self.lengths, side="left")
     self.bucket_ids[self.lengths > self.max_length] = -1
+    if self.pack:
+      kept = self.bucket_ids >= 0
+      self.row_lengths = packing.row_lengths(examples.source_lengths[kept], examples.target_lengths[kept],
+                                             self.max_length)
+      # The shorter side's row is its share of max_length: the rare example longer than that is dropped too.
+      self.bucket_ids[(examples.source_lengths > self.row_lengths[0])
+                      | (examples.target_lengths > self.row_lengths[1])] = -1
     self.num_dropped = int(np.sum(self.bucket_ids < 0)) if self.train else 0
     if self.train and self.num_dropped == len(examples):
       raise ValueError(f"No training example is at most max_length={self.max_length} tokens long "
@@ -200,6 +216,9 @@ class TokenBatcher:
     """The example indices of each batch of ``epoch``, in order (a pure function of seed, epoch)."""
     if self._plan_cache is not None and self._plan_cache[0] == epoch:
       return self._plan_cache[1]
+    if self.pack:
+      self._plan_cache = (epoch, self._packed_batches(epoch))
+      return self._plan_cache[1]
     batches = []
     if self.train:
       rng = np.random.default_rng([self.seed, epoch])
@@ -218,11 +237,24 @@ class TokenBatcher:
     self._plan_cache = (epoch, batches)
     return batches
 
+  def _packed_batches(self, epoch: int) -> list:
+    """``pack``: each batch's rows (example indices per row) in ``epoch``: the kept examples shuffled as in
+    bucketing, packed into rows, the rows cut into batches in the order they were started."""
+    order = np.random.default_rng([self.seed, epoch]).permutation(len(self.examples))
+    order = order[self.bucket_ids[order] >= 0]
+    rows = packing.pack_rows(order, self.examples.source_lengths, self.examples.target_lengths, *self.row_lengths)
+    rows_per_batch = self.buckets[0].batch_size
+    return [rows[start:start + rows_per_batch] for start in range(0, len(rows), rows_per_batch)]
+
   def num_batches(self, epoch: int = 0) -> int:
     return len(self.epoch_batches(epoch))
 
   def make_batch(self, indices: np.ndarray) -> dict[str, np.ndarray]:
-    """Pads the examples ``indices`` into a batch (see the module docstring)."""
+    """Pads the examples ``indices`` into a batch (see the module docstring); with ``pack``, ``indices`` are the
+    batch's rows (``epoch_batches``)."""
+    if self.pack:
+      rows = self.buckets[0].batch_size if self.fill_partial_batches else len(indices)
+      return packing.make_packed_batch(indices, self.examples, rows, *self.row_lengths)
     bucket_id = self.bucket_ids[indices[0]]
     if bucket_id >= 0:
       bucket = self.buckets[bucket_id]
@@ -247,6 +279,12 @@ class TokenBatcher:
     source_lengths = self.examples.source_lengths
     target_lengths = self.examples.target_lengths
     real = padded = 0
+    if self.pack:
+      for rows in self.epoch_batches(epoch):
+        indices = np.concatenate(rows)
+        padded += (self.buckets[0].batch_size if self.fill_partial_batches else len(rows)) * sum(self.row_lengths)
+        real += int(source_lengths[indices].sum() + target_lengths[indices].sum())
+      return 1.0 - real / padded if padded else 0.0
     for indices in self.epoch_batches(epoch):
       rows, length = self._batch_shape(indices)
       padded += 2 * rows * length

@@ -51,7 +51,8 @@ class MultiHeadAttention(nn.Module):
     return lambda inputs: ops.dense(inputs.astype(dtype), kernel.astype(dtype), bias.astype(dtype))
 
   @nn.compact
-  def __call__(self, inputs_q, inputs_kv, query_valid=None, key_valid=None, causal: bool = False):
+  def __call__(self, inputs_q, inputs_kv, query_valid=None, key_valid=None, causal: bool = False,
+               query_segments=None, key_segments=None):
     """Attend from ``inputs_q`` to ``inputs_kv``.
 
     Args:
@@ -60,6 +61,8 @@ class MultiHeadAttention(nn.Module):
       query_valid: ``[batch, q_length]`` bool; padding queries output zeros (before ``W^O``'s bias).
       key_valid: ``[batch, kv_length]`` bool; padding keys get no weight.
       causal: query ``i`` attends to keys ``j <= i`` (decoder self attention).
+      query_segments, key_segments: packed rows (training): ``[batch, q_length]`` and ``[batch, kv_length]``
+        int segment ids; a query sees only keys of its own segment, and rotary positions restart per segment.
 
     Returns:
       ``[batch, q_length, d_model]``.
@@ -81,9 +84,13 @@ class MultiHeadAttention(nn.Module):
       self._create_cache(key, value)  # the init call: behave as full causal attention
 
     if config.positional_encoding == "rotary" and not self.cross_attention:
+      key_positions = jnp.arange(key.shape[1])
+      if query_segments is not None:  # packed: positions within each example
+        positions, key_positions = ops.segment_positions(query_segments), ops.segment_positions(key_segments)
       query = ops.apply_rotary_embedding(query, jnp.arange(q_length) if positions is None else positions)
-      key = ops.apply_rotary_embedding(key, jnp.arange(key.shape[1]))
-    output = self._attend(query, key, value, query_valid, key_valid, causal, window, cache_mask)
+      key = ops.apply_rotary_embedding(key, key_positions)
+    output = self._attend(query, key, value, query_valid, key_valid, causal, window, cache_mask,
+                          query_segments, key_segments)
     output = output.reshape(batch, q_length, features)
     return self._projection("output", features, d_model)(output)
 
@@ -103,7 +110,8 @@ class MultiHeadAttention(nn.Module):
       self.put_variable(CROSS_CACHE, "value", value)
     return key, value
 
-  def _attend(self, query, key, value, query_valid, key_valid, causal, window, cache_mask):
+  def _attend(self, query, key, value, query_valid, key_valid, causal, window, cache_mask, query_segments=None,
+              key_segments=None):
     """``ops.attend`` with the config's dropout and kernels: ``[batch, q_length, heads, head_dim]``. The
     weights are sown into ``intermediates`` when that collection is mutable."""
     config = self.config
@@ -116,7 +124,8 @@ class MultiHeadAttention(nn.Module):
         mask=cache_mask, scale=config.scale_attention,
         dropout_rate=config.attention_dropout_rate if use_dropout else 0.0,
         dropout_rng=self.make_rng("dropout") if use_dropout else None, return_weights=sow_weights,
-        float32_logits=config.float32_attention_logits, kernels=config.resolved_kernels)
+        float32_logits=config.float32_attention_logits, kernels=config.resolved_kernels,
+        query_segments=query_segments, key_segments=key_segments)
     if not sow_weights:
       return output
     output, weights = output

@@ -95,9 +95,10 @@ class PositionalEncoding(nn.Module):
   config: ModelConfig
 
   @nn.compact
-  def __call__(self, x, valid=None):
+  def __call__(self, x, valid=None, segments=None):
     """``x`` ``[batch, length, d_model]``; ``valid`` ``[batch, length]`` bool, read only when decoding: each
-    row's real positions, first (default: all)."""
+    row's real positions, first (default: all); ``segments`` ``[batch, length]`` int, packed rows: positions
+    restart at each segment."""
     config = self.config
     if config.positional_encoding in ("rotary", "none"):
       return x
@@ -106,6 +107,8 @@ class PositionalEncoding(nn.Module):
       raise ConfigError(f"a sequence of {length} positions is longer than the learned position table "
                         f"(config.model.max_length={config.max_length}); raise max_length or shorten the inputs.")
     positions = jnp.arange(length, dtype=jnp.int32)[None]  # [1, length]
+    if segments is not None:
+      positions = ops.segment_positions(segments)  # [batch, length]
     if config.decode:
       initialized = self.has_variable("cache", "position")
       position = self.variable("cache", "position", jnp.zeros, x.shape[:1], jnp.int32)
@@ -136,10 +139,12 @@ class EncoderLayer(nn.Module):
   config: ModelConfig
 
   @nn.compact
-  def __call__(self, x, valid):
-    """``x``: ``[batch, length, d_model]``; ``valid``: ``[batch, length]`` bool. Returns ``x``'s shape."""
+  def __call__(self, x, valid, segments=None):
+    """``x``: ``[batch, length, d_model]``; ``valid``: ``[batch, length]`` bool; ``segments``: ``[batch, length]``
+    int, packed rows (attention stays within each). Returns ``x``'s shape."""
     attention = MultiHeadAttention(self.config, name="self_attention")
-    x = residual(self, x, lambda h: attention(h, h, valid, valid), Norm(self.config, name="attention_norm"), valid)
+    x = residual(self, x, lambda h: attention(h, h, valid, valid, query_segments=segments, key_segments=segments),
+                 Norm(self.config, name="attention_norm"), valid)
     return residual(self, x, FeedForward(self.config, name="feed_forward"),
                     Norm(self.config, name="feed_forward_norm"), valid)
 
@@ -149,7 +154,7 @@ class DecoderLayer(nn.Module):
   config: ModelConfig
 
   @nn.compact
-  def __call__(self, x, valid, encoded=None, encoded_valid=None):
+  def __call__(self, x, valid, encoded=None, encoded_valid=None, segments=None, encoded_segments=None):
     """Decoder layer.
 
     Args:
@@ -157,17 +162,21 @@ class DecoderLayer(nn.Module):
       valid: ``[batch, target_length]`` bool.
       encoded: ``[batch, source_length, d_model]`` encoder output, or None (decoder-only model).
       encoded_valid: ``[batch, source_length]`` bool.
+      segments, encoded_segments: packed rows: ``[batch, target_length]`` and ``[batch, source_length]`` int
+        segment ids; each target segment attends within itself and to the source segment of the same id.
 
     Returns:
       ``[batch, target_length, d_model]``.
     """
     config = self.config
     self_attention = MultiHeadAttention(config, name="self_attention")
-    x = residual(self, x, lambda h: self_attention(h, h, valid, valid, causal=True),
+    x = residual(self, x, lambda h: self_attention(h, h, valid, valid, causal=True, query_segments=segments,
+                                                   key_segments=segments),
                  Norm(config, name="self_attention_norm"), valid)
     if encoded is not None:
       cross_attention = MultiHeadAttention(config, cross_attention=True, name="cross_attention")
-      x = residual(self, x, lambda h: cross_attention(h, encoded, valid, encoded_valid),
+      x = residual(self, x, lambda h: cross_attention(h, encoded, valid, encoded_valid, query_segments=segments,
+                                                      key_segments=encoded_segments),
                    Norm(config, name="cross_attention_norm"), valid)
     return residual(self, x, FeedForward(config, name="feed_forward"), Norm(config, name="feed_forward_norm"),
                     valid)

@@ -39,15 +39,15 @@ class Embedder(nn.Module):
   embedding: nn.Module
 
   @nn.compact
-  def __call__(self, tokens, token_types=None, valid=None):
+  def __call__(self, tokens, token_types=None, valid=None, segments=None):
     """``[batch, length]`` int tokens (and token types, default all 0) -> ``[batch, length, d_model]`` in the
-    compute dtype; ``valid`` ``[batch, length]`` bool, when decoding: each row's real positions (see
-    ``PositionalEncoding``)."""
+    compute dtype; ``valid`` ``[batch, length]`` bool, when decoding: each row's real positions, and
+    ``segments`` ``[batch, length]`` int, packed rows (see ``PositionalEncoding``)."""
     config = self.config
     x = self.embedding(tokens).astype(config.compute_dtype)
     if config.scale_embeddings:
       x = ops.scale_embeddings(x, config.d_model)
-    x = PositionalEncoding(config, name="positions")(x, valid)
+    x = PositionalEncoding(config, name="positions")(x, valid, segments)
     if config.num_token_types:
       if token_types is None:
         token_types = jnp.zeros_like(tokens)
@@ -72,10 +72,11 @@ class Encoder(nn.Module):
   embedding: nn.Module | None = None
 
   @nn.compact
-  def __call__(self, tokens, token_types=None, valid=None):
+  def __call__(self, tokens, token_types=None, valid=None, segments=None):
     """``tokens``: ``[batch, source_length]`` int (``pad_id`` = padding), or what ``embedding`` takes;
     ``token_types``: the same shape, BERT's segment ids (only with ``config.num_token_types``; default all 0);
-    ``valid``: ``[batch, source_length]`` bool, True at real positions (default: ``tokens != pad_id``).
+    ``valid``: ``[batch, source_length]`` bool, True at real positions (default: ``tokens != pad_id``);
+    ``segments``: ``[batch, source_length]`` int, packed rows: the example of each position (``data.packing``).
 
     Returns ``[batch, source_length, d_model]``.
     """
@@ -85,10 +86,10 @@ class Encoder(nn.Module):
     embedding = self.embedding or make_embedding(config, config.vocab_size, "embedding")
     if valid is None:
       valid = tokens != config.pad_id
-    x = Embedder(config, embedding, name="embedder")(tokens, token_types)
+    x = Embedder(config, embedding, name="embedder")(tokens, token_types, segments=segments)
     layer = training_layer(EncoderLayer, config)
     for index in range(config.num_encoder_layers):
-      x = layer(config, name=f"layer_{index}")(x, valid)
+      x = layer(config, name=f"layer_{index}")(x, valid, segments)
     if config.norm_position == "pre":
       x = Norm(config, name="final_norm")(x, valid)
     return x
@@ -100,7 +101,8 @@ class Decoder(nn.Module):
   embedding: nn.Embed | None = None
 
   @nn.compact
-  def __call__(self, decoder_inputs, target_valid=None, encoded=None, encoded_valid=None, logits_index=None):
+  def __call__(self, decoder_inputs, target_valid=None, encoded=None, encoded_valid=None, logits_index=None,
+               segments=None, encoded_segments=None):
     """Decode.
 
     Args:
@@ -114,6 +116,8 @@ class Decoder(nn.Module):
       logits_index: ``[]`` int (may be traced): project only this position to the vocabulary, e.g. the
         newest one when a prefix is re-decoded without a cache (the projection is most of a small
         decoder's work). None: every position.
+      segments, encoded_segments: packed rows (training): ``[batch, target_length]`` and
+        ``[batch, source_length]`` int segment ids (see ``DecoderLayer``).
 
     Returns:
       ``[batch, target_length, output_vocab_size]`` float32 logits, or ``[batch, 1, output_vocab_size]`` at
@@ -123,10 +127,10 @@ class Decoder(nn.Module):
     embedding = self.embedding or make_embedding(config, config.output_vocab_size, "embedding")
     if target_valid is None:
       target_valid = jnp.ones(decoder_inputs.shape, bool)
-    x = Embedder(config, embedding, name="embedder")(decoder_inputs, valid=target_valid)
+    x = Embedder(config, embedding, name="embedder")(decoder_inputs, valid=target_valid, segments=segments)
     layer = training_layer(DecoderLayer, config)
     for index in range(config.num_decoder_layers):
-      x = layer(config, name=f"layer_{index}")(x, target_valid, encoded, encoded_valid)
+      x = layer(config, name=f"layer_{index}")(x, target_valid, encoded, encoded_valid, segments, encoded_segments)
     if config.norm_position == "pre":
       x = Norm(config, name="final_norm")(x, target_valid)
     if logits_index is not None:
@@ -156,28 +160,36 @@ class EncoderDecoder(nn.Module):
     self.encoder = Encoder(config, source_embedding)
     self.decoder = Decoder(config, target_embedding)
 
-  def encode(self, source_tokens):
-    """``[batch, source_length]`` -> ``[batch, source_length, d_model]``."""
-    return self.encoder(source_tokens)
+  def encode(self, source_tokens, source_segments=None):
+    """``[batch, source_length]`` (and its packed rows' segment ids) -> ``[batch, source_length, d_model]``."""
+    # Segment keywords only when packed: the RNN baseline's parts share this interface without them.
+    return self.encoder(source_tokens, **({} if source_segments is None else {"segments": source_segments}))
 
-  def decode(self, encoded, source_tokens, decoder_inputs, target_valid=None, logits_index=None):
+  def decode(self, encoded, source_tokens, decoder_inputs, target_valid=None, logits_index=None,
+             source_segments=None, target_segments=None):
     """Logits ``[batch, target_length, vocab]`` for decoder inputs ``[batch, target_length]`` (only at
     ``logits_index``, ``[batch, 1, vocab]``, if given: see ``Decoder``)."""
-    return self.decoder(decoder_inputs, target_valid, encoded, source_tokens != self.config.pad_id, logits_index)
+    packed = {} if target_segments is None else {"segments": target_segments, "encoded_segments": source_segments}
+    return self.decoder(decoder_inputs, target_valid, encoded, source_tokens != self.config.pad_id, logits_index,
+                        **packed)
 
-  def __call__(self, source_tokens, target_tokens):
+  def __call__(self, source_tokens, target_tokens, source_segments=None, target_segments=None):
     """Teacher-forced logits.
 
     Args:
       source_tokens: ``[batch, source_length]`` int.
       target_tokens: ``[batch, target_length]`` int, the targets themselves (shifted right inside).
+      source_segments, target_segments: packed rows (``data.packing``): ``[batch, source_length]`` and
+        ``[batch, target_length]`` int, the example of each position; target segment ``s`` is the translation of
+        source segment ``s``. Each example is then computed as if alone in its row.
 
     Returns:
       ``[batch, target_length, vocab]`` float32 logits; position ``i`` predicts ``target_tokens[:, i]``.
     """
-    encoded = self.encode(source_tokens)
-    decoder_inputs = ops.shift_right(target_tokens, self.config.bos_id)
-    return self.decode(encoded, source_tokens, decoder_inputs, target_tokens != self.config.pad_id)
+    encoded = self.encode(source_tokens, source_segments)
+    decoder_inputs = ops.shift_right(target_tokens, self.config.bos_id, segments=target_segments)
+    return self.decode(encoded, source_tokens, decoder_inputs, target_tokens != self.config.pad_id,
+                       source_segments=source_segments, target_segments=target_segments)
 
 
 class TransformerLM(nn.Module):
@@ -185,8 +197,9 @@ class TransformerLM(nn.Module):
   config: ModelConfig
 
   @nn.compact
-  def __call__(self, tokens, valid=None):
-    """``[batch, length]`` targets -> ``[batch, length, vocab]`` logits; position ``i`` predicts ``tokens[:, i]``.
+  def __call__(self, tokens, valid=None, segments=None):
+    """``[batch, length]`` targets -> ``[batch, length, vocab]`` logits; position ``i`` predicts ``tokens[:, i]``;
+    ``segments`` ``[batch, length]`` int: packed rows, each segment a text of its own (``data.packing``).
 
     With ``config.decode``, ``tokens`` are the next inputs to write into the cache, which start with
     ``bos_id``: ``[batch, 1]`` the previous token, or a whole prompt in one call, ``valid`` ``[batch, length]``
@@ -196,7 +209,8 @@ class TransformerLM(nn.Module):
     decoder = Decoder(config, name="decoder")
     if config.decode:
       return decoder(tokens, valid)
-    return decoder(ops.shift_right(tokens, config.bos_id), tokens != config.pad_id)
+    return decoder(ops.shift_right(tokens, config.bos_id, segments=segments), tokens != config.pad_id,
+                   segments=segments)
 
 
 def mean_pool(encoded, valid):

@@ -23,7 +23,7 @@ from transformer.ops.dropout import dropout
 from transformer.ops.heads import check_attention_inputs, head_groups, repeat_kv_heads
 from transformer.ops.kernels import REFERENCE, Kernels, fused_attention_blocker
 from transformer.ops.masks import (MASK_VALUE, combine_masks, make_attention_mask, make_causal_mask,
-                                   make_local_mask)
+                                   make_local_mask, make_segment_mask)
 from transformer.ops.scores import dot_product_scores
 
 def _zero_unseen_keys(key, value, mask):
@@ -152,7 +152,7 @@ def dot_product_attention(query, key, value, mask=None, bias=None, *, scale: boo
 def attend(query, key, value, *, query_valid=None, key_valid=None, causal: bool = False,
            window: int | None = None, mask=None, scale: bool | float = True, dropout_rate: float = 0.0,
            dropout_rng=None, return_weights: bool = False, float32_logits: bool = True,
-           kernels: Kernels | None = None):
+           kernels: Kernels | None = None, query_segments=None, key_segments=None):
   """Scaled dot-product attention with its mask given in parts, in the implementation ``kernels`` allow.
 
   The one place an implementation is chosen: the memory-efficient blocks of ``chunked.py`` when
@@ -169,16 +169,22 @@ def attend(query, key, value, *, query_valid=None, key_valid=None, causal: bool 
       which differs per example and query); it takes the dense path.
     scale, dropout_rate, dropout_rng, return_weights, float32_logits: as ``dot_product_attention``.
     kernels: ``select_kernels(...)`` (a model's ``config.resolved_kernels``); None for the formula.
+    query_segments, key_segments: int ``[batch, q_length]`` and ``[batch, kv_length]``, the examples of packed
+      rows (``make_segment_mask``): attention never crosses from one to another. None: one example per row.
 
   Returns:
     ``[batch, q_length, heads, head_dim_v]``, and the weights if ``return_weights``.
   """
   kernels = kernels or REFERENCE
   query, key, value = jnp.asarray(query), jnp.asarray(key), jnp.asarray(value)
+  if (query_segments is None) != (key_segments is None):
+    raise ValueError("packed rows need both query_segments and key_segments (in self attention both are the "
+                     "row's segments); got only one of them.")
   if kernels.attention_chunk_size and not (return_weights or dropout_rate > 0.0 or mask is not None):
     return chunked_dot_product_attention(
         query, key, value, query_valid, key_valid, causal=causal, window=window, scale=scale,
-        query_chunk_size=kernels.attention_chunk_size, key_chunk_size=kernels.attention_chunk_size, kernels=kernels)
+        query_chunk_size=kernels.attention_chunk_size, key_chunk_size=kernels.attention_chunk_size, kernels=kernels,
+        query_segments=query_segments, key_segments=key_segments)
   batch, q_length, kv_length = query.shape[0], query.shape[1], key.shape[1]
   dense_mask = None
   if query_valid is not None or key_valid is not None:
@@ -189,6 +195,8 @@ def attend(query, key, value, *, query_valid=None, key_valid=None, causal: bool 
   dense_mask = combine_masks(dense_mask, mask)
   if window is not None:
     dense_mask = combine_masks(dense_mask, make_local_mask(q_length, window, kv_length))
+  if query_segments is not None:
+    dense_mask = combine_masks(dense_mask, make_segment_mask(query_segments, key_segments))
   return dot_product_attention(query, key, value, mask=dense_mask, scale=scale, dropout_rate=dropout_rate,
                                dropout_rng=dropout_rng, return_weights=return_weights,
                                float32_logits=float32_logits, kernels=kernels)

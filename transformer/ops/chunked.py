@@ -7,7 +7,9 @@ The backward pass is a custom VJP that recomputes each block's weights from the 
 peak memory is ``O(length * chunk)`` in both directions rather than ``O(length^2)``.
 
 A dense ``[batch, heads, q, k]`` mask would itself be quadratic, so masks are given per position:
-``query_valid`` ``[batch, q_length]``, ``key_valid`` ``[batch, kv_length]`` and ``causal``.
+``query_valid`` ``[batch, q_length]``, ``key_valid`` ``[batch, kv_length]``, the segment ids of packed rows
+(``query_segments``, ``key_segments``) and ``causal``. Inside, validity and segments travel as one int id per
+position (0: invalid): query and key see each other where their ids are equal and non-zero.
 """
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ from transformer.ops.scores import dot_product_scores
 def chunked_dot_product_attention(query, key, value, query_valid=None, key_valid=None, *,
                                   causal: bool = False, window: int | None = None, scale: bool | float = True,
                                   query_chunk_size: int = 512, key_chunk_size: int = 512,
-                                  kernels: Kernels | None = None):
+                                  kernels: Kernels | None = None, query_segments=None, key_segments=None):
   """Block-wise scaled dot-product attention with O(length * chunk) memory.
 
   Args:
@@ -42,11 +44,14 @@ def chunked_dot_product_attention(query, key, value, query_valid=None, key_valid
     scale: as ``dot_product_scores``.
     query_chunk_size, key_chunk_size: positive block sizes; lengths need not be multiples of them.
     kernels: a backend-tuned product for the blocks' logits (``kernels.py``); None for the einsum.
+    query_segments, key_segments: ``[batch, q_length]`` and ``[batch, kv_length]`` int segment ids of packed
+      rows (``masks.make_segment_mask``): a query sees only keys of its own segment. Default: one segment.
 
   Returns:
     ``[batch, q_length, heads, head_dim_v]`` in the query's dtype. Equal (to float rounding) to
-    ``dot_product_attention`` with the mask ``make_attention_mask(query_valid, key_valid)`` (and causal, and
-    ``make_local_mask``). Blocks outside the window are computed and masked, not skipped.
+    ``dot_product_attention`` with the mask ``make_attention_mask(query_valid, key_valid)`` (and causal,
+    ``make_local_mask`` and ``make_segment_mask``). Blocks outside the window are computed and masked, not
+    skipped.
   """
   check_attention_inputs(query, key, value)
   batch, q_length = query.shape[:2]
@@ -61,12 +66,14 @@ def chunked_dot_product_attention(query, key, value, query_valid=None, key_valid
     query_valid = jnp.ones((batch, q_length), bool)
   if key_valid is None:
     key_valid = jnp.ones((batch, kv_length), bool)
-  for name, valid, length in (("query_valid", query_valid, q_length), ("key_valid", key_valid, kv_length)):
-    if jnp.shape(valid) != (batch, length):
+  for name, valid, length in (("query_valid", query_valid, q_length), ("key_valid", key_valid, kv_length),
+                              ("query_segments", query_segments, q_length), ("key_segments", key_segments, kv_length)):
+    if valid is not None and jnp.shape(valid) != (batch, length):
       raise ValueError(f"{name} must be [batch, length] = {(batch, length)}, got shape {jnp.shape(valid)}")
   if window is not None and (isinstance(window, bool) or not isinstance(window, (int, np.integer)) or window < 1):
     raise ValueError(f"window must be a positive integer or None, got {window!r}")
-  key_valid = jnp.asarray(key_valid, bool)
+  query_ids, key_ids = _position_ids(query_valid, query_segments), _position_ids(key_valid, key_segments)
+  key_valid = key_ids > 0
   # Grouped-query keys and values repeated per query head: the blocks' einsums and the custom VJP see equal
   # head counts, and the repeat's gradient (a sum over each group) comes from autodiff.
   key, value = repeat_kv_heads(key, query.shape[2]), repeat_kv_heads(value, query.shape[2])
@@ -79,9 +86,15 @@ def chunked_dot_product_attention(query, key, value, query_valid=None, key_valid
     scale = 1.0
   query_chunk_size = min(int(query_chunk_size), q_length)
   key_chunk_size = min(int(key_chunk_size), kv_length)
-  return _chunked_attention(query, key, value, jnp.asarray(query_valid, bool), jnp.asarray(key_valid, bool),
-                            causal, None if window is None else int(window), float(scale), query_chunk_size,
-                            key_chunk_size, kernels or REFERENCE)
+  return _chunked_attention(query, key, value, query_ids, key_ids, causal, None if window is None else int(window),
+                            float(scale), query_chunk_size, key_chunk_size, kernels or REFERENCE)
+
+
+def _position_ids(valid, segments):
+  """One int32 id per position ``[batch, length]``: 0 where invalid, else the segment id + 1 (1 without
+  segments), so that two positions may attend to each other exactly where their ids are equal and non-zero."""
+  ids = jnp.ones(jnp.shape(valid), jnp.int32) if segments is None else jnp.asarray(segments, jnp.int32) + 1
+  return jnp.where(jnp.asarray(valid, bool), ids, 0)
 
 
 def _split_blocks(x, chunk_size):
@@ -106,9 +119,10 @@ def _block_positions(length, chunk_size):
   return jnp.arange(math.ceil(length / chunk_size) * chunk_size).reshape(-1, chunk_size)
 
 
-def _block_mask(query_valid, key_valid, query_position, key_position, causal, window):
-  """``[batch, 1, q_chunk, k_chunk]`` bool mask of one (query block, key block) pair."""
-  mask = query_valid[:, None, :, None] & key_valid[:, None, None, :]
+def _block_mask(query_ids, key_ids, query_position, key_position, causal, window):
+  """``[batch, 1, q_chunk, k_chunk]`` bool mask of one (query block, key block) pair, from the blocks'
+  ``_position_ids``."""
+  mask = (query_ids[:, None, :, None] == key_ids[:, None, None, :]) & (query_ids[:, None, :, None] > 0)
   if causal:
     mask = mask & (key_position[None, None, None, :] <= query_position[None, None, :, None])
   if window is not None:

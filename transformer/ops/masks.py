@@ -29,6 +29,21 @@ def make_attention_mask(query_valid, key_valid):
   return (query_valid[:, None, :, None] & key_valid[:, None, None, :])
 
 
+def make_segment_mask(query_segments, key_segments):
+  """Mask of packed rows: a query sees only the keys of its own segment (example).
+
+  Args:
+    query_segments: ``[batch, q_length]`` int segment ids: consecutive positions of one example share an id.
+    key_segments: ``[batch, kv_length]`` int, the keys' ids (the source's, for cross attention: a target
+      segment reads the source segment with the same id).
+
+  Returns:
+    ``[batch, 1, q_length, kv_length]`` bool mask, True where the ids are equal (padding is for the validity
+    masks to hide).
+  """
+  return jnp.asarray(query_segments)[:, None, :, None] == jnp.asarray(key_segments)[:, None, None, :]
+
+
 def make_padding_mask(query_tokens, key_tokens=None, pad_id: int = 0):
   """Mask that hides padding tokens (``pad_id``) on either side.
 

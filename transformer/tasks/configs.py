@@ -83,6 +83,9 @@ class SentencePieceTextConfig(TaskConfig):
   # True: every batch [max_tokens // max_length, max_length], one compiled shape instead of one per length
   # bucket, at the cost of padding (for accelerators, where compiling a step per bucket is slow).
   fixed_batch_shape: bool = False
+  # True: training examples packed whole into rows of max_length positions (data/packing.py): one compiled
+  # shape and almost no padding; attention and positions stay within each example. Evaluation is unpacked.
+  pack: bool = False
   eval_split: str = "validation"  # evaluated during training (checkpoint selection)
 
   def __post_init__(self):

@@ -16,7 +16,7 @@ import numpy as np
 
 from transformer.data import batching, tokenizers
 from transformer.data.monolingual import load_monolingual_data
-from transformer.decode import DecodeSettings
+from transformer.decode import DecodeSettings, check_max_length
 from transformer.errors import ConfigError
 from transformer.nn import ModelConfig, TransformerLM
 from transformer.tasks.base import Task
@@ -24,37 +24,41 @@ from transformer.tasks.configs import LanguageModelConfig
 from transformer.tasks.run_config import override_decode
 from transformer.tasks.decoding import continue_prompts
 from transformer.tasks.seq2seq import token_loss_and_metrics
+from transformer.tasks.tokenized import RecordedTokenizers
 from transformer.tasks.translation import sentencepiece_options
 
 
 class SentenceBatcher(batching.TokenBatcher):
   """``TokenBatcher`` over sentences held as targets (``monolingual.sentences_as_targets``): batches
-  ``{"tokens": int32 [batch, length]}``."""
+  ``{"tokens": int32 [batch, length]}``, plus ``"segments"`` (the same shape) when packed."""
 
   def make_batch(self, indices):
-    return {"tokens": super().make_batch(indices)["target"]}
+    batch = super().make_batch(indices)
+    return {"tokens": batch["target"], **({"segments": batch["target_segments"]} if self.pack else {})}
 
 
-class LanguageModelTask(Task):
-  """Next-token prediction over sentences with a ``TransformerLM`` (``config.model_name = "lm"``)."""
+class LanguageModelTask(RecordedTokenizers, Task):
+  """Next-token prediction over sentences with a ``TransformerLM`` (``config.model_name = "lm"``). Its ``text``
+  tokenizer can be a run's own (``use_recorded_tokenizers``): continuing prompts then reads no data."""
   task_config_class = LanguageModelConfig
   task_config: LanguageModelConfig
+  tokenizer_names = ("text",)
 
   @functools.cached_property
   def data(self):
     task = self.task_config
-    return load_monolingual_data(task.dataset, task.pair, task.language, data_dir=task.data_dir or None,
-                                 source_dir=task.source_dir or None, vocab_size=task.vocab_size,
-                                 eval_splits=(task.eval_split,), tokenizer_options=sentencepiece_options(task))
+    return self.checked_data(load_monolingual_data(
+        task.dataset, task.pair, task.language, data_dir=task.data_dir or None, source_dir=task.source_dir or None,
+        vocab_size=task.vocab_size, eval_splits=(task.eval_split,), tokenizer_options=sentencepiece_options(task)))
 
-  def trained_tokenizers(self):
-    return {"text": self.data.tokenizer}
+  def data_tokenizers(self, data):
+    return {"text": data.tokenizer}
 
   def model_config(self) -> ModelConfig:
     if self.run.model_name != "lm":
       raise ConfigError(f"the language_model task trains config.model_name='lm' (a decoder-only TransformerLM), "
                         f"got {self.run.model_name!r}.")
-    return self.run.model.replace(vocab_size=self.data.tokenizer.vocab_size, pad_id=tokenizers.PAD_ID,
+    return self.run.model.replace(vocab_size=self.tokenizer("text").vocab_size, pad_id=tokenizers.PAD_ID,
                                   bos_id=tokenizers.BOS_ID, eos_id=tokenizers.EOS_ID)
 
   def build_model(self, model_config):
@@ -64,7 +68,7 @@ class LanguageModelTask(Task):
     task = self.task_config
     return SentenceBatcher(examples, max_tokens=task.max_tokens, max_length=task.max_length, train=train,
                            seed=seed, batch_size_multiple=task.batch_size_multiple,
-                           fixed_shape=task.fixed_batch_shape)
+                           fixed_shape=task.fixed_batch_shape, pack=task.pack and train)
 
   def train_iterator(self, batch_size, seed):
     del batch_size  # global batches are sized by config.task.max_tokens; .batch_shapes lists their shapes
@@ -82,7 +86,7 @@ class LanguageModelTask(Task):
     return (np.ones((1, 2), np.int32),)  # parameter shapes do not depend on the length
 
   def loss_and_metrics(self, model, params, batch, dropout_rng, label_smoothing=None):
-    logits = model.apply({"params": params}, batch["tokens"],
+    logits = model.apply({"params": params}, batch["tokens"], segments=batch.get("segments"),
                          rngs={"dropout": dropout_rng} if dropout_rng is not None else None)
     return token_loss_and_metrics(logits, batch["tokens"], model.config.pad_id,
                                   self.label_smoothing(label_smoothing))
@@ -115,18 +119,20 @@ class LanguageModelTask(Task):
     through the model in one batch, each written into the key/value cache in one parallel pass."""
     if isinstance(prompts, str):
       raise ValueError("continue_texts takes a list of prompts, got one string; wrap it in a list.")
+    if max_new_tokens is not None:
+      check_max_length(max_new_tokens, "max_new_tokens")  # before the prompts are encoded, also for no prompts
     if not prompts:
       return []
     max_new_tokens = self.task_config.max_length if max_new_tokens is None else int(max_new_tokens)
     settings = self.run.decode if settings is None else settings
-    encoded = self.data.tokenizer.encode_batch(list(prompts), add_eos=False)
+    encoded = self.tokenizer("text").encode_batch(list(prompts), add_eos=False)
     lengths = np.array([len(ids) for ids in encoded], np.int32)
     prompt = np.full((len(encoded), max(1, int(lengths.max()))), model_config.pad_id, np.int32)
     for row, ids in enumerate(encoded):
       prompt[row, :len(ids)] = ids
     sequences, _ = continue_prompts(model_config.replace(deterministic=True), params, prompt, lengths,
                                     max_new_tokens, settings)
-    return [self.data.tokenizer.decode(best) for best in np.asarray(sequences)[:, 0]]
+    return [self.tokenizer("text").decode(best) for best in np.asarray(sequences)[:, 0]]
 
   def translate_lines(self, model_config, params, lines: list[str], beam_size: int | None = None,
                       length_penalty: float | None = None) -> list[str]:

@@ -13,6 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from transformer import ops
+from transformer.data.files import replacing
 from transformer.decode import DecodeSettings, check_max_length
 from transformer.errors import ConfigError
 from transformer.nn import EncoderDecoder, ModelConfig, model_spec
@@ -70,7 +71,8 @@ class Seq2SeqTask(Task):
 
   def loss_and_metrics(self, model, params, batch, dropout_rng, label_smoothing=None):
     source, target = self.drop_tokens(batch, dropout_rng, model.config)
-    logits = model.apply({"params": params}, source, target,
+    segments = (batch["source_segments"], batch["target_segments"]) if "source_segments" in batch else ()
+    logits = model.apply({"params": params}, source, target, *segments,
                          rngs={"dropout": dropout_rng} if dropout_rng is not None else None)
     return token_loss_and_metrics(logits, batch["target"], model.config.pad_id,
                                   self.label_smoothing(label_smoothing))
@@ -165,7 +167,7 @@ class Seq2SeqTask(Task):
     """``--mode=predict``: ``predictions.txt``, one line per eval example, its source and its prediction by
     ``config.decode`` (up to EOS) as token ids, tab-separated."""
     path = os.path.join(output_dir, PREDICTIONS_FILE)
-    with open(path, "w") as f:
+    with replacing(path) as f:  # a full disk or an error midway keeps the old file whole
       for batch in self.eval_batches(self.run.eval_batch_size):
         source, target = np.asarray(batch["source"]), np.asarray(batch["target"])
         predictions = np.asarray(self.decode_batch(model_config, params, source, target.shape[1]))

@@ -12,11 +12,14 @@ import os
 import numpy as np
 
 from transformer.data import batching, tokenizers
+from transformer.data.files import write_atomically
 from transformer.data.translation import load_translation_data
+from transformer.errors import ConfigError
 from transformer.tasks.configs import TranslationConfig
 from transformer.tasks.metrics import corpus_bleu
 from transformer.tasks.progress import Progress
 from transformer.tasks.seq2seq import Seq2SeqTask
+from transformer.tasks.tokenized import RecordedTokenizers
 
 log = logging.getLogger(__name__)
 
@@ -27,35 +30,42 @@ def sentencepiece_options(task_config) -> tokenizers.SentencePieceOptions:
   return tokenizers.SentencePieceOptions(model_type=task_config.tokenizer_type)
 
 
-class TranslationTask(Seq2SeqTask):
-  """Translation with an ``EncoderDecoder``: label-smoothed teacher forcing, beam search, sacreBLEU."""
+class TranslationTask(RecordedTokenizers, Seq2SeqTask):
+  """Translation with an ``EncoderDecoder``: label-smoothed teacher forcing, beam search, sacreBLEU. Its
+  ``source`` and ``target`` tokenizers can be a run's own (``use_recorded_tokenizers``): translating then reads no
+  data."""
   unknown_id = tokenizers.UNK_ID  # SentencePiece's <unk>, the replacement of word dropout
   task_config_class = TranslationConfig
   task_config: TranslationConfig
+  tokenizer_names = ("source", "target")
 
   @functools.cached_property
   def data(self):
     task = self.task_config
-    return load_translation_data(
+    return self.checked_data(load_translation_data(
         task.dataset, task.pair, data_dir=task.data_dir or None, source_dir=task.source_dir or None,
         vocab_size=task.vocab_size, shared_vocab=task.shared_vocab, tokenizer_options=sentencepiece_options(task),
-        eval_splits=[task.eval_split, *[s for s in task.test_splits if s != task.eval_split]])
+        eval_splits=[task.eval_split, *[s for s in task.test_splits if s != task.eval_split]]))
 
-  def trained_tokenizers(self):
-    return {"source": self.data.source_tokenizer, "target": self.data.target_tokenizer}
+  def data_tokenizers(self, data):
+    return {"source": data.source_tokenizer, "target": data.target_tokenizer}
 
   def model_config(self):
-    data = self.data
     return self.make_model_config(
-        vocab_size=data.source_tokenizer.vocab_size, target_vocab_size=data.target_tokenizer.vocab_size,
+        vocab_size=self.tokenizer("source").vocab_size, target_vocab_size=self.tokenizer("target").vocab_size,
         share_embeddings=getattr(self.run.model, "share_embeddings", False) and self.task_config.shared_vocab,
         pad_id=0, bos_id=1, eos_id=2)
 
   def _batcher(self, examples, train: bool, seed: int = 0) -> batching.TokenBatcher:
     task = self.task_config
+    if task.pack and self.run.model_name != "transformer":
+      raise ConfigError(f"config.task.pack=True packs several examples per row for the Transformer, whose "
+                        f"attention keeps them apart; the {self.run.model_name!r} model reads one example per row: "
+                        f"set --config.task.pack=False.")
     return batching.TokenBatcher(examples, max_tokens=task.max_tokens, max_length=task.max_length, train=train,
                                  seed=seed, batch_size_multiple=task.batch_size_multiple,
-                                 fixed_shape=task.fixed_batch_shape, include_index=not train)
+                                 fixed_shape=task.fixed_batch_shape, include_index=not train,
+                                 pack=task.pack and train)
 
   def train_iterator(self, batch_size, seed):
     del batch_size  # global batches are sized by config.task.max_tokens; .batch_shapes lists their shapes
@@ -95,7 +105,7 @@ class TranslationTask(Seq2SeqTask):
       tokens = np.asarray(self.decode_batch(model_config, params, batch["source"], max_length, beam_size,
                                             length_penalty))
       index = np.asarray(batch["index"])
-      decoded.append([(int(index[row]), self.data.target_tokenizer.decode(tokens[row])) for row in rows])
+      decoded.append([(int(index[row]), self.tokenizer("target").decode(tokens[row])) for row in rows])
       progress.update(int(rows.size))
     progress.close()
     return decoded
@@ -155,8 +165,7 @@ class TranslationTask(Seq2SeqTask):
     hypotheses = self.translate_batches(model_config, params, self.eval_batches(0, split), count,
                                         description=f"decoding {split}")
     path = os.path.join(output_dir, f"{split}.hyp.{self.data.target_language}")
-    with open(path, "w", encoding="utf-8") as f:
-      f.write("".join(line + "\n" for line in hypotheses))
+    write_atomically(path, "".join(line + "\n" for line in hypotheses))  # a full disk keeps the old file whole
     return path
 
   def translate_lines(self, model_config, params, lines: list[str], beam_size: int | None = None,
@@ -169,7 +178,7 @@ class TranslationTask(Seq2SeqTask):
     nonblank = [index for index, line in enumerate(lines) if line.strip()]
     if not nonblank:
       return [""] * len(lines)
-    encoded = self.data.source_tokenizer.encode_batch([lines[index] for index in nonblank])
+    encoded = self.tokenizer("source").encode_batch([lines[index] for index in nonblank])
     examples = batching.TokenizedExamples.from_sequences(encoded, [np.array([2], np.int32)] * len(encoded))
     batcher = self._batcher(examples, train=False)
     batches = [batcher.make_batch(indices) for indices in batcher.epoch_batches(0)]
@@ -181,11 +190,11 @@ class TranslationTask(Seq2SeqTask):
 
   def encode_sources(self, sources) -> list[np.ndarray]:
     """Source sentences (text, tokenized with EOS) or 1-D token id sequences, as model inputs."""
-    return self._encode(sources, self.data.source_tokenizer, "source")
+    return self._encode(sources, self.tokenizer("source"), "source")
 
   def encode_targets(self, targets) -> list[np.ndarray]:
     """Target sentences (text, tokenized with EOS) or 1-D token id sequences ending with EOS."""
-    return self._encode(targets, self.data.target_tokenizer, "target")
+    return self._encode(targets, self.tokenizer("target"), "target")
 
   def _encode(self, items, tokenizer, name: str) -> list[np.ndarray]:
     if isinstance(items, str):
@@ -223,8 +232,8 @@ class TranslationTask(Seq2SeqTask):
     results = {task.eval_split: chosen_on} if chosen_on else {}
     for split in task.test_splits:
       metrics, hypotheses = self.bleu(model_config, params, split, length_penalty=length_penalty)
-      with open(os.path.join(output_dir, f"{split}.hyp.{self.data.target_language}"), "w") as f:
-        f.write("\n".join(hypotheses) + "\n")
+      write_atomically(os.path.join(output_dir, f"{split}.hyp.{self.data.target_language}"),
+                       "\n".join(hypotheses) + "\n")
       results[split] = {**metrics, "length_penalty": length_penalty}
     return results
 

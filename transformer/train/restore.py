@@ -16,14 +16,14 @@ import jax.numpy as jnp
 import ml_collections
 
 from transformer.errors import ConfigError
-from transformer.tasks import Task, build_task
+from transformer.tasks import Task, UsesRecordedTokenizers, build_task
 from transformer.train.checkpoint import Checkpointer, CheckpointRestoreError, SavedParams
 from transformer.tasks.run_config import RunConfig
 from transformer.train.config import base_config
-from transformer.train.run_directory import CHECKPOINTS, CONFIG, RunDirectory
+from transformer.train.run_directory import CHECKPOINTS, CONFIG, TOKENIZERS, RunDirectory
 from transformer.train.parallel import Strategy
 from transformer.train.run_format import require_current_format
-from transformer.train.workdir import check_tokenizers
+from transformer.train.workdir import check_tokenizers, recorded_tokenizers
 
 # Settings that change what is logged, how often, or where the data is read from, not a run's results.
 NOT_RESULTS = ("log_every", "eval_every", "checkpoint_every", "keep_checkpoints", "async_checkpointing", "quiet",
@@ -114,6 +114,16 @@ def _check_load_arguments(run: RunConfig, checkpoint, average_last, replica) -> 
                       f"{run.num_seeds}, config.sweep={run.sweep!r}).")
 
 
+def _use_recorded_tokenizers(task: Task, workdir: str) -> None:
+  """Hands ``task`` the tokenizers its run recorded (``WORKDIR/tokenizers/``), where it takes them: a trained
+  model then reads and writes text without its prepared data, which it reads only when something needs it."""
+  recorded = recorded_tokenizers(workdir)
+  if recorded and isinstance(task, UsesRecordedTokenizers):
+    folder = RunDirectory(workdir).path(TOKENIZERS)
+    task.use_recorded_tokenizers({name: os.path.join(folder, f"{name}.{fingerprint}.model")
+                                  for name, fingerprint in recorded.items()})
+
+
 def load_params(workdir: str, checkpoint: str | int = "best", average_last: int = 0, replica: int = 0,
                 config: ml_collections.ConfigDict | RunConfig | None = None) -> RestoredParams:
   """The parameters of the run in ``workdir`` (read alone: no optimizer is built and its state is not read);
@@ -144,6 +154,7 @@ def load_params(workdir: str, checkpoint: str | int = "best", average_last: int 
   require_current_format(workdir)  # also when ``config`` is given: the run's record must be readable
 
   task = build_task(run)
+  _use_recorded_tokenizers(task, workdir)
   model_config = task.model_config()
   check_tokenizers(workdir, task.trained_tokenizers(), has_checkpoints=True, write=False)
   abstract_state = abstract_params(task.build_model(model_config), task.placeholder_inputs(), run)

@@ -1,0 +1,84 @@
+"""Packed training batches: every kept example whole, once per epoch, in rows whose segment ids say which
+positions are whose; one shape; far less padding than length buckets; the position resumes."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from tests.data.test_batching import random_examples
+from transformer.data import batching, packing
+
+
+def _unpack(batch):
+  """``[(source, target), ...]`` of every segment of every row, in order."""
+  pairs = []
+  for row in range(batch["source"].shape[0]):
+    for segment in range(1, int(batch["target_segments"][row].max(initial=0)) + 1):
+      pairs.append((batch["source"][row][batch["source_segments"][row] == segment],
+                    batch["target"][row][batch["target_segments"][row] == segment]))
+  return pairs
+
+
+def test_every_kept_example_whole_once_per_epoch_in_one_shape():
+  examples = random_examples(600, 70, seed=2)
+  batcher = batching.TokenBatcher(examples, max_tokens=512, max_length=64, seed=3, pack=True,
+                                  batch_size_multiple=4)
+  source_length, target_length = batcher.row_lengths
+  assert batcher.batch_shapes == [(8, target_length)] and max(batcher.row_lengths) == 64
+  kept = ((examples.source_lengths <= source_length) & (examples.target_lengths <= target_length))
+  expected = sorted((tuple(examples.source(i)), tuple(examples.target(i))) for i in np.flatnonzero(kept))
+  for epoch_index in range(2):
+    batches = [batcher.make_batch(rows) for rows in batcher.epoch_batches(epoch_index)]
+    for batch in batches:
+      assert batch["source"].shape == batch["source_segments"].shape == (8, source_length)
+      assert batch["target"].shape == batch["target_segments"].shape == (8, target_length)
+      for side in ("source", "target"):  # padding is exactly segment 0, and segments are contiguous runs
+        np.testing.assert_array_equal(batch[side] == 0, batch[f"{side}_segments"] == 0)
+        assert (np.diff(batch[f"{side}_segments"], axis=1)[batch[f"{side}_segments"][:, 1:] > 0] >= 0).all()
+    found = sorted((tuple(s), tuple(t)) for batch in batches for s, t in _unpack(batch))
+    assert found == expected
+
+
+def test_packing_leaves_little_padding_where_buckets_leave_much():
+  examples = random_examples(2000, 30, seed=5)
+  packed = batching.TokenBatcher(examples, max_tokens=1024, max_length=128, pack=True)
+  bucketed = batching.TokenBatcher(examples, max_tokens=1024, max_length=128)
+  assert packed.padding_fraction() < 0.05 < bucketed.padding_fraction()
+  assert len(packed.batch_shapes) == 1 < len(bucketed.batch_shapes)
+
+
+def test_the_shorter_side_gets_its_share_of_the_row():
+  source = np.full(100, 10)
+  assert packing.row_lengths(source, np.full(100, 20), 64) == (32, 64)
+  assert packing.row_lengths(np.full(100, 20), source, 64) == (64, 32)
+  assert packing.row_lengths(np.zeros(100, int), source, 64) == (0, 64)  # a language model's sentences
+  rows = packing.pack_rows(np.arange(6), np.array([3, 3, 3, 3, 2, 1]), np.array([4, 5, 4, 4, 1, 1]), 6, 8)
+  assert [row.tolist() for row in rows] == [[0, 2], [1, 4, 5], [3]]  # the first row with room on both sides
+  lengths = np.array([4, 5, 2])
+  assert [row.tolist() for row in packing.pack_rows(np.arange(3), lengths, lengths, 6, 8, open_rows=2)] == [
+      [0, 2], [1]]
+  assert [row.tolist() for row in packing.pack_rows(np.arange(3), lengths, lengths, 6, 8, open_rows=1)] == [
+      [0], [1], [2]]  # the first row was closed when the second started
+
+
+def test_a_packed_position_resumes_to_the_same_batches():
+  examples = random_examples(400, 40, seed=4)
+  make = lambda: batching.TokenBatcher(examples, max_tokens=256, max_length=64, seed=9, pack=True)
+  reference = make().iterator()
+  num_batches = make().num_batches(0)
+  expected = [next(reference) for _ in range(2 * num_batches + 2)]
+  iterator = make().iterator()
+  for _ in range(num_batches + 1):
+    next(iterator)
+  restored = make().iterator()
+  restored.set_state(json.loads(json.dumps(iterator.get_state())))
+  for want in expected[num_batches + 1:]:
+    got = next(restored)
+    assert all(np.array_equal(got[key], want[key]) for key in want)
+
+
+def test_packing_is_for_training_only():
+  with pytest.raises(ValueError, match="pack=True is for training"):
+    batching.TokenBatcher(random_examples(10, 8), max_tokens=64, max_length=8, pack=True, train=False)

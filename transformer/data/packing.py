@@ -1,0 +1,76 @@
+"""Packing: whole examples one after another in rows of fixed length, told apart by segment ids (as flax's WMT
+example packs), so that training compiles one batch shape and carries almost no padding.
+
+A packed batch is ``{"source", "target", "source_segments", "target_segments"}``, int32 ``[rows, source_length]``
+and ``[rows, target_length]``: the ``k``-th example of a row (``k`` from 1) fills consecutive positions of both
+sides with segment id ``k``, and padding has id 0 (and token ``PAD_ID``). An example is never split across rows.
+``EncoderDecoder(...)(source, target, source_segments, target_segments)`` keeps attention within each example
+and restarts its positions, so each example is computed as if alone (tests/nn/test_packing.py).
+
+Rows are filled first-fit: each example, in the epoch's shuffled order, goes to the first of the last
+``OPEN_ROWS`` rows with room on both sides, else starts a new row.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+PAD_ID = 0  # == tokenizers.PAD_ID, as in batching.py
+OPEN_ROWS = 64  # rows still taking examples: more fill rows more densely, each example then costs more to place
+LENGTH_MULTIPLE = 8  # the shorter side's row length is rounded up to this (matrix tiles)
+
+
+def row_lengths(source_lengths: np.ndarray, target_lengths: np.ndarray, max_length: int) -> tuple[int, int]:
+  """``(source, target)`` positions of a packed row: ``max_length`` for the side with more tokens in total, the
+  other side its share of that (rounded up to a multiple of ``LENGTH_MULTIPLE``, at most ``max_length``), so
+  that both sides fill alike; a side without tokens (a language model's sources) gets 0."""
+  totals = float(np.sum(source_lengths)), float(np.sum(target_lengths))
+  longer = max(totals)
+  lengths = []
+  for total in totals:
+    share = max_length * total / longer if longer else 0.0
+    lengths.append(min(max_length, int(np.ceil(share / LENGTH_MULTIPLE)) * LENGTH_MULTIPLE))
+  return lengths[0], lengths[1]
+
+
+def pack_rows(order: np.ndarray, source_lengths: np.ndarray, target_lengths: np.ndarray, source_length: int,
+              target_length: int, open_rows: int = OPEN_ROWS) -> list[np.ndarray]:
+  """The example indices of each row, in the order rows were started (first fit; see the module docstring).
+
+  ``order``: the examples to pack, in order; each must fit a row on both sides (callers drop the others).
+  """
+  rows: list[list[int]] = []
+  # The open rows: their index in ``rows`` and the room left on each side.
+  open_index = np.zeros([0], np.int64)
+  room = np.zeros([0, 2], np.int64)
+  for example in order:
+    needs = (source_lengths[example], target_lengths[example])
+    fits = np.flatnonzero((room[:, 0] >= needs[0]) & (room[:, 1] >= needs[1]))
+    if len(fits):
+      slot = fits[0]
+      rows[open_index[slot]].append(int(example))
+      room[slot] -= needs
+      continue
+    rows.append([int(example)])
+    open_index = np.append(open_index, len(rows) - 1)[-open_rows:]
+    room = np.concatenate([room, [[source_length - needs[0], target_length - needs[1]]]])[-open_rows:]
+  return [np.asarray(row, np.int64) for row in rows]
+
+
+def make_packed_batch(rows: Sequence[np.ndarray], examples, num_rows: int, source_length: int,
+                      target_length: int) -> dict[str, np.ndarray]:
+  """The batch of ``rows`` (example indices of ``examples``, a ``batching.TokenizedExamples``), filled to
+  ``num_rows`` with all-padding rows."""
+  batch = {name: np.full([num_rows, length], PAD_ID, np.int32)
+           for name, length in (("source", source_length), ("target", target_length),
+                                ("source_segments", source_length), ("target_segments", target_length))}
+  for row, indices in enumerate(rows):
+    starts = {"source": 0, "target": 0}
+    for segment, index in enumerate(indices, start=1):
+      for side, tokens in zip(("source", "target"), examples[index]):
+        start, stop = starts[side], starts[side] + len(tokens)
+        batch[side][row, start:stop] = tokens
+        batch[f"{side}_segments"][row, start:stop] = segment
+        starts[side] = stop
+  return batch
