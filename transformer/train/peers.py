@@ -21,7 +21,7 @@ import jax
 
 PEER_LOST_EXIT_STATUS = 75  # EX_TEMPFAIL: nothing is wrong with this process; rerunning all of them resumes
 _PREFIX = "transformer/peers/"
-_DONE, _FAILED = "done", "failed"
+_DONE, _FAILED, _LEFT = "done", "failed", "left"  # "left": stopped because a peer was lost or failed
 
 _watch = None  # the running PeerWatch, if any
 
@@ -69,6 +69,26 @@ class PeerWatch:
     except Exception:  # the service is gone (process 0 left first): nobody is left to tell
       pass
 
+  def await_peers(self, lost: int | None = None) -> None:
+    """In process 0, before it leaves early: it hosts the coordination service, and a peer still talking to
+    the service when it goes is aborted from C++ (exit -6, a stack) instead of leaving in its own line. Waits
+    until every peer but the ``lost`` one has marked itself done, failed or left (each sees this process's mark
+    within one interval), at most two intervals, then a moment for them to exit."""
+    if self.me != 0:
+      return
+    pending, deadline = set(range(self.count)) - {self.me, lost}, time.monotonic() + 2 * self.interval + 1
+    if not pending:
+      return
+    while pending and time.monotonic() < deadline:
+      for peer in list(pending):
+        try:
+          if self._client.key_value_try_get(f"{_PREFIX}{peer}") in (_DONE, _FAILED, _LEFT):
+            pending.discard(peer)
+        except Exception:  # no mark yet
+          pass
+      time.sleep(0.05)
+    time.sleep(0.5)
+
   def _run(self) -> None:
     seen = {peer: (None, time.monotonic()) for peer in range(self.count) if peer != self.me}
     beat = 0
@@ -106,6 +126,12 @@ def _stop_this_process(peer: int, why: str) -> None:
   os.write(2, (f"\nerror: process {peer} of {jax.process_count()} {why}; process {jax.process_index()} stops too. "
                f"The last checkpoint is kept: restart every process with the same command to resume: "
                f"{resume_command()}\n").encode())
+  if _watch is not None:
+    try:
+      _watch._mark(_LEFT)
+    except Exception:  # the lost peer was process 0: its service is gone
+      pass
+    _watch.await_peers(lost=peer)
   os._exit(PEER_LOST_EXIT_STATUS)  # the collectives under way wait for the lost process and cannot be cancelled
 
 
@@ -128,5 +154,6 @@ def leave_after_error(message: str) -> None:
     return
   print(message, file=sys.stderr, flush=True)
   _watch.finish(failed=True)
+  _watch.await_peers()
   sys.stdout.flush()
   os._exit(1)
