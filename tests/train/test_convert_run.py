@@ -131,14 +131,14 @@ def test_load_reads_and_verifies_only_the_parameters(trained, tmp_path):
   workdir = _copy(trained, tmp_path)
   metadata = os.path.join(workdir, "checkpoints", "20", "extra", "metadata")
   extra = _read(workdir, metadata)
-  optimizer_entry = next(name for name in extra["checksums"] if name.startswith(".opt_state"))
-  _write(workdir, metadata, {**extra, "checksums": {**extra["checksums"], optimizer_entry: "0" * 64}})
+  optimizer_entry = next(name for name in extra["fingerprints"] if name.startswith(".opt_state"))
+  _write(workdir, metadata, {**extra, "fingerprints": {**extra["fingerprints"], optimizer_entry: "0" * 32}})
   restored = load(workdir, checkpoint="latest")
   assert restored.step == 20
   _assert_same_params(restored.params, trained[1])
 
-  param_entry = next(name for name in extra["checksums"] if name.startswith(".params"))
-  _write(workdir, metadata, {**extra, "checksums": {**extra["checksums"], param_entry: "0" * 64}})
+  param_entry = next(name for name in extra["fingerprints"] if name.startswith(".params"))
+  _write(workdir, metadata, {**extra, "fingerprints": {**extra["fingerprints"], param_entry: "0" * 32}})
   assert load(workdir, checkpoint="latest").step == 10  # step 20 is damaged: the one before
 
 

@@ -4,9 +4,9 @@ Two managers share a run directory: ``checkpoints/`` keeps the last ``keep`` per
 ``best/`` keeps the one with the best validation metric. Saves are asynchronous; a save interrupted by a
 kill never becomes visible (orbax writes to a temporary directory and renames it when complete).
 
-Every checkpoint records a SHA-256 of each array of the state and of its ``extra`` item (``checksums.py``) and restore
-verifies it, so flipped bits are caught like a truncated file: the checkpoint is skipped, with a warning,
-for the one before it, and (when the run owns the workdir, ``repair=True``) renamed aside to
+Every checkpoint records a fingerprint of each array of the state, computed on its devices, and a SHA-256 of its
+``extra`` item (``checksums.py``), and restore verifies them, so flipped bits are caught like a truncated file:
+the checkpoint is skipped, with a warning, for the one before it, and (when the run owns the workdir, ``repair=True``) renamed aside to
 ``<step>.damaged-<time>`` once an older one restores, so that later saves of that step and later resumes
 do not trip over it. When none restores, nothing is moved: a changed config (another optimizer, another
 number of seeds) fails them all alike. Each damaged step is reported in one warning line. A state with a
@@ -31,7 +31,7 @@ import orbax.checkpoint as ocp
 
 from transformer.errors import (CheckpointRestoreError, ConfigError, MissingDataError, TrainingDiverged,
                                 WorkdirError)
-from transformer.train.checksums import extra_checksum as _extra_checksum, state_checksums
+from transformer.train.checksums import extra_checksum as _extra_checksum, state_checksums, state_fingerprints
 from transformer.train.run_directory import BEST, CHECKPOINTS
 from transformer.train.orbax_aftermath import collect_orbax_leftovers, join_orbax_workers, quiet_orbax_aftermath
 from transformer.train.writers import format_bytes, is_disk_full
@@ -142,7 +142,7 @@ class Checkpointer:
       WorkdirError: the disk is full; the message names the workdir and the space a checkpoint needs. No
         half-written checkpoint is left and the earlier ones are kept.
     """
-    checksums, non_finite = state_checksums(state)
+    fingerprints, non_finite = state_fingerprints(state)
     if non_finite:
       self.wait()
       raise TrainingDiverged(
@@ -156,7 +156,7 @@ class Checkpointer:
         log.warning("step %d is not kept as the best checkpoint: its %s is %s", step, self.best_metric, best_value)
         best_value = None
     args = ocp.args.Composite(state=ocp.args.StandardSave(state), extra=ocp.args.JsonSave(
-        {**extra, "checksums": checksums, "extra_checksum": _extra_checksum(extra)}))
+        {**extra, "fingerprints": fingerprints, "extra_checksum": _extra_checksum(extra)}))
     self._state_size = _state_bytes(state)
     copies = 1 if best_value is None else 2
     self._check_space(step, copies)
@@ -264,12 +264,15 @@ class Checkpointer:
                if isinstance(leaf, jax.ShapeDtypeStruct)]
     if missing:
       raise ValueError(f"the checkpoint holds no {', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''}")
-    expected = extra.pop("checksums", None) or {}  # checkpoints written before checksums were recorded: none
+    # Checkpoints written before device fingerprints hold SHA-256 digests of the leaves' bytes; older ones neither.
+    expected = extra.pop("fingerprints", None) or {}
+    digests = extra.pop("checksums", None) or {}
     recorded = extra.pop("extra_checksum", None)
     if recorded is not None and recorded != _extra_checksum(extra):
       raise ValueError("checksum mismatch: its data position or metrics window (the extra item) changed since it "
                        "was saved")
-    actual, _ = state_checksums(state)
+    actual, _ = state_fingerprints(state) if expected or not digests else state_checksums(state)
+    expected = expected or digests
     changed = [name for name, digest in actual.items() if name in expected and expected[name] != digest]
     if changed:
       raise ValueError(f"checksum mismatch: the data of {len(changed)} array(s) changed since they were "
