@@ -65,12 +65,15 @@ def test_a_best_metric_the_task_does_not_report_stops_at_the_first_evaluation_an
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("parallelism,fsdp", [("pmap", False), ("mesh", False), ("mesh", True)])
-def test_parallel_modes_match_single_device(make_config, tmp_path, reference, parallelism, fsdp):
-  """Same seed and global batch: 8-device data parallel (and FSDP) follows the 1-device loss curve."""
+@pytest.mark.parametrize("parallelism,fsdp,tensor_parallelism",
+                         [("pmap", False, 1), ("mesh", False, 1), ("mesh", True, 1), ("mesh", True, 2)])
+def test_parallel_modes_match_single_device(make_config, tmp_path, reference, parallelism, fsdp, tensor_parallelism):
+  """Same seed and global batch: 8-device data parallel (and FSDP, and FSDP over a 4 x 2 mesh whose model axis
+  splits heads and feed-forward width) follows the 1-device loss curve, evaluations and checkpoints included."""
   assert jax.device_count() == 8
   reference_dir, reference_output = reference
-  output = run(make_config(parallelism=parallelism, fsdp=fsdp), str(tmp_path))
+  output = run(make_config(parallelism=parallelism, fsdp=fsdp, tensor_parallelism=tensor_parallelism),
+               str(tmp_path))
   # Reductions are split differently over devices, so the match is to float rounding, not bitwise.
   np.testing.assert_allclose(losses(tmp_path), losses(reference_dir), rtol=2e-4)
   np.testing.assert_allclose(losses(tmp_path, "eval/loss"), losses(reference_dir, "eval/loss"), rtol=2e-4)

@@ -168,6 +168,9 @@ class RunConfig:
 
   parallelism: str = "jit"  # jit | pmap | mesh
   fsdp: bool = False  # with parallelism=mesh: shard parameters and optimizer state over devices
+  # With parallelism=mesh: devices along the mesh's model axis, which splits attention heads, feed-forward
+  # width and vocabulary (train/parallel.py TENSOR_PARALLEL_AXES); the batch is split over the rest.
+  tensor_parallelism: int = 1
 
   log_every: int = 50  # steps between metrics.jsonl lines
   eval_every: int = 500  # steps between evaluations (and at the end)
@@ -236,7 +239,7 @@ class RunConfig:
   def __post_init__(self):
     self.replicas  # pylint: disable=pointless-statement  # parse (and check) config.sweep once, here
     for name in ("batch_size", "num_train_steps", "log_every", "eval_every", "checkpoint_every", "keep_checkpoints",
-                 "grad_accum_steps", "num_seeds", "eval_batch_size"):
+                 "grad_accum_steps", "num_seeds", "eval_batch_size", "tensor_parallelism"):
       value = getattr(self, name)
       _require(isinstance(value, int) and not isinstance(value, bool) and value >= 1,
                f"config.{name} must be a positive integer, got {value!r}.")
@@ -248,6 +251,9 @@ class RunConfig:
              f"{self.grad_accum_steps}.")
     _require(self.parallelism in PARALLELISMS,
              f"config.parallelism={self.parallelism!r} is not supported; choose one of {list(PARALLELISMS)}.")
+    _require(self.tensor_parallelism == 1 or self.parallelism == "mesh",
+             f"config.tensor_parallelism={self.tensor_parallelism} splits layers over a mesh's model axis: set "
+             "--config.parallelism=mesh (or tensor_parallelism=1).")
     self._check_steps_per_call()
     self._check_replicas()
     for name in ("label_smoothing", "source_token_dropout", "target_token_dropout"):

@@ -3,7 +3,9 @@
 - ``jit``: one device.
 - ``pmap``: classic replicated data parallelism over local devices; gradients summed with ``psum``.
 - ``mesh``: ``jax.jit`` over a ``Mesh`` with ``NamedSharding``: the batch split over the ``data`` axis,
-  parameters replicated or, with ``fsdp``, each parameter sharded along its largest divisible axis.
+  parameters replicated or, with ``fsdp``, each parameter sharded along its largest divisible axis; with
+  ``tensor_parallelism`` > 1 a ``model`` axis of that many devices splits the attention heads, the feed-forward
+  width and the vocabulary (``TENSOR_PARALLEL_AXES``), and XLA's sharding propagation splits the work.
 - several replicas (with ``jit``): ``jax.vmap`` trains ``num_replicas`` of them in one program: seeds
   (``config.num_seeds``) and the variants of ``config.sweep``, each replica with its own ``settings``.
 - several steps per call (``jit`` and ``mesh``; ``config.steps_per_call``): one compiled call ``lax.scan``s the
@@ -23,6 +25,24 @@ from jax.sharding import NamedSharding, PartitionSpec
 from transformer.tasks.run_config import PARALLELISMS
 
 DATA_AXIS = "data"
+MODEL_AXIS = "model"
+# Tensor parallelism, the one place its rules live: parameter name (the last key of its path in the model, or
+# the last two) -> the axis the ``model`` mesh axis splits. Heads: the query/key/value projections' outputs and
+# the output projection's input; feed-forward width: the hidden layer; vocabulary: the embedding tables' rows
+# and an untied output layer's columns. Anything else (norms, positions, biases after a reduction) is replicated,
+# and so is a parameter whose axis the model axis does not divide.
+TENSOR_PARALLEL_AXES = {
+    "query_kernel": 1, "key_kernel": 1, "value_kernel": 1, "query_bias": 0, "key_bias": 0, "value_bias": 0,
+    "output_kernel": 0, "kernel_in": 1, "bias_in": 0, "kernel_out": 0, "embedding": 0,
+    "logits/kernel": 1, "logits/bias": 0,
+}
+
+
+def tensor_parallel_axis(path) -> int | None:
+  """The axis of the parameter at tree ``path`` (parameters and optimizer moments alike) that tensor
+  parallelism splits, or None."""
+  names = [str(getattr(key, "key", getattr(key, "name", ""))) for key in path]
+  return TENSOR_PARALLEL_AXES.get("/".join(names[-2:]), TENSOR_PARALLEL_AXES.get(names[-1] if names else ""))
 
 
 class Strategy:
@@ -175,12 +195,18 @@ class PmapStrategy(Strategy):
 class MeshStrategy(Strategy):
   name = "mesh"
 
-  def __init__(self, num_replicas: int = 1, fsdp: bool = False):
+  def __init__(self, num_replicas: int = 1, fsdp: bool = False, tensor_parallelism: int = 1, devices=None):
     super().__init__(num_replicas)
     if num_replicas > 1:
       raise ValueError("several replicas (vmap over seeds or variants) work with parallelism='jit' only.")
+    devices = list(jax.devices() if devices is None else devices)
+    if tensor_parallelism < 1 or len(devices) % tensor_parallelism:
+      raise ValueError(f"config.tensor_parallelism={tensor_parallelism} must divide the {len(devices)} devices; "
+                       f"choose one of {[n for n in range(1, len(devices) + 1) if len(devices) % n == 0]}.")
     self.fsdp = fsdp
-    self.mesh = jax.make_mesh((jax.device_count(),), (DATA_AXIS,), axis_types=(jax.sharding.AxisType.Auto,))
+    self.model_size = tensor_parallelism
+    self.mesh = jax.make_mesh((len(devices) // tensor_parallelism, tensor_parallelism), (DATA_AXIS, MODEL_AXIS),
+                              axis_types=(jax.sharding.AxisType.Auto,) * 2, devices=devices)
     self.batch_sharding = NamedSharding(self.mesh, PartitionSpec(DATA_AXIS))
     self.stacked_batch_sharding = NamedSharding(self.mesh, PartitionSpec(None, DATA_AXIS))  # [steps, batch, ...]
     self.replicated = NamedSharding(self.mesh, PartitionSpec())
@@ -188,21 +214,25 @@ class MeshStrategy(Strategy):
 
   @property
   def num_devices(self):
-    return jax.device_count()
+    """Devices the batch is split over: the ``data`` axis."""
+    return self.mesh.shape[DATA_AXIS]
 
-  def _parameter_sharding(self, shape):
-    """FSDP: shard the largest axis that the device count divides; replicate what cannot be split."""
-    if not self.fsdp or not shape:
-      return self.replicated
-    candidates = [axis for axis in np.argsort(shape)[::-1] if shape[axis] % self.num_devices == 0]
-    if not candidates:
-      return self.replicated
+  def _parameter_sharding(self, path, shape):
+    """Tensor parallelism: the model axis on the parameter's ``tensor_parallel_axis``; FSDP: the data axis on the
+    largest other axis it divides; replicated where neither applies."""
     spec = [None] * len(shape)
-    spec[candidates[0]] = DATA_AXIS
-    return NamedSharding(self.mesh, PartitionSpec(*spec))
+    model_axis = tensor_parallel_axis(path) if self.model_size > 1 and shape else None
+    if model_axis is not None and model_axis < len(shape) and shape[model_axis] % self.model_size == 0:
+      spec[model_axis] = MODEL_AXIS
+    if self.fsdp and shape:
+      candidates = [axis for axis in np.argsort(shape)[::-1]
+                    if spec[axis] is None and shape[axis] % self.num_devices == 0]
+      if candidates:
+        spec[candidates[0]] = DATA_AXIS
+    return NamedSharding(self.mesh, PartitionSpec(*spec)) if any(spec) else self.replicated
 
   def state_sharding(self, state_shapes):
-    return jax.tree.map(lambda s: self._parameter_sharding(s.shape), state_shapes)
+    return jax.tree_util.tree_map_with_path(lambda path, s: self._parameter_sharding(path, s.shape), state_shapes)
 
   def create_state(self, create_fn, seed_key):
     shapes = jax.eval_shape(create_fn, seed_key)
@@ -238,7 +268,7 @@ class MeshStrategy(Strategy):
   def host_params(self, state):
     """The parameters replicated on every device: with FSDP over several processes, no process holds a whole
     parameter until it is gathered (``device_get`` of a sharded array spanning other hosts fails)."""
-    if not self.fsdp:
+    if not self.fsdp and self.model_size == 1:
       return state.params
     return jax.jit(lambda params: params, out_shardings=self.replicated)(state.params)
 
@@ -259,8 +289,12 @@ def scanned(step, steps_per_call: int):
 
 
 def make_strategy(parallelism: str, num_replicas: int = 1, fsdp: bool = False,
-                  settings: dict | None = None) -> Strategy:
-  """The strategy of ``parallelism``; ``num_replicas`` and per-replica ``settings`` with ``jit`` only."""
+                  settings: dict | None = None, tensor_parallelism: int = 1) -> Strategy:
+  """The strategy of ``parallelism``; ``num_replicas`` and per-replica ``settings`` with ``jit`` only,
+  ``fsdp`` and ``tensor_parallelism`` with ``mesh`` only."""
+  if tensor_parallelism != 1 and parallelism != "mesh":
+    raise ValueError(f"config.tensor_parallelism={tensor_parallelism} splits layers over a mesh's model axis: "
+                     f"set --config.parallelism=mesh (or tensor_parallelism=1).")
   if parallelism == "jit":
     return Strategy(num_replicas, settings)
   if settings:
@@ -268,5 +302,5 @@ def make_strategy(parallelism: str, num_replicas: int = 1, fsdp: bool = False,
   if parallelism == "pmap":
     return PmapStrategy(num_replicas)
   if parallelism == "mesh":
-    return MeshStrategy(num_replicas, fsdp)
+    return MeshStrategy(num_replicas, fsdp, tensor_parallelism)
   raise ValueError(f"config.parallelism={parallelism!r} is not supported; choose one of {list(PARALLELISMS)}.")

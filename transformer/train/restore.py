@@ -33,7 +33,7 @@ NOT_RESULTS = ("log_every", "eval_every", "checkpoint_every", "keep_checkpoints"
 # Settings a run may change on its way, recorded in its history (run_directory.HISTORY): the layout over devices
 # (checkpoints hold the canonical state) and what the backward pass recomputes (model.remat), the metric that picks the best checkpoint and what evaluation scores
 # (not what is trained); config.decode too.
-ALLOWED_CHANGES = ("parallelism", "fsdp", "model.remat", "best_metric", "best_mode", "task.bleu_tokenize",
+ALLOWED_CHANGES = ("parallelism", "fsdp", "tensor_parallelism", "model.remat", "best_metric", "best_mode", "task.bleu_tokenize",
                    "task.eval_split", "task.length_penalty_candidates", "task.num_eval_examples",
                    "task.num_eval_prompts", "task.num_eval_sentences", "task.prompt_words", "task.test_split", "task.test_splits")
 

@@ -108,7 +108,8 @@ def _build_session(run: RunConfig, workdir: str, mode: str, lock, started: float
   task = _build_task_once(run)
   _check_task_supports(run, task, mode)
   model_config = task.model_config()
-  strategy = make_strategy(run.parallelism, run.replicas.count, run.fsdp, run.replicas.settings())
+  strategy = make_strategy(run.parallelism, run.replicas.count, run.fsdp, run.replicas.settings(),
+                           run.tensor_parallelism)
   _check_batch_divides(run, strategy.num_devices, jax.process_count())
   checkpointer = Checkpointer(workdir, keep=run.keep_checkpoints, asynchronous=run.async_checkpointing,
                               best_metric=run.best_metric or None, best_mode=run.best_mode,
