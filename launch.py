@@ -105,10 +105,8 @@ def _check_config_argument(argv):
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
-  logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
   absl_logging.set_verbosity(absl_logging.WARNING)  # orbax logs every save step at INFO
-  if not _CONFIG.value.get("quiet", False):  # our own progress: data preparation, tokenizers, padding fraction
-    logging.getLogger("transformer").setLevel(logging.INFO)
+  show_own_lines(quiet=_CONFIG.value.get("quiet", False))
   from transformer.train import distributed, run, validate_config  # after flag parsing: imports JAX
   exit_on_user_error(distributed.initialize, _COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value,
                      local_device_ids=_LOCAL_DEVICE_IDS.value, initialization_timeout=_INITIALIZATION_TIMEOUT.value,
@@ -129,6 +127,26 @@ def main(argv):
       # Returns only in a single-process run, where the error goes on as usual.
       leave_after_error(error.code if isinstance(error, SystemExit) else traceback.format_exc())
     raise
+
+
+class OwnLineFormatter(logging.Formatter):
+  """Our progress as plain lines (``disaster_tweets: preparing ...``), a warning or error with its level."""
+
+  def format(self, record: logging.LogRecord) -> str:
+    text = super().format(record)
+    return text if record.levelno <= logging.INFO else f"{record.levelname}: {text}"
+
+
+def show_own_lines(quiet: bool) -> None:
+  """The ``transformer`` loggers write to stderr through their own handler: absl's, which ``app.run`` puts on the
+  root logger, would stamp every line ``I1128 12:00:00.123 140005 file.py:257]``. ``quiet``: warnings only;
+  else also our progress (data preparation, tokenizers, padding fraction)."""
+  handler = logging.StreamHandler(sys.stderr)
+  handler.setFormatter(OwnLineFormatter("%(message)s"))
+  own = logging.getLogger("transformer")
+  own.handlers = [handler]
+  own.propagate = False
+  own.setLevel(logging.WARNING if quiet else logging.INFO)
 
 
 def translate_files(run_config, workdir: str, run) -> None:

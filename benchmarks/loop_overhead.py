@@ -24,6 +24,8 @@ cost. The rest of (a) - (b) is the loop's Python bookkeeping, logging and checkp
 """
 from __future__ import annotations
 
+import contextlib
+import io
 import statistics
 import sys
 import tempfile
@@ -75,11 +77,13 @@ def experiment_config(overrides: dict, steps: int, steps_per_call: int = 1):
 
 
 def loop_seconds_per_step(config) -> float:
-  """(a): the training loop's seconds per step, the median over its logging windows after the first."""
+  """(a): the training loop's seconds per step, the median over its logging windows after the first. The run's
+  own lines (its examples, evaluation, summary) are kept out of the report's output."""
   from transformer.train import run
   from transformer.train.run_directory import RunDirectory
   with tempfile.TemporaryDirectory() as workdir:
-    run(config, workdir)
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+      run(config, workdir)
     rates = [rate for _, rate in RunDirectory(workdir).metrics().values("train/steps_per_second")]
   return statistics.median(1 / rate for rate in rates[1:])
 

@@ -1,6 +1,7 @@
 """launch.py: bad input gets one clear line naming the problem and the fix, never a stack trace; a bug keeps
 its traceback."""
 import os
+import re
 import subprocess
 import sys
 
@@ -168,7 +169,8 @@ def test_eval_without_checkpoint_is_an_error(tmp_path):
 
 @pytest.mark.slow
 def test_translation_run_reports_data_preparation_and_padding(tmp_path):
-  """Long data preparation says what it does (SentencePiece training) and the batches' padding fraction."""
+  """Long data preparation says what it does (SentencePiece training) and the batches' padding fraction, in lines
+  of its own: no absl stamp (``I1128 12:00:00.123 140005 file.py:257]``), no TFDS line of unknown sizes."""
   from tests.data.data_fixtures import write_multi30k
   sizes = {"train": 200, "val": 8, "test_2016_flickr": 4, "test_2017_flickr": 2, "test_2017_mscoco": 2,
            "test_2018_flickr": 2}
@@ -182,3 +184,7 @@ def test_translation_run_reports_data_preparation_and_padding(tmp_path):
   assert result.returncode == 0, result.stderr
   assert "SentencePiece en-de: training vocab 64" in result.stderr, result.stderr
   assert "padding fraction" in result.stderr, result.stderr
+  output = result.stdout + result.stderr
+  assert not re.search(r"^[IWEF]\d{4} ", output, re.MULTILINE), output
+  assert "Unknown size" not in output and "Subsequent calls will reuse" not in output, output
+  assert f"multi30k: preparing the data set in {tmp_path / 'tfds'}" in result.stderr, result.stderr

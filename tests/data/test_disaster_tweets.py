@@ -237,3 +237,12 @@ def test_the_real_files_are_kaggles_release():
     assert source_files.FileFingerprint.of(folder / name) == release.fingerprint
     records = tweets.read_tweets(folder / name, tweets.COLUMNS[name])
     assert release.contents == tweets.describe_tweets(records)
+
+
+def test_preparing_from_local_files_is_one_log_line_not_tfds_unknown_sizes(source, tmp_path, capsys, caplog):
+  caplog.set_level(logging.INFO, "transformer.data.parallel_text")
+  build(tmp_path / "tfds", source_dir=source)
+  printed = capsys.readouterr()
+  assert "Unknown size" not in printed.out + printed.err and "Subsequent calls" not in printed.out + printed.err
+  assert [r.getMessage() for r in caplog.records if r.name == "transformer.data.parallel_text"] == [
+      f"disaster_tweets: preparing the data set in {tmp_path / 'tfds' / 'disaster_tweets' / '1.1.0'}"]

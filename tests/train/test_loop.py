@@ -265,3 +265,35 @@ def test_modes_are_separate_functions_behind_run(make_config, tmp_path, monkeypa
   assert called == ["train", "eval", "predict", "translate"]
   with pytest.raises(ValueError, match="--mode='fly' is not supported"):
     run(make_config(), str(tmp_path), "fly")
+
+
+@pytest.mark.slow
+def test_the_eta_leaves_compilation_out(make_config, tmp_path, monkeypatch):
+  """The first logging window holds the compiling call, made slow here: the log line's ETA is paced by the
+  steps after it, not by a window whose first step took seconds."""
+  import time
+
+  from transformer.train import loop
+  announce, paces = loop.Trainer._announce_compilation, []
+
+  def slow_compilation(trainer, batch, stacked=0):
+    if not trainer.seen_shapes:
+      time.sleep(2.0)  # inside the first call, which compiles
+    announce(trainer, batch, stacked)
+
+  def recorded_line(step, total, metrics, seconds_per_step, window_steps=0):
+    paces.append(seconds_per_step)
+    return log_line(step, total, metrics, seconds_per_step, window_steps)
+
+  log_line = loop.log_line
+  monkeypatch.setattr(loop.Trainer, "_announce_compilation", slow_compilation)
+  monkeypatch.setattr(loop, "log_line", recorded_line)
+  run(make_config(num_train_steps=10, eval_every=10, checkpoint_every=10, quiet=False), str(tmp_path))
+  assert len(paces) == 2 and paces[0] < 0.3, paces  # 2 s over 5 steps would be 0.4 s a step
+
+
+def test_a_window_of_only_compiled_steps_gives_no_eta():
+  from transformer.tasks.progress import log_line
+  metrics = {"train/loss": 1.0, "train/tokens_per_second": 10.0, "train/steps_per_second": 0.5}
+  assert log_line(1, 100, metrics, None) == "step 1/100 (1%): loss 1.0000, 10 tokens/s, 0.50 steps/s"
+  assert log_line(40, 100, metrics, 60.0).endswith(", ETA 1h00m")

@@ -123,3 +123,35 @@ def test_on_a_terminal_every_message_starts_its_own_line_outside_the_bar(make_co
                         (" (step ", "eval/exact_match="), ("done: step 20 of 20", "done:")):
     hits = [piece for piece in pieces if marker in piece]
     assert hits and all(piece.startswith(start) for piece in hits), (marker, hits)
+
+
+def test_sweep_variants_are_named_by_their_values():
+  from transformer.tasks.run_config import Replicas
+  from transformer.train.writers import variant_tables
+  replicas = Replicas.parse("optimizer.learning_rate=0.002,0.0005;label_smoothing=0,0.1", num_seeds=2)
+  assert replicas.variant_names() == ["variant_0 (optimizer.learning_rate=0.002, label_smoothing=0)",
+                                      "variant_1 (optimizer.learning_rate=0.0005, label_smoothing=0.1)"]
+  assert Replicas.parse("", num_seeds=2).variant_names() == []
+  metrics = {"eval/loss": 2.0, "eval/loss/variant_0": 1.5, "eval/loss/variant_1": 2.5, "eval/loss/seed_0": 1.4}
+  assert variant_tables(metrics, replicas.variant_names()).splitlines() == [
+      "variant_0 (optimizer.learning_rate=0.002, label_smoothing=0):", "metric  eval", "loss    1.5",
+      "variant_1 (optimizer.learning_rate=0.0005, label_smoothing=0.1):", "metric  eval", "loss    2.5"]
+
+
+@pytest.mark.slow
+def test_a_sweep_summary_and_eval_show_a_table_per_variant(make_config, tmp_path, capsys):
+  """The end-of-run summary and ``--mode=eval`` print each variant's metrics under its values, beside the mean
+  over all replicas (before, only the mean was in a table, the variants as ``eval/loss/variant_0`` in one line)."""
+  config = make_config(sweep="optimizer.learning_rate=0.002,0.0005", num_train_steps=10, eval_every=10,
+                       checkpoint_every=10)
+  results = run(config, str(tmp_path)).metrics
+  summary = capsys.readouterr().out.split("done: step 10 of 10")[1]
+  run(config, str(tmp_path), "eval")
+  evaluated = capsys.readouterr().out.split("step 10:")[1]
+  for printed in (summary, evaluated):
+    for index, rate in enumerate(("0.002", "0.0005")):
+      block = printed.split(f"variant_{index} (optimizer.learning_rate={rate}):\n")[1].splitlines()
+      loss_row = results_table({"eval/loss": results[f"eval/loss/variant_{index}"]}).splitlines()[1]
+      assert block[0].split() == ["metric", "eval"] and loss_row.split() in [line.split() for line in block], block
+  final_line = next(line for line in summary.splitlines() if line.startswith("final: "))
+  assert "variant_" not in final_line and "eval/loss=" in final_line

@@ -133,7 +133,19 @@ def local_dataset_info(builder: tfds.core.GeneratorBasedBuilder, **fields) -> tf
   return info
 
 
-class ParallelTextBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
+class OwnPreparationLine:
+  """Mixed into a builder before TFDS's class: instead of TFDS's two lines printed whatever the logging
+  settings ("Downloading and preparing dataset Unknown size (download: Unknown size, ...)", sizes it never
+  knows for these files, then "... Subsequent calls will reuse this data."), one line of our log."""
+
+  def _log_download_bytes(self) -> None:
+    logger.info("%s: preparing the data set in %s", self.name, self.data_dir)
+
+  def _log_download_done(self) -> None:
+    pass
+
+
+class ParallelTextBuilder(OwnPreparationLine, tfds.core.GeneratorBasedBuilder, skip_registration=True):
   """Base builder: one text file per (split, language), lines aligned across languages.
 
   Subclasses set ``VERSION``, ``BUILDER_CONFIGS`` (of :class:`ParallelTextConfig`),

@@ -19,16 +19,19 @@ def progress_bar(total: int, initial: int, quiet: bool):
                    disable=quiet or not sys.stderr.isatty())
 
 
-def log_line(step: int, total: int, metrics: dict, seconds_per_step: float, window_steps: int = 0) -> str:
+def log_line(step: int, total: int, metrics: dict, seconds_per_step: float | None, window_steps: int = 0) -> str:
   """One progress line for logs written to a file (where the tqdm bar is off), e.g.
   ``step 100/4000 (2%): loss 6.5280, 1135 tokens/s, 0.37 steps/s, ETA 2h56m``; with skipped non-finite
-  steps in the window (``train/skipped_steps`` of its ``window_steps``) ``..., 3 of 50 steps skipped``."""
-  remaining = max(total - step, 0) * seconds_per_step
-  hours, minutes = divmod(int(remaining // 60), 60)
+  steps in the window (``train/skipped_steps`` of its ``window_steps``) ``..., 3 of 50 steps skipped``.
+  ``seconds_per_step``: the pace of steps that did not compile (None, a window that only compiled: no ETA)."""
+  eta = ""
+  if seconds_per_step is not None:
+    hours, minutes = divmod(int(max(total - step, 0) * seconds_per_step // 60), 60)
+    eta = f", ETA {hours}h{minutes:02d}m"
   skipped = metrics.get("train/skipped_steps", 0)
   return (f"step {step}/{total} ({100 * step / max(total, 1):.0f}%): loss {metrics['train/loss']:.4f}, "
-          f"{metrics['train/tokens_per_second']:.0f} tokens/s, {metrics['train/steps_per_second']:.2f} steps/s, "
-          f"ETA {hours}h{minutes:02d}m" + (f", {skipped:g} of {window_steps} steps skipped" if skipped else ""))
+          f"{metrics['train/tokens_per_second']:.0f} tokens/s, {metrics['train/steps_per_second']:.2f} steps/s"
+          + eta + (f", {skipped:g} of {window_steps} steps skipped" if skipped else ""))
 
 
 class Progress:

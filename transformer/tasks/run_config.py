@@ -118,6 +118,12 @@ class Replicas:
     """Whether the learning-rate schedule differs between variants (``SCHEDULE_FIELDS`` swept)."""
     return any(field in SCHEDULE_FIELDS for field in self.swept)
 
+  def variant_names(self) -> list[str]:
+    """Each variant by its values, as printed: ``variant_0 (optimizer.learning_rate=0.002, label_smoothing=0)``
+    (its metrics keep the ``/variant_0`` suffix); none without a sweep."""
+    return [f"variant_{index} (" + ", ".join(f"{field}={values[index]:g}" for field, values in self.sweep) + ")"
+            for index in range(self.num_variants)] if self.sweep else []
+
   def seed_offsets(self) -> list[int]:
     """Each replica's seed, less the run's ``seed``."""
     return [replica % self.num_seeds for replica in range(self.count)]

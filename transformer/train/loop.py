@@ -36,7 +36,7 @@ from transformer.train.step import make_train_step
 from transformer.train.window import MetricsWindow
 from transformer.train.workdir import check_fresh_start
 from transformer.train.run_directory import BEST, CHECKPOINTS, METRICS, TENSORBOARD
-from transformer.train.writers import MetricWriter, shown_metrics
+from transformer.train.writers import MetricWriter, shown_metrics, variant_tables
 
 # The end-of-run hint: the plotting script by its absolute path, so that it works from any directory.
 PLOT_SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
@@ -235,7 +235,9 @@ class Trainer:
         self.window.add(metrics, self.step, self.task.count_tokens(host_batch))
     self.bar.update(len(host_batches))
     if self.strategy.trace_count > compilations:
-      self.goodput.add("compile", time.perf_counter() - start)
+      seconds = time.perf_counter() - start
+      self.goodput.add("compile", seconds)
+      self.window.add_compilation(len(host_batches), seconds)  # the ETA's pace leaves compiling out
 
   def _announce_compilation(self, batch, stacked: int = 0) -> None:
     shape = " ".join(sorted({"x".join(map(str, np.shape(value))) for value in batch.values()}))
@@ -257,7 +259,7 @@ class Trainer:
     run = self.run
     if not run.skip_nonfinite_steps:
       self.window.check_finite()
-    sums, steps, tokens, seconds = self.window.read()
+    sums, steps, tokens, seconds, pace = self.window.read()
     logged = means(_unmeasured_as_nan(sums, steps), "train", run.num_seeds)
     rates = [float(schedule(self.step - 1)) for schedule in self.schedules]
     logged.update(replica_means("train/learning_rate", np.repeat(rates, run.num_seeds)
@@ -272,8 +274,7 @@ class Trainer:
     postfix = {"loss": f"{logged['train/loss']:.4f}", "tok_s": f"{logged['train/tokens_per_second']:.0f}"}
     self.bar.set_postfix(postfix if not skipped else {**postfix, "skipped": f"{skipped:g}/{steps}"})
     if self.bar.disable and self.session.is_main and not run.quiet:  # a log file: a line per logging step
-      print(log_line(self.step, run.num_train_steps, logged, 1 / logged["train/steps_per_second"], steps),
-            flush=True)
+      print(log_line(self.step, run.num_train_steps, logged, pace, steps), flush=True)
     if skipped is not None and skipped > run.max_skipped_share * steps:
       raise TrainingDiverged(
           f"training stopped at step {self.step}: {skipped:g} of the last {steps} steps were skipped (non-finite "
@@ -350,9 +351,11 @@ def _print_summary(session: Session, step: int, results: dict, goodput: str = ""
     return
   run, directory = session.run, session.directory
   lines = [f"done: step {step} of {run.num_train_steps}"]
-  final = shown_metrics(results)
+  final = {name: value for name, value in shown_metrics(results).items() if "/variant_" not in name}
   if final:
     lines.append("final: " + " ".join(f"{name}={value:.4f}" for name, value in final.items()))
+  tables = variant_tables(results, run.replicas.variant_names())  # a sweep: each variant's, not only the mean
+  lines += [tables] if tables else []
   best_step = session.checkpointer.best_step()
   if run.best_metric and best_step is not None:
     values = [value for step, value in directory.metrics().values(run.best_metric) if step == best_step]

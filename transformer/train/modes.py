@@ -23,7 +23,7 @@ from transformer.train.initialise import state_factory, with_params
 from transformer.train.loop import RunOutput, run_train
 from transformer.train.session import Session, prepare
 from transformer.train.run_directory import EVAL_RESULTS, PREDICT_RESULTS
-from transformer.train.writers import results_table
+from transformer.train.writers import results_table, variant_tables
 
 
 @dataclasses.dataclass
@@ -78,8 +78,10 @@ def run_eval(run: RunConfig, workdir: str) -> RunOutput:
     summary = {"step": restored.step, **restored.averaged, **results}
     write_atomically(os.path.join(restored.output_dir, EVAL_RESULTS), json.dumps(summary, indent=2))
     written = sorted(name for name, time_ in _file_times(restored.output_dir).items() if before.get(name) != time_)
-    print(f"step {restored.step}:\n{results_table(results)}\n"
-          f"written: {', '.join(os.path.join(restored.output_dir, name) for name in written)}", flush=True)
+    tables = variant_tables(results, run.replicas.variant_names())  # a sweep: each variant's, not only the mean
+    print("\n".join([f"step {restored.step}:", results_table(results), *([tables] if tables else []),
+                     f"written: {', '.join(os.path.join(restored.output_dir, name) for name in written)}"]),
+          flush=True)
   session.checkpointer.close()
   return RunOutput(restored.step, results, session.strategy.to_canonical(restored.state))
 

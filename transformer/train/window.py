@@ -37,13 +37,14 @@ def _fold(sums, entries: list, counts: tuple[int, ...]):
 
 
 class MetricsWindow:
-  """Sums of the train metrics since the last log, the steps and tokens they cover, and the first step since
-  the run (re)started whose loss or gradient norm was not finite."""
+  """Sums of the train metrics since the last log, the steps and tokens they cover (and which of them were in a
+  call that compiled), and the first step since the run (re)started whose loss or gradient norm was not finite."""
 
   def __init__(self, fetch, saved: dict | None = None):
     self._fetch = fetch  # device tree -> host numpy (the strategy's fetch)
     self._sums, self._pending, self._first_nonfinite = None, [], None
     self.steps, self.tokens, self.start = 0, 0, time.perf_counter()
+    self.compiled_steps, self.compile_seconds = 0, 0.0
     if saved and saved.get("window"):
       # Each half of a (sum, count) pair is one array: a vector with a value per seed when they are vmapped.
       self._sums = {k: tuple(jnp.asarray(half) for half in pair) for k, pair in saved["window"].items()}
@@ -55,6 +56,11 @@ class MetricsWindow:
     self._pending.append((step, metrics, stacked))
     self.steps += max(stacked, 1)
     self.tokens += tokens
+
+  def add_compilation(self, steps: int, seconds: float) -> None:
+    """The last ``steps`` added ran in a call that compiled, which took ``seconds``: left out of the pace."""
+    self.compiled_steps += steps
+    self.compile_seconds += seconds
 
   def _fold_pending(self) -> None:
     if not self._pending:
@@ -69,13 +75,18 @@ class MetricsWindow:
       index = int(np.asarray(first.addressable_data(0)))
       self._first_nonfinite = steps[index] if index >= 0 else None
 
-  def read(self) -> tuple[dict, int, int, float]:
-    """``(sums on the host, steps, tokens, seconds)`` of the window, which starts anew."""
+  def read(self) -> tuple[dict, int, int, float, float | None]:
+    """``(sums on the host, steps, tokens, seconds, pace)`` of the window, which starts anew. ``pace``: seconds
+    per step of the steps outside calls that compiled (None if every step was in one), for an ETA that does not
+    count compilation as the pace of the steps to come."""
     self._fold_pending()
     sums, steps, tokens = self._fetch(self._sums), self.steps, self.tokens
     seconds = time.perf_counter() - self.start
+    compiled = min(self.compiled_steps, steps)  # a resumed window's restored steps were not timed here
+    pace = (seconds - self.compile_seconds) / (steps - compiled) if steps > compiled else None
     self._sums, self.steps, self.tokens, self.start = None, 0, 0, time.perf_counter()
-    return sums, steps, tokens, seconds
+    self.compiled_steps, self.compile_seconds = 0, 0.0
+    return sums, steps, tokens, seconds, pace
 
   def saved(self) -> dict:
     """What a checkpoint keeps of the window, so that a resumed run logs the same lines."""

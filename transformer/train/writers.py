@@ -98,3 +98,14 @@ def results_table(metrics: dict) -> str:
                                     for name, row in sorted(rows.items(), key=lambda item: metric_order(item[0]))]
   widths = [max(len(line[i]) for line in table) for i in range(len(table[0]))]
   return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip() for line in table)
+
+
+def variant_tables(metrics: dict, names: list[str]) -> str:
+  """A ``results_table`` per variant of a sweep (its ``<split>/<name>/variant_v`` metrics: the mean over its
+  seeds), each under its name from ``Replicas.variant_names``; "" without variants."""
+  blocks = []
+  for index, name in enumerate(names):
+    suffix = f"/variant_{index}"
+    own = {key[:-len(suffix)]: value for key, value in metrics.items() if key.endswith(suffix)}
+    blocks.append(f"{name}:\n" + results_table(own))
+  return "\n".join(blocks)

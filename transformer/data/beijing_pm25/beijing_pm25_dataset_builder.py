@@ -244,7 +244,7 @@ def split_of_year(year: int) -> str | None:
   return next((split for split, years in SPLIT_YEARS.items() if year in years), None)
 
 
-class Builder(tfds.core.GeneratorBasedBuilder):
+class Builder(parallel_text.OwnPreparationLine, tfds.core.GeneratorBasedBuilder):
   """Beijing PM2.5 hourly rows (see the module docstring).
 
   Args (beyond those of ``tfds.core.GeneratorBasedBuilder``: ``data_dir``, ``file_format``, ...):

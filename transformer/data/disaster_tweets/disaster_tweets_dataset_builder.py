@@ -166,7 +166,7 @@ def stratified_split(ids: Sequence[int], labels: Sequence[int],
   return assignment
 
 
-class Builder(tfds.core.GeneratorBasedBuilder):
+class Builder(parallel_text.OwnPreparationLine, tfds.core.GeneratorBasedBuilder):
   """Disaster Tweets from Kaggle's CSV files (see the module docstring).
 
   Args (beyond those of ``tfds.core.GeneratorBasedBuilder``: ``data_dir``, ``file_format``, ...):
