@@ -4,8 +4,9 @@
     python -m experiments.plot WORKDIR OTHER_WORKDIR --metrics=train/loss,eval/bleu --output=/tmp/compare.png
     python /path/to/repo/experiments/plot.py WORKDIR         # the same from any directory (the end-of-run hint)
 
-Several workdirs give one line each per panel; up to 4 panels a row. For live curves, TensorBoard reads the same run:
-``pip install -e ".[tensorboard]"`` then ``tensorboard --logdir WORKDIR/tensorboard``.
+Several workdirs give one line each per panel; up to 4 panels a row. A sweep's variants (``config.sweep``:
+metrics logged as ``NAME/variant_v``) are lines of the same panels, one per variant. For live curves, TensorBoard
+reads the same run: ``pip install -e ".[tensorboard]"`` then ``tensorboard --logdir WORKDIR/tensorboard``.
 """
 from __future__ import annotations
 
@@ -18,6 +19,21 @@ if __name__ == "__main__" and not __package__:  # run by its path (the end-of-ru
 
 from experiments import report
 from transformer.train.run_directory import METRICS, RunDirectory, read_metrics
+
+VARIANT = "/variant_"  # a sweep's per-variant metrics: NAME/variant_v (transformer/train/loop.py)
+
+
+def split_variants(name: str, records: list[dict]) -> dict[str, list[dict]]:
+  """A sweep's records as one run per variant (``NAME/variant_v`` read as ``NAME``), to be drawn as lines of the
+  same panels; a run without variants as it is."""
+  variants = sorted({key.rsplit(VARIANT, 1)[1] for record in records for key in record if VARIANT in key}, key=int)
+  if not variants:
+    return {name: records}
+  return {f"{name} variant_{variant}": [
+      {"step": record["step"], **{key.rsplit(VARIANT, 1)[0]: value for key, value in record.items()
+                                  if key.endswith(f"{VARIANT}{variant}")}} for record in records]
+          for variant in variants}
+
 
 def default_metrics(runs: dict[str, list[dict]]) -> list[str]:
   """``train/loss`` and the runs' ``eval/*`` metrics, in first-logged order, without per-seed copies."""
@@ -34,7 +50,7 @@ def plot_runs(workdirs: list[str], metrics: list[str] | None = None, output: str
   for workdir in workdirs:
     if not RunDirectory(workdir).has(METRICS):
       raise SystemExit(f"error: {workdir} has no metrics.jsonl; give the --workdir of a training run.")
-    runs[os.path.basename(os.path.normpath(workdir))] = read_metrics(workdir)
+    runs.update(split_variants(os.path.basename(os.path.normpath(workdir)), read_metrics(workdir)))
   metrics = metrics or default_metrics(runs)
   missing = [name for name in metrics if not any(name in r for records in runs.values() for r in records)]
   if missing:

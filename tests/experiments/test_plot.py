@@ -27,6 +27,20 @@ def test_default_metrics_are_the_loss_and_each_eval_metric_without_seed_copies()
   assert plot.default_metrics({"run": RECORDS}) == ["train/loss", "eval/exact_match", "eval/loss"]
 
 
+def test_a_sweeps_variants_are_lines_of_the_same_panels(tmp_path, monkeypatch):
+  drawn = {}
+  monkeypatch.setattr(report, "plot_curves",
+                      lambda runs, metrics, path, title: drawn.update(runs=runs, metrics=metrics))
+  _write_run(tmp_path / "sweep", [
+      {"step": 10, "train/loss": 1.5, "train/loss/variant_0": 1.0, "train/loss/variant_1": 2.0,
+       "train/loss/seed_0": 1.0},
+      {"step": 20, "eval/bleu": 3.0, "eval/bleu/variant_0": 4.0, "eval/bleu/variant_1": 2.0}])
+  plot.plot_runs([str(tmp_path / "sweep")])
+  assert drawn["metrics"] == ["train/loss", "eval/bleu"]
+  assert drawn["runs"] == {"sweep variant_0": [{"step": 10, "train/loss": 1.0}, {"step": 20, "eval/bleu": 4.0}],
+                           "sweep variant_1": [{"step": 10, "train/loss": 2.0}, {"step": 20, "eval/bleu": 2.0}]}
+
+
 def _png_size(path) -> tuple[int, int]:
   """``(width, height)`` in pixels, from the PNG's header chunk."""
   with open(path, "rb") as f:

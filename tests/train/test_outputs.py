@@ -13,7 +13,7 @@ from transformer import load
 from transformer.tasks import build_task
 from transformer.train import run
 from transformer.train.run_directory import read_metrics
-from transformer.train.writers import results_table, shown_metrics
+from transformer.train.writers import final_lines, results_table, shown_metrics
 
 
 def test_a_run_prints_the_config_path_one_compile_line_and_a_summary(make_config, tmp_path, capsys):
@@ -31,6 +31,18 @@ def test_a_run_prints_the_config_path_one_compile_line_and_a_summary(make_config
   for expected in (f"checkpoints: {tmp_path}/checkpoints", f"metrics: {tmp_path}/metrics.jsonl",
                    f"experiments/plot.py {tmp_path}", f"tensorboard --logdir {tmp_path}/tensorboard"):
     assert expected in summary
+
+
+def test_many_final_metrics_are_a_table_few_are_one_line():
+  """A forecaster's mae/mse/rmse per horizon made the summary's final line hundreds of characters long."""
+  few = {"eval/loss": 1.0, "eval/exact_match": 0.5}
+  assert final_lines(few) == ["final: eval/loss=1.0000 eval/exact_match=0.5000"]
+  many = shown_metrics({f"eval/{kind}_{hours}h": float(hours) for kind in ("mae", "mse", "rmse")
+                        for hours in (1, 6, 12, 24)})
+  header, table = final_lines(many)
+  assert header == "final:" and table == results_table(many)
+  assert [row.split()[0] for row in table.splitlines()[1:4]] == ["mae_1h", "mae_6h", "mae_12h"]
+  assert max(len(row) for row in table.splitlines()) < 40
 
 
 def test_quiet_leaves_out_the_compile_lines_not_the_summary(make_config, tmp_path, capsys):

@@ -36,7 +36,7 @@ from transformer.train.step import make_train_step
 from transformer.train.window import MetricsWindow
 from transformer.train.workdir import check_fresh_start
 from transformer.train.run_directory import BEST, CHECKPOINTS, METRICS, TENSORBOARD
-from transformer.train.writers import MetricWriter, shown_metrics, variant_tables
+from transformer.train.writers import MetricWriter, final_lines, shown_metrics, variant_tables
 
 # The end-of-run hint: the plotting script by its absolute path, so that it works from any directory.
 PLOT_SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
@@ -351,9 +351,7 @@ def _print_summary(session: Session, step: int, results: dict, goodput: str = ""
     return
   run, directory = session.run, session.directory
   lines = [f"done: step {step} of {run.num_train_steps}"]
-  final = {name: value for name, value in shown_metrics(results).items() if "/variant_" not in name}
-  if final:
-    lines.append("final: " + " ".join(f"{name}={value:.4f}" for name, value in final.items()))
+  lines += final_lines({name: value for name, value in shown_metrics(results).items() if "/variant_" not in name})
   tables = variant_tables(results, run.replicas.variant_names())  # a sweep: each variant's, not only the mean
   lines += [tables] if tables else []
   best_step = session.checkpointer.best_step()

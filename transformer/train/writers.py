@@ -76,6 +76,20 @@ def shown_metrics(metrics: dict) -> dict:
   return {name: metrics[name] for name in sorted(metrics, key=metric_order) if "/seed_" not in name}
 
 
+FINAL_LINE_METRICS = 8  # more final metrics than this (a forecaster's per horizon) are a table, not one line
+
+
+def final_lines(metrics: dict) -> list[str]:
+  """The end-of-run ``final:`` of ``metrics`` (already ``shown_metrics``): one line, or, for more than
+  ``FINAL_LINE_METRICS``, the line ``final:`` and a ``results_table`` (a forecaster's mae/mse/rmse per horizon
+  made a line of hundreds of characters)."""
+  if not metrics:
+    return []
+  if len(metrics) <= FINAL_LINE_METRICS:
+    return ["final: " + " ".join(f"{name}={value:.4f}" for name, value in metrics.items())]
+  return ["final:", results_table(metrics)]
+
+
 def results_table(metrics: dict) -> str:
   """Metrics named ``<split>/<name>`` (``eval/bleu``, ``test/f1``) as a text table, one row per metric and one
   column per split (rows in ``metric_order``), e.g.::
