@@ -62,6 +62,13 @@ def get_config(variant: str = "minilm_finetune"):
   config.best_metric = "eval/f1"
   config.keep_checkpoints = 1
 
+  _variant_settings(config, variant)
+  return config
+
+
+def _variant_settings(config, variant: str) -> None:
+  """What each variant sets: the model's size and what starts from the checkpoint, the step budget, the rate."""
+  task, model = config.task, config.model
   if variant in ("static_scratch", "static_minilm", "tiny"):
     # No layers, no positions, no scaling: the pooled vector is the mean of the tokens' embeddings.
     model.num_encoder_layers = 0
@@ -114,4 +121,3 @@ def get_config(variant: str = "minilm_finetune"):
     config.eval_every = config.checkpoint_every = 75
     config.optimizer.learning_rate = 6e-5
     config.optimizer.warmup_steps = 30
-  return config

@@ -56,22 +56,12 @@ def chunked_dot_product_attention(query, key, value, query_valid=None, key_valid
   check_attention_inputs(query, key, value)
   batch, q_length = query.shape[:2]
   kv_length = key.shape[1]
-  if not q_length or not kv_length:
-    raise ValueError(f"chunked attention needs at least one query and one key, got q_length={q_length} and "
-                     f"kv_length={kv_length}")
-  for name, size in (("query_chunk_size", query_chunk_size), ("key_chunk_size", key_chunk_size)):
-    if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1:
-      raise ValueError(f"{name} must be a positive integer, got {size!r}")
+  _check_sizes(batch, q_length, kv_length, query_chunk_size, key_chunk_size, window,
+               query_valid=query_valid, key_valid=key_valid, query_segments=query_segments, key_segments=key_segments)
   if query_valid is None:
     query_valid = jnp.ones((batch, q_length), bool)
   if key_valid is None:
     key_valid = jnp.ones((batch, kv_length), bool)
-  for name, valid, length in (("query_valid", query_valid, q_length), ("key_valid", key_valid, kv_length),
-                              ("query_segments", query_segments, q_length), ("key_segments", key_segments, kv_length)):
-    if valid is not None and jnp.shape(valid) != (batch, length):
-      raise ValueError(f"{name} must be [batch, length] = {(batch, length)}, got shape {jnp.shape(valid)}")
-  if window is not None and (isinstance(window, bool) or not isinstance(window, (int, np.integer)) or window < 1):
-    raise ValueError(f"window must be a positive integer or None, got {window!r}")
   query_ids, key_ids = _position_ids(query_valid, query_segments), _position_ids(key_valid, key_segments)
   key_valid = key_ids > 0
   # Grouped-query keys and values repeated per query head: the blocks' einsums and the custom VJP see equal
@@ -88,6 +78,23 @@ def chunked_dot_product_attention(query, key, value, query_valid=None, key_valid
   key_chunk_size = min(int(key_chunk_size), kv_length)
   return _chunked_attention(query, key, value, query_ids, key_ids, causal, None if window is None else int(window),
                             float(scale), query_chunk_size, key_chunk_size, kernels or REFERENCE)
+
+
+def _check_sizes(batch, q_length, kv_length, query_chunk_size, key_chunk_size, window, **per_position) -> None:
+  """A ValueError naming the first bad size: no query or key, a block size or window that is no positive
+  integer, or a per-position mask (``query_valid``, ``key_segments``, ...) not ``[batch, its length]``."""
+  if not q_length or not kv_length:
+    raise ValueError(f"chunked attention needs at least one query and one key, got q_length={q_length} and "
+                     f"kv_length={kv_length}")
+  for name, size in (("query_chunk_size", query_chunk_size), ("key_chunk_size", key_chunk_size)):
+    if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1:
+      raise ValueError(f"{name} must be a positive integer, got {size!r}")
+  for name, values in per_position.items():
+    length = q_length if name.startswith("query") else kv_length
+    if values is not None and jnp.shape(values) != (batch, length):
+      raise ValueError(f"{name} must be [batch, length] = {(batch, length)}, got shape {jnp.shape(values)}")
+  if window is not None and (isinstance(window, bool) or not isinstance(window, (int, np.integer)) or window < 1):
+    raise ValueError(f"window must be a positive integer or None, got {window!r}")
 
 
 def _position_ids(valid, segments):

@@ -22,6 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
+from transformer.errors import ConfigError
 from transformer.tasks.run_config import PARALLELISMS
 
 DATA_AXIS = "data"
@@ -201,7 +202,7 @@ class MeshStrategy(Strategy):
       raise ValueError("several replicas (vmap over seeds or variants) work with parallelism='jit' only.")
     devices = list(jax.devices() if devices is None else devices)
     if tensor_parallelism < 1 or len(devices) % tensor_parallelism:
-      raise ValueError(f"config.tensor_parallelism={tensor_parallelism} must divide the {len(devices)} devices; "
+      raise ConfigError(f"config.tensor_parallelism={tensor_parallelism} must divide the {len(devices)} devices; "
                        f"choose one of {[n for n in range(1, len(devices) + 1) if len(devices) % n == 0]}.")
     self.fsdp = fsdp
     self.model_size = tensor_parallelism
@@ -293,7 +294,7 @@ def make_strategy(parallelism: str, num_replicas: int = 1, fsdp: bool = False,
   """The strategy of ``parallelism``; ``num_replicas`` and per-replica ``settings`` with ``jit`` only,
   ``fsdp`` and ``tensor_parallelism`` with ``mesh`` only."""
   if tensor_parallelism != 1 and parallelism != "mesh":
-    raise ValueError(f"config.tensor_parallelism={tensor_parallelism} splits layers over a mesh's model axis: "
+    raise ConfigError(f"config.tensor_parallelism={tensor_parallelism} splits layers over a mesh's model axis: "
                      f"set --config.parallelism=mesh (or tensor_parallelism=1).")
   if parallelism == "jit":
     return Strategy(num_replicas, settings)
