@@ -14,8 +14,8 @@ PACKAGE = ROOT / "transformer"
 STDLIB = set(sys.stdlib_module_names)
 
 # package -> (third-party top-level modules it may import, project packages it may import). Its own package,
-# the standard library and transformer.errors (the project's error types, which import nothing) are always
-# allowed.
+# the standard library, transformer.errors (the project's error types) and transformer.effects (what changing a
+# setting does), which import nothing of the project, are always allowed.
 LAYERS = {
     "ops": ({"jax", "numpy"}, set()),
     "nn": ({"jax", "numpy", "flax"}, {"ops"}),
@@ -27,9 +27,11 @@ LAYERS = {
     "train": ({"jax", "numpy", "flax", "ml_collections", "optax", "orbax", "tqdm", "tensorboardX"},
               {"nn", "data", "decode", "ops", "pretrained", "tasks"}),
 }
+ALWAYS = ("errors", "effects")
 # The package root: what each of its modules may import (errors.py: nothing, so that every layer may use it).
 ROOT_MODULES = {
     "errors.py": (set(), set()),
+    "effects.py": (set(), set()),
     "inference.py": ({"jax", "numpy", "ml_collections"}, {"train", "tasks", "errors"}),
     "__init__.py": (set(), {"train", "inference", "errors"}),
 }
@@ -92,8 +94,8 @@ def test_each_layer_imports_only_what_design_allows(layer):
       elif package == "" and names is not None:
         # `from transformer import x`: x is a subpackage (or a top-level module such as errors).
         violations += [f"{path.relative_to(ROOT)}:{line} imports transformer.{name}" for name in names
-                       if name not in {layer, "errors"} | allowed_project]
-      elif package not in {layer, "errors"} | allowed_project:
+                       if name not in {layer, *ALWAYS} | allowed_project]
+      elif package not in {layer, *ALWAYS} | allowed_project:
         violations.append(f"{path.relative_to(ROOT)}:{line} imports {module}")
   assert not violations, f"transformer/{layer} may import {sorted(allowed_project) or 'no other project package'}:\n" + \
       "\n".join(violations)

@@ -7,6 +7,7 @@ import pytest
 
 from tests.train.conftest import load_experiment_config
 from transformer.decode import DecodeSettings
+from transformer.effects import Effect
 from transformer.errors import ConfigError
 from transformer.nn import ModelConfig, RNNConfig
 from transformer.tasks import build_task
@@ -109,8 +110,29 @@ def test_each_variant_has_its_own_optimizer_settings():
 def test_a_task_reads_the_typed_run_only():
   """A task built from a run whose record (the raw values) is empty gives the same model and data."""
   run = RunConfig.from_config(load_experiment_config("synthetic", "copy"))
-  bare = dataclasses.replace(run, record={})
+  bare = dataclasses.replace(run, record_text="{}")
   task, bare_task = build_task(run), build_task(bare)
   assert bare_task.model_config() == task.model_config()
   batch, bare_batch = task.eval_batches(8)[0], bare_task.eval_batches(8)[0]
   assert all((batch[name] == bare_batch[name]).all() for name in batch)
+
+
+def test_every_field_declares_its_effect_and_the_rules_follow_from_it():
+  """The effects decide which settings a command reproducing a run leaves out, and which a resume accepts."""
+  run = RunConfig.from_config(load_experiment_config("multi30k", "transformer_small"))
+  effects = run.effects()
+  assert set(run.fields_with(Effect.LOCAL)) == {"quiet", "tensorboard", "translate_input", "translate_output",
+                                                "task.source_dir", "task.data_dir"}
+  assert effects["decode.beam_size"] is Effect.EVALUATION  # the decode section's own default
+  assert effects["model.remat"] is Effect.LAYOUT and effects["parallelism"] is Effect.LAYOUT
+  assert effects["optimizer.learning_rate"] is Effect.RESULTS and effects["model.num_encoder_layers"] is Effect.RESULTS
+  assert effects["task.bleu_tokenize"] is Effect.EVALUATION and effects["log_every"] is Effect.BOOKKEEPING
+  assert set(effects) >= {f"model.{name}" for name in run.record["model"]}  # every recorded field is judged
+  assert not Effect.RESULTS.accepted and Effect.LAYOUT.accepted and not Effect.BOOKKEEPING.recorded
+
+
+def test_the_record_cannot_be_changed_through_the_run():
+  run = RunConfig.from_config(load_experiment_config("synthetic", "copy"))
+  run.record["num_train_steps"] = 1
+  assert run.record["num_train_steps"] == run.num_train_steps != 1
+  assert isinstance(RunConfig().model, ModelConfig)  # a run always has a model: the default transformer's

@@ -17,8 +17,8 @@ from tests.train.conftest import TINY_FLAGS, finish, start_launch
 from transformer.errors import MissingDataError
 from transformer.train import run
 from transformer.train.checkpoint import Checkpointer, CheckpointRestoreError
+from transformer.train.run_directory import RunDirectory
 
-TIMING = ("train/steps_per_second", "train/tokens_per_second", "wall_seconds")
 LONG_RUN = TINY_FLAGS + ["--config.num_train_steps=400", "--config.checkpoint_every=50", "--config.log_every=10",
                          "--config.eval_every=200", "--config.async_checkpointing=True"]
 
@@ -42,8 +42,7 @@ def wait_for_checkpoint(workdir, step, process, timeout=120):
 
 
 def metrics_without_timing(workdir):
-  with open(os.path.join(workdir, "metrics.jsonl")) as f:
-    return [{k: v for k, v in json.loads(line).items() if k not in TIMING} for line in f]
+  return RunDirectory(str(workdir)).metrics().without_timing()
 
 
 def final_params(workdir, step=400):

@@ -5,7 +5,6 @@ The real thing is a tiny tmpfs (mounted when this process may, as root in CI; sk
 before a save is also tested with a faked free-space figure, and the metric writers with ``/dev/full``.
 """
 import contextlib
-import json
 import os
 import shutil
 import subprocess
@@ -21,6 +20,7 @@ from tests.train.conftest import TINY_FLAGS, finish, start_launch
 from transformer.data.files import format_bytes, is_disk_full, write_atomically
 from transformer.errors import WorkdirError
 from transformer.train.checkpoint import Checkpointer
+from transformer.train.run_directory import RunDirectory
 from transformer.train.writers import MetricWriter
 
 
@@ -165,9 +165,7 @@ def test_launch_on_a_full_disk_prints_one_line_and_the_rerun_resumes_bit_identic
     assert f"resumed from step {kept[-1]}" in output
 
     def records(directory):
-      timing = ("train/steps_per_second", "train/tokens_per_second", "wall_seconds")
-      with open(os.path.join(directory, "metrics.jsonl")) as f:
-        return [{k: v for k, v in json.loads(line).items() if k not in timing} for line in f]
+      return RunDirectory(str(directory)).metrics().without_timing()
 
     assert records(workdir) == records(reference)
     resumed = ocp.StandardCheckpointer().restore(os.path.join(workdir, "checkpoints", "40", "state"))["params"]

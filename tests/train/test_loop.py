@@ -11,7 +11,6 @@ from transformer.inference import load_params
 from transformer.train import run
 from transformer.train.run_directory import read_metrics
 
-TIMING = ("train/steps_per_second", "train/tokens_per_second", "wall_seconds")
 
 
 def losses(workdir, name="train/loss"):

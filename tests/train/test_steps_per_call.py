@@ -18,9 +18,8 @@ from transformer.train.optimizer import make_optimizer
 from transformer.train.parallel import make_strategy
 from transformer.train.state import TrainState
 from transformer.train.step import make_train_step
-from transformer.train.run_directory import read_metrics
+from transformer.train.run_directory import RunDirectory, read_metrics
 
-TIMING = ("train/steps_per_second", "train/tokens_per_second", "wall_seconds")
 # 22 steps: five calls of 4, then 2 single steps (22 is no multiple of 4); a log every 8 steps and a
 # checkpoint every 4, so that checkpoints at 4 and 12 hold half a logging window.
 RUN = dict(num_train_steps=22, log_every=8, eval_every=24, checkpoint_every=4, keep_checkpoints=20)
@@ -28,7 +27,7 @@ RUN = dict(num_train_steps=22, log_every=8, eval_every=24, checkpoint_every=4, k
 
 def _records(workdir):
   """metrics.jsonl without its timings (which differ between any two runs)."""
-  return [{name: value for name, value in record.items() if name not in TIMING} for record in read_metrics(workdir)]
+  return RunDirectory(str(workdir)).metrics().without_timing()
 
 
 def _assert_trees_equal(actual, desired):

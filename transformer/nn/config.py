@@ -7,6 +7,7 @@ import functools
 
 import jax.numpy as jnp
 
+from transformer.effects import Effect, setting
 from transformer.errors import ConfigError
 from transformer.ops.kernels import KERNEL_SETTINGS, Kernels, select_kernels
 
@@ -150,7 +151,8 @@ class ModelConfig(ModelSettings):
   # bfloat16 and less accurate; the chunked implementation always uses float32.
   float32_attention_logits: bool = True
   dtype: str = "float32"  # compute dtype; parameters stay float32
-  remat: str = "none"  # per-layer rematerialisation when training, one of REMAT_POLICIES: memory for compute
+  # per-layer rematerialisation when training, one of REMAT_POLICIES: memory for compute
+  remat: str = setting("none", Effect.LAYOUT)
   # "auto": backend-tuned ops for the platform (transformer/ops/kernels.py); "reference": the formulas
   kernels: str = "auto"
   pad_id: int = 0

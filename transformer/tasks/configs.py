@@ -15,6 +15,7 @@ import dataclasses
 import difflib
 
 from transformer.data.synthetic import KINDS
+from transformer.effects import Effect, setting
 from transformer.errors import ConfigError
 from transformer.nn.config import ValidatedConfig
 
@@ -56,7 +57,7 @@ class SyntheticConfig(TaskConfig):
   num_symbols: int = 10  # distinct symbols, ids FIRST_SYMBOL.. (0 pad, 1 BOS, 2 EOS)
   min_length: int = 1  # shortest source, in symbols
   max_length: int = 12  # longest source, in symbols (targets add EOS)
-  num_eval_examples: int = 512  # validation sequences (a seed stream of their own)
+  num_eval_examples: int = setting(512, Effect.EVALUATION)  # validation sequences (a seed stream of their own)
 
   def __post_init__(self):
     self.check_choice("kind", KINDS)
@@ -73,8 +74,10 @@ class SentencePieceTextConfig(TaskConfig):
   model); batches of similar lengths, sized in tokens (``transformer.data.batching.TokenBatcher``)."""
   dataset: str = "multi30k"  # a key of transformer.data.translation.BUILDERS
   pair: str = "en-de"  # one of the dataset's language pairs, "<source>-<target>"
-  source_dir: str = ""  # raw files; "" = $TRANSFORMER_DATA_DIR/<dataset>, else the official download
-  data_dir: str = ""  # TFDS data dir of the prepared data and tokenizer; "" = $TFDS_DATA_DIR or ~/tensorflow_datasets
+  # raw files; "" = $TRANSFORMER_DATA_DIR/<dataset>, else the official download
+  source_dir: str = setting("", Effect.LOCAL)
+  # TFDS data dir of the prepared data and tokenizer; "" = $TFDS_DATA_DIR or ~/tensorflow_datasets
+  data_dir: str = setting("", Effect.LOCAL)
   vocab_size: int = 8000  # SentencePiece pieces, specials included (trained on the training split)
   tokenizer_type: str = "unigram"  # SentencePiece model type, one of TOKENIZER_TYPES
   max_tokens: int = 4096  # tokens per batch (each side for translation), padding included
@@ -86,7 +89,7 @@ class SentencePieceTextConfig(TaskConfig):
   # True: training examples packed whole into rows of max_length positions (data/packing.py): one compiled
   # shape and almost no padding; attention and positions stay within each example. Evaluation is unpacked.
   pack: bool = False
-  eval_split: str = "validation"  # evaluated during training (checkpoint selection)
+  eval_split: str = setting("validation", Effect.EVALUATION)  # evaluated during training (checkpoint selection)
 
   def __post_init__(self):
     self.check_choice("tokenizer_type", TOKENIZER_TYPES)
@@ -99,13 +102,14 @@ class TranslationConfig(SentencePieceTextConfig):
   """``config.task`` of machine translation (``transformer.tasks.translation``)."""
   name: str = "translation"
   shared_vocab: bool = True  # one SentencePiece model for both languages
-  test_splits: tuple[str, ...] = ()  # scored by --mode=eval only
+  test_splits: tuple[str, ...] = setting((), Effect.EVALUATION)  # scored by --mode=eval only
   # --mode=eval decodes the tests with the GNMT alpha of these that scores the highest BLEU on eval_split;
   # () = config.decode.length_penalty.
-  length_penalty_candidates: tuple[float, ...] = ()
+  length_penalty_candidates: tuple[float, ...] = setting((), Effect.EVALUATION)
   # sacreBLEU tokenizer: "13a" on detokenised text, "none" for pre-tokenised references (IWSLT's)
-  bleu_tokenize: str = "13a"
-  num_eval_sentences: int = 0  # BLEU during training on this prefix of eval_split; 0 = all of it
+  bleu_tokenize: str = setting("13a", Effect.EVALUATION)
+  # BLEU during training on this prefix of eval_split; 0 = all of it
+  num_eval_sentences: int = setting(0, Effect.EVALUATION)
 
   def __post_init__(self):
     super().__post_init__()
@@ -125,8 +129,9 @@ class LanguageModelConfig(SentencePieceTextConfig):
   vocab_size: int = 4000
   max_tokens: int = 2048
   max_length: int = 64  # also the longest continuation by default
-  num_eval_prompts: int = 3  # continuations shown at each evaluation, of the first eval sentences (0: none)
-  prompt_words: int = 4  # the words of each such sentence that prompt its continuation
+  # continuations shown at each evaluation, of the first eval sentences (0: none)
+  num_eval_prompts: int = setting(3, Effect.EVALUATION)
+  prompt_words: int = setting(4, Effect.EVALUATION)  # the words of each such sentence that prompt its continuation
 
   def __post_init__(self):
     super().__post_init__()
@@ -139,9 +144,10 @@ class ClassificationConfig(TaskConfig):
   """``config.task`` of text classification (``transformer.tasks.classification``)."""
   name: str = "classification"
   dataset: str = "disaster_tweets"  # one of CLASSIFICATION_DATASETS
-  source_dir: str = ""  # folder of Kaggle's train.csv and test.csv; "" = $TRANSFORMER_DATA_DIR
-  data_dir: str = ""  # TFDS data dir; "" = $TFDS_DATA_DIR or ~/tensorflow_datasets
-  pretrained_dir: str = ""  # a Hugging Face BERT model folder; "" = $TRANSFORMER_MODELS_DIR/<pretrained_model>
+  source_dir: str = setting("", Effect.LOCAL)  # folder of Kaggle's train.csv and test.csv; "" = $TRANSFORMER_DATA_DIR
+  data_dir: str = setting("", Effect.LOCAL)  # TFDS data dir; "" = $TFDS_DATA_DIR or ~/tensorflow_datasets
+  # a Hugging Face BERT model folder; "" = $TRANSFORMER_MODELS_DIR/<pretrained_model>
+  pretrained_dir: str = setting("", Effect.LOCAL)
   pretrained_model: str = "all-MiniLM-L6-v2"  # its folder's name; its tokenizer tokenises every variant
   # What starts from the checkpoint, one of PRETRAINED_INITS: "none" (nothing), "embedding" (the token table)
   # or "encoder" (the whole encoder, whose architecture is the checkpoint's).
@@ -150,8 +156,8 @@ class ClassificationConfig(TaskConfig):
   # 0: every training batch padded to the longest text of the data; else texts of similar lengths batched
   # together, each batch padded to a multiple of this (the experiments: 16).
   bucket_length_multiple: int = 0
-  eval_split: str = "validation"  # evaluated during training (checkpoint selection)
-  test_split: str = "test"  # scored by --mode=eval
+  eval_split: str = setting("validation", Effect.EVALUATION)  # evaluated during training (checkpoint selection)
+  test_split: str = setting("test", Effect.EVALUATION)  # scored by --mode=eval
 
   def __post_init__(self):
     self.check_choice("dataset", CLASSIFICATION_DATASETS)
@@ -167,8 +173,8 @@ class ForecastingConfig(TaskConfig):
   name: str = "forecasting"
   # One of FORECASTING_DATASETS: "synthetic" is a generated series with a daily cycle, for tests and smoke runs.
   dataset: str = "beijing_pm25"
-  source_dir: str = ""  # folder of the raw CSV; "" = $TRANSFORMER_DATA_DIR/beijing_pm25
-  data_dir: str = ""  # TFDS data folder; "" = $TFDS_DATA_DIR or ~/tensorflow_datasets
+  source_dir: str = setting("", Effect.LOCAL)  # folder of the raw CSV; "" = $TRANSFORMER_DATA_DIR/beijing_pm25
+  data_dir: str = setting("", Effect.LOCAL)  # TFDS data folder; "" = $TFDS_DATA_DIR or ~/tensorflow_datasets
   horizons: tuple[int, ...] = (1, 6, 12, 24, 48, 72, 96)  # hours ahead forecast (the dataset's HORIZONS)
   loss: str = "mae"  # of the standardised log1p(pm2.5), one of FORECASTING_LOSSES
   # True: the forecast is the model's output plus the last input hour's pm2.5 (persistence + a learned change).

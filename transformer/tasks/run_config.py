@@ -20,12 +20,13 @@ import difflib
 import functools
 import json
 import os
-from typing import Any, Mapping
+from typing import Mapping
 
 from transformer.decode import DecodeSettings
+from transformer.effects import Effect, field_effects, setting
 from transformer.errors import ConfigError
-from transformer.nn import MODELS, model_spec
-from transformer.nn.config import ValidatedConfig, check_field_types
+from transformer.nn import MODELS, ModelConfig, model_spec
+from transformer.nn.config import ModelSettings, ValidatedConfig, check_field_types
 from transformer.tasks.configs import TaskConfig, task_config
 
 SCHEDULES = ("inverse_sqrt", "cosine", "constant")  # built by transformer.train.optimizer.make_schedule
@@ -35,6 +36,8 @@ PARALLELISMS = ("jit", "pmap", "mesh")  # built by transformer.train.parallel.ma
 SWEEPABLE = ("optimizer.learning_rate", "optimizer.warmup_steps", "label_smoothing")
 SCHEDULE_FIELDS = ("optimizer.learning_rate", "optimizer.warmup_steps")  # swept: a schedule per variant
 SECTIONS = ("model", "task", "optimizer", "decode")  # the ConfigDict's sections, each its own dataclass
+# What a section's fields change when they declare nothing (transformer.effects): decoding only evaluates.
+SECTION_EFFECTS = {"decode": Effect.EVALUATION}
 # Model fields the task fills in from the data (vocabulary, special ids) or the mode switches: not in config.model.
 DECIDED_ELSEWHERE = ("vocab_size", "target_vocab_size", "pad_id", "bos_id", "eos_id", "deterministic", "decode")
 
@@ -145,13 +148,17 @@ class Replicas:
 class RunConfig:
   """A run's configuration, typed and checked: the sections as dataclasses, the top-level fields as given.
 
+  Each field declares what changing it does (``transformer.effects.Effect``, in its metadata; ``effects``
+  gathers them over the sections): the rules for resuming with other settings and the settings a reproducing
+  command leaves out derive from it.
+
   Attributes:
     model: the ``config.model_name`` model's config with ``config.model``'s values; the fields the data decides
       (vocabulary, special ids) are at their defaults until the task fills them in (``Task.model_config``).
-    record: the configuration's values as given, as JSON values (nested dicts): what the run's ``config.json``
-      holds.
+    record_text: the configuration's values as given, as JSON text: what the run's ``config.json`` holds
+      (``record`` parses it).
   """
-  model: Any = None
+  model: ModelSettings = dataclasses.field(default_factory=ModelConfig)
   task: TaskConfig = TaskConfig()
   optimizer: OptimizerConfig = OptimizerConfig()
   decode: DecodeSettings = DecodeSettings()
@@ -172,29 +179,37 @@ class RunConfig:
   source_token_dropout: float = 0.0
   target_token_dropout: float = 0.0
 
-  parallelism: str = "jit"  # jit | pmap | mesh
-  fsdp: bool = False  # with parallelism=mesh: shard parameters and optimizer state over devices
+  parallelism: str = setting("jit", Effect.LAYOUT)  # jit | pmap | mesh
+  fsdp: bool = setting(False, Effect.LAYOUT)  # with parallelism=mesh: shard parameters and optimizer state over devices
   # With parallelism=mesh: devices along the mesh's model axis, which splits attention heads, feed-forward
   # width and vocabulary (train/parallel.py TENSOR_PARALLEL_AXES); the batch is split over the rest.
-  tensor_parallelism: int = 1
+  tensor_parallelism: int = setting(1, Effect.LAYOUT)
 
-  log_every: int = 50  # steps between metrics.jsonl lines
-  eval_every: int = 500  # steps between evaluations (and at the end)
-  eval_batch_size: int = 256
-  checkpoint_every: int = 200  # steps between checkpoints (and at the end, and on SIGTERM)
+  log_every: int = setting(50, Effect.BOOKKEEPING)  # steps between metrics.jsonl lines
+  eval_every: int = setting(500, Effect.BOOKKEEPING)  # steps between evaluations (and at the end)
+  # More evaluators, each with its own split and period: "SPLIT:EVERY[;SPLIT:EVERY]", e.g. "test:2000" logs the
+  # loss metrics of the test split as test/<name> every 2,000 steps (and at the end), beside eval_every's.
+  evaluators: str = setting("", Effect.EVALUATION)
+  # profile_steps > 0: a jax.profiler trace of the steps after profile_start (WORKDIR/profile: TensorBoard's
+  # profile tab or Perfetto); profile_start leaves compilation and the first steps out.
+  profile_start: int = setting(10, Effect.BOOKKEEPING)
+  profile_steps: int = setting(0, Effect.BOOKKEEPING)
+  eval_batch_size: int = setting(256, Effect.BOOKKEEPING)
+  checkpoint_every: int = setting(200, Effect.BOOKKEEPING)  # steps between checkpoints (and at the end, and on SIGTERM)
   # Steps per compiled call (a lax.scan; same results); log_every, eval_every, checkpoint_every are multiples of it
-  steps_per_call: int = 1
-  keep_checkpoints: int = 3  # periodic checkpoints kept
-  best_metric: str = ""  # e.g. "eval/exact_match": also keep the best checkpoint by this metric
-  best_mode: str = "max"  # max | min
-  async_checkpointing: bool = True
+  steps_per_call: int = setting(1, Effect.BOOKKEEPING)
+  keep_checkpoints: int = setting(3, Effect.BOOKKEEPING)  # periodic checkpoints kept
+  # e.g. "eval/exact_match": also keep the best checkpoint by this metric
+  best_metric: str = setting("", Effect.EVALUATION)
+  best_mode: str = setting("max", Effect.EVALUATION)  # max | min
+  async_checkpointing: bool = setting(True, Effect.BOOKKEEPING)
   # eval/predict/translate: mean parameters of the last N periodic checkpoints (Vaswani et al. 2017 averaged the
   # last 5; outputs go to WORKDIR/average_last_N) instead of the best; 0 = off
-  average_checkpoints: int = 0
+  average_checkpoints: int = setting(0, Effect.BOOKKEEPING)
   restore_from: str = ""  # another run's workdir: start from its latest parameters (fine-tuning: params only)
   # Train: allow starting from step 0 in a workdir that holds an earlier run's metrics or best/ but no
   # checkpoint to resume from (its files are moved to WORKDIR/previous-<time>/); off, such a start is refused.
-  restart: bool = False
+  restart: bool = setting(False, Effect.BOOKKEEPING)
   # A step with a non-finite loss or gradient norm: False stops the run (TrainingDiverged, non-zero exit);
   # True skips its update (counted in train/skipped_steps) and trains on.
   skip_nonfinite_steps: bool = False
@@ -203,17 +218,36 @@ class RunConfig:
   max_skipped_share: float = 0.5
   # Resuming (or evaluating) with settings that change a run's results is refused; "field,field" (e.g.
   # "optimizer.learning_rate") accepts those changes, recorded in WORKDIR/config_history.jsonl.
-  accept_changes: str = ""
-  translate_input: str = ""  # --mode=translate reads this file ("" = standard input)
-  translate_output: str = ""  # and writes this file ("" = standard output)
-  quiet: bool = False  # no progress bar
-  tensorboard: bool = True
-  record: Mapping = dataclasses.field(default_factory=dict, compare=False, repr=False)
+  accept_changes: str = setting("", Effect.BOOKKEEPING)
+  translate_input: str = setting("", Effect.LOCAL)  # --mode=translate reads this file ("" = standard input)
+  translate_output: str = setting("", Effect.LOCAL)  # and writes this file ("" = standard output)
+  quiet: bool = setting(False, Effect.LOCAL)  # no progress bar
+  tensorboard: bool = setting(True, Effect.LOCAL)
+  record_text: str = dataclasses.field(default="{}", compare=False, repr=False)
+
+  @property
+  def record(self) -> dict:
+    """The configuration's values as given, as JSON values (nested dicts): a new copy at each call."""
+    return json.loads(self.record_text)
 
   @classmethod
   def scalar_fields(cls) -> tuple[dataclasses.Field, ...]:
     """The top-level fields of the ``ConfigDict`` that are plain values (not sections)."""
-    return tuple(field for field in dataclasses.fields(cls) if field.name not in SECTIONS + ("record",))
+    return tuple(field for field in dataclasses.fields(cls) if field.name not in SECTIONS + ("record_text",))
+
+  def effects(self) -> dict[str, Effect]:
+    """``{"a.b": Effect}`` of every field of this run's configuration, sections included (``task.source_dir``)."""
+    effects = {name: effect for name, effect in field_effects(RunConfig).items()
+               if name not in SECTIONS + ("record_text",)}
+    for name in SECTIONS:
+      effects.update(field_effects(type(getattr(self, name)), f"{name}.",
+                                   SECTION_EFFECTS.get(name, Effect.RESULTS)))
+    return effects
+
+  def fields_with(self, *kinds: Effect) -> tuple[str, ...]:
+    """The fields (``"task.data_dir"``) whose effect is one of ``kinds``: ``fields_with(Effect.LOCAL)`` are the
+    settings a command reproducing the run leaves out."""
+    return tuple(name for name, effect in self.effects().items() if effect in kinds)
 
   @classmethod
   def from_config(cls, config) -> RunConfig:
@@ -224,7 +258,7 @@ class RunConfig:
       ConfigError: an unknown field (with a "did you mean"), a bad value, or settings that do not go together.
     """
     values = config.to_dict() if hasattr(config, "to_dict") else dict(config)
-    record = json.loads(config.to_json_best_effort() if hasattr(config, "to_json_best_effort") else json.dumps(values))
+    record = config.to_json_best_effort() if hasattr(config, "to_json_best_effort") else json.dumps(values)
     names = [field.name for field in cls.scalar_fields()]
     for name in values:
       if name not in names + list(SECTIONS):
@@ -240,7 +274,8 @@ class RunConfig:
                task=task_config(task_section) if task_section.get("name") else TaskConfig.from_dict(task_section),
                optimizer=_section(OptimizerConfig, values.get("optimizer", {}), "optimizer"),
                decode=_section(DecodeSettings, values.get("decode", {}), "decode"),
-               record=record, **{name: values[name] for name in names if name in values})
+               record_text=json.dumps(json.loads(record), sort_keys=True),
+               **{name: values[name] for name in names if name in values})
 
   def __post_init__(self):
     self.replicas  # pylint: disable=pointless-statement  # parse (and check) config.sweep once, here
@@ -262,6 +297,10 @@ class RunConfig:
              "--config.parallelism=mesh (or tensor_parallelism=1).")
     self._check_steps_per_call()
     self._check_replicas()
+    self.extra_evaluators  # pylint: disable=pointless-statement  # parse (and check) config.evaluators once
+    _require(isinstance(self.profile_steps, int) and self.profile_steps >= 0 and self.profile_start >= 0,
+             f"config.profile_steps={self.profile_steps!r} and config.profile_start={self.profile_start!r} must be "
+             "integers >= 0 (profile_steps 0: no trace).")
     for name in ("label_smoothing", "source_token_dropout", "target_token_dropout"):
       _require(0.0 <= getattr(self, name) < 1.0, f"config.{name}={getattr(self, name)} is outside [0, 1).")
     _require(0.0 < self.max_skipped_share <= 1.0, f"config.max_skipped_share={self.max_skipped_share} is outside "
@@ -274,6 +313,27 @@ class RunConfig:
   @functools.cached_property
   def replicas(self) -> Replicas:
     return Replicas.parse(self.sweep, self.num_seeds)
+
+  @functools.cached_property
+  def extra_evaluators(self) -> tuple[tuple[str, int], ...]:
+    """``config.evaluators`` as ``(split, every)`` pairs, checked."""
+    pairs = []
+    for part in filter(None, (part.strip() for part in self.evaluators.split(";"))):
+      split, _, every = part.partition(":")
+      split = split.strip()
+      try:
+        every = int(every)
+      except ValueError:
+        every = 0
+      _require(bool(split) and every >= 1, f"config.evaluators={self.evaluators!r}: write each evaluator as "
+               "SPLIT:EVERY with a positive number of steps, e.g. 'test:2000'.")
+      _require(split not in ("train", "eval", "time") and split not in [name for name, _ in pairs],
+               f"config.evaluators={self.evaluators!r}: {split!r} is named twice or is a metric prefix of its own "
+               "(train, eval, time); name each split once.")
+      _require(every % self.steps_per_call == 0, f"config.evaluators={self.evaluators!r}: every {every} is not a "
+               f"multiple of config.steps_per_call={self.steps_per_call} (actions run between compiled calls).")
+      pairs.append((split, every))
+    return tuple(pairs)
 
   @property
   def order_seed(self) -> int:

@@ -41,10 +41,11 @@ def replica_means(name: str, value, num_seeds: int) -> dict:
   return out
 
 
-def make_evaluator(session, eval_model, write=print):
+def make_evaluator(session, eval_model, write=print, split: str | None = None):
   """``evaluate(state) -> {"eval/<name>": value}``: the loss metrics of the validation set and the task's own
   evaluation (decoding), whose examples (of the first replica) the main process prints with ``write`` (the
-  training loop's ``bar.write``, so that they never land inside its progress bar). With several replicas
+  training loop's ``bar.write``, so that they never land inside its progress bar). With ``split`` (an evaluator
+  of ``config.evaluators``): the loss metrics of that split only, as ``<split>/<name>``. With several replicas
   (``num_seeds > 1``, ``config.sweep``) each metric is the mean over replicas, with each replica's value as
   ``eval/<name>/seed_i`` (``i`` the replica: variant ``i // num_seeds``, seed ``config.seed + i % num_seeds``).
 
@@ -53,7 +54,8 @@ def make_evaluator(session, eval_model, write=print):
   order, so every process returns the metrics of one process evaluating everything."""
   strategy, task, num_seeds = session.strategy, session.task, session.run.num_seeds
   eval_step = strategy.compile_eval_step(make_eval_step(task, eval_model, getattr(strategy, "axis_name", None)))
-  eval_batches = task.eval_batches(session.run.eval_batch_size)
+  eval_batches = (task.eval_batches(session.run.eval_batch_size) if split is None
+                  else task.eval_batches(session.run.eval_batch_size, split=split))
   # Each process places its rows of every batch, padded with rows of zero weight to split over the devices.
   host_batches = [host_rows(pad_rows(batch, strategy.num_devices), session.process_index, session.process_count)
                   for batch in eval_batches]
@@ -73,8 +75,10 @@ def make_evaluator(session, eval_model, write=print):
     for batch in host_batches:
       metrics = eval_step(state.params, strategy.put_batch(batch))
       sums = metrics if sums is None else jax.tree.map(jnp.add, sums, metrics)
-    results = means(strategy.fetch(sums), "eval", num_seeds)
+    results = means(strategy.fetch(sums), split or "eval", num_seeds)
     results.update(task.derived_metrics(results))
+    if split is not None:
+      return results
     params = jax.device_get(strategy.host_params(state))
     per_replica = []  # each replica's own evaluation (e.g. decoding): seeds are compared on it, not on a mean
     for replica in range(session.num_replicas):

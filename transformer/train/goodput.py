@@ -5,7 +5,9 @@ Logging); here the loop times its own phases, so the figure needs no cloud servi
 
 - ``startup``: from the session's start to the first step (restore, data, the first placements);
 - ``compile``: calls of the train step that traced a new program (their time is almost all compilation);
+- ``data``: the loop waiting for its next batches (drawn and placed on the device ahead of their step);
 - ``evaluate`` and ``checkpoint``: the loop's evaluation and saves (waits for asynchronous saves included);
+- ``profile``: starting and stopping a ``config.profile_steps`` trace (writing it);
 - ``step``: the rest of the loop, the productive part;
 - ``redone``: steps trained again after a kill, an estimate: the steps logged past the checkpoint a run
   resumed from, at the run's mean step time (that session's time after its last checkpoint was never saved,
@@ -22,7 +24,8 @@ import time
 from transformer.data.files import write_atomically
 from transformer.train.run_directory import GOODPUT, RunDirectory
 
-PHASES = ("step", "compile", "startup", "evaluate", "checkpoint", "redone")
+PHASES = ("step", "compile", "data", "startup", "evaluate", "checkpoint", "profile", "redone")
+LOOP_PHASES = ("step", "compile", "data", "evaluate", "checkpoint")  # logged per window as time/<phase>
 
 
 class Goodput:
@@ -34,6 +37,7 @@ class Goodput:
     self.steps = int(saved.get("steps", 0))
     self._loop_start = None
     self._timed = 0.0  # seconds of this session's loop spent in the other phases
+    self._window_start = {}  # the sums at the last logging step
 
   def add(self, phase: str, seconds: float) -> None:
     self.seconds[phase] += seconds
@@ -52,6 +56,15 @@ class Goodput:
     """The first step is about to run: the time since ``session_start`` (``perf_counter``) was start-up."""
     self.add("startup", time.perf_counter() - session_start)
     self._loop_start, self._timed = time.perf_counter(), 0.0
+    self._window_start = dict(self.seconds)
+
+  def window(self) -> dict[str, float]:
+    """``{"time/<phase>": seconds}`` of each of ``LOOP_PHASES`` since the last call (the first: since the loop
+    started): where a logging window's time went."""
+    now = self.saved(0)["seconds"]
+    window = {f"time/{phase}": now[phase] - self._window_start.get(phase, 0.0) for phase in LOOP_PHASES}
+    self._window_start = now
+    return window
 
   def redone(self, steps: int) -> None:
     """``steps`` trained before a kill and lost with it, at the mean step time of the run so far."""

@@ -1,18 +1,22 @@
 """The training loop: ``run_train(run, workdir)``, one loop for every experiment.
 
 A run starts (or resumes exactly: parameters, optimizer, data position, metrics window) in ``Trainer``, then
-steps through a short loop over periodic actions, in the manner of CLU's periodic actions: log every
-``log_every`` steps, evaluate every ``eval_every``, checkpoint every ``checkpoint_every`` (and after each
-evaluation), and stop with a checkpoint on SIGTERM or Ctrl-C. Between actions the host never waits for the
-device: batches are placed on it ahead of their step (``prefetch_to_device``), the train state's buffers are
-donated to the step, and metrics stay on the device until an action reads them (``MetricsWindow``). With
-``config.steps_per_call`` = k > 1, one compiled call runs k steps (a ``lax.scan`` over k stacked batches) and
-the actions, due at multiples of k, run between calls; the results are those of one step per call.
+steps through a short loop over periodic actions (``transformer.train.actions``, in the manner of CLU's): after
+each compiled call, the preemption check, logging every ``log_every`` steps, evaluation every ``eval_every``
+and each of ``config.evaluators`` on its own split and period, a checkpoint every ``checkpoint_every`` (and
+after each evaluation, and when a signal asks to stop), and a ``jax.profiler`` trace of ``config.profile_steps``
+steps. Each action reads what the actions before it returned in the same tick. Between actions the host never
+waits for the device: batches are placed on it ahead of their step (``prefetch_to_device``), the train state's
+buffers are donated to the step, and metrics stay on the device until an action reads them (``MetricsWindow``).
+Each logging line carries where its window's time went (``time/step``, ``time/data``, ``time/evaluate``, ...).
+With ``config.steps_per_call`` = k > 1, one compiled call runs k steps (a ``lax.scan`` over k stacked batches)
+and the actions, due at multiples of k, run between calls; the results are those of one step per call.
 """
 from __future__ import annotations
 
 import dataclasses
 import hashlib
+import inspect
 import os
 import sys
 import time
@@ -26,6 +30,7 @@ from transformer.data.prefetch import BatchGroups, prefetch_to_device, stack_bat
 from transformer.errors import ConfigError, TrainingDiverged
 from transformer.tasks.progress import log_line, progress_bar
 from transformer.tasks.run_config import RunConfig
+from transformer.train.actions import PREEMPT, Every, PreemptionCheck, Profile, Tick, run_due
 from transformer.train.config import run_optimizer, run_schedules
 from transformer.train.evaluate import make_evaluator, means, replica_means
 from transformer.train.goodput import Goodput, write_goodput
@@ -35,7 +40,7 @@ from transformer.train.session import Session, hold_to_record, prepare, record_l
 from transformer.train.step import make_train_step
 from transformer.train.window import MetricsWindow
 from transformer.train.workdir import check_fresh_start
-from transformer.train.run_directory import BEST, CHECKPOINTS, METRICS, TENSORBOARD
+from transformer.train.run_directory import BEST, CHECKPOINTS, METRICS, PROFILE, TENSORBOARD
 from transformer.train.writers import MetricWriter, final_lines, shown_metrics, variant_tables
 
 # The end-of-run hint: the plotting script by its absolute path, so that it works from any directory.
@@ -82,10 +87,6 @@ def host_iterator(session: Session) -> HostShard:
   return iterator
 
 
-def _due(step: int, every: int, last: bool) -> bool:
-  return last or step % every == 0
-
-
 def call_sizes(step: int, total: int, steps_per_call: int):
   """Steps of each compiled call from ``step`` to ``total``: ``steps_per_call`` each, every call ending at a
   multiple of it (where the actions are due), except single steps up to the first multiple (a run resumed
@@ -127,7 +128,7 @@ class Trainer:
     self.goodput = Goodput(extra.get("goodput"))
     if restored is not None:  # before the writer drops the lines past this step: the steps to train again
       self.goodput.redone(session.directory.metrics().last_step - self.step)
-    self.results, self.evaluated = {}, None
+    self.results = {}
 
   def _first_batch_rows(self) -> dict:
     """Rows of the first batch, the shapes parameters are initialised for (the iterator is rewound)."""
@@ -153,10 +154,12 @@ class Trainer:
     self._compile()
     try:
       with Preemption() as preemption:
-        self._loop(preemption)
+        self._loop(self._actions(preemption))
     except TrainingDiverged:
       self.checkpointer.wait()  # the saves before the divergence are the run's last finite states
       raise
+    finally:
+      self.profile.close()
     self.bar.close()
     self._finish(preemption.requested)
     return RunOutput(self.step, self.results, self.strategy.to_canonical(self.state), self.strategy.trace_count,
@@ -165,8 +168,12 @@ class Trainer:
   def _compile(self) -> None:
     run, session = self.run, self.session
     self.bar = progress_bar(run.num_train_steps, self.step, run.quiet or not session.is_main)
-    self.evaluate_state = make_evaluator(
-        session, self.task.build_model(session.model_config.replace(deterministic=True)), write=self.bar.write)
+    eval_model = self.task.build_model(session.model_config.replace(deterministic=True))
+    self.evaluate_state = make_evaluator(session, eval_model, write=self.bar.write)
+    self.evaluate_split = {split: _split_evaluator(session, eval_model, split)
+                           for split in _checked_evaluator_splits(self.task, run)}
+    self.profile = Profile(session.directory.path(PROFILE), run.profile_start, run.profile_steps,
+                           ready=lambda: self.state)
     self.schedules = run_schedules(run)  # one per variant of config.sweep
     train_step = make_train_step(
         self.task, self.model, self.optimizer, run.grad_accum_steps, getattr(self.strategy, "axis_name", None),
@@ -183,31 +190,37 @@ class Trainer:
     # Bucketed data (translation) compiles the step once per batch shape: say so, or the first minutes are silent.
     self.seen_shapes = set()
 
-  def _loop(self, preemption: Preemption) -> None:
+  def _actions(self, preemption: Preemption) -> list:
+    """The periodic actions, in the order they run at a tick (each reads the results of those before it)."""
+    run = self.run
+    actions = [PreemptionCheck(preemption),
+               Every("log", run.log_every, lambda tick, outputs: self.log()),
+               Every("eval", run.eval_every, lambda tick, outputs: self.evaluate(tick.last), phase="evaluate")]
+    actions += [Every(split, every, lambda tick, outputs, split=split: self.evaluate_on(split), phase="evaluate")
+                for split, every in run.extra_evaluators]
+    actions += [Every("checkpoint", run.checkpoint_every, lambda tick, outputs: self.save(outputs.get("eval")),
+                      phase="checkpoint", on_stop=True, after=("eval",)),
+                self.profile,
+                Every("stop", 0, lambda tick, outputs: self.stop(outputs[PREEMPT]), phase="checkpoint",
+                      at_last=False, on_stop=True)]
+    return actions
+
+  def _loop(self, actions: list) -> None:
     """The compiled calls (one step each, or ``config.steps_per_call``), each followed by the actions due."""
-    run, total = self.run, self.run.num_train_steps
+    total = self.run.num_train_steps
     groups = BatchGroups(self.iterator, call_sizes(self.step, total, self.steps_per_call))
     self.goodput.start_loop(self.session.started)
+    waiting = time.perf_counter()
     for host_batches, placed, position in prefetch_to_device(groups, self._place):
+      self.goodput.add("data", time.perf_counter() - waiting)  # drawing (and placing) the batches ahead
       self._call(host_batches, placed)
       self.position = position
-      last = self.step == total
-      stop = preemption.stop_at(self.step)  # every process of a run: the same answer at the same step
-      self.evaluated = None
-      if _due(self.step, run.log_every, last):
-        self.log()
-      if _due(self.step, run.eval_every, last):
-        self.evaluate(last)
-      if _due(self.step, run.checkpoint_every, last) or self.evaluated is not None or stop:
-        self.save(self.evaluated)
-      if stop:
-        with self.goodput.timed("checkpoint"):
-          self.checkpointer.wait()
-        self.bar.close()  # on a terminal the line below would be glued to the bar
-        self.session.say(f"{preemption.requested}: saved a checkpoint at step {self.step}; rerun the same "
-                         "command to resume.")
-      if last or stop:
+      tick = Tick(self.step, last=self.step == total)
+      outputs = run_due(actions, tick, self.goodput.timed)
+      self.results = outputs.get("eval", self.results)
+      if tick.last or outputs.get(PREEMPT):
         return
+      waiting = time.perf_counter()
 
   def _place(self, host_batches: list):
     """A call's batches on the device: stacked ``[steps_per_call, ...]`` for a several-step call, else a list
@@ -269,6 +282,7 @@ class Trainer:
       tokens = int(np.sum(multihost_utils.process_allgather(np.int64(tokens))))
     logged["train/tokens_per_second"] = tokens / seconds
     logged["wall_seconds"] = self.wall_seconds()
+    logged.update(self.goodput.window())
     self.writer.write(self.step, logged)
     skipped = logged.get("train/skipped_steps")
     postfix = {"loss": f"{logged['train/loss']:.4f}", "tok_s": f"{logged['train/tokens_per_second']:.0f}"}
@@ -282,35 +296,50 @@ class Trainer:
           "latest checkpoint is kept; lower config.optimizer.learning_rate (or set "
           "config.optimizer.grad_clip_norm), or raise config.max_skipped_share.")
 
-  def evaluate(self, last: bool) -> None:
+  def evaluate(self, last: bool) -> dict:
     """Evaluate the state, write and print the metrics; a best_metric the task lacks stops, saved."""
     if not self.run.skip_nonfinite_steps:
       self.window.check_finite()  # never spend an evaluation on a diverged state
     if last:
       self.bar.close()  # on a terminal: the final evaluation prints below the finished bar, not inside it
-    with self.goodput.timed("evaluate"):
-      self.evaluated = self.results = self.evaluate_state(self.state)
-    self.writer.write(self.step, {**self.evaluated, "wall_seconds": self.wall_seconds()})
-    if self.session.is_main:
-      self.bar.write(" ".join(f"{k}={v:.4f}" for k, v in shown_metrics(self.evaluated).items())
-                     + f" (step {self.step})")
-      sys.stdout.flush()
+    evaluated = self.evaluate_state(self.state)
+    self._write_evaluation(evaluated)
     best_metric = self.run.best_metric
-    if best_metric and best_metric not in self.evaluated:
+    if best_metric and best_metric not in evaluated:
       self.save()  # keep the work: the fixed command resumes from here
       self.checkpointer.wait()
-      reported = list(shown_metrics(self.evaluated))
+      reported = list(shown_metrics(evaluated))
       raise ConfigError(f"config.best_metric={best_metric!r} is not a metric this task reports; choose one of "
                         f"{reported} (step {self.step} is saved; rerun with the fix to resume).")
+    return evaluated
+
+  def evaluate_on(self, split: str) -> dict:
+    """The loss metrics of ``split`` (an evaluator of ``config.evaluators``), written and printed."""
+    if not self.run.skip_nonfinite_steps:
+      self.window.check_finite()
+    evaluated = self.evaluate_split[split](self.state)
+    self._write_evaluation(evaluated)
+    return evaluated
+
+  def _write_evaluation(self, evaluated: dict) -> None:
+    self.writer.write(self.step, {**evaluated, "wall_seconds": self.wall_seconds()})
+    if self.session.is_main:
+      self.bar.write(" ".join(f"{k}={v:.4f}" for k, v in shown_metrics(evaluated).items()) + f" (step {self.step})")
+      sys.stdout.flush()
 
   def save(self, metrics: dict | None = None) -> None:
     """Checkpoint the state, the data position and the metrics window (and the best copy, with ``metrics``)."""
     if not self.run.skip_nonfinite_steps:
       self.window.check_finite()  # never save a state after a non-finite step
-    with self.goodput.timed("checkpoint"):
-      extra = {"wall_seconds": self.wall_seconds(), "iterator": self.position, **self.window.saved(),
-               "goodput": self.goodput.saved(self.step - self.start_step)}
-      self.checkpointer.save(self.step, self.strategy.to_canonical(self.state), extra, metrics)
+    extra = {"wall_seconds": self.wall_seconds(), "iterator": self.position, **self.window.saved(),
+             "goodput": self.goodput.saved(self.step - self.start_step)}
+    self.checkpointer.save(self.step, self.strategy.to_canonical(self.state), extra, metrics)
+
+  def stop(self, signal_name: str) -> None:
+    """A signal asked to stop: the checkpoint just saved is written, and the user told how to go on."""
+    self.checkpointer.wait()
+    self.bar.close()  # on a terminal the line below would be glued to the bar
+    self.session.say(f"{signal_name}: saved a checkpoint at step {self.step}; rerun the same command to resume.")
 
   def _finish(self, interrupted: str | None) -> None:
     session = self.session
@@ -326,6 +355,24 @@ class Trainer:
     if not interrupted:
       _print_summary(session, self.step, self.results, line)
     self.checkpointer.close()
+
+
+def _checked_evaluator_splits(task, run: RunConfig) -> list[str]:
+  """The splits of ``config.evaluators``, if the task evaluates other splits than its eval split."""
+  splits = [split for split, _ in run.extra_evaluators]
+  if splits and "split" not in inspect.signature(task.eval_batches).parameters:
+    raise ConfigError(f"config.evaluators={run.evaluators!r}: the {run.task.name!r} task evaluates only its own "
+                      "eval split; leave config.evaluators empty for it.")
+  return splits
+
+
+def _split_evaluator(session: Session, eval_model, split: str):
+  try:
+    return make_evaluator(session, eval_model, split=split)
+  except KeyError:
+    raise ConfigError(f"config.evaluators={session.run.evaluators!r}: the {session.run.task.name!r} task has no "
+                      f"split {split!r} loaded; name one of its splits (translation: the eval split or one of "
+                      "config.task.test_splits).") from None
 
 
 def _unmeasured_as_nan(sums: dict, steps: int) -> dict:

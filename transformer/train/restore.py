@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
+from transformer.effects import Effect
 from transformer.errors import ConfigError
 from transformer.tasks import Task, UsesRecordedTokenizers, build_task
 from transformer.train.checkpoint import Checkpointer, CheckpointRestoreError, SavedParams
@@ -25,17 +26,6 @@ from transformer.train.parallel import Strategy
 from transformer.train.run_format import require_current_format
 from transformer.train.workdir import check_tokenizers, recorded_tokenizers
 
-# Settings that change what is logged, how often, or where the data is read from, not a run's results.
-NOT_RESULTS = ("log_every", "eval_every", "checkpoint_every", "keep_checkpoints", "async_checkpointing", "quiet",
-               "tensorboard", "translate_input", "translate_output", "average_checkpoints", "restart",
-               "eval_batch_size", "accept_changes", "steps_per_call", "task.source_dir", "task.data_dir",
-               "task.pretrained_dir")
-# Settings a run may change on its way, recorded in its history (run_directory.HISTORY): the layout over devices
-# (checkpoints hold the canonical state) and what the backward pass recomputes (model.remat), the metric that picks the best checkpoint and what evaluation scores
-# (not what is trained); config.decode too.
-ALLOWED_CHANGES = ("parallelism", "fsdp", "tensor_parallelism", "model.remat", "best_metric", "best_mode", "task.bleu_tokenize",
-                   "task.eval_split", "task.length_penalty_candidates", "task.num_eval_examples",
-                   "task.num_eval_prompts", "task.num_eval_sentences", "task.prompt_words", "task.test_split", "task.test_splits")
 
 
 def read_run_config(workdir: str) -> RunConfig:
@@ -216,24 +206,23 @@ def record_defaults(run: RunConfig) -> dict:
   return {**defaults, **_flatten(json.loads(json.dumps(task, default=list)))}
 
 
-def config_differences(saved: dict, current: dict, mode: str, defaults: dict | None = None) -> list[ConfigChange]:
-  """The settings of ``current`` (a command's config, as JSON values) that differ from ``saved`` (the run's
-  record, history applied). A field the record lacks (added to the code since, or its section missing) keeps
-  the record's behaviour by its default (``defaults``, from ``record_defaults``): it differs only where the
-  command sets another value. Raising ``num_train_steps`` extends a run (allowed, recorded; so is lowering it,
-  except under a cosine schedule, whose rates it sets); ``config.decode`` and ``ALLOWED_CHANGES`` do not change
-  what is trained (allowed; recorded when training goes on with them)."""
+def config_differences(saved: dict, run: RunConfig, mode: str) -> list[ConfigChange]:
+  """The settings of ``run`` (a command's config) that differ from ``saved`` (the run's record, history applied),
+  each judged by its declared effect (``RunConfig.effects``): bookkeeping and local settings are free; those
+  of evaluation and layout are allowed (recorded when training goes on with them); any other needs
+  ``config.accept_changes``. A field the record lacks (added to the code since, or its section missing)
+  keeps the record's behaviour by its default (``record_defaults``): it differs only where the command sets
+  another value. Raising ``num_train_steps`` extends a run (allowed, recorded; so is lowering it, except under
+  a cosine schedule, whose rates it sets)."""
   old = {name: value for name, value in _flatten(saved).items() if value is not None or "." in name}
-  old, new = {**(defaults or {}), **old}, _flatten(current)
+  old, new, effects = {**record_defaults(run), **old}, _flatten(run.record), run.effects()
   changes = []
   for field in sorted(set(old) & set(new)):
-    if old[field] == new[field] or field in NOT_RESULTS:
+    effect = effects.get(field, Effect.RESULTS)
+    if old[field] == new[field] or not effect.recorded:
       continue
+    allowed = effect.accepted
     if field == "num_train_steps":  # the step a run ends at; only a cosine schedule's rates depend on it
       allowed = mode != "train" or new[field] >= old[field] or saved.get("optimizer", {}).get("schedule") != "cosine"
-      changes.append(ConfigChange(field, old[field], new[field], allowed=allowed, recorded=mode == "train"))
-    elif field.startswith("decode.") or field in ALLOWED_CHANGES:
-      changes.append(ConfigChange(field, old[field], new[field], allowed=True, recorded=mode == "train"))
-    else:
-      changes.append(ConfigChange(field, old[field], new[field], allowed=False, recorded=mode == "train"))
+    changes.append(ConfigChange(field, old[field], new[field], allowed=allowed, recorded=mode == "train"))
   return changes

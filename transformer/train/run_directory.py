@@ -14,6 +14,7 @@
       goodput.json           where the run's time went (``goodput``)
       checkpoints/  best/    orbax checkpoints: the latest few, and the best by ``config.best_metric``
       tensorboard/           event files of the same metrics
+      profile/               a jax.profiler trace of a few steps (``config.profile_steps``)
       train.lock             held while a training run owns the workdir
       eval_results.json      ``--mode=eval``'s metrics (in ``average_last_N/`` for the mean of N checkpoints)
       predict_results.json   ``--mode=predict``'s step and files (the task's predictions beside it)
@@ -50,6 +51,7 @@ GOODPUT = "goodput.json"
 CHECKPOINTS = "checkpoints"
 BEST = "best"
 TENSORBOARD = "tensorboard"
+PROFILE = "profile"
 LOCK = "train.lock"
 EVAL_RESULTS = "eval_results.json"
 PREDICT_RESULTS = "predict_results.json"
@@ -87,6 +89,15 @@ def read_records(path: str, required: tuple[str, ...] = ()) -> list[dict]:
   return records
 
 
+RATES = ("train/steps_per_second", "train/tokens_per_second")
+
+
+def is_timing(name: str) -> bool:
+  """Whether the metric ``name`` measures the machine rather than the run (throughput, wall time, where a
+  window's time went): two runs of the same config agree on every other metric."""
+  return name in RATES or name == "wall_seconds" or name.startswith("time/")
+
+
 def read_metrics(workdir: str) -> list[dict]:
   """The records of ``workdir``'s ``metrics.jsonl`` ([] without one)."""
   return list(RunDirectory(workdir).metrics().records)
@@ -112,6 +123,10 @@ class MetricsLog:
       if values:
         out.append({"step": record["step"], **values})
     return out
+
+  def without_timing(self) -> list[dict]:
+    """The records without their timing metrics (``is_timing``): what the same run on any machine writes."""
+    return [{name: value for name, value in record.items() if not is_timing(name)} for record in self.records]
 
   def last_evaluation(self) -> dict:
     """The ``eval/...`` metrics of the last evaluation ({} without one)."""

@@ -237,7 +237,7 @@ def _hold_to_config(session: Session, resuming: bool, write_history: bool) -> No
     return
   defaults = record_defaults(run)
   _check_accepted_names(run, defaults)
-  changes = config_differences(session.directory.config_values(), dict(run.record), session.mode, defaults)
+  changes = config_differences(session.directory.config_values(), run, session.mode)
   refused = [change for change in changes if not change.allowed and change.field not in run.accepted_changes]
   if refused:
     raise ConfigError(

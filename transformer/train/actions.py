@@ -1,0 +1,119 @@
+"""Periodic actions of the training loop, in the manner of CLU's ``periodic_actions``.
+
+After each compiled call the loop makes a ``Tick`` (the step reached, whether it is the last) and runs, in
+order, the actions due at it. An action's result goes into the tick's ``outputs`` under its name, where the
+actions after it read it: the checkpoint is due after any evaluation (the best copy needs its metrics) and
+when the preemption check asked to stop. No action hands another anything through the trainer's attributes.
+The time each spends is its phase in the run's goodput (``transformer.train.goodput``).
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any, Callable, Protocol
+
+import jax
+
+
+@dataclasses.dataclass(frozen=True)
+class Tick:
+  """A point of the loop between compiled calls: ``step`` trained so far, ``last`` when it is the run's end."""
+  step: int
+  last: bool
+
+
+class Action(Protocol):
+  """One periodic action: ``name`` keys its result in a tick's outputs and names its phase (goodput)."""
+  name: str
+  phase: str
+
+  def due(self, tick: Tick, outputs: dict[str, Any]) -> bool: ...
+
+  def __call__(self, tick: Tick, outputs: dict[str, Any]) -> Any: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class Every:
+  """``action(tick, outputs)`` every ``period`` steps (0: never by period), at the last step (``at_last``), when
+  the preemption check asked to stop (``on_stop``), and after any action named in ``after`` returned a result
+  in the same tick."""
+  name: str
+  period: int
+  action: Callable[[Tick, dict], Any]
+  phase: str = "step"
+  at_last: bool = True
+  on_stop: bool = False
+  after: tuple[str, ...] = ()
+
+  def due(self, tick: Tick, outputs: dict[str, Any]) -> bool:
+    return bool((self.period and tick.step % self.period == 0) or (self.at_last and tick.last)
+                or (self.on_stop and outputs.get(PREEMPT)) or any(outputs.get(name) for name in self.after))
+
+  def __call__(self, tick: Tick, outputs: dict[str, Any]) -> Any:
+    return self.action(tick, outputs)
+
+
+PREEMPT = "preempt"  # the preemption check's result: the signal that asked to stop ("SIGTERM"), else None
+
+
+@dataclasses.dataclass(frozen=True)
+class PreemptionCheck:
+  """Every tick: whether a signal asks the run to stop here (``Preemption.stop_at``, the same answer on every
+  process at the same step); the signal's name, or None."""
+  preemption: Any
+  name: str = PREEMPT
+  phase: str = "step"
+
+  def due(self, tick: Tick, outputs: dict[str, Any]) -> bool:
+    return True
+
+  def __call__(self, tick: Tick, outputs: dict[str, Any]) -> str | None:
+    return self.preemption.requested if self.preemption.stop_at(tick.step) else None
+
+
+class Profile:
+  """A trace of steps ``start + 1 .. start + steps`` (``config.profile_start``, ``config.profile_steps``) with
+  ``jax.profiler`` into ``folder``: TensorBoard's profile tab (``tensorboard --logdir folder``) and Perfetto
+  (``perfetto_trace.json.gz``, ui.perfetto.dev) open it. The trace starts at the first tick at or after
+  ``start`` and stops, after the state is ready (so that the traced steps ran), at the first tick at or after
+  ``start + steps``, at the run's end, or when it stops early. ``steps`` 0: never."""
+  name = "profile"
+  phase = "profile"
+
+  def __init__(self, folder: str, start: int, steps: int, ready: Callable[[], Any]):
+    self.folder, self.start, self.steps, self.ready = folder, start, steps, ready
+    self.tracing = self.done = False
+
+  def due(self, tick: Tick, outputs: dict[str, Any]) -> bool:
+    if not self.steps or self.done:
+      return False
+    if self.tracing:
+      return tick.step >= self.start + self.steps or tick.last or bool(outputs.get(PREEMPT))
+    return tick.step >= self.start and not tick.last
+
+  def __call__(self, tick: Tick, outputs: dict[str, Any]) -> str | None:
+    jax.block_until_ready(self.ready())  # the steps before the start out of the trace, those in it done
+    if not self.tracing:
+      os.makedirs(self.folder, exist_ok=True)
+      jax.profiler.start_trace(self.folder, create_perfetto_trace=True)
+      self.tracing = True
+      return None
+    jax.profiler.stop_trace()
+    self.tracing, self.done = False, True
+    return self.folder
+
+  def close(self) -> None:
+    """Stop a trace still running (the loop ended by an error): the profiler is global to the process."""
+    if self.tracing:
+      jax.profiler.stop_trace()
+      self.tracing = False
+
+
+def run_due(actions: list, tick: Tick, timed) -> dict[str, Any]:
+  """Run the ``actions`` due at ``tick``, in order, each within ``timed(phase)``; their results by name."""
+  outputs: dict[str, Any] = {}
+  for action in actions:
+    if action.due(tick, outputs):
+      with timed(action.phase):
+        outputs[action.name] = action(tick, outputs)
+  return outputs
