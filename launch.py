@@ -220,15 +220,8 @@ def _config_for_mode(config, workdir: str, mode: str, argv):
   directory = RunDirectory(workdir)
   if mode == "train" or not directory.has(CONFIG):
     return config
-  saved = directory.config_dict()
   overridden = sorted({arg[len("--config."):].partition("=")[0] for arg in argv if arg.startswith("--config.")})
-  for path in overridden:
-    *parents, leaf = path.split(".")
-    source, target = config, saved
-    for parent in parents:
-      source, target = source[parent], target[parent]
-    with target.ignore_type():  # JSON gave lists where the config file has tuples
-      target[leaf] = source[leaf]
+  saved = directory.config_dict(overrides_from=config, fields=overridden)
   print(f"--mode={mode} uses the run's saved config ({directory.path(CONFIG)})"
         + (f" with {', '.join('--config.' + p for p in overridden)} from this command" if overridden else ""),
         file=sys.stderr if mode == "translate" else sys.stdout, flush=True)  # translate's stdout: translations only

@@ -12,7 +12,7 @@ from transformer.data.batching import TokenBatcher
 from transformer.data.prefetch import prefetch_to_device
 from transformer.errors import ConfigError, TrainingDiverged, WorkdirError
 from transformer.train import read_run_config, run
-from transformer.train.run_directory import read_metrics
+from transformer.train.run_directory import RunDirectory, read_metrics
 
 
 @pytest.fixture(scope="module")
@@ -63,6 +63,26 @@ def test_extending_a_run_and_accepted_changes_go_to_its_history(tmp_path):
   assert max(record["step"] for record in read_metrics(workdir)) == 20
   with pytest.raises(ConfigError, match="num_train_steps: 20 -> 10"):  # shortening a cosine schedule changes it
     run(tiny_config(num_train_steps=10, optimizer__learning_rate=3e-3), workdir)
+
+
+@pytest.mark.slow
+def test_a_changed_setting_is_judged_by_its_declared_effect(tmp_path):
+  """Evaluation and layout settings are taken and recorded, bookkeeping and local ones taken silently."""
+  workdir = str(tmp_path)
+  run(tiny_config(num_train_steps=10), workdir)
+  run(tiny_config(num_train_steps=12, best_mode="min", parallelism="mesh", log_every=4, quiet=True), workdir)
+  with open(os.path.join(workdir, "config_history.jsonl")) as f:
+    history = [(change["field"], change["old"], change["new"]) for change in map(json.loads, f)]
+  assert history == [("best_mode", "max", "min"), ("num_train_steps", 10, 12), ("parallelism", "jit", "mesh")]
+
+
+def test_a_saved_config_takes_a_commands_overrides_and_nothing_else(trained):
+  workdir, _ = trained
+  command = tiny_config(num_train_steps=99, seed=5)
+  command.decode.beam_size = 3
+  config = RunDirectory(workdir).config_dict(overrides_from=command, fields=["decode.beam_size"])
+  assert config.decode.beam_size == 3
+  assert config.num_train_steps == 20 and config.seed == 0  # the run's, not this command's other values
 
 
 @pytest.mark.parametrize("mode", ["eval", "predict", "translate"])

@@ -232,9 +232,19 @@ class RunDirectory:
         set_field(values, change["field"], change["new"])
     return values
 
-  def config_dict(self) -> ml_collections.ConfigDict:
-    """``config_values`` as the ``ConfigDict`` a command's overrides are set on."""
-    return ml_collections.ConfigDict(self.config_values())
+  def config_dict(self, overrides_from: ml_collections.ConfigDict | None = None,
+                  fields: list[str] = ()) -> ml_collections.ConfigDict:
+    """``config_values`` as a ``ConfigDict``, with the values of ``fields`` (``"a.b"``: a command's
+    ``--config.a.b`` overrides) taken from the command's config ``overrides_from``."""
+    saved = ml_collections.ConfigDict(self.config_values())
+    for path in fields:
+      *parents, leaf = path.split(".")
+      source, target = overrides_from, saved
+      for parent in parents:
+        source, target = source[parent], target[parent]
+      with target.ignore_type():  # JSON gave lists where the config file has tuples
+        target[leaf] = source[leaf]
+    return saved
 
   def config(self) -> RunConfig:
     """The run's ``RunConfig``, resolved from ``config_values``."""

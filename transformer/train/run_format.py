@@ -14,7 +14,7 @@ import shlex
 
 from transformer.data.files import write_atomically
 from transformer.errors import WorkdirError
-from transformer.train.run_directory import FORMAT
+from transformer.train.run_directory import FORMAT, RunDirectory
 
 FORMAT_VERSION = 2  # 1: model_name and decode in config.json (no marker); 0: architecture/rnn sections
 CONVERT_COMMAND = "python -m transformer.train.convert_run"
@@ -26,23 +26,22 @@ def read_format(workdir: str) -> int | None:
   Raises:
     WorkdirError: the marker is not the JSON this module writes.
   """
-  path = os.path.join(workdir, FORMAT)
-  if not os.path.isfile(path):
+  directory = RunDirectory(workdir)
+  if not os.path.isfile(directory.path(FORMAT)):
     return None
   try:
-    with open(path) as f:
-      version = json.load(f)["format_version"]
-  except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as error:
+    version = directory.read_json(FORMAT)["format_version"]
+  except (WorkdirError, KeyError) as error:
     version = error
   if not isinstance(version, int) or isinstance(version, bool):
-    raise WorkdirError(f"{path} is not a run-format marker ({version!r}); it is written by the training run as "
-                       f'{{"format_version": {FORMAT_VERSION}}}. Was it edited?')
+    raise WorkdirError(f"{directory.path(FORMAT)} is not a run-format marker ({version!r}); it is written by the "
+                       f'training run as {{"format_version": {FORMAT_VERSION}}}. Was it edited?')
   return version
 
 
 def write_format(workdir: str, version: int = FORMAT_VERSION) -> None:
   """Record that ``workdir``'s run is saved in format ``version``."""
-  write_atomically(os.path.join(workdir, FORMAT), json.dumps({"format_version": version}) + "\n")
+  write_atomically(RunDirectory(workdir).path(FORMAT), json.dumps({"format_version": version}) + "\n")
 
 
 def require_current_format(workdir: str) -> None:
