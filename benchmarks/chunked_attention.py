@@ -19,7 +19,7 @@ import jax.numpy as jnp
 
 from benchmarks import common, measure
 from benchmarks.attention import forward_backward
-from experiments.report import host_description
+from experiments.record_store import host_description
 from transformer import ops
 
 MEMORY_FRACTION = 0.8  # headroom for the runtime, other buffers and the measuring process itself
@@ -32,6 +32,62 @@ def add_arguments(parser):
   parser.add_argument("--dtype", default="float32")
   parser.add_argument("--passes", nargs="+", default=["forward", "forward+backward"])
   parser.add_argument("--budget_s", type=float, default=120.0, help="time budget per measurement")
+
+
+def measure_size(args, implementations: dict, shape: tuple, pass_name: str,
+                 limit: float) -> tuple[dict[str, int], dict[str, float]]:
+  """``(planned peak bytes, median ms)`` of each of ``implementations`` (name -> ``f(q, k, v)``) for
+  ``pass_name`` self attention on q, k, v of ``shape`` ``[batch, length, heads, head_dim]``; a program whose
+  peak exceeds ``limit`` bytes is compiled but not run, so it has no time."""
+  abstract = [jax.ShapeDtypeStruct(shape, jnp.dtype(args.dtype))] * 3
+  if pass_name != "forward":
+    abstract.append(jax.ShapeDtypeStruct(shape, jnp.float32))  # the cotangent
+  peaks, milliseconds = {}, {}
+  for name, attention in implementations.items():
+    fn = attention if pass_name == "forward" else forward_backward(attention)
+    compiled, _ = measure.compile_timed(fn, *abstract)
+    peaks[name] = measure.memory_stats(compiled).peak
+    if peaks[name] > limit:
+      continue
+    keys = jax.random.split(jax.random.PRNGKey(shape[1]), len(abstract))
+    inputs = [jax.random.normal(key, a.shape, jnp.float32).astype(a.dtype) for key, a in zip(keys, abstract)]
+    timing = measure.time_fn(compiled, *inputs, warmup=args.warmup, repeats=args.repeats, budget_s=args.budget_s)
+    milliseconds[name] = 1e3 * timing.median
+    del inputs
+  return peaks, milliseconds
+
+
+def add_row(report: common.Report, pass_name: str, length: int, peaks: dict, milliseconds: dict) -> None:
+  """The table row and ratios of one ``measure_size``: memory always, time where both ran."""
+  memory_ratio = measure.ratio(peaks["chunked"], peaks["dense"])
+  time_ratio = measure.ratio(milliseconds.get("chunked"), milliseconds.get("dense"))
+  report.ratios[f"{pass_name} L={length} memory"] = memory_ratio
+  if time_ratio == time_ratio:
+    report.ratios[f"{pass_name} L={length} time"] = time_ratio
+
+  def time_cell(name):
+    return milliseconds[name] if name in milliseconds else "does not fit"
+
+  report.rows.append([pass_name, length, measure.mib(peaks["dense"]), measure.mib(peaks["chunked"]),
+                      memory_ratio, time_cell("dense"), time_cell("chunked"), time_ratio])
+
+
+def run_notes(args, heads: int, head_dim: int, chunk: int, available: int, fits: dict, longest: int) -> list[str]:
+  """The settings and the target's verdict; ``fits``: ``(pass, length, implementation)`` -> whether it ran."""
+  target_pass = "forward+backward" if "forward+backward" in args.passes else args.passes[0]
+  chunked_fits = fits.get((target_pass, longest, "chunked"))
+  dense_fits = fits.get((target_pass, longest, "dense"))
+  met = chunked_fits and not dense_fits
+  return [
+      f"Batch {args.batch}, {heads} heads of {head_dim}, {args.dtype}, blocks of {chunk}; self attention without "
+      f"a mask. Peak = XLA's planned peak of the compiled program (arguments + outputs + temporaries - "
+      f"aliased); runs only if it is at most {MEMORY_FRACTION:.0%} of the {measure.mib(available) / 1024:.1f} GiB "
+      f"available here. Times: median of up to {args.repeats} calls after {args.warmup} warm-up "
+      f"(fewer when a call is long; budget {args.budget_s:.0f} s).",
+      f"Target ({target_pass} at {longest} tokens fits with chunking where dense does not): chunked "
+      f"{'fits' if chunked_fits else 'does not fit'}, dense {'fits' if dense_fits else 'does not fit'} "
+      f"({'met' if met else 'not met'}).",
+  ]
 
 
 def main(argv=None) -> common.Report:
@@ -51,55 +107,14 @@ def main(argv=None) -> common.Report:
       "chunked_attention", "Chunked vs dense attention: peak memory and time (benchmarks/chunked_attention.py)",
       ["pass", "length", "dense peak MiB", "chunked peak MiB", "chunked / dense memory", "dense ms",
        "chunked ms", "chunked / dense time"])
-  verdict = {}
+  fits = {}
   for pass_name in args.passes:
     for length in lengths:
-      shape = (args.batch, length, heads, head_dim)
-      abstract = [jax.ShapeDtypeStruct(shape, jnp.dtype(args.dtype))] * 3
-      if pass_name != "forward":
-        abstract.append(jax.ShapeDtypeStruct(shape, jnp.float32))
-      peaks, milliseconds = {}, {}
-      for name, attention in implementations.items():
-        fn = attention if pass_name == "forward" else forward_backward(attention)
-        compiled, _ = measure.compile_timed(fn, *abstract)
-        peaks[name] = measure.memory_stats(compiled).peak
-        fits = peaks[name] <= limit
-        verdict[(pass_name, length, name)] = fits
-        if not fits:
-          continue
-        keys = jax.random.split(jax.random.PRNGKey(length), len(abstract))
-        inputs = [jax.random.normal(key, a.shape, jnp.float32).astype(a.dtype) for key, a in zip(keys, abstract)]
-        timing = measure.time_fn(compiled, *inputs, warmup=args.warmup, repeats=args.repeats,
-                                 budget_s=args.budget_s)
-        milliseconds[name] = 1e3 * timing.median
-        del inputs
-      memory_ratio = measure.ratio(peaks["chunked"], peaks["dense"])
-      time_ratio = measure.ratio(milliseconds.get("chunked"), milliseconds.get("dense"))
-      report.ratios[f"{pass_name} L={length} memory"] = memory_ratio
-      if time_ratio == time_ratio:
-        report.ratios[f"{pass_name} L={length} time"] = time_ratio
-
-      def time_cell(name):
-        return milliseconds[name] if name in milliseconds else "does not fit"
-
-      report.rows.append([pass_name, length, measure.mib(peaks["dense"]), measure.mib(peaks["chunked"]),
-                          memory_ratio, time_cell("dense"), time_cell("chunked"), time_ratio])
-
-  longest = max(lengths)
-  target_pass = "forward+backward" if "forward+backward" in args.passes else args.passes[0]
-  chunked_fits = verdict.get((target_pass, longest, "chunked"))
-  dense_fits = verdict.get((target_pass, longest, "dense"))
-  met = chunked_fits and not dense_fits
-  report.notes += [
-      f"Batch {args.batch}, {heads} heads of {head_dim}, {args.dtype}, blocks of {chunk}; self attention without "
-      f"a mask. Peak = XLA's planned peak of the compiled program (arguments + outputs + temporaries - "
-      f"aliased); runs only if it is at most {MEMORY_FRACTION:.0%} of the {measure.mib(available) / 1024:.1f} GiB "
-      f"available here. Times: median of up to {args.repeats} calls after {args.warmup} warm-up "
-      f"(fewer when a call is long; budget {args.budget_s:.0f} s).",
-      f"Target ({target_pass} at {longest} tokens fits with chunking where dense does not): chunked "
-      f"{'fits' if chunked_fits else 'does not fit'}, dense {'fits' if dense_fits else 'does not fit'} "
-      f"({'met' if met else 'not met'}).",
-  ]
+      peaks, milliseconds = measure_size(args, implementations, (args.batch, length, heads, head_dim), pass_name,
+                                         limit)
+      add_row(report, pass_name, length, peaks, milliseconds)
+      fits.update({(pass_name, length, name): peak <= limit for name, peak in peaks.items()})
+  report.notes += run_notes(args, heads, head_dim, chunk, available, fits, max(lengths))
   return common.finish(report, args, argv, machine)
 
 

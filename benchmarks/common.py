@@ -1,7 +1,8 @@
 """What every benchmark script shares: its flags and its section of a RESULTS.md page (conventions in
 benchmarks/README.md; what it measures with in ``measure.py``; the machine stamp, tables, commands and where a page
-goes in the results library, ``experiments/report.py``). A script's ``main(argv) -> Report`` returns its table and
-ratios (ours / reference), stops adding rows once ``out_of_time(args)`` and writes its section with ``finish``."""
+goes in the results library, ``experiments/record_store.py``, ``pages.py`` and ``launching.py``). A script's
+``main(argv) -> Report`` returns its table and ratios (ours / reference), stops adding rows once
+``out_of_time(args)`` and writes its section with ``finish``."""
 from __future__ import annotations
 
 import argparse
@@ -17,7 +18,7 @@ from typing import Callable, Mapping, Sequence
 import jax
 import numpy as np
 
-from experiments import report as library
+from experiments import launching, pages, record_store
 from transformer.errors import UserError
 
 BENCHMARKS_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -43,7 +44,7 @@ def parse_args(description: str, argv: Sequence[str] | None,
   parser.add_argument("--repeats", type=int, default=None, help="timed calls per measurement (median)")
   parser.add_argument("--warmup", type=int, default=1, help="untimed calls before timing")
   # No --force: a section is replaced by every run of its script, there is no longer run to protect.
-  library.add_output_arguments(parser, "a new folder runs/benchmarks-<time>/ in the repository", force=False)
+  pages.add_output_arguments(parser, "a new folder runs/benchmarks-<time>/ in the repository", force=False)
   parser.add_argument("--time_budget_s", type=float, default=None,
                       help="stop adding measurements once this many seconds have passed (the table so far is "
                            "written, with a note); default: no limit")
@@ -55,9 +56,9 @@ def parse_args(description: str, argv: Sequence[str] | None,
     parser.error("--smoke numbers mean nothing: it never writes the committed benchmarks/RESULTS.md "
                  "(leave out --update_committed)")
   try:  # where it writes, decided before measuring: a wrong combination stops now, not after minutes of it
-    default = os.path.join(library.REPO, "runs", "benchmarks-" + datetime.datetime.now().strftime("%Y%m%d-%H%M%S"))
-    folder = library.choose_results_folder(args.output_dir, args.update_committed, False, BENCHMARKS_DIR, default,
-                                           keeps_rows=False)
+    default = os.path.join(record_store.REPO, "runs", "benchmarks-" + datetime.datetime.now().strftime("%Y%m%d-%H%M%S"))
+    folder = pages.choose_results_folder(args.output_dir, args.update_committed, False, BENCHMARKS_DIR, default,
+                                         keeps_rows=False)
   except UserError as error:
     parser.error(str(error))
   args.results_path = None if args.smoke and not args.output_dir else os.path.join(folder, "RESULTS.md")
@@ -104,7 +105,7 @@ class Report:
   notes: list[str] = dataclasses.field(default_factory=list)
 
   def text(self) -> str:
-    table = library.markdown_table(self.header, [[fmt(cell) for cell in row] for row in self.rows])
+    table = pages.markdown_table(self.header, [[fmt(cell) for cell in row] for row in self.rows])
     notes = "\n".join(f"- {note}" for note in self.notes)
     return f"{table}\n\n{notes}\n" if notes else f"{table}\n"
 
@@ -120,7 +121,7 @@ def command(script: str, argv: Sequence[str] | None) -> str:
       arguments.pop(0)  # its value
     elif argument.partition("=")[0] not in ("--output_dir", "--update_committed"):
       kept.append(argument)
-  return library.command_line(["python", "-m", f"benchmarks.{script}", *kept])
+  return launching.command_line(["python", "-m", f"benchmarks.{script}", *kept])
 
 
 def placement() -> tuple[str, str]:
@@ -129,7 +130,7 @@ def placement() -> tuple[str, str]:
   backend = jax.default_backend()
   if backend != "cpu":
     return f".{backend}", f" on {backend.upper()}"
-  cores = library.usable_cores()
+  cores = record_store.usable_cores()
   return ("", "") if cores == os.cpu_count() else (f".{cores}core", f" on {cores} of {os.cpu_count()} CPU cores")
 
 
@@ -139,12 +140,12 @@ def section_name(script: str) -> str:
 
 
 def section(report: Report, argv: Sequence[str] | None, machine: str) -> str:
-  """The run's section: title (with its ``placement``), command, ``machine`` (``report.host_description`` at the
+  """The run's section: title (with its ``placement``), command, ``machine`` (``record_store.host_description`` at the
   start of the run), versions, date, table and notes."""
   suffix, title_suffix = placement()
   name = report.script + suffix
   return (f"<!-- benchmarks.{name} -->\n## {report.title}{title_suffix}\n\n"
-          f"- Command: `{command(report.script, argv)}`\n- Machine: {machine}\n- Versions: {library.versions()}\n"
+          f"- Command: `{command(report.script, argv)}`\n- Machine: {machine}\n- Versions: {record_store.versions()}\n"
           f"- Date: {datetime.date.today().isoformat()}\n\n{report.text()}<!-- /benchmarks.{name} -->\n")
 
 
@@ -153,7 +154,7 @@ SECTION_PATTERN = re.compile(r"<!-- benchmarks\.([\w.]+) -->\n.*?<!-- /benchmark
 
 def read_sections(path: str) -> dict[str, str]:
   """``{section name: its text}`` of a RESULTS.md page (empty when the file does not exist)."""
-  text = library.read_page(*os.path.split(path))
+  text = record_store.read_text(*os.path.split(path))
   return {match.group(1): match.group(0) for match in SECTION_PATTERN.finditer(text)}
 
 
@@ -164,7 +165,7 @@ def write_sections(new_sections: Mapping[str, str], path: str) -> None:
   rank = {script: index for index, script in enumerate(SCRIPTS)}
   order = sorted(sections, key=lambda name: (rank.get(name.split(".")[0], len(SCRIPTS)), name))
   folder, file = os.path.split(path)
-  library.write_page(folder, RESULTS_HEADER + "".join("\n" + sections[name] for name in order), name=file)
+  record_store.write_text(folder, RESULTS_HEADER + "".join("\n" + sections[name] for name in order), name=file)
 
 
 def update_results(report: Report, argv: Sequence[str] | None, machine: str, path: str) -> None:
@@ -174,7 +175,7 @@ def update_results(report: Report, argv: Sequence[str] | None, machine: str, pat
 
 def finish(report: Report, args: argparse.Namespace, argv: Sequence[str] | None, machine: str) -> Report:
   """Print the report and write its section of ``args.results_path`` (nothing for a bare ``--smoke``)."""
-  print(f"\n## {report.title}\n\n{machine}\n{library.versions()}\n\n{report.text()}", flush=True)
+  print(f"\n## {report.title}\n\n{machine}\n{record_store.versions()}\n\n{report.text()}", flush=True)
   if args.results_path is not None:
     update_results(report, argv, machine, args.results_path)
     print(f"wrote its section of {args.results_path}", flush=True)

@@ -27,7 +27,7 @@ import numpy as np
 
 from benchmarks import common, measure
 from benchmarks.train_step import experiment_config
-from experiments.report import host_description
+from experiments.record_store import host_description
 from transformer.decode import beam_search, greedy_search
 from transformer.decode.start import NO_EOS  # every sequence runs to max_length
 from transformer.nn import EncoderDecoder
@@ -106,6 +106,51 @@ def cached_decode(model_config, params, source, max_length: int, beam_size: int)
   return beam_decode(model_config, params, source, max_length, beam_size)[0]
 
 
+def time_both(args, model_config, params, source, max_length: int, beam: int, buckets: int):
+  """Compile the cached and the no-cache search (``beam`` 1: greedy) for ``source`` and time them:
+  ``(median seconds, output tokens, compile seconds of both)``, the first two keyed "cached" and "no-cache"."""
+  # Compile outside the timed calls; the static arguments are bound by lower().
+  options = measure.SMOKE_COMPILER_OPTIONS if args.smoke else None
+  cached, cached_compile_s = measure.compile_timed(
+      jax.jit(cached_decode, static_argnums=(0, 3, 4)), model_config, params, source, max_length, beam,
+      compiler_options=options)
+  recomputed, recomputed_compile_s = measure.compile_timed(
+      recompute_decode, model_config, params, source, max_length, beam, buckets, compiler_options=options)
+  seconds = {}
+  outputs = {}
+  for name, fn in (("cached", cached), ("no-cache", recomputed)):
+    outputs[name] = np.asarray(fn(params, source))  # also the first warm-up call
+    seconds[name] = measure.time_fn(fn, params, source, warmup=max(args.warmup - 1, 0),
+                                    repeats=args.repeats, budget_s=args.budget_s).median
+  return seconds, outputs, cached_compile_s + recomputed_compile_s
+
+
+def add_row(report: common.Report, search: str, batch_size: int, max_length: int, seconds: dict, outputs: dict,
+            compile_s: float) -> None:
+  """The table row and speed-up ratio of one ``time_both``."""
+  tokens = batch_size * max_length
+  speedup = measure.ratio(seconds["no-cache"], seconds["cached"])  # = cached / no-cache tokens/s
+  same = 100 * np.mean(np.all(outputs["cached"] == outputs["no-cache"], axis=-1))
+  report.ratios[f"{search} batch={batch_size} tokens={max_length} speed-up"] = speedup
+  report.rows.append([search, batch_size, max_length, 1e3 * seconds["cached"], 1e3 * seconds["no-cache"],
+                      tokens / seconds["cached"], tokens / seconds["no-cache"], speedup, same, compile_s])
+
+
+def run_notes(args, report: common.Report, lengths: list[int], source_length: int, buckets: int) -> list[str]:
+  """The settings and the target's verdict, from the speed-ups in ``report.ratios``."""
+  at_target = [value for key, value in report.ratios.items() if key.endswith(f"tokens={TARGET_LENGTH} speed-up")]
+  verdict = (f"smallest speed-up at {TARGET_LENGTH} tokens {common.fmt(min(at_target))} "
+             f"({'met' if min(at_target) >= TARGET else 'not met'})" if at_target
+             else f"no row at {TARGET_LENGTH} tokens in this run")
+  return [
+      f"{args.config}{' (smoke size)' if args.smoke else ''} model, random parameters, source of "
+      f"{source_length} random tokens; no-cache prefix lengths {prefix_lengths(max(lengths), buckets)} "
+      f"(for {max(lengths)} tokens). Median of up to {args.repeats} calls after {args.warmup} warm-up.",
+      "same output %: sequences identical between the two paths (they differ only by float rounding).",
+      f"Target: cache speed-up >= {TARGET}x at {TARGET_LENGTH} output tokens; {verdict}.",
+  ]
+
+
 def main(argv=None) -> common.Report:
   args = common.parse_args(__doc__.splitlines()[0], argv, add_arguments)
   machine = host_description(load_average=True)
@@ -130,8 +175,6 @@ def main(argv=None) -> common.Report:
   rows = [(search, beam, batch_size, max_length) for search, beam in searches for batch_size in batch_sizes
           for max_length in lengths]
   for row_index, (search, beam, batch_size, max_length) in enumerate(rows):
-    if search == "beam":
-      search = f"beam {beam}"
     if common.out_of_time(args):
       report.notes.append("not run (--time_budget_s spent): " + ", ".join(
           f"{name}{'' if name == 'greedy' else f' {beam}'} batch {size} x {length} tokens"
@@ -141,38 +184,10 @@ def main(argv=None) -> common.Report:
     source = jnp.asarray(rng.integers(3, model_config.vocab_size, (batch_size, source_length)), jnp.int32)
     if params is None:
       params = model.init(jax.random.PRNGKey(0), source, source)["params"]
-    # Compile outside the timed calls; the static arguments are bound by lower().
-    options = measure.SMOKE_COMPILER_OPTIONS if args.smoke else None
-    cached, cached_compile_s = measure.compile_timed(
-        jax.jit(cached_decode, static_argnums=(0, 3, 4)), model_config, params, source, max_length, beam,
-        compiler_options=options)
-    recomputed, recomputed_compile_s = measure.compile_timed(
-        recompute_decode, model_config, params, source, max_length, beam, buckets, compiler_options=options)
-    seconds = {}
-    outputs = {}
-    for name, fn in (("cached", cached), ("no-cache", recomputed)):
-      outputs[name] = np.asarray(fn(params, source))  # also the first warm-up call
-      seconds[name] = measure.time_fn(fn, params, source, warmup=max(args.warmup - 1, 0),
-                                      repeats=args.repeats, budget_s=args.budget_s).median
-    tokens = batch_size * max_length
-    speedup = measure.ratio(seconds["no-cache"], seconds["cached"])  # = cached / no-cache tokens/s
-    same = 100 * np.mean(np.all(outputs["cached"] == outputs["no-cache"], axis=-1))
-    report.ratios[f"{search} batch={batch_size} tokens={max_length} speed-up"] = speedup
-    report.rows.append([search, batch_size, max_length, 1e3 * seconds["cached"], 1e3 * seconds["no-cache"],
-                        tokens / seconds["cached"], tokens / seconds["no-cache"], speedup, same,
-                        cached_compile_s + recomputed_compile_s])
-
-  at_target = [value for key, value in report.ratios.items() if key.endswith(f"tokens={TARGET_LENGTH} speed-up")]
-  verdict = (f"smallest speed-up at {TARGET_LENGTH} tokens {common.fmt(min(at_target))} "
-             f"({'met' if min(at_target) >= TARGET else 'not met'})" if at_target
-             else f"no row at {TARGET_LENGTH} tokens in this run")
-  report.notes += [
-      f"{args.config}{' (smoke size)' if args.smoke else ''} model, random parameters, source of "
-      f"{source_length} random tokens; no-cache prefix lengths {prefix_lengths(max(lengths), buckets)} "
-      f"(for {max(lengths)} tokens). Median of up to {args.repeats} calls after {args.warmup} warm-up.",
-      "same output %: sequences identical between the two paths (they differ only by float rounding).",
-      f"Target: cache speed-up >= {TARGET}x at {TARGET_LENGTH} output tokens; {verdict}.",
-  ]
+    seconds, outputs, compile_s = time_both(args, model_config, params, source, max_length, beam, buckets)
+    add_row(report, search if search == "greedy" else f"beam {beam}", batch_size, max_length, seconds, outputs,
+            compile_s)
+  report.notes += run_notes(args, report, lengths, source_length, buckets)
   return common.finish(report, args, argv, machine)
 
 

@@ -26,7 +26,7 @@ import numpy as np
 from benchmarks import common, measure
 from benchmarks.train_step import SMOKE_MODEL, compile_step, experiment_config
 from experiments import iwslt15_en_vi, multi30k, synthetic
-from experiments.report import host_description
+from experiments.record_store import host_description
 from transformer.data import batching
 from transformer.tasks import build_task
 
@@ -83,21 +83,18 @@ def step_rate(config, model_config, batch, args) -> float:
   return 1.0 / step.time(args.warmup, args.repeats).median
 
 
-def main(argv=None) -> common.Report:
-  args = common.parse_args(__doc__.splitlines()[0], argv, add_arguments)
-  machine = host_description(load_average=True)
-  report = common.Report(
-      "input_pipeline", "Input pipelines vs train-step consumption (benchmarks/input_pipeline.py)",
-      ["experiment", "pipeline", "train batch shape", "pipeline batches/s", "pipeline examples/s",
-       "train steps/s", "train examples/s", "pipeline / train step"])
+def add_row(report: common.Report, experiment: str, pipeline: str, shape: str, batches_per_s: float,
+            examples_per_batch: float, steps_per_s: float) -> None:
+  """A pipeline's row, and its ratio of batches/s to the train step's steps/s."""
+  value = measure.ratio(batches_per_s, steps_per_s)
+  report.ratios[f"{experiment} {pipeline}"] = value
+  report.rows.append([experiment, pipeline, shape, batches_per_s, batches_per_s * examples_per_batch,
+                      steps_per_s, steps_per_s * examples_per_batch, value])
 
-  def add_row(experiment, pipeline, shape, batches_per_s, examples_per_batch, steps_per_s):
-    value = measure.ratio(batches_per_s, steps_per_s)
-    report.ratios[f"{experiment} {pipeline}"] = value
-    report.rows.append([experiment, pipeline, shape, batches_per_s, batches_per_s * examples_per_batch,
-                        steps_per_s, steps_per_s * examples_per_batch, value])
 
-  # Synthetic: fixed-shape batches, one per call.
+def measure_synthetic(args, report: common.Report, batch_count: int) -> None:
+  """Synthetic: fixed-shape batches, one per call; a row per task kind (``copy`` only at ``--smoke`` size), all
+  against the train step of the first kind's model."""
   kinds = ["copy"] if args.smoke else list(synthetic.VARIANTS)
   config = synthetic.get_config(kinds[0])
   if args.smoke:
@@ -105,7 +102,6 @@ def main(argv=None) -> common.Report:
     for name, value in SMOKE_MODEL.items():
       config.model[name] = value
   task = build_task(config)
-  batch_count = 5 if args.smoke else args.synthetic_batches
   first = next(iter(task.train_iterator(config.batch_size, seed=0)))
   steps_per_s = step_rate(config, task.model_config(), first, args)
   shape = f"{first['source'].shape[0]} x ({first['source'].shape[1]}, {first['target'].shape[1]})"
@@ -117,40 +113,55 @@ def main(argv=None) -> common.Report:
       return (next(iterator) for _ in range(batch_count))
 
     seconds, count, _ = time_epoch(make_iterator, args.repeats)
-    add_row(f"synthetic {kind}", "SyntheticBatches", shape, count / seconds, config.batch_size, steps_per_s)
+    add_row(report, f"synthetic {kind}", "SyntheticBatches", shape, count / seconds, config.batch_size, steps_per_s)
 
-  # Translation: token-bucketed batches over generated pairs.
-  corpora = ["multi30k"] if args.smoke else list(CORPORA)
-  for name in corpora:
-    experiment, num_examples, mean_source, mean_target = CORPORA[name]
-    config, model_config = experiment_config("transformer_small", smoke=args.smoke, experiment=experiment,
-                                             vocab_size=experiment.get_config("transformer_small").task.vocab_size)
-    task_config = config.task
-    if args.smoke:
-      num_examples, task_config.max_tokens, task_config.max_length = 300, 256, 32
-    examples = generated_pairs(num_examples, mean_source, mean_target, model_config.vocab_size)
 
-    def make_batcher(task_config=task_config, examples=examples):
-      return batching.TokenBatcher(examples, max_tokens=task_config.max_tokens, max_length=task_config.max_length,
-                                   train=True, seed=0, batch_size_multiple=task_config.batch_size_multiple)
+def most_frequent_bucket(batcher: batching.TokenBatcher, plan) -> tuple[int, list[int]]:
+  """``(bucket id, one batch's example indices)`` of the bucket that most of the epoch's ``plan`` batches fill.
+  Training drops over-long pairs, so every batch belongs to a bucket: its first example's."""
+  bucket_id, _ = collections.Counter(int(batcher.bucket_ids[indices[0]]) for indices in plan).most_common(1)[0]
+  return bucket_id, next(indices for indices in plan if batcher.bucket_ids[indices[0]] == bucket_id)
 
-    batcher = make_batcher()
-    plan = batcher.epoch_batches(0)
-    kept = len(examples) - batcher.num_dropped
-    examples_per_batch = kept / len(plan)
-    # Training drops over-long pairs, so every batch belongs to a bucket: its first example's.
-    bucket_id, _ = collections.Counter(int(batcher.bucket_ids[indices[0]]) for indices in plan).most_common(1)[0]
-    representative = next(indices for indices in plan if batcher.bucket_ids[indices[0]] == bucket_id)
-    steps_per_s = step_rate(config, model_config, batcher.make_batch(representative), args)
-    bucket = batcher.buckets[bucket_id]
-    shape = f"{bucket.batch_size} x {bucket.length}"
-    for pipeline, make_iterator in (
-        ("TokenBatcher + BatchIterator", lambda make_batcher=make_batcher: make_batcher().iterator(num_epochs=1)),
-        ("TokenBatcher + PrefetchIterator",
-         lambda make_batcher=make_batcher: batching.PrefetchIterator(make_batcher().iterator(num_epochs=1)))):
-      seconds, count, real = time_epoch(make_iterator, args.repeats)
-      add_row(f"{name} (generated {len(examples):,} pairs)", pipeline, shape, count / seconds, real / count,
-              steps_per_s)
+
+def measure_translation(args, report: common.Report, name: str) -> None:
+  """Translation: token-bucketed batches over pairs generated like corpus ``name``'s (``CORPORA``), walked by
+  ``BatchIterator`` alone and inside a ``PrefetchIterator``, against the train step on the most frequent bucket."""
+  experiment, num_examples, mean_source, mean_target = CORPORA[name]
+  config, model_config = experiment_config("transformer_small", smoke=args.smoke, experiment=experiment,
+                                           vocab_size=experiment.get_config("transformer_small").task.vocab_size)
+  task_config = config.task
+  if args.smoke:
+    num_examples, task_config.max_tokens, task_config.max_length = 300, 256, 32
+  examples = generated_pairs(num_examples, mean_source, mean_target, model_config.vocab_size)
+
+  def make_batcher():
+    return batching.TokenBatcher(examples, max_tokens=task_config.max_tokens, max_length=task_config.max_length,
+                                 train=True, seed=0, batch_size_multiple=task_config.batch_size_multiple)
+
+  batcher = make_batcher()
+  bucket_id, representative = most_frequent_bucket(batcher, batcher.epoch_batches(0))
+  steps_per_s = step_rate(config, model_config, batcher.make_batch(representative), args)
+  bucket = batcher.buckets[bucket_id]
+  shape = f"{bucket.batch_size} x {bucket.length}"
+  for pipeline, make_iterator in (
+      ("TokenBatcher + BatchIterator", lambda: make_batcher().iterator(num_epochs=1)),
+      ("TokenBatcher + PrefetchIterator", lambda: batching.PrefetchIterator(make_batcher().iterator(num_epochs=1)))):
+    seconds, count, real = time_epoch(make_iterator, args.repeats)
+    add_row(report, f"{name} (generated {len(examples):,} pairs)", pipeline, shape, count / seconds, real / count,
+            steps_per_s)
+
+
+def main(argv=None) -> common.Report:
+  args = common.parse_args(__doc__.splitlines()[0], argv, add_arguments)
+  machine = host_description(load_average=True)
+  report = common.Report(
+      "input_pipeline", "Input pipelines vs train-step consumption (benchmarks/input_pipeline.py)",
+      ["experiment", "pipeline", "train batch shape", "pipeline batches/s", "pipeline examples/s",
+       "train steps/s", "train examples/s", "pipeline / train step"])
+  batch_count = 5 if args.smoke else args.synthetic_batches
+  measure_synthetic(args, report, batch_count)
+  for name in ["multi30k"] if args.smoke else list(CORPORA):
+    measure_translation(args, report, name)
 
   worst = min(report.ratios.values())
   report.notes += [

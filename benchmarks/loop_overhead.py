@@ -34,7 +34,7 @@ import time
 import jax
 
 from benchmarks import common, measure
-from experiments.report import host_description
+from experiments.record_store import host_description
 
 SIZES = {  # name -> config overrides of experiments/synthetic.py:copy
     "tiny (d 32, batch 16)": {"model.d_model": 32, "model.num_heads": 4, "model.d_ff": 64,

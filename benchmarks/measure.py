@@ -17,7 +17,7 @@ from typing import Any, Callable, Mapping, Sequence
 import jax
 import jax.numpy as jnp
 
-from experiments.report import read_cpuinfo, usable_cores
+from experiments.record_store import read_cpuinfo, usable_cores
 
 
 # ---------------------------------------------------------------------------------------------- timing

@@ -26,7 +26,7 @@ from benchmarks import common, measure
 from benchmarks.input_pipeline import generated_pairs
 from benchmarks.time_to_bleu import find_data_dir
 from benchmarks.train_step import compile_step, experiment_config
-from experiments.report import host_description
+from experiments.record_store import host_description
 from transformer.data import batching
 from transformer.errors import UserError
 from transformer.tasks import build_task

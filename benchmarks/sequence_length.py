@@ -24,7 +24,7 @@ import numpy as np
 from benchmarks import common, measure
 from benchmarks.chunked_attention import MEMORY_FRACTION
 from benchmarks.train_step import compile_step, experiment_config, random_batch
-from experiments.report import host_description
+from experiments.record_store import host_description
 from transformer.tasks import build_task
 
 
@@ -49,35 +49,30 @@ def growth_share(lengths, seconds) -> list[float]:
   return [(time - shortest) / time for time in seconds]
 
 
-def main(argv=None) -> common.Report:
-  args = common.parse_args(__doc__.splitlines()[0], argv, add_arguments)
-  if not args.smoke:
-    measure.disable_persistent_cache()
-  machine = host_description(load_average=True)
-  lengths = [16] if args.smoke else args.lengths  # one compile pair: smoke time is mostly compilation
-  tokens = 32 if args.smoke else args.tokens
-  chunk = 8 if args.smoke else args.chunk
-  limit = MEMORY_FRACTION * measure.available_memory_bytes()
+def measure_length(args, length: int, tokens: int, chunk: int, limit: float) -> dict:
+  """The dense and the chunked train step at source = target length ``length``, ``tokens // length`` examples:
+  ``length``, ``batch``, the model ``flops``, each implementation's planned ``peak`` and ``compile`` seconds, and
+  its median step seconds (under its own name) when the peak fits in ``limit`` bytes."""
+  batch_size = max(1, tokens // length)
+  row = {"length": length, "batch": batch_size}
+  for implementation in ("dense", "chunked"):
+    config, model_config = experiment_config(args.config, smoke=args.smoke, no_dropout=True,
+                                             attention_implementation=implementation, attention_chunk_size=chunk)
+    model_config = model_config.replace(max_length=max(model_config.max_length, length))
+    if implementation == "dense":
+      row["flops"] = measure.encoder_decoder_flops(model_config, batch_size, length, length)
+    batch = random_batch(batch_size, length, length, model_config.vocab_size)
+    step = compile_step(config, build_task(config).build_model(model_config), batch, smoke=args.smoke)
+    row[f"{implementation} peak"] = measure.memory_stats(step.compiled).peak
+    row[f"{implementation} compile"] = step.compile_seconds
+    if row[f"{implementation} peak"] <= limit:
+      row[implementation] = step.time(args.warmup, args.repeats, args.budget_s).median
+    del step
+  return row
 
-  results = []
-  for length in lengths:
-    batch_size = max(1, tokens // length)
-    row = {"length": length, "batch": batch_size}
-    for implementation in ("dense", "chunked"):
-      config, model_config = experiment_config(args.config, smoke=args.smoke, no_dropout=True,
-                                               attention_implementation=implementation, attention_chunk_size=chunk)
-      model_config = model_config.replace(max_length=max(model_config.max_length, length))
-      if implementation == "dense":
-        row["flops"] = measure.encoder_decoder_flops(model_config, batch_size, length, length)
-      batch = random_batch(batch_size, length, length, model_config.vocab_size)
-      step = compile_step(config, build_task(config).build_model(model_config), batch, smoke=args.smoke)
-      row[f"{implementation} peak"] = measure.memory_stats(step.compiled).peak
-      row[f"{implementation} compile"] = step.compile_seconds
-      if row[f"{implementation} peak"] <= limit:
-        row[implementation] = step.time(args.warmup, args.repeats, args.budget_s).median
-      del step
-    results.append(row)
 
+def build_report(args, results: list[dict], tokens: int, chunk: int) -> common.Report:
+  """The table, ratios and notes of the ``measure_length`` rows ``results``."""
   measured = [row for row in results if "dense" in row]
   shares = dict(zip([row["length"] for row in measured],
                     growth_share([row["length"] for row in measured], [row["dense"] for row in measured])))
@@ -111,7 +106,20 @@ def main(argv=None) -> common.Report:
       "is the model FLOPs (benchmarks.measure.encoder_decoder_flops) over the dense time.",
       f"Chunked is faster or the only one that fits at L = {wins if wins else 'none of the lengths measured'}.",
   ]
-  return common.finish(report, args, argv, machine)
+  return report
+
+
+def main(argv=None) -> common.Report:
+  args = common.parse_args(__doc__.splitlines()[0], argv, add_arguments)
+  if not args.smoke:
+    measure.disable_persistent_cache()
+  machine = host_description(load_average=True)
+  lengths = [16] if args.smoke else args.lengths  # one compile pair: smoke time is mostly compilation
+  tokens = 32 if args.smoke else args.tokens
+  chunk = 8 if args.smoke else args.chunk
+  limit = MEMORY_FRACTION * measure.available_memory_bytes()
+  results = [measure_length(args, length, tokens, chunk, limit) for length in lengths]
+  return common.finish(build_report(args, results, tokens, chunk), args, argv, machine)
 
 
 if __name__ == "__main__":

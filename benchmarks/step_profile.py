@@ -42,7 +42,7 @@ import jax
 
 from benchmarks import common, measure
 from benchmarks import train_step
-from experiments.report import host_description
+from experiments.record_store import host_description
 from transformer.tasks import build_task
 
 # (part, pattern on the lower-cased op_name): the first that matches names the part. Norms before attention
@@ -263,10 +263,93 @@ def profile_implementation(config, model, batch, args, trace_dir: str | None) ->
                      slowest=slowest)
 
 
-def main(argv=None) -> common.Report:
-  # A GPU's command buffers (CUDA graphs) replay many kernels as one traced op; off, each kernel is its own op.
+def use_one_traced_op_per_kernel() -> None:
+  """A GPU's command buffers (CUDA graphs) replay many kernels as one traced op; off, each kernel is its own op."""
   if GPU_TRACE_FLAGS not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {GPU_TRACE_FLAGS}".strip()
+
+
+def method_note(args, batch_size: int, length: int, accelerator: bool) -> str:
+  """What was traced, and what op time and the parts mean."""
+  where = "GPU kernel time" if accelerator else "thread time summed over XLA's CPU threads"
+  return (f"Batch {batch_size} x {length} source + {length} target tokens, {args.dtype} compute, dropout "
+          f"{'off' if args.no_dropout else 'as configured'}; {args.steps} traced steps after a warm-up of the "
+          f"compiled step that benchmarks/train_step.py times. Op time is {where}. Parts come from each op's "
+          f"op_name metadata (Flax module path and JAX name scopes); a fusion counts wholly as its root op's part.")
+
+
+def add_part_rows(report: common.Report, name: str, implementation: str, result: StepProfile) -> None:
+  """One row per model part (in ``PARTS`` order) of ``implementation``'s profile, then its total."""
+  order = [part for part, _ in PARTS] + [OTHER_PART]
+  for part in sorted(result.per_part, key=order.index):
+    matmul_us, other_us = result.per_part[part]
+    report.rows.append([name, implementation, part, matmul_us / 1e3, other_us / 1e3,
+                        100 * (matmul_us + other_us) / result.total])
+  report.rows.append([name, implementation, "total", result.matmul / 1e3, (result.total - result.matmul) / 1e3,
+                      100.0])
+
+
+def matmul_efficiency(report: common.Report, implementation: str, result: StepProfile, flops: float,
+                      peaks) -> str:
+  """On an accelerator, where kernels run one at a time so matmul kernel time is the matmuls' share of the wall
+  time: model FLOPs / matmul time / peak into ``report.ratios`` (or a note saying why not); the clause that
+  explains the MFU with it, for the implementation's note."""
+  if not result.matmul:
+    report.notes.append(
+        f"{implementation}: no op of the trace was recognised as a matmul, so no matmul efficiency (a "
+        f"measurement error, not a result); its slowest ops: {', '.join(result.slowest[:5])}.")
+    return ""
+  efficiency = flops / (result.matmul / 1e6) / peaks.measured
+  error = measure.mfu_error(f"{implementation} matmul efficiency (matmul kernel time)", efficiency,
+                            peaks.mfu(flops / (result.matmul / 1e6))[1])
+  if error:
+    report.notes.append(error)
+  else:
+    prefix = "" if implementation == "ours" else f"{implementation} "
+    report.ratios[f"{prefix}matmul efficiency"] = efficiency
+  return (f"; matmul efficiency (model FLOPs / matmul kernel time / peak) {efficiency:.0%}, so MFU "
+          f"= efficiency x matmul share ({result.matmul / result.total:.0%}) x busy fraction "
+          f"({result.total / 1e6 / result.wall:.0%})")
+
+
+def add_ratios_and_notes(report: common.Report, implementation: str, result: StepProfile, flops: float, peaks,
+                         accelerator: bool) -> None:
+  """``implementation``'s matmul share, busy fraction, MFU (and matmul efficiency on an accelerator) as ratios,
+  and its note: times, shares and slowest ops."""
+  mfu, theoretical_mfu = peaks.mfu(flops / result.wall)
+  prefix = "" if implementation == "ours" else f"{implementation} "
+  report.ratios[f"{prefix}matmul share of op time"] = result.matmul / result.total
+  report.ratios[f"{prefix}op time / wall time"] = result.total / 1e6 / result.wall
+  error = measure.mfu_error(f"{implementation} (wall time under the profiler)", mfu, theoretical_mfu)
+  if error:
+    report.notes.append(error)
+  else:
+    report.ratios[f"{prefix}MFU"] = mfu
+  efficiency_note = matmul_efficiency(report, implementation, result, flops, peaks) if accelerator else ""
+  report.notes.append(
+      f"{implementation}: wall {1e3 * result.wall:.2f} ms/step under the profiler, op time "
+      f"{result.total / 1e3:.2f} ms/step, matmuls {result.matmul / result.total:.1%} of it, MFU {mfu:.1%}"
+      f"{efficiency_note}"
+      + (f"; {result.unknown / result.total:.1%} of the op time is in ops without op_name metadata (copies "
+         f"XLA adds, or kernels not matched to the HLO)"
+         if result.unknown else "") + f". Slowest ops per step: {'; '.join(result.slowest)}.")
+
+
+def comparison_note(ours: StepProfile, stock: StepProfile, accelerator: bool) -> str:
+  """Ours against flax-stock: wall, op, matmul and other-op time, and what ours' other ops would need for 1.2x."""
+  note = (f"ours / flax-stock: wall time {ours.wall / stock.wall:.2f}x, op time {ours.total / stock.total:.2f}x "
+          f"(matmuls {ours.matmul / stock.matmul:.2f}x, other ops "
+          f"{(ours.total - ours.matmul) / (stock.total - stock.matmul):.2f}x).")
+  if accelerator:  # kernels run one after another: op time is the busy part of the wall time
+    needed = stock.total / 1.2 - ours.matmul
+    return note + (f" With ours' matmul time as measured, 1.2x flax-stock's speed needs ours' other ops at "
+                   f"{needed / 1e3:.2f} ms/step ({needed / (ours.total - ours.matmul):.0%} of their time now).")
+  return note + (" On the CPU, ops run on a thread pool and concurrently, so op time is not wall time: compare "
+                 "the parts, not the sums.")
+
+
+def main(argv=None) -> common.Report:
+  use_one_traced_op_per_kernel()
   args = common.parse_args(__doc__.splitlines()[0], argv, add_arguments)
   machine = host_description(load_average=True)
   accelerator = jax.default_backend() != "cpu"
@@ -284,74 +367,20 @@ def main(argv=None) -> common.Report:
   report = common.Report(
       "step_profile", "Where the train step's time goes: a profiler trace by model part (benchmarks/step_profile.py)",
       ["config", "implementation", "part", "matmul ms/step", "other ms/step", "share of op time %"])
-  where = "GPU kernel time" if accelerator else "thread time summed over XLA's CPU threads"
-  report.notes.append(
-      f"Batch {batch_size} x {length} source + {length} target tokens, {args.dtype} compute, dropout "
-      f"{'off' if args.no_dropout else 'as configured'}; {args.steps} traced steps after a warm-up of the "
-      f"compiled step that benchmarks/train_step.py times. Op time is {where}. Parts come from each op's op_name "
-      f"metadata (Flax module path and JAX name scopes); a fusion counts wholly as its root op's part.")
-  order = [part for part, _ in PARTS] + [OTHER_PART]
+  report.notes.append(method_note(args, batch_size, length, accelerator))
   profiles = {}
   for implementation, model in models.items():
     print(f"{name} batch {batch_size} {implementation}: compiling and tracing {args.steps} steps", flush=True)
     trace_dir = os.path.join(args.trace_dir, implementation) if args.trace_dir else None
-    result = profiles[implementation] = profile_implementation(config, model, batch, args, trace_dir)
+    profiles[implementation] = profile_implementation(config, model, batch, args, trace_dir)
   peaks.measure_after(args.warmup, max(args.repeats, 3))
-  peak = peaks.measured
   report.notes.append(f"MFU and matmul efficiency against the {peaks.describe()}.")
   for implementation, result in profiles.items():
-    for part in sorted(result.per_part, key=order.index):
-      matmul_us, other_us = result.per_part[part]
-      report.rows.append([name, implementation, part, matmul_us / 1e3, other_us / 1e3,
-                          100 * (matmul_us + other_us) / result.total])
-    report.rows.append([name, implementation, "total", result.matmul / 1e3, (result.total - result.matmul) / 1e3,
-                        100.0])
-    mfu, theoretical_mfu = peaks.mfu(flops / result.wall)
-    prefix = "" if implementation == "ours" else f"{implementation} "
-    report.ratios[f"{prefix}matmul share of op time"] = result.matmul / result.total
-    report.ratios[f"{prefix}op time / wall time"] = result.total / 1e6 / result.wall
-    error = measure.mfu_error(f"{implementation} (wall time under the profiler)", mfu, theoretical_mfu)
-    if error:
-      report.notes.append(error)
-    else:
-      report.ratios[f"{prefix}MFU"] = mfu
-    efficiency_note = ""
-    if accelerator and not result.matmul:
-      report.notes.append(
-          f"{implementation}: no op of the trace was recognised as a matmul, so no matmul efficiency (a "
-          f"measurement error, not a result); its slowest ops: {', '.join(result.slowest[:5])}.")
-    elif accelerator:  # kernels run one at a time: matmul kernel time is the matmuls' share of the wall time
-      efficiency = flops / (result.matmul / 1e6) / peak
-      error = measure.mfu_error(f"{implementation} matmul efficiency (matmul kernel time)", efficiency,
-                                peaks.mfu(flops / (result.matmul / 1e6))[1])
-      if error:
-        report.notes.append(error)
-      else:
-        report.ratios[f"{prefix}matmul efficiency"] = efficiency
-      efficiency_note = (f"; matmul efficiency (model FLOPs / matmul kernel time / peak) {efficiency:.0%}, so MFU "
-                         f"= efficiency x matmul share ({result.matmul / result.total:.0%}) x busy fraction "
-                         f"({result.total / 1e6 / result.wall:.0%})")
-    report.notes.append(
-        f"{implementation}: wall {1e3 * result.wall:.2f} ms/step under the profiler, op time "
-        f"{result.total / 1e3:.2f} ms/step, matmuls {result.matmul / result.total:.1%} of it, MFU {mfu:.1%}"
-        f"{efficiency_note}"
-        + (f"; {result.unknown / result.total:.1%} of the op time is in ops without op_name metadata (copies "
-           f"XLA adds, or kernels not matched to the HLO)"
-           if result.unknown else "") + f". Slowest ops per step: {'; '.join(result.slowest)}.")
+    add_part_rows(report, name, implementation, result)
+    add_ratios_and_notes(report, implementation, result, flops, peaks, accelerator)
   if "flax-stock" in profiles:
-    ours, stock = profiles["ours"], profiles["flax-stock"]
-    report.ratios["ours / flax-stock op time"] = ours.total / stock.total
-    note = (f"ours / flax-stock: wall time {ours.wall / stock.wall:.2f}x, op time {ours.total / stock.total:.2f}x "
-            f"(matmuls {ours.matmul / stock.matmul:.2f}x, other ops "
-            f"{(ours.total - ours.matmul) / (stock.total - stock.matmul):.2f}x).")
-    if accelerator:  # kernels run one after another: op time is the busy part of the wall time
-      needed = stock.total / 1.2 - ours.matmul
-      note += (f" With ours' matmul time as measured, 1.2x flax-stock's speed needs ours' other ops at "
-               f"{needed / 1e3:.2f} ms/step ({needed / (ours.total - ours.matmul):.0%} of their time now).")
-    else:
-      note += (" On the CPU, ops run on a thread pool and concurrently, so op time is not wall time: compare "
-               "the parts, not the sums.")
-    report.notes.append(note)
+    report.ratios["ours / flax-stock op time"] = profiles["ours"].total / profiles["flax-stock"].total
+    report.notes.append(comparison_note(profiles["ours"], profiles["flax-stock"], accelerator))
   return common.finish(report, args, argv, machine)
 
 

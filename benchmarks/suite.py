@@ -45,7 +45,7 @@ from typing import Callable, Sequence
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 from benchmarks import common  # noqa: E402
-from experiments.report import REPO, cpu_name, host_description, usable_cores  # noqa: E402
+from experiments.record_store import REPO, cpu_name, host_description, usable_cores  # noqa: E402
 
 DEFAULT_BUDGET_S = 560.0  # under 10 minutes of one H100 with the wheels' install and this process's start
 SOFT_SHARE = 0.75  # of a part's time limit, given to the script as --time_budget_s (it stops measuring then)

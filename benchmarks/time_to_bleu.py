@@ -28,7 +28,7 @@ import tempfile
 import time
 
 from benchmarks import common
-from experiments.report import REPO, host_description
+from experiments.record_store import REPO, host_description
 from transformer.data.download import ENV_VAR
 from transformer.errors import MissingDataError, exit_on_user_error
 from transformer.train.run_directory import RunDirectory

@@ -63,7 +63,7 @@ import numpy as np
 
 from benchmarks import common, measure
 from experiments import multi30k
-from experiments.report import REPO, host_description, usable_cores
+from experiments.record_store import REPO, host_description, usable_cores
 from transformer import ops
 from transformer.nn import ModelConfig
 from transformer.tasks import RunConfig, build_task
@@ -593,53 +593,54 @@ def main(argv=None) -> common.Report | None:
   return common.finish(report, args, argv, machine)
 
 
-def build_report(args, kind: str, measurements: Measurements, peaks) -> common.Report:
-  """The table, ratios, verdicts and notes of ``measurements``, MFU against ``peaks``."""
-  targets, mfu_target = TARGETS[kind], MFU_TARGETS[kind]
+def cells(rows: list[dict]) -> dict:
+  """``(variant, batch size) -> {implementation: measured row}`` of ``Measurements.rows``, in ``ROW_ORDER``."""
+  grouped = {}
+  for row in rows:
+    grouped.setdefault((row["variant"], row["batch"]), {})[row["implementation"]] = row
+  return {cell: dict(sorted(measured.items(), key=lambda item: ROW_ORDER.index(item[0])))
+          for cell, measured in grouped.items()}
+
+
+def add_cell(report, args, kind: str, variant: str, batch_size: int, measured: dict, torch_peak: float | None,
+             peaks, timed_in: str) -> tuple[list, list[str], list[str]]:
+  """The rows of one (variant, batch size), with ours' ratio to each reference (their targets' verdicts at the
+  first batch size); returns ``(achieved, verdicts, PyTorch's MFU against its own peak)``, ``achieved`` a
+  ``(row, model FLOP/s, variant, batch, implementation)`` per row for ``fill_mfu``."""
+  with_references = batch_size == (2 if args.smoke else args.batch[0])
+  _, model_config = experiment_config(variant, args.smoke, args.no_dropout, dtype=args.dtype)
   length = 8 if args.smoke else args.length
-  timed_in = "own process" if args.isolate else "one process"
-  report = common.Report(
-      "train_step", "Train step: tokens/s, MFU and compile time (benchmarks/train_step.py)",
-      ["config", "batch", "implementation", "parameters", "step ms", "src+tgt tokens/s", "model GFLOP/step",
-       "XLA GFLOP/step", "MFU % (measured peak)", "MFU % (theoretical peak)", "compile s",
-       "ours / this (tokens/s)", "timed in"])
-  report.notes += measurements.notes
-  achieved, verdicts, torch_own_mfu = [], [], []  # achieved: (row, model FLOP/s, variant, batch, implementation)
-  cells = {}
-  for row in measurements.rows:
-    cells.setdefault((row["variant"], row["batch"]), {})[row["implementation"]] = row
-  for (variant, batch_size), measured in cells.items():
-    measured = dict(sorted(measured.items(), key=lambda item: ROW_ORDER.index(item[0])))
-    if "ours" not in measured:
-      continue
-    with_references = batch_size == (2 if args.smoke else args.batch[0])
-    config, model_config = experiment_config(variant, args.smoke, args.no_dropout, dtype=args.dtype)
-    tokens = batch_size * 2 * length
-    flops = measure.encoder_decoder_flops(model_config, batch_size, length, length)["total"]
-    ours_rate = tokens / measured["ours"]["seconds"]
-    for implementation, result in measured.items():
-      rate = tokens / result["seconds"]
-      versus = measure.ratio(ours_rate, rate)
-      if implementation != "ours" and with_references:
-        report.ratios[f"{variant} ours / {implementation} tokens/s"] = versus
-      if implementation.startswith("pytorch") and measurements.torch_peak:
-        own_mfu = flops / result["seconds"] / measurements.torch_peak
-        torch_own_mfu.append(f"{variant} {implementation} {100 * own_mfu:.1f}%")
-      row = [variant + (" (smoke size)" if args.smoke else ""), batch_size, implementation, result["params"],
-             1e3 * result["seconds"], rate, flops / 1e9, (result["xla_flops"] or float("nan")) / 1e9, None, None,
-             result["compile"], None if implementation == "ours" else versus, timed_in]
-      report.rows.append(row)
-      achieved.append((row, flops / result["seconds"], variant, batch_size, implementation))
-    if with_references:
-      verdicts += reference_verdicts(report, variant, batch_size, measured, targets, flops, tokens, peaks)
-      if variant == "transformer_base" and kind == "cpu" and not args.smoke:
-        compile_s = measured["ours"]["compile"]
-        verdicts.append(f"base compile {compile_s:.1f} s ({'met' if compile_s < COMPILE_TARGET_S else 'not met'})")
-  mfu_errors = fill_mfu(report, achieved, peaks, args, verdicts, mfu_target)
-  target_text = ", ".join(f">= {target}x {implementation}" for implementation, target in targets.items())
+  tokens = batch_size * 2 * length
+  flops = measure.encoder_decoder_flops(model_config, batch_size, length, length)["total"]
+  ours_rate = tokens / measured["ours"]["seconds"]
+  achieved, verdicts, torch_own_mfu = [], [], []
+  for implementation, result in measured.items():
+    rate = tokens / result["seconds"]
+    versus = measure.ratio(ours_rate, rate)
+    if implementation != "ours" and with_references:
+      report.ratios[f"{variant} ours / {implementation} tokens/s"] = versus
+    if implementation.startswith("pytorch") and torch_peak:
+      own_mfu = flops / result["seconds"] / torch_peak
+      torch_own_mfu.append(f"{variant} {implementation} {100 * own_mfu:.1f}%")
+    row = [variant + (" (smoke size)" if args.smoke else ""), batch_size, implementation, result["params"],
+           1e3 * result["seconds"], rate, flops / 1e9, (result["xla_flops"] or float("nan")) / 1e9, None, None,
+           result["compile"], None if implementation == "ours" else versus, timed_in]
+    report.rows.append(row)
+    achieved.append((row, flops / result["seconds"], variant, batch_size, implementation))
+  if with_references:
+    verdicts += reference_verdicts(report, variant, batch_size, measured, TARGETS[kind], flops, tokens, peaks)
+    if variant == "transformer_base" and kind == "cpu" and not args.smoke:
+      compile_s = measured["ours"]["compile"]
+      verdicts.append(f"base compile {compile_s:.1f} s ({'met' if compile_s < COMPILE_TARGET_S else 'not met'})")
+  return achieved, verdicts, torch_own_mfu
+
+
+def method_notes(args, peaks) -> list[str]:
+  """What was timed, in which processes, and what MFU and the FLOP columns count."""
+  length = 8 if args.smoke else args.length
   batch_sizes = [2] if args.smoke else args.batch
   label_smoothing = experiment_config(args.configs[0], args.smoke)[0].label_smoothing
-  report.notes += [
+  return [
       f"Batch sizes {', '.join(map(str, batch_sizes))} x {length} source + {length} target tokens (references at "
       f"the first), {args.dtype} compute (parameters and Adam float32), label smoothing {label_smoothing}, "
       f"Adam, dropout {'off' if args.no_dropout else 'as configured'}; step time is the median of "
@@ -656,6 +657,39 @@ def build_report(args, kind: str, measurements: Measurements, peaks) -> common.R
       f"(each weight matrix counted for the tokens it multiplies, tied output projection included, embedding lookups "
       f"excluded) plus attention 12 x layers x q_length x kv_length x d_model per example (causal counted in "
       f"full); see measure.encoder_decoder_flops. XLA GFLOP is XLA's own count of the compiled step (all ops).",
+  ]
+
+
+def target_note(kind: str, verdicts: list[str]) -> str:
+  """The targets of this kind of machine and this run's ``verdicts`` on them."""
+  target_text = ", ".join(f">= {target}x {implementation}" for implementation, target in TARGETS[kind].items())
+  return (f"Targets ({'CPU' if kind == 'cpu' else 'accelerator'}): ours {target_text} tokens/s; base MFU >= "
+          f"{MFU_TARGETS[kind]:.0%} at the best batch size"
+          + (f"; base compile < {COMPILE_TARGET_S:.0f} s" if kind == "cpu" else "")
+          + f". This run: {'; '.join(verdicts)}.")
+
+
+def build_report(args, kind: str, measurements: Measurements, peaks) -> common.Report:
+  """The table, ratios, verdicts and notes of ``measurements``, MFU against ``peaks``."""
+  timed_in = "own process" if args.isolate else "one process"
+  report = common.Report(
+      "train_step", "Train step: tokens/s, MFU and compile time (benchmarks/train_step.py)",
+      ["config", "batch", "implementation", "parameters", "step ms", "src+tgt tokens/s", "model GFLOP/step",
+       "XLA GFLOP/step", "MFU % (measured peak)", "MFU % (theoretical peak)", "compile s",
+       "ours / this (tokens/s)", "timed in"])
+  report.notes += measurements.notes
+  achieved, verdicts, torch_own_mfu = [], [], []  # achieved: (row, model FLOP/s, variant, batch, implementation)
+  for (variant, batch_size), measured in cells(measurements.rows).items():
+    if "ours" not in measured:
+      continue
+    cell_achieved, cell_verdicts, cell_torch_mfu = add_cell(report, args, kind, variant, batch_size, measured,
+                                                            measurements.torch_peak, peaks, timed_in)
+    achieved += cell_achieved
+    verdicts += cell_verdicts
+    torch_own_mfu += cell_torch_mfu
+  mfu_errors = fill_mfu(report, achieved, peaks, args, verdicts, MFU_TARGETS[kind])
+  report.notes += [
+      *method_notes(args, peaks),
       measurements.torch_note,
       *([f"Left out after failing at their first step: {', '.join(measurements.torch_failures)}."]
         if measurements.torch_failures else []),
@@ -664,10 +698,7 @@ def build_report(args, kind: str, measurements: Measurements, peaks) -> common.R
          f"{measurements.torch_peak / 1e9:,.1f} GFLOP/s, {measurements.torch_peak / peaks.measured:.2f}x XLA's "
          f"best; PyTorch's MFU against its own peak: {', '.join(torch_own_mfu)} (the MFU column uses XLA's peak "
          f"for every row)."] if measurements.torch_peak else []),
-      f"Targets ({'CPU' if kind == 'cpu' else 'accelerator'}): ours {target_text} tokens/s; base MFU >= "
-      f"{mfu_target:.0%} at the best batch size"
-      + (f"; base compile < {COMPILE_TARGET_S:.0f} s" if kind == "cpu" else "")
-      + f". This run: {'; '.join(verdicts)}.",
+      target_note(kind, verdicts),
   ]
   report.notes = [note for note in report.notes if note]
   return report

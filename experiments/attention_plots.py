@@ -225,11 +225,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.error("--num_sentences must be >= 1 and --first_sentence >= 0.")
   import logging
   logging.getLogger("absl").setLevel(logging.WARNING)  # orbax logs every restore step at INFO
-  from experiments import report
+  from experiments import launching
   from transformer import load
 
   try:
-    config = report.launch_config([f"--config={args.config}", *overrides])
+    config = launching.launch_config([f"--config={args.config}", *overrides])
     if config.task.name != "translation":
       parser.error(f"attention plots need a translation config; config.task.name={config.task.name!r}.")
     split = args.split or config.task.test_splits[0]
@@ -237,8 +237,8 @@ def main(argv: list[str] | None = None) -> None:
       config.task.test_splits = (*config.task.test_splits, split)  # so that task.data tokenizes it
     model = load(args.workdir, checkpoint=args.checkpoint, config=config)
     indices = list(range(args.first_sentence, args.first_sentence + args.num_sentences))
-    command = report.portable_command(["python", "-m", "experiments.attention_plots",
-                                       *(sys.argv[1:] if argv is None else argv)])
+    command = launching.portable_command(["python", "-m", "experiments.attention_plots",
+                                         *(sys.argv[1:] if argv is None else argv)])
     sentences = write_attention_plots(model, split, indices, args.output_dir, command, args.beam_size or None,
                                       args.note)
   except (ValueError, FileNotFoundError) as error:

@@ -17,14 +17,15 @@ import os
 
 import numpy as np
 
-from experiments import disaster_tweets, report
+from experiments import disaster_tweets, launching, pages, record_store
+from transformer import plot
 from transformer import load, read_run_config
 from transformer.train.run_directory import CONFIG, RunDirectory
-from transformer.errors import ConfigError
+from transformer.errors import ConfigError, UserError
 from transformer.tasks.metrics import best_threshold, binary_metrics, confusion_counts, f1_bootstrap_interval
 
 VARIANTS = ("static_scratch", "static_minilm", "transformer_scratch", "minilm_frozen", "minilm_finetune")
-COMMITTED_DIR = os.path.join(report.COMMITTED, "disaster_tweets")
+COMMITTED_DIR = os.path.join(record_store.COMMITTED, "disaster_tweets")
 # The issue's targets: test F1 of the class "disaster".
 TARGETS = {"static_scratch": 0.75, "static_minilm": 0.75, "minilm_finetune": 0.83}
 METRICS = ("f1", "precision", "recall", "accuracy")
@@ -52,8 +53,8 @@ def training_command(variant: str, workdir: str | None = None) -> str:
   parts = ["python", "launch.py", f"--config=experiments/disaster_tweets.py:{variant}",
            f"--workdir={workdir or 'WORKDIR'}"]
   if workdir is not None:
-    parts += report.config_overrides(disaster_tweets.get_config(variant), read_run_config(workdir), NOT_SETTINGS)
-  return report.portable_command(parts)
+    parts += launching.config_overrides(disaster_tweets.get_config(variant), read_run_config(workdir), NOT_SETTINGS)
+  return launching.portable_command(parts)
 
 
 def score_run(workdir: str) -> dict:
@@ -76,7 +77,7 @@ def score_run(workdir: str) -> dict:
   ensemble_predictions = np.mean(test_probabilities, axis=0).argmax(-1)
   ensemble = {**binary_metrics(confusion_counts(ensemble_predictions, test_labels)),
               "f1_interval": f1_bootstrap_interval(ensemble_predictions, test_labels)}
-  records = report.run_metrics(workdir)
+  records = launching.run_metrics(workdir)
   evaluations = {r["step"]: r for r in records if "eval/f1" in r}
   test = model.task.splits[config.task.test_split]
   return {"config": config, "seeds": seeds, "ensemble": ensemble, "records": records,
@@ -119,7 +120,7 @@ def predictions_section(output: str, commands: dict[str, str]) -> str:
 
 def published_section() -> str:
   """Markdown section: the seed experiment's published F1 (``PUBLISHED``) and why it is not comparable."""
-  table = report.markdown_table(["published result (Kaggle public leaderboard)", "F1 (disaster)"], PUBLISHED)
+  table = pages.markdown_table(["published result (Kaggle public leaderboard)", "F1 (disaster)"], PUBLISHED)
   return f"## Published anchors\n\n{table}\n\n{PUBLISHED_NOTE}\n"
 
 
@@ -166,9 +167,9 @@ def row(variant: str, record: dict) -> list:
       f"{values['wall_seconds'] / 60:.1f} min", f"`{record['command']}`"]
 
 
-def plot_confusion_matrices(store: report.RecordStore, names: list[str], path: str) -> None:
+def plot_confusion_matrices(store: record_store.RecordStore, names: list[str], path: str) -> None:
   """One panel per row ``names`` of ``store``: its test confusion counts, summed over its seeds."""
-  with report.figure(path, 1, len(names), (3.4 * len(names), 3.3)) as (_, axes):
+  with plot.figure(path, 1, len(names), (3.4 * len(names), 3.3)) as (_, axes):
     for axis, variant in zip(axes[0], names):
       counts, seeds = store[variant]["values"]["confusion"], store[variant]["values"]["seeds"]
       matrix = np.array([[counts[name] for name in row] for row in (("tn", "fp"), ("fn", "tp"))])
@@ -183,16 +184,16 @@ def plot_confusion_matrices(store: report.RecordStore, names: list[str], path: s
       axis.set_title(f"{variant}\n({f'{seeds} seeds summed' if seeds > 1 else '1 seed'})", fontsize=9)
 
 
-def collect(store: report.RecordStore, folder: str, workdir_root: str, conditions: str,
+def collect(store: record_store.RecordStore, folder: str, workdir_root: str, conditions: str,
             not_scored: dict[str, str]) -> None:
   """Score each variant's run under ``workdir_root`` into its record, its predictions and the curves;
   ``not_scored``: variant -> why a run there was not scored (for the page)."""
   workdirs = {variant: os.path.join(workdir_root, variant) for variant in VARIANTS
               if RunDirectory(os.path.join(workdir_root, variant)).has(CONFIG)}
   if not workdirs:  # a mistyped root would otherwise rewrite the page from the records alone, silently
-    raise report.UserError(f"--workdir_root={workdir_root} holds no run of {', '.join(VARIANTS)} (a folder "
+    raise UserError(f"--workdir_root={workdir_root} holds no run of {', '.join(VARIANTS)} (a folder "
                            "<root>/<variant> with config.json); give the root of the runs, or --from_records.")
-  store.check({variant: max((r["step"] for r in report.run_metrics(workdir)), default=0)  # before scoring
+  store.check({variant: max((r["step"] for r in launching.run_metrics(workdir)), default=0)  # before scoring
                for variant, workdir in workdirs.items()})
   curves = {}
   for variant, workdir in workdirs.items():
@@ -202,20 +203,20 @@ def collect(store: report.RecordStore, folder: str, workdir_root: str, condition
     except ConfigError as error:  # started, no checkpoint yet
       not_scored[variant] = f"started, not scored ({error}): `{command}`"
       continue
-    store.add(variant, steps=result["last_step"], command=command, machine=report.machine_description(),
+    store.add(variant, steps=result["last_step"], command=command, machine=record_store.machine_description(),
               values=record_values(result, workdir_root, conditions))
     write_predictions(folder, variant, result["test_ids"], result["test_labels"], result["test_probabilities"])
     curves[variant] = result["records"]
   if curves:
-    report.plot_curves(curves, ["train/loss", "eval/f1"], os.path.join(folder, "curves.png"),
+    plot.plot_curves(curves, ["train/loss", "eval/f1"], os.path.join(folder, "curves.png"),
                        "Disaster Tweets: training loss and validation F1")
 
 
-def render(store: report.RecordStore, folder: str, committed: bool, not_scored: dict[str, str]) -> str:
+def render(store: record_store.RecordStore, folder: str, committed: bool, not_scored: dict[str, str]) -> str:
   names = list(store)
   if names:
     plot_confusion_matrices(store, names, os.path.join(folder, "confusion_matrices.png"))
-  table = report.markdown_table(
+  table = pages.markdown_table(
       ["variant", "seeds", "test F1 (disaster)", "precision", "recall", "accuracy",
        "test F1, threshold chosen on validation (mean of the seeds' thresholds)", "test F1 of the seeds' ensemble (95% interval)",
        "target F1", "validation F1 (chosen step)", "chosen step", "training wall time", "command"],
@@ -253,25 +254,25 @@ training run of all its seeds (compilation, evaluations and checkpoints included
 
 {table}
 
-{report.image(folder, "confusion_matrices.png", "confusion matrices")}
+{pages.image(folder, "confusion_matrices.png", "confusion matrices")}
 
-{report.image(folder, "curves.png", "training loss and validation F1")}
+{pages.image(folder, "curves.png", "training loss and validation F1")}
 
 {predictions_section(folder, commands)}
 {published_section()}
 ## Not run yet
 
 {pending}
-{report.runs_not_kept(COMMITTED_DIR)}"""
+{pages.runs_not_kept(COMMITTED_DIR)}"""
 
 
 def main(argv=None) -> str:
-  parser = report.results_parser(__doc__, "WORKDIR_ROOT/results", default_root="/tmp/dt")
+  parser = pages.results_parser(__doc__, "WORKDIR_ROOT/results", default_root="/tmp/dt")
   parser.add_argument("--conditions", default="", help="What else the machine ran during the runs (their wall "
                       "times depend on it), printed on the page.")
   args = parser.parse_args(argv)
   not_scored = {}
-  return report.make_page(
+  return pages.make_page(
       args, COMMITTED_DIR, os.path.join(args.workdir_root, "results"),
       lambda store, folder: collect(store, folder, args.workdir_root, args.conditions, not_scored),
       lambda store, folder: render(store, folder, args.update_committed, not_scored))

@@ -14,7 +14,8 @@ from __future__ import annotations
 import math
 import os
 
-from experiments import report
+from experiments import launching, pages, record_store
+from transformer import plot
 from experiments.language_model import get_config
 import transformer
 from transformer.train.run_directory import MetricsLog
@@ -33,10 +34,10 @@ def per_word_perplexity(nll_per_piece: float, pieces: int, words: int, sentences
   return math.exp(nll_per_piece * pieces / (words + sentences))
 
 
-def collect(store: report.RecordStore, folder: str, workdir: str) -> None:
+def collect(store: record_store.RecordStore, folder: str, workdir: str) -> None:
   """The row of the run in ``workdir`` (scores, the model and data it describes, greedy continuations) and
   ``folder/curves.png``."""
-  records = report.run_metrics(workdir)
+  records = launching.run_metrics(workdir)
   store.check({VARIANT: records[-1]["step"]})  # before loading and decoding
   metrics = MetricsLog(tuple(records))
   best = metrics.best("eval/perplexity", mode="min")
@@ -44,7 +45,7 @@ def collect(store: report.RecordStore, folder: str, workdir: str) -> None:
   model_config, data = model.model_config, model.task.data
   command = ["python", "launch.py", f"--config=experiments/language_model.py:{VARIANT}", f"--workdir={workdir}",
              f"--config.task.source_dir={run_config.task.source_dir}",
-             *report.config_overrides(get_config(VARIANT), run_config, NOT_TRAINING_SETTINGS)]
+             *launching.config_overrides(get_config(VARIANT), run_config, NOT_TRAINING_SETTINGS)]
   split = run_config.task.eval_split
   pieces = int(data.eval[split].target_tokens.size)
   words = sum(len(text.split()) for text in data.eval_text[split])
@@ -57,15 +58,15 @@ def collect(store: report.RecordStore, folder: str, workdir: str) -> None:
       "tokenizer_type": run_config.task.tokenizer_type, "pieces_per_word": data.pieces_per_word,
       "words": words, "pieces": pieces, "split": split, "max_length": run_config.task.max_length,
       "continuations": [list(pair) for pair in zip(PROMPTS, model.continue_texts(list(PROMPTS)))]}
-  store.add(VARIANT, steps=records[-1]["step"], command=report.portable_command(command),
-            machine=report.machine_description(), values=values)
-  report.plot_curves({VARIANT: records}, ["train/loss", "eval/perplexity"], os.path.join(folder, "curves.png"),
+  store.add(VARIANT, steps=records[-1]["step"], command=launching.portable_command(command),
+            machine=record_store.machine_description(), values=values)
+  plot.plot_curves({VARIANT: records}, ["train/loss", "eval/perplexity"], os.path.join(folder, "curves.png"),
                      "Multi30k English language model")
 
 
-def render(store: report.RecordStore, folder: str) -> str:
+def render(store: record_store.RecordStore, folder: str) -> str:
   if VARIANT not in store:
-    raise report.UserError(f"{store.path} has no row {VARIANT!r}: train it (see the script's docstring) and "
+    raise UserError(f"{store.path} has no row {VARIANT!r}: train it (see the script's docstring) and "
                            "run without --from_records")
   record = store[VARIANT]
   values, model = record["values"], record["values"]["model"]
@@ -91,9 +92,9 @@ included) of the {values['split']} split; "per word" spreads the same log-likeli
 marks. The best checkpoint is chosen on validation perplexity; wall time includes compilation, evaluation and
 checkpointing.
 
-{report.markdown_table(HEADER, [row])}
+{pages.markdown_table(HEADER, [row])}
 
-{report.image(folder, "curves.png", "training curves")}
+{pages.image(folder, "curves.png", "training curves")}
 
 ## Greedy continuations
 
@@ -107,8 +108,8 @@ The best checkpoint through `transformer.load(workdir).continue_texts(prompts)` 
 
 
 def main(argv=None) -> str:
-  args = report.results_parser(__doc__, "WORKDIR_ROOT/results", default_root="/tmp/lm").parse_args(argv)
-  return report.make_page(args, os.path.join(report.COMMITTED, "language_model"),
+  args = pages.results_parser(__doc__, "WORKDIR_ROOT/results", default_root="/tmp/lm").parse_args(argv)
+  return pages.make_page(args, os.path.join(record_store.COMMITTED, "language_model"),
                           os.path.join(args.workdir_root, "results"),
                           lambda store, folder: collect(store, folder, os.path.join(args.workdir_root, VARIANT)),
                           render)

@@ -13,7 +13,8 @@ from __future__ import annotations
 import os
 
 
-from experiments import report
+from experiments import launching, pages, record_store
+from transformer import plot
 from experiments.synthetic import get_config
 from transformer.train.run_directory import MetricsLog, read_metrics
 
@@ -25,7 +26,7 @@ HEADER = ["task", "steps", "exact match (512 held-out)", "token accuracy", "firs
 def record_values(records: list[dict], workdir_root: str) -> dict:
   """What a task's row shows, from its run's metric records."""
   final = [r for r in records if "eval/exact_match" in r][-1]
-  reached = report.first_reaching(records, "eval/exact_match", 0.99)
+  reached = launching.first_reaching(records, "eval/exact_match", 0.99)
   metrics = MetricsLog(tuple(records))
   return {"exact_match": final["eval/exact_match"], "token_accuracy": final["eval/token_accuracy"],
           "reached": reached and {"step": reached["step"], "wall_seconds": reached["wall_seconds"]},
@@ -41,21 +42,21 @@ def row(name: str, record: dict) -> list:
           f"{values['tokens_per_second']:,.0f}", f"`{record['command']}`"]
 
 
-def collect(store: report.RecordStore, folder: str, workdir_root: str) -> None:
+def collect(store: record_store.RecordStore, folder: str, workdir_root: str) -> None:
   """Train (or resume) each variant under ``workdir_root``, record its row and draw ``folder/curves.png``."""
   store.check({variant: get_config(variant).num_train_steps for variant in VARIANTS})  # before training
   runs = {}
   for variant in VARIANTS:
     workdir = os.path.join(workdir_root, variant)
-    command = report.launch(f"experiments/synthetic.py:{variant}", workdir)
+    command = launching.launch(f"experiments/synthetic.py:{variant}", workdir)
     runs[variant] = read_metrics(workdir)
-    store.add(variant, steps=runs[variant][-1]["step"], command=report.command_line(command),
-              machine=report.machine_description(), values=record_values(runs[variant], workdir_root))
-  report.plot_curves(runs, ["train/loss", "eval/exact_match"], os.path.join(folder, "curves.png"),
+    store.add(variant, steps=runs[variant][-1]["step"], command=launching.command_line(command),
+              machine=record_store.machine_description(), values=record_values(runs[variant], workdir_root))
+  plot.plot_curves(runs, ["train/loss", "eval/exact_match"], os.path.join(folder, "curves.png"),
                      "Synthetic tasks: small encoder-decoder (2+2 layers, d_model 64)")
 
 
-def render(store: report.RecordStore, folder: str) -> str:
+def render(store: record_store.RecordStore, folder: str) -> str:
   names = list(store)
   roots = store.distinct(names, "workdir_root")
   written_by = " and ".join(f"`python -m experiments.synthetic_results --workdir_root={root}`" for root in roots)
@@ -70,16 +71,16 @@ Exact match: greedy decoding (key/value cache) of 512 held-out sequences of 1-12
 the end-of-sequence right. Wall time includes compilation, evaluation (every 500 steps) and checkpointing;
 tokens/s counts non-padding source and target tokens.
 
-{report.markdown_table(HEADER, [row(name, store[name]) for name in names])}
+{pages.markdown_table(HEADER, [row(name, store[name]) for name in names])}
 
-{report.image(folder, "curves.png", "training curves")}
+{pages.image(folder, "curves.png", "training curves")}
 """
 
 
 def main(argv=None) -> str:
-  parser = report.results_parser(__doc__, "WORKDIR_ROOT/results", default_root="/tmp/synthetic")
+  parser = pages.results_parser(__doc__, "WORKDIR_ROOT/results", default_root="/tmp/synthetic")
   args = parser.parse_args(argv)
-  return report.make_page(args, os.path.join(report.COMMITTED, "synthetic"),
+  return pages.make_page(args, os.path.join(record_store.COMMITTED, "synthetic"),
                           os.path.join(args.workdir_root, "results"),
                           lambda store, folder: collect(store, folder, args.workdir_root), render)
 

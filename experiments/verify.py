@@ -33,7 +33,7 @@ import re
 import sys
 import tempfile
 
-from experiments import report
+from experiments import record_store
 
 # The pages a results script writes, and the arguments that write them again from their records.
 PAGES = {
@@ -216,13 +216,13 @@ def data_folder() -> str:
   """Where the raw data is: ``$TRANSFORMER_DATA_DIR``, else ``../shared/data`` beside the repository (the pages'
   commands name it so)."""
   from transformer.data.parallel_text import ENV_VAR
-  return os.environ.get(ENV_VAR) or os.path.join(os.path.dirname(report.REPO), "shared", "data")
+  return os.environ.get(ENV_VAR) or os.path.join(os.path.dirname(record_store.REPO), "shared", "data")
 
 
 def translation_outputs(experiment: str) -> dict[str, list[str]]:
   """Row -> the committed test outputs of that row (paths relative to the page's folder), every scored row."""
   from experiments import translation_results
-  store = report.RecordStore(os.path.join(report.COMMITTED, experiment))
+  store = record_store.RecordStore(os.path.join(record_store.COMMITTED, experiment))
   runs, _ = translation_results.stored_rows(store)
   best = translation_results.best_row(runs)
   return {name: translation_results.row_files(experiment, store.folder, name, best) for name in runs}
@@ -234,7 +234,7 @@ def check_bleu(tally: Tally, root: str, experiment: str, data: str) -> None:
   from experiments.translation_results import TEST_NAME
   from transformer.data.parallel_text import read_lines
   page = f"experiments/{experiment}/RESULTS.md"
-  text, folder = read(root, page), os.path.join(report.COMMITTED, experiment)
+  text, folder = read(root, page), os.path.join(record_store.COMMITTED, experiment)
   for name, files in translation_outputs(experiment).items():
     if not files:
       tally.unverified(page, f"{name}: test BLEU and BLEU by length", "its test outputs were not committed")
@@ -447,7 +447,7 @@ def check_benchmarks_readme(tally: Tally, root: str) -> None:
 
 # ------------------------------------------------------------------------------ main
 
-def verify(root: str = report.REPO, pages: tuple[str, ...] = (), data: str | None = None) -> Tally:
+def verify(root: str = record_store.REPO, pages: tuple[str, ...] = (), data: str | None = None) -> Tally:
   """Every check on the pages under ``root`` (default: the repository), or only on ``pages``; numbers are
   recomputed from the committed files in the repository."""
   tally, data = Tally(), data or data_folder()
@@ -485,7 +485,7 @@ def summary(tally: Tally) -> str:
 
 def main(argv: list[str] | None = None) -> int:
   parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-  parser.add_argument("--root", default=report.REPO, help="Folder holding the pages to check, in the "
+  parser.add_argument("--root", default=record_store.REPO, help="Folder holding the pages to check, in the "
                       "repository's layout (default: the repository).")
   parser.add_argument("--page", action="append", default=[], help="Check only this page (a path under --root, "
                       f"e.g. {README}); repeat for several.")

@@ -118,7 +118,7 @@ def test_missing_config_lists_the_experiments(tmp_path):
   result = launch(f"--workdir={tmp_path}", "--config=experiments/nope.py")
   listed = result.stderr.split("Experiments: ")[1].strip().split(", ")
   assert "experiments/synthetic.py" in listed and "experiments/multi30k.py" in listed
-  assert "experiments/report.py" not in listed  # helpers without get_config are not experiments
+  assert "experiments/pages.py" not in listed  # helpers without get_config are not experiments
 
 
 @pytest.mark.slow

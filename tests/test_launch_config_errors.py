@@ -19,7 +19,7 @@ def launch(*args):
 
 @pytest.mark.parametrize("value,named", [
     ("experiments/translation.py", "no experiment config"),  # helpers of experiments, not experiments
-    ("experiments/plot.py", "no experiment config"),
+    ("experiments/pages.py", "no experiment config"),
     ("experiments/ablations/common.py", "no experiment config"),
     ("experiments/synthetic.py:", "names no variant"),
     ("experiments/nope.py", "does not exist"),

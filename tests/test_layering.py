@@ -32,6 +32,7 @@ ALWAYS = ("errors", "effects")
 ROOT_MODULES = {
     "errors.py": (set(), set()),
     "effects.py": (set(), set()),
+    "plot.py": ({"matplotlib"}, {"train"}),
     "inference.py": ({"jax", "numpy", "ml_collections"}, {"train", "tasks", "errors"}),
     "__init__.py": (set(), {"train", "inference", "errors"}),
 }

@@ -9,7 +9,7 @@ import pytest
 
 from benchmarks import common
 from benchmarks.sequence_length import growth_share
-from experiments.report import host_description, usable_cores
+from experiments.record_store import host_description, usable_cores
 
 
 def test_growth_share_is_the_time_above_the_shortest_length():

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from benchmarks import measure
-from experiments import report
+from experiments import record_store
 from transformer.nn import EncoderDecoder, ModelConfig
 
 
@@ -113,8 +113,8 @@ def test_measured_peak_is_the_best_of_sizes_and_repeats(monkeypatch):
 
 
 def test_cpu_vector_description_names_what_the_peak_is_computed_from():
-  assert report.cpu_vector_description({"flags": "avx2 fma", "max MHz": "2450"}) == " (AVX2, FMA, 2.45 GHz)"
-  assert report.cpu_vector_description({}) == ""
+  assert record_store.cpu_vector_description({"flags": "avx2 fma", "max MHz": "2450"}) == " (AVX2, FMA, 2.45 GHz)"
+  assert record_store.cpu_vector_description({}) == ""
 
 
 def test_cpu_theoretical_peak_from_cpuinfo():

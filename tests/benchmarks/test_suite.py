@@ -6,7 +6,7 @@ import sys
 import pytest
 
 from benchmarks import common, suite
-from experiments import report
+from experiments import record_store
 
 
 def _committed_page():
@@ -71,7 +71,7 @@ def test_suite_smoke_writes_its_own_folder_and_leaves_the_committed_page(tmp_pat
   before = _committed_page()
   """What CI runs: every part at --smoke size, each in its own process (time_to_bleu only with --data_dir)."""
   result = subprocess.run([sys.executable, "-m", "benchmarks.suite", "--smoke", f"--output_dir={tmp_path}"],
-                          cwd=report.REPO, capture_output=True, text=True, timeout=600)
+                          cwd=record_store.REPO, capture_output=True, text=True, timeout=600)
   assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
   page = (tmp_path / "RESULTS.md").read_text()
   for section in ("suite", "attention", "train_step", "step_profile", "decoding"):
@@ -109,7 +109,7 @@ def test_time_to_bleu_without_data_is_one_line(tmp_path, monkeypatch):
 # ---------------------------------------------------------------------------------------- where it writes
 
 def test_a_full_run_writes_a_new_folder_not_the_committed_page(tmp_path, monkeypatch):
-  monkeypatch.setattr(report, "REPO", str(tmp_path))  # the library's, which places runs/
+  monkeypatch.setattr(record_store, "REPO", str(tmp_path))  # the library's, which places runs/
   args = common.parse_args("x", [])
   assert args.results_path.startswith(str(tmp_path / "runs" / "benchmarks-"))
   assert args.results_path != common.RESULTS_PATH

@@ -11,7 +11,7 @@ import pytest
 
 from experiments import beijing_pm25_results as results
 from tests.tasks.test_forecasting import INPUT_LENGTH, numpy_metrics, small_config
-from experiments import report
+from experiments import record_store
 from transformer import load
 from transformer.train import run
 
@@ -141,7 +141,7 @@ def test_a_committed_row_is_only_replaced_by_a_run_at_least_as_long(page, monkey
     assert f"row '{name}' records a run of 600 training steps, the new one trained 6" in str(exited.value)
     assert "--force" in str(exited.value)
     assert (output / "RESULTS.md").read_bytes() == page_before
-    assert report.RecordStore(str(output))[name]["steps"] == 600
+    assert record_store.RecordStore(str(output))[name]["steps"] == 600
   finally:
     (output / "records.json").write_text(json.dumps(records))
 
@@ -155,7 +155,7 @@ def test_the_test_year_ranking_is_only_a_robustness_check_from_24_hours(monkeypa
   def paired_comparison(data, metrics, first, second):  # its numbers are not what this test is about
     compared.append((first, second))
     return [{"horizon": h, "first": 0.0, "second": 0.0, "difference": d, "low": d - 1, "high": d + 1,
-             "better": "gru" if d > 1 else None, "welch": None, "ensemble": [d, d - 1, d + 1]}
+             "better": "gru" if d > 1 else None, "welch": "-", "ensemble": [d, d - 1, d + 1]}
             for h, d in zip(data["horizons"], (20.0, 1.0, 3.0))]
   monkeypatch.setattr(results, "paired_comparison", paired_comparison)
   section = results.comparison_section(data, metrics, "patchtst", "gru")

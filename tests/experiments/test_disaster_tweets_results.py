@@ -8,7 +8,7 @@ import shutil
 import numpy as np
 import pytest
 
-from experiments import disaster_tweets, disaster_tweets_results as results, report
+from experiments import disaster_tweets, disaster_tweets_results as results, record_store
 from transformer.errors import ConfigError
 from transformer.train.config import validate_config
 from transformer.train.run_format import write_format
@@ -82,7 +82,7 @@ def fake_run(root, variant: str, steps: int, monkeypatch) -> None:
 
 
 def test_a_committed_row_is_replaced_only_by_a_run_at_least_as_long(tmp_path, committed, monkeypatch):
-  recorded = report.RecordStore(str(committed))["minilm_finetune"]["steps"]
+  recorded = record_store.RecordStore(str(committed))["minilm_finetune"]["steps"]
   fake_run(tmp_path / "runs", "minilm_finetune", recorded - 1, monkeypatch)
   before = (committed / "RESULTS.md").read_bytes()
   with pytest.raises(SystemExit) as exited:

@@ -5,7 +5,7 @@ import shutil
 
 import pytest
 
-from experiments import language_model_results, report
+from experiments import language_model_results, record_store
 from tests.data.data_fixtures import write_multi30k
 from tests.tasks.test_language_model import SIZES, tiny_config
 from transformer.train import run
@@ -18,7 +18,7 @@ def test_page_from_a_tiny_run_and_again_from_its_records(tmp_path):
   output = tmp_path / "page"
   text = language_model_results.main([f"--workdir_root={tmp_path / 'runs'}", f"--output_dir={output}"])
   assert sorted(os.listdir(output)) == ["RESULTS.md", "curves.png", "records.json"]
-  record = report.RecordStore(str(output))["small"]
+  record = record_store.RecordStore(str(output))["small"]
   assert record["steps"] == 20 and record["values"]["best_perplexity"] > 1.0
   assert f"| small | 20 | {record['values']['best_perplexity']:.2f} |" in text
   # The tiny run differs from the small variant by flags, which the command carries; paths are made portable.
@@ -31,8 +31,8 @@ def test_page_from_a_tiny_run_and_again_from_its_records(tmp_path):
 
 def test_the_committed_page_is_rewritten_from_its_records_alone(tmp_path, monkeypatch):
   copy = tmp_path / "committed" / "language_model"
-  shutil.copytree(os.path.join(report.COMMITTED, "language_model"), copy)
-  monkeypatch.setattr(report, "COMMITTED", str(copy.parent))
+  shutil.copytree(os.path.join(record_store.COMMITTED, "language_model"), copy)
+  monkeypatch.setattr(record_store, "COMMITTED", str(copy.parent))
   monkeypatch.setattr(language_model_results, "collect", lambda *args: pytest.fail("--from_records reads no run"))
   before = (copy / "RESULTS.md").read_text()
   assert language_model_results.main(["--from_records", "--update_committed"]) == before

@@ -56,7 +56,7 @@ def test_multi30k_tiny_trains_evaluates_predicts_and_translates_with_a_clean_log
   assert "\x1b" not in log and "\r" not in log  # TFDS's progress bars are off when stderr is a file
   assert f"config: {tmp_path / 'run' / 'config.json'}" in log and "num_train_steps" not in log
   assert "compiling the train step for batch shape 1/" in log and "Unable to initialize backend" not in log
-  assert "done: step 40 of 40" in log and f"python {REPO / 'experiments' / 'plot.py'} {tmp_path / 'run'}" in log
+  assert "done: step 40 of 40" in log and f"python -m transformer.plot {tmp_path / 'run'}" in log
 
   evaluated = _launch(*config, "--mode=eval", env=env)
   assert evaluated.returncode == 0, evaluated.stderr[-3000:]

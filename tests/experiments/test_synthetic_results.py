@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from experiments import report, synthetic_results
+from experiments import launching, record_store, synthetic_results
 
 
 def records(steps: int) -> list[dict]:
@@ -21,8 +21,8 @@ def records(steps: int) -> list[dict]:
 def committed(tmp_path, monkeypatch):
   """A copy of the committed experiments/synthetic/ page, standing in for it (tests never write the real one)."""
   copy = tmp_path / "committed" / "synthetic"
-  shutil.copytree(os.path.join(report.COMMITTED, "synthetic"), copy)
-  monkeypatch.setattr(report, "COMMITTED", str(copy.parent))
+  shutil.copytree(os.path.join(record_store.COMMITTED, "synthetic"), copy)
+  monkeypatch.setattr(record_store, "COMMITTED", str(copy.parent))
   return copy
 
 
@@ -31,26 +31,26 @@ def file_bytes(folder) -> dict:
 
 
 def recorded_steps(folder) -> dict[str, int]:
-  return {name: record["steps"] for name, record in report.RecordStore(str(folder)).items()}
+  return {name: record["steps"] for name, record in record_store.RecordStore(str(folder)).items()}
 
 
 def train_fake_runs(monkeypatch, steps: int) -> None:
-  """report.launch writes a finished run's metrics instead of training."""
+  """launching.launch writes a finished run's metrics instead of training."""
   def launch(config, workdir):
     os.makedirs(workdir, exist_ok=True)
     with open(os.path.join(workdir, "metrics.jsonl"), "w") as f:
       f.writelines(json.dumps(record) + "\n" for record in records(steps))
     return ["python", "launch.py", f"--config={config}", f"--workdir={workdir}"]
-  monkeypatch.setattr(report, "launch", launch)
+  monkeypatch.setattr(launching, "launch", launch)
 
 
 def test_the_page_goes_to_the_workdir_root_by_default(tmp_path, monkeypatch, committed, capsys):
   before = file_bytes(committed)
-  repository_before = file_bytes(os.path.join(report.REPO, "experiments", "synthetic"))
+  repository_before = file_bytes(os.path.join(record_store.REPO, "experiments", "synthetic"))
   train_fake_runs(monkeypatch, steps=300)
   text = synthetic_results.main([f"--workdir_root={tmp_path / 'runs'}"])
   assert file_bytes(committed) == before
-  assert file_bytes(os.path.join(report.REPO, "experiments", "synthetic")) == repository_before
+  assert file_bytes(os.path.join(record_store.REPO, "experiments", "synthetic")) == repository_before
   output = tmp_path / "runs" / "results"
   assert f"{output}/RESULTS.md" in capsys.readouterr().out
   assert recorded_steps(output) == {"copy": 300, "reverse": 300, "sort": 300}
@@ -83,7 +83,7 @@ def test_the_committed_page_is_rewritten_from_its_records_alone(tmp_path, commit
   """--from_records trains nothing (no workdir exists) and gives the committed page byte for byte: its rows,
   commands and machine stamp all come from records.json; curves.png is left as it is. The page is deleted first,
   so only a page written again from the records can match."""
-  monkeypatch.setattr(report, "launch", lambda *args: pytest.fail("--from_records must train nothing"))
+  monkeypatch.setattr(launching, "launch", lambda *args: pytest.fail("--from_records must train nothing"))
   before = file_bytes(committed)
   (committed / "RESULTS.md").unlink()
   synthetic_results.main(["--from_records", "--update_committed", f"--workdir_root={tmp_path / 'none'}"])
@@ -99,7 +99,7 @@ def test_force_alone_and_both_destinations_are_refused(tmp_path, committed):
 
 def test_from_records_without_the_records_file_refuses_and_keeps_the_committed_page(tmp_path, committed, monkeypatch):
   """Issue 57: ``--from_records --update_committed`` with records.json gone emptied the committed table, exit 0."""
-  monkeypatch.setattr(report, "launch", lambda *args: pytest.fail("--from_records must train nothing"))
+  monkeypatch.setattr(launching, "launch", lambda *args: pytest.fail("--from_records must train nothing"))
   (committed / "records.json").unlink()
   before = file_bytes(committed)
   with pytest.raises(SystemExit) as exited:

@@ -7,7 +7,7 @@ import shlex
 
 import pytest
 
-from experiments import report, translation_results
+from experiments import launching, record_store, translation_results, translation_scores
 from transformer.train.config import model_section
 from transformer.train.convert_run import upgrade_config
 
@@ -33,16 +33,16 @@ def summary(validation_bleu, test_bleu, **settings):
 
 def write_results(output, new_runs, new_validation_runs=None, replace_only_longer=False):
   """One invocation's collect and render (as main's, without workdirs): returns the page."""
-  store = report.RecordStore(str(output), force=not replace_only_longer)
-  translation_results.add_runs("multi30k", store, str(output), new_runs, new_validation_runs or {})
+  store = record_store.RecordStore(str(output), force=not replace_only_longer)
+  translation_scores.add_runs("multi30k", store, str(output), new_runs, new_validation_runs or {})
   text = translation_results.render_page("multi30k", store, str(output))
   store.save()
-  return report.write_page(str(output), text)
+  return record_store.write_text(str(output), text)
 
 
 def stored(output) -> dict:
   """Row name -> record of the page's records.json."""
-  return dict(report.RecordStore(str(output)).items())
+  return dict(record_store.RecordStore(str(output)).items())
 
 
 def read_markdown_table(text: str, first_column: str) -> list[dict[str, str]]:
@@ -149,12 +149,12 @@ def test_checkpoint_average_is_reported_only_when_better_on_validation(tmp_path,
       "averaged": ({"step": 400, "averaged_steps": [300, 400], "eval/bleu": averaged_validation,
                     "test_2016_flickr/bleu": 34.0, "test_2016_flickr/bleu_lowercase": 35.0,
                     "test_2016_flickr/bleu_signature": "s"}, directories["averaged"])}
-  monkeypatch.setattr(translation_results, "evaluate",
+  monkeypatch.setattr(translation_scores, "evaluate",
                       lambda args, variant, workdir, average=0: results["averaged" if average else "best"])
-  monkeypatch.setattr(translation_results, "training_pairs", lambda args, config: 29000)
-  monkeypatch.setattr(translation_results, "test_references", lambda args, config: ["Ein Hund ."])
-  row, output_dir = translation_results.summarize(translation_results.parse_args(["--average_checkpoints=2"]),
-                                                  "transformer_small", str(workdir))
+  monkeypatch.setattr(translation_scores, "training_pairs", lambda args, config: 29000)
+  monkeypatch.setattr(translation_scores, "test_references", lambda args, config: ["Ein Hund ."])
+  row, output_dir = translation_scores.summarize(translation_results.parse_args(["--average_checkpoints=2"]),
+                                                 "transformer_small", str(workdir))
   assert output_dir == directories[chosen]
   assert row["validation_bleu_by_checkpoint"] == {"best checkpoint": 32.0, "mean of the last 2": averaged_validation}
   cells = " | ".join(translation_results.row("transformer_small", {**row, "command": "cmd"}))
@@ -174,11 +174,11 @@ def test_the_row_reports_the_length_penalty_chosen_on_validation(tmp_path, monke
              "test_2016_flickr/length_penalty": 1.5, "test_2016_flickr/bleu": 35.0,
              "test_2016_flickr/bleu_lowercase": 36.0, "test_2016_flickr/bleu_signature": "s"}
   output_dir = run_dir(tmp_path, "output", "Ein Hund .\n")
-  monkeypatch.setattr(translation_results, "evaluate",
+  monkeypatch.setattr(translation_scores, "evaluate",
                       lambda args, variant, workdir, average=0: (results, output_dir))
-  monkeypatch.setattr(translation_results, "training_pairs", lambda args, config: 29000)
-  monkeypatch.setattr(translation_results, "test_references", lambda args, config: ["Ein Hund ."])
-  row, _ = translation_results.summarize(translation_results.parse_args([]), "gru_bahdanau", str(workdir))
+  monkeypatch.setattr(translation_scores, "training_pairs", lambda args, config: 29000)
+  monkeypatch.setattr(translation_scores, "test_references", lambda args, config: ["Ein Hund ."])
+  row, _ = translation_scores.summarize(translation_results.parse_args([]), "gru_bahdanau", str(workdir))
   assert row["validation_bleu"] == 32.0  # the BLEU of the alpha the test was decoded with
   cells = translation_results.row("gru_bahdanau", {**row, "command": "cmd"})
   assert "beam 5, alpha 1.5 (on validation: 0.6: 30.00, 1.5: 32.00)" in cells
@@ -209,7 +209,7 @@ def test_the_command_of_a_run_reproduces_its_config(tmp_path):
   config.model.dropout_rate = 0.25
   config.task.source_dir = str(tmp_path)  # where the data lives is not a training setting
   run_config = json.loads(config.to_json_best_effort())
-  overrides = translation_results.config_overrides("multi30k", "gru_bahdanau", run_config)
+  overrides = translation_scores.config_overrides("multi30k", "gru_bahdanau", run_config)
   assert overrides == ["--config.model.dropout_rate=0.25", "--config.num_train_steps=1000",
                        "--config.task.length_penalty_candidates=(1.0,2.0)", "--config.task.pair=en-fr"]
 
@@ -220,7 +220,7 @@ def test_the_command_of_a_run_reproduces_its_config(tmp_path):
 
 def _launch_config(argv: list[str]) -> dict:
   """The config ``launch.py ARGV`` trains (its config file, variant and --config.* overrides)."""
-  return json.loads(report.launch_config(argv[1:]).to_json_best_effort())
+  return json.loads(launching.launch_config(argv[1:]).to_json_best_effort())
 
 
 def test_row_commands_follow_the_variant_defaults_of_the_day_the_page_is_written(tmp_path, monkeypatch):
@@ -267,9 +267,9 @@ def test_bleu_by_reference_length_groups_the_test_sentences(tmp_path, monkeypatc
   long = " ".join(["ein Mann in einem roten Hemd steht neben einem Auto und spricht mit einer Frau ."] * 2)
   references = short + [long]
   output_dir = run_dir(tmp_path, "output", "\n".join(short + ["ein Mann"]) + "\n")
-  monkeypatch.setattr(translation_results, "test_references", lambda args, config: references)
-  by_length = translation_results.test_bleu_by_reference_length(translation_results.parse_args([]), {"task": {}},
-                                                                output_dir)
+  monkeypatch.setattr(translation_scores, "test_references", lambda args, config: references)
+  by_length = translation_scores.test_bleu_by_reference_length(translation_results.parse_args([]), {"task": {}},
+                                                               output_dir)
   assert list(by_length) == ["0-9", "20-39"]
   assert [group["sentences"] for group in by_length.values()] == [3, 1]
   assert by_length["0-9"]["bleu"] == pytest.approx(100.0) and by_length["0-9"]["length_ratio"] == 1.0
@@ -300,9 +300,9 @@ def test_validation_only_runs_are_listed_beside_the_scored_ones_and_never_replac
              {"step": 200, "train/nll": 2.0, "wall_seconds": 72.0},
              {"step": 200, "eval/nll": 2.25, "eval/bleu": 40.0}]  # higher than the scored row: still not committed
   (workdir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
-  monkeypatch.setattr(translation_results, "training_pairs", lambda args, config: 29000)
+  monkeypatch.setattr(translation_scores, "training_pairs", lambda args, config: 29000)
   args = translation_results.parse_args([])
-  lost = translation_results.validation_summary(args, "transformer_small", str(workdir))
+  lost = translation_scores.validation_summary(args, "transformer_small", str(workdir))
   text = write_results(output, {}, {"more dropout": lost})
 
   assert (output / HYPOTHESIS).read_text() == "a\n"
@@ -324,13 +324,13 @@ def test_validation_only_runs_are_listed_beside_the_scored_ones_and_never_replac
 
   (workdir / "metrics.jsonl").write_text(json.dumps(records[0]) + "\n")  # stopped before its first evaluation
   with pytest.raises(translation_results.UserError, match="no eval/bleu"):
-    translation_results.validation_summary(args, "transformer_small", str(workdir))
+    translation_scores.validation_summary(args, "transformer_small", str(workdir))
 
 
 def _flat_settings(config: dict) -> dict:
   """A config's flattened fields less those that say where data lives or how a command ran."""
-  return {key: value for key, value in report.flatten_config(config).items()
-          if key not in translation_results.NOT_TRAINING_SETTINGS}
+  return {key: value for key, value in launching.flatten_config(config).items()
+          if key not in translation_scores.NOT_TRAINING_SETTINGS}
 
 
 def test_an_old_shaped_run_config_gets_model_overrides_that_rebuild_it():
@@ -342,14 +342,14 @@ def test_an_old_shaped_run_config_gets_model_overrides_that_rebuild_it():
   old_shape = {key: value for key, value in new_shape.items() if key not in ("model_name", "model")}
   old_shape.update(architecture="rnn", rnn={**new_shape["model"], "hidden_dim": 256, "cell": "lstm"},
                    model={**transformer_section, "num_classes": 2, "pooling": "mean"})
-  overrides = translation_results.config_overrides("multi30k", "gru_bahdanau", old_shape)
+  overrides = translation_scores.config_overrides("multi30k", "gru_bahdanau", old_shape)
   assert overrides == ["--config.model.cell=lstm", "--config.model.hidden_dim=256"]
   command = ("python launch.py --config=experiments/multi30k.py:gru_bahdanau --workdir=WORKDIR "
              "--config.task.source_dir=../data " + " ".join(overrides))
   parsed = _launch_config(shlex.split(command)[1:])
   assert _flat_settings(parsed) == _flat_settings(upgrade_config(old_shape))
   with pytest.raises(ValueError, match="trained model_name='rnn', but .*transformer_small builds 'transformer'"):
-    translation_results.config_overrides("multi30k", "transformer_small", old_shape)
+    translation_scores.config_overrides("multi30k", "transformer_small", old_shape)
 
 
 @pytest.mark.parametrize("experiment", translation_results.EXPERIMENTS)
@@ -357,12 +357,12 @@ def test_every_committed_row_command_reproduces_its_recorded_settings(experiment
   """Each row of the committed records.json: its command, parsed as launch.py parses it (config file,
   variant, --config.* overrides) with today's experiment configs, gives the run's saved config.json (migrated
   to today's shape) in every field the run recorded and today's configs still have."""
-  store = report.RecordStore(os.path.join(report.COMMITTED, experiment))
+  store = record_store.RecordStore(os.path.join(record_store.COMMITTED, experiment))
   assert len(store)
   for name, record in store.items():
     parsed = _flat_settings(_launch_config(shlex.split(record["command"])[1:]))
     recorded = {key: value for key, value in _flat_settings(upgrade_config(record["values"]["config"])).items()
-                if key not in translation_results.NOT_TRAINING_SETTINGS}
+                if key not in translation_scores.NOT_TRAINING_SETTINGS}
     assert recorded.keys() <= parsed.keys(), (name, sorted(recorded.keys() - parsed.keys()))
     assert {key: parsed[key] for key in recorded} == recorded, name
     # Model fields added after the run take their defaults (which keep the behaviour the run had).
@@ -380,7 +380,7 @@ def _committed_copy(tmp_path):
   """A copy of the committed experiments/multi30k/ page (tests never write the repository's)."""
   import shutil
   committed = tmp_path / "committed" / "multi30k"
-  shutil.copytree(os.path.join(translation_results.report.COMMITTED, "multi30k"), committed)
+  shutil.copytree(os.path.join(record_store.COMMITTED, "multi30k"), committed)
   return committed
 
 
@@ -397,16 +397,16 @@ def test_by_default_the_page_goes_to_a_new_folder_beside_the_committed_rows(tmp_
   """main with --run alone: the committed page (here a copy, and the repository's own) keeps its bytes; the new
   folder WORKDIR/results shows the new row beside the committed ones, with the committed best row's output."""
   committed = _committed_copy(tmp_path)
-  monkeypatch.setattr(translation_results.report, "COMMITTED", str(committed.parent))
+  monkeypatch.setattr(record_store, "COMMITTED", str(committed.parent))
   before, repository_before = _file_bytes(committed), _file_bytes(
-      os.path.join(translation_results.report.REPO, "experiments", "multi30k"))
+      os.path.join(record_store.REPO, "experiments", "multi30k"))
   workdir = _fake_workdir(tmp_path, "short_run", steps=300)
   (workdir / HYPOTHESIS).write_text("kurz\n")
-  monkeypatch.setattr(translation_results, "summarize",
+  monkeypatch.setattr(translation_scores, "summarize",
                       lambda args, variant, workdir: (summary(9.86, 9.5), workdir))
   translation_results.main(["--experiment=multi30k", f"--run=transformer_small:{workdir}"])
   assert _file_bytes(committed) == before
-  assert _file_bytes(os.path.join(translation_results.report.REPO, "experiments", "multi30k")) == repository_before
+  assert _file_bytes(os.path.join(record_store.REPO, "experiments", "multi30k")) == repository_before
   output = workdir / "results"
   assert str(output) in capsys.readouterr().out
   rows, committed_rows = stored(output), stored(committed)
@@ -437,8 +437,8 @@ def test_a_committed_row_is_replaced_only_by_a_run_at_least_as_long(tmp_path, mo
   assert _file_bytes(committed) == before  # refused before anything is written
 
   # Through main: refused before the run is decoded, as one line and exit status 1.
-  monkeypatch.setattr(translation_results.report, "COMMITTED", str(committed.parent))
-  monkeypatch.setattr(translation_results, "summarize", lambda *args: pytest.fail("decoded a refused run"))
+  monkeypatch.setattr(record_store, "COMMITTED", str(committed.parent))
+  monkeypatch.setattr(translation_scores, "summarize", lambda *args: pytest.fail("decoded a refused run"))
   workdir = _fake_workdir(tmp_path, "short_run", steps=300)
   with pytest.raises(SystemExit) as exited:
     translation_results.main([f"--run=transformer_small:{workdir}", "--update_committed"])
@@ -465,16 +465,16 @@ def test_a_committed_row_is_replaced_only_by_a_run_at_least_as_long(tmp_path, mo
 def test_averaging_more_checkpoints_than_a_run_kept_is_refused_naming_them(tmp_path):
   for step in (100, 200, 300):
     (tmp_path / "checkpoints" / str(step)).mkdir(parents=True)
-  translation_results.check_checkpoints(str(tmp_path), 3)
+  translation_scores.check_checkpoints(str(tmp_path), 3)
   with pytest.raises(translation_results.UserError,
                      match=r"kept 3 checkpoint\(s\) \(steps 100, 200, 300\); give --average_checkpoints=3 or fewer"):
-    translation_results.check_checkpoints(str(tmp_path), 5)
+    translation_scores.check_checkpoints(str(tmp_path), 5)
 
 
 @pytest.mark.slow
 def test_a_failing_launch_is_one_more_line_not_a_traceback(tmp_path):
   with pytest.raises(translation_results.UserError, match="exited with status 1 .its error is printed above"):
-    translation_results.report.run_launch(["--config=experiments/no_such_experiment.py", f"--workdir={tmp_path}"])
+    launching.run_launch(["--config=experiments/no_such_experiment.py", f"--workdir={tmp_path}"])
 
 
 def test_rows_of_one_setting_over_seeds_are_tabled_with_their_mean_and_each_seed(tmp_path):
@@ -494,7 +494,7 @@ def test_rows_of_one_setting_over_seeds_are_tabled_with_their_mean_and_each_seed
                    "validation BLEU: mean (each seed)": "29.50 (30.00, 29.00)"}]
   assert [row["seed"] for row in read_markdown_table(text, "model")] == ["0", "1", "0"]
   # The same seed twice (a rerun) is not averaged: which rows to take would be a guess.
-  assert translation_results.seed_groups({"a": runs["transformer_small"][0],
+  assert translation_scores.seed_groups({"a": runs["transformer_small"][0],
                                           "b": {**runs["transformer_small"][0]}}) == []
 
 
@@ -521,8 +521,8 @@ def test_every_scored_row_keeps_its_test_output_and_the_page_says_where(tmp_path
 
   # A page of one's own starts with them; a committed row renamed beside a new run of its name keeps its own.
   mine = tmp_path / "mine"
-  store = report.RecordStore(str(mine), start_from=str(output))
-  translation_results.start_page("multi30k", store, str(mine), str(output), {"transformer_small"})
+  store = record_store.RecordStore(str(mine), start_from=str(output))
+  translation_scores.start_page("multi30k", store, str(mine), str(output), {"transformer_small"})
   assert (mine / "hypotheses" / "transformer_small (committed)" / HYPOTHESIS).read_text() == "erste\n"
   assert (mine / "hypotheses" / "gru_bahdanau" / HYPOTHESIS).read_text() == "schlecht\n"
   assert list(store) == ["transformer_small (committed)", "gru_bahdanau", "best"]
@@ -540,13 +540,13 @@ def test_the_committed_page_is_regenerated_from_its_records_alone(experiment, tm
   """``--from_records --update_committed`` (on a copy of the committed folder): no workdir, the same page."""
   import shutil
   committed = tmp_path / experiment
-  shutil.copytree(os.path.join(report.COMMITTED, experiment), committed)
+  shutil.copytree(os.path.join(record_store.COMMITTED, experiment), committed)
   before = (committed / "RESULTS.md").read_text()
   (committed / "RESULTS.md").unlink()  # so that only a page written again from the records can match
-  monkeypatch.setattr(report, "COMMITTED", str(tmp_path))
+  monkeypatch.setattr(record_store, "COMMITTED", str(tmp_path))
   translation_results.main([f"--experiment={experiment}", "--from_records", "--update_committed"])
   assert (committed / "RESULTS.md").read_text() == before
-  assert stored(committed) == stored(os.path.join(translation_results.report.REPO, "experiments", experiment))
+  assert stored(committed) == stored(os.path.join(record_store.REPO, "experiments", experiment))
 
 
 @pytest.mark.parametrize("best_first", [False, True])
@@ -569,7 +569,7 @@ def test_the_best_row_reported_again_beside_a_better_run_keeps_its_new_outputs(t
 def test_no_run_and_no_records_refuses_instead_of_writing_an_empty_page(tmp_path, monkeypatch):
   """Without --run the page is rewritten from records.json: with none there (nor committed) that wrote a page of
   no rows, exit 0; now one line naming the files, and no folder made."""
-  monkeypatch.setattr(report, "COMMITTED", str(tmp_path / "committed"))
+  monkeypatch.setattr(record_store, "COMMITTED", str(tmp_path / "committed"))
   output = tmp_path / "page"
   with pytest.raises(SystemExit, match=f"there is no {output / 'records.json'} nor "
                                        f"{tmp_path / 'committed' / 'multi30k' / 'records.json'}"):

@@ -4,7 +4,7 @@ import shutil
 
 import pytest
 
-from experiments import report, verify
+from experiments import record_store, verify
 
 PM25 = "experiments/beijing_pm25/RESULTS.md"
 MULTI30K = "experiments/multi30k/RESULTS.md"
@@ -14,7 +14,7 @@ def copy_pages(folder) -> str:
   """The README, every results page and the benchmarks' pages, copied into ``folder`` in the repository's layout."""
   for page in (*verify.PAGES, verify.README, verify.BENCHMARKS_README, verify.BENCHMARKS_RESULTS):
     os.makedirs(os.path.join(folder, os.path.dirname(page)), exist_ok=True)
-    shutil.copy(os.path.join(report.REPO, page), os.path.join(folder, page))
+    shutil.copy(os.path.join(record_store.REPO, page), os.path.join(folder, page))
   return str(folder)
 
 

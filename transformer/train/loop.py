@@ -17,9 +17,9 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import inspect
-import os
 import sys
 import time
+from typing import Callable, NamedTuple
 
 import jax
 import numpy as np
@@ -42,11 +42,6 @@ from transformer.train.window import MetricsWindow
 from transformer.train.workdir import check_fresh_start
 from transformer.train.run_directory import BEST, CHECKPOINTS, METRICS, PROFILE, TENSORBOARD
 from transformer.train.writers import MetricWriter, final_lines, shown_metrics, variant_tables
-
-# The end-of-run hint: the plotting script by its absolute path, so that it works from any directory.
-PLOT_SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
-                           "experiments", "plot.py")
-
 
 @dataclasses.dataclass
 class RunOutput:
@@ -95,6 +90,14 @@ def call_sizes(step: int, total: int, steps_per_call: int):
     size = steps_per_call if step % steps_per_call == 0 and step + steps_per_call <= total else 1
     step += size
     yield size
+
+
+class CompiledCalls(NamedTuple):
+  """The compiled train step: ``one_step(state, batch)``, and ``several_steps(state, stacked)`` running
+  ``steps_per_call`` steps in one call (None when that is 1)."""
+  one_step: Callable
+  several_steps: Callable | None
+  steps_per_call: int
 
 
 class Trainer:
@@ -151,64 +154,74 @@ class Trainer:
     """Train to ``config.num_train_steps`` or until a signal asks to stop; the outputs of the last step."""
     if self.step:
       self.session.say(f"resumed from step {self.step} in {self.session.workdir}")
-    self._compile()
-    try:
-      with Preemption() as preemption:
-        self._loop(self._actions(preemption))
-    except TrainingDiverged:
-      self.checkpointer.wait()  # the saves before the divergence are the run's last finite states
-      raise
-    finally:
-      self.profile.close()
+    self._open_outputs()
+    self.calls, self.evaluators = self._compile(), self._evaluators()
+    with Preemption() as preemption:
+      actions = self._actions(preemption)
+      try:
+        self._loop(actions)
+      except TrainingDiverged:
+        self.checkpointer.wait()  # the saves before the divergence are the run's last finite states
+        raise
+      finally:
+        for action in actions:  # a profiler trace still running (the loop ended by an error)
+          getattr(action, "close", lambda: None)()
     self.bar.close()
     self._finish(preemption.requested)
     return RunOutput(self.step, self.results, self.strategy.to_canonical(self.state), self.strategy.trace_count,
                      interrupted=preemption.requested)
 
-  def _compile(self) -> None:
+  def _open_outputs(self) -> None:
+    """Where the run reports: the progress bar (or a line per log), ``metrics.jsonl`` and TensorBoard."""
     run, session = self.run, self.session
     self.bar = progress_bar(run.num_train_steps, self.step, run.quiet or not session.is_main)
-    eval_model = self.task.build_model(session.model_config.replace(deterministic=True))
-    self.evaluate_state = make_evaluator(session, eval_model, write=self.bar.write)
-    self.evaluate_split = {split: _split_evaluator(session, eval_model, split)
-                           for split in _checked_evaluator_splits(self.task, run)}
-    self.profile = Profile(session.directory.path(PROFILE), run.profile_start, run.profile_steps,
-                           ready=lambda: self.state)
-    self.schedules = run_schedules(run)  # one per variant of config.sweep
-    train_step = make_train_step(
-        self.task, self.model, self.optimizer, run.grad_accum_steps, getattr(self.strategy, "axis_name", None),
-        skip_nonfinite_steps=run.skip_nonfinite_steps,
-        frozen_params=run.optimizer.frozen_params,
-        variant_schedules=self.schedules if run.replicas.sweeps_schedule else None)
-    self.train_step = self.strategy.compile_train_step(train_step)  # traced only if a call runs one step
-    self.steps_per_call = run.steps_per_call
-    if self.steps_per_call > 1:
-      self.train_steps = self.strategy.compile_train_step(train_step, self.steps_per_call)
     self.writer = MetricWriter(session.workdir, resume_step=self.step, enabled=session.is_main,
                                tensorboard=run.tensorboard)
     self.run_start = time.perf_counter()
     # Bucketed data (translation) compiles the step once per batch shape: say so, or the first minutes are silent.
     self.seen_shapes = set()
 
+  def _compile(self) -> CompiledCalls:
+    """The train step, compiled for one step per call and for ``config.steps_per_call`` (traced when first run)."""
+    run = self.run
+    self.schedules = run_schedules(run)  # one per variant of config.sweep
+    train_step = make_train_step(
+        self.task, self.model, self.optimizer, run.grad_accum_steps, getattr(self.strategy, "axis_name", None),
+        skip_nonfinite_steps=run.skip_nonfinite_steps,
+        frozen_params=run.optimizer.frozen_params,
+        variant_schedules=self.schedules if run.replicas.sweeps_schedule else None)
+    several = self.strategy.compile_train_step(train_step, run.steps_per_call) if run.steps_per_call > 1 else None
+    return CompiledCalls(self.strategy.compile_train_step(train_step), several, run.steps_per_call)
+
+  def _evaluators(self) -> dict:
+    """``name -> evaluate(state)``: ``"eval"`` (the eval split, the task's own evaluation), and a split's loss
+    metrics for each of ``config.evaluators``."""
+    session = self.session
+    eval_model = self.task.build_model(session.model_config.replace(deterministic=True))
+    evaluators = {"eval": make_evaluator(session, eval_model, write=self.bar.write)}
+    evaluators.update({split: _split_evaluator(session, eval_model, split)
+                       for split in _checked_evaluator_splits(self.task, self.run)})
+    return evaluators
+
   def _actions(self, preemption: Preemption) -> list:
     """The periodic actions, in the order they run at a tick (each reads the results of those before it)."""
-    run = self.run
+    run, session = self.run, self.session
     actions = [PreemptionCheck(preemption),
                Every("log", run.log_every, lambda tick, outputs: self.log()),
                Every("eval", run.eval_every, lambda tick, outputs: self.evaluate(tick.last), phase="evaluate")]
     actions += [Every(split, every, lambda tick, outputs, split=split: self.evaluate_on(split), phase="evaluate")
                 for split, every in run.extra_evaluators]
-    actions += [Every("checkpoint", run.checkpoint_every, lambda tick, outputs: self.save(outputs.get("eval")),
-                      phase="checkpoint", on_stop=True, after=("eval",)),
-                self.profile,
-                Every("stop", 0, lambda tick, outputs: self.stop(outputs[PREEMPT]), phase="checkpoint",
-                      at_last=False, on_stop=True)]
-    return actions
+    return actions + [
+        Every("checkpoint", run.checkpoint_every, lambda tick, outputs: self.save(outputs.get("eval")),
+              phase="checkpoint", on_stop=True, after=("eval",)),
+        Profile(session.directory.path(PROFILE), run.profile_start, run.profile_steps, ready=lambda: self.state),
+        Every("stop", 0, lambda tick, outputs: self.stop(outputs[PREEMPT]), phase="checkpoint", at_last=False,
+              on_stop=True)]
 
   def _loop(self, actions: list) -> None:
     """The compiled calls (one step each, or ``config.steps_per_call``), each followed by the actions due."""
     total = self.run.num_train_steps
-    groups = BatchGroups(self.iterator, call_sizes(self.step, total, self.steps_per_call))
+    groups = BatchGroups(self.iterator, call_sizes(self.step, total, self.calls.steps_per_call))
     self.goodput.start_loop(self.session.started)
     waiting = time.perf_counter()
     for host_batches, placed, position in prefetch_to_device(groups, self._place):
@@ -225,7 +238,7 @@ class Trainer:
   def _place(self, host_batches: list):
     """A call's batches on the device: stacked ``[steps_per_call, ...]`` for a several-step call, else a list
     (bucketed batches of different shapes, or a call of a single step)."""
-    stacked = stack_batches(host_batches) if len(host_batches) == self.steps_per_call > 1 else None
+    stacked = stack_batches(host_batches) if len(host_batches) == self.calls.steps_per_call > 1 else None
     if stacked is not None:
       return self.strategy.put_batches(stacked)
     return [self.strategy.put_batch(batch) for batch in host_batches]
@@ -236,14 +249,14 @@ class Trainer:
     compilations, start = self.strategy.trace_count, time.perf_counter()
     if not isinstance(placed, list):
       self._announce_compilation(host_batches[0], stacked=len(host_batches))
-      self.state, metrics = self.train_steps(self.state, placed)
+      self.state, metrics = self.calls.several_steps(self.state, placed)
       self.step += len(host_batches)
       tokens = sum(self.task.count_tokens(batch) for batch in host_batches)
       self.window.add(metrics, self.step, tokens, stacked=len(host_batches))
     else:
       for host_batch, batch in zip(host_batches, placed):
         self._announce_compilation(host_batch)
-        self.state, metrics = self.train_step(self.state, batch)
+        self.state, metrics = self.calls.one_step(self.state, batch)
         self.step += 1
         self.window.add(metrics, self.step, self.task.count_tokens(host_batch))
     self.bar.update(len(host_batches))
@@ -302,7 +315,7 @@ class Trainer:
       self.window.check_finite()  # never spend an evaluation on a diverged state
     if last:
       self.bar.close()  # on a terminal: the final evaluation prints below the finished bar, not inside it
-    evaluated = self.evaluate_state(self.state)
+    evaluated = self.evaluators["eval"](self.state)
     self._write_evaluation(evaluated)
     best_metric = self.run.best_metric
     if best_metric and best_metric not in evaluated:
@@ -317,7 +330,7 @@ class Trainer:
     """The loss metrics of ``split`` (an evaluator of ``config.evaluators``), written and printed."""
     if not self.run.skip_nonfinite_steps:
       self.window.check_finite()
-    evaluated = self.evaluate_split[split](self.state)
+    evaluated = self.evaluators[split](self.state)
     self._write_evaluation(evaluated)
     return evaluated
 
@@ -412,6 +425,6 @@ def _print_summary(session: Session, step: int, results: dict, goodput: str = ""
   tensorboard = directory.path(TENSORBOARD)
   if run.tensorboard:
     lines.append(f"tensorboard: {tensorboard}")
-  lines.append(f"curves: python {PLOT_SCRIPT} {directory.workdir}"
+  lines.append(f"curves: python -m transformer.plot {directory.workdir}"
                + (f"  or  tensorboard --logdir {tensorboard}" if run.tensorboard else ""))
   session.say("\n".join(lines))

@@ -1,16 +1,17 @@
-"""experiments/plot.py: a run's metrics.jsonl drawn to a PNG (a grid of panels), by module or by path from any
-directory, and clear errors for a wrong workdir or metric."""
+"""transformer/plot.py: a run's metrics.jsonl drawn to a PNG (a grid of panels), also from an installed package
+without the repository (the end-of-run hint), and clear errors for a wrong workdir or metric."""
 import json
 import os
+import shutil
 import struct
 import subprocess
 import sys
 
 import pytest
 
-from experiments import plot, report
+from transformer import plot
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _write_run(workdir, records):
@@ -29,7 +30,7 @@ def test_default_metrics_are_the_loss_and_each_eval_metric_without_seed_copies()
 
 def test_a_sweeps_variants_are_lines_of_the_same_panels(tmp_path, monkeypatch):
   drawn = {}
-  monkeypatch.setattr(report, "plot_curves",
+  monkeypatch.setattr(plot, "plot_curves",
                       lambda runs, metrics, path, title: drawn.update(runs=runs, metrics=metrics))
   _write_run(tmp_path / "sweep", [
       {"step": 10, "train/loss": 1.5, "train/loss/variant_0": 1.0, "train/loss/variant_1": 2.0,
@@ -50,7 +51,7 @@ def _png_size(path) -> tuple[int, int]:
 
 
 def test_panels_wrap_into_rows_of_at_most_four():
-  assert [report.panel_grid(count) for count in (1, 2, 4, 5, 20)] == [(1, 1), (1, 2), (1, 4), (2, 4), (5, 4)]
+  assert [plot.panel_grid(count) for count in (1, 2, 4, 5, 20)] == [(1, 1), (1, 2), (1, 4), (2, 4), (5, 4)]
 
 
 def test_many_metrics_are_drawn_as_a_grid(tmp_path):
@@ -73,18 +74,38 @@ def test_the_command_line_takes_workdirs_a_metric_list_and_an_output(tmp_path, c
   assert "the following arguments are required: WORKDIR" in capsys.readouterr().err
 
 
+INSTALLED_RUN = """
+from transformer.train import base_config, run
+config = base_config("transformer")
+config.task.name = "synthetic"
+config.model.update(d_model=16, num_heads=2, d_ff=32, num_encoder_layers=1, num_decoder_layers=1)
+config.update(batch_size=8, num_train_steps=4, log_every=2, eval_every=4, checkpoint_every=4, quiet=True,
+              tensorboard=False)
+run(config, "run")
+"""
+
+
 @pytest.mark.slow
-def test_the_command_by_its_path_writes_a_png_beside_the_metrics_from_any_directory(tmp_path):
-  """The end-of-run hint's form: ``python <repo>/experiments/plot.py WORKDIR``, run from outside the repository."""
-  workdir = str(tmp_path / "run")
-  _write_run(workdir, RECORDS)
-  result = subprocess.run([sys.executable, os.path.join(REPO, "experiments", "plot.py"), workdir], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=120)
-  assert result.returncode == 0, result.stderr
-  path = os.path.join(workdir, "curves.png")
-  with open(path, "rb") as f:
+def test_a_training_and_its_curves_hint_work_with_the_package_alone(tmp_path):
+  """As after a non-editable install: only ``transformer/`` on the path, run from elsewhere; the end-of-run hint
+  names a command that works there (it once named ``<repo>/experiments/plot.py``)."""
+  site = tmp_path / "site-packages"
+  shutil.copytree(os.path.join(REPO, "transformer"), site / "transformer",
+                  ignore=shutil.ignore_patterns("__pycache__"))
+  work = tmp_path / "work"
+  work.mkdir()
+  env = {**os.environ, "PYTHONPATH": str(site), "PYTHONSAFEPATH": "1"}
+  trained = subprocess.run([sys.executable, "-c", INSTALLED_RUN], cwd=work, env=env, capture_output=True,
+                           text=True, timeout=300)
+  assert trained.returncode == 0, trained.stderr
+  hint = next(line for line in trained.stdout.splitlines() if line.startswith("curves: "))
+  command = hint[len("curves: "):].split("  or  ")[0].split()
+  assert command[0] == "python" and "experiments" not in hint
+  drawn = subprocess.run([sys.executable, *command[1:]], cwd=work, env=env, capture_output=True, text=True,
+                         timeout=120)
+  assert drawn.returncode == 0, drawn.stderr
+  with open(work / "run" / "curves.png", "rb") as f:
     assert f.read(8) == b"\x89PNG\r\n\x1a\n"
-  assert f"wrote {path}" in result.stdout
 
 
 def test_a_missing_run_or_metric_is_one_clear_line(tmp_path):

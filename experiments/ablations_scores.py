@@ -1,0 +1,184 @@
+"""The ablation grid's numbers: a cell's final per-seed metrics, divergence and training loss from its run (and,
+for the scaling ablation, the attention statistics of its trained models), as its record keeps them and as the
+page reads them back; ``gather`` records every cell of the grid (``launching.run_grid``).
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+import numpy as np
+
+from experiments import launching, record_store
+from experiments.ablations import common
+from experiments.launching import Cell, config_disagreement, find_record
+from transformer.errors import UserError
+from transformer.train.run_directory import MetricsLog, read_metrics
+from transformer.train.workdir import recorded_tokenizers
+
+# Per task, the table's metrics as (name, heading, digits); the first is the one variants are compared on and
+# plotted: exact match of greedy decoding on the synthetic task, BLEU of beam search on Multi30k validation.
+_SECONDARY = (("eval/token_accuracy", "token accuracy", 3), ("eval/nll", "NLL (nats/token)", 3))
+METRICS = {"synthetic": (("eval/exact_match", "exact match", 3), *_SECONDARY),
+           "multi30k": (("eval/bleu", "BLEU", 2), *_SECONDARY)}
+
+
+@dataclasses.dataclass
+class CellResult:
+  """A finished cell's numbers, as its record keeps them (``record_values``) and the page shows them."""
+  cell: Cell
+  per_seed: dict[str, np.ndarray]  # metric -> [seeds]
+  diverged: int
+  wall_seconds: float
+  steps: int
+  train_loss: list  # [[step, [training loss per seed]]]
+  hardware: str = ""  # where the cell ran: this machine unless a record of the same run says elsewhere
+  tokenizers: str = ""  # fingerprint(s) of the run's SentencePiece model(s); "" for runs that did not keep them
+  command: str = ""  # the command of its run, as the page shows it
+  attention: dict = dataclasses.field(default_factory=dict)  # replica -> ``attention_statistics``, if measured
+
+
+def seed_values(record: dict, name: str, cell: Cell) -> np.ndarray:
+  """``name`` per seed of ``cell``: ``<name>/seed_<i>`` of the cell's replicas (a sweep's run holds those of
+  every variant), or ``name`` itself in the run of a single replica."""
+  if cell.num_seeds == 1 and not cell.sweep:
+    return np.array([record.get(name, np.nan)], np.float64)
+  return np.array([record.get(f"{name}/seed_{cell.replica_offset + i}", np.nan) for i in range(cell.num_seeds)],
+                  np.float64)
+
+
+def cell_result(cell: Cell, records: list[dict], hardware: str = "") -> CellResult:
+  """The cell's final per-seed metrics, training loss and divergence count from its run's metric ``records``;
+  ``hardware``: where it ran (default: here)."""
+  final = MetricsLog(tuple(records)).evaluation_at(cell.num_train_steps)
+  if final is None:
+    raise UserError(f"{cell.workdir} has no evaluation at step {cell.num_train_steps}: its run has not "
+                    "finished; rerun the script to resume it")
+  per_seed = {name: seed_values(final, name, cell) for name, _, _ in METRICS[cell.task] if name in final}
+  train = [r for r in records if "train/loss" in r]
+  losses = np.array([seed_values(r, "train/loss", cell) for r in train])
+  skipped = sum((seed_values(r, "train/skipped_steps", cell) for r in train if "train/skipped_steps" in r),
+                np.zeros(cell.num_seeds))
+  diverged = ~np.isfinite(losses).all(axis=0) | above_the_line(losses, cell.task) | (skipped > 0)
+  return CellResult(cell, per_seed, int(diverged.sum()), final["wall_seconds"], final["step"],
+                    [[r["step"], loss.tolist()] for r, loss in zip(train, losses)],
+                    hardware or record_store.hardware(),
+                    ", ".join(sorted(set(recorded_tokenizers(cell.workdir).values()))))
+
+
+def above_the_line(losses: np.ndarray, task: str) -> np.ndarray:
+  """``[seeds]``: whether each seed's training losses (``[logs, seeds]``) stayed finite and ended above the task's
+  divergence line (``common.DIVERGED_LOSS``), which counts it as diverged."""
+  return np.isfinite(losses).all(axis=0) & (losses[-1] > common.DIVERGED_LOSS[task])
+
+
+def record_values(result: CellResult) -> dict:
+  """What a cell's record keeps beside its steps, command and hardware: enough to write its rows, plot and
+  comparisons again, and its config, which a record must agree with to stand in for a run (``find_record``)."""
+  cell = result.cell
+  values = {"run": cell.run, "replica_offset": cell.replica_offset, "num_seeds": cell.num_seeds,
+            "per_seed": {name: values.tolist() for name, values in result.per_seed.items()},
+            "diverged": result.diverged, "wall_seconds": result.wall_seconds, "tokenizers": result.tokenizers,
+            "train_loss": result.train_loss, "config": cell.flat_config}
+  if result.attention:
+    values["attention"] = {str(replica): statistics for replica, statistics in result.attention.items()}
+  return values
+
+
+def recorded_result(cell: Cell, record: dict) -> CellResult:
+  """The ``CellResult`` of a cell's record (``RecordStore``), as ``cell``'s."""
+  values = record["values"]
+  attention = {int(replica): statistics for replica, statistics in values.get("attention", {}).items()}
+  return CellResult(cell, {name: np.asarray(per_seed, np.float64) for name, per_seed in values["per_seed"].items()},
+                    values["diverged"], values["wall_seconds"], record["steps"], values["train_loss"],
+                    record["machine"], values.get("tokenizers", ""), record.get("command", ""), attention)
+
+
+def gather(cells: list[Cell], store: record_store.RecordStore,
+           train: Callable[[str, str, tuple], object] | None = launching.launch, launch_flags: tuple[str, ...] = (),
+           ignore_recorded: bool = False, hardware: str = "") -> None:
+  """``launching.run_grid``: train what is left of the grid and record every cell in ``store``, a finished run's
+  record from ``run_result`` (``hardware``: where the finished runs trained, default this machine, unless a record
+  of the same run says elsewhere)."""
+  def record(cell: Cell) -> tuple[int, str, dict]:
+    result = run_result(cell, store, hardware)
+    return result.steps, result.hardware, record_values(result)
+  launching.run_grid(cells, store, record, train, launch_flags, ignore_recorded)
+
+
+def run_result(cell: Cell, store: record_store.RecordStore, hardware: str) -> CellResult:
+  """The ``CellResult`` of the cell's finished run, with its hardware and tokenizers from the record of the same
+  run in ``store`` where it has one, and the attention statistics of the scaling ablation's models."""
+  result = cell_result(cell, read_metrics(cell.workdir), hardware)
+  same_run = find_record(cell, store)
+  if same_run and same_run["values"]["wall_seconds"] == result.wall_seconds:  # recorded from this run
+    result.hardware = same_run["machine"]
+    result.tokenizers = result.tokenizers or same_run["values"].get("tokenizers", "")
+  if cell.ablation == "scaling":
+    result.attention = {replica: attention_statistics(cell.workdir, cell.replica_offset + replica)
+                        for replica in range(cell.num_seeds)}
+  return result
+
+
+def recorded_results(cells: list[Cell], store: record_store.RecordStore):
+  """What the page shows of ``cells``: ``(results, unfinished)``, ablation -> the ``CellResult``s of the records
+  in ``store`` whose config agrees with the cell's, in variant order (an ablation whose reference has no record
+  is left out), and the cells without one."""
+  results, unfinished = {}, []
+  for cell in cells:
+    record = find_record(cell, store)
+    if record is None:
+      unfinished.append(cell.name)
+    else:
+      results.setdefault(cell.ablation, []).append(recorded_result(cell, record))
+  references = {cell.ablation: cell.name for cell in reversed(cells)}  # each ablation's first cell
+  results = {name: rows for name, rows in results.items() if rows[0].cell.name == references[name]}
+  return results, tuple(dict.fromkeys(unfinished))
+
+
+def closest_to_base(cells: list[CellResult], results: dict[str, list[CellResult]], task: str):
+  """``(base, base_results, closest, fields)`` for a table (``cells``, the first its reference) whose reference
+  is not the model the other tables start from (``common.<task>_base``): the base's flat config, the page's
+  ``results`` of that run, the table's cell differing from it in the fewest fields, and those fields. None when
+  the reference is the base, or no table on the page holds it."""
+  base = launching.flatten_config(common.multi30k_base() if task == "multi30k" else common.synthetic_base())
+  differences = {result.cell.name: config_disagreement(result.cell.flat_config, base) for result in cells}
+  base_results = [result for rows in results.values() for result in rows
+                  if not config_disagreement(result.cell.flat_config, base)]
+  if not differences[cells[0].cell.name] or not base_results:
+    return None
+  closest = min(cells, key=lambda result: len(differences[result.cell.name]))
+  return base, base_results, closest, differences[closest.cell.name]
+
+
+def first_pairs(batches, count: int, pad: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
+  """The split's first ``count`` (source, target) pairs, padding removed, from its evaluation ``batches``: in
+  the order of ``batch["index"]`` where batches have one (token batches group sentences by length and end in
+  filler rows, index -1), else in batch order; rows of padding only are skipped."""
+  pairs = []  # (position in the split, source, target)
+  for batch in batches:
+    rows = np.asarray(batch["source"]), np.asarray(batch["target"])
+    indices = np.asarray(batch["index"]) if "index" in batch else len(pairs) + np.arange(len(rows[0]))
+    pairs.extend((index, source[source != pad], target[target != pad])
+                 for index, source, target in zip(indices, *rows) if index >= 0 and np.any(source != pad))
+  pairs = sorted(pairs, key=lambda pair: pair[0])[:count]
+  return [pair[1] for pair in pairs], [pair[2] for pair in pairs]
+
+
+def attention_statistics(workdir: str, replica: int, count: int = 64) -> dict[str, tuple[float, float, float]]:
+  """Mean row entropy, the mean entropy of uniform rows of the same lengths, and the share of rows with a
+  weight above 0.9, per attention kind (encoder_self, decoder_self, cross), of replica ``replica``'s final
+  parameters on ``count`` validation pairs (teacher-forced), through ``transformer.load``."""
+  import transformer
+  model = transformer.load(workdir, checkpoint="latest", replica=replica)
+  pad = model.model_config.pad_id if hasattr(model, "model_config") else 0
+  sources, targets = first_pairs(model.task.eval_batches(count), count, pad)
+  rows = {}  # kind -> [(entropy, uniform entropy, saturated) per row of one map]
+  for maps in model.attention_weights(sources, targets):
+    for (kind, _), weights in maps.items():  # [heads, q_length, kv_length]
+      entropy = -np.sum(np.where(weights > 0, weights * np.log(np.maximum(weights, 1e-30)), 0.0), axis=-1)
+      queries, keys = weights.shape[1:]  # a decoder query sees the keys up to its own position
+      valid_keys = np.arange(1, queries + 1) if kind == "decoder_self" else np.full(queries, keys)
+      uniform = np.broadcast_to(np.log(valid_keys), entropy.shape)
+      rows.setdefault(kind, []).append((entropy.ravel(), uniform.ravel(), (weights.max(axis=-1) > 0.9).ravel()))
+  return {kind: tuple(float(np.concatenate(column).mean()) for column in zip(*maps)) for kind, maps in rows.items()}
