@@ -92,7 +92,7 @@ class Pieces:
   """The run's task, strategy and compiled train step, as the loop builds them."""
 
   def __init__(self, config):
-    from transformer.tasks import RunConfig, build_task
+    from transformer.train.run_config import RunConfig, build_task
     from transformer.train.config import run_optimizer
     from transformer.train.parallel import make_strategy
     from transformer.train.restore import seed_keys

@@ -17,7 +17,7 @@ from typing import Callable
 
 from experiments.record_store import REPO, RECORDS_FILE, RecordStore
 from transformer.errors import UserError
-from transformer.tasks.run_config import SWEEPABLE
+from transformer.train.run_config import SWEEPABLE
 from transformer.train.run_directory import METRICS, RunDirectory, read_metrics
 
 

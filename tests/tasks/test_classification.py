@@ -18,7 +18,7 @@ from transformer import load
 from transformer.data.classification import fixed_batches
 from transformer.errors import MissingDataError
 from transformer.nn import EncoderClassifier
-from transformer.tasks import build_task
+from transformer.train.run_config import build_task
 from transformer.tasks.metrics import binary_metrics, confusion_counts
 from transformer.train import run
 from transformer.train.run_directory import read_metrics

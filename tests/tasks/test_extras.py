@@ -9,6 +9,7 @@ import pytest
 from tests.train.conftest import REPO, load_experiment_config
 from transformer import tasks
 from transformer.errors import MissingDependencyError, UserError
+from transformer.train.run_config import build_task
 
 # Each experiment's tiny variant and the task it builds (synthetic needs no extra).
 NEEDS_DATA = ("multi30k", "iwslt15_en_vi", "language_model", "disaster_tweets", "beijing_pm25")
@@ -40,7 +41,7 @@ def test_a_package_the_task_imports_late_is_checked_up_front(monkeypatch):
   config = load_experiment_config("disaster_tweets", "tiny")
   _block(monkeypatch, "safetensors")
   with pytest.raises(MissingDependencyError) as raised:
-    tasks.build_task(config)
+    build_task(config)
   assert str(raised.value) == ("the 'classification' task needs the 'data' extra (safetensors not installed): "
                                "run pip install -e \".[data]\" in the repository.")
   assert isinstance(raised.value, UserError) and isinstance(raised.value, ImportError)
@@ -51,9 +52,9 @@ def test_every_tiny_variant_without_the_data_extra_names_it(monkeypatch, experim
   _block(monkeypatch, *tasks.EXTRA_MODULES["data"])
   with pytest.raises(MissingDependencyError, match=r"needs the 'data' extra \(tensorflow-datasets, sentencepiece, "
                      r"sacrebleu, tokenizers, safetensors not installed\): run pip install -e \"\.\[data\]\""):
-    tasks.build_task(load_experiment_config(experiment, "tiny"))  # the config itself may be what stops
+    build_task(load_experiment_config(experiment, "tiny"))  # the config itself may be what stops
 
 
 def test_the_synthetic_task_needs_no_extra(monkeypatch):
   _block(monkeypatch, *tasks.EXTRA_MODULES["data"])
-  assert tasks.build_task(load_experiment_config("synthetic", "tiny")).model_config().vocab_size > 0
+  assert build_task(load_experiment_config("synthetic", "tiny")).model_config().vocab_size > 0

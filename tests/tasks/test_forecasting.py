@@ -12,7 +12,7 @@ from tests.train.conftest import load_experiment_config
 from transformer import load
 from transformer.errors import ConfigError
 from transformer.nn import make_forecaster
-from transformer.tasks import build_task
+from transformer.train.run_config import build_task
 from transformer.tasks.forecasting import PREDICTIONS_FILE, synthetic_columns
 from transformer.train import run
 

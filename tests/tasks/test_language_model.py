@@ -12,7 +12,7 @@ from tests.data.data_fixtures import write_multi30k
 from tests.train.conftest import load_experiment_config
 from transformer import load
 from transformer.errors import ConfigError
-from transformer.tasks import build_task
+from transformer.train.run_config import build_task
 from transformer.decode import DecodeSettings
 from transformer.tasks.decoding import continue_prompts
 from transformer.train import run
@@ -48,7 +48,7 @@ def test_batches_are_padded_sentences_ending_with_eos(raw_dir, data_dir):
   batch = next(iter(task.train_iterator(0, seed=0)))
   assert set(batch) == {"tokens"} and batch["tokens"].dtype == np.int32
   rows, length = batch["tokens"].shape
-  assert rows * length <= task.run.task.max_tokens
+  assert rows * length <= task.settings.task.max_tokens
   model_config = task.model_config()
   for row in batch["tokens"]:
     real = row[row != model_config.pad_id]

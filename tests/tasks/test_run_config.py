@@ -10,9 +10,9 @@ from transformer.decode import DecodeSettings
 from transformer.effects import Effect
 from transformer.errors import ConfigError
 from transformer.nn import ModelConfig, RNNConfig
-from transformer.tasks import build_task
+from transformer.train.run_config import build_task
 from transformer.tasks.configs import SyntheticConfig
-from transformer.tasks.run_config import OptimizerConfig, Replicas, RunConfig
+from transformer.train.run_config import OptimizerConfig, Replicas, RunConfig
 from transformer.train.config import base_config, set_model
 
 

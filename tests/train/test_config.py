@@ -5,7 +5,7 @@ import pytest
 
 from transformer.errors import ConfigError
 from transformer.nn import ModelConfig, RNNConfig
-from transformer.tasks.run_config import DECIDED_ELSEWHERE
+from transformer.train.run_config import DECIDED_ELSEWHERE
 from transformer.train.config import base_config, set_model, validate_config
 
 
@@ -43,7 +43,7 @@ def test_validation_checks_the_model_section_before_any_data():
 
 def test_a_seq2seq_task_refuses_a_model_that_is_not_seq2seq():
   from tests.train.conftest import load_experiment_config
-  from transformer.tasks import build_task
+  from transformer.train.run_config import build_task
   config = set_model(load_experiment_config("synthetic", "copy"), "encoder_classifier")
   with pytest.raises(ConfigError, match=r"config\.model_name='encoder_classifier'.*'synthetic'"):
     build_task(config).model_config()

@@ -14,7 +14,8 @@ from tests.data.data_fixtures import write_multi30k
 from tests.tasks.test_forecasting import small_config as forecasting_config
 from tests.tasks.test_translation import tiny_translation_config
 from tests.train.conftest import tiny_config
-from transformer.tasks import build_task, forecasting
+from transformer.tasks import forecasting
+from transformer.train.run_config import build_task
 from transformer.train.gather import gather_objects, interleave, process_share, split_over_processes
 
 

@@ -84,3 +84,13 @@ def check_scores_finite(scores, what: str = "decoding") -> None:
     raise FloatingPointError(f"{what}: the model's logits were NaN or infinite for {len(rows)} of {len(scores)} "
                              f"examples (rows {shown}); the parameters or the inputs hold non-finite values, "
                              "e.g. a checkpoint saved after the training diverged.")
+
+
+def override_decode(settings: DecodeSettings, beam_size: int | None = None,
+                    length_penalty: float | None = None) -> DecodeSettings:
+  """A run's decode settings with a call's overrides: ``beam_size`` 1 is greedy search, more is beam search."""
+  if beam_size is not None:
+    settings = dataclasses.replace(settings, method="greedy" if beam_size == 1 else "beam", beam_size=beam_size)
+  if length_penalty is not None:
+    settings = dataclasses.replace(settings, length_penalty=length_penalty)
+  return settings

@@ -10,10 +10,9 @@ import importlib
 import importlib.util
 
 from transformer.errors import MissingDependencyError
-from transformer.tasks.base import (StartsFromPretrained, Task, TranslatesText, UsesRecordedTokenizers,
+from transformer.tasks.base import (StartsFromPretrained, Task, TaskSettings, TranslatesText, UsesRecordedTokenizers,
                                    WritesPredictions, WritesTestOutputs)
 from transformer.tasks.configs import TASK_CONFIGS, TaskConfig, task_config, task_config_class
-from transformer.tasks.run_config import RunConfig
 
 # name -> (module, class, pip extra its dependencies come from); the task's config.task dataclass is
 # configs.TASK_CONFIGS[name], which is also the task class's task_config_class.
@@ -42,18 +41,17 @@ def require_extra(extra: str, needed_by: str) -> None:
                                  f"run pip install -e \".[{extra}]\" in the repository.")
 
 
-def build_task(run) -> Task:
-  """The task of ``run`` (a ``RunConfig``, or a ``ConfigDict`` it is resolved from), named by ``config.task.name``,
-  with a clear error for an unknown name or a missing extra."""
-  run = run if isinstance(run, RunConfig) else RunConfig.from_config(run)
-  name = run.task.name
+def make_task(settings: TaskSettings) -> Task:
+  """The task of ``settings`` (``RunConfig.task_settings()``; ``transformer.train.build_task`` takes a config),
+  named by ``config.task.name``, with a clear error for an unknown name or a missing extra."""
+  name = settings.task.name
   task_config_class(name)  # a ConfigError naming the known tasks
   module_name, class_name, extra = TASKS[name]
   if extra is not None:  # all of the extra, also what the task imports late (e.g. safetensors for pretrained models)
     require_extra(extra, f"the {name!r} task")
-  return getattr(importlib.import_module(module_name), class_name)(run)
+  return getattr(importlib.import_module(module_name), class_name)(settings)
 
 
-__all__ = ["EXTRA_MODULES", "RunConfig", "StartsFromPretrained", "Task", "TaskConfig", "TASK_CONFIGS", "TASKS",
-           "TranslatesText", "UsesRecordedTokenizers", "WritesPredictions", "WritesTestOutputs", "build_task",
+__all__ = ["EXTRA_MODULES", "StartsFromPretrained", "Task", "TaskConfig", "TaskSettings", "TASK_CONFIGS", "TASKS",
+           "TranslatesText", "UsesRecordedTokenizers", "WritesPredictions", "WritesTestOutputs", "make_task",
            "require_extra", "task_config", "task_config_class"]

@@ -6,15 +6,17 @@ it never looks inside batches. A new experiment is a config, plus a task only if
 from __future__ import annotations
 
 import abc
+import dataclasses
 from typing import Any, Iterator, Protocol, Sequence, runtime_checkable
 
 import flax.linen as nn
 import numpy as np
 
+from transformer.decode import DecodeSettings
 from transformer.errors import ConfigError
 from transformer.nn import ModelConfig
+from transformer.nn.config import ModelSettings
 from transformer.tasks.configs import TaskConfig
-from transformer.tasks.run_config import RunConfig
 
 Batch = dict[str, Any]  # name -> numpy array with a leading batch axis
 Metrics = dict[str, tuple[Any, Any]]  # name -> (sum, weight): summed over batches and devices, divided once
@@ -33,17 +35,34 @@ class ResumableIterator(Protocol):
   def set_state(self, state: dict) -> None: ...
 
 
+@dataclasses.dataclass(frozen=True)
+class TaskSettings:
+  """What a task reads of its run (``transformer.train.run_config.RunConfig.task_settings``): the model, the task
+  section, decoding and the loss's settings; nothing of how training runs (devices, checkpoints, schedules)."""
+  model_name: str
+  model: ModelSettings  # config.model_name's config; the fields the data decides at their defaults
+  task: TaskConfig
+  decode: DecodeSettings = DecodeSettings()
+  label_smoothing: float = 0.0
+  source_token_dropout: float = 0.0
+  target_token_dropout: float = 0.0
+  eval_batch_size: int = 256
+  order_seed: int = 0  # the seed of the data order (and of generated evaluation data)
+  quiet: bool = False  # no progress bars
+  num_replicas: int = 1  # seeds times variants trained at once: the leading axis of vmapped parameters
+
+
 class Task(abc.ABC):
-  """One experiment's data, model and loss, built from the run's ``RunConfig``: ``self.run``; its task section is
+  """One experiment's data, model and loss, built from its ``TaskSettings``: ``self.settings``; its task section is
   ``self.task_config``, an instance of ``task_config_class`` (the task's dataclass in ``transformer.tasks.configs``)."""
   task_config_class: type[TaskConfig] = TaskConfig
 
-  def __init__(self, run: RunConfig):
-    if not isinstance(run.task, self.task_config_class):
+  def __init__(self, settings: TaskSettings):
+    if not isinstance(settings.task, self.task_config_class):
       raise ConfigError(f"{type(self).__name__} needs config.task of {self.task_config_class.__name__}, got "
-                        f"config.task.name={run.task.name!r}.")
-    self.run = run
-    self.task_config = run.task
+                        f"config.task.name={settings.task.name!r}.")
+    self.settings = settings
+    self.task_config = settings.task
 
   @abc.abstractmethod
   def model_config(self) -> ModelConfig:
@@ -88,7 +107,7 @@ class Task(abc.ABC):
 
   def label_smoothing(self, swept=None):
     """The label smoothing of the loss: a replica's swept value (``config.sweep``) if given, else the run's."""
-    return self.run.label_smoothing if swept is None else swept
+    return self.settings.label_smoothing if swept is None else swept
 
   def data_fingerprint(self) -> dict[str, str]:
     """``{"<dataset>/<file>": "size=... sha256=..."}`` of the source files the task's data was prepared from,

@@ -103,10 +103,10 @@ class ClassificationTask(Task):
   task_config_class = ClassificationConfig
   task_config: ClassificationConfig
 
-  def __init__(self, run):
-    super().__init__(run)
-    if run.model_name != MODEL_NAME:
-      raise ConfigError(f"config.model_name={run.model_name!r}: the classification task trains "
+  def __init__(self, settings):
+    super().__init__(settings)
+    if settings.model_name != MODEL_NAME:
+      raise ConfigError(f"config.model_name={settings.model_name!r}: the classification task trains "
                         f"{MODEL_NAME!r}.")
 
   @functools.cached_property
@@ -121,7 +121,7 @@ class ClassificationTask(Task):
 
   def model_config(self) -> ClassifierConfig:
     encoder_config, _, tokenizer = self.pretrained
-    model, init = self.run.model, self.task_config.pretrained_init
+    model, init = self.settings.model, self.task_config.pretrained_init
     if init == "encoder":
       return ClassifierConfig.from_encoder(encoder_config, **{name: getattr(model, name) for name in HEAD_FIELDS})
     fields = {"vocab_size": encoder_config.vocab_size, "pad_id": tokenizer.pad_id}
@@ -226,7 +226,7 @@ class ClassificationTask(Task):
   def probabilities(self, model_config, params, tokens: np.ndarray) -> np.ndarray:
     """float32 ``[n, num_classes]`` class probabilities of ``[n, length]`` token ids (any ``n``), in batches of
     ``config.eval_batch_size``. ``params``: one model's parameters."""
-    batch_size = self.run.eval_batch_size
+    batch_size = self.settings.eval_batch_size
     predict = _probability_function(model_config.replace(deterministic=True))
     outputs = []
     for start in range(0, len(tokens), batch_size):

@@ -118,15 +118,15 @@ class ForecastingTask(Task):
   task_config_class = ForecastingConfig
   task_config: ForecastingConfig
 
-  def __init__(self, run):
-    super().__init__(run)
+  def __init__(self, settings):
+    super().__init__(settings)
     task = self.task_config
     self.horizons = task.horizons
-    if run.model_name != "forecaster":
-      raise ConfigError(f"config.model_name={run.model_name!r}: the forecasting task trains the 'forecaster' "
+    if settings.model_name != "forecaster":
+      raise ConfigError(f"config.model_name={settings.model_name!r}: the forecasting task trains the 'forecaster' "
                         "model; use a variant of experiments/beijing_pm25.py.")
     self.series = load_series(task.dataset, task.data_dir, task.source_dir, task.synthetic_hours)
-    self.input_length = run.model.input_length
+    self.input_length = settings.model.input_length
     self.residual = task.residual
     self._log_mean = float(self.series.standardization.mean[0])
     self._log_std = float(self.series.standardization.std[0])
@@ -142,11 +142,11 @@ class ForecastingTask(Task):
   def model_config(self) -> ForecasterConfig:
     decided = {"num_features": len(self.series.feature_names), "num_horizons": len(self.horizons)}
     for name, value in decided.items():
-      if getattr(self.run.model, name) != value:
-        raise ConfigError(f"config.model.{name}={getattr(self.run.model, name)}, but the data gives {value} "
+      if getattr(self.settings.model, name) != value:
+        raise ConfigError(f"config.model.{name}={getattr(self.settings.model, name)}, but the data gives {value} "
                           f"({'features per hour' if name == 'num_features' else 'config.task.horizons'}); "
                           f"set --config.model.{name}={value}.")
-    return self.run.model
+    return self.settings.model
 
   def build_model(self, model_config):
     return make_forecaster(model_config)

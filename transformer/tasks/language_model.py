@@ -21,7 +21,7 @@ from transformer.errors import ConfigError
 from transformer.nn import ModelConfig, TransformerLM
 from transformer.tasks.base import Task
 from transformer.tasks.configs import LanguageModelConfig
-from transformer.tasks.run_config import override_decode
+from transformer.decode import override_decode
 from transformer.tasks.decoding import continue_prompts
 from transformer.tasks.seq2seq import token_loss_and_metrics
 from transformer.tasks.tokenized import RecordedTokenizers
@@ -55,10 +55,10 @@ class LanguageModelTask(RecordedTokenizers, Task):
     return {"text": data.tokenizer}
 
   def model_config(self) -> ModelConfig:
-    if self.run.model_name != "lm":
+    if self.settings.model_name != "lm":
       raise ConfigError(f"the language_model task trains config.model_name='lm' (a decoder-only TransformerLM), "
-                        f"got {self.run.model_name!r}.")
-    return self.run.model.replace(vocab_size=self.tokenizer("text").vocab_size, pad_id=tokenizers.PAD_ID,
+                        f"got {self.settings.model_name!r}.")
+    return self.settings.model.replace(vocab_size=self.tokenizer("text").vocab_size, pad_id=tokenizers.PAD_ID,
                                   bos_id=tokenizers.BOS_ID, eos_id=tokenizers.EOS_ID)
 
   def build_model(self, model_config):
@@ -124,7 +124,7 @@ class LanguageModelTask(RecordedTokenizers, Task):
     if not prompts:
       return []
     max_new_tokens = self.task_config.max_length if max_new_tokens is None else int(max_new_tokens)
-    settings = self.run.decode if settings is None else settings
+    settings = self.settings.decode if settings is None else settings
     encoded = self.tokenizer("text").encode_batch(list(prompts), add_eos=False)
     lengths = np.array([len(ids) for ids in encoded], np.int32)
     prompt = np.full((len(encoded), max(1, int(lengths.max()))), model_config.pad_id, np.int32)
@@ -139,4 +139,4 @@ class LanguageModelTask(RecordedTokenizers, Task):
     """``--mode=translate`` for a language model: each input line is a prompt, each output line its
     continuation (``config.decode``; ``beam_size``/``length_penalty`` override it as for translation)."""
     return self.continue_texts(model_config, params, lines,
-                               settings=override_decode(self.run.decode, beam_size, length_penalty))
+                               settings=override_decode(self.settings.decode, beam_size, length_penalty))

@@ -18,7 +18,7 @@ from transformer.decode import DecodeSettings, check_max_length
 from transformer.errors import ConfigError
 from transformer.nn import EncoderDecoder, ModelConfig, model_spec
 from transformer.tasks.base import Task
-from transformer.tasks.run_config import override_decode
+from transformer.decode import override_decode
 from transformer.tasks.decoding import SEQ2SEQ_MODELS, model_class, search_decode
 
 EXAMPLES_SHOWN = 3  # decoded examples printed at each evaluation
@@ -30,13 +30,13 @@ class Seq2SeqTask(Task):
   def make_model_config(self, **data_fields):
     """The hyper-parameters of the ``config.model_name`` model: ``config.model`` plus what the data decides
     (vocabulary sizes, special ids; fields the model lacks, like ``share_embeddings`` for RNNs, are dropped)."""
-    model_name = self.run.model_name
+    model_name = self.settings.model_name
     config_class = model_spec(model_name).config
     if model_name not in SEQ2SEQ_MODELS:
       raise ConfigError(f"config.model_name={model_name!r} is not a sequence-to-sequence model; the "
                         f"{self.task_config.name!r} task trains one of {list(SEQ2SEQ_MODELS)}.")
     fields = {k: v for k, v in data_fields.items() if k in config_class.field_names()}
-    return self.run.model.replace(**fields)
+    return self.settings.model.replace(**fields)
 
   def build_model(self, model_config) -> EncoderDecoder:
     return model_class(model_config)(model_config)
@@ -56,7 +56,7 @@ class Seq2SeqTask(Task):
     """Word dropout of a training batch: ``(source, target)`` with tokens replaced by ``unknown_id`` at the
     configured rates (padding and EOS kept). The model shifts the returned target right into its decoder
     inputs; the loss keeps the batch's own targets as labels."""
-    rates = self.run.source_token_dropout, self.run.target_token_dropout
+    rates = self.settings.source_token_dropout, self.settings.target_token_dropout
     if dropout_rng is None or not any(rates):
       return batch["source"], batch["target"]
     if self.unknown_id is None:
@@ -79,7 +79,7 @@ class Seq2SeqTask(Task):
 
   def decode_settings(self, beam_size: int | None = None, length_penalty: float | None = None) -> DecodeSettings:
     """``config.decode``, with a call's overrides: ``beam_size`` 1 is greedy search, more is beam search."""
-    return override_decode(self.run.decode, beam_size, length_penalty)
+    return override_decode(self.settings.decode, beam_size, length_penalty)
 
   def decode_batch(self, model_config: ModelConfig, params, source, max_length: int, beam_size: int | None = None,
                    length_penalty: float | None = None):
@@ -168,7 +168,7 @@ class Seq2SeqTask(Task):
     ``config.decode`` (up to EOS) as token ids, tab-separated."""
     path = os.path.join(output_dir, PREDICTIONS_FILE)
     with replacing(path) as f:  # a full disk or an error midway keeps the old file whole
-      for batch in self.eval_batches(self.run.eval_batch_size):
+      for batch in self.eval_batches(self.settings.eval_batch_size):
         source, target = np.asarray(batch["source"]), np.asarray(batch["target"])
         predictions = np.asarray(self.decode_batch(model_config, params, source, target.shape[1]))
         for row in np.flatnonzero((target != model_config.pad_id).any(axis=1)):  # padding rows have no target

@@ -30,7 +30,7 @@ class SyntheticTask(Seq2SeqTask):
     task = self.task_config
     # The data seed, not the parameter seed: replicas of a num_seeds > 1 run, and the separate runs they match
     # (seed + i, data_seed = seed), are evaluated on one validation set.
-    rng = np.random.default_rng([self.run.order_seed, _EVAL_STREAM])
+    rng = np.random.default_rng([self.settings.order_seed, _EVAL_STREAM])
     examples = make_examples(task.kind, rng, task.num_eval_examples, task.num_symbols, task.min_length,
                              task.max_length)
     return _split_into_batches(examples, batch_size)

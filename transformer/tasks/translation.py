@@ -53,14 +53,14 @@ class TranslationTask(RecordedTokenizers, Seq2SeqTask):
   def model_config(self):
     return self.make_model_config(
         vocab_size=self.tokenizer("source").vocab_size, target_vocab_size=self.tokenizer("target").vocab_size,
-        share_embeddings=getattr(self.run.model, "share_embeddings", False) and self.task_config.shared_vocab,
+        share_embeddings=getattr(self.settings.model, "share_embeddings", False) and self.task_config.shared_vocab,
         pad_id=0, bos_id=1, eos_id=2)
 
   def _batcher(self, examples, train: bool, seed: int = 0) -> batching.TokenBatcher:
     task = self.task_config
-    if task.pack and self.run.model_name != "transformer":
+    if task.pack and self.settings.model_name != "transformer":
       raise ConfigError(f"config.task.pack=True packs several examples per row for the Transformer, whose "
-                        f"attention keeps them apart; the {self.run.model_name!r} model reads one example per row: "
+                        f"attention keeps them apart; the {self.settings.model_name!r} model reads one example per row: "
                         f"set --config.task.pack=False.")
     return batching.TokenBatcher(examples, max_tokens=task.max_tokens, max_length=task.max_length, train=train,
                                  seed=seed, batch_size_multiple=task.batch_size_multiple,
@@ -95,7 +95,7 @@ class TranslationTask(RecordedTokenizers, Seq2SeqTask):
     ``translate_batches``."""
     decoded = []
     total = sum(_rows_below(batch, count).size for batch in batches)
-    progress = Progress(description, total, quiet=self.run.quiet)
+    progress = Progress(description, total, quiet=self.settings.quiet)
     for batch in batches:
       rows = _rows_below(batch, count)
       if not rows.size:

@@ -3,6 +3,7 @@ from transformer.train.config import base_config, validate_config
 from transformer.train.loop import RunOutput, run_train
 from transformer.train.modes import run, run_eval, run_predict, run_translate
 from transformer.train.restore import RestoredParams, load_params, read_run_config
+from transformer.train.run_config import RunConfig, build_task
 
-__all__ = ["RestoredParams", "RunOutput", "base_config", "load_params", "read_run_config", "run", "run_eval",
+__all__ = ["RestoredParams", "RunConfig", "RunOutput", "base_config", "build_task", "load_params", "read_run_config", "run", "run_eval",
            "run_predict", "run_train", "run_translate", "validate_config"]

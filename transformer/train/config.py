@@ -19,7 +19,7 @@ import optax
 from transformer.decode import DecodeSettings
 from transformer.errors import ConfigError, WorkdirError
 from transformer.nn import model_spec
-from transformer.tasks.run_config import OptimizerConfig, RunConfig, model_fields
+from transformer.train.run_config import OptimizerConfig, RunConfig, model_fields
 from transformer.train.optimizer import make_optimizer, make_schedule
 
 MODES = ("train", "eval", "predict", "translate")

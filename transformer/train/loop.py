@@ -29,7 +29,7 @@ from transformer.data.hosts import HostShard
 from transformer.data.prefetch import BatchGroups, prefetch_to_device, stack_batches
 from transformer.errors import ConfigError, TrainingDiverged
 from transformer.tasks.progress import log_line, progress_bar
-from transformer.tasks.run_config import RunConfig
+from transformer.train.run_config import RunConfig
 from transformer.train.actions import PREEMPT, Every, PreemptionCheck, Profile, Tick, run_due
 from transformer.train.config import run_optimizer, run_schedules
 from transformer.train.evaluate import make_evaluator, means, replica_means

@@ -16,7 +16,7 @@ import jax
 from transformer.data.files import write_atomically
 from transformer.errors import ConfigError
 from transformer.tasks import WritesTestOutputs
-from transformer.tasks.run_config import RunConfig
+from transformer.train.run_config import RunConfig
 from transformer.train.config import run_optimizer, validate_config
 from transformer.train.evaluate import make_evaluator
 from transformer.train.initialise import state_factory, with_params

@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import optax
 
 from transformer.errors import ConfigError
-from transformer.tasks.run_config import SCHEDULES
+from transformer.train.run_config import SCHEDULES
 
 
 def make_schedule(config, num_train_steps: int) -> optax.Schedule:

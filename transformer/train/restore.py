@@ -17,9 +17,9 @@ import ml_collections
 
 from transformer.effects import Effect
 from transformer.errors import ConfigError
-from transformer.tasks import Task, UsesRecordedTokenizers, build_task
+from transformer.tasks import Task, UsesRecordedTokenizers
+from transformer.train.run_config import RunConfig, build_task
 from transformer.train.checkpoint import Checkpointer, CheckpointRestoreError, SavedParams
-from transformer.tasks.run_config import RunConfig
 from transformer.train.config import base_config
 from transformer.train.run_directory import CHECKPOINTS, CONFIG, TOKENIZERS, RunDirectory
 from transformer.train.parallel import Strategy

@@ -34,7 +34,7 @@ import ml_collections
 import numpy as np
 
 from transformer.errors import ConfigError, WorkdirError
-from transformer.tasks.run_config import RunConfig
+from transformer.train.run_config import RunConfig
 from transformer.train.config import set_field
 
 log = logging.getLogger(__name__)

@@ -28,9 +28,9 @@ from jax.experimental import multihost_utils
 
 from transformer.data.files import write_atomically
 from transformer.errors import ConfigError, MissingDataError, WorkdirError
-from transformer.tasks import TranslatesText, WritesPredictions, build_task
+from transformer.tasks import TranslatesText, WritesPredictions
+from transformer.train.run_config import SWEEPABLE, RunConfig, build_task
 from transformer.train.checkpoint import Checkpointer
-from transformer.tasks.run_config import SWEEPABLE, RunConfig
 from transformer.train.config import check_workdir, refuse_url_workdir
 from transformer.train.parallel import make_strategy
 from transformer.train.restore import config_differences, record_defaults

@@ -1,5 +1,8 @@
 """The run description: a run's whole configuration as one frozen, typed ``RunConfig``, resolved once.
 
+It lives with training, which takes the whole of it; a task gets only its part (``RunConfig.task_settings``: the
+model, the task section, decoding, the loss settings), so ``transformer.tasks`` names none of training's choices.
+
 ``RunConfig.from_config(config)`` is the one reader of the ``ml_collections.ConfigDict`` that experiments write
 and the command line overrides: it builds the model's config (``transformer.nn``; the fields the data decides
 at their defaults, filled in by the task), the task's config (``transformer.tasks.configs``), the decode and
@@ -27,6 +30,7 @@ from transformer.effects import Effect, field_effects, setting
 from transformer.errors import ConfigError
 from transformer.nn import MODELS, ModelConfig, model_spec
 from transformer.nn.config import ModelSettings, ValidatedConfig, check_field_types
+from transformer.tasks import Task, TaskSettings, make_task
 from transformer.tasks.configs import TaskConfig, task_config
 
 SCHEDULES = ("inverse_sqrt", "cosine", "constant")  # built by transformer.train.optimizer.make_schedule
@@ -314,6 +318,13 @@ class RunConfig:
   def replicas(self) -> Replicas:
     return Replicas.parse(self.sweep, self.num_seeds)
 
+  def task_settings(self) -> TaskSettings:
+    """What the task of this run reads of it."""
+    return TaskSettings(model_name=self.model_name, model=self.model, task=self.task, decode=self.decode,
+                        label_smoothing=self.label_smoothing, source_token_dropout=self.source_token_dropout,
+                        target_token_dropout=self.target_token_dropout, eval_batch_size=self.eval_batch_size,
+                        order_seed=self.order_seed, quiet=self.quiet, num_replicas=self.replicas.count)
+
   @functools.cached_property
   def extra_evaluators(self) -> tuple[tuple[str, int], ...]:
     """``config.evaluators`` as ``(split, every)`` pairs, checked."""
@@ -446,11 +457,8 @@ def _model_config(model_name: str, values: Mapping):
     raise ConfigError(str(error)) from error
 
 
-def override_decode(settings: DecodeSettings, beam_size: int | None = None,
-                    length_penalty: float | None = None) -> DecodeSettings:
-  """A run's decode settings with a call's overrides: ``beam_size`` 1 is greedy search, more is beam search."""
-  if beam_size is not None:
-    settings = dataclasses.replace(settings, method="greedy" if beam_size == 1 else "beam", beam_size=beam_size)
-  if length_penalty is not None:
-    settings = dataclasses.replace(settings, length_penalty=length_penalty)
-  return settings
+def build_task(run) -> Task:
+  """The task of ``run`` (a ``RunConfig``, or a ``ConfigDict`` it is resolved from), built from its
+  ``task_settings``: a clear error for an unknown task name or a missing extra."""
+  run = run if isinstance(run, RunConfig) else RunConfig.from_config(run)
+  return make_task(run.task_settings())
