@@ -26,7 +26,6 @@ FORECASTS_FILE = "forecasts_2014.npz"
 BOOTSTRAP_BLOCK_HOURS = 168
 BOOTSTRAP_RESAMPLES = 10_000  # enough that an interval's first decimal does not move with the resampling seed
 # Where data lives and how a run printed: not settings, left out of the recorded command.
-NOT_SETTINGS = ("task.source_dir", "task.data_dir", "quiet", "tensorboard")
 
 
 def run_command(variant: str, hours: int, config=None) -> str:
@@ -35,7 +34,7 @@ def run_command(variant: str, hours: int, config=None) -> str:
   parts = ["python", "launch.py", f"--config=experiments/beijing_pm25.py:{variant}", "--workdir=WORKDIR"]
   reference = get_config(variant)
   if config is not None:
-    parts += launching.config_overrides(reference, config, ignored=NOT_SETTINGS)
+    parts += launching.config_overrides(reference, config)
   elif hours != reference.model.input_length:
     parts.append(f"--config.model.input_length={hours}")
   return "TRANSFORMER_DATA_DIR=../shared/data " + launching.command_line(parts)

@@ -16,8 +16,10 @@ import sys
 from typing import Callable
 
 from experiments.record_store import REPO, RECORDS_FILE, RecordStore
+from transformer.effects import Effect, field_effects
 from transformer.errors import UserError
-from transformer.train.run_config import SWEEPABLE
+from transformer.tasks import TASK_CONFIGS
+from transformer.train.run_config import SWEEPABLE, RunConfig
 from transformer.train.run_directory import METRICS, RunDirectory, read_metrics
 
 
@@ -67,7 +69,20 @@ def flatten_config(tree) -> dict:
   return flat
 
 
-def config_overrides(variant_config, run_config, ignored: tuple[str, ...] = ()) -> list[str]:
+def _local_settings() -> tuple[str, ...]:
+  """The settings of every run description that declare ``Effect.LOCAL`` (this machine's paths and display), over
+  every task's section."""
+  fields = {name for name, effect in field_effects(RunConfig).items() if effect is Effect.LOCAL}
+  for config_class in TASK_CONFIGS.values():
+    fields |= {f"task.{name}" for name, effect in field_effects(config_class).items() if effect is Effect.LOCAL}
+  return tuple(sorted(fields))
+
+
+# What no command that reproduces a run holds: where this machine keeps the data, and how a run printed.
+LOCAL_SETTINGS = _local_settings()
+
+
+def config_overrides(variant_config, run_config, ignored: tuple[str, ...] = LOCAL_SETTINGS) -> list[str]:
   """The ``--config.KEY=VALUE`` flags that turn ``variant_config`` (the variant as it is now) into ``run_config``
   (a run's saved config), for the fields the variant has, less ``ignored`` (where data lives, how it printed);
   a list value in Python's tuple syntax, as ``config_flags`` parses it."""
@@ -150,9 +165,8 @@ def command_line(parts: list[str]) -> str:
 # ------------------------------------------------------------------------------ the ablation grid
 
 ABLATIONS = ("scaling", "heads", "positions", "norm_position", "norms", "regularization", "rnn_attention")
-# Launch flags that set where the data lives or how a run prints, or the grid's own sweep: not settings a
-# cell's config (and so its record) holds.
-NOT_TRAINING_SETTINGS = ("task.source_dir", "task.data_dir", "quiet", "tensorboard", "sweep")
+# Launch flags of this machine, or the grid's own sweep: not settings a cell's config (and so its record) holds.
+NOT_TRAINING_SETTINGS = LOCAL_SETTINGS + ("sweep",)
 
 
 @dataclasses.dataclass(frozen=True)

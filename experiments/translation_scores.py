@@ -28,10 +28,9 @@ TARGET_LANGUAGE = {"multi30k": "de", "iwslt15_en_vi": "vi"}
 # never used to choose anything, their hypotheses committed beside its.
 OTHER_TESTS = {"multi30k": ("test_2017_flickr", "test_2017_mscoco", "test_2018_flickr"), "iwslt15_en_vi": ()}
 CURVES = ("train/nll", "eval/nll", "eval/bleu")
-# Settings that say where the data lives, how a command ran or which test sets --mode=eval scores, not what was
-# trained: never in a row's command.
-NOT_TRAINING_SETTINGS = ("task.source_dir", "task.data_dir", "task.test_splits", "quiet", "tensorboard",
-                         "async_checkpointing", "average_checkpoints", "translate_input", "translate_output")
+# Never in a row's command: this machine's settings, and which test sets and averaged checkpoints --mode=eval
+# scores and how saves ran (the rows' commands train; the page runs the evaluations itself).
+NOT_TRAINING_SETTINGS = launching.LOCAL_SETTINGS + ("task.test_splits", "async_checkpointing", "average_checkpoints")
 # Beside the page, one folder per scored row but the best (whose are the page's own files): its test outputs.
 ROW_OUTPUTS = "hypotheses"
 # What a new page folder copies from the committed one, with the test outputs of its rows (they belong to them).

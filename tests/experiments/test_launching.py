@@ -4,6 +4,7 @@ import argparse
 import pytest
 
 from experiments import launching, pages
+from tests.train.conftest import load_experiment_config
 from transformer.errors import UserError
 
 
@@ -24,3 +25,13 @@ def test_a_folder_without_metrics_and_a_negative_count_are_one_line_errors(tmp_p
   for bad in ("-3", "2.5", "x"):
     with pytest.raises(argparse.ArgumentTypeError, match=f"must be an integer >= 0, got {bad}"):
       pages.non_negative_int(bad)
+
+
+def test_a_reproducing_command_leaves_out_exactly_the_settings_declared_local():
+  """Paths and display are left out of every page's commands because their fields say so (Effect.LOCAL)."""
+  assert set(launching.LOCAL_SETTINGS) == {"quiet", "tensorboard", "translate_input", "translate_output",
+                                           "task.source_dir", "task.data_dir", "task.pretrained_dir"}
+  config = load_experiment_config("synthetic", "copy")
+  run = load_experiment_config("synthetic", "copy")
+  run.update({"quiet": True, "tensorboard": False, "seed": 3})
+  assert launching.config_overrides(config, run) == ["--config.seed=3"]
