@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from tests.tasks.test_classification import tiny  # noqa: F401  # pylint: disable=unused-import  # a fixture
-from tests.train.conftest import tiny_config
+from tests.train.conftest import load_experiment_config, tiny_config
 from transformer.errors import ConfigError
 from transformer.train import run
 from transformer.train.actions import PREEMPT, Every, Profile, Tick, run_due
@@ -137,3 +137,15 @@ def test_an_evaluator_of_a_split_the_task_lacks_is_one_clear_error(tiny, tmp_pat
   config.evaluators = "tset:2"
   with pytest.raises(ConfigError, match="has no split 'tset'"):
     run(config, str(tmp_path))
+
+
+@pytest.mark.slow
+def test_a_forecaster_evaluates_its_test_windows_on_their_own_period(tmp_path):
+  config = load_experiment_config("beijing_pm25", "tiny")
+  config.update({"num_train_steps": 4, "eval_every": 4, "checkpoint_every": 4, "log_every": 2,
+                 "evaluators": "test:2", "quiet": True, "tensorboard": False})
+  run(config, str(tmp_path))
+  metrics = RunDirectory(str(tmp_path)).metrics()
+  assert [step for step, _ in metrics.values("test/loss")] == [2, 4]
+  assert [step for step, _ in metrics.values("eval/loss")] == [4]
+  assert metrics.values("test/loss")[-1][1] != metrics.values("eval/loss")[-1][1]  # other windows, another loss

@@ -166,8 +166,11 @@ class ForecastingTask(Task):
   def train_iterator(self, batch_size, seed):
     return self.windows("train").train_iterator(batch_size, seed)
 
-  def eval_batches(self, batch_size):
-    return self.windows("validation").eval_batches(batch_size)
+  def eval_batches(self, batch_size, split: str | None = None):
+    split = split or "validation"
+    if split not in self.series.split_bounds:
+      raise KeyError(split)  # an evaluator of a split the series lacks (the loop names it)
+    return self.windows(split).eval_batches(batch_size)
 
   def count_tokens(self, batch) -> int:
     """Work per batch for the throughput log: input hours of the real windows (``tokens_per_second``)."""
