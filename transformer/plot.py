@@ -105,8 +105,9 @@ def main(argv: list[str] | None = None) -> None:
   parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
                                    allow_abbrev=False)
   parser.add_argument("workdirs", nargs="+", metavar="WORKDIR", help="A training run's --workdir; one line each.")
-  parser.add_argument("--metrics", type=lambda text: [part for part in text.split(",") if part], default=[], help="Metrics to draw, one panel each; "
-                      "default: train/loss and every eval/ metric the runs logged (per-seed values left out).")
+  parser.add_argument("--metrics", type=lambda text: [part for part in text.split(",") if part], default=[],
+                      help="Metrics to draw, one panel each; default: train/loss and every eval/ metric the runs "
+                      "logged (per-seed values left out).")
   parser.add_argument("--output", default="", help="PNG to write; default: curves.png in the first workdir.")
   args = parser.parse_args(argv)
   print(f"wrote {plot_runs(args.workdirs, args.metrics, args.output)}")

@@ -168,6 +168,7 @@ class RunConfig:
   decode: DecodeSettings = DecodeSettings()
   model_name: str = "transformer"  # which model (transformer.nn.MODELS); config.model holds its fields
 
+  # --- What is trained: seeds, data, steps and the loss
   seed: int = 0  # seed of parameters and dropout (and of the data order unless data_seed is set)
   data_seed: int = -1  # seed of the data order; -1: use seed
   num_seeds: int = 1  # >1: replicas with seeds seed, seed+1, ... trained in one program by jax.vmap (jit only)
@@ -182,47 +183,55 @@ class RunConfig:
   # decoder input token (the labels stay whole), by the unknown token. 0 in the paper.
   source_token_dropout: float = 0.0
   target_token_dropout: float = 0.0
-
-  parallelism: str = setting("jit", Effect.LAYOUT)  # jit | pmap | mesh
-  fsdp: bool = setting(False, Effect.LAYOUT)  # with parallelism=mesh: shard parameters and optimizer state over devices
-  # With parallelism=mesh: devices along the mesh's model axis, which splits attention heads, feed-forward
-  # width and vocabulary (train/parallel.py TENSOR_PARALLEL_AXES); the batch is split over the rest.
-  tensor_parallelism: int = setting(1, Effect.LAYOUT)
-
-  log_every: int = setting(50, Effect.BOOKKEEPING)  # steps between metrics.jsonl lines
-  eval_every: int = setting(500, Effect.BOOKKEEPING)  # steps between evaluations (and at the end)
-  # More evaluators, each with its own split and period: "SPLIT:EVERY[;SPLIT:EVERY]", e.g. "test:2000" logs the
-  # loss metrics of the test split as test/<name> every 2,000 steps (and at the end), beside eval_every's.
-  evaluators: str = setting("", Effect.EVALUATION)
-  # profile_steps > 0: a jax.profiler trace of the steps after profile_start (WORKDIR/profile: TensorBoard's
-  # profile tab or Perfetto); profile_start leaves compilation and the first steps out.
-  profile_start: int = setting(10, Effect.BOOKKEEPING)
-  profile_steps: int = setting(0, Effect.BOOKKEEPING)
-  eval_batch_size: int = setting(256, Effect.BOOKKEEPING)
-  checkpoint_every: int = setting(200, Effect.BOOKKEEPING)  # steps between checkpoints (and at the end, and on SIGTERM)
-  # Steps per compiled call (a lax.scan; same results); log_every, eval_every, checkpoint_every are multiples of it
-  steps_per_call: int = setting(1, Effect.BOOKKEEPING)
-  keep_checkpoints: int = setting(3, Effect.BOOKKEEPING)  # periodic checkpoints kept
-  # e.g. "eval/exact_match": also keep the best checkpoint by this metric
-  best_metric: str = setting("", Effect.EVALUATION)
-  best_mode: str = setting("max", Effect.EVALUATION)  # max | min
-  async_checkpointing: bool = setting(True, Effect.BOOKKEEPING)
-  # eval/predict/translate: mean parameters of the last N periodic checkpoints (Vaswani et al. 2017 averaged the
-  # last 5; outputs go to WORKDIR/average_last_N) instead of the best; 0 = off
-  average_checkpoints: int = setting(0, Effect.BOOKKEEPING)
   restore_from: str = ""  # another run's workdir: start from its latest parameters (fine-tuning: params only)
-  # Train: allow starting from step 0 in a workdir that holds an earlier run's metrics or best/ but no
-  # checkpoint to resume from (its files are moved to WORKDIR/previous-<time>/); off, such a start is refused.
-  restart: bool = setting(False, Effect.BOOKKEEPING)
   # A step with a non-finite loss or gradient norm: False stops the run (TrainingDiverged, non-zero exit);
   # True skips its update (counted in train/skipped_steps) and trains on.
   skip_nonfinite_steps: bool = False
   # With skip_nonfinite_steps: stop (TrainingDiverged) when more than this share of a logging window's steps
   # were skipped: a run that skips most of its steps is not training.
   max_skipped_share: float = 0.5
+
+  # --- Devices: how the same training is laid out
+  parallelism: str = setting("jit", Effect.LAYOUT)  # jit | pmap | mesh
+  fsdp: bool = setting(False, Effect.LAYOUT)  # with parallelism=mesh: shard parameters and optimizer state over devices
+  # With parallelism=mesh: devices along the mesh's model axis, which splits attention heads, feed-forward
+  # width and vocabulary (train/parallel.py TENSOR_PARALLEL_AXES); the batch is split over the rest.
+  tensor_parallelism: int = setting(1, Effect.LAYOUT)
+  # Steps per compiled call (a lax.scan; same results); log_every, eval_every, checkpoint_every are multiples of it
+  steps_per_call: int = setting(1, Effect.BOOKKEEPING)
+
+  # --- Schedule of the loop's actions
+  log_every: int = setting(50, Effect.BOOKKEEPING)  # steps between metrics.jsonl lines
+  eval_every: int = setting(500, Effect.BOOKKEEPING)  # steps between evaluations (and at the end)
+  # More evaluators, each with its own split and period: "SPLIT:EVERY[;SPLIT:EVERY]", e.g. "test:2000" logs the
+  # loss metrics of the test split as test/<name> every 2,000 steps (and at the end), beside eval_every's.
+  evaluators: str = setting("", Effect.EVALUATION)
+  checkpoint_every: int = setting(200, Effect.BOOKKEEPING)  # steps between checkpoints (and at the end, and on SIGTERM)
+  # profile_steps > 0: a jax.profiler trace of the steps after profile_start (WORKDIR/profile: TensorBoard's
+  # profile tab or Perfetto); profile_start leaves compilation and the first steps out.
+  profile_start: int = setting(10, Effect.BOOKKEEPING)
+  profile_steps: int = setting(0, Effect.BOOKKEEPING)
+
+  # --- Evaluation
+  eval_batch_size: int = setting(256, Effect.BOOKKEEPING)
+  # e.g. "eval/exact_match": also keep the best checkpoint by this metric
+  best_metric: str = setting("", Effect.EVALUATION)
+  best_mode: str = setting("max", Effect.EVALUATION)  # max | min
+  # eval/predict/translate: mean parameters of the last N periodic checkpoints (Vaswani et al. 2017 averaged the
+  # last 5; outputs go to WORKDIR/average_last_N) instead of the best; 0 = off
+  average_checkpoints: int = setting(0, Effect.BOOKKEEPING)
+
+  # --- Checkpointing and the workdir
+  keep_checkpoints: int = setting(3, Effect.BOOKKEEPING)  # periodic checkpoints kept
+  async_checkpointing: bool = setting(True, Effect.BOOKKEEPING)
+  # Train: allow starting from step 0 in a workdir that holds an earlier run's metrics or best/ but no
+  # checkpoint to resume from (its files are moved to WORKDIR/previous-<time>/); off, such a start is refused.
+  restart: bool = setting(False, Effect.BOOKKEEPING)
   # Resuming (or evaluating) with settings that change a run's results is refused; "field,field" (e.g.
   # "optimizer.learning_rate") accepts those changes, recorded in WORKDIR/config_history.jsonl.
   accept_changes: str = setting("", Effect.BOOKKEEPING)
+
+  # --- Output
   translate_input: str = setting("", Effect.LOCAL)  # --mode=translate reads this file ("" = standard input)
   translate_output: str = setting("", Effect.LOCAL)  # and writes this file ("" = standard output)
   quiet: bool = setting(False, Effect.LOCAL)  # no progress bar
