@@ -136,3 +136,13 @@ def test_the_record_cannot_be_changed_through_the_run():
   run.record["num_train_steps"] = 1
   assert run.record["num_train_steps"] == run.num_train_steps != 1
   assert isinstance(RunConfig().model, ModelConfig)  # a run always has a model: the default transformer's
+
+
+def test_a_model_section_saved_before_a_field_existed_takes_its_default():
+  """A run's config.json from before config.model.remat existed still reads (as the code then behaved)."""
+  config = load_experiment_config("synthetic", "copy").to_dict()
+  del config["model"]["remat"]
+  assert RunConfig.from_config(config).model.remat == "none"
+  config["model"]["remta"] = "full"  # a misspelt field is still named
+  with pytest.raises(ConfigError, match="remta"):
+    RunConfig.from_config(config)

@@ -444,15 +444,12 @@ def _model_config(model_name: str, values: Mapping):
   """``config.model`` as the dataclass of ``model_name``, which must be that model's section (it is built with the
   model: ``transformer.train.config.set_model``), with values the dataclass accepts."""
   config_class = model_spec(model_name).config
-  if values and set(values) != set(model_fields(model_name)):
-    holds = [name for name in MODELS if set(model_fields(name)) == set(values)]
-    unknown = sorted(set(values) - set(model_fields(model_name)))
-    if not holds and unknown:  # a misspelt field rather than another model's section
-      raise ConfigError(f"config.model: {config_class.unknown_field_message(unknown[0])}")
-    missing = sorted(set(model_fields(model_name)) - set(values))
-    if not holds and missing:
-      raise ConfigError(f"config.model lacks {missing} of config.model_name={model_name!r}; build the section with "
-                        "set_model (transformer.train.config) rather than by hand.")
+  holds = [name for name in MODELS if set(model_fields(name)) == set(values)]
+  unknown = sorted(set(values) - set(model_fields(model_name)))
+  if values and not holds and unknown:  # a misspelt field rather than another model's section
+    raise ConfigError(f"config.model: {config_class.unknown_field_message(unknown[0])}")
+  # A section of fewer fields and none unknown: a run saved before fields were added (they take their defaults).
+  if values and holds and model_name not in holds:
     raise ConfigError(
         f"config.model_name={model_name!r}, but config.model holds the fields of "
         f"{holds[0] if holds else 'another model'!r}. The model section is built with the model: choose an "
