@@ -6,6 +6,8 @@ r"""Beijing PM2.5 forecasting: pm2.5 1, 6, 12, 24, 48, 72 and 96 hours ahead fro
         --config.task.source_dir=../shared/data/beijing_pm25
     python launch.py --config=experiments/beijing_pm25.py:gru --workdir=/tmp/pm25/gru-168h --mode=predict  # test CSV
     python launch.py --config=experiments/beijing_pm25.py:gru --config.model.input_length=72 ...  # another window
+    python launch.py --config=experiments/beijing_pm25.py:gru --config.model.input_features=target ...  # pm2.5 alone
+    python launch.py --config=experiments/beijing_pm25.py:patchtst --config.model.input_features=all ...  # + weather
     TRANSFORMER_DATA_DIR=../shared/data python -m experiments.beijing_pm25_results --workdir_root=/tmp/pm25 \
         --update_committed   # test-year tables, comparisons and plots of the runs /tmp/pm25/<variant>-<hours>h
 
@@ -15,8 +17,12 @@ decoder query per horizon), ``transformer_encoder`` (encoder only, the state at 
 maps from the trend and the rest of the pm2.5 history), ``tiny`` (a seconds-long smoke run on a generated
 series: no data needed). Each variant's input window (``INPUT_HOURS``) is the one of ``WINDOW_CANDIDATES`` with
 the lowest validation MAE (experiments/beijing_pm25/RESULTS.md shows the choice). Three seeds train at once
-(``config.num_seeds=3``, vmapped). The 2017-style models forecast the change from the last hour's pm2.5;
-PatchTST and DLinear forecast the level, as published (PatchTST's instance normalisation restores it). Loss:
+(``config.num_seeds=3``, vmapped). Inputs (``config.model.input_features``): by default (``"auto"``) each model's
+as published, all 18 features of an hour for the 2017-style models, the pm2.5 history alone for PatchTST and
+DLinear; ``"target"`` (pm2.5 alone) or ``"all"`` gives every model the same inputs, so that a comparison of
+architectures is not one of inputs too (PatchTST and DLinear on several channels: ``transformer/nn/forecasters.py``).
+The 2017-style models forecast the change from the last hour's pm2.5; PatchTST and DLinear forecast the level, as
+published (PatchTST's instance normalisation restores it). Loss:
 MAE on the standardised ``log1p(pm2.5)`` (``transformer/tasks/forecasting.py``). Training: 2010-2012;
 validation (best checkpoint by MAE): 2013; test: 2014.
 The raw CSV is found in ``config.task.source_dir``, else ``$TRANSFORMER_DATA_DIR/beijing_pm25``.

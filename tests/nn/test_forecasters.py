@@ -208,6 +208,113 @@ def test_patchtst_tokens_are_the_normalised_target_patches():
   np.testing.assert_allclose(embedded, tokens @ kernel["kernel"] + kernel["bias"], rtol=1e-4, atol=1e-5)
 
 
+def _input_jacobian(config, params):
+  """d forecasts[0] / d inputs: ``[num_horizons, batch, input_length, num_features]``."""
+  return jax.jacobian(lambda inputs: _forward(config, params, inputs)[0])(INPUTS)
+
+
+@pytest.mark.parametrize("architecture, reads_target_only", [
+    ("rnn", False), ("lstm", False), ("gru", False), ("transformer", False), ("transformer_encoder", False),
+    ("patchtst", True), ("dlinear", True)])
+def test_input_features_auto_is_each_architectures_published_choice(architecture, reads_target_only):
+  config = CONFIG.replace(architecture=architecture)
+  assert config.input_features == "auto" and config.reads_target_only is reads_target_only
+  assert config.num_input_channels == (1 if reads_target_only else CONFIG.num_features)
+  explicit = config.replace(input_features="target" if reads_target_only else "all")
+  assert explicit.reads_target_only is reads_target_only
+  assert config.replace(input_features="all").num_input_channels == CONFIG.num_features
+  assert config.replace(input_features="target").num_input_channels == 1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("changes", ARCHITECTURE_VARIANTS)
+def test_auto_input_features_give_the_same_parameters_and_forecasts_as_the_published_choice(changes):
+  """The default ("auto") is the published choice itself, so every config from before the setting keeps its
+  parameters and forecasts."""
+  config = CONFIG.replace(**changes)
+  explicit = config.replace(input_features="target" if config.architecture in TARGET_ONLY else "all")
+  params = _params(config)
+  assert jax.tree.map(jnp.shape, params) == jax.tree.map(jnp.shape, _params(explicit))
+  np.testing.assert_array_equal(_forward(config, params), _forward(explicit, params))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("changes", ARCHITECTURE_VARIANTS)
+def test_target_input_features_read_the_target_alone(changes):
+  """``input_features="target"``: every architecture's forecasts move with feature 0 only (zero gradient with
+  respect to every other feature), at every hour of the window."""
+  config = CONFIG.replace(input_features="target", **changes)
+  params = _params(config)
+  forecasts = _forward(config, params)
+  assert forecasts.shape == (BATCH, config.num_horizons) and forecasts.dtype == jnp.float32
+  jacobian = _input_jacobian(config, params)
+  np.testing.assert_array_equal(jacobian[:, 1:], 0.0)
+  np.testing.assert_array_equal(jacobian[:, 0, :, 1:], 0.0)
+  assert np.all(np.abs(jacobian[:, 0, :, 0]) > 0.0)  # every horizon, every hour of the target
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("architecture", TARGET_ONLY)
+def test_multichannel_patchtst_and_dlinear_read_every_channel(architecture):
+  """``input_features="all"``: PatchTST and DLinear forecasts move with every feature of the own window
+  (nonzero gradient), and with no other row's."""
+  config = CONFIG.replace(architecture=architecture, input_features="all")
+  params = _params(config)
+  forecasts = _forward(config, params)
+  assert forecasts.shape == (BATCH, config.num_horizons) and forecasts.dtype == jnp.float32
+  jacobian = _input_jacobian(config, params)
+  np.testing.assert_array_equal(jacobian[:, 1:], 0.0)
+  assert np.all(np.abs(jacobian[:, 0]).sum(axis=1) > 0.0)  # every horizon, every feature
+
+
+def test_multichannel_dlinear_sums_each_channels_two_linear_maps():
+  """Several channels: each channel's trend and rest mapped over the window to the target's horizons, every
+  channel's maps summed (channel ``c``'s rows of each kernel: ``c * input_length`` on)."""
+  config = CONFIG.replace(architecture="dlinear", input_features="all")
+  params = _params(config)
+  p = as_numpy(params)
+  length = config.input_length
+  assert p["trend"]["kernel"].shape == (config.num_features * length, config.num_horizons)
+  expected = p["seasonal"]["bias"] + p["trend"]["bias"]
+  for channel in range(config.num_features):
+    series = np.asarray(INPUTS, np.float64)[:, :, channel]  # [batch, input_length]
+    padded = np.concatenate([series[:, :1], series, series[:, -1:]], axis=1)
+    trend = np.stack([padded[:, hour:hour + 3].mean(axis=1) for hour in range(length)], axis=1)
+    rows = slice(channel * length, (channel + 1) * length)
+    expected = (expected + (series - trend) @ p["seasonal"]["kernel"][rows]
+                + trend @ p["trend"]["kernel"][rows])
+  np.testing.assert_allclose(_forward(config, params), expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_multichannel_patchtst_encodes_each_channel_alone_and_flattens_all_into_the_head():
+  """Several channels: each channel's normalised patches are a token sequence of its own through the shared
+  embedding and encoder (a channel's states are those of the one-channel model on that channel alone); the
+  head reads every channel's states; the forecast takes the target's window level and scale."""
+  config = CONFIG.replace(architecture="patchtst", input_features="all")
+  params = _params(config)
+  assert params["head"]["kernel"].shape == (config.num_features * config.num_patches * config.d_model,
+                                            config.num_horizons)
+  _, state = make_forecaster(config).apply({"params": params}, INPUTS, capture_intermediates=True,
+                                            mutable=["intermediates"])
+  encoded = state["intermediates"]["encoder"]["__call__"][0]  # [batch * channels, patches, d_model]
+  assert encoded.shape == (BATCH * config.num_features, config.num_patches, config.d_model)
+  single = CONFIG.replace(architecture="patchtst", input_features="target")
+  single_params = {**params, "head": {"kernel": params["head"]["kernel"][:config.num_patches * config.d_model],
+                                      "bias": params["head"]["bias"]}}
+  for channel in range(config.num_features):
+    moved = INPUTS.at[..., 0].set(INPUTS[..., channel])  # the channel as the one-channel model's target
+    _, alone = make_forecaster(single).apply({"params": single_params}, moved, capture_intermediates=True,
+                                             mutable=["intermediates"])
+    np.testing.assert_allclose(encoded.reshape(BATCH, config.num_features, *encoded.shape[1:])[:, channel],
+                               alone["intermediates"]["encoder"]["__call__"][0], rtol=1e-5, atol=1e-5)
+  # Only the target channel's level and scale move the forecast as a * f + b; the others are normalised away.
+  inputs = INPUTS * 10.0
+  moved = inputs.at[..., 0].set(inputs[..., 0] * 3.0 + 5.0).at[..., 1].set(inputs[..., 1] * 2.0 - 1.0)
+  np.testing.assert_allclose(_forward(config, params, moved), 3.0 * _forward(config, params, inputs) + 5.0,
+                             rtol=1e-4, atol=1e-3)
+
+
 def _sine_windows(rng, count, input_length, horizons, noise=0.1, period=12.0):
   """Windows of a noisy sine with a random phase each: inputs ``[count, input_length, 1]`` (the noisy
   series) and targets ``[count, len(horizons)]``, the noisy values ``h`` hours after the window's end."""
@@ -272,6 +379,8 @@ def test_a_tiny_model_fits_a_noisy_sine(architecture):
                                                      "(input_length=6); choose patch_length <= input_length"),
     (dict(architecture="dlinear", moving_average=4), "ForecasterConfig.moving_average=4"),
     (dict(patch_stride=0), "ForecasterConfig.patch_stride"),
+    (dict(input_features="pm25"), "ForecasterConfig.input_features='pm25' is not supported; choose one of "
+                                  "['auto', 'all', 'target']"),
 ])
 def test_config_validation_names_field_value_and_fix(changes, pattern):
   with pytest.raises(ConfigError, match=re.escape(pattern)):

@@ -11,9 +11,11 @@ import pytest
 from tests.train.conftest import load_experiment_config
 from transformer import load
 from transformer.errors import ConfigError
+from transformer.data.beijing_pm25.features import FEATURE_NAMES
 from transformer.nn import make_forecaster
+from transformer.nn.forecasters import TARGET_FEATURE
 from transformer.train.run_config import build_task
-from transformer.tasks.forecasting import PREDICTIONS_FILE, synthetic_columns
+from transformer.tasks.forecasting import PM25_FEATURE, PREDICTIONS_FILE, synthetic_columns
 from transformer.train import run
 
 HOURS = 1200  # splits of 720 / 240 / 240 hours
@@ -181,6 +183,35 @@ def test_per_horizon_metrics_weigh_only_observed_targets():
     np.testing.assert_allclose(float(total), np.abs(errors[:, index]).sum(), rtol=1e-4)
     total, _ = metrics[f"mse_{horizon}h"]
     np.testing.assert_allclose(float(total), (errors[:, index] ** 2).sum(), rtol=1e-4)
+
+
+def test_the_pm25_feature_is_the_forecasters_target_feature():
+  """What a forecaster reads as its target (``input_features="target"``, PatchTST, DLinear) is pm2.5: the feature
+  the residual forecast adds back and the targets are standardised as."""
+  assert FEATURE_NAMES[TARGET_FEATURE] == "pm25" and PM25_FEATURE == TARGET_FEATURE
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("architecture", ["gru", "dlinear"])
+def test_input_features_choose_what_the_task_forecasts_from(architecture):
+  """``config.model.input_features``: "target" forecasts (the residual included) from the pm2.5 column alone,
+  zero gradient with respect to every other feature; "all" reads the weather too (DLinear included)."""
+  for input_features in ("target", "all"):
+    task = build_task(small_config(model__architecture=architecture, model__input_features=input_features))
+    model_config = task.model_config().replace(deterministic=True)
+    assert model_config.input_features == input_features
+    model = make_forecaster(model_config)
+    inputs = task.windows("validation").batch(np.arange(4))["inputs"]
+    params = model.init(jax.random.PRNGKey(0), inputs)["params"]
+    # [batch, num_horizons, batch, input_length, num_features] -> of each window's own inputs, summed over hours
+    jacobian = jax.jacobian(lambda x: task.standardized_forecast(model.apply({"params": params}, x), x))(inputs)
+    own = np.abs(np.stack([jacobian[row, :, row] for row in range(len(inputs))])).sum(axis=2)
+    assert np.all(own[..., PM25_FEATURE] > 0)
+    others = np.delete(own, PM25_FEATURE, axis=-1)
+    if input_features == "target":
+      np.testing.assert_array_equal(others, 0.0)
+    else:
+      assert np.all(others.sum(axis=(0, 1)) > 0)  # every feature reaches some forecast
 
 
 @pytest.mark.slow

@@ -6,7 +6,12 @@
 
 Every architecture maps ``inputs`` ``[batch, input_length, num_features]`` (the window, its last hour the
 forecast origin) to ``[batch, num_horizons]`` float32: each horizon predicted directly, in the space of the
-normalised targets. Nothing else enters, so no hour after the origin can leak in.
+normalised targets. Nothing else enters, so no hour after the origin can leak in. Feature 0
+(``TARGET_FEATURE``) is the forecast variable's own history.
+
+Which features a model reads (``input_features``): ``"all"`` of them, or the ``"target"`` feature alone;
+``"auto"`` (the default) is each architecture's published choice: ``"target"`` for ``patchtst`` and ``dlinear``,
+``"all"`` for the others. So a comparison of architectures on equal inputs is one setting away.
 
   * ``rnn`` / ``lstm`` / ``gru`` (``RecurrentForecaster``): stacked ``nn.RNN`` layers of ``nn.SimpleCell`` /
     ``nn.OptimizedLSTMCell`` / ``nn.GRUCell`` read the window; a linear head maps the top layer's last hidden
@@ -18,17 +23,25 @@ normalised targets. Nothing else enters, so no hour after the origin can leak in
     layer, with a vocabulary of one, gives the horizon's value.
   * ``transformer_encoder`` (``TransformerForecaster``): the same ``Encoder``, then the state at the origin (or
     the mean over the window), then a linear head to the horizons.
-  * ``patchtst`` (``PatchTSTForecaster``, Nie et al. 2023): the target series (feature 0), normalised over its
-    window (RevIN), cut into patches (``patch_length``, ``patch_stride``) that a linear layer embeds as
-    tokens, the ``Encoder`` (learned positions), the flattened patch states to a linear head, and the
-    window's scale put back. PatchTST is channel independent: every variable goes through the same encoder
-    and head alone, so the target's forecast reads its own history only; computing the other variables'
-    forecasts, which the loss never sees, would change nothing, so only the target is computed. Unlike the
-    paper: the ``Encoder``'s norm (``norm_position``, LayerNorm), not BatchNorm, whose batch statistics
-    would make a forecast depend on the batch it is in; no residual attention scores.
-  * ``dlinear`` (``DLinearForecaster``, Zeng et al. 2023): the target series split into a moving-average trend
-    (``moving_average`` hours) and the rest; a linear map over the window from each, summed. Channel
-    independent like PatchTST, so it too reads the target's history only.
+  * ``patchtst`` (``PatchTSTForecaster``, Nie et al. 2023): each channel it reads, normalised over its window
+    (RevIN), cut into patches (``patch_length``, ``patch_stride``) that a linear layer embeds as tokens, the
+    ``Encoder`` (learned positions), the flattened patch states to a linear head, and the target's window scale
+    put back. PatchTST is channel independent: every variable goes through the same embedding and encoder
+    alone. As published (``"target"``), the target's forecast reads its own history only; computing the
+    other variables' forecasts, which the loss never sees, would change nothing, so only the target is
+    computed. With several channels (``input_features="all"``) the encoder stays channel independent (one
+    series per token sequence, shared weights), and the head maps the flattened states of every channel to
+    the target's horizons: the paper's multivariate setting forecasts each channel from its own history,
+    which would leave the target's forecast blind to the other channels; mixing them in the head alone keeps
+    the channel-independent representation the paper argues for and lets the weather reach the forecast
+    (at the encoder's cost times the number of channels).
+    Unlike the paper: the ``Encoder``'s norm (``norm_position``, LayerNorm), not BatchNorm, whose batch
+    statistics would make a forecast depend on the batch it is in; no residual attention scores.
+  * ``dlinear`` (``DLinearForecaster``, Zeng et al. 2023): each channel split into a moving-average trend
+    (``moving_average`` hours) and the rest; a linear map over the window from each, summed. As published
+    (``"target"``), channel independent, so it reads the target's history only; with several channels, each
+    channel's two linear maps to the target's horizons are summed with the others' (one linear map over
+    every channel's trend and rest).
 """
 from __future__ import annotations
 
@@ -47,7 +60,10 @@ from transformer.ops.series import instance_normalize, patches, series_decomposi
 RECURRENT_CELLS = {"rnn": nn.SimpleCell, "lstm": nn.OptimizedLSTMCell, "gru": nn.GRUCell}
 TRANSFORMER_ARCHITECTURES = ("transformer", "transformer_encoder", "patchtst")
 ARCHITECTURES = tuple(RECURRENT_CELLS) + TRANSFORMER_ARCHITECTURES + ("dlinear",)
-TARGET_FEATURE = 0  # the forecast variable's column in the inputs (patchtst and dlinear read it alone)
+TARGET_FEATURE = 0  # the forecast variable's column in the inputs
+# Which features a forecaster reads: "all", the "target" alone, or "auto": the architecture's published choice.
+INPUT_FEATURES = ("auto", "all", "target")
+CHANNEL_INDEPENDENT = ("patchtst", "dlinear")  # "auto" reads the target alone
 FORECAST_POOLINGS = ("last", "mean")  # "last": the state at the forecast origin
 
 
@@ -76,6 +92,9 @@ class ForecasterConfig(ModelSettings):
   patch_length: int = 16  # "patchtst": hours per patch (token)
   patch_stride: int = 8  # "patchtst": hours between two patches' starts
   moving_average: int = 25  # "dlinear": odd number of hours in the trend's centred moving average
+  # One of INPUT_FEATURES: "all" features, the "target" (feature 0) alone, or "auto": "target" for
+  # CHANNEL_INDEPENDENT architectures (as published), "all" for the others.
+  input_features: str = "auto"
   dtype: str = "float32"  # compute dtype; parameters and forecasts stay float32
   kernels: str = "auto"  # ops implementations: "auto" (backend-tuned) or "reference" (ops.kernels)
   deterministic: bool = False  # True disables dropout (evaluation)
@@ -83,7 +102,7 @@ class ForecasterConfig(ModelSettings):
   def __post_init__(self):
     for name, allowed in (("architecture", ARCHITECTURES), ("positional_encoding", POSITIONAL_ENCODINGS),
                           ("norm_position", NORM_POSITIONS), ("pooling", FORECAST_POOLINGS), ("dtype", DTYPES),
-                          ("kernels", KERNEL_SETTINGS)):
+                          ("kernels", KERNEL_SETTINGS), ("input_features", INPUT_FEATURES)):
       self.check_choice(name, allowed)
     for name in ("num_features", "input_length", "num_horizons", "d_model", "num_layers", "num_decoder_layers",
                  "num_heads", "d_ff", "patch_length", "patch_stride", "moving_average"):
@@ -106,6 +125,18 @@ class ForecasterConfig(ModelSettings):
     if self.architecture == "dlinear" and self.moving_average % 2 == 0:
       raise ConfigError(f"ForecasterConfig.moving_average={self.moving_average} must be odd (a window centred on "
                        f"each hour); use {self.moving_average + 1}.")
+
+  @property
+  def reads_target_only(self) -> bool:
+    """Whether the model reads feature 0 (``TARGET_FEATURE``) alone, ``input_features`` resolved."""
+    if self.input_features == "auto":
+      return self.architecture in CHANNEL_INDEPENDENT
+    return self.input_features == "target"
+
+  @property
+  def num_input_channels(self) -> int:
+    """Features the model reads of each hour: 1 or ``num_features``."""
+    return 1 if self.reads_target_only else self.num_features
 
   @property
   def num_patches(self) -> int:
@@ -135,17 +166,18 @@ def _check_inputs(config: ForecasterConfig, inputs) -> None:
                      f"num_features to the windows' shape.")
 
 
-def _target_series(config: ForecasterConfig, inputs):
-  """The forecast variable's column of checked ``inputs``: ``[batch, input_length, 1]`` float32 (the
-  channel-independent forecasters read it alone)."""
+def _read_features(config: ForecasterConfig, inputs):
+  """The features the model reads of checked ``inputs``: ``[batch, input_length, num_input_channels]``, the
+  target's column alone under ``reads_target_only``; the target stays channel ``TARGET_FEATURE`` (0) either way."""
   _check_inputs(config, inputs)
-  return inputs[:, :, TARGET_FEATURE:TARGET_FEATURE + 1].astype(jnp.float32)
+  return inputs[:, :, TARGET_FEATURE:TARGET_FEATURE + 1] if config.reads_target_only else inputs
 
 
 class RecurrentForecaster(nn.Module):
   """Stacked ``nn.RNN`` layers of the cell ``RECURRENT_CELLS[config.architecture]``, then a linear head.
 
-  Parameters: ``layer_{i}`` (the cell's), ``head`` ``[d_model, num_horizons]`` with bias.
+  Parameters: ``layer_{i}`` (the cell's; the first reads ``num_input_channels`` features), ``head`` ``[d_model,
+  num_horizons]`` with bias.
   """
   config: ForecasterConfig
 
@@ -153,9 +185,8 @@ class RecurrentForecaster(nn.Module):
   def __call__(self, inputs):
     """``[batch, input_length, num_features]`` -> ``[batch, num_horizons]`` float32."""
     config = self.config
-    _check_inputs(config, inputs)
     cell_class = RECURRENT_CELLS[config.architecture]
-    x = inputs.astype(config.compute_dtype)
+    x = _read_features(config, inputs).astype(config.compute_dtype)
     for index in range(config.num_layers):
       if index:
         x = module_dropout(self, x, config.dropout_rate)
@@ -168,8 +199,8 @@ class TransformerForecaster(nn.Module):
   """``Encoder`` over the projected window; then the horizon-query ``Decoder`` (``transformer``) or pooling
   and a linear head (``transformer_encoder``).
 
-  Parameters: ``input_projection`` ``[num_features, d_model]`` with bias, ``encoder`` (as ``Encoder``'s, less
-  the token table); ``transformer``: ``horizon_queries`` ``[num_horizons, d_model]``, ``decoder`` (its
+  Parameters: ``input_projection`` ``[num_input_channels, d_model]`` with bias, ``encoder`` (as ``Encoder``'s,
+  less the token table); ``transformer``: ``horizon_queries`` ``[num_horizons, d_model]``, ``decoder`` (its
   ``logits`` layer ``[d_model, 1]`` is the head); ``transformer_encoder``: ``head`` ``[d_model, num_horizons]``.
   """
   config: ForecasterConfig
@@ -178,7 +209,7 @@ class TransformerForecaster(nn.Module):
   def __call__(self, inputs):
     """``[batch, input_length, num_features]`` -> ``[batch, num_horizons]`` float32."""
     config = self.config
-    _check_inputs(config, inputs)
+    inputs = _read_features(config, inputs)
     model_config = config.transformer_config()
     batch = inputs.shape[0]
     window_valid = jnp.ones((batch, config.input_length), bool)  # [batch, input_length]: no padding
@@ -197,11 +228,13 @@ class TransformerForecaster(nn.Module):
 
 
 class PatchTSTForecaster(nn.Module):
-  """PatchTST (Nie et al. 2023) on the target series: RevIN, patches as tokens, ``Encoder``, flatten, linear head.
+  """PatchTST (Nie et al. 2023): per channel RevIN and patches as tokens, a shared ``Encoder``, every channel's
+  patch states flattened into one linear head to the target's horizons, the target's scale put back.
 
   Parameters: ``patch_embedding`` ``[patch_length, d_model]`` with bias, ``encoder`` (as ``Encoder``'s, with a
-  learned position table under ``positional_encoding="learned"``), ``head`` ``[num_patches * d_model,
-  num_horizons]`` with bias.
+  learned position table under ``positional_encoding="learned"``), ``head`` ``[num_input_channels * num_patches *
+  d_model, num_horizons]`` with bias (channel-major rows; one channel, as published: ``[num_patches * d_model,
+  num_horizons]``).
   """
   config: ForecasterConfig
 
@@ -209,22 +242,29 @@ class PatchTSTForecaster(nn.Module):
   def __call__(self, inputs):
     """``[batch, input_length, num_features]`` -> ``[batch, num_horizons]`` float32."""
     config = self.config
-    target = _target_series(config, inputs)  # [batch, input_length, 1]
-    normalized, mean, std = instance_normalize(target)
-    tokens = patches(normalized[..., 0], config.patch_length, config.patch_stride)  # [batch, patches, patch_len]
-    batch, num_patches = tokens.shape[:2]
+    series = _read_features(config, inputs).astype(jnp.float32)  # [batch, input_length, channels]
+    normalized, mean, std = instance_normalize(series)  # mean, std: [batch, 1, channels]
+    batch, _, channels = series.shape
+    # Channel independence: each channel's window is its own token sequence, through the same weights.
+    per_channel = jnp.swapaxes(normalized, 1, 2).reshape(batch * channels, config.input_length)
+    tokens = patches(per_channel, config.patch_length, config.patch_stride)  # [batch * channels, patches, patch_len]
+    num_patches = tokens.shape[1]
     encoded = Encoder(config.transformer_config(), nn.Dense(config.d_model, name="patch_embedding"),
-                      name="encoder")(tokens, valid=jnp.ones((batch, num_patches), bool))  # [b, patches, d_model]
-    flat = encoded.reshape(batch, -1).astype(jnp.float32)  # the paper's head has no dropout of its own
+                      name="encoder")(tokens, valid=jnp.ones((batch * channels, num_patches), bool))
+    # [batch * channels, patches, d_model] -> [batch, channels * patches * d_model]; the paper's head has no
+    # dropout of its own.
+    flat = encoded.reshape(batch, -1).astype(jnp.float32)
     forecast = nn.Dense(config.num_horizons, name="head")(flat)  # [batch, num_horizons], normalised units
-    return forecast * std[:, 0] + mean[:, 0]
+    target = slice(TARGET_FEATURE, TARGET_FEATURE + 1)  # [batch, 1] below: the target's window scale
+    return forecast * std[:, 0, target] + mean[:, 0, target]
 
 
 class DLinearForecaster(nn.Module):
-  """DLinear (Zeng et al. 2023) on the target series: a linear map over the window from its moving-average
-  trend and one from the rest, summed.
+  """DLinear (Zeng et al. 2023): each channel's moving-average trend and rest, a linear map over the windows of
+  all channels from each, summed (one channel, as published: the target's own history).
 
-  Parameters: ``trend`` and ``seasonal``, each ``[input_length, num_horizons]`` with bias.
+  Parameters: ``trend`` and ``seasonal``, each ``[num_input_channels * input_length, num_horizons]`` with bias
+  (channel-major rows: channel ``c``'s map to the target's horizons is rows ``c * input_length`` on).
   """
   config: ForecasterConfig
 
@@ -232,11 +272,16 @@ class DLinearForecaster(nn.Module):
   def __call__(self, inputs):
     """``[batch, input_length, num_features]`` -> ``[batch, num_horizons]`` float32."""
     config = self.config
-    target = _target_series(config, inputs)  # [batch, input_length, 1]
-    seasonal, trend = series_decomposition(target, config.moving_average)
-    # Each horizon its own row of the published model's [input_length -> longest horizon] map.
-    return (nn.Dense(config.num_horizons, name="seasonal")(seasonal[..., 0])
-            + nn.Dense(config.num_horizons, name="trend")(trend[..., 0]))
+    series = _read_features(config, inputs).astype(jnp.float32)  # [batch, input_length, channels]
+    seasonal, trend = series_decomposition(series, config.moving_average)
+
+    def by_channel(x):  # [batch, input_length, channels] -> [batch, channels * input_length]
+      return jnp.swapaxes(x, 1, 2).reshape(x.shape[0], -1)
+
+    # Each horizon its own row of the published model's [input_length -> longest horizon] map; several
+    # channels' maps summed is one map over their concatenated windows.
+    return (nn.Dense(config.num_horizons, name="seasonal")(by_channel(seasonal))
+            + nn.Dense(config.num_horizons, name="trend")(by_channel(trend)))
 
 
 def make_forecaster(config: ForecasterConfig) -> nn.Module:
