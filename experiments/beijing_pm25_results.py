@@ -4,11 +4,11 @@
     ... --update_committed      # into experiments/beijing_pm25/ (else --output_dir, default <root>/results)
     python -m experiments.beijing_pm25_results --from_records --update_committed   # no runs, no data needed
 
-Reads the runs ``<workdir_root>/<variant>-<hours>h``, one per input window tried (nothing is trained here), and keeps
-per model the window of lowest validation MAE (2013), whose seeds forecast the test windows every run has. Each run's
-row is kept in ``records.json`` beside the page and the kept runs' test forecasts in ``forecasts_2014.npz``: every
-number and plot of the page comes from these two, all that ``--from_records`` reads (in a new folder: the committed
-ones). The page says how the models are compared; its prose is ``experiments/beijing_pm25/page_template.md``.
+Reads the runs ``<workdir_root>/<variant>-<hours>h`` (nothing is trained here) and keeps per model the input window of
+lowest validation MAE (2013), whose seeds forecast the test windows every run has (``forecasts_2014.npz``); runs on
+other inputs than published (``...h-pm25_only``, ``...h-all_inputs``) are never kept, they forecast the same windows
+into ``forecasts_2014_equal_inputs.npz``. With each run's row (``records.json``) these give every number and plot of
+the page, all that ``--from_records`` reads (a new folder: the committed ones). Prose: beijing_pm25/page_template.md.
 """
 from __future__ import annotations
 
@@ -18,9 +18,10 @@ import numpy as np
 
 from experiments import pages, record_store, stats
 from experiments.beijing_pm25 import RECURRENT, TRANSFORMERS, WINDOW_CANDIDATES
-from experiments.beijing_pm25_scores import (BASELINES, BOOTSTRAP_BLOCK_HOURS, BOOTSTRAP_RESAMPLES, FORECASTS_FILE,
-                                             MODELS, best_of, kept_windows, load_forecasts, paired_comparison,
-                                             record_runs, run_command, test_metrics, validation_maes)
+from experiments.beijing_pm25_scores import (
+    BASELINES, BOOTSTRAP_BLOCK_HOURS, BOOTSTRAP_RESAMPLES, EQUAL_INPUTS_FILE, FORECASTS_FILE, MODELS, best_of,
+    better_at, equal_input_pairs, equal_input_runs, equal_inputs_data, kept_windows, largest_month, load_forecasts,
+    paired_comparison, reads_pm25_only, record_runs, run_command, test_metrics, validation_maes)
 from transformer import plot
 from transformer.tasks.forecasting import PREDICTIONS_FILE
 
@@ -86,6 +87,34 @@ def comparison_section(data: dict, metrics: dict, transformer: str, recurrent: s
                           for row in long)
   return text + "\n" + TEMPLATE["test_year"].substitute(
       first=first, second=second, differences=differences, won=", ".join(won) or "none of these horizons") + "\n"
+
+
+def equal_inputs_section(store: record_store.RecordStore, data: dict, folder: str) -> str:
+  """Test MAE of the runs compared on equal inputs and their paired comparisons ("" without such runs), each summed
+  up by where a model is better beyond the interval and by the month of origins moving the 24 h difference most."""
+  data = equal_inputs_data(data, [os.path.join(place, EQUAL_INPUTS_FILE) for place in (folder, COMMITTED_DIR)],
+                           equal_input_runs(store))
+  if not data["forecasts"]:
+    return ""
+  metrics, kept = test_metrics(data), kept_windows(store)
+  runs = {row: store[row]["values"] for row in data["forecasts"]}
+  inputs = {row: "pm2.5 alone" if reads_pm25_only(values) else "all 18 features" for row, values in runs.items()}
+  table = pages.markdown_table(["run", "inputs"] + [f"{h} h" for h in data["horizons"]] + ["seeds"], [
+      [row, inputs[row]] + [stats.mean_std(mae, 1) for mae in metrics[row]["mae"].T] + [len(metrics[row]["mae"])]
+      for row in runs])
+  windows = "; ".join(f"{row} at {values['hours']} h ({values['wall_seconds'] / 60:.1f} min), not "
+                      f"{values['model']}'s kept {kept[values['model']]} h" for row, values in runs.items()
+                      if values["hours"] != kept.get(values["model"]))
+  text = TEMPLATE["equal_inputs"].substitute(table=table, windows=windows, forecasts_equal=EQUAL_INPUTS_FILE) + "\n"
+  for first, second in equal_input_pairs(store, list(metrics)):
+    rows = paired_comparison(data, metrics, first, second)
+    month, difference, rest = largest_month(data, first, second, 24)
+    text += (f"\n**{first} against {second}** ({inputs[first]} against {inputs[second]}; difference = MAE({first}) "
+             f"- MAE({second})): {first} better beyond the interval at {better_at(rows, first)}, {second} at "
+             f"{better_at(rows, second)}; at 24 h the difference is {difference:+.1f} over the windows of origins in "
+             f"{month} and {rest:+.1f} over the others.\n\n"
+             f"{pages.markdown_table(*comparison_table(rows, first, second))}\n")
+  return text
 
 
 def published_ranking(metrics: dict, horizons: list[int]) -> str:
@@ -201,6 +230,7 @@ def render(store: record_store.RecordStore, folder: str, committed: bool) -> str
       machine="; ".join(store.distinct(names)), horizons=", ".join(map(str, horizons)),
       windows=f"{len(origins):,}", first_origin=origins[0], last_origin=origins[-1], mae=table("mae"),
       rmse=table("rmse"), comparison=comparison_section(data, metrics, transformer, recurrent) if both else "",
+      equal_inputs=equal_inputs_section(store, data, folder),
       published_ranking=published_ranking(metrics, horizons), window_table=window_table(store, kept),
       runs=runs_table(store), eval_every=", ".join(map(str, store.distinct(names, "eval_every"))),
       not_run="\n".join(["", "Not run yet:", ""] + not_run) if not_run else "",

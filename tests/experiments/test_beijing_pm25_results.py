@@ -10,21 +10,24 @@ import numpy as np
 import pytest
 
 from experiments import beijing_pm25_results as results
+from experiments import beijing_pm25_scores as scores
 from tests.tasks.test_forecasting import INPUT_LENGTH, numpy_metrics, small_config
 from experiments import record_store
+from experiments.beijing_pm25 import get_config
 from transformer import load
+from transformer.errors import UserError
 from transformer.train import run
 
 LONG = 2 * INPUT_LENGTH  # a second window for the GRU: the common test windows are this one's
 
 
-def _train(root, name, hours, architecture, **overrides):
+def _train(root, name, hours, architecture, suffix="", **overrides):
   config = small_config(num_seeds=2, num_train_steps=6, eval_every=3, checkpoint_every=3, **overrides)
   config.model.architecture = architecture
   config.model.input_length = hours
   config.model.patch_length, config.model.patch_stride, config.model.moving_average = 8, 4, 5
   config.task.residual = architecture == "gru"
-  run(config, str(root / f"{name}-{hours}h"), "train")
+  run(config, str(root / f"{name}-{hours}h{suffix}"), "train")
 
 
 @pytest.fixture(scope="module")
@@ -34,6 +37,7 @@ def page(tmp_path_factory):
   _train(root, "gru", LONG, "gru", optimizer__learning_rate=3e-2)
   _train(root, "patchtst", INPUT_LENGTH, "patchtst")
   _train(root, "dlinear", INPUT_LENGTH, "dlinear")
+  _train(root, "dlinear", INPUT_LENGTH, "dlinear", "-all_inputs", model__input_features="all")
   output = root / "out"
   with pytest.MonkeyPatch.context() as patch:  # no committed page to start from
     patch.setattr(results, "COMMITTED_DIR", str(root / "no_committed_page"))
@@ -108,6 +112,22 @@ def test_the_paired_comparison_and_verdict_name_the_families_best_and_the_seed_m
 
 
 @pytest.mark.slow
+def test_a_run_on_other_inputs_is_a_row_of_its_own_compared_on_the_same_windows_and_never_kept(page):
+  root, output, text = page
+  row = f"dlinear-{INPUT_LENGTH}h-all_inputs"
+  runs_table = text.split("## Runs", 1)[1]
+  assert "--config.model.input_features=all" in next(line for line in runs_table.splitlines() if row in line)
+  assert "Best by validation MAE: patchtst" in text  # dlinear is never a candidate, nor its all-input run
+  saved, equal = np.load(output / results.FORECASTS_FILE), np.load(output / results.EQUAL_INPUTS_FILE)
+  assert sorted(equal.files) == [row, "origin_time"] and np.array_equal(equal["origin_time"], saved["origin_time"])
+  measured, actual = saved["actual"] >= 0, saved["actual"] / 10
+  mae = ((np.abs(equal[row] / 10 - actual) * measured).sum(1) / measured.sum(0)).mean(0)
+  section = text.split("## Equal inputs", 1)[1].split("## Input window", 1)[0]
+  assert f"| {row} | all 18 features | {mae[0]:.1f} ± " in section
+  assert f"**{row} against dlinear-{INPUT_LENGTH}h**" in section
+
+
+@pytest.mark.slow
 def test_the_page_is_rewritten_from_its_records_and_forecasts_alone(page, tmp_path, monkeypatch):
   root, output, text = page
   monkeypatch.setattr(results, "COMMITTED_DIR", str(root / "no_committed_page"))
@@ -120,7 +140,8 @@ def test_the_committed_page_is_rewritten_from_its_records_and_forecasts_alone(tm
   copy = tmp_path / "beijing_pm25"
   shutil.copytree(results.COMMITTED_DIR, copy)
   monkeypatch.setattr(results, "COMMITTED_DIR", str(copy))
-  before = {name: (copy / name).read_bytes() for name in ("RESULTS.md", results.FORECASTS_FILE)}
+  before = {name: (copy / name).read_bytes() for name in ("RESULTS.md", results.FORECASTS_FILE,
+                                                          results.EQUAL_INPUTS_FILE)}
   (copy / "RESULTS.md").unlink()  # so that only a page written again can match (the forecasts are its input)
   results.main(["--from_records", "--update_committed", f"--workdir_root={tmp_path / 'none'}"])
   assert {name: (copy / name).read_bytes() for name in before} == before
@@ -173,3 +194,45 @@ def test_the_published_ranking_is_stated_per_horizon():
   text = results.published_ranking(metrics, [1, 24])
   assert "their ranking holds at 1 h" in text
   assert "1 h transformer 1 of 3; 24 h transformer 3 of 3 (gru best)" in text
+
+
+def test_a_run_name_says_its_inputs_and_such_runs_are_never_kept():
+  assert scores.inputs_name("gru", "auto") == scores.inputs_name("gru", "all") == ""
+  assert scores.inputs_name("gru", "target") == "pm25_only"
+  assert scores.inputs_name("patchtst", "auto") == scores.inputs_name("patchtst", "target") == ""
+  assert scores.inputs_name("dlinear", "all") == "all_inputs"
+  config = get_config("gru")
+  config.model.input_features = "target"
+  assert scores.run_values("gru-168h-pm25_only", "W", config) == {"model": "gru", "hours": 168, "inputs": "pm25_only"}
+  with pytest.raises(UserError, match="rename the workdir gru-168h-pm25_only"):
+    scores.run_values("gru-168h", "W", config)
+  store = record_store.RecordStore(results.COMMITTED_DIR)
+  # The equal-input rows are in the store, but a model's kept window is chosen among its published-input runs.
+  assert store["gru-168h-pm25_only"]["values"]["validation_mae"] > store["gru-168h"]["values"]["validation_mae"]
+  assert all(name in scores.validation_maes(store)["gru"] for name in (72, 168))
+  assert "-pm25_only" not in str(scores.validation_maes(store)) and scores.kept_windows(store)["patchtst"] == 336
+
+
+def test_the_equal_input_section_is_the_committed_forecasts_mae():
+  text = (record_store.read_text(results.COMMITTED_DIR))
+  section = text.split("## Equal inputs", 1)[1].split("## Input window", 1)[0]
+  main, equal = (np.load(os.path.join(results.COMMITTED_DIR, name))
+                 for name in (results.FORECASTS_FILE, results.EQUAL_INPUTS_FILE))
+  assert np.array_equal(main["origin_time"], equal["origin_time"])
+  measured, actual = main["actual"] >= 0, main["actual"] / 10
+  mae = {}
+  for row, forecasts in (("gru-168h", main["gru"]), ("gru-168h-pm25_only", equal["gru-168h-pm25_only"]),
+                         ("dlinear-336h-all_inputs", equal["dlinear-336h-all_inputs"])):
+    mae[row] = ((np.abs(forecasts / 10 - actual) * measured).sum(1) / measured.sum(0)).mean(0)  # [horizons]
+    line = next(line for line in section.splitlines() if line.startswith(f"| {row} |"))
+    printed = [float(cell.split(" ± ")[0]) for cell in line.split("|")[3:10]]
+    assert np.allclose(printed, mae[row], atol=0.051), row
+  # The paired comparisons: weather against none per model, then the families on the same inputs and window.
+  titles = [line.split("**")[1] for line in section.splitlines() if line.startswith("**")]
+  assert titles == ["gru-168h against gru-168h-pm25_only", "patchtst-168h-all_inputs against patchtst-168h",
+                    "dlinear-336h-all_inputs against dlinear-336h", "patchtst-168h against gru-168h-pm25_only",
+                    "patchtst-168h-all_inputs against gru-168h"]
+  weather = section.split("**gru-168h against gru-168h-pm25_only**", 1)[1]
+  row = next(line for line in weather.splitlines() if line.startswith("| 12 h |"))
+  difference = mae["gru-168h"][2] - mae["gru-168h-pm25_only"][2]
+  assert abs(float(row.split("|")[4]) - difference) <= 0.11
