@@ -7,28 +7,30 @@ r"""Score the Disaster Tweets runs on the fixed test split and write RESULTS.md 
 
 Reads the runs of ``experiments/disaster_tweets.py`` in ``WORKDIR_ROOT/<variant>`` (it trains nothing) and scores
 every seed's best checkpoint (``transformer.load(workdir, replica=i)``) on the test split. Each row is kept in
-``records.json`` beside the page and each seed's test probabilities in ``predictions/<variant>.csv``; the
-confusion matrices are drawn from the records, the curves only from the runs' metrics.
+``records.json`` beside the page and each seed's test and validation probabilities in
+``predictions/<variant>.<split>.csv`` (``experiments.disaster_tweets_scores``), from which every test metric of
+the row is computed (and ``recompute`` computes it again); the confusion matrices are drawn from the records, the
+curves only from the runs' metrics.
 """
 from __future__ import annotations
 
-import csv
 import os
 
 import numpy as np
 
-from experiments import disaster_tweets, launching, pages, record_store
+from experiments import disaster_tweets, launching, pages, record_store, reruns
 from transformer import plot
-from transformer import load, read_run_config
+from experiments.disaster_tweets_scores import (METRICS, SPLITS, predictions_path, read_predictions, score_run,
+                                                score_probabilities, score_values, summary,
+                                                write_predictions)
+from transformer import read_run_config
 from transformer.train.run_directory import CONFIG, RunDirectory
 from transformer.errors import ConfigError, UserError
-from transformer.tasks.metrics import best_threshold, binary_metrics, confusion_counts, f1_bootstrap_interval
 
 VARIANTS = ("static_scratch", "static_minilm", "transformer_scratch", "minilm_frozen", "minilm_finetune")
 COMMITTED_DIR = os.path.join(record_store.COMMITTED, "disaster_tweets")
 # The issue's targets: test F1 of the class "disaster".
 TARGETS = {"static_scratch": 0.75, "static_minilm": 0.75, "minilm_finetune": 0.83}
-METRICS = ("f1", "precision", "recall", "accuracy")
 # The seed experiment this one reproduces (issue 26), F1 of "disaster" on Kaggle's public leaderboard: quoted, not
 # reproduced here (PUBLISHED_NOTE says why they are not comparable).
 PUBLISHED = (("Seed experiment: mean-pooled static embeddings", "0.752"),
@@ -42,9 +44,13 @@ PUBLISHED_NOTE = (
     "only pretrained encoder here) and static embeddings whose vocabulary and training the seed does not state "
     "(here: learned from scratch, or MiniLM's input embedding table). No run here is scored on Kaggle's test "
     "set; `--mode=predict` writes the `submission.csv` that would be.")
-PREDICTIONS = "predictions"  # beside the page: <variant>.csv, each seed's test probabilities
 # Settings that change how a run reports, not what it learns: left out of the recorded command.
-NOT_SETTINGS = ("quiet", "tensorboard", "task.source_dir", "task.data_dir", "task.pretrained_dir")
+HEADER = ["variant", "seeds", "test F1 (disaster)", "precision", "recall", "accuracy",
+          "test F1, threshold chosen on validation (mean of the seeds' thresholds)",
+          "test F1 of the seeds' ensemble (95% interval)", "target F1", "validation F1 (chosen step)", "chosen step",
+          "training wall time", "command"]
+# The columns the committed predictions give (``recompute``); a rerun's page says where they changed.
+RECOMPUTED_COLUMNS = tuple(HEADER[2:9])
 
 
 def training_command(variant: str, workdir: str | None = None) -> str:
@@ -53,80 +59,37 @@ def training_command(variant: str, workdir: str | None = None) -> str:
   parts = ["python", "launch.py", f"--config=experiments/disaster_tweets.py:{variant}",
            f"--workdir={workdir or 'WORKDIR'}"]
   if workdir is not None:
-    parts += launching.config_overrides(disaster_tweets.get_config(variant), read_run_config(workdir), NOT_SETTINGS)
+    parts += launching.config_overrides(disaster_tweets.get_config(variant), read_run_config(workdir))
   return launching.portable_command(parts)
 
 
-def score_run(workdir: str) -> dict:
-  """Test metrics and confusion counts of every seed of the run, and what its metrics.jsonl says."""
-  config = read_run_config(workdir)
-  seeds, test_probabilities = [], []
-  for replica in range(config.num_seeds):
-    model = load(workdir, replica=replica)
-    test_labels = model.task.splits[config.task.test_split].labels
-    probabilities = model.task.split_probabilities(model.model_config, model.params, config.task.test_split)
-    test_probabilities.append(probabilities)
-    counts = confusion_counts(probabilities.argmax(-1), test_labels)
-    # The decision threshold that maximises F1 on the validation split, applied to the test split.
-    validation = model.task.split_probabilities(model.model_config, model.params, config.task.eval_split)
-    threshold = best_threshold(validation[:, 1], model.task.splits[config.task.eval_split].labels)
-    tuned = binary_metrics(confusion_counts((probabilities[:, 1] >= threshold).astype(np.int32), test_labels))
-    seeds.append({**counts, **binary_metrics(counts), "step": model.step, "threshold": threshold,
-                  **{f"tuned_{name}": value for name, value in tuned.items()}})
-  # The seeds as one model (their mean probability): what --mode=predict submits to Kaggle.
-  ensemble_predictions = np.mean(test_probabilities, axis=0).argmax(-1)
-  ensemble = {**binary_metrics(confusion_counts(ensemble_predictions, test_labels)),
-              "f1_interval": f1_bootstrap_interval(ensemble_predictions, test_labels)}
-  records = launching.run_metrics(workdir)
-  evaluations = {r["step"]: r for r in records if "eval/f1" in r}
-  test = model.task.splits[config.task.test_split]
-  return {"config": config, "seeds": seeds, "ensemble": ensemble, "records": records,
-          "test_ids": test.ids, "test_labels": test_labels,
-          "test_probabilities": [probabilities[:, 1] for probabilities in test_probabilities],
-          "validation_f1": evaluations[seeds[0]["step"]]["eval/f1"] if seeds[0]["step"] in evaluations else None,
-          "last_step": max((r["step"] for r in records), default=0),
-          "wall_seconds": max((r.get("wall_seconds", 0.0) for r in records), default=0.0)}
+def recompute(folder: str, variant: str, record: dict) -> dict | None:
+  """The row's values its committed predictions give (``score_values``); None without them."""
+  del record
+  probabilities = read_predictions(folder, variant)
+  return None if probabilities is None else score_values(score_probabilities(probabilities))
 
 
-def write_predictions(output: str, variant: str, ids, labels, probabilities) -> str:
-  """``output/predictions/<variant>.csv``: per test tweet its Kaggle ``id``, ``target`` and each seed's
-  probability of "disaster" (``seed_0``, ...; the table's first columns predict "disaster" where it is above
-  0.5). Returns the path relative to ``output``."""
-  path = os.path.join(PREDICTIONS, f"{variant}.csv")
-  os.makedirs(os.path.join(output, PREDICTIONS), exist_ok=True)
-  with open(os.path.join(output, path), "w", newline="") as f:
-    writer = csv.writer(f)
-    writer.writerow(["id", "target", *(f"seed_{i}" for i in range(len(probabilities)))])
-    for row, (tweet_id, label) in enumerate(zip(ids, labels)):
-      writer.writerow([int(tweet_id), int(label), *(f"{float(seed[row]):.6f}" for seed in probabilities)])
-  return path
-
-
-def predictions_section(output: str, commands: dict[str, str]) -> str:
-  """Markdown section: where each row's per-seed test predictions are (``predictions/<variant>.csv`` in
-  ``output``), or that they are not committed and how to make them; ``commands``: variant -> its training
-  command."""
+def predictions_section(folder: str, commands: dict[str, str]) -> str:
+  """Markdown section: where each row's per-seed predictions are, or that they are not committed and how to make
+  them; ``commands``: variant -> its training command."""
   lines = []
   for variant, command in commands.items():
-    path = os.path.join(PREDICTIONS, f"{variant}.csv")
-    lines.append(f"- `{variant}`: " + (f"`{path}`" if os.path.exists(os.path.join(output, path)) else
-                 f"not committed (scored before this script kept predictions, and the run's workdir is gone): "
-                 f"train it with `{command}`, then this script writes `{path}`"))
-  return ("## Per-seed test predictions\n\nEach seed's probability of \"disaster\" for every test tweet (`id`, "
-          "`target`, `seed_0`, ...): the first four columns of the table (\"disaster\" above 0.5) and the ensemble "
-          "column (the seeds' mean probability) can be recomputed from them:\n\n"
-          + "\n".join(lines) + "\n")
+    paths = [os.path.relpath(predictions_path(folder, variant, split), folder) for split in SPLITS]
+    lines.append(f"- `{variant}`: " + (", ".join(f"`{path}`" for path in paths)
+                 if all(os.path.exists(os.path.join(folder, path)) for path in paths) else
+                 f"not committed (the run's workdir is gone): train it with `{command}`, then this script writes "
+                 f"`{paths[0]}`"))
+  return ("## Per-seed predictions\n\nEach seed's probability of \"disaster\" for every test and validation tweet "
+          "(`id`, `target`, `seed_0`, ..., `ensemble`: the seeds' mean), float32 to the digit: every number of "
+          "the columns from test F1 to target F1 is computed from them, and `python -m experiments.verify` "
+          "computes them again:\n\n" + "\n".join(lines) + "\n")
 
 
 def published_section() -> str:
   """Markdown section: the seed experiment's published F1 (``PUBLISHED``) and why it is not comparable."""
   table = pages.markdown_table(["published result (Kaggle public leaderboard)", "F1 (disaster)"], PUBLISHED)
   return f"## Published anchors\n\n{table}\n\n{PUBLISHED_NOTE}\n"
-
-
-def summary(values) -> dict:
-  """Mean and sample standard deviation over seeds (``std`` None for one seed), as a record keeps them."""
-  return {"mean": float(np.mean(values)), "std": float(np.std(values, ddof=1)) if len(values) > 1 else None}
 
 
 def mean_std(summary: dict) -> str:
@@ -137,15 +100,9 @@ def mean_std(summary: dict) -> str:
 
 def record_values(result: dict, workdir_root: str, conditions: str) -> dict:
   """What a variant's row, its confusion matrix and the page's notes show, from ``score_run``."""
-  seeds = result["seeds"]
-  return {"seeds": len(seeds), **{name: summary([s[name] for s in seeds]) for name in (*METRICS, "tuned_f1")},
-          "threshold": float(np.mean([s["threshold"] for s in seeds])),
-          "ensemble_f1": float(result["ensemble"]["f1"]),
-          "ensemble_interval": [float(bound) for bound in result["ensemble"]["f1_interval"]],
-          "validation_f1": result["validation_f1"], "chosen_step": int(seeds[0]["step"]),
-          "num_train_steps": result["config"].num_train_steps, "wall_seconds": result["wall_seconds"],
-          "confusion": {name: int(sum(s[name] for s in seeds)) for name in ("tn", "fp", "fn", "tp")},
-          "workdir_root": workdir_root, "conditions": conditions}
+  return {"seeds": len(result["seeds"]), **score_values(result), "validation_f1": result["validation_f1"],
+          "chosen_step": int(result["step"]), "num_train_steps": result["config"].num_train_steps,
+          "wall_seconds": result["wall_seconds"], "workdir_root": workdir_root, "conditions": conditions}
 
 
 def row(variant: str, record: dict) -> list:
@@ -203,24 +160,23 @@ def collect(store: record_store.RecordStore, folder: str, workdir_root: str, con
     except ConfigError as error:  # started, no checkpoint yet
       not_scored[variant] = f"started, not scored ({error}): `{command}`"
       continue
-    store.add(variant, steps=result["last_step"], command=command, machine=record_store.machine_description(),
-              values=record_values(result, workdir_root, conditions))
-    write_predictions(folder, variant, result["test_ids"], result["test_labels"], result["test_probabilities"])
+    record = {"steps": result["last_step"], "command": command, "machine": record_store.machine_description(),
+              "values": record_values(result, workdir_root, conditions)}
+    record["values"]["reruns"] = reruns.history(store.records.get(variant), record, variant, row, HEADER,
+                                                RECOMPUTED_COLUMNS)
+    store.add(variant, **record)
+    write_predictions(folder, variant, result["probabilities"])
     curves[variant] = result["records"]
   if curves:
     plot.plot_curves(curves, ["train/loss", "eval/f1"], os.path.join(folder, "curves.png"),
-                       "Disaster Tweets: training loss and validation F1")
+                     "Disaster Tweets: training loss and validation F1")
 
 
 def render(store: record_store.RecordStore, folder: str, committed: bool, not_scored: dict[str, str]) -> str:
   names = list(store)
   if names:
     plot_confusion_matrices(store, names, os.path.join(folder, "confusion_matrices.png"))
-  table = pages.markdown_table(
-      ["variant", "seeds", "test F1 (disaster)", "precision", "recall", "accuracy",
-       "test F1, threshold chosen on validation (mean of the seeds' thresholds)", "test F1 of the seeds' ensemble (95% interval)",
-       "target F1", "validation F1 (chosen step)", "chosen step", "training wall time", "command"],
-      [row(name, store[name]) for name in names])
+  table = pages.markdown_table(HEADER, [row(name, store[name]) for name in names])
   pending = "\n".join(
       f"- `{variant}`: " + not_scored.get(variant, f"`{training_command(variant)}`")
       for variant in VARIANTS if variant not in store) or "- none"
@@ -243,7 +199,7 @@ Test split: the fixed 10% of each class of Kaggle's `train.csv` (761 tweets, 327
 or selects on. F1, precision and recall are of the class "disaster". Mean ± sample standard deviation over
 the seeds of a run (seeds vmapped in one program, `config.num_seeds`); every seed is scored at the one
 checkpoint kept as best by the seeds' mean validation F1 (`config.best_metric = "eval/f1"`). The first four
-metrics take the most probable class; the threshold column instead predicts "disaster" where its probability
+metrics take the most probable class ("disaster" where its probability is above 0.5); the threshold column instead predicts "disaster" where its probability
 reaches the threshold that maximises each seed's validation F1 (`best_threshold`); the threshold in
 brackets is the mean of the seeds' thresholds, each seed using its own. The ensemble column takes
 the seeds as one model: the most probable class of their mean probability (what `--mode=predict` writes to
@@ -259,6 +215,7 @@ training run of all its seeds (compilation, evaluations and checkpoints included
 {pages.image(folder, "curves.png", "training loss and validation F1")}
 
 {predictions_section(folder, commands)}
+{reruns.section(store, names)}
 {published_section()}
 ## Not run yet
 

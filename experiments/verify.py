@@ -4,9 +4,13 @@
     python -m experiments.verify --root=DIR      # copies of the pages in DIR (the repository's layout)
 
 What it recomputes, from the committed files only (nothing is trained or decoded):
-- every results page, written again from its ``records.json`` (and ``forecasts_2014.npz``) by its own script
+- every results page, written again from its ``records.json`` (and PM2.5's ``forecasts_2014*.npz``) by its own script
   (``--from_records``): every number of the page must come out as printed. The PM2.5 tables, intervals and
   t-tests are computed there from the committed forecasts; the ablations' statistics from the per-seed values;
+- the numbers a page's rows rest on, from the outputs committed beside it (``recompute`` of its results script,
+  the row printed again by its ``row``): synthetic exact match and token accuracy from the decoded held-out
+  outputs, the LM's perplexities and cross-entropy from per-sentence log-probabilities, Disaster Tweets' F1,
+  precision, recall, accuracy, thresholds and ensemble intervals from each seed's predicted probabilities;
 - BLEU of every committed test output (``*.hyp.*``) against the raw reference, with the tokenisation of the row's
   sacreBLEU signature, cased and lowercased, and BLEU by reference length (needs the data folder; without it
   these are listed as not verified);
@@ -56,15 +60,22 @@ NUMBER = re.compile(r"\d[\d,]*(?:\.\d+)?")
 RESULT = re.compile(r"(?<![\w.])(\d[\d,]*\.\d+|\d[\d,]*(?=\s?%|x\b))")
 # Raw reference of a test set, per experiment, in the data folder (as the TFDS builders read them).
 REFERENCE_FILES = {"multi30k": "{split}.de.gz", "iwslt15_en_vi": "{split}.vi"}
+# Pages whose rows rest on outputs committed beside them: the results script, whose ``recompute(folder, name,
+# record)`` gives a row's values from them (None: none committed), ``row(name, record)`` prints the row,
+# ``HEADER`` names its columns and ``RECOMPUTED_COLUMNS`` those the outputs give.
+RECOMPUTED = {
+    "experiments/synthetic/RESULTS.md": "experiments.synthetic_results",
+    "experiments/language_model/RESULTS.md": "experiments.language_model_results",
+    "experiments/disaster_tweets/RESULTS.md": "experiments.disaster_tweets_results",
+}
 # What has nothing committed behind it on each page, whatever the rows: (what, why).
 NOT_COMMITTED = {
-    "experiments/synthetic/RESULTS.md": [("exact match and token accuracy of copy, reverse and sort", "no decoded "
-                                          "outputs are committed; records.json keeps the numbers the runs printed")],
-    "experiments/language_model/RESULTS.md": [("validation perplexity (per piece and per word) and cross-entropy",
-                                               "no per-sentence log-probabilities are committed")],
-    "experiments/disaster_tweets/RESULTS.md": [("every test F1, precision, recall, accuracy, threshold and ensemble "
-                                                "interval", "no per-seed predictions are committed; records.json "
-                                                "keeps only the seeds' summed confusion counts")],
+    "experiments/synthetic/RESULTS.md": [("the step and time reaching 99% exact match, wall times and throughput",
+                                          "from the runs' training logs, not committed")],
+    "experiments/language_model/RESULTS.md": [("the best step, wall time, throughput and the continuations",
+                                               "from the run's training log and decoding, not committed")],
+    "experiments/disaster_tweets/RESULTS.md": [("each row's validation F1 at the chosen step and wall time",
+                                                "from the runs' training logs, not committed")],
     "experiments/ablations/RESULTS.md": [("each seed's final metric and training loss", "the runs' logs are not "
                                           "committed; the means, spreads, comparisons and Welch's t are "
                                           "recomputed from the per-seed values in records.json")],
@@ -72,8 +83,9 @@ NOT_COMMITTED = {
                                                    "loss", "the runs' logs and validation outputs are not committed; "
                                                    "the statistics are recomputed from records.json")],
     "experiments/beijing_pm25/RESULTS.md": [("validation MAE of each input window, and the runs table",
-                                             "from the runs' training logs, not committed; every test table is "
-                                             "recomputed from forecasts_2014.npz")],
+                                             "from the runs' training logs, not committed; every test table (the "
+                                             "equal-input section's too) is recomputed from forecasts_2014.npz and "
+                                             "forecasts_2014_equal_inputs.npz")],
     BENCHMARKS_RESULTS: [("every timing, memory figure and MFU", "a measurement: what is checked is that each ratio "
                           "agrees with the timings printed beside it")],
     BENCHMARKS_README: [("the figures of the sections below the target table (runs 1-11, A/B runs, profiles)",
@@ -208,6 +220,28 @@ def zip_numbers(printed: str, recomputed: str) -> list[tuple[str, str]]:
   ours, theirs = numbers(printed), numbers(recomputed)
   width = max(len(ours), len(theirs))
   return list(zip(*(values + ["nothing"] * (width - len(values)) for values in (ours, theirs))))
+
+
+# ------------------------------------------------------------------------------ rows from their committed outputs
+
+def check_outputs(tally: Tally, root: str, page: str) -> None:
+  """Each row of ``page`` whose outputs are committed: the cells of its ``RECOMPUTED_COLUMNS`` as its script
+  prints them from the values the outputs give; a row without outputs is listed as not verified."""
+  module = importlib.import_module(RECOMPUTED[page])
+  text, folder = read(root, page), os.path.join(record_store.COMMITTED, os.path.basename(os.path.dirname(page)))
+  store = record_store.RecordStore(folder)
+  kind = "recomputed from committed outputs"
+  for name in store:
+    record = store[name]
+    values = module.recompute(folder, name, record)
+    if values is None:
+      tally.unverified(page, f"{name}: {', '.join(module.RECOMPUTED_COLUMNS)}", "its outputs are not committed")
+      continue
+    cells = module.row(name, {**record, "values": {**record["values"], **values}})
+    for column in module.RECOMPUTED_COLUMNS:
+      printed = cell(text, column, name, module.HEADER[0])
+      tally.check(page, kind, f"row {name!r}, column {column!r}", "nothing" if printed is None else printed,
+                  str(cells[module.HEADER.index(column)]))
 
 
 # ------------------------------------------------------------------------------ BLEU from the committed outputs
@@ -455,6 +489,9 @@ def verify(root: str = record_store.REPO, pages: tuple[str, ...] = (), data: str
   with tempfile.TemporaryDirectory() as scratch:
     for index, page in enumerate(page for page in chosen if page in PAGES):
       compare_page(tally, page, read(root, page), regenerate(page, os.path.join(scratch, str(index))))
+  for page in chosen:
+    if page in RECOMPUTED:
+      check_outputs(tally, root, page)
   for experiment in ("multi30k", "iwslt15_en_vi"):
     if f"experiments/{experiment}/RESULTS.md" in chosen:
       check_bleu(tally, root, experiment, data)

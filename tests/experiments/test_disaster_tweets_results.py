@@ -10,6 +10,7 @@ import pytest
 
 from experiments import disaster_tweets, disaster_tweets_results as results, record_store
 from transformer.errors import ConfigError
+from transformer.tasks.metrics import binary_metrics, confusion_counts
 from transformer.train.config import validate_config
 from transformer.train.run_format import write_format
 
@@ -72,13 +73,14 @@ def fake_run(root, variant: str, steps: int, monkeypatch) -> None:
   config.num_train_steps = steps
   (workdir / "config.json").write_text(config.to_json_best_effort())
   (workdir / "metrics.jsonl").write_text(json.dumps({"step": steps, "train/loss": 0.5, "eval/f1": 0.7}) + "\n")
-  seeds = [{"tp": 200, "fp": 50, "fn": 127, "tn": 384, "step": steps, "threshold": 0.5, "f1": f1,
+  seeds = [{"tp": 200, "fp": 50, "fn": 127, "tn": 384, "threshold": 0.5, "f1": f1,
             "precision": 0.8, "recall": 0.6, "accuracy": 0.77, "tuned_f1": f1} for f1 in (0.69, 0.71)]
+  probabilities = {split: {"ids": np.array([1, 2]), "labels": np.array([1, 0]),
+                           "seeds": [np.array([0.9, 0.2], np.float32)] * 2} for split in ("test", "validation")}
   monkeypatch.setattr(results, "score_run", lambda workdir: {
-      "config": config, "seeds": seeds, "ensemble": {"f1": 0.7, "f1_interval": (0.66, 0.74)},
-      "records": [{"step": steps, "train/loss": 0.5, "eval/f1": 0.7}], "test_ids": np.array([1, 2]),
-      "test_labels": np.array([1, 0]), "test_probabilities": [np.array([0.9, 0.2])] * 2, "validation_f1": 0.7,
-      "last_step": steps, "wall_seconds": 60.0})
+      "config": config, "seeds": seeds, "ensemble": {"f1": 0.7, "f1_interval": (0.66, 0.74)}, "step": steps,
+      "records": [{"step": steps, "train/loss": 0.5, "eval/f1": 0.7}], "probabilities": probabilities,
+      "validation_f1": 0.7, "last_step": steps, "wall_seconds": 60.0})
 
 
 def test_a_committed_row_is_replaced_only_by_a_run_at_least_as_long(tmp_path, committed, monkeypatch):
@@ -94,40 +96,39 @@ def test_a_committed_row_is_replaced_only_by_a_run_at_least_as_long(tmp_path, co
   assert ("| minilm_finetune | 2 | 0.700 ± 0.014 | 0.800 ± 0.000 | 0.600 ± 0.000 | 0.770 ± 0.000 | "
           "0.700 ± 0.014 (0.50) | 0.700 (0.660-0.740) |") in text
   assert f"| {recorded - 1} of {recorded - 1} |" in text and "| static_scratch | 3 |" in text  # the others kept
-  assert (committed / "predictions" / "minilm_finetune.csv").exists()
+  assert (committed / "predictions" / "minilm_finetune.test.csv").exists()
+  assert (committed / "predictions" / "minilm_finetune.validation.csv").exists()
+  # Another run over the committed row: the page says what its headline cells were and are now.
+  assert "- `minilm_finetune`: rerun on " in text and "test F1 (disaster) was 0.792 ± 0.004, now 0.700 ± 0.014" in text
 
 
-def test_per_seed_predictions_recompute_the_tables_f1_and_the_page_says_where_they_are(tmp_path):
-  """predictions/<variant>.csv holds each seed's test probabilities, from which a row's F1 is recomputed; a
-  variant scored before they were kept is named with the command that makes them."""
-  import csv
-
-  import numpy as np
-  from transformer.tasks.metrics import binary_metrics, confusion_counts
-  labels = np.array([1, 0, 1, 1, 0])
-  probabilities = [np.array([0.9, 0.2, 0.4, 0.7, 0.6]), np.array([0.8, 0.1, 0.6, 0.3, 0.4])]
-  path = results.write_predictions(str(tmp_path), "static_scratch", np.array([11, 12, 15, 20, 31]), labels,
-                                   probabilities)
-  assert path == "predictions/static_scratch.csv"
-  with open(tmp_path / path) as f:
-    rows = list(csv.DictReader(f))
-  assert [row["id"] for row in rows] == ["11", "12", "15", "20", "31"] and list(rows[0]) == [
-      "id", "target", "seed_0", "seed_1"]
-  for seed, seed_probabilities in enumerate(probabilities):  # the F1 the table reports for that seed
-    # the probabilities themselves, to the 6 decimals written, not only which side of 0.5 they fall
-    np.testing.assert_allclose([float(row[f"seed_{seed}"]) for row in rows], seed_probabilities, rtol=0,
-                               atol=5e-7, err_msg=f"seed_{seed}")
-    recomputed = [int(float(row[f"seed_{seed}"]) > 0.5) for row in rows]
-    assert recomputed == list((seed_probabilities > 0.5).astype(int))
-    assert binary_metrics(confusion_counts(recomputed, [int(row["target"]) for row in rows]))["f1"] == (
-        binary_metrics(confusion_counts(np.stack([1 - seed_probabilities, seed_probabilities], -1).argmax(-1),
-                                        labels))["f1"])
+def test_per_seed_predictions_give_back_the_rows_numbers_and_the_page_says_where_they_are(tmp_path):
+  """predictions/<variant>.<split>.csv hold each seed's probabilities to the float32 digit: read back, they give
+  the row's every test metric, threshold and ensemble interval exactly; a variant without them is named with the
+  command that makes them."""
+  from experiments import disaster_tweets_scores as scores
+  rng = np.random.default_rng(0)
+  probabilities = {split: {"ids": np.arange(40) + 100, "labels": rng.integers(0, 2, 40),
+                           "seeds": [rng.random(40).astype(np.float32) for _ in range(3)]} for split in scores.SPLITS}
+  scores.write_predictions(str(tmp_path), "static_scratch", probabilities)
+  read = scores.read_predictions(str(tmp_path), "static_scratch")
+  for split in scores.SPLITS:
+    np.testing.assert_array_equal(np.asarray(read[split]["seeds"]), np.asarray(probabilities[split]["seeds"]))
+    np.testing.assert_array_equal(read[split]["labels"], probabilities[split]["labels"])
+  expected = scores.score_values(scores.score_probabilities(probabilities))
+  assert results.recompute(str(tmp_path), "static_scratch", {}) == expected
+  # The rule: "disaster" where the probability is above 0.5, the argmax of the two classes' probabilities.
+  test = probabilities["test"]
+  f1s = [binary_metrics(confusion_counts(np.stack([1 - seed, seed], -1).argmax(-1), test["labels"]))["f1"]
+         for seed in test["seeds"]]
+  assert expected["f1"] == pytest.approx(scores.summary(f1s))
+  assert results.recompute(str(tmp_path), "minilm_finetune", {}) is None
   section = results.predictions_section(str(tmp_path), {"static_scratch": "python launch.py A",
                                                         "minilm_finetune": "python launch.py B"})
-  assert "- `static_scratch`: `predictions/static_scratch.csv`" in section
-  assert ("- `minilm_finetune`: not committed (scored before this script kept predictions, and the run's workdir "
-          "is gone): train it with `python launch.py B`, then this script writes `predictions/minilm_finetune.csv`"
-          ) in section
+  assert ("- `static_scratch`: `predictions/static_scratch.test.csv`, `predictions/static_scratch.validation.csv`"
+          in section)
+  assert ("- `minilm_finetune`: not committed (the run's workdir is gone): train it with `python launch.py B`, "
+          "then this script writes `predictions/minilm_finetune.test.csv`") in section
 
 
 def test_the_page_names_the_seed_experiments_published_f1_and_why_it_is_another_test():

@@ -17,9 +17,13 @@ def test_page_from_a_tiny_run_and_again_from_its_records(tmp_path):
   run(tiny_config(raw_dir, tmp_path / "tfds"), str(tmp_path / "runs" / "small"))
   output = tmp_path / "page"
   text = language_model_results.main([f"--workdir_root={tmp_path / 'runs'}", f"--output_dir={output}"])
-  assert sorted(os.listdir(output)) == ["RESULTS.md", "curves.png", "records.json"]
+  assert sorted(os.listdir(output)) == ["RESULTS.md", "curves.png", "log_probs", "records.json"]
   record = record_store.RecordStore(str(output))["small"]
   assert record["steps"] == 20 and record["values"]["best_perplexity"] > 1.0
+  # The row's numbers are those of the per-sentence log-probabilities beside the page, and the run's own eval's.
+  recomputed = language_model_results.recompute(str(output), "small", record)
+  assert recomputed == {name: record["values"][name] for name in recomputed}
+  assert record["values"]["best_nll"] == pytest.approx(record["values"]["logged"]["nll"], rel=1e-5)
   assert f"| small | 20 | {record['values']['best_perplexity']:.2f} |" in text
   # The tiny run differs from the small variant by flags, which the command carries; paths are made portable.
   assert "--config.model.d_model=32" in record["command"] and "--workdir=WORKDIR" in record["command"]

@@ -27,7 +27,9 @@ def committed(tmp_path, monkeypatch):
 
 
 def file_bytes(folder) -> dict:
-  return {name: open(os.path.join(folder, name), "rb").read() for name in sorted(os.listdir(folder))}
+  """Path (relative to ``folder``) -> bytes of every file under it."""
+  return {os.path.relpath(os.path.join(root, name), folder): open(os.path.join(root, name), "rb").read()
+          for root, _, names in os.walk(folder) for name in sorted(names)}
 
 
 def recorded_steps(folder) -> dict[str, int]:
@@ -35,7 +37,14 @@ def recorded_steps(folder) -> dict[str, int]:
 
 
 def train_fake_runs(monkeypatch, steps: int) -> None:
-  """launching.launch writes a finished run's metrics instead of training."""
+  """launching.launch writes a finished run's metrics instead of training; its outputs are two examples, right."""
+  def write_outputs(folder, name, workdir, step):
+    os.makedirs(os.path.join(folder, synthetic_results.OUTPUTS), exist_ok=True)
+    with open(synthetic_results.outputs_path(folder, name), "w") as f:
+      f.write("source\ttarget\tprediction\tcorrect_tokens\ttokens\n3 4\t3 4 2\t3 4 2\t3\t3\n5\t5 2\t5 2\t2\t2\n")
+    return {"exact_match": 1.0, "token_accuracy": 1.0}
+  monkeypatch.setattr(synthetic_results, "write_outputs", write_outputs)
+
   def launch(config, workdir):
     os.makedirs(workdir, exist_ok=True)
     with open(os.path.join(workdir, "metrics.jsonl"), "w") as f:
@@ -72,7 +81,11 @@ def test_a_committed_row_is_replaced_only_by_a_run_at_least_as_long(tmp_path, mo
 
   train_fake_runs(monkeypatch, steps=max(recorded.values()))
   synthetic_results.main([f"--workdir_root={tmp_path / 'long'}", "--update_committed"])
-  assert "--workdir_root=" + str(tmp_path / "long") in (committed / "RESULTS.md").read_text()
+  page = (committed / "RESULTS.md").read_text()
+  assert "--workdir_root=" + str(tmp_path / "long") in page
+  assert (committed / "outputs" / "copy.tsv").exists()
+  # Another run over a committed row: the page says what its headline cells were and are.
+  assert "- `copy`: rerun on " in page and "first >= 99% exact match was " in page
 
   train_fake_runs(monkeypatch, steps=10)
   synthetic_results.main([f"--workdir_root={tmp_path / 'forced'}", "--update_committed", "--force"])

@@ -105,3 +105,53 @@ def test_a_changed_bleu_fails_against_the_committed_hypotheses(tmp_path):
   assert tally.verified[MULTI30K]["BLEU from committed outputs"] > 10
   named = [line for line in tally.differences if "printed 40.78, recomputed 40.77" in line]
   assert len(named) == 2  # the page written again from records, and the BLEU of the hypotheses
+
+
+def corrupt_first_rows(path: str, column: int, change, rows: int) -> None:
+  """Replaces the cell ``column`` of the first ``rows`` data rows of a tab- or comma-separated file by
+  ``change(cell)``."""
+  with open(path, encoding="utf-8") as f:
+    lines = f.read().splitlines()
+  separator = "\t" if "\t" in lines[0] else ","
+  for index in range(1, rows + 1):
+    cells = lines[index].split(separator)
+    cells[column] = change(cells[column])
+    lines[index] = separator.join(cells)
+  with open(path, "w", encoding="utf-8") as f:
+    f.write("\n".join(lines) + "\n")
+
+
+# Per page backed by outputs: a committed file of one row, how to make it give other numbers, and a column
+# those numbers change.
+CORRUPTIONS = {
+    "experiments/synthetic/RESULTS.md": ("outputs/copy.tsv", 2, lambda cell: "0", 5, "copy",
+                                         "exact match (512 held-out)"),
+    "experiments/language_model/RESULTS.md": ("log_probs/small.validation.tsv", 3, lambda cell: str(float(cell) - 50),
+                                              5, "small", "validation cross-entropy (nats per piece)"),
+    "experiments/disaster_tweets/RESULTS.md": (
+        "predictions/minilm_finetune.test.csv", 2, lambda cell: f"{1 - float(cell):.9g}", 60, "minilm_finetune",
+        "test F1 (disaster)"),
+}
+
+
+@pytest.mark.parametrize("page", sorted(CORRUPTIONS))
+def test_a_changed_output_behind_a_row_fails_naming_its_number(tmp_path, monkeypatch, page):
+  """The committed outputs give the page's numbers; an output changed gives another number, named by row and
+  column; with the outputs gone, the row is listed as not verified instead."""
+  file, column, change, rows, row, heading = CORRUPTIONS[page]
+  name = os.path.basename(os.path.dirname(page))
+  copy = tmp_path / "experiments" / name
+  shutil.copytree(os.path.join(record_store.COMMITTED, name), copy)
+  monkeypatch.setattr(record_store, "COMMITTED", str(copy.parent))
+  tally = verify.Tally()
+  verify.check_outputs(tally, record_store.REPO, page)
+  assert tally.differences == [] and sum(tally.verified[page].values()) >= 2
+  corrupt_first_rows(str(copy / file), column, change, rows)
+  tally = verify.Tally()
+  verify.check_outputs(tally, record_store.REPO, page)
+  assert any(f"row {row!r}, column {heading!r}: printed " in line for line in tally.differences), tally.differences
+  os.remove(copy / file)
+  tally = verify.Tally()
+  verify.check_outputs(tally, record_store.REPO, page)
+  assert any(line.startswith(f"{page}: {row}: ") and "its outputs are not committed" in line
+             for line in tally.not_verified)

@@ -19,6 +19,7 @@ from transformer.data.classification import fixed_batches
 from transformer.errors import MissingDataError
 from transformer.nn import EncoderClassifier
 from transformer.train.run_config import build_task
+from transformer.tasks.classification import read_probabilities
 from transformer.tasks.metrics import binary_metrics, confusion_counts
 from transformer.train import run
 from transformer.train.run_directory import read_metrics
@@ -155,6 +156,13 @@ def test_train_eval_predict_and_classify_end_to_end(tiny, tmp_path, init):
   for name in ("f1", "precision", "recall", "accuracy"):
     assert 0.0 <= evaluated[f"test/{name}/seed_0"] <= 1.0
   assert sum(evaluated[f"test/{name}/seed_0"] for name in ("tp", "fp", "fn", "tn")) == 4  # 10% of each class
+  # Every seed's probabilities of the test and eval splits, beside the checkpoints: the test metrics again.
+  ids, labels, probabilities = read_probabilities(f"{workdir}/test_predictions.csv")
+  assert len(ids) == 4 and probabilities.shape == (config.num_seeds, 4)
+  for index, seed in enumerate(probabilities):
+    counts = confusion_counts((seed > 0.5).astype(np.int32), labels)
+    assert {name: evaluated[f"test/{name}/seed_{index}"] for name in counts} == counts
+  assert read_probabilities(f"{workdir}/validation_predictions.csv")[2].shape[0] == config.num_seeds
   # The seeds as one model: the argmax of their mean probability, each seed loaded on its own.
   seeds = [load(workdir, replica=i) for i in range(config.num_seeds)]
   mean = np.mean([seed.task.split_probabilities(seed.model_config, seed.params, "test") for seed in seeds], axis=0)

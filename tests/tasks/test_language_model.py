@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from tests.data.data_fixtures import write_multi30k
+from transformer.tasks.language_model import LOG_PROBS_FILE, log_probs_metrics, read_log_probs
 from tests.train.conftest import load_experiment_config
 from transformer import load
 from transformer.errors import ConfigError
@@ -109,10 +110,19 @@ def test_the_task_refuses_another_model(raw_dir, data_dir):
 def test_tiny_run_trains_reports_perplexity_and_continues_prompts(raw_dir, data_dir, tmp_path):
   """With multi-query attention and a sliding window, whose cached decoding the continuation check covers."""
   workdir = str(tmp_path / "run")
-  trained = run(tiny_config(raw_dir, data_dir, num_kv_heads=1, attention_window=4), workdir)
+  config = tiny_config(raw_dir, data_dir, num_kv_heads=1, attention_window=4)
+  trained = run(config, workdir)
   metrics = trained.metrics
   assert metrics["eval/perplexity"] == pytest.approx(math.exp(metrics["eval/nll"]))
   assert metrics["eval/perplexity"] < 40  # below a uniform guess over the 40-piece vocabulary
+
+  # --mode=eval writes each validation sentence's log-probability: read back, they give its NLL and perplexity.
+  evaluated = run(config, workdir, mode="eval").metrics
+  rows = read_log_probs(os.path.join(workdir, LOG_PROBS_FILE.format(split="validation")))
+  recomputed = log_probs_metrics(rows)
+  assert [row["sentence"] for row in rows] == list(range(len(rows))) and all(row["pieces"] > 0 for row in rows)
+  assert recomputed["nll"] == pytest.approx(evaluated["eval/nll"], rel=1e-5)
+  assert recomputed["perplexity"] == pytest.approx(evaluated["eval/perplexity"], rel=1e-5)
 
   model = load(workdir)
   # The run keeps the SentencePiece model it trained with, the one a later load checks against.

@@ -62,3 +62,35 @@ def test_a_full_disk_while_predictions_are_written_keeps_the_old_file_whole(tmp_
   monkeypatch.undo()
   assert open(path, "rb").read() == old  # the old predictions, whole
   assert sorted(os.listdir(tmp_path)) == ["predictions.txt"]  # no temporary file left
+
+
+@pytest.mark.slow
+def test_eval_writes_outputs_that_give_back_its_exact_match_and_token_accuracy(tmp_path):
+  """``--mode=eval`` writes every held-out example's source, target, greedy prediction and teacher-forced token
+  counts; ``outputs_metrics`` of the file read back is the evaluation's ``eval/exact_match`` and
+  ``eval/token_accuracy`` (what the results page prints and ``experiments.verify`` recomputes)."""
+  import json
+
+  from tests.train.conftest import tiny_config
+  from transformer.tasks.synthetic import OUTPUTS_FILE, outputs_metrics, read_outputs
+  from transformer.train import run
+
+  config = tiny_config(num_train_steps=60, eval_every=60, checkpoint_every=60, **{"optimizer.learning_rate": 5e-3})
+  run(config, str(tmp_path))
+  run(config, str(tmp_path), mode="eval")
+  with open(tmp_path / "eval_results.json") as f:
+    evaluated = json.load(f)
+  rows = read_outputs(str(tmp_path / OUTPUTS_FILE))
+  assert len(rows) == 32
+  assert all(row["target"][-1] == 2 and len(row["prediction"]) == len(row["target"]) for row in rows)  # EOS last
+  recomputed = outputs_metrics(rows)
+  assert 0.0 < recomputed["token_accuracy"] < 1.0  # a model that is partly right: every count matters
+  assert recomputed["exact_match"] == pytest.approx(evaluated["eval/exact_match"], abs=1e-6)
+  assert recomputed["token_accuracy"] == pytest.approx(evaluated["eval/token_accuracy"], abs=1e-6)
+
+
+def test_an_outputs_file_without_its_header_is_refused(tmp_path):
+  from transformer.tasks.synthetic import read_outputs
+  (tmp_path / "outputs.tsv").write_text("1 2\t1 2\t1 2\t2\t2\n")
+  with pytest.raises(ValueError, match="is not an outputs file"):
+    read_outputs(str(tmp_path / "outputs.tsv"))

@@ -32,7 +32,7 @@ import numpy as np
 
 from transformer import ops
 from transformer.data.classification import ShuffledBatches, fixed_batches
-from transformer.data.files import replacing
+from transformer.data.files import replacing, write_atomically
 from transformer.errors import ConfigError, MissingDataError
 from transformer.nn import ClassifierConfig, EncoderClassifier
 from transformer.tasks.base import Task
@@ -47,6 +47,7 @@ HUGGING_FACE_IDS = {"all-MiniLM-L6-v2": "sentence-transformers/all-MiniLM-L6-v2"
 HEAD_FIELDS = ("num_classes", "pooling", "dropout_rate", "attention_dropout_rate", "feed_forward_dropout_rate",
                "dtype", "attention_implementation", "attention_chunk_size", "float32_attention_logits", "remat")
 SUBMISSION_FILE = "submission.csv"
+PROBABILITIES_FILE = "{split}_predictions.csv"  # what --mode=eval writes per split: see write_probabilities
 LENGTH_MULTIPLE = 8  # texts classified outside the data sets are padded to a multiple of this (fewer shapes)
 
 
@@ -276,31 +277,30 @@ class ClassificationTask(Task):
 
   def write_test_outputs(self, model_config, params, output_dir, eval_metrics):
     """``--mode=eval``: the test split's confusion counts and metrics (a vmapped run: their mean over seeds, each
-    seed's under ``<name>/seed_i``, and the seeds' mean probability's under ``ensemble/<name>``); its predictions
-    written as ``<split>_predictions.csv`` (id, label, probability of class 1, target; replica 0)."""
+    seed's under ``<name>/seed_i``, and the seeds' mean probability's under ``ensemble/<name>``); each seed's
+    probabilities of the test and the eval split written as ``<split>_predictions.csv`` (``write_probabilities``),
+    what a threshold chosen on the eval split and the test metrics can be computed again from."""
     del eval_metrics
-    split = self.task_config.test_split
-    data = self.splits[split]
-    replicas = replica_params(params)
-    per_seed, seed_probabilities = [], []
-    for index, replica in enumerate(replicas):
-      probabilities = self.probabilities(model_config, replica, data.tokens)
-      seed_probabilities.append(probabilities)
-      counts = confusion_counts(probabilities.argmax(-1), data.labels)
-      per_seed.append({**counts, **binary_metrics(counts)})
-      if index == 0:
-        _write_rows(os.path.join(output_dir, f"{split}_predictions.csv"), ["id", "label", "probability", "target"],
-                    zip(data.ids, probabilities.argmax(-1), probabilities[:, POSITIVE_CLASS], data.labels))
+    test, replicas = self.task_config.test_split, replica_params(params)
+    probabilities = {split: [self.probabilities(model_config, replica, self.splits[split].tokens)
+                             for replica in replicas]
+                     for split in dict.fromkeys((test, self.task_config.eval_split))}
+    for split, seeds in probabilities.items():
+      write_probabilities(os.path.join(output_dir, PROBABILITIES_FILE.format(split=split)), self.splits[split].ids,
+                          self.splits[split].labels, [seed[:, POSITIVE_CLASS] for seed in seeds])
+    labels = self.splits[test].labels
+    per_seed = [{**counts, **binary_metrics(counts)}
+                for counts in (confusion_counts(seed.argmax(-1), labels) for seed in probabilities[test])]
     if len(replicas) == 1:
-      return {split: per_seed[0]}
+      return {test: per_seed[0]}
     # As the eval metrics of a vmapped run: the mean over seeds, and each seed's under /seed_i.
     results = {name: float(np.mean([seed[name] for seed in per_seed])) for name in per_seed[0]}
     results.update({f"{name}/seed_{index}": value for index, seed in enumerate(per_seed)
                     for name, value in seed.items()})
     # The seeds as one model (their mean probability), the predictor that --mode=predict submits.
-    counts = confusion_counts(np.mean(seed_probabilities, axis=0).argmax(-1), data.labels)
+    counts = confusion_counts(np.mean(probabilities[test], axis=0).argmax(-1), labels)
     results.update({f"ensemble/{name}": value for name, value in {**counts, **binary_metrics(counts)}.items()})
-    return {split: results}
+    return {test: results}
 
   def write_predictions(self, model_config, params, output_dir) -> str:
     """``--mode=predict``: Kaggle's ``submission.csv`` (``id,target``) for every tweet of ``test.csv``; the
@@ -325,6 +325,34 @@ def replica_params(params) -> list:
 def _probability_function(model_config):
   model = EncoderClassifier(model_config)
   return jax.jit(lambda params, tokens: jax.nn.softmax(model.apply({"params": params}, tokens), axis=-1))
+
+
+def write_probabilities(path: str, ids, labels, seeds: list[np.ndarray]) -> None:
+  """A CSV of one split: per example its ``id``, ``target`` (its label) and each seed's probability of class 1
+  (``seed_0``, ...), then ``ensemble``, the seeds' mean. Probabilities are float32, written with the 9 significant
+  digits that give each back exactly (``read_probabilities``), so that metrics computed again from the file
+  are those of the run."""
+  seeds = np.asarray(seeds, np.float32)  # [seeds, examples]
+  ensemble = np.mean(seeds, axis=0)
+  lines = [",".join(["id", "target", *(f"seed_{index}" for index in range(len(seeds))), "ensemble"])]
+  for row, (example_id, label) in enumerate(zip(ids, labels)):
+    lines.append(",".join([str(int(example_id)), str(int(label)),
+                           *(f"{value:.9g}" for value in (*seeds[:, row], ensemble[row]))]))
+  write_atomically(path, "\n".join(lines) + "\n")
+
+
+def read_probabilities(path: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """``(ids int64 [n], labels int32 [n], seeds float32 [num_seeds, n])`` of a ``write_probabilities`` file (the
+  ensemble column is the seeds' mean, left out)."""
+  with open(path, encoding="utf-8", newline="") as f:
+    rows = list(csv.reader(f))
+  header = rows[0] if rows else []
+  if header[:2] != ["id", "target"] or header[-1:] != ["ensemble"] or len(header) < 4:
+    raise ValueError(f"{path} is not a file of per-seed probabilities: its header should be "
+                     f"'id,target,seed_0,...,ensemble', found {','.join(header)!r}.")
+  table = np.array(rows[1:], dtype=object).reshape(-1, len(header))
+  seeds = table[:, 2:-1].astype(np.float64).astype(np.float32).T
+  return table[:, 0].astype(np.int64), table[:, 1].astype(np.int32), seeds
 
 
 def _write_rows(path, header, rows):

@@ -11,10 +11,14 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
 from transformer.data import batching, tokenizers
+from transformer.data.files import write_atomically
 from transformer.data.monolingual import load_monolingual_data
 from transformer.decode import DecodeSettings, check_max_length
 from transformer.errors import ConfigError
@@ -26,6 +30,9 @@ from transformer.tasks.decoding import continue_prompts
 from transformer.tasks.seq2seq import token_loss_and_metrics
 from transformer.tasks.tokenized import RecordedTokenizers
 from transformer.tasks.translation import sentencepiece_options
+
+LOG_PROBS_FILE = "{split}_log_probs.tsv"  # what --mode=eval writes: see LanguageModelTask.write_log_probs
+LOG_PROBS_COLUMNS = ("sentence", "pieces", "words", "log_prob")
 
 
 class SentenceBatcher(batching.TokenBatcher):
@@ -91,6 +98,38 @@ class LanguageModelTask(RecordedTokenizers, Task):
     return token_loss_and_metrics(logits, batch["tokens"], model.config.pad_id,
                                   self.label_smoothing(label_smoothing))
 
+  def write_test_outputs(self, model_config, params, output_dir, eval_metrics=None):
+    """``--mode=eval``: ``<eval_split>_log_probs.tsv`` (``write_log_probs``), what the evaluation's
+    ``eval/nll`` and ``eval/perplexity`` come from; a run of several replicas writes one per replica
+    (``.replica_<i>.tsv``). No other split: returns no metrics."""
+    del eval_metrics
+    count = self.settings.num_replicas
+    name, extension = os.path.splitext(LOG_PROBS_FILE.format(split=self.task_config.eval_split))
+    for replica in range(count):
+      path = os.path.join(output_dir, f"{name}{extension}" if count == 1 else f"{name}.replica_{replica}{extension}")
+      self.write_log_probs(model_config, params if count == 1 else jax.tree.map(lambda leaf: leaf[replica], params),
+                           path)
+    return {}
+
+  def write_log_probs(self, model_config, params, path: str) -> dict[str, float]:
+    """Writes ``path``: a header (``LOG_PROBS_COLUMNS``), then one row per sentence of the eval split, in its
+    order, tab-separated: its index, its pieces (EOS included), its whitespace-separated words and the sum of
+    its pieces' log-probabilities (natural log, each piece given the ones before it), computed on the
+    evaluation's own batches. Returns ``log_probs_metrics`` of the file read back."""
+    split = self.task_config.eval_split
+    batcher = self._batcher(self.data.eval[split], train=False)
+    texts, sums, pieces = self.data.eval_text[split], {}, {}
+    for indices in batcher.epoch_batches(0):
+      tokens = batcher.make_batch(indices)["tokens"]
+      log_probs = np.asarray(_token_log_probs(model_config.replace(deterministic=True), params, tokens), np.float64)
+      for row, index in enumerate(indices):
+        sums[int(index)] = math.fsum(log_probs[row][tokens[row] != model_config.pad_id])
+        pieces[int(index)] = int(np.count_nonzero(tokens[row] != model_config.pad_id))
+    rows = [LOG_PROBS_COLUMNS] + [(index, pieces[index], len(texts[index].split()), repr(sums[index]))
+                                  for index in range(len(texts))]
+    write_atomically(path, "".join("\t".join(map(str, row)) + "\n" for row in rows))
+    return log_probs_metrics(read_log_probs(path))
+
   def derived_metrics(self, metrics):
     """``<prefix>/perplexity`` = exp(mean token NLL) for every ``<prefix>/nll`` (per seed too)."""
     return {name.replace("/nll", "/perplexity", 1): math.exp(min(value, 700.0))  # exp overflows past ~709
@@ -140,3 +179,36 @@ class LanguageModelTask(RecordedTokenizers, Task):
     continuation (``config.decode``; ``beam_size``/``length_penalty`` override it as for translation)."""
     return self.continue_texts(model_config, params, lines,
                                settings=override_decode(self.settings.decode, beam_size, length_penalty))
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _token_log_probs(model_config: ModelConfig, params, tokens):
+  """float32 ``[batch, length]``: ``log P(tokens[:, i] | tokens[:, :i])`` (0 where ``tokens`` is padding)."""
+  logits = TransformerLM(model_config).apply({"params": params}, tokens)
+  log_probs = jnp.take_along_axis(jax.nn.log_softmax(logits.astype(jnp.float32)), tokens[..., None], -1)[..., 0]
+  return jnp.where(tokens != model_config.pad_id, log_probs, 0.0)
+
+
+def read_log_probs(path: str) -> list[dict]:
+  """The rows of a ``write_log_probs`` file: ``sentence``, ``pieces``, ``words`` (ints) and ``log_prob``."""
+  with open(path, encoding="utf-8") as f:
+    lines = f.read().splitlines()
+  if not lines or tuple(lines[0].split("\t")) != LOG_PROBS_COLUMNS:
+    raise ValueError(f"{path} is not a file of per-sentence log-probabilities: its first line should be "
+                     f"{chr(9).join(LOG_PROBS_COLUMNS)!r}.")
+  rows = []
+  for line in lines[1:]:
+    sentence, pieces, words, log_prob = line.split("\t")
+    rows.append({"sentence": int(sentence), "pieces": int(pieces), "words": int(words), "log_prob": float(log_prob)})
+  return rows
+
+
+def log_probs_metrics(rows: list[dict]) -> dict:
+  """From per-sentence rows (``read_log_probs``): ``nll``, the mean negative log-likelihood per piece (EOS
+  included), ``perplexity`` = exp(nll), ``per_word_perplexity`` (the same log-likelihood over words and
+  end-of-sentence marks) and the counts ``pieces``, ``words`` and ``sentences``."""
+  pieces, words = sum(row["pieces"] for row in rows), sum(row["words"] for row in rows)
+  total = -math.fsum(row["log_prob"] for row in rows)
+  nll = total / max(pieces, 1)
+  return {"nll": nll, "perplexity": math.exp(nll), "per_word_perplexity": math.exp(total / max(words + len(rows), 1)),
+          "pieces": pieces, "words": words, "sentences": len(rows)}

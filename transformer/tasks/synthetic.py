@@ -5,13 +5,22 @@ from a different seed stream than any training batch.
 """
 from __future__ import annotations
 
+import functools
+import os
+
+import jax
 import numpy as np
 
+from transformer import ops
+from transformer.data.files import write_atomically
 from transformer.data.synthetic import BOS_ID, EOS_ID, FIRST_SYMBOL, PAD_ID, SyntheticBatches, make_examples
 from transformer.tasks.configs import SyntheticConfig
+from transformer.tasks.decoding import model_class
 from transformer.tasks.seq2seq import Seq2SeqTask
 
 _EVAL_STREAM = 2**31 - 1  # seed-sequence entry reserved for the validation set
+OUTPUTS_FILE = "validation_outputs.tsv"  # what --mode=eval writes: see SyntheticTask.write_outputs
+OUTPUT_COLUMNS = ("source", "target", "prediction", "correct_tokens", "tokens")
 
 
 class SyntheticTask(Seq2SeqTask):
@@ -35,6 +44,38 @@ class SyntheticTask(Seq2SeqTask):
                              task.max_length)
     return _split_into_batches(examples, batch_size)
 
+  def write_test_outputs(self, model_config, params, output_dir, eval_metrics=None):
+    """``--mode=eval``: ``validation_outputs.tsv`` (``write_outputs``), the outputs behind the evaluation's
+    ``eval/exact_match`` and ``eval/token_accuracy``; a run of several replicas writes
+    ``validation_outputs.replica_<i>.tsv`` for each. No other split: returns no metrics."""
+    del eval_metrics
+    count = self.settings.num_replicas
+    name, extension = os.path.splitext(OUTPUTS_FILE)
+    for replica in range(count):
+      path = os.path.join(output_dir, OUTPUTS_FILE if count == 1 else f"{name}.replica_{replica}{extension}")
+      self.write_outputs(model_config, params if count == 1 else jax.tree.map(lambda leaf: leaf[replica], params),
+                         path)
+    return {}
+
+  def write_outputs(self, model_config, params, path: str) -> dict[str, float]:
+    """Writes ``path``: a header (``OUTPUT_COLUMNS``), then one row per held-out example, tab-separated: its
+    source and target (EOS included) as space-separated token ids, the greedy prediction at the target's
+    positions (as the evaluation decodes it), and how many of the target's tokens the teacher-forced model
+    ranks first (``correct_tokens``, ties counted right as ``ops.token_accuracy`` counts them) of ``tokens``.
+    Returns ``outputs_metrics`` of the rows: the evaluation's exact match and token accuracy."""
+    deterministic = model_config.replace(deterministic=True)
+    rows = []
+    for batch in self.eval_batches(self.settings.eval_batch_size):
+      source, target = np.asarray(batch["source"]), np.asarray(batch["target"])
+      predictions = np.asarray(self.decode_batch(model_config, params, source, target.shape[1], 1))
+      correct, tokens = (np.asarray(counts) for counts in _token_counts(deterministic, params, source, target))
+      for row in np.flatnonzero((target != PAD_ID).any(axis=1)):  # all-padding filler rows have no example
+        length = int(np.count_nonzero(target[row] != PAD_ID))
+        rows.append((_ids(source[row][source[row] != PAD_ID]), _ids(target[row][:length]),
+                     _ids(predictions[row][:length]), int(correct[row]), int(tokens[row])))
+    write_atomically(path, "".join("\t".join(map(str, row)) + "\n" for row in [OUTPUT_COLUMNS, *rows]))
+    return outputs_metrics(read_outputs(path))
+
 
 def _split_into_batches(examples, batch_size):
   """Fixed-shape batches; the last one is padded with all-padding rows (zero weight everywhere)."""
@@ -49,3 +90,40 @@ def _split_into_batches(examples, batch_size):
       batch[name] = chunk
     batches.append(batch)
   return batches
+
+
+def _ids(tokens) -> str:
+  return " ".join(str(int(token)) for token in tokens)
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _token_counts(model_config, params, source, target):
+  """``(correct, tokens)`` float32 ``[batch]``: per example, ``ops.token_accuracy`` of the teacher-forced logits
+  (the evaluation's token accuracy, summed over the batch instead)."""
+  logits = model_class(model_config)(model_config).apply({"params": params}, source, target)
+  weights = (target != model_config.pad_id).astype(np.float32)
+  return jax.vmap(ops.token_accuracy)(logits[:, None], target[:, None], weights[:, None])
+
+
+def read_outputs(path: str) -> list[dict]:
+  """The rows of an outputs file (``SyntheticTask.write_outputs``): ``source``, ``target`` and ``prediction`` as
+  int lists, ``correct_tokens`` and ``tokens`` as ints."""
+  with open(path, encoding="utf-8") as f:
+    lines = f.read().splitlines()
+  if not lines or tuple(lines[0].split("\t")) != OUTPUT_COLUMNS:
+    raise ValueError(f"{path} is not an outputs file: its first line should be {chr(9).join(OUTPUT_COLUMNS)!r}.")
+  rows = []
+  for line in lines[1:]:
+    source, target, prediction, correct, tokens = line.split("\t")
+    rows.append({"source": [int(t) for t in source.split()], "target": [int(t) for t in target.split()],
+                 "prediction": [int(t) for t in prediction.split()], "correct_tokens": int(correct),
+                 "tokens": int(tokens)})
+  return rows
+
+
+def outputs_metrics(rows: list[dict]) -> dict[str, float]:
+  """The evaluation's metrics from outputs rows (``read_outputs``): ``exact_match``, the fraction of examples
+  predicted right at every target position (EOS included), and ``token_accuracy`` (teacher-forced)."""
+  matches = sum(row["prediction"] == row["target"] for row in rows)
+  return {"exact_match": matches / max(len(rows), 1),
+          "token_accuracy": sum(row["correct_tokens"] for row in rows) / max(sum(row["tokens"] for row in rows), 1)}
