@@ -18,15 +18,14 @@ experiments/ablations/README.md; the pages' prose is ``experiments/ablations/pag
 """
 from __future__ import annotations
 
-import math
 import os
 
 import numpy as np
 
 from experiments import launching, pages, record_store, stats
 from experiments.ablations import common
-from experiments.ablations_scores import (METRICS, CellResult, above_the_line, closest_to_base, gather,
-                                         recorded_results)
+from experiments.ablations_scores import (METRICS, CellResult, above_the_line, attention_rows, closest_to_base,
+                                         comparison, gather, recorded_results)
 from experiments.launching import ABLATIONS, ablation_module
 from transformer import plot
 from transformer.errors import exit_on_user_error
@@ -34,22 +33,6 @@ from transformer.errors import exit_on_user_error
 DEFAULT_ROOT = "/tmp/ablations"
 TEMPLATE = pages.read_template("ablations/page_template.md")  # both pages' prose
 ATTENTION_HEADER = ["run", "attention", "entropy (nats)", "uniform entropy (nats)", "rows with max weight > 0.9"]
-
-
-def comparison(result: CellResult, reference: CellResult) -> str:
-  """One sentence on ``result`` against ``reference`` in the task's first metric: the difference of means,
-  whether it exceeds twice its standard error (a screen) and Welch's t-test beside it (with 3 seeds a side,
-  a difference the screen calls larger can be above p = 0.05)."""
-  metric, heading, digits = METRICS[result.cell.task][0]
-  a, b = result.per_seed.get(metric), reference.per_seed.get(metric)
-  if a is None or b is None or not (np.isfinite(a).all() and np.isfinite(b).all()):
-    return f"{result.cell.variant}: not comparable (missing or non-finite values)"
-  difference, spread = a.mean() - b.mean(), min(a.size, b.size) > 1
-  error = math.sqrt(a.var(ddof=1) / a.size + b.var(ddof=1) / b.size) if spread else 0.0
-  verdict = ("larger than the spread of seeds" if abs(difference) > 2 * error
-             else "within the spread of seeds: no conclusion") + (f"; {stats.welch_text(a, b)}" if spread else "")
-  return (f"{result.cell.variant}: {difference:+.{digits}f} {heading} against {reference.cell.variant} "
-          f"(standard error {error:.{digits}f}; {verdict})")
 
 
 # The settings that tell a regularization table's cells from the base model (``against_base``), with their words.
@@ -130,16 +113,6 @@ def table_row(result: CellResult) -> list:
                        for metric, _, digits in METRICS[cell.task]),
           f"{result.diverged} of {cell.num_seeds}", result.steps, cell.num_seeds, f"{result.wall_seconds:.0f} s",
           result.hardware, f"`{result.command}`"]
-
-
-def attention_rows(result: CellResult) -> list[list]:
-  """The cell's rows of the attention table (mean ± std over its seeds); none where it was not measured."""
-  rows = []
-  for kind in ("encoder_self", "decoder_self", "cross") if result.attention else ():
-    entropy, uniform, saturated = np.array([result.attention[r][kind] for r in sorted(result.attention)]).T
-    rows.append([result.cell.name, kind, stats.mean_std(entropy, 2), f"{uniform.mean():.2f}",
-                 stats.mean_std(saturated, 3)])
-  return rows
 
 
 def divergence_note(cells: list[CellResult], task: str) -> str:

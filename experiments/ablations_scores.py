@@ -5,11 +5,12 @@ page reads them back; ``gather`` records every cell of the grid (``launching.run
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Callable
 
 import numpy as np
 
-from experiments import launching, record_store
+from experiments import launching, record_store, stats
 from experiments.ablations import common
 from experiments.launching import Cell, config_disagreement, find_record
 from transformer.errors import UserError
@@ -182,3 +183,29 @@ def attention_statistics(workdir: str, replica: int, count: int = 64) -> dict[st
       uniform = np.broadcast_to(np.log(valid_keys), entropy.shape)
       rows.setdefault(kind, []).append((entropy.ravel(), uniform.ravel(), (weights.max(axis=-1) > 0.9).ravel()))
   return {kind: tuple(float(np.concatenate(column).mean()) for column in zip(*maps)) for kind, maps in rows.items()}
+
+
+def comparison(result: CellResult, reference: CellResult) -> str:
+  """One sentence on ``result`` against ``reference`` in the task's first metric: the difference of means,
+  whether it exceeds twice its standard error (a screen) and Welch's t-test beside it (with 3 seeds a side,
+  a difference the screen calls larger can be above p = 0.05)."""
+  metric, heading, digits = METRICS[result.cell.task][0]
+  a, b = result.per_seed.get(metric), reference.per_seed.get(metric)
+  if a is None or b is None or not (np.isfinite(a).all() and np.isfinite(b).all()):
+    return f"{result.cell.variant}: not comparable (missing or non-finite values)"
+  difference, spread = a.mean() - b.mean(), min(a.size, b.size) > 1
+  error = math.sqrt(a.var(ddof=1) / a.size + b.var(ddof=1) / b.size) if spread else 0.0
+  verdict = ("larger than the spread of seeds" if abs(difference) > 2 * error
+             else "within the spread of seeds: no conclusion") + (f"; {stats.welch_text(a, b)}" if spread else "")
+  return (f"{result.cell.variant}: {difference:+.{digits}f} {heading} against {reference.cell.variant} "
+          f"(standard error {error:.{digits}f}; {verdict})")
+
+
+def attention_rows(result: CellResult) -> list[list]:
+  """The cell's rows of the attention table (mean ± std over its seeds); none where it was not measured."""
+  rows = []
+  for kind in ("encoder_self", "decoder_self", "cross") if result.attention else ():
+    entropy, uniform, saturated = np.array([result.attention[r][kind] for r in sorted(result.attention)]).T
+    rows.append([result.cell.name, kind, stats.mean_std(entropy, 2), f"{uniform.mean():.2f}",
+                 stats.mean_std(saturated, 3)])
+  return rows
