@@ -18,6 +18,8 @@ from experiments import launching, pages, record_store
 from transformer.errors import ConfigError, UserError
 from transformer.tasks.metrics import bleu_by_reference_length
 from transformer.train.convert_run import upgrade_config
+from transformer.train.restore import record_defaults
+from transformer.train.run_config import RunConfig
 from transformer.train.run_directory import CHECKPOINTS, EVAL_RESULTS, MODEL_CONFIG, MetricsLog, RunDirectory
 
 TEST_SPLIT = {"multi30k": "test_2016_flickr", "iwslt15_en_vi": "test"}
@@ -214,8 +216,9 @@ def seed_groups(runs: dict) -> list[list[str]]:
   order; groups of one seed, or where two rows share a seed (a rerun: which to average is unclear), are left out."""
   groups: dict[str, list[str]] = {}
   for name, run in runs.items():
-    settings = {key: value for key, value in launching.flatten_config(upgrade_config(run["config"])).items()
-                if key != "seed" and key not in NOT_TRAINING_SETTINGS}
+    config = upgrade_config(run["config"])  # a field added since a row was trained: its default, as it ran
+    flat = {**record_defaults(RunConfig.from_config(config)), **launching.flatten_config(config)}
+    settings = {key: value for key, value in flat.items() if key != "seed" and key not in NOT_TRAINING_SETTINGS}
     groups.setdefault(json.dumps([settings, run["training_pairs"]], sort_keys=True, default=str), []).append(name)
   return [sorted(names, key=lambda name: run_seed(runs[name])) for names in groups.values()
           if len(names) > 1 and len({run_seed(runs[name]) for name in names}) == len(names)]
