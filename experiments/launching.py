@@ -19,7 +19,8 @@ from experiments.record_store import REPO, RECORDS_FILE, RecordStore
 from transformer.effects import Effect, field_effects
 from transformer.errors import UserError
 from transformer.tasks import TASK_CONFIGS
-from transformer.train.run_config import SWEEPABLE, RunConfig
+from transformer.train.replicas import SWEEPABLE
+from transformer.train.run_config import RunConfig
 from transformer.train.run_directory import METRICS, RunDirectory, read_metrics
 
 

@@ -4,7 +4,7 @@ import optax
 import pytest
 import jax.numpy as jnp
 
-from transformer.train.run_config import OptimizerConfig
+from transformer.train.optimizer import OptimizerConfig
 from transformer.train.optimizer import make_optimizer, make_schedule
 
 

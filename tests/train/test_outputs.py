@@ -138,7 +138,7 @@ def test_on_a_terminal_every_message_starts_its_own_line_outside_the_bar(make_co
 
 
 def test_sweep_variants_are_named_by_their_values():
-  from transformer.train.run_config import Replicas
+  from transformer.train.replicas import Replicas
   from transformer.train.writers import variant_tables
   replicas = Replicas.parse("optimizer.learning_rate=0.002,0.0005;label_smoothing=0,0.1", num_seeds=2)
   assert replicas.variant_names() == ["variant_0 (optimizer.learning_rate=0.002, label_smoothing=0)",

@@ -4,7 +4,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from transformer.train.run_config import OptimizerConfig
+from transformer.train.optimizer import OptimizerConfig
 from transformer.train.optimizer import make_optimizer
 from transformer.train.state import TrainState
 from transformer.train.step import make_train_step

@@ -13,7 +13,7 @@ from transformer.errors import ConfigError
 from transformer.inference import load_params
 from transformer.train import run
 from transformer.train.loop import call_sizes
-from transformer.train.run_config import OptimizerConfig
+from transformer.train.optimizer import OptimizerConfig
 from transformer.train.optimizer import make_optimizer
 from transformer.train.parallel import make_strategy
 from transformer.train.state import TrainState

@@ -19,7 +19,8 @@ import optax
 from transformer.decode import DecodeSettings
 from transformer.errors import ConfigError, WorkdirError
 from transformer.nn import model_spec
-from transformer.train.run_config import OptimizerConfig, RunConfig, model_fields
+from transformer.train.optimizer import OptimizerConfig
+from transformer.train.run_config import RunConfig, model_fields
 from transformer.train.optimizer import make_optimizer, make_schedule
 
 MODES = ("train", "eval", "predict", "translate")

@@ -1,12 +1,41 @@
 """Learning-rate schedules and the optax optimizer, built from a run's ``OptimizerConfig``."""
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import optax
 
 from transformer.errors import ConfigError
-from transformer.train.run_config import SCHEDULES
+from transformer.nn.config import ValidatedConfig
+
+SCHEDULES = ("inverse_sqrt", "cosine", "constant")  # built by make_schedule
+
+
+@dataclasses.dataclass(frozen=True)
+class OptimizerConfig(ValidatedConfig):
+  """``config.optimizer``: Adam with a warmup schedule (``transformer.train.optimizer.make_optimizer``)."""
+  learning_rate: float = 1e-3  # peak learning rate
+  schedule: str = "inverse_sqrt"  # one of SCHEDULES
+  warmup_steps: int = 100
+  b1: float = 0.9  # Adam betas and epsilon as in the paper
+  b2: float = 0.98
+  eps: float = 1e-9
+  weight_decay: float = 0.0  # decoupled (AdamW)
+  grad_clip_norm: float = 0.0  # global-norm clipping; 0 disables
+  # Parameter path prefixes that are not trained, e.g. ("encoder/embedding",) keeps a pretrained table fixed.
+  frozen_params: tuple[str, ...] = ()
+
+  def __post_init__(self):
+    object.__setattr__(self, "frozen_params", tuple(self.frozen_params or ()))
+    if self.schedule not in SCHEDULES:
+      raise ConfigError(f"config.optimizer.schedule={self.schedule!r} is not supported; choose one of "
+                        f"{list(SCHEDULES)}.")
+    if not self.learning_rate > 0:
+      raise ConfigError(f"config.optimizer.learning_rate must be > 0, got {self.learning_rate}.")
+    if self.warmup_steps < 0:
+      raise ConfigError("config.optimizer.warmup_steps must be >= 0.")
 
 
 def make_schedule(config, num_train_steps: int) -> optax.Schedule:

@@ -32,120 +32,15 @@ from transformer.nn import MODELS, ModelConfig, model_spec
 from transformer.nn.config import ModelSettings, ValidatedConfig, check_field_types
 from transformer.tasks import Task, TaskSettings, make_task
 from transformer.tasks.configs import TaskConfig, task_config
+from transformer.train.optimizer import OptimizerConfig
+from transformer.train.replicas import Replicas
 
-SCHEDULES = ("inverse_sqrt", "cosine", "constant")  # built by transformer.train.optimizer.make_schedule
 PARALLELISMS = ("jit", "pmap", "mesh")  # built by transformer.train.parallel.make_strategy
-# Fields whose variants can share one vmapped program: they enter the train step as per-replica numbers
-# (the model's own fields change its code or shapes, so their variants are separate runs).
-SWEEPABLE = ("optimizer.learning_rate", "optimizer.warmup_steps", "label_smoothing")
-SCHEDULE_FIELDS = ("optimizer.learning_rate", "optimizer.warmup_steps")  # swept: a schedule per variant
 SECTIONS = ("model", "task", "optimizer", "decode")  # the ConfigDict's sections, each its own dataclass
 # What a section's fields change when they declare nothing (transformer.effects): decoding only evaluates.
 SECTION_EFFECTS = {"decode": Effect.EVALUATION}
 # Model fields the task fills in from the data (vocabulary, special ids) or the mode switches: not in config.model.
 DECIDED_ELSEWHERE = ("vocab_size", "target_vocab_size", "pad_id", "bos_id", "eos_id", "deterministic", "decode")
-
-
-@dataclasses.dataclass(frozen=True)
-class OptimizerConfig(ValidatedConfig):
-  """``config.optimizer``: Adam with a warmup schedule (``transformer.train.optimizer.make_optimizer``)."""
-  learning_rate: float = 1e-3  # peak learning rate
-  schedule: str = "inverse_sqrt"  # one of SCHEDULES
-  warmup_steps: int = 100
-  b1: float = 0.9  # Adam betas and epsilon as in the paper
-  b2: float = 0.98
-  eps: float = 1e-9
-  weight_decay: float = 0.0  # decoupled (AdamW)
-  grad_clip_norm: float = 0.0  # global-norm clipping; 0 disables
-  # Parameter path prefixes that are not trained, e.g. ("encoder/embedding",) keeps a pretrained table fixed.
-  frozen_params: tuple[str, ...] = ()
-
-  def __post_init__(self):
-    object.__setattr__(self, "frozen_params", tuple(self.frozen_params or ()))
-    if self.schedule not in SCHEDULES:
-      raise ConfigError(f"config.optimizer.schedule={self.schedule!r} is not supported; choose one of "
-                        f"{list(SCHEDULES)}.")
-    if not self.learning_rate > 0:
-      raise ConfigError(f"config.optimizer.learning_rate must be > 0, got {self.learning_rate}.")
-    if self.warmup_steps < 0:
-      raise ConfigError("config.optimizer.warmup_steps must be >= 0.")
-
-
-@dataclasses.dataclass(frozen=True)
-class Replicas:
-  """The replicas one program trains (``jax.vmap``): ``num_seeds`` seeds of each variant of ``sweep``
-  (``field -> values``, zipped). Replica ``r`` is variant ``r // num_seeds`` with seed ``seed + r % num_seeds``,
-  so every variant sees the same seeds."""
-  num_seeds: int = 1
-  sweep: tuple[tuple[str, tuple[float, ...]], ...] = ()
-  text: str = ""  # config.sweep as written, for messages
-
-  @classmethod
-  def parse(cls, text: str, num_seeds: int) -> Replicas:
-    """``text``: ``"optimizer.learning_rate=1e-3,3e-3;label_smoothing=0,0.1"`` gives two variants, the first with
-    learning rate 1e-3 and no label smoothing; ``""``, none.
-
-    Raises:
-      ConfigError: a field not in ``SWEEPABLE``, a value that is not a number, or fields of unequal lengths.
-    """
-    sweep = {}
-    for part in filter(None, (part.strip() for part in text.split(";"))):
-      field, _, values = part.partition("=")
-      field = field.strip()
-      if field not in SWEEPABLE:
-        raise ConfigError(f"config.sweep={text!r}: {field!r} cannot be swept in one program; choose from "
-                          f"{list(SWEEPABLE)} (other fields change the model's code or shapes: run each variant "
-                          "on its own).")
-      try:
-        sweep[field] = tuple(float(value) for value in values.split(","))
-      except ValueError:
-        raise ConfigError(f"config.sweep={text!r}: the values of {field} must be numbers separated by commas, "
-                          f"e.g. {field}=0.001,0.003.") from None
-    lengths = {field: len(values) for field, values in sweep.items()}
-    if len(set(lengths.values())) > 1:
-      raise ConfigError(f"config.sweep={text!r}: its fields are zipped into variants, so they need as many "
-                        f"values each; got {lengths}.")
-    return cls(num_seeds, tuple(sweep.items()), text)
-
-  @property
-  def swept(self) -> dict[str, tuple[float, ...]]:
-    return dict(self.sweep)
-
-  @property
-  def num_variants(self) -> int:
-    return len(self.sweep[0][1]) if self.sweep else 1
-
-  @property
-  def count(self) -> int:
-    """Replicas trained in one program: ``num_variants * num_seeds``."""
-    return self.num_variants * self.num_seeds
-
-  @property
-  def sweeps_schedule(self) -> bool:
-    """Whether the learning-rate schedule differs between variants (``SCHEDULE_FIELDS`` swept)."""
-    return any(field in SCHEDULE_FIELDS for field in self.swept)
-
-  def variant_names(self) -> list[str]:
-    """Each variant by its values, as printed: ``variant_0 (optimizer.learning_rate=0.002, label_smoothing=0)``
-    (its metrics keep the ``/variant_0`` suffix); none without a sweep."""
-    return [f"variant_{index} (" + ", ".join(f"{field}={values[index]:g}" for field, values in self.sweep) + ")"
-            for index in range(self.num_variants)] if self.sweep else []
-
-  def seed_offsets(self) -> list[int]:
-    """Each replica's seed, less the run's ``seed``."""
-    return [replica % self.num_seeds for replica in range(self.count)]
-
-  def settings(self) -> dict[str, tuple]:
-    """What each replica's train and eval steps get as ``settings``, one value per replica: ``variant`` (its
-    index, when the schedule is swept: the step picks that variant's learning rate) and the swept
-    ``label_smoothing``. ``{}`` without a sweep."""
-    values = {}
-    if self.sweeps_schedule:
-      values["variant"] = tuple(index for index in range(self.num_variants) for _ in range(self.num_seeds))
-    if "label_smoothing" in self.swept:
-      values["label_smoothing"] = tuple(value for value in self.swept["label_smoothing"]
-                                        for _ in range(self.num_seeds))
-    return values
 
 
 @dataclasses.dataclass(frozen=True)

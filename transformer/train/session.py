@@ -29,7 +29,8 @@ from jax.experimental import multihost_utils
 from transformer.data.files import write_atomically
 from transformer.errors import ConfigError, MissingDataError, WorkdirError
 from transformer.tasks import TranslatesText, WritesPredictions
-from transformer.train.run_config import SWEEPABLE, RunConfig, build_task
+from transformer.train.replicas import SWEEPABLE
+from transformer.train.run_config import RunConfig, build_task
 from transformer.train.checkpoint import Checkpointer
 from transformer.train.config import check_workdir, refuse_url_workdir
 from transformer.train.parallel import make_strategy
