@@ -22,8 +22,8 @@ import os
 
 from experiments import launching, pages, record_store, translation_scores
 from experiments.translation_scores import (CURVES, OTHER_TESTS, PLOT_FOLDERS, TEST_NAME, add_runs, best_row,
-                                            row_files, run_command, run_seed, seed_groups, start_page, stored_rows,
-                                            test_outputs)
+                                            output_files, row_files, run_command, run_seed, seed_groups, start_page,
+                                            stored_rows)
 from transformer import plot
 from transformer.errors import UserError, exit_on_user_error
 from transformer.train.convert_run import upgrade_config
@@ -158,7 +158,7 @@ def render_page(experiment: str, store: record_store.RecordStore, output: str) -
        "training wall time", "decoding (length penalty alpha chosen on validation)", "validation BLEU",
        f"{test} BLEU", f"{test} BLEU lowercased", "hardware",
        "sacreBLEU signature", "command"], [row(name, run) for name, run in runs.items()])
-  files, hypotheses = row_files(experiment, output, best, best), test_outputs(experiment)[0][1]
+  files, hypotheses = row_files(experiment, output, best, best), output_files(experiment)[0][1]
   if hypotheses in files:
     test_output = TEMPLATE["best_output"].substitute(best=best, files=", ".join(f"`{name}`" for name in files))
   else:

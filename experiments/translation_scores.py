@@ -60,11 +60,12 @@ def run_command(experiment: str, run: dict) -> str:
                    *map(shlex.quote, config_overrides(experiment, run["variant"], run["config"]))])
 
 
-def test_outputs(experiment: str) -> list[tuple[str, str]]:
-  """``(file --mode=eval writes, the page's file)`` of the test set and of each of ``OTHER_TESTS``."""
+def output_files(experiment: str) -> list[tuple[str, str]]:
+  """``(file --mode=eval writes, the page's file)`` of the test set, of each of ``OTHER_TESTS`` and of the
+  validation sentences whose BLEU chose the checkpoint and the length penalty."""
   language = TARGET_LANGUAGE[experiment]
   return [(f"{TEST_SPLIT[experiment]}.hyp.{language}", f"{TEST_NAME[experiment]}.hyp.{language}"),
-          *((f"{split}.hyp.{language}",) * 2 for split in OTHER_TESTS[experiment])]
+          *((f"{split}.hyp.{language}",) * 2 for split in (*OTHER_TESTS[experiment], "validation"))]
 
 
 def evaluate(args: argparse.Namespace, variant: str, workdir: str,
@@ -113,7 +114,7 @@ def test_references(args: argparse.Namespace, config: dict) -> list[str]:
 
 def test_bleu_by_reference_length(args: argparse.Namespace, config: dict, output_dir: str) -> dict:
   """``bleu_by_reference_length`` of the test hypotheses ``--mode=eval`` wrote in ``output_dir``."""
-  with open(os.path.join(output_dir, test_outputs(args.experiment)[0][0])) as f:
+  with open(os.path.join(output_dir, output_files(args.experiment)[0][0])) as f:
     hypotheses = f.read().split("\n")[:-1]  # one line per reference, newline-terminated
   return bleu_by_reference_length(hypotheses, test_references(args, config),
                                   config["task"].get("bleu_tokenize", "13a"))
@@ -232,14 +233,14 @@ def best_row(runs: dict) -> str | None:
 def row_files(experiment: str, output: str, name: str, best: str) -> list[str]:
   """Row ``name``'s test outputs in the page's folder ``output``, relative to it (the best row's are the page's)."""
   folder = "" if name == best else f"{ROW_OUTPUTS}/{name}/"
-  return [folder + page_name for _, page_name in test_outputs(experiment)
+  return [folder + page_name for _, page_name in output_files(experiment)
           if os.path.exists(os.path.join(output, folder + page_name))]
 
 
 def place_outputs(experiment: str, source: str, target: str, page_names: bool = False, move: bool = False) -> None:
   """Copy (or ``move``) the test outputs in ``source`` (named as ``--mode=eval`` writes them, or as the page does)
   into ``target`` under the page's names, removing there those ``source`` lacks (an earlier run's)."""
-  for written, page_name in test_outputs(experiment):
+  for written, page_name in output_files(experiment):
     path = os.path.join(source, page_name if page_names else written)
     if os.path.exists(path):
       os.makedirs(target, exist_ok=True)

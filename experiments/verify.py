@@ -12,8 +12,9 @@ What it recomputes, from the committed files only (nothing is trained or decoded
   outputs, the LM's perplexities and cross-entropy from per-sentence log-probabilities, Disaster Tweets' F1,
   precision, recall, accuracy, thresholds and ensemble intervals from each seed's predicted probabilities;
 - BLEU of every committed test output (``*.hyp.*``) against the raw reference, with the tokenisation of the row's
-  sacreBLEU signature, cased and lowercased, and BLEU by reference length (needs the data folder; without it
-  these are listed as not verified);
+  sacreBLEU signature, cased and lowercased, and BLEU by reference length; the validation BLEU that chose a
+  row's checkpoint from its ``validation.hyp.*`` (needs the data folder; without it these are listed as not
+  verified);
 - the ratios of ``benchmarks/RESULTS.md`` from the timings in the same table, to the timings' printed rounding,
   and the worst ratio each section's target line quotes;
 - every result in the README's results table and in ``benchmarks/README.md``'s target table against the page it
@@ -60,6 +61,8 @@ NUMBER = re.compile(r"\d[\d,]*(?:\.\d+)?")
 RESULT = re.compile(r"(?<![\w.])(\d[\d,]*\.\d+|\d[\d,]*(?=\s?%|x\b))")
 # Raw reference of a test set, per experiment, in the data folder (as the TFDS builders read them).
 REFERENCE_FILES = {"multi30k": "{split}.de.gz", "iwslt15_en_vi": "{split}.vi"}
+# The raw file of each experiment's validation split (the page's ``validation.hyp.*``).
+VALIDATION_FILES = {"multi30k": "val", "iwslt15_en_vi": "tst2012"}
 # Pages whose rows rest on outputs committed beside them: the results script, whose ``recompute(folder, name,
 # record)`` gives a row's values from them (None: none committed), ``row(name, record)`` prints the row,
 # ``HEADER`` names its columns and ``RECOMPUTED_COLUMNS`` those the outputs give.
@@ -270,12 +273,15 @@ def check_bleu(tally: Tally, root: str, experiment: str, data: str) -> None:
   page = f"experiments/{experiment}/RESULTS.md"
   text, folder = read(root, page), os.path.join(record_store.COMMITTED, experiment)
   for name, files in translation_outputs(experiment).items():
-    if not files:
+    splits = [os.path.basename(path).split(".hyp.")[0] for path in files]
+    if TEST_NAME[experiment] not in splits:
       tally.unverified(page, f"{name}: test BLEU and BLEU by length", "its test outputs were not committed")
-    tally.unverified(page, f"{name}: validation BLEU", "validation outputs are not committed (logged in training)")
-    for path in files:
-      split = os.path.basename(path).split(".hyp.")[0]
-      reference = os.path.join(data, experiment, REFERENCE_FILES[experiment].format(split=split))
+    if "validation" not in splits:
+      tally.unverified(page, f"{name}: validation BLEU", "its validation outputs were not committed (the row was "
+                       "scored before --mode=eval kept them)")
+    for path, split in zip(files, splits):
+      raw_name = VALIDATION_FILES[experiment] if split == "validation" else split
+      reference = os.path.join(data, experiment, REFERENCE_FILES[experiment].format(split=raw_name))
       if not os.path.exists(reference):
         tally.unverified(page, f"{name}: {split} BLEU", f"the reference {reference} is not there (give "
                          "TRANSFORMER_DATA_DIR, the folder of the raw data)")
@@ -287,15 +293,19 @@ def check_bleu(tally: Tally, root: str, experiment: str, data: str) -> None:
 
 def check_split(tally: Tally, page: str, text: str, name: str, split: str, is_test: bool, hypotheses: list[str],
                 references: list[str]) -> None:
-  """One output file's BLEU against the page: the main table and the outputs table (the test set), or the other
-  test sets' table; the signature, and BLEU by reference length (the test set)."""
+  """One output file's BLEU against the page: the main table and the outputs table (the test set), the other
+  test sets' table, or the main table's validation BLEU; the signature, and BLEU by reference length (the test
+  set)."""
   from transformer.tasks.metrics import bleu_by_reference_length, corpus_bleu
   signature = (cell(text, "sacreBLEU signature", name) or "").strip("`")
   tokenize = dict(part.split(":", 1) for part in signature.split("|") if ":" in part).get("tok", "13a")
   kind = "BLEU from committed outputs"
+  if split == "validation":  # the sentences training scores: all, or the first task.num_eval_sentences
+    references = references[:len(hypotheses)]
   cased, recomputed_signature = corpus_bleu(hypotheses, references, tokenize)
   lowercased, _ = corpus_bleu(hypotheses, references, tokenize, lowercase=True)
-  for column, value in ((f"{split} BLEU", cased), (f"{split} BLEU lowercased", lowercased)):
+  columns = [(f"{split} BLEU", cased)] + ([(f"{split} BLEU lowercased", lowercased)] if split != "validation" else [])
+  for column, value in columns:
     tally.check(page, kind, f"row {name!r}, column {column!r}", cell(text, column, name) or "nothing",
                 f"{value:.2f}")
   if not is_test:

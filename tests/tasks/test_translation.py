@@ -66,6 +66,14 @@ def test_train_eval_and_translate(raw_dir, tmp_path, monkeypatch, variant):
   assert evaluated.metrics["test_2016_flickr/bleu_signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a")
   with open(os.path.join(workdir, "test_2016_flickr.hyp.de")) as f:
     assert len(f.read().splitlines()) == 12  # one hypothesis per reference line, none dropped
+  # The validation hypotheses that chose alpha are kept: sacreBLEU on them gives the validation BLEU reported.
+  from transformer.data.parallel_text import read_lines
+  from transformer.tasks.metrics import corpus_bleu
+  with open(os.path.join(workdir, "validation.hyp.de")) as f:
+    validation = f.read().split("\n")[:-1]
+  assert len(validation) == evaluated.metrics["validation/sentences"]
+  references = read_lines(str(raw_dir / "val.de.gz"))[:len(validation)]
+  assert corpus_bleu(validation, references)[0] == pytest.approx(evaluated.metrics["validation/bleu"], abs=1e-9)
 
   # Lines are split at "\n" only: U+2028 and a form feed stay inside their sentence; an empty line gives an
   # empty line; the final newline adds none.
@@ -121,9 +129,10 @@ def test_choosing_the_length_penalty_reuses_the_bleu_already_measured(raw_dir, t
     decoded.append((split, length_penalty))
     return {"bleu": 10.0 * length_penalty}, []
   monkeypatch.setattr(task, "bleu", fake_bleu)
-  chosen, metrics = task.choose_length_penalty(None, None, known={0.6: 30.0})
+  chosen, metrics, hypotheses = task.choose_length_penalty(None, None, known={0.6: 30.0})
   assert decoded == [("validation", 2.0)]
   assert chosen == 0.6 and metrics["bleu_by_length_penalty"] == {"0.6": 30.0, "2.0": 20.0}
+  assert hypotheses is None  # the chosen alpha's hypotheses were decoded by evaluate, not here
 
 
 def test_fixed_batch_shape_gives_one_shape_and_keeps_every_example(raw_dir, tmp_path):

@@ -204,38 +204,50 @@ class TranslationTask(RecordedTokenizers, Seq2SeqTask):
     ids = super().encode_sources if name == "source" else super().encode_targets
     return [encoded[index] if index in encoded else ids([item])[0] for index, item in enumerate(items)]
 
-  def choose_length_penalty(self, model_config, params, known: dict | None = None) -> tuple[float, dict]:
-    """``(alpha, metrics)``: the candidate of ``task.length_penalty_candidates`` with the highest BLEU on the
-    eval split (its first ``num_eval_sentences``), never on a test split; ``metrics`` has that BLEU and the BLEU
-    of every candidate. ``known``: alpha -> BLEU already measured there (not decoded again). Without
-    candidates: ``(config.decode.length_penalty, {})``."""
+  def choose_length_penalty(self, model_config, params, known: dict | None = None) -> tuple[float, dict, list | None]:
+    """``(alpha, metrics, hypotheses)``: the candidate of ``task.length_penalty_candidates`` with the highest BLEU
+    on the eval split (its first ``num_eval_sentences``), never on a test split; ``metrics`` has that BLEU and the
+    BLEU of every candidate; ``hypotheses`` are the chosen candidate's (None when it was not decoded here).
+    ``known``: alpha -> BLEU already measured there (not decoded again). Without candidates:
+    ``(config.decode.length_penalty, {}, None)``."""
     task = self.task_config  # its candidates are >= 0 (TranslationConfig checks them)
     if not task.length_penalty_candidates:
-      return self.decode_settings().length_penalty, {}
-    known, by_candidate = {float(alpha): bleu for alpha, bleu in (known or {}).items()}, {}
+      return self.decode_settings().length_penalty, {}, None
+    known, by_candidate, decoded = {float(alpha): bleu for alpha, bleu in (known or {}).items()}, {}, {}
     for alpha in map(float, task.length_penalty_candidates):
-      by_candidate[alpha] = known[alpha] if alpha in known else self.bleu(
-          model_config, params, task.eval_split, task.num_eval_sentences, alpha)[0]["bleu"]
+      if alpha in known:
+        by_candidate[alpha] = known[alpha]
+        continue
+      metrics, decoded[alpha] = self.bleu(model_config, params, task.eval_split, task.num_eval_sentences, alpha)
+      by_candidate[alpha] = metrics["bleu"]
       log.info("length penalty %.2f: %s BLEU %.2f", alpha, task.eval_split, by_candidate[alpha])
     chosen = max(by_candidate, key=by_candidate.get)  # ties: the first listed
     return chosen, {"bleu": by_candidate[chosen], "length_penalty": chosen,
-                    "bleu_by_length_penalty": {str(alpha): bleu for alpha, bleu in by_candidate.items()}}
+                    "bleu_by_length_penalty": {str(alpha): bleu for alpha, bleu in by_candidate.items()}}, \
+        decoded.get(chosen)
 
   def write_test_outputs(self, model_config, params, output_dir: str, eval_metrics: dict) -> dict:
     """Hypotheses of every test split as ``output_dir/<split>.hyp.<language>`` (one line per reference line), with
-    BLEU, decoded with the length penalty chosen on the eval split (whose metrics come back too, when chosen).
-    ``eval_metrics["eval/bleu"]``, decoded by ``evaluate`` with ``config.decode``, is not decoded again."""
+    BLEU, decoded with the length penalty chosen on the eval split; and the eval split's hypotheses that chose it
+    (its first ``num_eval_sentences``), with their BLEU. ``eval_metrics["eval/bleu"]``, decoded by ``evaluate``
+    with ``config.decode``, is not decoded again to choose the length penalty."""
     task = self.task_config
     default_alpha = self.decode_settings().length_penalty
     known = {default_alpha: eval_metrics["eval/bleu"]} if "eval/bleu" in eval_metrics else {}
-    length_penalty, chosen_on = self.choose_length_penalty(model_config, params, known)
-    results = {task.eval_split: chosen_on} if chosen_on else {}
+    length_penalty, chosen_on, eval_hypotheses = self.choose_length_penalty(model_config, params, known)
+    if eval_hypotheses is None:  # chosen on what evaluate decoded: decoded again, so the file behind the BLEU exists
+      eval_hypotheses = self.bleu(model_config, params, task.eval_split, task.num_eval_sentences, length_penalty)[1]
+    results = {task.eval_split: {**self.bleu_of(eval_hypotheses, task.eval_split), **chosen_on}}
+    self._write_hypotheses(output_dir, task.eval_split, eval_hypotheses)
     for split in task.test_splits:
       metrics, hypotheses = self.bleu(model_config, params, split, length_penalty=length_penalty)
-      write_atomically(os.path.join(output_dir, f"{split}.hyp.{self.data.target_language}"),
-                       "\n".join(hypotheses) + "\n")
+      self._write_hypotheses(output_dir, split, hypotheses)
       results[split] = {**metrics, "length_penalty": length_penalty}
     return results
+
+  def _write_hypotheses(self, output_dir: str, split: str, hypotheses: list[str]) -> None:
+    write_atomically(os.path.join(output_dir, f"{split}.hyp.{self.data.target_language}"),
+                     "\n".join(hypotheses) + "\n")
 
 
 def _rows_below(batch, count: int) -> np.ndarray:
