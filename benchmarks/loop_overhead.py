@@ -98,15 +98,15 @@ class Pieces:
     from transformer.train.restore import seed_keys
     from transformer.train.state import create_train_state
     from transformer.train.step import make_train_step
-    run = RunConfig.from_config(config)
-    self.task = build_task(run)
+    run_config = RunConfig.from_config(config)
+    self.task = build_task(run_config)
     model = self.task.build_model(self.task.model_config())
-    optimizer = run_optimizer(run)
+    optimizer = run_optimizer(run_config)
     self.strategy = make_strategy("jit")
-    self.iterator = self.task.train_iterator(run.batch_size, run.seed)
+    self.iterator = self.task.train_iterator(run_config.batch_size, run_config.seed)
     first = next(self.iterator)
     self.state = self.strategy.create_state(
-        lambda key: create_train_state(model, optimizer, self.task.init_inputs(first), key), seed_keys(run))
+        lambda key: create_train_state(model, optimizer, self.task.init_inputs(first), key), seed_keys(run_config))
     self.step = self.strategy.compile_train_step(make_train_step(self.task, model, optimizer))
 
   def timed_steps(self, steps: int, before_step=None, after_step=None) -> float:

@@ -191,9 +191,9 @@ def compile_step(config, model, batch, seed: int = 0, smoke: bool = False,
   ``jit`` strategy with the state donated), compiled for ``batch`` (quickly but unoptimised if ``smoke``;
   with XLA ``compiler_options`` if given); ``num_replicas`` > 1: that many seeds in one ``vmap``ped step
   (``config.num_seeds``), all on ``batch``."""
-  run = RunConfig.from_config(config)
-  task = build_task(run)
-  optimizer = make_optimizer(run.optimizer, run.num_train_steps)
+  run_config = RunConfig.from_config(config)
+  task = build_task(run_config)
+  optimizer = make_optimizer(run_config.optimizer, run_config.num_train_steps)
   strategy = make_strategy("jit", num_replicas)
   batch = strategy.put_batch(batch)
   key = jax.random.PRNGKey(seed)

@@ -63,7 +63,7 @@ class SentenceAttention:
 
 def _beam_size(model) -> int:
   """The run's beam: ``config.decode.beam_size`` with beam search, else 1 (greedy)."""
-  return model.run.decode.beam_size if model.run.decode.method == "beam" else 1
+  return model.run_config.decode.beam_size if model.run_config.decode.method == "beam" else 1
 
 
 def attention_for_sentences(model, split: str, indices: list[int], beam_size: int | None = None
@@ -71,7 +71,7 @@ def attention_for_sentences(model, split: str, indices: list[int], beam_size: in
   """Decode sentences ``indices`` of ``split`` with ``model`` (a ``transformer.TrainedModel`` of a translation
   run) and collect their attention maps on (source, hypothesis). ``beam_size`` None uses the run's
   ``config.decode`` beam (1 is greedy)."""
-  settings = model.run.decode
+  settings = model.run_config.decode
   beam_size = _beam_size(model) if beam_size is None else beam_size
   data = model.task.data
   sources = [data.eval[split].source(i) for i in indices]

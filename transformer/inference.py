@@ -22,7 +22,7 @@ from transformer.train import RestoredParams, load_params, read_run_config
 
 
 class TrainedModel:
-  """A trained model: its run's ``run`` (``RunConfig``), ``model_config``, ``params`` (host arrays) and ``task``.
+  """A trained model: its run's ``run_config`` (``RunConfig``), ``model_config``, ``params`` (host arrays) and ``task``.
 
   Attributes:
     steps: the restored step, or the averaged steps (oldest first); ``step`` is the newest of them.
@@ -30,7 +30,7 @@ class TrainedModel:
   """
 
   def __init__(self, restored: RestoredParams, workdir: str):
-    self.run: RunConfig = restored.run
+    self.run_config: RunConfig = restored.run_config
     self.model_config = restored.model_config
     self.params: Any = restored.params
     self.task = restored.task
@@ -42,14 +42,14 @@ class TrainedModel:
     return self.steps[-1]
 
   def __repr__(self) -> str:
-    return (f"{type(self).__name__}({self.workdir!r}, task={self.run.task.name!r}, "
+    return (f"{type(self).__name__}({self.workdir!r}, task={self.run_config.task.name!r}, "
             f"{type(self.model_config).__name__}, steps={self.steps})")
 
   def __getattr__(self, name: str):  # only for names the instance lacks: a method of another model type
     offered = {kind.__name__: kind.METHODS for kind in MODEL_TYPES.values()}
-    if "run" in self.__dict__ and any(name in methods for methods in offered.values()):
+    if "run_config" in self.__dict__ and any(name in methods for methods in offered.values()):
       raise AttributeError(f"a {type(self).__name__} (the run in {self.__dict__.get('workdir')!r} trained "
-                           f"config.task.name={self.run.task.name!r}) has no {name}; it offers "
+                           f"config.task.name={self.run_config.task.name!r}) has no {name}; it offers "
                            f"{', '.join(self.METHODS)}.")
     raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 

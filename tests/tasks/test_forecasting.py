@@ -144,10 +144,10 @@ def test_load_forecast_from_raw_rows_equals_forecast_from_features(trained):
   np.testing.assert_allclose(model.task.features_of_rows(columns), series.features[rows], atol=1e-5)
   from_rows = model.forecast(columns)
   from_features = model.forecast(series.features[rows])
-  assert from_rows.shape == (len(model.run.task.horizons),)
+  assert from_rows.shape == (len(model.run_config.task.horizons),)
   np.testing.assert_allclose(from_rows, from_features, rtol=1e-5)
   batch = model.forecast(np.stack([series.features[rows]] * 2))
-  assert batch.shape == (2, len(model.run.task.horizons))
+  assert batch.shape == (2, len(model.run_config.task.horizons))
   with pytest.raises(ValueError, match="input_length, num_features"):
     model.forecast(series.features[first:first + INPUT_LENGTH - 1])
 

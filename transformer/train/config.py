@@ -62,17 +62,17 @@ def base_config(model_name: str = "transformer") -> ml_collections.ConfigDict:
   return config
 
 
-def run_optimizer(run: RunConfig) -> optax.GradientTransformation:
-  """The optimizer of a run: ``make_optimizer`` of ``run.optimizer``; when the schedule is swept, at a constant
+def run_optimizer(run_config: RunConfig) -> optax.GradientTransformation:
+  """The optimizer of a run: ``make_optimizer`` of ``run_config.optimizer``; when the schedule is swept, at a constant
   rate of 1 instead, and the train step multiplies each replica's updates by its variant's rate
   (``run_schedules``): Adam's update is linear in its rate, decoupled weight decay included."""
-  return make_optimizer(run.optimizer, run.num_train_steps,
-                        constant_rate=1.0 if run.replicas.sweeps_schedule else None)
+  return make_optimizer(run_config.optimizer, run_config.num_train_steps,
+                        constant_rate=1.0 if run_config.replicas.sweeps_schedule else None)
 
 
-def run_schedules(run: RunConfig) -> list:
+def run_schedules(run_config: RunConfig) -> list:
   """The learning-rate schedule of each variant (one without a sweep), as ``make_schedule`` builds it."""
-  return [make_schedule(optimizer, run.num_train_steps) for optimizer in run.variant_optimizers()]
+  return [make_schedule(optimizer, run_config.num_train_steps) for optimizer in run_config.variant_optimizers()]
 
 
 def validate_config(config: ml_collections.ConfigDict, workdir: str | None = None, mode: str = "train") -> RunConfig:
@@ -80,10 +80,10 @@ def validate_config(config: ml_collections.ConfigDict, workdir: str | None = Non
   compiled, a message naming the field and the fix); ``workdir``: a training run's, checked to be writable."""
   if mode not in MODES:
     raise ConfigError(f"--mode={mode!r} is not supported; choose one of {list(MODES)}.")
-  run = RunConfig.from_config(config)
+  run_config = RunConfig.from_config(config)
   if workdir is not None:
     check_workdir(workdir)
-  return run
+  return run_config
 
 
 def check_workdir(workdir: str) -> None:

@@ -52,10 +52,10 @@ def make_evaluator(session, eval_model, write=print, split: str | None = None):
   The processes share the task's evaluation: each evaluates every ``process_count``-th unit of
   ``task.evaluation_batches`` (``gather.split_over_processes``) and all score the outputs of every unit, in
   order, so every process returns the metrics of one process evaluating everything."""
-  strategy, task, num_seeds = session.strategy, session.task, session.run.num_seeds
+  strategy, task, num_seeds = session.strategy, session.task, session.run_config.num_seeds
   eval_step = strategy.compile_eval_step(make_eval_step(task, eval_model, getattr(strategy, "axis_name", None)))
-  eval_batches = (task.eval_batches(session.run.eval_batch_size) if split is None
-                  else task.eval_batches(session.run.eval_batch_size, split=split))
+  eval_batches = (task.eval_batches(session.run_config.eval_batch_size) if split is None
+                  else task.eval_batches(session.run_config.eval_batch_size, split=split))
   # Each process places its rows of every batch, padded with rows of zero weight to split over the devices.
   host_batches = [host_rows(pad_rows(batch, strategy.num_devices), session.process_index, session.process_count)
                   for batch in eval_batches]

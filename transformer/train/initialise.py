@@ -17,7 +17,7 @@ def state_factory(session, model, optimizer, init_inputs):
   canonical state's shapes with this strategy's shardings, the target checkpoints are restored onto."""
   def create(key):
     return create_train_state(model, optimizer, init_inputs, key)
-  return create, abstract_train_state(create, session.run, session.strategy)
+  return create, abstract_train_state(create, session.run_config, session.strategy)
 
 
 def with_params(session, state, params):
@@ -28,9 +28,9 @@ def with_params(session, state, params):
 def initial_state(session, create):
   """A fresh train state: every replica's seed, then ``config.restore_from``'s parameters or the task's
   pretrained weights where the run asks for them."""
-  state = session.strategy.create_state(create, seed_keys(session.run))
-  if session.run.restore_from:
-    return _initialise_from(session, state, session.run.restore_from)
+  state = session.strategy.create_state(create, seed_keys(session.run_config))
+  if session.run_config.restore_from:
+    return _initialise_from(session, state, session.run_config.restore_from)
   if isinstance(session.task, StartsFromPretrained):
     return _initialise_pretrained(session, state)
   return state

@@ -56,12 +56,13 @@ class RunOutput:
   interrupted: str | None = None
 
 
-def run_train(run: RunConfig, workdir: str) -> RunOutput:
-  """Train ``run``, resuming from the latest checkpoint in ``workdir`` (exactly: data position, metrics window)."""
-  session = prepare(run, workdir, "train")
+def run_train(run_config: RunConfig, workdir: str) -> RunOutput:
+  """Train ``run_config``, resuming from the latest checkpoint in ``workdir`` (exactly: data position, metrics
+  window)."""
+  session = prepare(run_config, workdir, "train")
   try:
     trainer = Trainer(session)
-    return trainer.report_finished() if trainer.step >= run.num_train_steps else trainer.train()
+    return trainer.report_finished() if trainer.step >= run_config.num_train_steps else trainer.train()
   finally:  # also on an error, so that a notebook or test can start the fixed run in the same process
     if session.lock is not None:
       session.lock.release()
@@ -70,7 +71,7 @@ def run_train(run: RunConfig, workdir: str) -> RunOutput:
 def host_iterator(session: Session) -> HostShard:
   """This process's rows of the task's global training batches; refuses, before any step, batch shapes whose
   rows do not split over the devices (of every process)."""
-  iterator = HostShard(session.task.train_iterator(session.run.batch_size, session.run.order_seed),
+  iterator = HostShard(session.task.train_iterator(session.run_config.batch_size, session.run_config.order_seed),
                        session.process_index, session.process_count)
   devices = session.strategy.num_devices
   uneven = sorted({shape[0] for shape in getattr(iterator.iterator, "batch_shapes", []) if shape[0] % devices})
@@ -104,19 +105,19 @@ class Trainer:
   """One training run: its state and data position, the compiled step, and the periodic actions."""
 
   def __init__(self, session: Session):
-    self.session, self.run, self.task = session, session.run, session.task
+    self.session, self.run_config, self.task = session, session.run_config, session.task
     self.strategy, self.checkpointer = session.strategy, session.checkpointer
     self.model = self.task.build_model(session.model_config)
-    self.optimizer = run_optimizer(self.run)
+    self.optimizer = run_optimizer(self.run_config)
     self.iterator = host_iterator(session)
     create, abstract_state = state_factory(session, self.model, self.optimizer,
                                            self.task.init_inputs(self._first_batch_rows()))
-    checked = self.checkpointer.has_checkpoints() and not self.run.restart
+    checked = self.checkpointer.has_checkpoints() and not self.run_config.restart
     if checked:  # before restoring: a changed setting is named, not reported as checkpoints that do not fit
       hold_to_record(session, resuming=True)
     restored = self.checkpointer.restore(abstract_state)
     if restored is None:  # never start over on an earlier run's outputs (unless config.restart)
-      check_fresh_start(session.workdir, self.run.restart, self.run.checkpoint_every)
+      check_fresh_start(session.workdir, self.run_config.restart, self.run_config.checkpoint_every)
       hold_to_record(session, resuming=False)
       self.step, self.state, extra = 0, initial_state(session, create), {}
     else:
@@ -136,7 +137,7 @@ class Trainer:
   def _first_batch_rows(self) -> dict:
     """Rows of the first batch, the shapes parameters are initialised for (the iterator is rewound)."""
     start = self.iterator.get_state()
-    rows = max(1, self.session.host_batch_size // self.run.grad_accum_steps)
+    rows = max(1, self.session.host_batch_size // self.run_config.grad_accum_steps)
     batch = {k: np.asarray(v)[:rows] for k, v in next(self.iterator).items()}
     self.iterator.set_state(start)
     return batch
@@ -144,7 +145,7 @@ class Trainer:
   def report_finished(self) -> RunOutput:
     """A finished run: report it, train nothing."""
     self.session.say(f"already done: {self.session.workdir} is trained to step {self.step} (config.num_train_steps="
-                     f"{self.run.num_train_steps}); raise --config.num_train_steps to train further.")
+                     f"{self.run_config.num_train_steps}); raise --config.num_train_steps to train further.")
     self.results = self.session.directory.metrics().last_evaluation()
     _print_summary(self.session, self.step, self.results)
     self.checkpointer.close()
@@ -173,25 +174,26 @@ class Trainer:
 
   def _open_outputs(self) -> None:
     """Where the run reports: the progress bar (or a line per log), ``metrics.jsonl`` and TensorBoard."""
-    run, session = self.run, self.session
-    self.bar = progress_bar(run.num_train_steps, self.step, run.quiet or not session.is_main)
+    run_config, session = self.run_config, self.session
+    self.bar = progress_bar(run_config.num_train_steps, self.step, run_config.quiet or not session.is_main)
     self.writer = MetricWriter(session.workdir, resume_step=self.step, enabled=session.is_main,
-                               tensorboard=run.tensorboard)
+                               tensorboard=run_config.tensorboard)
     self.run_start = time.perf_counter()
     # Bucketed data (translation) compiles the step once per batch shape: say so, or the first minutes are silent.
     self.seen_shapes = set()
 
   def _compile(self) -> CompiledCalls:
     """The train step, compiled for one step per call and for ``config.steps_per_call`` (traced when first run)."""
-    run = self.run
-    self.schedules = run_schedules(run)  # one per variant of config.sweep
+    run_config = self.run_config
+    self.schedules = run_schedules(run_config)  # one per variant of config.sweep
     train_step = make_train_step(
-        self.task, self.model, self.optimizer, run.grad_accum_steps, getattr(self.strategy, "axis_name", None),
-        skip_nonfinite_steps=run.skip_nonfinite_steps,
-        frozen_params=run.optimizer.frozen_params,
-        variant_schedules=self.schedules if run.replicas.sweeps_schedule else None)
-    several = self.strategy.compile_train_step(train_step, run.steps_per_call) if run.steps_per_call > 1 else None
-    return CompiledCalls(self.strategy.compile_train_step(train_step), several, run.steps_per_call)
+        self.task, self.model, self.optimizer, run_config.grad_accum_steps, getattr(self.strategy, "axis_name", None),
+        skip_nonfinite_steps=run_config.skip_nonfinite_steps,
+        frozen_params=run_config.optimizer.frozen_params,
+        variant_schedules=self.schedules if run_config.replicas.sweeps_schedule else None)
+    several = (self.strategy.compile_train_step(train_step, run_config.steps_per_call)
+               if run_config.steps_per_call > 1 else None)
+    return CompiledCalls(self.strategy.compile_train_step(train_step), several, run_config.steps_per_call)
 
   def _evaluators(self) -> dict:
     """``name -> evaluate(state)``: ``"eval"`` (the eval split, the task's own evaluation), and a split's loss
@@ -200,27 +202,28 @@ class Trainer:
     eval_model = self.task.build_model(session.model_config.replace(deterministic=True))
     evaluators = {"eval": make_evaluator(session, eval_model, write=self.bar.write)}
     evaluators.update({split: _split_evaluator(session, eval_model, split)
-                       for split in _checked_evaluator_splits(self.task, self.run)})
+                       for split in _checked_evaluator_splits(self.task, self.run_config)})
     return evaluators
 
   def _actions(self, preemption: Preemption) -> list:
     """The periodic actions, in the order they run at a tick (each reads the results of those before it)."""
-    run, session = self.run, self.session
+    run_config, session = self.run_config, self.session
     actions = [PreemptionCheck(preemption),
-               Every("log", run.log_every, lambda tick, outputs: self.log()),
-               Every("eval", run.eval_every, lambda tick, outputs: self.evaluate(tick.last), phase="evaluate")]
+               Every("log", run_config.log_every, lambda tick, outputs: self.log()),
+               Every("eval", run_config.eval_every, lambda tick, outputs: self.evaluate(tick.last), phase="evaluate")]
     actions += [Every(split, every, lambda tick, outputs, split=split: self.evaluate_on(split), phase="evaluate")
-                for split, every in run.extra_evaluators]
+                for split, every in run_config.extra_evaluators]
     return actions + [
-        Every("checkpoint", run.checkpoint_every, lambda tick, outputs: self.save(outputs.get("eval")),
+        Every("checkpoint", run_config.checkpoint_every, lambda tick, outputs: self.save(outputs.get("eval")),
               phase="checkpoint", on_stop=True, after=("eval",)),
-        Profile(session.directory.path(PROFILE), run.profile_start, run.profile_steps, ready=lambda: self.state),
+        Profile(session.directory.path(PROFILE), run_config.profile_start, run_config.profile_steps,
+                ready=lambda: self.state),
         Every("stop", 0, lambda tick, outputs: self.stop(outputs[PREEMPT]), phase="checkpoint", at_last=False,
               on_stop=True)]
 
   def _loop(self, actions: list) -> None:
     """The compiled calls (one step each, or ``config.steps_per_call``), each followed by the actions due."""
-    total = self.run.num_train_steps
+    total = self.run_config.num_train_steps
     groups = BatchGroups(self.iterator, call_sizes(self.step, total, self.calls.steps_per_call))
     self.goodput.start_loop(self.session.started)
     waiting = time.perf_counter()
@@ -271,7 +274,7 @@ class Trainer:
     if shape in self.seen_shapes:
       return
     self.seen_shapes.add(shape)
-    if self.session.is_main and not self.run.quiet:
+    if self.session.is_main and not self.run_config.quiet:
       known = getattr(self.iterator, "batch_shapes", None)
       of = f"/{max(len(known), len(self.seen_shapes))}" if known else ""
       self.bar.write(f"compiling the train step for batch shape {len(self.seen_shapes)}{of} ({shape})")
@@ -282,14 +285,14 @@ class Trainer:
 
   def log(self) -> None:
     """Read the window's metrics (the host's one wait on the device between actions), write and show them."""
-    run = self.run
-    if not run.skip_nonfinite_steps:
+    run_config = self.run_config
+    if not run_config.skip_nonfinite_steps:
       self.window.check_finite()
     sums, steps, tokens, seconds, pace = self.window.read()
-    logged = means(_unmeasured_as_nan(sums, steps), "train", run.num_seeds)
+    logged = means(_unmeasured_as_nan(sums, steps), "train", run_config.num_seeds)
     rates = [float(schedule(self.step - 1)) for schedule in self.schedules]
-    logged.update(replica_means("train/learning_rate", np.repeat(rates, run.num_seeds)
-                                if run.replicas.sweeps_schedule else rates[0], run.num_seeds))
+    logged.update(replica_means("train/learning_rate", np.repeat(rates, run_config.num_seeds)
+                                if run_config.replicas.sweeps_schedule else rates[0], run_config.num_seeds))
     logged["train/steps_per_second"] = steps / seconds
     if self.session.process_count > 1:  # each process counted its own rows; logging is due on all at once
       tokens = int(np.sum(multihost_utils.process_allgather(np.int64(tokens))))
@@ -300,24 +303,24 @@ class Trainer:
     skipped = logged.get("train/skipped_steps")
     postfix = {"loss": f"{logged['train/loss']:.4f}", "tok_s": f"{logged['train/tokens_per_second']:.0f}"}
     self.bar.set_postfix(postfix if not skipped else {**postfix, "skipped": f"{skipped:g}/{steps}"})
-    if self.bar.disable and self.session.is_main and not run.quiet:  # a log file: a line per logging step
-      print(log_line(self.step, run.num_train_steps, logged, pace, steps), flush=True)
-    if skipped is not None and skipped > run.max_skipped_share * steps:
+    if self.bar.disable and self.session.is_main and not run_config.quiet:  # a log file: a line per logging step
+      print(log_line(self.step, run_config.num_train_steps, logged, pace, steps), flush=True)
+    if skipped is not None and skipped > run_config.max_skipped_share * steps:
       raise TrainingDiverged(
           f"training stopped at step {self.step}: {skipped:g} of the last {steps} steps were skipped (non-finite "
-          f"loss or gradient), more than config.max_skipped_share={run.max_skipped_share}. The "
+          f"loss or gradient), more than config.max_skipped_share={run_config.max_skipped_share}. The "
           "latest checkpoint is kept; lower config.optimizer.learning_rate (or set "
           "config.optimizer.grad_clip_norm), or raise config.max_skipped_share.")
 
   def evaluate(self, last: bool) -> dict:
     """Evaluate the state, write and print the metrics; a best_metric the task lacks stops, saved."""
-    if not self.run.skip_nonfinite_steps:
+    if not self.run_config.skip_nonfinite_steps:
       self.window.check_finite()  # never spend an evaluation on a diverged state
     if last:
       self.bar.close()  # on a terminal: the final evaluation prints below the finished bar, not inside it
     evaluated = self.evaluators["eval"](self.state)
     self._write_evaluation(evaluated)
-    best_metric = self.run.best_metric
+    best_metric = self.run_config.best_metric
     if best_metric and best_metric not in evaluated:
       self.save()  # keep the work: the fixed command resumes from here
       self.checkpointer.wait()
@@ -328,7 +331,7 @@ class Trainer:
 
   def evaluate_on(self, split: str) -> dict:
     """The loss metrics of ``split`` (an evaluator of ``config.evaluators``), written and printed."""
-    if not self.run.skip_nonfinite_steps:
+    if not self.run_config.skip_nonfinite_steps:
       self.window.check_finite()
     evaluated = self.evaluators[split](self.state)
     self._write_evaluation(evaluated)
@@ -342,7 +345,7 @@ class Trainer:
 
   def save(self, metrics: dict | None = None) -> None:
     """Checkpoint the state, the data position and the metrics window (and the best copy, with ``metrics``)."""
-    if not self.run.skip_nonfinite_steps:
+    if not self.run_config.skip_nonfinite_steps:
       self.window.check_finite()  # never save a state after a non-finite step
     extra = {"wall_seconds": self.wall_seconds(), "iterator": self.position, **self.window.saved(),
              "goodput": self.goodput.saved(self.step - self.start_step)}
@@ -370,12 +373,12 @@ class Trainer:
     self.checkpointer.close()
 
 
-def _checked_evaluator_splits(task, run: RunConfig) -> list[str]:
+def _checked_evaluator_splits(task, run_config: RunConfig) -> list[str]:
   """The splits of ``config.evaluators``, if the task evaluates other splits than its eval split."""
-  splits = [split for split, _ in run.extra_evaluators]
+  splits = [split for split, _ in run_config.extra_evaluators]
   if splits and "split" not in inspect.signature(task.eval_batches).parameters:
-    raise ConfigError(f"config.evaluators={run.evaluators!r}: the {run.task.name!r} task evaluates only its own "
-                      "eval split; leave config.evaluators empty for it.")
+    raise ConfigError(f"config.evaluators={run_config.evaluators!r}: the {run_config.task.name!r} task evaluates "
+                      "only its own eval split; leave config.evaluators empty for it.")
   return splits
 
 
@@ -383,9 +386,9 @@ def _split_evaluator(session: Session, eval_model, split: str):
   try:
     return make_evaluator(session, eval_model, split=split)
   except KeyError:
-    raise ConfigError(f"config.evaluators={session.run.evaluators!r}: the {session.run.task.name!r} task has no "
-                      f"split {split!r} loaded; name one of its splits (translation: the eval split or one of "
-                      "config.task.test_splits).") from None
+    raise ConfigError(f"config.evaluators={session.run_config.evaluators!r}: the {session.run_config.task.name!r} "
+                      f"task has no split {split!r} loaded; name one of its splits (translation: the eval split or "
+                      "one of config.task.test_splits).") from None
 
 
 def _unmeasured_as_nan(sums: dict, steps: int) -> dict:
@@ -409,22 +412,22 @@ def _print_summary(session: Session, step: int, results: dict, goodput: str = ""
   """The end of a training run in a few lines: final and best metrics, where the outputs are, how to see them."""
   if not session.is_main:
     return
-  run, directory = session.run, session.directory
-  lines = [f"done: step {step} of {run.num_train_steps}"]
+  run_config, directory = session.run_config, session.directory
+  lines = [f"done: step {step} of {run_config.num_train_steps}"]
   lines += final_lines({name: value for name, value in shown_metrics(results).items() if "/variant_" not in name})
-  tables = variant_tables(results, run.replicas.variant_names())  # a sweep: each variant's, not only the mean
+  tables = variant_tables(results, run_config.replicas.variant_names())  # a sweep: each variant's, not only the mean
   lines += [tables] if tables else []
   best_step = session.checkpointer.best_step()
-  if run.best_metric and best_step is not None:
-    values = [value for step, value in directory.metrics().values(run.best_metric) if step == best_step]
+  if run_config.best_metric and best_step is not None:
+    values = [value for step, value in directory.metrics().values(run_config.best_metric) if step == best_step]
     value = f"={values[-1]:.4f}" if values else ""
-    lines.append(f"best: {run.best_metric}{value} at step {best_step}: {directory.path(BEST)}")
+    lines.append(f"best: {run_config.best_metric}{value} at step {best_step}: {directory.path(BEST)}")
   lines += [goodput] if goodput else []
   lines.append(f"checkpoints: {directory.path(CHECKPOINTS)}")
   lines.append(f"metrics: {directory.path(METRICS)}")
   tensorboard = directory.path(TENSORBOARD)
-  if run.tensorboard:
+  if run_config.tensorboard:
     lines.append(f"tensorboard: {tensorboard}")
   lines.append(f"curves: python -m transformer.plot {directory.workdir}"
-               + (f"  or  tensorboard --logdir {tensorboard}" if run.tensorboard else ""))
+               + (f"  or  tensorboard --logdir {tensorboard}" if run_config.tensorboard else ""))
   session.say("\n".join(lines))

@@ -38,8 +38,8 @@ class Restored:
 
 def restore_for_inference(session: Session) -> Restored:
   """The best checkpoint when the run kept one, else the latest; or the average of the last N."""
-  run, checkpointer, workdir, task = session.run, session.checkpointer, session.workdir, session.task
-  _, abstract_state = state_factory(session, task.build_model(session.model_config), run_optimizer(run),
+  run_config, checkpointer, workdir, task = session.run_config, session.checkpointer, session.workdir, session.task
+  _, abstract_state = state_factory(session, task.build_model(session.model_config), run_optimizer(run_config),
                                     task.placeholder_inputs())
   use_best = checkpointer.best_step() is not None
   restored = checkpointer.restore(abstract_state, best=use_best)
@@ -48,10 +48,10 @@ def restore_for_inference(session: Session) -> Restored:
   step, canonical, _ = restored
   state = session.strategy.from_canonical(canonical)
   session.say(f"{'restored the best checkpoint, step' if use_best else 'resumed from step'} {step} in {workdir}")
-  if not run.average_checkpoints:
+  if not run_config.average_checkpoints:
     return Restored(step, state, workdir, {})
-  steps, params = checkpointer.average_params(abstract_state, run.average_checkpoints)
-  output_dir = session.directory.output_dir(run.average_checkpoints)
+  steps, params = checkpointer.average_params(abstract_state, run_config.average_checkpoints)
+  output_dir = session.directory.output_dir(run_config.average_checkpoints)
   os.makedirs(output_dir, exist_ok=True)
   session.say(f"averaged the parameters of steps {steps}; outputs go to {output_dir}")
   return Restored(steps[-1], with_params(session, state, params), output_dir, {"averaged_steps": steps})
@@ -62,10 +62,10 @@ def _file_times(folder: str) -> dict:
           if os.path.isfile(os.path.join(folder, name))}
 
 
-def run_eval(run: RunConfig, workdir: str) -> RunOutput:
+def run_eval(run_config: RunConfig, workdir: str) -> RunOutput:
   """Validation metrics of the best (or averaged) checkpoint, and the task's test splits scored and written
   (``WritesTestOutputs``): printed as a table and written to ``<output dir>/eval_results.json``."""
-  session = prepare(run, workdir, "eval")
+  session = prepare(run_config, workdir, "eval")
   restored = restore_for_inference(session)
   before = _file_times(restored.output_dir)
   evaluate = make_evaluator(session, session.task.build_model(session.model_config.replace(deterministic=True)))
@@ -78,7 +78,7 @@ def run_eval(run: RunConfig, workdir: str) -> RunOutput:
     summary = {"step": restored.step, **restored.averaged, **results}
     write_atomically(os.path.join(restored.output_dir, EVAL_RESULTS), json.dumps(summary, indent=2))
     written = sorted(name for name, time_ in _file_times(restored.output_dir).items() if before.get(name) != time_)
-    tables = variant_tables(results, run.replicas.variant_names())  # a sweep: each variant's, not only the mean
+    tables = variant_tables(results, run_config.replicas.variant_names())  # a sweep: each variant's, not only the mean
     print("\n".join([f"step {restored.step}:", results_table(results), *([tables] if tables else []),
                      f"written: {', '.join(os.path.join(restored.output_dir, name) for name in written)}"]),
           flush=True)
@@ -86,10 +86,10 @@ def run_eval(run: RunConfig, workdir: str) -> RunOutput:
   return RunOutput(restored.step, results, session.strategy.to_canonical(restored.state))
 
 
-def run_predict(run: RunConfig, workdir: str) -> RunOutput:
+def run_predict(run_config: RunConfig, workdir: str) -> RunOutput:
   """The task's predictions of the best (or averaged) checkpoint written to a file (``WritesPredictions``: one
   line or row per example), whose path is printed and recorded in ``<output dir>/predict_results.json``."""
-  session = prepare(run, workdir, "predict")
+  session = prepare(run_config, workdir, "predict")
   restored = restore_for_inference(session)
   if session.is_main:
     params = jax.device_get(session.strategy.host_params(restored.state))
@@ -101,14 +101,14 @@ def run_predict(run: RunConfig, workdir: str) -> RunOutput:
   return RunOutput(restored.step, {}, session.strategy.to_canonical(restored.state))
 
 
-def run_translate(run: RunConfig, workdir: str, lines: list[str] | None = None) -> RunOutput:
+def run_translate(run_config: RunConfig, workdir: str, lines: list[str] | None = None) -> RunOutput:
   """Translate ``lines`` with the best (or averaged) checkpoint: ``RunOutput.outputs`` holds one line per input
   line, an empty line for an empty one. Reading and writing the text (``config.translate_input`` /
   ``translate_output``, stdin, stdout) is ``launch.py``'s."""
   if lines is None:
     raise ConfigError("--mode=translate needs the lines to translate: run(config, workdir, 'translate', "
                       "lines=[...]), or launch.py with --config.translate_input=FILE or standard input.")
-  session = prepare(run, workdir, "translate")
+  session = prepare(run_config, workdir, "translate")
   restored = restore_for_inference(session)
   params = jax.device_get(session.strategy.host_params(restored.state))
   translations = session.task.translate_lines(session.model_config, params, lines)

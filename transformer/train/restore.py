@@ -39,30 +39,30 @@ def read_run_config(workdir: str) -> RunConfig:
   return RunDirectory(workdir).config()
 
 
-def seed_keys(run: RunConfig) -> jax.Array:
+def seed_keys(run_config: RunConfig) -> jax.Array:
   """The run's parameter keys: ``[2]``, or ``[replicas, 2]`` for replicas with seeds seed, seed + 1, ...,
   seed + num_seeds - 1 (repeated for each variant of ``config.sweep``)."""
-  if run.replicas.count > 1:
-    return jnp.stack([jax.random.PRNGKey(run.seed + offset) for offset in run.replicas.seed_offsets()])
-  return jax.random.PRNGKey(run.seed)
+  if run_config.replicas.count > 1:
+    return jnp.stack([jax.random.PRNGKey(run_config.seed + offset) for offset in run_config.replicas.seed_offsets()])
+  return jax.random.PRNGKey(run_config.seed)
 
 
-def abstract_train_state(create, run: RunConfig, strategy: Strategy):
+def abstract_train_state(create, run_config: RunConfig, strategy: Strategy):
   """Shapes, dtypes and ``strategy``'s shardings of the canonical train state that ``create(key)`` makes
   (one per replica for a run of several): the target checkpoints are restored onto."""
-  keys = seed_keys(run)
-  shapes = jax.eval_shape(jax.vmap(create) if run.replicas.count > 1 else create, keys)
+  keys = seed_keys(run_config)
+  shapes = jax.eval_shape(jax.vmap(create) if run_config.replicas.count > 1 else create, keys)
   return strategy.abstract_canonical(shapes)
 
 
-def abstract_params(model, init_inputs: tuple, run: RunConfig) -> SavedParams:
+def abstract_params(model, init_inputs: tuple, run_config: RunConfig) -> SavedParams:
   """Shapes and dtypes of the run's parameters (with a leading replica axis for a run of several), traced from
   the model's init without computing anything, on this process's first device: what ``load_params`` restores
   onto; no optimizer is built, and its state stays on disk."""
   def init(key):
     return model.init({"params": key, "dropout": key}, *init_inputs)["params"]
 
-  shapes = jax.eval_shape(jax.vmap(init) if run.replicas.count > 1 else init, seed_keys(run))
+  shapes = jax.eval_shape(jax.vmap(init) if run_config.replicas.count > 1 else init, seed_keys(run_config))
   device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
   return SavedParams(jax.tree.map(lambda leaf: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=device),
                                   shapes))
@@ -75,13 +75,13 @@ class RestoredParams:
   Attributes:
     params: host (numpy) parameter tree of one replica.
     steps: the restored step, or the averaged steps (oldest first).
-    run: the run's configuration (``RunConfig``).
-    task: its task (``transformer.tasks``), built from ``run``.
+    run_config: the run's configuration (``RunConfig``).
+    task: its task (``transformer.tasks``), built from ``run_config``.
     model_config: the model's hyper-parameters (``task.model_config()``).
   """
   params: Any
   steps: list[int]
-  run: RunConfig
+  run_config: RunConfig
   task: Task
   model_config: Any
 
@@ -91,7 +91,7 @@ class RestoredParams:
     return self.steps[-1]
 
 
-def _check_load_arguments(run: RunConfig, checkpoint, average_last, replica) -> None:
+def _check_load_arguments(run_config: RunConfig, checkpoint, average_last, replica) -> None:
   if not (checkpoint in ("best", "latest") or (isinstance(checkpoint, int) and checkpoint >= 0)):
     raise ConfigError(f"checkpoint={checkpoint!r}: give 'best', 'latest' or a step number.")
   if not isinstance(average_last, int) or average_last < 0:
@@ -99,9 +99,9 @@ def _check_load_arguments(run: RunConfig, checkpoint, average_last, replica) -> 
   if average_last and isinstance(checkpoint, int):
     raise ConfigError(f"average_last={average_last} averages the last checkpoints; it cannot be combined with "
                       f"checkpoint={checkpoint}.")
-  if not 0 <= replica < run.replicas.count:
-    raise ConfigError(f"replica={replica}: the run trained {run.replicas.count} replicas (config.num_seeds="
-                      f"{run.num_seeds}, config.sweep={run.sweep!r}).")
+  if not 0 <= replica < run_config.replicas.count:
+    raise ConfigError(f"replica={replica}: the run trained {run_config.replicas.count} replicas (config.num_seeds="
+                      f"{run_config.num_seeds}, config.sweep={run_config.sweep!r}).")
 
 
 def _use_recorded_tokenizers(task: Task, workdir: str) -> None:
@@ -137,19 +137,19 @@ def load_params(workdir: str, checkpoint: str | int = "best", average_last: int 
     WorkdirError: the run is saved in an older format (``run_format``); the message names the converter.
   """
   config = read_run_config(workdir) if config is None else config
-  run = config if isinstance(config, RunConfig) else RunConfig.from_config(config)
-  _check_load_arguments(run, checkpoint, average_last, replica)
+  run_config = config if isinstance(config, RunConfig) else RunConfig.from_config(config)
+  _check_load_arguments(run_config, checkpoint, average_last, replica)
   if not os.path.isdir(RunDirectory(workdir).path(CHECKPOINTS)):
     raise ConfigError(f"{workdir!r} holds no checkpoints/ folder; train first.")
   require_current_format(workdir)  # also when ``config`` is given: the run's record must be readable
 
-  task = build_task(run)
+  task = build_task(run_config)
   _use_recorded_tokenizers(task, workdir)
   model_config = task.model_config()
   check_tokenizers(workdir, task.trained_tokenizers(), has_checkpoints=True, write=False)
-  abstract_state = abstract_params(task.build_model(model_config), task.placeholder_inputs(), run)
-  checkpointer = Checkpointer(workdir, asynchronous=False, best_metric=run.best_metric or None,
-                              best_mode=run.best_mode)
+  abstract_state = abstract_params(task.build_model(model_config), task.placeholder_inputs(), run_config)
+  checkpointer = Checkpointer(workdir, asynchronous=False, best_metric=run_config.best_metric or None,
+                              best_mode=run_config.best_mode)
   try:
     if average_last:
       steps, params = checkpointer.average_params(abstract_state, average_last)
@@ -160,7 +160,7 @@ def load_params(workdir: str, checkpoint: str | int = "best", average_last: int 
       available = checkpointer.steps()
       if restored is None and not available:
         raise ConfigError(f"{workdir!r} holds no checkpoint yet: its run writes the first at step "
-                          f"{run.checkpoint_every} (config.checkpoint_every), and another when it "
+                          f"{run_config.checkpoint_every} (config.checkpoint_every), and another when it "
                           "ends or is stopped.")
       if restored is None or (step is not None and restored[0] != step):
         raise ConfigError(f"{workdir!r} holds no checkpoint of step {checkpoint}; its periodic checkpoints are "
@@ -171,9 +171,9 @@ def load_params(workdir: str, checkpoint: str | int = "best", average_last: int 
   finally:
     checkpointer.close()
   params = jax.device_get(params)
-  if run.replicas.count > 1:
+  if run_config.replicas.count > 1:
     params = jax.tree.map(lambda x: x[replica], params)
-  return RestoredParams(params=params, steps=list(steps), run=run, task=task, model_config=model_config)
+  return RestoredParams(params=params, steps=list(steps), run_config=run_config, task=task, model_config=model_config)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -197,17 +197,17 @@ def _flatten(tree: dict, prefix: str = "") -> dict:
   return out
 
 
-def record_defaults(run: RunConfig) -> dict:
-  """``{"a.b": value}``: what each field of ``run``'s kind of record means when a saved record lacks it (a field
+def record_defaults(run_config: RunConfig) -> dict:
+  """``{"a.b": value}``: what each field of ``run_config``'s kind of record means when a saved record lacks it (a field
   added to the code since, a section missing or null): its default, as ``RunConfig.from_config`` reads it."""
-  defaults = _flatten(json.loads(json.dumps(base_config(run.model_name).to_dict())))
-  task = {f"task.{field.name}": field.default for field in dataclasses.fields(run.task)
+  defaults = _flatten(json.loads(json.dumps(base_config(run_config.model_name).to_dict())))
+  task = {f"task.{field.name}": field.default for field in dataclasses.fields(run_config.task)
           if field.default is not dataclasses.MISSING}
   return {**defaults, **_flatten(json.loads(json.dumps(task, default=list)))}
 
 
-def config_differences(saved: dict, run: RunConfig, mode: str) -> list[ConfigChange]:
-  """The settings of ``run`` (a command's config) that differ from ``saved`` (the run's record, history applied),
+def config_differences(saved: dict, run_config: RunConfig, mode: str) -> list[ConfigChange]:
+  """The settings of ``run_config`` (a command's config) that differ from ``saved`` (the run's record, history applied),
   each judged by its declared effect (``RunConfig.effects``): bookkeeping and local settings are free; those
   of evaluation and layout are allowed (recorded when training goes on with them); any other needs
   ``config.accept_changes``. A field the record lacks (added to the code since, or its section missing)
@@ -215,7 +215,7 @@ def config_differences(saved: dict, run: RunConfig, mode: str) -> list[ConfigCha
   another value. Raising ``num_train_steps`` extends a run (allowed, recorded; so is lowering it, except under
   a cosine schedule, whose rates it sets)."""
   old = {name: value for name, value in _flatten(saved).items() if value is not None or "." in name}
-  old, new, effects = {**record_defaults(run), **old}, _flatten(run.record), run.effects()
+  old, new, effects = {**record_defaults(run_config), **old}, _flatten(run_config.record), run_config.effects()
   changes = []
   for field in sorted(set(old) & set(new)):
     effect = effects.get(field, Effect.RESULTS)

@@ -358,8 +358,8 @@ def _model_config(model_name: str, values: Mapping):
     raise ConfigError(str(error)) from error
 
 
-def build_task(run) -> Task:
-  """The task of ``run`` (a ``RunConfig``, or a ``ConfigDict`` it is resolved from), built from its
+def build_task(run_config) -> Task:
+  """The task of ``run_config`` (a ``RunConfig``, or a ``ConfigDict`` it is resolved from), built from its
   ``task_settings``: a clear error for an unknown task name or a missing extra."""
-  run = run if isinstance(run, RunConfig) else RunConfig.from_config(run)
-  return make_task(run.task_settings())
+  run_config = run_config if isinstance(run_config, RunConfig) else RunConfig.from_config(run_config)
+  return make_task(run_config.task_settings())

@@ -47,7 +47,7 @@ class Session:
   """What every mode shares, made by ``prepare``: the run's config, its task and model, the parallelism, the
   checkpointer, and which process this is. ``info`` is where progress lines go (stderr in translate mode, so
   that translations stand alone on stdout)."""
-  run: RunConfig
+  run_config: RunConfig
   workdir: str
   mode: str
   task: object
@@ -70,11 +70,11 @@ class Session:
 
   @property
   def host_batch_size(self) -> int:
-    return self.run.batch_size // self.process_count
+    return self.run_config.batch_size // self.process_count
 
   @property
   def num_replicas(self) -> int:
-    return self.run.replicas.count
+    return self.run_config.replicas.count
 
   def say(self, text: str) -> None:
     """Print a progress line from the main process."""
@@ -82,21 +82,21 @@ class Session:
       print(text, file=self.info, flush=True)
 
 
-def prepare(run: RunConfig, workdir: str, mode: str) -> Session:
-  """Build ``run``'s task, parallelism and checkpointer for ``mode``, and hold the run to its record
+def prepare(run_config: RunConfig, workdir: str, mode: str) -> Session:
+  """Build ``run_config``'s task, parallelism and checkpointer for ``mode``, and hold the run to its record
   (``config.json``, ``model_config.json``, the tokenizers it trained with)."""
   started = time.perf_counter()
   created = mode == "train" and not os.path.exists(workdir)
   if mode != "train":
     _require_a_run(workdir, mode)  # before anything is created in the workdir
   else:
-    refuse_foreign_folder(workdir, run.restart)
+    refuse_foreign_folder(workdir, run_config.restart)
     check_workdir(workdir)
     check_shared_workdir(workdir)  # before the lock: a workdir per host would give each process its own
-  _check_parallelism(run, jax.process_count())
+  _check_parallelism(run_config, jax.process_count())
   lock = lock_workdir(workdir, mode)  # one training run per workdir (None in other modes)
   try:
-    return _build_session(run, workdir, mode, lock, started)
+    return _build_session(run_config, workdir, mode, lock, started)
   except BaseException:
     if lock is not None:
       lock.release()
@@ -105,17 +105,17 @@ def prepare(run: RunConfig, workdir: str, mode: str) -> Session:
     raise
 
 
-def _build_session(run: RunConfig, workdir: str, mode: str, lock, started: float) -> Session:
-  task = _build_task_once(run)
-  _check_task_supports(run, task, mode)
+def _build_session(run_config: RunConfig, workdir: str, mode: str, lock, started: float) -> Session:
+  task = _build_task_once(run_config)
+  _check_task_supports(run_config, task, mode)
   model_config = task.model_config()
-  strategy = make_strategy(run.parallelism, run.replicas.count, run.fsdp, run.replicas.settings(),
-                           run.tensor_parallelism)
-  _check_batch_divides(run, strategy.num_devices, jax.process_count())
-  checkpointer = Checkpointer(workdir, keep=run.keep_checkpoints, asynchronous=run.async_checkpointing,
-                              best_metric=run.best_metric or None, best_mode=run.best_mode,
-                              repair=lock is not None, discard_unrestorable=run.restart)
-  session = Session(run, workdir, mode, task, model_config, strategy, checkpointer, jax.process_index(),
+  strategy = make_strategy(run_config.parallelism, run_config.replicas.count, run_config.fsdp,
+                           run_config.replicas.settings(), run_config.tensor_parallelism)
+  _check_batch_divides(run_config, strategy.num_devices, jax.process_count())
+  checkpointer = Checkpointer(workdir, keep=run_config.keep_checkpoints, asynchronous=run_config.async_checkpointing,
+                              best_metric=run_config.best_metric or None, best_mode=run_config.best_mode,
+                              repair=lock is not None, discard_unrestorable=run_config.restart)
+  session = Session(run_config, workdir, mode, task, model_config, strategy, checkpointer, jax.process_index(),
                     jax.process_count(), sys.stderr if mode == "translate" else sys.stdout, lock, started)
   has_checkpoints = checkpointer.has_checkpoints()
   check_workdir_model(workdir, model_config, has_checkpoints, write=session.is_main and mode == "train")
@@ -139,28 +139,29 @@ def _require_a_run(workdir: str, mode: str) -> None:
     check_writable(workdir, f"--mode={mode} writes its results into --workdir")
 
 
-def _check_task_supports(run: RunConfig, task, mode: str) -> None:
+def _check_task_supports(run_config: RunConfig, task, mode: str) -> None:
   if mode == "translate" and not isinstance(task, TranslatesText):
     raise ConfigError(f"--mode=translate needs a task that translates text; config.task.name="
-                      f"{run.task.name!r} ({type(task).__name__}) does not. Use --mode=eval or --mode=predict.")
+                      f"{run_config.task.name!r} ({type(task).__name__}) does not. Use --mode=eval or --mode=predict.")
   if mode == "predict" and not isinstance(task, WritesPredictions):
-    raise ConfigError(f"--mode=predict needs a task that writes predictions; config.task.name={run.task.name!r} "
+    raise ConfigError(f"--mode=predict needs a task that writes predictions; config.task.name={run_config.task.name!r} "
                       f"({type(task).__name__}) does not. Use --mode=eval.")
-  if "label_smoothing" in run.replicas.swept and "label_smoothing" not in inspect.signature(task.loss_and_metrics).parameters:
+  loss_parameters = inspect.signature(task.loss_and_metrics).parameters
+  if "label_smoothing" in run_config.replicas.swept and "label_smoothing" not in loss_parameters:
     others = [field for field in SWEEPABLE if field != "label_smoothing"]
-    raise ConfigError(f"config.sweep={run.sweep!r} sweeps label_smoothing, but the loss of "
+    raise ConfigError(f"config.sweep={run_config.sweep!r} sweeps label_smoothing, but the loss of "
                       f"{type(task).__name__} is not label-smoothed; sweep {others} only.")
 
 
-def _build_task_once(run: RunConfig):
+def _build_task_once(run_config: RunConfig):
   """``build_task(run)``, its data prepared by process 0 alone before the others read it: processes preparing
   the same files at once race on TFDS's renames (and tokenizer training)."""
   if jax.process_count() == 1:
-    return build_task(run)
+    return build_task(run_config)
   task = None
   if jax.process_index() == 0:
     try:
-      task = build_task(run)
+      task = build_task(run_config)
     finally:  # on an error too: the others must not wait for data that will never come
       prepared = multihost_utils.broadcast_one_to_all(np.int32(task is not None))
   else:
@@ -168,29 +169,29 @@ def _build_task_once(run: RunConfig):
   if not prepared:
     raise MissingDataError("process 0 could not prepare the data (its output names the problem); fix that and "
                            "rerun every process.")
-  return task if task is not None else build_task(run)
+  return task if task is not None else build_task(run_config)
 
 
-def _check_parallelism(run: RunConfig, process_count: int) -> None:
+def _check_parallelism(run_config: RunConfig, process_count: int) -> None:
   """Several processes train one model only on the mesh: ``jit`` would train a model per process and ``pmap``
   holds arrays that no checkpoint can gather across hosts."""
-  if process_count > 1 and run.parallelism != "mesh":
+  if process_count > 1 and run_config.parallelism != "mesh":
     raise ConfigError(
-        f"config.parallelism={run.parallelism!r} does not span processes: with {process_count} processes "
-        f"{'each would train its own model' if run.parallelism == 'jit' else 'its arrays stay on each host'}. "
+        f"config.parallelism={run_config.parallelism!r} does not span processes: with {process_count} processes "
+        f"{'each would train its own model' if run_config.parallelism == 'jit' else 'its arrays stay on each host'}. "
         "Use --config.parallelism=mesh (data parallel over every device of every process; add "
         "--config.fsdp=True to shard the parameters)"
         + (", and --config.num_seeds=1 without config.sweep (seeds and variants are vmapped on one "
-           "process only)" if run.replicas.count > 1 else "") + ".")
+           "process only)" if run_config.replicas.count > 1 else "") + ".")
 
 
-def _check_batch_divides(run: RunConfig, num_devices: int, process_count: int) -> None:
-  if run.batch_size % (num_devices * run.grad_accum_steps) and run.parallelism != "jit":
-    raise ConfigError(f"config.batch_size={run.batch_size} must be divisible by the {num_devices} "
-                      f"devices times grad_accum_steps={run.grad_accum_steps} for parallelism="
-                      f"{run.parallelism!r}.")
-  if run.batch_size % process_count:
-    raise ConfigError(f"config.batch_size={run.batch_size} must be divisible by the {process_count} processes.")
+def _check_batch_divides(run_config: RunConfig, num_devices: int, process_count: int) -> None:
+  if run_config.batch_size % (num_devices * run_config.grad_accum_steps) and run_config.parallelism != "jit":
+    raise ConfigError(f"config.batch_size={run_config.batch_size} must be divisible by the {num_devices} "
+                      f"devices times grad_accum_steps={run_config.grad_accum_steps} for parallelism="
+                      f"{run_config.parallelism!r}.")
+  if run_config.batch_size % process_count:
+    raise ConfigError(f"config.batch_size={run_config.batch_size} must be divisible by the {process_count} processes.")
 
 
 def check_workdir_model(workdir: str, model_config, has_checkpoints: bool, write: bool) -> None:
@@ -228,18 +229,18 @@ def hold_to_record(session: Session, resuming: bool, write_history: bool = False
 
 
 def _hold_to_config(session: Session, resuming: bool, write_history: bool) -> None:
-  run, workdir = session.run, session.workdir
+  run_config, workdir = session.run_config, session.workdir
   path = session.directory.path(CONFIG)
   if not resuming or not os.path.isfile(path):
     if session.is_main and session.mode == "train":
       write_format(workdir)  # first: config.json without it reads as an older run, to convert
-      write_atomically(path, json.dumps(run.record, indent=2, sort_keys=True))
+      write_atomically(path, json.dumps(run_config.record, indent=2, sort_keys=True))
       session.say(f"config: {path}")
     return
-  defaults = record_defaults(run)
-  _check_accepted_names(run, defaults)
-  changes = config_differences(session.directory.config_values(), run, session.mode)
-  refused = [change for change in changes if not change.allowed and change.field not in run.accepted_changes]
+  defaults = record_defaults(run_config)
+  _check_accepted_names(run_config, defaults)
+  changes = config_differences(session.directory.config_values(), run_config, session.mode)
+  refused = [change for change in changes if not change.allowed and change.field not in run_config.accepted_changes]
   if refused:
     raise ConfigError(
         f"--workdir={workdir} was trained with other settings: "
@@ -250,10 +251,10 @@ def _hold_to_config(session: Session, resuming: bool, write_history: bool) -> No
     _append_history(session, [(c.field, c.old, c.new) for c in changes if c.recorded])
 
 
-def _check_accepted_names(run: RunConfig, fields: dict) -> None:
+def _check_accepted_names(run_config: RunConfig, fields: dict) -> None:
   """``config.accept_changes`` names config fields (``a.b``) or ``data``: a misspelt one would accept nothing."""
   known = set(fields) | {"data"}
-  for name in sorted(run.accepted_changes - known):
+  for name in sorted(run_config.accepted_changes - known):
     close = difflib.get_close_matches(name, sorted(known), n=1)
     raise ConfigError(f"config.accept_changes names {name!r}, which is no config field"
                       + (f"; did you mean {close[0]!r}?" if close else "")
@@ -285,7 +286,7 @@ def _hold_to_data(session: Session, resuming: bool, write_history: bool) -> None
   if recorded == current:
     return
   changed = sorted(name for name in set(recorded) | set(current) if recorded.get(name) != current.get(name))
-  if "data" not in session.run.accepted_changes:
+  if "data" not in session.run_config.accepted_changes:
     raise ConfigError(
         f"--workdir={session.workdir} was trained on other data: {', '.join(changed)} "
         f"({recorded.get(changed[0], 'absent')} then, {current.get(changed[0], 'absent')} now). Point the task "
