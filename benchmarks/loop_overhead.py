@@ -95,7 +95,7 @@ class Pieces:
     from transformer.train.run_config import RunConfig, build_task
     from transformer.train.config import run_optimizer
     from transformer.train.parallel import make_strategy
-    from transformer.train.restore import seed_keys
+    from transformer.train.saved_run import seed_keys
     from transformer.train.state import create_train_state
     from transformer.train.step import make_train_step
     run_config = RunConfig.from_config(config)

@@ -18,7 +18,7 @@ from experiments import launching, pages, record_store
 from transformer.errors import ConfigError, UserError
 from transformer.tasks.metrics import bleu_by_reference_length
 from transformer.train.convert_run import upgrade_config
-from transformer.train.restore import record_defaults
+from transformer.train.saved_run import record_defaults
 from transformer.train.run_config import RunConfig
 from transformer.train.run_directory import CHECKPOINTS, EVAL_RESULTS, MODEL_CONFIG, MetricsLog, RunDirectory
 

@@ -18,7 +18,7 @@ import numpy as np
 
 from transformer.errors import ConfigError
 from transformer.train.run_config import RunConfig
-from transformer.train import RestoredParams, load_params, read_run_config
+from transformer.train import LoadedParams, load_params, read_run_config
 
 
 class TrainedModel:
@@ -29,12 +29,12 @@ class TrainedModel:
     workdir: the run's directory.
   """
 
-  def __init__(self, restored: RestoredParams, workdir: str):
-    self.run_config: RunConfig = restored.run_config
-    self.model_config = restored.model_config
-    self.params: Any = restored.params
-    self.task = restored.task
-    self.steps: list[int] = restored.steps
+  def __init__(self, loaded: LoadedParams, workdir: str):
+    self.run_config: RunConfig = loaded.run_config
+    self.model_config = loaded.model_config
+    self.params: Any = loaded.params
+    self.task = loaded.task
+    self.steps: list[int] = loaded.steps
     self.workdir = workdir
 
   @property
@@ -205,8 +205,8 @@ def load(workdir: str, checkpoint: str | int = "best", average_last: int = 0, re
   """
   if config is not None:
     _check_same_task(workdir, config)
-  restored = load_params(workdir, checkpoint, average_last, replica, config)
-  return model_type(restored.task)(restored, workdir)
+  loaded = load_params(workdir, checkpoint, average_last, replica, config)
+  return model_type(loaded.task)(loaded, workdir)
 
 
 def _check_same_task(workdir: str, config: ml_collections.ConfigDict | RunConfig) -> None:

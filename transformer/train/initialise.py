@@ -8,7 +8,7 @@ import numpy as np
 
 from transformer.errors import ConfigError
 from transformer.tasks import StartsFromPretrained
-from transformer.train.restore import abstract_train_state, load_params, seed_keys
+from transformer.train.saved_run import abstract_train_state, load_params, seed_keys
 from transformer.train.state import create_train_state
 
 

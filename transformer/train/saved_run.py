@@ -1,8 +1,11 @@
-"""Getting a run back from its workdir: the configuration it was trained with and its parameters.
+"""A saved run read back from its workdir: the configuration it was trained with, its parameters, and how a
+command's config differs from it.
 
 ``read_run_config`` gives a run's ``RunConfig`` (``RunDirectory``); ``load_params`` restores the parameters of
 the best, latest, a given step's or the mean of the last N checkpoints. ``transformer.load`` builds a usable
-model on these; ``config.restore_from`` (weights-only initialisation of another run) uses ``load_params``.
+model on these; ``config.restore_from`` (weights-only initialisation of another run) uses ``load_params``;
+``config_differences`` holds a command to the run's record. "Restore" means one thing throughout: a
+checkpoint's arrays brought back (``Checkpointer.restore``).
 """
 from __future__ import annotations
 
@@ -69,7 +72,7 @@ def abstract_params(model, init_inputs: tuple, run_config: RunConfig) -> SavedPa
 
 
 @dataclasses.dataclass
-class RestoredParams:
+class LoadedParams:
   """What ``load_params`` returns.
 
   Attributes:
@@ -115,7 +118,7 @@ def _use_recorded_tokenizers(task: Task, workdir: str) -> None:
 
 
 def load_params(workdir: str, checkpoint: str | int = "best", average_last: int = 0, replica: int = 0,
-                config: ml_collections.ConfigDict | RunConfig | None = None) -> RestoredParams:
+                config: ml_collections.ConfigDict | RunConfig | None = None) -> LoadedParams:
   """The parameters of the run in ``workdir`` (read alone: no optimizer is built and its state is not read);
   nothing in ``workdir`` is written.
 
@@ -173,7 +176,7 @@ def load_params(workdir: str, checkpoint: str | int = "best", average_last: int 
   params = jax.device_get(params)
   if run_config.replicas.count > 1:
     params = jax.tree.map(lambda x: x[replica], params)
-  return RestoredParams(params=params, steps=list(steps), run_config=run_config, task=task, model_config=model_config)
+  return LoadedParams(params=params, steps=list(steps), run_config=run_config, task=task, model_config=model_config)
 
 
 @dataclasses.dataclass(frozen=True)
