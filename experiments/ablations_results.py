@@ -7,13 +7,10 @@ r"""Run the ablation grid (variants x seeds) and write its results page: RESULTS
         --launch_flag=--config.task.source_dir=../shared/data/multi30k
     python -m experiments.ablations_results --from_records --update_committed   # the page again, no workdirs
 
-Each cell, ``<workdir_root>/<ablation>/<variant>``, is one ``launch.py`` run of ``config.num_seeds`` seeds; the
-grid resumes (a finished cell is skipped, another resumes from its checkpoint). Every finished cell is a record of
-``records.json`` beside the page, and the page is written from the records: a cell without a finished run is read
-from a record of the same run whose config agrees with its own (``--launch_flag=--config.KEY=VALUE`` included),
-else trained (``--ignore_recorded`` trains it anyway; ``--notrain`` names it as not finished). The page goes to
-``--output_dir`` (default ``<workdir_root>/results/``), or with ``--update_committed`` to ``experiments/ablations/``
-(``multi30k/`` for ``--task=multi30k``), where a row is only replaced by a run at least as long. More:
+Each cell, ``<workdir_root>/<ablation>/<variant>``, is one ``launch.py`` run of ``config.num_seeds`` seeds (a
+finished cell is skipped, another resumes). The page is written from the cells' records in ``records.json`` beside
+it, a cell without a finished run from a record of the same run whose config agrees with its own; it goes to
+``experiments/ablations/`` (``multi30k/`` for ``--task=multi30k``) with ``--update_committed``. More:
 experiments/ablations/README.md; the pages' prose is ``experiments/ablations/page_template.md``.
 """
 from __future__ import annotations
@@ -24,29 +21,30 @@ import numpy as np
 
 from experiments import launching, pages, record_store, stats
 from experiments.ablations import common
-from experiments.ablations_scores import (METRICS, CellResult, above_the_line, attention_rows, closest_to_base,
-                                         comparison, gather, recorded_results)
-from experiments.launching import ABLATIONS, ablation_module
+from experiments.ablations_scores import (METRICS, CellResult, above_the_line, attention_rows, comparison, gather,
+                                         recorded_results)
+from experiments.launching import ABLATIONS, ablation_module, config_disagreement
 from transformer import plot
 from transformer.errors import exit_on_user_error
 
 DEFAULT_ROOT = "/tmp/ablations"
 TEMPLATE = pages.read_template("ablations/page_template.md")  # both pages' prose
 ATTENTION_HEADER = ["run", "attention", "entropy (nats)", "uniform entropy (nats)", "rows with max weight > 0.9"]
-
-
 # The settings that tell a regularization table's cells from the base model (``against_base``), with their words.
 REGULARIZATION_FIELDS = {"model.dropout_rate": "dropout", "model.attention_dropout_rate": "attention dropout",
                          "label_smoothing": "label smoothing"}
 
 
 def against_base(cells: list[CellResult], results: dict[str, list[CellResult]], task: str) -> str:
-  """A paragraph for a table whose reference is not the model the other tables start from (``Ablation.
-  against_base``): that base's regularization and score, and this table's cell closest to it, with the settings
-  in which it differs and the gap. "" when the reference is the base, or no table on the page holds the base."""
-  if (found := closest_to_base(cells, results, task)) is None:
+  """The paragraph on the base model's settings and score against this table's closest cell; "" if there is none."""
+  base = launching.flatten_config(common.multi30k_base() if task == "multi30k" else common.synthetic_base())
+  differences = {result.cell.name: config_disagreement(result.cell.flat_config, base) for result in cells}
+  base_results = [result for rows in results.values() for result in rows
+                  if not config_disagreement(result.cell.flat_config, base)]
+  if not differences[cells[0].cell.name] or not base_results:  # the reference is the base, or no table holds it
     return ""
-  base, base_results, closest, fields = found
+  closest = min(cells, key=lambda result: len(differences[result.cell.name]))  # in the fewest fields
+  fields = differences[closest.cell.name]
   metric, heading, digits = METRICS[task][0]
   base_score, score = base_results[0].per_seed[metric], closest.per_seed[metric]
   means = [np.nanmean(result.per_seed[metric]) for result in cells]
@@ -66,8 +64,7 @@ def against_base(cells: list[CellResult], results: dict[str, list[CellResult]], 
 
 
 def plot_ablation(results: list[CellResult], path: str, title: str) -> None:
-  """Left: the task's first metric, final, per variant (mean bar, one dot per seed); right: training loss, mean
-  over seeds."""
+  """Left: the first metric, final, per variant (mean bar, a dot per seed); right: training loss, mean over seeds."""
   metric, heading, _ = METRICS[results[0].cell.task][0]
   with plot.figure(path, 1, 2, (11, 3.8), dpi=100) as (figure, ((bars, curves),)):
     for index, result in enumerate(results):
@@ -116,8 +113,7 @@ def table_row(result: CellResult) -> list:
 
 
 def divergence_note(cells: list[CellResult], task: str) -> str:
-  """Why each diverged seed counts as diverged: its final training loss against the line, or a non-finite or
-  skipped step; "" where no seed diverged."""
+  """Why each diverged seed counts as diverged (its final loss, or a bad step); "" where no seed diverged."""
   notes = []
   for result in (result for result in cells if result.diverged):
     losses = np.array([loss for _, loss in result.train_loss], np.float64)
@@ -132,8 +128,7 @@ def divergence_note(cells: list[CellResult], task: str) -> str:
 
 def ablation_section(name: str, cells: list[CellResult], results: dict[str, list[CellResult]], task: str,
                      output: str) -> str:
-  """One ablation's section (``cells``: its results in variant order, the first the reference); draws
-  ``output/<name>.png``."""
+  """One ablation's section (``cells``: in variant order, the first the reference); draws ``output/<name>.png``."""
   ablation = ablation_module(name).ABLATION
   header = ["run", *(heading for _, heading, _ in METRICS[task]), "diverged", "steps", "seeds", "wall time",
             "hardware", "command"]
@@ -141,10 +136,8 @@ def ablation_section(name: str, cells: list[CellResult], results: dict[str, list
   reading = "\n".join(f"- {comparison(result, cells[0])}" for result in cells[1:]) + tokenizer_caveat(cells)
   if len(cells) > 1:  # only the reference finished: nothing to compare yet
     reading = f"Against the reference ({cells[0].cell.variant}), {METRICS[task][0][1]}:\n{reading}"
-  if diverged := divergence_note(cells, task):
-    reading += f"\n\n{diverged}"
-  if ablation.against_base and (contrast := against_base(cells, results, task)):
-    reading += f"\n\n{contrast}"
+  notes = [divergence_note(cells, task), against_base(cells, results, task) if ablation.against_base else ""]
+  reading += "".join(f"\n\n{note}" for note in notes if note)
   text = TEMPLATE["ablation"].substitute(
       title=ablation.title, question=ablation.question, name=name, reading=reading,
       table=pages.markdown_table(header, [table_row(result) for result in cells]),
@@ -155,8 +148,7 @@ def ablation_section(name: str, cells: list[CellResult], results: dict[str, list
 
 
 def page_notes(task: str, results: dict[str, list[CellResult]], unfinished: tuple[str, ...]) -> str:
-  """The paragraphs on what the page does not hold (the other task's page, the ablations not run, the cells not
-  finished) and on the tokenizers its cells used."""
+  """What the page does not hold (the other task's page, ablations not run, cells not finished) and tokenizers."""
   if task == "synthetic":
     base = common.multi30k_base()
     page = os.path.exists(os.path.join(record_store.COMMITTED, "ablations", "multi30k", "RESULTS.md"))
@@ -172,9 +164,7 @@ def page_notes(task: str, results: dict[str, list[CellResult]], unfinished: tupl
 
 def render_page(output: str, results: dict[str, list[CellResult]], invocation: str, task: str,
                 unfinished: tuple[str, ...] = ()) -> str:
-  """The page's text (``results``: ablation -> its cells' results, in variant order, the first the reference;
-  ``unfinished``: the cells with neither a finished run nor a record, named on the page); draws
-  ``output/<ablation>.png``."""
+  """The page's text (``results``: ablation -> its cells' results, reference first); draws the plots in ``output``."""
   return TEMPLATE["page"].substitute(
       invocation=invocation, machine=record_store.machine_description(), setting=task_setting(task),
       diverged_loss=common.DIVERGED_LOSS[task], notes=page_notes(task, results, unfinished),
@@ -182,10 +172,9 @@ def render_page(output: str, results: dict[str, list[CellResult]], invocation: s
 
 
 def tokenizer_caveat(cells: list[CellResult]) -> str:
-  """A line for a table whose cells tokenized with different SentencePiece models, or may have: some runs
-  did not keep theirs and the table mixes hardware (another host can train another model). "" otherwise."""
+  """A line for a table whose cells tokenized with different SentencePiece models, or may have; "" otherwise."""
   known = {result.tokenizers for result in cells if result.tokenizers}
-  unknown = any(not result.tokenizers for result in cells)
+  unknown = any(not result.tokenizers for result in cells)  # another host can train another model from the same text
   if len(known) <= 1 and not (unknown and len({result.hardware for result in cells}) > 1):
     return ""
   return "\n" + TEMPLATE["tokenizers_differ" if len(known) > 1 else "tokenizers_may_differ"].substitute(
@@ -193,8 +182,7 @@ def tokenizer_caveat(cells: list[CellResult]) -> str:
 
 
 def tokenizer_summary(results: dict[str, list[CellResult]]) -> str:
-  """Which SentencePiece model each cell's run tokenized with, grouped by model: the same options and text can
-  train another model on another host, so numbers compare across tables only within one group."""
+  """The cells grouped by the SentencePiece model their runs tokenized with, and by hardware; "" if none is known."""
   groups: dict[str, dict[str, list[str]]] = {}
   for result in (result for cells in results.values() for result in cells):
     groups.setdefault(result.tokenizers, {}).setdefault(result.hardware, []).append(result.cell.name)

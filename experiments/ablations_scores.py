@@ -1,7 +1,5 @@
-"""The ablation grid's numbers: a cell's final per-seed metrics, divergence and training loss from its run (and,
-for the scaling ablation, the attention statistics of its trained models), as its record keeps them and as the
-page reads them back; ``gather`` records every cell of the grid (``launching.run_grid``).
-"""
+"""The ablation grid's numbers: a cell's final per-seed metrics, divergence, training loss and (scaling ablation)
+attention statistics, from its run or from its record; ``gather`` records every cell of the grid."""
 from __future__ import annotations
 
 import dataclasses
@@ -12,7 +10,7 @@ import numpy as np
 
 from experiments import launching, record_store, stats
 from experiments.ablations import common
-from experiments.launching import Cell, config_disagreement, find_record
+from experiments.launching import Cell, find_record
 from transformer.errors import UserError
 from transformer.train.run_directory import MetricsLog, read_metrics
 from transformer.train.workdir import recorded_tokenizers
@@ -40,17 +38,14 @@ class CellResult:
 
 
 def seed_values(record: dict, name: str, cell: Cell) -> np.ndarray:
-  """``name`` per seed of ``cell``: ``<name>/seed_<i>`` of the cell's replicas (a sweep's run holds those of
-  every variant), or ``name`` itself in the run of a single replica."""
-  if cell.num_seeds == 1 and not cell.sweep:
-    return np.array([record.get(name, np.nan)], np.float64)
-  return np.array([record.get(f"{name}/seed_{cell.replica_offset + i}", np.nan) for i in range(cell.num_seeds)],
-                  np.float64)
+  """``[seeds]``: ``<name>/seed_<i>`` of the cell's replicas (a sweep's run holds every variant's), else ``name``."""
+  single = cell.num_seeds == 1 and not cell.sweep  # a run of a single replica logs ``name`` alone
+  return np.array([record.get(name if single else f"{name}/seed_{cell.replica_offset + i}", np.nan)
+                   for i in range(cell.num_seeds)], np.float64)
 
 
 def cell_result(cell: Cell, records: list[dict], hardware: str = "") -> CellResult:
-  """The cell's final per-seed metrics, training loss and divergence count from its run's metric ``records``;
-  ``hardware``: where it ran (default: here)."""
+  """The ``CellResult`` of the cell's run from its metric ``records``; ``hardware``: where it ran (default: here)."""
   final = MetricsLog(tuple(records)).evaluation_at(cell.num_train_steps)
   if final is None:
     raise UserError(f"{cell.workdir} has no evaluation at step {cell.num_train_steps}: its run has not "
@@ -68,14 +63,12 @@ def cell_result(cell: Cell, records: list[dict], hardware: str = "") -> CellResu
 
 
 def above_the_line(losses: np.ndarray, task: str) -> np.ndarray:
-  """``[seeds]``: whether each seed's training losses (``[logs, seeds]``) stayed finite and ended above the task's
-  divergence line (``common.DIVERGED_LOSS``), which counts it as diverged."""
+  """``[seeds]``: whether each seed's losses (``[logs, seeds]``) stayed finite and end above ``DIVERGED_LOSS``."""
   return np.isfinite(losses).all(axis=0) & (losses[-1] > common.DIVERGED_LOSS[task])
 
 
 def record_values(result: CellResult) -> dict:
-  """What a cell's record keeps beside its steps, command and hardware: enough to write its rows, plot and
-  comparisons again, and its config, which a record must agree with to stand in for a run (``find_record``)."""
+  """A cell's record's ``values``: what writes its rows, plot and comparisons again, and the config it stands for."""
   cell = result.cell
   values = {"run": cell.run, "replica_offset": cell.replica_offset, "num_seeds": cell.num_seeds,
             "per_seed": {name: values.tolist() for name, values in result.per_seed.items()},
@@ -98,67 +91,37 @@ def recorded_result(cell: Cell, record: dict) -> CellResult:
 def gather(cells: list[Cell], store: record_store.RecordStore,
            train: Callable[[str, str, tuple], object] | None = launching.launch, launch_flags: tuple[str, ...] = (),
            ignore_recorded: bool = False, hardware: str = "") -> None:
-  """``launching.run_grid``: train what is left of the grid and record every cell in ``store``, a finished run's
-  record from ``run_result`` (``hardware``: where the finished runs trained, default this machine, unless a record
-  of the same run says elsewhere)."""
+  """``launching.run_grid`` of the ablation grid (``hardware``: where the finished runs trained, default: here)."""
   def record(cell: Cell) -> tuple[int, str, dict]:
-    result = run_result(cell, store, hardware)
+    result = cell_result(cell, read_metrics(cell.workdir), hardware)
+    same_run = find_record(cell, store)
+    if same_run and same_run["values"]["wall_seconds"] == result.wall_seconds:  # recorded from this run
+      result.hardware = same_run["machine"]
+      result.tokenizers = result.tokenizers or same_run["values"].get("tokenizers", "")
+    if cell.ablation == "scaling":
+      result.attention = {replica: attention_statistics(cell.workdir, cell.replica_offset + replica)
+                          for replica in range(cell.num_seeds)}
     return result.steps, result.hardware, record_values(result)
   launching.run_grid(cells, store, record, train, launch_flags, ignore_recorded)
 
 
-def run_result(cell: Cell, store: record_store.RecordStore, hardware: str) -> CellResult:
-  """The ``CellResult`` of the cell's finished run, with its hardware and tokenizers from the record of the same
-  run in ``store`` where it has one, and the attention statistics of the scaling ablation's models."""
-  result = cell_result(cell, read_metrics(cell.workdir), hardware)
-  same_run = find_record(cell, store)
-  if same_run and same_run["values"]["wall_seconds"] == result.wall_seconds:  # recorded from this run
-    result.hardware = same_run["machine"]
-    result.tokenizers = result.tokenizers or same_run["values"].get("tokenizers", "")
-  if cell.ablation == "scaling":
-    result.attention = {replica: attention_statistics(cell.workdir, cell.replica_offset + replica)
-                        for replica in range(cell.num_seeds)}
-  return result
-
-
 def recorded_results(cells: list[Cell], store: record_store.RecordStore):
-  """What the page shows of ``cells``: ``(results, unfinished)``, ablation -> the ``CellResult``s of the records
-  in ``store`` whose config agrees with the cell's, in variant order (an ablation whose reference has no record
-  is left out), and the cells without one."""
-  results, unfinished = {}, []
-  for cell in cells:
-    record = find_record(cell, store)
-    if record is None:
-      unfinished.append(cell.name)
-    else:
-      results.setdefault(cell.ablation, []).append(recorded_result(cell, record))
+  """``(results, unfinished)``: ablation -> its cells' recorded ``CellResult``s, and the cells without a record."""
+  records = {cell.name: find_record(cell, store) for cell in cells}
   references = {cell.ablation: cell.name for cell in reversed(cells)}  # each ablation's first cell
-  results = {name: rows for name, rows in results.items() if rows[0].cell.name == references[name]}
-  return results, tuple(dict.fromkeys(unfinished))
-
-
-def closest_to_base(cells: list[CellResult], results: dict[str, list[CellResult]], task: str):
-  """``(base, base_results, closest, fields)`` for a table (``cells``, the first its reference) whose reference
-  is not the model the other tables start from (``common.<task>_base``): the base's flat config, the page's
-  ``results`` of that run, the table's cell differing from it in the fewest fields, and those fields. None when
-  the reference is the base, or no table on the page holds it."""
-  base = launching.flatten_config(common.multi30k_base() if task == "multi30k" else common.synthetic_base())
-  differences = {result.cell.name: config_disagreement(result.cell.flat_config, base) for result in cells}
-  base_results = [result for rows in results.values() for result in rows
-                  if not config_disagreement(result.cell.flat_config, base)]
-  if not differences[cells[0].cell.name] or not base_results:
-    return None
-  closest = min(cells, key=lambda result: len(differences[result.cell.name]))
-  return base, base_results, closest, differences[closest.cell.name]
+  results = {}
+  for cell in cells:  # an ablation whose reference has no record has no table
+    if records[cell.name] is not None and records[references[cell.ablation]] is not None:
+      results.setdefault(cell.ablation, []).append(recorded_result(cell, records[cell.name]))
+  return results, tuple(name for name, record in records.items() if record is None)
 
 
 def first_pairs(batches, count: int, pad: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
-  """The split's first ``count`` (source, target) pairs, padding removed, from its evaluation ``batches``: in
-  the order of ``batch["index"]`` where batches have one (token batches group sentences by length and end in
-  filler rows, index -1), else in batch order; rows of padding only are skipped."""
+  """The split's first ``count`` (source, target) pairs from its evaluation ``batches``, padding removed."""
   pairs = []  # (position in the split, source, target)
   for batch in batches:
     rows = np.asarray(batch["source"]), np.asarray(batch["target"])
+    # Token batches group sentences by length (``index``: their place) and end in filler rows (index -1, padding).
     indices = np.asarray(batch["index"]) if "index" in batch else len(pairs) + np.arange(len(rows[0]))
     pairs.extend((index, source[source != pad], target[target != pad])
                  for index, source, target in zip(indices, *rows) if index >= 0 and np.any(source != pad))
@@ -167,13 +130,10 @@ def first_pairs(batches, count: int, pad: int) -> tuple[list[np.ndarray], list[n
 
 
 def attention_statistics(workdir: str, replica: int, count: int = 64) -> dict[str, tuple[float, float, float]]:
-  """Mean row entropy, the mean entropy of uniform rows of the same lengths, and the share of rows with a
-  weight above 0.9, per attention kind (encoder_self, decoder_self, cross), of replica ``replica``'s final
-  parameters on ``count`` validation pairs (teacher-forced), through ``transformer.load``."""
+  """Per attention kind: mean row entropy, that of uniform rows (nats), and the share of rows with a weight > 0.9."""
   import transformer
   model = transformer.load(workdir, checkpoint="latest", replica=replica)
-  pad = model.model_config.pad_id if hasattr(model, "model_config") else 0
-  sources, targets = first_pairs(model.task.eval_batches(count), count, pad)
+  sources, targets = first_pairs(model.task.eval_batches(count), count, model.model_config.pad_id)
   rows = {}  # kind -> [(entropy, uniform entropy, saturated) per row of one map]
   for maps in model.attention_weights(sources, targets):
     for (kind, _), weights in maps.items():  # [heads, q_length, kv_length]
@@ -186,14 +146,12 @@ def attention_statistics(workdir: str, replica: int, count: int = 64) -> dict[st
 
 
 def comparison(result: CellResult, reference: CellResult) -> str:
-  """One sentence on ``result`` against ``reference`` in the task's first metric: the difference of means,
-  whether it exceeds twice its standard error (a screen) and Welch's t-test beside it (with 3 seeds a side,
-  a difference the screen calls larger can be above p = 0.05)."""
+  """One sentence on ``result`` against ``reference`` in the first metric: the difference, its screen and Welch's t."""
   metric, heading, digits = METRICS[result.cell.task][0]
   a, b = result.per_seed.get(metric), reference.per_seed.get(metric)
   if a is None or b is None or not (np.isfinite(a).all() and np.isfinite(b).all()):
     return f"{result.cell.variant}: not comparable (missing or non-finite values)"
-  difference, spread = a.mean() - b.mean(), min(a.size, b.size) > 1
+  difference, spread = a.mean() - b.mean(), min(a.size, b.size) > 1  # the screen alone can pass at p > 0.05
   error = math.sqrt(a.var(ddof=1) / a.size + b.var(ddof=1) / b.size) if spread else 0.0
   verdict = ("larger than the spread of seeds" if abs(difference) > 2 * error
              else "within the spread of seeds: no conclusion") + (f"; {stats.welch_text(a, b)}" if spread else "")
