@@ -33,10 +33,9 @@ def score_run(workdir: str) -> dict:
       probabilities[name]["seeds"].append(
           model.task.split_probabilities(model.model_config, model.params, split)[:, POSITIVE_CLASS])
   records = launching.run_metrics(workdir)
-  evaluations = {r["step"]: r for r in records if "eval/f1" in r}
+  f1_at_step = {r["step"]: r["eval/f1"] for r in records if "eval/f1" in r}
   return {"config": config, "probabilities": probabilities, "step": model.step, "records": records,
-          **score_probabilities(probabilities),
-          "validation_f1": evaluations[model.step]["eval/f1"] if model.step in evaluations else None,
+          **score_probabilities(probabilities), "validation_f1": f1_at_step.get(model.step),
           "last_step": max((r["step"] for r in records), default=0),
           "wall_seconds": max((r.get("wall_seconds", 0.0) for r in records), default=0.0)}
 

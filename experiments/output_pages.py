@@ -1,0 +1,47 @@
+"""What the results pages whose rows rest on outputs committed beside them share (synthetic, language model and
+Disaster Tweets, whose rows ``experiments.verify`` recomputes): the main, a run's command, how a row is recorded
+and the top of the page."""
+from __future__ import annotations
+
+import argparse
+import os
+
+from experiments import launching, pages, record_store, reruns
+from transformer import read_run_config
+
+
+def make_page(parser: argparse.ArgumentParser, argv, committed: str, collect, render) -> str:
+  """The page's text: ``pages.make_page`` of the folder ``committed``, ``--output_dir`` or
+  ``<workdir_root>/results``, with ``collect(store, folder, args)`` and ``render(store, folder, args)``."""
+  args = parser.parse_args(argv)
+  return pages.make_page(args, committed, os.path.join(args.workdir_root, "results"),
+                         lambda store, folder: collect(store, folder, args),
+                         lambda store, folder: render(store, folder, args))
+
+
+def training_command(config_file: str, variant: str, get_config, workdir: str | None, *flags: str) -> str:
+  """The command that trains ``variant`` of ``config_file`` with ``flags``, paths made portable; given the run's
+  ``workdir``, with a ``--config.<field>=<value>`` for each setting in which the run differs from
+  ``get_config(variant)``, the variant today."""
+  parts = ["python", "launch.py", f"--config={config_file}:{variant}", f"--workdir={workdir or 'WORKDIR'}", *flags]
+  if workdir is not None:
+    parts += launching.config_overrides(get_config(variant), read_run_config(workdir))
+  return launching.portable_command(parts)
+
+
+def add_row(store: record_store.RecordStore, name: str, steps: int, command: str, values: dict, row,
+            header: list[str], columns: tuple[str, ...], run_key: str = "workdir_root") -> None:
+  """Records row ``name`` of a run scored here today; ``values["reruns"]`` says what a rerun changed in
+  ``columns`` of its ``row`` (``reruns.history``)."""
+  record = {"steps": steps, "command": command, "machine": record_store.machine_description(), "values": values}
+  values["reruns"] = reruns.history(store.records.get(name), record, name, row, header, columns, run_key)
+  store.add(name, **record)
+
+
+def heading(title: str, store: record_store.RecordStore, script: str, flags: str = "") -> str:
+  """The top of a page: its title, the command that wrote it (one per workdir root of the rows, ``python -m
+  experiments.SCRIPT --workdir_root=ROOT FLAGS``) and the machine stamps of the rows, up to "Machine: ...."."""
+  names = list(store)
+  written_by = " and ".join(f"`python -m experiments.{script} --workdir_root={root}{flags}`"
+                            for root in store.distinct(names, "workdir_root"))
+  return f"# {title}\n\nWritten by {written_by}; do not edit by hand.\n\nMachine: {'; '.join(store.distinct(names))}."
