@@ -19,15 +19,15 @@ import numpy as np
 from experiments import pages, record_store, stats
 from experiments.beijing_pm25 import RECURRENT, TRANSFORMERS, WINDOW_CANDIDATES
 from experiments.beijing_pm25_scores import (
-    BASELINES, BOOTSTRAP_BLOCK_HOURS, BOOTSTRAP_RESAMPLES, EQUAL_INPUTS_FILE, FORECASTS_FILE, MODELS, best_of,
-    better_at, equal_input_pairs, equal_input_runs, equal_inputs_data, kept_windows, largest_month, load_forecasts,
-    paired_comparison, reads_pm25_only, record_runs, run_command, test_metrics, validation_maes)
+    BASELINES, BOOTSTRAP_BLOCK_HOURS, BOOTSTRAP_RESAMPLES, COMMITTED_DIR, EQUAL_INPUTS_FILE, FORECASTS_FILE, MODELS,
+    best_of, better_at, equal_input_pairs, equal_input_runs, equal_inputs_data, forecasts_path, kept_windows,
+    largest_month, load_forecasts, paired_comparison, reads_pm25_only, record_runs, run_command, run_order,
+    test_metrics, validation_maes)
 from transformer import plot
 from transformer.tasks.forecasting import PREDICTIONS_FILE
 
 # The models of Shi, Jain & Narasimhan (2022), whose ranking the page tests: all read every feature of an hour.
 STYLE_2017 = RECURRENT + ("transformer", "transformer_encoder")
-COMMITTED_DIR = os.path.join(record_store.REPO, "experiments", "beijing_pm25")
 TEMPLATE = pages.read_template("beijing_pm25/page_template.md")
 EXAMPLE_HORIZONS = (6, 48)  # hours ahead in the forecast figure
 EXAMPLE_DAYS = 14
@@ -48,31 +48,22 @@ def verdict(rows: list[dict], first: str, second: str, linear_rows: list[dict] |
     return "; ".join(f"{row['horizon']} h {row['first']:.1f} vs {row['second']:.1f} ({row['difference']:+.1f}, "
                      f"{row['low']:+.1f} to {row['high']:+.1f})" for row in rows if row["horizon"] >= 24)
   long = [row for row in rows if row["horizon"] >= 24]
-  won = [f"{row['horizon']} h" for row in long if row["better"] == first]
-  lost = [f"{row['horizon']} h" for row in long if row["better"] == second]
-  if len(won) == len(long):
-    claim = f"beats the best recurrent model ({second}) at every horizon from 24 h, beyond the uncertainty"
-  elif won:
-    claim = (f"beats the best recurrent model ({second}) beyond the uncertainty only at {', '.join(won)} of the "
-             "horizons from 24 h")
-  else:
-    claim = f"does not beat the best recurrent model ({second}) beyond the uncertainty at any horizon from 24 h"
-  if lost:
-    claim += f"; {second} is better beyond it at {', '.join(lost)}"
-  sentence = (f"**On 2014, the best Transformer-family model ({first}) {claim}** (test MAE in µg/m³, "
-              f"difference and its 95% interval: {numbers(rows)})")
+  won, lost = better_at(long, first, ""), better_at(long, second, "")
+  outcome = "won_everywhere" if all(row["better"] == first for row in long) else "won_at" if won else "won_nowhere"
+  claim = TEMPLATE[outcome].substitute(second=second, won=won)
+  claim += f"; {second} is better beyond it at {lost}" if lost else ""
+  sentence = TEMPLATE["verdict"].substitute(first=first, claim=claim, numbers=numbers(rows))
   return sentence + (f"; DLinear against {first}: {numbers(linear_rows)}." if linear_rows else ".")
 
 
 def comparison_section(data: dict, metrics: dict, transformer: str, recurrent: str) -> str:
-  """The verdict, the paired tables (DLinear against the Transformer too), and where the test year ranks others
-  best in each family (by the mean MAE from 24 h: optimistic), their comparison from 24 h in one line."""
+  """The verdict, its paired tables and DLinear's, and the comparison of the test year's best where they differ."""
   rows = paired_comparison(data, metrics, transformer, recurrent)
   linear = paired_comparison(data, metrics, "dlinear", transformer) if "dlinear" in metrics else None
-  table = pages.markdown_table(*comparison_table(rows, transformer, recurrent))
-  text = TEMPLATE["comparison"].substitute(verdict=verdict(rows, transformer, recurrent, linear), table=table,
-                                           transformer=transformer, recurrent=recurrent,
-                                           family=", ".join(TRANSFORMERS)) + "\n"
+  text = TEMPLATE["comparison"].substitute(
+      verdict=verdict(rows, transformer, recurrent, linear), transformer=transformer, recurrent=recurrent,
+      table=pages.markdown_table(*comparison_table(rows, transformer, recurrent)), family=", ".join(TRANSFORMERS))
+  text += "\n"
   if linear:
     text += pages.section(TEMPLATE["linear_caption"].substitute(transformer=transformer),
                           *comparison_table(linear, "dlinear", transformer))
@@ -82,55 +73,54 @@ def comparison_section(data: dict, metrics: dict, transformer: str, recurrent: s
   if (first, second) == (transformer, recurrent):
     return text
   long = [row for row in paired_comparison(data, metrics, first, second) if row["horizon"] >= 24]
-  won = [f"{row['horizon']} h" for row in long if row["better"] == first]
   differences = "; ".join(f"{row['horizon']} h {row['difference']:+.1f} ({row['low']:+.1f} to {row['high']:+.1f})"
                           for row in long)
   return text + "\n" + TEMPLATE["test_year"].substitute(
-      first=first, second=second, differences=differences, won=", ".join(won) or "none of these horizons") + "\n"
+      first=first, second=second, differences=differences, won=better_at(long, first, "none of these horizons")) + "\n"
+
+
+def error_table(metrics: dict, metric: str, horizons: list[int], header: list[str], second_column: dict) -> str:
+  """A table of ``metric`` by horizon, mean ± std over seeds, a row per model: its name, ``second_column``'s value."""
+  rows = [[name, second_column.get(name, "-")] + [stats.mean_std(values, 1) for values in metrics[name][metric].T]
+          + [len(metrics[name][metric])] for name in metrics]
+  return pages.markdown_table(header + [f"{h} h" for h in horizons] + ["seeds"], rows)
 
 
 def equal_inputs_section(store: record_store.RecordStore, data: dict, folder: str) -> str:
-  """Test MAE of the runs compared on equal inputs and their paired comparisons ("" without such runs), each summed
-  up by where a model is better beyond the interval and by the month of origins moving the 24 h difference most."""
-  data = equal_inputs_data(data, [os.path.join(place, EQUAL_INPUTS_FILE) for place in (folder, COMMITTED_DIR)],
-                           equal_input_runs(store))
+  """The equal-input runs' test MAE and paired comparisons, each with the month moving its 24 h difference most."""
+  data = equal_inputs_data(data, forecasts_path(EQUAL_INPUTS_FILE, folder, COMMITTED_DIR), equal_input_runs(store))
   if not data["forecasts"]:
     return ""
   metrics, kept = test_metrics(data), kept_windows(store)
   runs = {row: store[row]["values"] for row in data["forecasts"]}
   inputs = {row: "pm2.5 alone" if reads_pm25_only(values) else "all 18 features" for row, values in runs.items()}
-  table = pages.markdown_table(["run", "inputs"] + [f"{h} h" for h in data["horizons"]] + ["seeds"], [
-      [row, inputs[row]] + [stats.mean_std(mae, 1) for mae in metrics[row]["mae"].T] + [len(metrics[row]["mae"])]
-      for row in runs])
   windows = "; ".join(f"{row} at {values['hours']} h ({values['wall_seconds'] / 60:.1f} min), not "
                       f"{values['model']}'s kept {kept[values['model']]} h" for row, values in runs.items()
                       if values["hours"] != kept.get(values["model"]))
+  table = error_table(metrics, "mae", data["horizons"], ["run", "inputs"], inputs)
   text = TEMPLATE["equal_inputs"].substitute(table=table, windows=windows, forecasts_equal=EQUAL_INPUTS_FILE) + "\n"
   for first, second in equal_input_pairs(store, list(metrics)):
     rows = paired_comparison(data, metrics, first, second)
     month, difference, rest = largest_month(data, first, second, 24)
-    text += (f"\n**{first} against {second}** ({inputs[first]} against {inputs[second]}; difference = MAE({first}) "
-             f"- MAE({second})): {first} better beyond the interval at {better_at(rows, first)}, {second} at "
-             f"{better_at(rows, second)}; at 24 h the difference is {difference:+.1f} over the windows of origins in "
-             f"{month} and {rest:+.1f} over the others.\n\n"
-             f"{pages.markdown_table(*comparison_table(rows, first, second))}\n")
+    text += "\n" + TEMPLATE["equal_pair"].substitute(
+        first=first, second=second, first_inputs=inputs[first], second_inputs=inputs[second], month=month,
+        first_better=better_at(rows, first), second_better=better_at(rows, second), difference=f"{difference:+.1f}",
+        rest=f"{rest:+.1f}", table=pages.markdown_table(*comparison_table(rows, first, second))) + "\n"
   return text
 
 
 def published_ranking(metrics: dict, horizons: list[int]) -> str:
-  """Whether Shi et al.'s ranking (the Transformer best) holds here, per horizon: the rank of the 2017 Transformer
-  by test MAE among the models they compared (mean over seeds), and which is best."""
+  """Whether Shi et al.'s ranking holds here: per horizon the transformer's rank by test MAE among their models."""
   compared = [name for name in STYLE_2017 if name in metrics]
   if "transformer" not in compared:
     return ""
-  ranks, held = [], []
-  for index, horizon in enumerate(horizons):
-    order = sorted(compared, key=lambda name: metrics[name]["mae"].mean(0)[index])
-    rank = order.index("transformer") + 1
-    held += [f"{horizon} h"] if rank == 1 else []
-    ranks.append(f"{horizon} h transformer {rank} of {len(order)}" + ("" if rank == 1 else f" ({order[0]} best)"))
+  orders = {horizon: sorted(compared, key=lambda name: metrics[name]["mae"].mean(0)[index])
+            for index, horizon in enumerate(horizons)}  # by test MAE (mean over seeds), best first
+  held = ", ".join(f"{horizon} h" for horizon, order in orders.items() if order[0] == "transformer") or "no horizon"
+  ranks = [f"{horizon} h transformer {order.index('transformer') + 1} of {len(order)}"
+           + ("" if order[0] == "transformer" else f" ({order[0]} best)") for horizon, order in orders.items()]
   return (f"Here, among their models ({', '.join(compared)}) by test MAE (mean over seeds), their ranking holds "
-          f"at {', '.join(held) if held else 'no horizon'} (this page has no 3-hour horizon): {'; '.join(ranks)}.")
+          f"at {held} (this page has no 3-hour horizon): {'; '.join(ranks)}.")
 
 
 def plot_errors(metrics: dict, horizons, path: str) -> None:
@@ -149,10 +139,8 @@ def plot_errors(metrics: dict, horizons, path: str) -> None:
 
 
 def plot_forecasts(data: dict, names: list[str], path: str) -> None:
-  """Measured pm2.5 and the forecasts of ``names`` (seed means) made ``EXAMPLE_HORIZONS`` hours earlier, over
-  the ``EXAMPLE_DAYS`` days of 2014 whose measurements vary most (of consecutive spans)."""
-  horizons, target_time = list(data["horizons"]), data["target_time"]
-  measured = np.where(data["mask"], data["actual"], np.nan)
+  """Measured pm2.5 and ``names``' seed-mean forecasts ``EXAMPLE_HORIZONS`` ahead, in the span that varies most."""
+  horizons, target_time, measured = data["horizons"], data["target_time"], data["actual"]  # NaN: unmeasured
   first = horizons.index(EXAMPLE_HORIZONS[0])
   span = min(EXAMPLE_DAYS * 24, len(measured))
   start = max(np.arange(0, len(measured) - span + 1, span), key=lambda s: np.nanstd(measured[s:s + span, first]))
@@ -172,9 +160,8 @@ def plot_forecasts(data: dict, names: list[str], path: str) -> None:
     drawing.autofmt_xdate()
 
 
-def window_table(store: record_store.RecordStore, kept: dict[str, int]) -> str:
-  """Validation MAE of each model and window; the kept one in bold."""
-  tried = validation_maes(store)
+def window_table(tried: dict[str, dict[int, float]], kept: dict[str, int]) -> str:
+  """Validation MAE of each model and window (``validation_maes``); the kept one in bold."""
   windows = sorted({hours for candidates in WINDOW_CANDIDATES.values() for hours in candidates}
                    | {hours for by_hours in tried.values() for hours in by_hours})
   rows = [[name] + [("**{:.2f}**" if hours == kept.get(name) else "{:.2f}").format(tried[name][hours])
@@ -182,17 +169,10 @@ def window_table(store: record_store.RecordStore, kept: dict[str, int]) -> str:
   return pages.markdown_table(["model"] + [f"{hours} h" for hours in windows], rows)
 
 
-def run_names(store: record_store.RecordStore) -> list[str]:
-  """The store's runs, by model (``MODELS``' order), then input hours."""
-  order = {name: index for index, name in enumerate(MODELS)}
-  return sorted(store, key=lambda run: (order.get(store[run]["values"]["model"], len(order)),
-                                        store[run]["values"]["hours"]))
-
-
 def runs_table(store: record_store.RecordStore) -> str:
   """Every run: seeds, steps, best step, status, wall time, speed, command."""
   rows = []
-  for run in run_names(store):
+  for run in sorted(store, key=run_order):
     record = store[run]
     values, done, total = record["values"], record["steps"], record["values"]["num_train_steps"]
     status = "finished" if done >= total else f"**partial** (stopped at step {done} of {total})"
@@ -204,10 +184,8 @@ def runs_table(store: record_store.RecordStore) -> str:
 
 
 def render(store: record_store.RecordStore, folder: str, committed: bool) -> str:
-  """The page and its plots, from the records and the folder's forecasts (else the committed page's: a new
-  folder starts from the committed records)."""
-  path = os.path.join(folder, FORECASTS_FILE)
-  data = load_forecasts(path if os.path.exists(path) else os.path.join(COMMITTED_DIR, FORECASTS_FILE))
+  """The page (and its plots) from the records and the folder's forecasts, else the committed page's."""
+  data = load_forecasts(forecasts_path(FORECASTS_FILE, folder, COMMITTED_DIR))
   metrics, horizons, tried, kept = test_metrics(data), data["horizons"], validation_maes(store), kept_windows(store)
   validation = {name: tried[name][hours] for name, hours in kept.items()}
   transformer, recurrent = best_of(TRANSFORMERS, validation), best_of(RECURRENT, validation)
@@ -215,23 +193,17 @@ def render(store: record_store.RecordStore, folder: str, committed: bool) -> str
   plot_errors(metrics, horizons, os.path.join(folder, "error_by_horizon.png"))
   plot_forecasts(data, ["persistence"] + [n for n in (recurrent, transformer) if n in metrics],
                  os.path.join(folder, "forecasts_6h_48h.png"))
-
-  def table(metric):  # mean ± std over seeds; a baseline's one value alone
-    rows = [[name, kept.get(name, "-")] + [stats.mean_std(values, 1) for values in metrics[name][metric].T]
-            + [len(metrics[name][metric])]
-            for name in metrics]
-    return pages.markdown_table(["model", "input hours"] + [f"{h} h" for h in horizons] + ["seeds"], rows)
-
   not_run = [f"- {name}-{hours}h: `{run_command(name, hours)}`" for name in MODELS
              for hours in WINDOW_CANDIDATES[name] if f"{name}-{hours}h" not in store]
-  names, origins = run_names(store), data["origin_time"]
+  names, origins = sorted(store, key=run_order), data["origin_time"]
+  mae, rmse = (error_table(metrics, metric, horizons, ["model", "input hours"], kept) for metric in ("mae", "rmse"))
   return TEMPLATE["page"].substitute(
       root=",".join(store.distinct(names, "workdir_root")), flag=" --update_committed" if committed else "",
       machine="; ".join(store.distinct(names)), horizons=", ".join(map(str, horizons)),
-      windows=f"{len(origins):,}", first_origin=origins[0], last_origin=origins[-1], mae=table("mae"),
-      rmse=table("rmse"), comparison=comparison_section(data, metrics, transformer, recurrent) if both else "",
+      windows=f"{len(origins):,}", first_origin=origins[0], last_origin=origins[-1], mae=mae, rmse=rmse,
+      comparison=comparison_section(data, metrics, transformer, recurrent) if both else "",
       equal_inputs=equal_inputs_section(store, data, folder),
-      published_ranking=published_ranking(metrics, horizons), window_table=window_table(store, kept),
+      published_ranking=published_ranking(metrics, horizons), window_table=window_table(tried, kept),
       runs=runs_table(store), eval_every=", ".join(map(str, store.distinct(names, "eval_every"))),
       not_run="\n".join(["", "Not run yet:", ""] + not_run) if not_run else "",
       predictions=PREDICTIONS_FILE, forecasts=FORECASTS_FILE, num_horizons=len(horizons),
