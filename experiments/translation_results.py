@@ -7,12 +7,10 @@ r"""Score translation runs and write a results page: RESULTS.md, records.json, c
 
 Each ``--run=[ROW=]VARIANT:WORKDIR`` (a run of ``experiments/<experiment>.py:VARIANT``, in row ROW) is scored on
 test by ``launch.py --mode=eval`` with its checkpoint chosen on validation, unless ``WORKDIR/eval_results.json`` is
-newer than its checkpoints. The page goes to ``--output_dir``, by default ``WORKDIR/results/`` of the first
-``--run``; a new folder starts from the committed page (``experiments/<experiment>/``), whose row of a new row's
-name is kept as ``NAME (committed)``. The committed page is only written with ``--update_committed``, and there a
-row is only replaced by a run of at least as many training steps, unless ``--force``. ``--from_records`` (or no
-``--run``) rewrites the page from ``records.json`` alone. More in docs/translation.md (Results tables); the page
-says what each of its tables and files holds, in the prose of ``experiments/translation_page_template.md``.
+newer than its checkpoints. A new page folder starts from the committed page (``experiments/<experiment>/``),
+whose row of a new row's name is kept as ``NAME (committed)``; ``--from_records`` (or no ``--run``) rewrites the
+page from ``records.json`` alone. More in docs/translation.md (Results tables); the page says what each of its
+tables and files holds, in the prose of ``experiments/translation_page_template.md``.
 """
 from __future__ import annotations
 
@@ -21,9 +19,7 @@ import importlib
 import os
 
 from experiments import launching, pages, record_store, translation_scores
-from experiments.translation_scores import (CURVES, OTHER_TESTS, PLOT_FOLDERS, TEST_NAME, add_runs, best_row,
-                                            output_files, row_files, run_command, run_seed, seed_groups, start_page,
-                                            stored_rows)
+from experiments.translation_scores import TEST_NAME, add_runs, best_row, row_files, run_seed, start_page, stored_rows
 from transformer import plot
 from transformer.errors import UserError, exit_on_user_error
 from transformer.train.convert_run import upgrade_config
@@ -34,11 +30,9 @@ EXPERIMENTS = ("multi30k", "iwslt15_en_vi")
 TEMPLATE = pages.read_template("translation_page_template.md")  # both pages' prose
 
 
-# ------------------------------------------------------------------------------ the page's tables
-
-def decoding_label(decode: dict, length_penalty: float | None = None) -> str:
-  """How a run decoded, for a table: ``greedy``, ``beam 5, alpha 0.6`` (``length_penalty``: the alpha chosen on
-  validation, else the config's) or ``sampling, temperature 0.8, top-p 0.9``, from its ``config.decode``."""
+def decoding_label(run: dict, length_penalty: float | None = None) -> str:
+  """How a run decoded: ``greedy``, ``beam 5, alpha 0.6`` (``length_penalty`` or the config's) or ``sampling, ...``."""
+  decode = upgrade_config(run["config"])["decode"]
   if decode["method"] == "greedy":
     return "greedy"
   if decode["method"] == "beam":
@@ -55,7 +49,7 @@ def row(name: str, run: dict) -> list:
   stopped = f" (stopped early of {run['steps_planned']})" if run["steps_trained"] < run["steps_planned"] else ""
   averaged = run["averaged_steps"]
   checkpoint = f"mean of steps {', '.join(map(str, averaged))}" if averaged else str(run["best_step"])
-  decoding = decoding_label(upgrade_config(run["config"])["decode"], run["length_penalty"])
+  decoding = decoding_label(run, run["length_penalty"])
   if run["validation_bleu_by_length_penalty"]:
     decoding += " (on validation: " + ", ".join(
         f"{float(alpha):g}: {bleu:.2f}" for alpha, bleu in run["validation_bleu_by_length_penalty"].items()) + ")"
@@ -73,28 +67,27 @@ def seeds_table(test: str, runs: dict) -> str:
     return f"{sum(values) / len(values):.2f} ({', '.join(f'{value:.2f}' for value in values)})"
   return pages.section(
       TEMPLATE["seeds_caption"].substitute(),
-      ["rows", "seeds", f"{test} BLEU: mean (each seed)", f"{test} BLEU lowercased: mean (each seed)",
-       "validation BLEU: mean (each seed)"],
+      ["rows", "seeds", *(f"{column}: mean (each seed)" for column in
+                          (f"{test} BLEU", f"{test} BLEU lowercased", "validation BLEU"))],
       [[", ".join(names), ", ".join(str(run_seed(runs[name])) for name in names),
         *(mean_and_each(names, key) for key in ("test_bleu", "test_bleu_lowercase", "validation_bleu"))]
-       for names in seed_groups(runs)])
+       for names in translation_scores.seed_groups(runs)])
 
 
 def outputs_table(experiment: str, output: str, runs: dict, best: str) -> str:
   """Section: each scored row's test outputs in the page's folder, or how to make them."""
-  rows = []
-  for name, run in runs.items():
-    missing = TEMPLATE["outputs_missing"].substitute(
-        experiment=experiment, run=f"{name}={run['variant']}" if name != run["variant"] else run["variant"])
-    files = row_files(experiment, output, name, best)
-    rows.append([name, f"{run['test_bleu']:.2f}", ", ".join(f"`{path}`" for path in files) or missing])
-  return pages.section(TEMPLATE["outputs_caption"].substitute(),
-                       ["model", f"{TEST_NAME[experiment]} BLEU", "test outputs in this folder"], rows)
+  return pages.section(
+      TEMPLATE["outputs_caption"].substitute(),
+      ["model", f"{TEST_NAME[experiment]} BLEU", "test outputs in this folder"],
+      [[name, f"{run['test_bleu']:.2f}", ", ".join(f"`{path}`" for path in row_files(experiment, output, name, best))
+        or TEMPLATE["outputs_missing"].substitute(
+            experiment=experiment, run=f"{name}={run['variant']}" if name != run["variant"] else run["variant"])]
+       for name, run in runs.items()])
 
 
 def other_tests_table(experiment: str, runs: dict) -> str:
   """Section: BLEU on ``OTHER_TESTS`` of the rows that have it."""
-  splits = OTHER_TESTS[experiment]
+  splits = translation_scores.OTHER_TESTS[experiment]
   return pages.section(
       TEMPLATE["other_tests_caption"].substitute(test=TEST_NAME[experiment]),
       ["model", *(f"{split} BLEU{suffix}" for split in splits for suffix in ("", " lowercased"))],
@@ -118,68 +111,58 @@ def by_length_table(test: str, runs: dict) -> str:
 
 
 def validation_table(runs: dict, validation_runs: dict) -> str:
-  """Section: every run (scored on test or ``--validation_only``) by the validation BLEU its training logged at
-  each evaluation, so settings are compared on validation alone; "" without validation-only runs."""
-  if not validation_runs:
-    return ""
+  """Section: every run by the validation BLEU its training logged; "" without validation-only runs."""
   rows = []
-  for name, run in {**runs, **validation_runs}.items():
+  for name, run in {**runs, **validation_runs}.items() if validation_runs else ():
     evaluations = [r for r in run["curves"] if "eval/bleu" in r]
     sentences = run["config"]["task"].get("num_eval_sentences", 0)
+    decoding = decoding_label(run) + (f", first {sentences:,} sentences" if sentences else "")
     rows.append([name, run["size"], f"{run['training_pairs']:,}", str(run["steps_trained"]),
-                 f"{run['wall_hours']:.2f} h", decoding_label(upgrade_config(run["config"])["decode"])
-                 + (f", first {sentences:,} sentences" if sentences else ""),
+                 f"{run['wall_hours']:.2f} h", decoding,
                  ", ".join(f"{r['step']}: {r['eval/bleu']:.2f}" for r in evaluations),
                  f"{evaluations[-1]['eval/nll']:.2f}" if evaluations and "eval/nll" in evaluations[-1] else "-",
                  "yes (table above)" if name in runs else "no",
                  run["hardware"] + (f"; {run['note']}" if run["note"] else ""), f"`{run['command']}`"])
-  return pages.section(
-      TEMPLATE["validation_caption"].substitute(),
-      ["model", "size", "training pairs", "steps trained", "training wall time", "decoding during training",
-       "validation BLEU at each evaluation (step: BLEU)", "validation NLL at the last evaluation",
-       "scored on test", "hardware", "command"], rows)
+  return pages.section(TEMPLATE["validation_caption"].substitute(), [
+      "model", "size", "training pairs", "steps trained", "training wall time", "decoding during training",
+      "validation BLEU at each evaluation (step: BLEU)", "validation NLL at the last evaluation", "scored on test",
+      "hardware", "command"], rows)
 
 
 def render_page(experiment: str, store: record_store.RecordStore, output: str) -> str:
-  """The page's text from ``store`` and the files in ``output`` (test outputs, plot folders, the not-kept note);
-  redraws ``curves.png``. Each row's command is derived again from its settings (``run_command``)."""
-  for record in store.records.values():
-    record["command"] = run_command(experiment, record["values"])
+  """The page's text from ``store`` and the files in ``output``; redraws ``curves.png``."""
+  for record in store.records.values():  # each row's command derived again from its settings
+    record["command"] = translation_scores.run_command(experiment, record["values"])
   runs, validation_runs = stored_rows(store)
   if not runs:
     raise UserError("give at least one --run=VARIANT:WORKDIR to score on test (without --validation_only): the "
                     "page needs one model scored on test")
   test, best = TEST_NAME[experiment], best_row(runs)
   if any(run["curves"] for run in runs.values()):  # rows carried over without curves keep the old plot
-    plot.plot_curves({name: run["curves"] for name, run in runs.items()}, list(CURVES),
+    plot.plot_curves({name: run["curves"] for name, run in runs.items()}, list(translation_scores.CURVES),
                      os.path.join(output, "curves.png"), f"{experiment}: training curves")
-  table = pages.markdown_table(
-      ["model", "seed", "size", "training pairs", "checkpoint (chosen on validation) of steps trained",
-       "training wall time", "decoding (length penalty alpha chosen on validation)", "validation BLEU",
-       f"{test} BLEU", f"{test} BLEU lowercased", "hardware",
-       "sacreBLEU signature", "command"], [row(name, run) for name, run in runs.items()])
-  files, hypotheses = row_files(experiment, output, best, best), output_files(experiment)[0][1]
-  if hypotheses in files:
-    test_output = TEMPLATE["best_output"].substitute(best=best, files=", ".join(f"`{name}`" for name in files))
-  else:
-    test_output = TEMPLATE["best_output_missing"].substitute(best=best, hypotheses=hypotheses)
-  plots = [f"[{title}]({folder}/README.md)" for folder, title in PLOT_FOLDERS.items()
+  files, hypotheses = row_files(experiment, output, best, best), translation_scores.output_files(experiment)[0][1]
+  test_output = TEMPLATE["best_output" if hypotheses in files else "best_output_missing"].substitute(
+      best=best, hypotheses=hypotheses, files=", ".join(f"`{name}`" for name in files))
+  plots = [f"[{title}]({folder}/README.md)" for folder, title in translation_scores.PLOT_FOLDERS.items()
            if os.path.exists(os.path.join(output, folder, "README.md"))]
   sections = (seeds_table(test, runs) + outputs_table(experiment, output, runs, best) + other_tests_table(
       experiment, runs) + by_length_table(test, runs) + validation_table(runs, validation_runs))
   return TEMPLATE["page"].substitute(
-      experiment=experiment, records=record_store.RECORDS_FILE, test_output=test_output, table=table,
-      note=TEMPLATE[f"{experiment}_note"].substitute(), sections=sections,
+      experiment=experiment, records=record_store.RECORDS_FILE, test_output=test_output, sections=sections,
+      table=pages.markdown_table(
+          ["model", "seed", "size", "training pairs", "checkpoint (chosen on validation) of steps trained",
+           "training wall time", "decoding (length penalty alpha chosen on validation)", "validation BLEU",
+           f"{test} BLEU", f"{test} BLEU lowercased", "hardware", "sacreBLEU signature", "command"],
+          [row(name, run) for name, run in runs.items()]),
+      note=TEMPLATE[f"{experiment}_note"].substitute(),
       published=TEMPLATE[f"{experiment}_published"].substitute(test=test),
       plots=f"\n{TEMPLATE['plots'].substitute(plots=', '.join(plots))}\n" if plots else "",
       runs_not_kept=pages.runs_not_kept(output))
 
 
-# ------------------------------------------------------------------------------ main
-
 def parse_run(experiment: str, spec: str) -> tuple[str, str, str]:
-  """``--run`` value ``[ROW=]VARIANT:WORKDIR`` -> ``(row name, variant, workdir)``; the row name defaults to
-  the variant. A malformed value, an unknown variant or a missing workdir is a UserError naming the fix."""
+  """``--run`` value ``[ROW=]VARIANT:WORKDIR`` -> ``(row name, variant, workdir)``; a UserError naming the fix."""
   name_and_variant, _, workdir = spec.partition(":")
   name, _, variant = name_and_variant.rpartition("=")
   if not workdir or not variant:
@@ -225,9 +208,8 @@ def main(argv: list[str] | None = None) -> None:
       add_runs(experiment, store, folder, {}, {name: translation_scores.validation_summary(args, variant, workdir)
                                                for name, variant, workdir in specs})
       return
-    if args.average_checkpoints:
-      for _, _, workdir in specs:
-        translation_scores.check_checkpoints(workdir, args.average_checkpoints)
+    for _, _, workdir in specs:  # --average_checkpoints=0 always passes
+      translation_scores.check_checkpoints(workdir, args.average_checkpoints)
     add_runs(experiment, store, folder, {name: translation_scores.summarize(args, variant, workdir)
                                          for name, variant, workdir in specs}, {})
 

@@ -1,9 +1,5 @@
-"""Translation runs scored for the results page: a run's test BLEU by ``launch.py --mode=eval`` with the checkpoint
-(and length penalty) chosen on validation, what its workdir says of its training, and the command that trains its
-settings today; each scored row as a record, and its test outputs kept beside the page (the best row's as the
-page's own files, the others' in ``hypotheses/ROW/``); the rows that differ only in their seed; a new page folder
-started from the committed one.
-"""
+"""Translation runs scored for the results page (``launch.py --mode=eval``, choosing on validation) and recorded as
+rows, their test outputs beside the page, the rows that differ only in their seed, and a new page folder."""
 from __future__ import annotations
 
 import argparse
@@ -26,25 +22,19 @@ TEST_SPLIT = {"multi30k": "test_2016_flickr", "iwslt15_en_vi": "test"}
 # The test set's own name, for the table and the committed hypotheses (IWSLT's TFDS "test" split is tst2013).
 TEST_NAME = {"multi30k": "test_2016_flickr", "iwslt15_en_vi": "tst2013"}
 TARGET_LANGUAGE = {"multi30k": "de", "iwslt15_en_vi": "vi"}
-# Further test sets --mode=eval scores when the run's task.test_splits has them: reported beside the test set,
-# never used to choose anything, their hypotheses committed beside its.
+# Further test sets --mode=eval scores when in the run's task.test_splits: reported, never used to choose anything.
 OTHER_TESTS = {"multi30k": ("test_2017_flickr", "test_2017_mscoco", "test_2018_flickr"), "iwslt15_en_vi": ()}
 CURVES = ("train/nll", "eval/nll", "eval/bleu")
-# Never in a row's command: this machine's settings, and which test sets and averaged checkpoints --mode=eval
-# scores and how saves ran (the rows' commands train; the page runs the evaluations itself).
+# Never in a row's command (which trains): this machine's settings, and what only --mode=eval and saving use.
 NOT_TRAINING_SETTINGS = launching.LOCAL_SETTINGS + ("task.test_splits", "async_checkpointing", "average_checkpoints")
-# Beside the page, one folder per scored row but the best (whose are the page's own files): its test outputs.
-ROW_OUTPUTS = "hypotheses"
-# What a new page folder copies from the committed one, with the test outputs of its rows (they belong to them).
-STARTING_FILES = (pages.NOT_KEPT_NOTE, "curves.png")  # and the PLOT_FOLDERS
+ROW_OUTPUTS = "hypotheses"  # beside the page: the test outputs of each scored row but the best (the page's own)
 # Folders of experiments/attention_plots.py output linked from RESULTS.md when present.
 PLOT_FOLDERS = {"attention": "Transformer attention (encoder self, decoder self, cross)",
                 "alignment": "RNN attention alignment"}
 
 
 def config_overrides(experiment: str, variant: str, run_config: dict) -> list[str]:
-  """The ``--config.KEY=VALUE`` flags that turn ``experiments/<experiment>.py:VARIANT`` as it is now into
-  ``run_config`` (a run's config.json, of any shape ``upgrade_config`` reads)."""
+  """The ``--config.KEY=VALUE`` flags that turn the variant as it is now into ``run_config`` (any config.json)."""
   current = importlib.import_module(f"experiments.{experiment}").get_config(variant)
   run_config = upgrade_config(run_config)
   if run_config.get("model_name", current.model_name) != current.model_name:
@@ -61,17 +51,14 @@ def run_command(experiment: str, run: dict) -> str:
 
 
 def output_files(experiment: str) -> list[tuple[str, str]]:
-  """``(file --mode=eval writes, the page's file)`` of the test set, of each of ``OTHER_TESTS`` and of the
-  validation sentences whose BLEU chose the checkpoint and the length penalty."""
+  """``(file --mode=eval writes, the page's file)`` of the test set, ``OTHER_TESTS`` and the validation sentences."""
   language = TARGET_LANGUAGE[experiment]
   return [(f"{TEST_SPLIT[experiment]}.hyp.{language}", f"{TEST_NAME[experiment]}.hyp.{language}"),
           *((f"{split}.hyp.{language}",) * 2 for split in (*OTHER_TESTS[experiment], "validation"))]
 
 
-def evaluate(args: argparse.Namespace, variant: str, workdir: str,
-             average_checkpoints: int = 0) -> tuple[dict, str]:
-  """``(eval_results, output_dir)`` of the best checkpoint, or of the mean of the last ``average_checkpoints``
-  (run by ``launch.py --mode=eval`` unless its results are newer than the checkpoints)."""
+def evaluate(args: argparse.Namespace, variant: str, workdir: str, average_checkpoints: int = 0) -> tuple[dict, str]:
+  """``(eval_results, output_dir)`` of the best checkpoint or the mean of the last ``average_checkpoints``."""
   directory = RunDirectory(workdir)
   output_dir = directory.output_dir(average_checkpoints)
   path = os.path.join(output_dir, EVAL_RESULTS)
@@ -116,8 +103,7 @@ def test_bleu_by_reference_length(args: argparse.Namespace, config: dict, output
   """``bleu_by_reference_length`` of the test hypotheses ``--mode=eval`` wrote in ``output_dir``."""
   with open(os.path.join(output_dir, output_files(args.experiment)[0][0])) as f:
     hypotheses = f.read().split("\n")[:-1]  # one line per reference, newline-terminated
-  return bleu_by_reference_length(hypotheses, test_references(args, config),
-                                  config["task"].get("bleu_tokenize", "13a"))
+  return bleu_by_reference_length(hypotheses, test_references(args, config), config["task"].get("bleu_tokenize", "13a"))
 
 
 def progress(metrics: list[dict]) -> tuple[int, float]:
@@ -126,7 +112,7 @@ def progress(metrics: list[dict]) -> tuple[int, float]:
 
 
 def trained_run(args: argparse.Namespace, variant: str, workdir: str) -> dict:
-  """What a row says of a run from its workdir alone (no decoding); its command is derived from its settings."""
+  """What a row says of a run from its workdir alone (no decoding)."""
   directory = RunDirectory(workdir)
   config, model = directory.config_values(any_format=True), directory.read_json(MODEL_CONFIG)
   metrics = launching.run_metrics(workdir)
@@ -144,8 +130,7 @@ def trained_run(args: argparse.Namespace, variant: str, workdir: str) -> dict:
 
 
 def summarize(args: argparse.Namespace, variant: str, workdir: str) -> tuple[dict, str]:
-  """``(row, output_dir)``: the table row and curves of one run, and the folder of its test outputs: of the best
-  checkpoint or, with ``--average_checkpoints``, of the mean of the last ones if better on validation."""
+  """``(row, output_dir)`` of one run: its best checkpoint's, or the mean of the last ones' if better on validation."""
   test = TEST_SPLIT[args.experiment]
   run = trained_run(args, variant, workdir)
   eval_split = run["config"]["task"].get("eval_split", "validation")
@@ -172,8 +157,7 @@ def summarize(args: argparse.Namespace, variant: str, workdir: str) -> tuple[dic
 
 
 def validation_summary(args: argparse.Namespace, variant: str, workdir: str) -> dict:
-  """A run recorded only by the validation BLEU its training logged (``eval/bleu`` at each evaluation, decoded
-  with the run's ``decode.length_penalty``): a setting compared on validation and never scored on test."""
+  """A run's row by the validation BLEU its training logged alone (``--validation_only``: never scored on test)."""
   run = trained_run(args, variant, workdir)
   if not any("eval/bleu" in record for record in run["curves"]):
     raise UserError(f"{workdir}/metrics.jsonl has no eval/bleu: the run stopped before its first "
@@ -191,16 +175,8 @@ def check_checkpoints(workdir: str, average_checkpoints: int) -> None:
                     "leave it out to score the best checkpoint alone.")
 
 
-# ------------------------------------------------------------------------------ rows as records, outputs as files
-
-def add_row(experiment: str, store: record_store.RecordStore, name: str, run: dict) -> None:
-  """Row ``name`` (a ``summarize`` or ``validation_summary`` dict) into ``store`` as a record."""
-  store.add(name, steps=run["steps_trained"], command=run_command(experiment, run), machine=run["hardware"],
-            values={key: value for key, value in run.items() if key not in ("steps_trained", "command", "hardware")})
-
-
 def stored_rows(store: record_store.RecordStore) -> tuple[dict, dict]:
-  """``(scored on test, validation_only)``: row name -> the row as ``add_row`` took it, in the store's order."""
+  """``(scored on test, validation_only)``: row name -> the row as ``add_runs`` took it, in the store's order."""
   rows = {name: {**record["values"], "steps_trained": record["steps"], "command": record["command"],
                  "hardware": record["machine"]} for name, record in store.items()}
   scored = {name: run for name, run in rows.items() if "test_bleu" in run}
@@ -238,8 +214,7 @@ def row_files(experiment: str, output: str, name: str, best: str) -> list[str]:
 
 
 def place_outputs(experiment: str, source: str, target: str, page_names: bool = False, move: bool = False) -> None:
-  """Copy (or ``move``) the test outputs in ``source`` (named as ``--mode=eval`` writes them, or as the page does)
-  into ``target`` under the page's names, removing there those ``source`` lacks (an earlier run's)."""
+  """Copies (or moves) the test outputs in ``source`` to ``target``, removing there those ``source`` lacks."""
   for written, page_name in output_files(experiment):
     path = os.path.join(source, page_name if page_names else written)
     if os.path.exists(path):
@@ -251,19 +226,19 @@ def place_outputs(experiment: str, source: str, target: str, page_names: bool = 
 
 def add_runs(experiment: str, store: record_store.RecordStore, output: str, new_runs: dict[str, tuple[dict, str]],
              new_validation_runs: dict[str, dict]) -> None:
-  """Record ``new_runs`` (row name -> ``summarize``'s (row, output folder)) and ``new_validation_runs`` (row
-  name -> ``validation_summary``) in ``store``; the test outputs of the best row on validation are the page's own
-  files, every other scored row's are in ``hypotheses/ROW/``. A refused row (``store.check``) changes nothing."""
+  """Records ``new_runs`` (row -> ``summarize``) and ``new_validation_runs`` (row -> ``validation_summary``) in
+  ``store``, each scored row's test outputs beside the page; a refused row (``store.check``) changes nothing."""
   store.check({name: run["steps_trained"] for name, run in new_validation_runs.items()}
               | {name: summary["steps_trained"] for name, (summary, _) in new_runs.items()})
-  before = best_row(stored_rows(store)[0])  # whose test outputs the page's files are
-  for name, (summary, _) in new_runs.items():
-    add_row(experiment, store, name, summary)
-  runs, _ = stored_rows(store)
-  for name, run in new_validation_runs.items():
-    if name not in runs:  # a run scored on test is no longer a validation-only row
-      add_row(experiment, store, name, run)
-  after = best_row(runs)
+  runs = stored_rows(store)[0]
+  before = best_row(runs)  # whose test outputs the page's files are
+  scored = {name: summary for name, (summary, _) in new_runs.items()}
+  # A run scored on test is no longer a validation-only row.
+  validation_only = {name: run for name, run in new_validation_runs.items() if name not in runs and name not in scored}
+  for name, run in {**scored, **validation_only}.items():
+    store.add(name, steps=run["steps_trained"], command=run_command(experiment, run), machine=run["hardware"],
+              values={key: value for key, value in run.items() if key not in ("steps_trained", "command", "hardware")})
+  after = best_row(stored_rows(store)[0])
   if before not in (None, after, *new_runs):  # beaten: the former best row's files go to its own folder
     place_outputs(experiment, output, os.path.join(output, ROW_OUTPUTS, before), page_names=True, move=True)
   elif before in new_runs and after not in new_runs:  # the best row was replaced by a worse run: no row's output
@@ -276,18 +251,16 @@ def add_runs(experiment: str, store: record_store.RecordStore, output: str, new_
 
 def start_page(experiment: str, store: record_store.RecordStore, output: str, committed: str,
                new_names: set[str]) -> None:
-  """Starts the page in ``output``, if it is a new folder (``store`` then holds the committed records), from the
-  committed one in ``committed``: its notes, curves and the test outputs of its rows. A committed row named as one
-  of ``new_names`` is kept as ``NAME (committed)`` (its outputs' folder too), beside the new run of that name."""
+  """Starts a new page folder ``output`` (``store`` then holds the committed records) from ``committed``: its files
+  and its rows' test outputs; a committed row named as one of ``new_names`` is kept as ``NAME (committed)``."""
   if os.path.exists(store.path) or os.path.realpath(output) == os.path.realpath(committed):
     return
   os.makedirs(output, exist_ok=True)
-  for name in STARTING_FILES:
-    if os.path.exists(os.path.join(committed, name)):
-      shutil.copy(os.path.join(committed, name), os.path.join(output, name))
-  for name in PLOT_FOLDERS:  # the page links them when present
+  for name in (pages.NOT_KEPT_NOTE, "curves.png", *PLOT_FOLDERS):  # the page links the plot folders when present
     if os.path.isdir(os.path.join(committed, name)):
       shutil.copytree(os.path.join(committed, name), os.path.join(output, name), dirs_exist_ok=True)
+    elif os.path.exists(os.path.join(committed, name)):
+      shutil.copy(os.path.join(committed, name), os.path.join(output, name))
   place_outputs(experiment, committed, output, page_names=True)
   rows = os.path.join(committed, ROW_OUTPUTS)
   for name in os.listdir(rows) if os.path.isdir(rows) else ():
