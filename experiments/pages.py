@@ -1,10 +1,5 @@
 """The one main of a results script and its flags (shared with the benchmarks), where a page goes, and the pieces
-every page is made of: markdown tables, captioned sections, linked plots, the hand-written note of runs not kept,
-and the page's fixed prose, read from its markdown template (``read_template``).
-
-A page is rendered from the rows in its ``records.json`` (``--from_records`` renders it again without the runs).
-The committed pages under ``experiments/<name>/`` are written only with ``--update_committed``, and there a row
-is only replaced by a run of at least as many training steps, unless ``--force`` (docs/development.md).
+of a page: tables, sections, plots, the note of runs not kept, its template's prose (docs/development.md).
 """
 from __future__ import annotations
 
@@ -19,14 +14,10 @@ from experiments.record_store import COMMITTED, RECORDS_FILE, REPO, RecordStore,
 from transformer.errors import UserError, exit_on_user_error
 
 NOT_KEPT_NOTE = "runs_not_kept.md"  # beside a page, by hand: settings tried whose workdirs are gone
-TEMPLATE_PIECE = re.compile(r"^<!-- (\w+) -->\n", re.MULTILINE)  # starts a piece of a page's template
 
-
-# ------------------------------------------------------------------------------ flags
 
 def add_output_arguments(parser, default: str, force: bool = True) -> None:
-  """``--output_dir`` (``default``: where the page goes without it, for the help), ``--update_committed`` and
-  ``--force``; ``force=False`` where no row outlives a run (the benchmarks, whose sections each run replaces)."""
+  """``--output_dir`` (``default`` for the help), ``--update_committed`` and ``--force`` (unless ``force=False``)."""
   parser.add_argument("--output_dir", default="", help="Folder for the page (RESULTS.md and what it links), "
                       f"printed at the end; default: {default}.")
   parser.add_argument("--update_committed", action="store_true", help="Write into the committed page instead of "
@@ -57,8 +48,7 @@ def comma_list(text: str) -> list[str]:
 
 def results_parser(doc: str, default_output: str, default_root: str | None = None,
                    hardware: bool = False) -> argparse.ArgumentParser:
-  """A results script's parser: ``doc`` as the help, ``add_output_arguments``, ``--from_records``, and
-  ``--workdir_root`` (given ``default_root``) and ``--hardware`` (given ``hardware``). ``make_page`` does the rest."""
+  """A results script's parser: ``doc`` as the help, the output flags, ``--from_records`` and the optional ones."""
   parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter,
                                    allow_abbrev=False)  # as absl: a misspelt flag is an error
   add_output_arguments(parser, default_output)
@@ -74,16 +64,10 @@ def results_parser(doc: str, default_output: str, default_root: str | None = Non
   return parser
 
 
-# ------------------------------------------------------------------------------ the one main
-
 def make_page(args: argparse.Namespace, committed: str, default_output: str,
-              collect: Callable[[RecordStore, str], object] | None,
-              render: Callable[[RecordStore, str], str]) -> str:
-  """The one main of a results script: in the folder (``choose_results_folder``), its ``RecordStore`` (a new
-  folder's starts from the committed records, forced unless committed) gets the runs' records from ``collect(store,
-  folder)`` (train, score, plots; not with ``--from_records``); ``render(store, folder)`` gives the page's text.
-  Before any of that, ``--from_records`` without rows and a folder that cannot be written are refused; RESULTS.md
-  and records.json are written (atomically) only if every step succeeds; a ``UserError`` exits with one line."""
+              collect: Callable[[RecordStore, str], object] | None, render: Callable[[RecordStore, str], str]) -> str:
+  """The page's text: the one main of a results script, which fills the folder's ``RecordStore`` with
+  ``collect(store, folder)`` and writes ``render(store, folder)`` only if every step succeeds."""
   force = getattr(args, "force", False)
   folder = exit_on_user_error(choose_results_folder, args.output_dir, args.update_committed, force, committed,
                               default_output)
@@ -93,7 +77,14 @@ def make_page(args: argparse.Namespace, committed: str, default_output: str,
     store = RecordStore(folder, start_from=None if updating else committed, force=force or not updating)
     if args.from_records:  # a page of no rows would replace the page: refused before anything is written
       store.require_rows("--from_records")
-    require_writable(folder)  # before collect's hours of training or decoding
+    try:  # before collect's hours of training or decoding: a folder the page could not be written into
+      os.makedirs(folder, exist_ok=True)
+      handle, probe = tempfile.mkstemp(prefix=".write-check-", dir=folder)
+      os.close(handle)
+      os.remove(probe)
+    except OSError as error:
+      raise UserError(f"cannot write the page into {folder} ({error.strerror or error}): give --output_dir=<a "
+                      "folder you can write>, or make it writable, and rerun") from None
     if collect is not None and not args.from_records:
       collect(store, folder)
     text = render(store, folder)
@@ -107,24 +98,9 @@ def make_page(args: argparse.Namespace, committed: str, default_output: str,
   return text
 
 
-def require_writable(folder: str) -> None:
-  """Makes ``folder`` and checks that a file can be created in it (a read-only folder or file system refuses
-  it, as it would the page at the end); a ``UserError`` of one line naming the folder otherwise."""
-  try:
-    os.makedirs(folder, exist_ok=True)
-    handle, probe = tempfile.mkstemp(prefix=".write-check-", dir=folder)
-    os.close(handle)
-    os.remove(probe)
-  except OSError as error:
-    raise UserError(f"cannot write the page into {folder} ({error.strerror or error}): give --output_dir=<a "
-                    "folder you can write>, or make it writable, and rerun") from None
-
-
 def choose_results_folder(output_dir: str, update_committed: bool, force: bool, committed: str,
                           default: str, keeps_rows: bool = True) -> str:
-  """``committed`` with ``update_committed``, else ``output_dir``, else ``default``; a UserError for the
-  combinations that would write the committed page by accident or say nothing. ``keeps_rows=False``: a page
-  whose sections every run replaces (the benchmarks'), for the message."""
+  """``committed`` with ``update_committed``, else ``output_dir``, else ``default``; a UserError for the rest."""
   if update_committed and output_dir:
     raise UserError("give either --output_dir (a page of your own) or --update_committed (the committed page "
                     f"{os.path.relpath(committed, REPO)}/), not both")
@@ -140,8 +116,6 @@ def choose_results_folder(output_dir: str, update_committed: bool, force: bool, 
   return folder
 
 
-# ------------------------------------------------------------------------------ the pieces of a page
-
 def markdown_table(header: list[str], rows: list[list]) -> str:
   lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
   lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
@@ -154,26 +128,21 @@ def section(caption: str, header: list[str], rows: list[list]) -> str:
 
 
 def image(folder: str, file: str, alt: str) -> str:
-  """``![alt](file)`` when ``folder/file`` exists; else a line saying it is drawn from the runs' workdirs (a plot
-  of per-step curves, which records do not keep: ``--from_records`` into a new folder)."""
+  """``![alt](file)`` when ``folder/file`` exists; else a line saying that records do not keep it."""
   if os.path.exists(os.path.join(folder, file)):
     return f"![{alt}]({file})"
   return f"({alt}: `{file}` is drawn from the runs' workdirs, not from {RECORDS_FILE}; not drawn here.)"
 
 
 def runs_not_kept(output: str) -> str:
-  """A section of the hand-written ``output/runs_not_kept.md`` (settings tried whose workdirs are gone, so in no
-  table), or "" when there is none."""
+  """A section of the hand-written ``output/runs_not_kept.md``, or "" when there is none."""
   note = read_text(output, NOT_KEPT_NOTE).strip()
   return note and (f"\n## Runs not kept\n\nSettings tried whose workdirs are gone, so they are in no table above "
                    f"(hand-written in `{NOT_KEPT_NOTE}`, with the numbers their training printed):\n\n{note}\n")
 
 
 def read_template(path: str) -> dict[str, string.Template]:
-  """The pieces of the page template ``experiments/PATH`` (a page's fixed prose, in markdown) by name: a piece
-  follows a line ``<!-- NAME -->`` up to the next such line, less its trailing newlines; what precedes the first is
-  a note to the template's reader. ``$name`` in a piece is a placeholder (``string.Template``: ``substitute``
-  refuses a piece whose placeholders are not all given; ``$$`` is a dollar sign)."""
+  """The pieces of the template ``experiments/PATH`` (each after a line ``<!-- NAME -->``) as ``string.Template``."""
   with open(os.path.join(COMMITTED, path)) as f:
-    parts = TEMPLATE_PIECE.split(f.read())
+    parts = re.split(r"^<!-- (\w+) -->\n", f.read(), flags=re.MULTILINE)  # [note, name, piece, name, piece, ...]
   return {name: string.Template(text.rstrip("\n")) for name, text in zip(parts[1::2], parts[2::2])}

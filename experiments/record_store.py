@@ -1,7 +1,5 @@
 """The rows of a results page and the machine stamp they carry: ``RecordStore`` (``records.json`` beside the page,
-a row replaced only by a run at least as long), the files a page writes whole, and where a run trained.
-
-A page is rendered from the rows of its store alone, so it outlives its runs' workdirs (``pages.make_page``).
+so that it outlives its runs' workdirs), the files a page writes whole, and where a run trained.
 """
 from __future__ import annotations
 
@@ -27,14 +25,11 @@ JSON_TYPES = {dict: "an object", list: "a list", str: "a string", int: "a whole 
 
 
 class RecordStore:
-  """The rows of a results page in ``records.json`` beside it, so the page outlives its runs' workdirs:
-  ``{"<row>": {"steps": int, "command": str, "machine": str, "values": {...JSON}, "order": int}}`` (``order``:
-  the row's place, as first added, which the file's sorted keys do not keep). A row is only replaced by a run of
-  at least as many steps unless the store (or ``add``) is forced."""
+  """The rows of a results page, ``{"<row>": {"steps", "command", "machine", "values": {...}, "order"}}`` (``order``:
+  the row's place, which the file's sorted keys lose), each replaced only by a run at least as long unless forced."""
 
   def __init__(self, folder: str, start_from: str | None = None, force: bool = False):
-    """Reads ``folder/records.json``, else ``start_from/records.json`` (the committed page's) where given:
-    ``source``, the file read or, when neither exists, the one looked for last."""
+    """Reads ``folder/records.json``, else ``start_from/records.json`` (the committed page's): ``source``."""
     self.folder, self.force = folder, force
     self.path = os.path.join(folder, RECORDS_FILE)
     self.looked_at = [self.path] + ([os.path.join(start_from, RECORDS_FILE)] if start_from else [])
@@ -42,8 +37,7 @@ class RecordStore:
     self.records: dict[str, dict] = read_records(self.source) if os.path.exists(self.source) else {}
 
   def require_rows(self, why: str) -> None:
-    """Refuses (one ``UserError`` naming the file) a store without a file or without rows: ``why`` (e.g.
-    ``--from_records``) would write a page of nothing over the page."""
+    """Refuses a store without a file or rows: ``why`` (``--from_records``) would write a page of nothing."""
     fix = ("(nothing was written); restore it (git checkout -- FILE), or run without --from_records to record the "
            "runs first")
     if not os.path.exists(self.source):
@@ -53,8 +47,7 @@ class RecordStore:
       raise UserError(f"{why}: {self.source} holds no rows, so no page to write from it {fix}")
 
   def check(self, new_steps: dict[str, int], force: bool | None = None) -> None:
-    """Refuses (one ``UserError`` naming each row, both step counts and ``--force``) to replace a row by a run
-    of fewer steps (``new_steps``: row -> steps); call it before training, so that a refusal costs nothing."""
+    """Refuses to replace a row by a run of fewer steps (``new_steps``: row -> steps); call it before training."""
     if self.force if force is None else force:
       return
     shorter = [f"row {name!r} records a run of {self.records[name]['steps']} training steps, the new one "
@@ -65,15 +58,13 @@ class RecordStore:
                       "long: give --force to replace it anyway, another row name for a row of its own, or leave "
                       "out --update_committed to write a page of your own.")
 
-  def add(self, name: str, *, steps: int, command: str, machine: str, values: dict,
-          force: bool | None = None) -> None:
+  def add(self, name: str, *, steps: int, command: str, machine: str, values: dict, force: bool | None = None) -> None:
     """Records row ``name`` (``check`` first), in its place or after the others. Saved by ``save``."""
     self.check({name: steps}, force)
     order = self.records.get(name, {}).get("order")
     if order is None:  # a new row (or one of a file written without places)
       order = 1 + max((record.get("order", -1) for record in self.records.values()), default=-1)
-    self.records[name] = {"steps": int(steps), "command": command, "machine": machine, "values": values,
-                          "order": order}
+    self.records[name] = {"steps": int(steps), "command": command, "machine": machine, "values": values, "order": order}
 
   def rename(self, name: str, new_name: str) -> None:
     self.records[new_name] = self.records.pop(name)  # the record keeps its place
@@ -81,8 +72,7 @@ class RecordStore:
   def save(self) -> None:
     """Writes ``records.json`` atomically; a store without rows creates no file (there is nothing to keep)."""
     if self.records or os.path.exists(self.path):
-      write_text(self.folder, json.dumps(self.records, indent=1, sort_keys=True, allow_nan=True) + "\n",
-                 RECORDS_FILE)
+      write_text(self.folder, json.dumps(self.records, indent=1, sort_keys=True, allow_nan=True) + "\n", RECORDS_FILE)
 
   def __getitem__(self, name: str) -> dict:
     return self.records[name]
@@ -97,8 +87,7 @@ class RecordStore:
     return len(self.records)
 
   def distinct(self, names, field: str = "machine") -> list:
-    """The distinct ``record[field]`` (else ``record["values"][field]``) of the rows ``names``, first seen
-    first, None left out: a page's machine stamps, workdir roots."""
+    """The distinct ``record[field]`` (else ``record["values"][field]``) of the rows ``names``, first seen first."""
     found = [self[name][field] if field in self[name] else self[name]["values"].get(field) for name in names]
     return list(dict.fromkeys(value for value in found if value is not None))
 
@@ -108,8 +97,7 @@ class RecordStore:
 
 
 def read_records(path: str) -> dict[str, dict]:
-  """The rows of the record store ``path``; a ``UserError`` of one line naming the file (and the row) when it
-  is empty, not JSON, not an object of rows, or a row lacks a field or has one of the wrong type."""
+  """The rows of the record store ``path``; a one-line ``UserError`` naming the file (and row) when malformed."""
   fix = f"restore it from git (git checkout -- {path}) or delete it to record its rows again"
   try:
     text = read_text(*os.path.split(path))
@@ -139,8 +127,6 @@ def record_problem(record) -> str:
   return ""
 
 
-# ------------------------------------------------------------------------------ the files of a page
-
 def read_text(folder: str, name: str = "RESULTS.md") -> str:
   """The text of ``folder/NAME``; empty when there is none."""
   path = os.path.join(folder, name)
@@ -151,8 +137,7 @@ def read_text(folder: str, name: str = "RESULTS.md") -> str:
 
 
 def write_text(folder: str, text: str, name: str = "RESULTS.md") -> str:
-  """Writes ``text`` as ``folder/NAME`` (making the folder), atomically: a kill or a full disk mid-write leaves
-  the old file whole (a full disk: a ``UserError`` naming the file and the free space); returns it."""
+  """Writes ``text`` as ``folder/NAME`` atomically (a kill mid-write leaves the old file whole); returns it."""
   os.makedirs(folder or ".", exist_ok=True)
   path = os.path.join(folder, name)
   try:
@@ -162,17 +147,13 @@ def write_text(folder: str, text: str, name: str = "RESULTS.md") -> str:
   return text
 
 
-# ------------------------------------------------------------------------------ the machine stamp
-
 def host_description(load_average: bool = False) -> str:
-  """Device, host CPU, cores and memory; with ``load_average``, the 1-minute load average now (others' work
-  skews timings)."""
+  """Device, host CPU, cores and memory; with ``load_average``, the load now (others' work skews timings)."""
   devices = jax.devices()
   memory_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
   device = f"{len(devices)} x {devices[0].device_kind}" if devices[0].platform != "cpu" else "CPU only"
-  cores = usable_cores()
-  cores_text = (f"{os.cpu_count()} cores" if cores == os.cpu_count()
-                else f"{cores} of its {os.cpu_count()} cores (taskset)")
+  cores, all_cores = usable_cores(), os.cpu_count()
+  cores_text = f"{cores} cores" if cores == all_cores else f"{cores} of its {all_cores} cores (taskset)"
   load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
   return (f"{device}; host {cpu_name()}{cpu_vector_description()}, {cores_text}, {memory_gib:.0f} GiB"
           + (f"; 1-minute load average at start {load:.1f}" if load_average else ""))
@@ -218,8 +199,7 @@ def cpu_vector_description(cpuinfo: dict[str, str] | None = None) -> str:
 
 
 def read_cpuinfo() -> dict[str, str]:
-  """The first processor's fields of /proc/cpuinfo (empty where unreadable), plus ``max MHz``: the highest
-  clock any core reports there, or the rated maximum where the kernel exposes it (boost clocks)."""
+  """The first processor's fields of /proc/cpuinfo (or none), and ``max MHz``: the highest clock seen or rated."""
   fields, megahertz = {}, []
   try:
     with open("/proc/cpuinfo") as f:

@@ -1,9 +1,5 @@
-"""What a rerun changed on a results page: a row's printed cells before and after, kept in its record.
-
-A results script that records a row over one from another run (another workdir root) calls ``history`` before
-``RecordStore.add``: the row's ``values["reruns"]`` then lists each rerun's date and, per headline column, the
-cell it printed before and the one it prints now; ``section`` writes them on the page. Scoring the same run again
-(the same ``run_key``) adds nothing.
+"""What a rerun changed on a results page: a row's printed cells before and after, kept in its record
+(``values["reruns"]``, from ``history`` before ``RecordStore.add``) and written on the page by ``section``.
 """
 from __future__ import annotations
 
@@ -11,15 +7,11 @@ import datetime
 import re
 from typing import Callable
 
-DATE = re.compile(r"\d{4}-\d\d-\d\d")  # a record's machine stamp ends with the day it was written
-
 
 def history(old: dict | None, new: dict, name: str, row: Callable[[str, dict], list], header: list[str],
             columns: tuple[str, ...], run_key: str = "workdir_root") -> list[dict]:
-  """The ``reruns`` list of ``new`` (a record: ``steps``, ``command``, ``machine``, ``values``) replacing ``old``
-  (the row's record, None for a new row): ``old``'s list, plus one entry when ``new`` is of another run
-  (``values[run_key]`` differs): ``{"date", "was_date", "columns", "changes": [{"column", "was", "now"}]}`` over
-  ``columns`` (names of ``header``) of ``row(name, record)``, the cells as printed."""
+  """The ``reruns`` list of the record ``new`` replacing ``old``: ``old``'s, plus, when ``new`` is of another run,
+  ``{"date", "was_date", "columns", "changes": [{"column", "was", "now"}]}`` of the cells of ``row``."""
   if old is None:
     return []
   earlier = list(old["values"].get("reruns", []))
@@ -28,7 +20,7 @@ def history(old: dict | None, new: dict, name: str, row: Callable[[str, dict], l
   was, now = row(name, old), row(name, new)
   changes = [{"column": column, "was": str(was[index]), "now": str(now[index])}
              for index, column in enumerate(header) if column in columns and was[index] != now[index]]
-  dates = DATE.findall(old["machine"])
+  dates = re.findall(r"\d{4}-\d\d-\d\d", old["machine"])  # a machine stamp ends with the day it was written
   return earlier + [{"date": datetime.date.today().isoformat(), "was_date": dates[-1] if dates else "an earlier day",
                      "columns": list(columns), "changes": changes}]
 

@@ -1,7 +1,5 @@
-"""The statistics the results pages quote: mean ± std over seeds, Welch's t-test of two runs' seeds (and its one
-spelling in words), and a block bootstrap of a paired error difference.
-
-(Not ``statistics.py``: a script of this folder run by its path would shadow the standard library's module.)
+"""The statistics the results pages quote: mean ± std over seeds, Welch's t-test, a block bootstrap of a paired
+error difference. (Not ``statistics.py``: a script of this folder run by its path would shadow the standard one.)
 """
 from __future__ import annotations
 
@@ -11,8 +9,7 @@ import numpy as np
 
 
 def mean_std(values, digits: int = 3) -> str:
-  """``mean ± std`` (sample standard deviation, e.g. over seeds) of the finite values, and how many are not; a
-  single value alone (a baseline's, or a run of one seed: no spread to give)."""
+  """``mean ± std`` (sample std) of the finite values, and how many are not; a single value alone (no spread)."""
   values = np.asarray(values, np.float64).ravel()
   finite = values[np.isfinite(values)]
   if not finite.size:
@@ -25,20 +22,14 @@ def mean_std(values, digits: int = 3) -> str:
 
 
 def student_t_two_sided_p(t: float, df: float) -> float:
-  """P(|T| >= |t|) for Student's t with ``df`` (not necessarily whole) degrees of freedom:
-  I_{df / (df + t^2)}(df / 2, 1 / 2), the regularized incomplete beta function (scipy comes with JAX)."""
+  """P(|T| >= |t|) for Student's t with ``df`` degrees of freedom: I_{df / (df + t^2)}(df / 2, 1 / 2)."""
   import scipy.special
   return float(scipy.special.betainc(df / 2.0, 0.5, df / (df + t * t)))
 
 
 def welch_t_test(a, b) -> tuple[float, float, float]:
-  """Welch's t-test of the means of two samples (seeds of two runs), each of at least 2 finite values (else a
-  ValueError), without assuming equal variances.
-
-  Returns ``(t, df, p)``: t = (mean(a) - mean(b)) / sqrt(var(a) / n_a + var(b) / n_b) with sample variances,
-  its Welch-Satterthwaite degrees of freedom and the two-sided p-value from Student's t. Both samples constant:
-  t = +-inf and p = 0 when the means differ, t = nan and p = 1 when they do not; df is then nan.
-  """
+  """``(t, Welch-Satterthwaite df, two-sided p)`` of two samples' means (each of at least 2 finite values, else a
+  ValueError); both constant: (+-inf, nan, 0) when the means differ, (nan, nan, 1) when they do not."""
   samples = [[float(value) for value in sample] for sample in (a, b)]
   for name, sample in zip("ab", samples):
     if len(sample) < 2 or not all(math.isfinite(value) for value in sample):
@@ -61,23 +52,16 @@ def format_p_value(p: float) -> str:
 
 
 def welch_text(a, b, brief: bool = False) -> str:
-  """``welch_t_test(a, b)`` in words: ``Welch's t = 2.10, 3.9 degrees of freedom, p = 0.105``; ``brief``, for a
-  table's cell: ``t = 2.10, df = 3.9, p = 0.105``."""
+  """``Welch's t = 2.10, 3.9 degrees of freedom, p = 0.105``; ``brief``, a table's: ``t = 2.10, df = 3.9, ...``."""
   t, df, p = welch_t_test(a, b)
   words = f"t = {t:.2f}, df = {df:.1f}" if brief else f"Welch's t = {t:.2f}, {df:.1f} degrees of freedom"
   return f"{words}, {format_p_value(p)}"
 
 
-def block_bootstrap_difference(errors_a: np.ndarray, errors_b: np.ndarray, mask: np.ndarray,
-                               block_length: int, resamples: int = 2000,
-                               seed: int = 0) -> dict[str, np.ndarray]:
-  """MAE(a) - MAE(b) per horizon and its 95% percentile interval, resampling blocks of consecutive windows.
-
-  ``errors_a``, ``errors_b``: ``[windows, H]`` absolute errors of two models on the same windows (0 where
-  unmeasured); ``mask``: ``[windows, H]`` measured targets; ``block_length``: windows per block (the last may be
-  shorter). Returns ``{"difference", "low", "high": [H]}``, the interval from ``resamples`` draws of as many
-  blocks as there are, with replacement.
-  """
+def block_bootstrap_difference(errors_a: np.ndarray, errors_b: np.ndarray, mask: np.ndarray, block_length: int,
+                               resamples: int = 2000, seed: int = 0) -> dict[str, np.ndarray]:
+  """``{"difference", "low", "high": [H]}``: MAE(a) - MAE(b) per horizon of ``[windows, H]`` absolute errors (0 where
+  not in ``mask``) and its 95% interval over ``resamples`` draws of blocks of ``block_length`` windows."""
   starts = np.arange(0, len(mask), block_length)
   block_errors = np.add.reduceat(errors_a - errors_b, starts, axis=0)  # [blocks, H]
   block_counts = np.add.reduceat(mask.astype(np.float64), starts, axis=0)
