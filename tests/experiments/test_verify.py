@@ -8,6 +8,7 @@ from experiments import record_store, verify
 
 PM25 = "experiments/beijing_pm25/RESULTS.md"
 MULTI30K = "experiments/multi30k/RESULTS.md"
+IWSLT = "experiments/iwslt15_en_vi/RESULTS.md"
 
 
 def copy_pages(folder) -> str:
@@ -105,6 +106,19 @@ def test_a_changed_bleu_fails_against_the_committed_hypotheses(tmp_path):
   assert tally.verified[MULTI30K]["BLEU from committed outputs"] > 10
   named = [line for line in tally.differences if "printed 40.78, recomputed 40.77" in line]
   assert len(named) == 2  # the page written again from records, and the BLEU of the hypotheses
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.path.isdir(os.path.join(verify.data_folder(), "iwslt15_en_vi")),
+                    reason="the raw IWSLT'15 references (TRANSFORMER_DATA_DIR) are not here")
+def test_a_changed_validation_bleu_fails_against_the_committed_validation_hypotheses(tmp_path):
+  """The validation BLEU that chose a row's checkpoint and alpha is recomputed from its validation.hyp.vi."""
+  root = copy_pages(tmp_path)
+  change_digit(root, IWSLT, "| 12.10 | 15.62 | 16.18 |", "| 12.11 | 15.62 | 16.18 |")
+  tally = verify.verify(root, (IWSLT,))
+  named = [line for line in tally.differences if "printed 12.11, recomputed 12.10" in line]
+  assert len(named) == 2  # the page written again from records, and the BLEU of the validation hypotheses
+  assert all("row 'gru_bahdanau_bpe_seed1', column 'validation BLEU'" in line for line in named)
 
 
 def corrupt_first_rows(path: str, column: int, change, rows: int) -> None:
