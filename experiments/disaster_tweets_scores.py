@@ -41,8 +41,9 @@ def score_run(workdir: str) -> dict:
 
 
 def score_probabilities(probabilities: dict) -> dict:
-  """Per seed, the test confusion counts and metrics ("disaster" where its probability is above 0.5), the
-  threshold that maximises its validation F1 and the test metrics at that threshold (``tuned_``); and the
+  """Per seed, the test confusion counts and metrics ("disaster" where its probability is above 0.5), its
+  validation F1 so (what chose the checkpoint), the threshold that maximises its validation F1 and the test
+  metrics at that threshold (``tuned_``); and the
   seeds' mean probability as one model (what --mode=predict submits to Kaggle) with its F1's bootstrap
   interval. ``probabilities``: split (``SPLITS``) -> ``{"labels", "seeds": [float32 [n] per seed]}``."""
   test, validation = (probabilities[name] for name in SPLITS)
@@ -51,7 +52,8 @@ def score_probabilities(probabilities: dict) -> dict:
     counts = confusion_counts((test_seed > 0.5).astype(np.int32), test["labels"])
     threshold = best_threshold(validation_seed, validation["labels"])
     tuned = binary_metrics(confusion_counts((test_seed >= threshold).astype(np.int32), test["labels"]))
-    seeds.append({**counts, **binary_metrics(counts), "threshold": threshold,
+    validation_f1 = binary_metrics(confusion_counts((validation_seed > 0.5).astype(np.int32), validation["labels"]))
+    seeds.append({**counts, **binary_metrics(counts), "threshold": threshold, "validation_f1": validation_f1["f1"],
                   **{f"tuned_{name}": value for name, value in tuned.items()}})
   ensemble_predictions = (np.mean(np.asarray(test["seeds"], np.float32), axis=0) > 0.5).astype(np.int32)
   ensemble = {**binary_metrics(confusion_counts(ensemble_predictions, test["labels"])),
@@ -85,6 +87,7 @@ def score_values(scored: dict) -> dict:
   seeds = scored["seeds"]
   return {**{name: summary([s[name] for s in seeds]) for name in (*METRICS, "tuned_f1")},
           "threshold": float(np.mean([s["threshold"] for s in seeds])),
+          "validation_f1": float(np.mean([s["validation_f1"] for s in seeds])),  # eval/f1: the seeds' mean
           "ensemble_f1": float(scored["ensemble"]["f1"]),
           "ensemble_interval": [float(bound) for bound in scored["ensemble"]["f1_interval"]],
           "confusion": {name: int(sum(s[name] for s in seeds)) for name in ("tn", "fp", "fn", "tp")}}

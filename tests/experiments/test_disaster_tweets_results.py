@@ -75,7 +75,8 @@ def fake_run(root, variant: str, steps: int, monkeypatch) -> None:
   (workdir / "config.json").write_text(config.to_json_best_effort())
   (workdir / "metrics.jsonl").write_text(json.dumps({"step": steps, "train/loss": 0.5, "eval/f1": 0.7}) + "\n")
   seeds = [{"tp": 200, "fp": 50, "fn": 127, "tn": 384, "threshold": 0.5, "f1": f1,
-            "precision": 0.8, "recall": 0.6, "accuracy": 0.77, "tuned_f1": f1} for f1 in (0.69, 0.71)]
+            "precision": 0.8, "recall": 0.6, "accuracy": 0.77, "tuned_f1": f1, "validation_f1": 0.7}
+           for f1 in (0.69, 0.71)]
   probabilities = {split: {"ids": np.array([1, 2]), "labels": np.array([1, 0]),
                            "seeds": [np.array([0.9, 0.2], np.float32)] * 2} for split in ("test", "validation")}
   monkeypatch.setattr(results, "score_run", lambda workdir: {
@@ -123,6 +124,10 @@ def test_per_seed_predictions_give_back_the_rows_numbers_and_the_page_says_where
   f1s = [binary_metrics(confusion_counts(np.stack([1 - seed, seed], -1).argmax(-1), test["labels"]))["f1"]
          for seed in test["seeds"]]
   assert expected["f1"] == pytest.approx(scores.summary(f1s))
+  validation = probabilities["validation"]  # the validation F1 that chose the step, as eval/f1 logs it
+  assert expected["validation_f1"] == pytest.approx(np.mean([
+      binary_metrics(confusion_counts(np.stack([1 - seed, seed], -1).argmax(-1), validation["labels"]))["f1"]
+      for seed in validation["seeds"]]))
   assert results.recompute(str(tmp_path), "minilm_finetune", {}) is None
   section = results.predictions_section(str(tmp_path), {"static_scratch": "python launch.py A",
                                                         "minilm_finetune": "python launch.py B"})
