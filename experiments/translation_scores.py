@@ -51,10 +51,12 @@ def run_command(experiment: str, run: dict) -> str:
 
 
 def output_files(experiment: str) -> list[tuple[str, str]]:
-  """``(file --mode=eval writes, the page's file)`` of the test set, ``OTHER_TESTS`` and the validation sentences."""
+  """``(file --mode=eval writes, the page's file)`` of the test set, ``OTHER_TESTS`` and the validation sentences
+  whose BLEU chose the checkpoint and alpha."""
   language = TARGET_LANGUAGE[experiment]
   return [(f"{TEST_SPLIT[experiment]}.hyp.{language}", f"{TEST_NAME[experiment]}.hyp.{language}"),
-          *((f"{split}.hyp.{language}",) * 2 for split in (*OTHER_TESTS[experiment], "validation"))]
+          *((f"{split}.hyp.{language}",) * 2 for split in OTHER_TESTS[experiment]),
+          (f"validation.eval.hyp.{language}", f"validation.hyp.{language}")]
 
 
 def evaluate(args: argparse.Namespace, variant: str, workdir: str, average_checkpoints: int = 0) -> tuple[dict, str]:

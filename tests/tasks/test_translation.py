@@ -69,7 +69,7 @@ def test_train_eval_and_translate(raw_dir, tmp_path, monkeypatch, variant):
   # The validation hypotheses that chose alpha are kept: sacreBLEU on them gives the validation BLEU reported.
   from transformer.data.parallel_text import read_lines
   from transformer.tasks.metrics import corpus_bleu
-  with open(os.path.join(workdir, "validation.hyp.de")) as f:
+  with open(os.path.join(workdir, "validation.eval.hyp.de")) as f:  # --mode=predict's is validation.hyp.de
     validation = f.read().split("\n")[:-1]
   assert len(validation) == evaluated.metrics["validation/sentences"]
   references = read_lines(str(raw_dir / "val.de.gz"))[:len(validation)]

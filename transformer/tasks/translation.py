@@ -229,8 +229,10 @@ class TranslationTask(RecordedTokenizers, Seq2SeqTask):
   def write_test_outputs(self, model_config, params, output_dir: str, eval_metrics: dict) -> dict:
     """Hypotheses of every test split as ``output_dir/<split>.hyp.<language>`` (one line per reference line), with
     BLEU, decoded with the length penalty chosen on the eval split; and the eval split's hypotheses that chose it
-    (its first ``num_eval_sentences``), with their BLEU. ``eval_metrics["eval/bleu"]``, decoded by ``evaluate``
-    with ``config.decode``, is not decoded again to choose the length penalty."""
+    (its first ``num_eval_sentences``), with their BLEU, as ``<eval split>.eval.hyp.<language>`` (``--mode=predict``
+    writes the whole split by ``config.decode`` as ``<eval split>.hyp.<language>``).
+    ``eval_metrics["eval/bleu"]``, decoded by ``evaluate`` with ``config.decode``, is not decoded again to choose
+    the length penalty."""
     task = self.task_config
     default_alpha = self.decode_settings().length_penalty
     known = {default_alpha: eval_metrics["eval/bleu"]} if "eval/bleu" in eval_metrics else {}
@@ -238,15 +240,15 @@ class TranslationTask(RecordedTokenizers, Seq2SeqTask):
     if eval_hypotheses is None:  # chosen on what evaluate decoded: decoded again, so the file behind the BLEU exists
       eval_hypotheses = self.bleu(model_config, params, task.eval_split, task.num_eval_sentences, length_penalty)[1]
     results = {task.eval_split: {**self.bleu_of(eval_hypotheses, task.eval_split), **chosen_on}}
-    self._write_hypotheses(output_dir, task.eval_split, eval_hypotheses)
+    self._write_hypotheses(output_dir, f"{task.eval_split}.eval", eval_hypotheses)
     for split in task.test_splits:
       metrics, hypotheses = self.bleu(model_config, params, split, length_penalty=length_penalty)
       self._write_hypotheses(output_dir, split, hypotheses)
       results[split] = {**metrics, "length_penalty": length_penalty}
     return results
 
-  def _write_hypotheses(self, output_dir: str, split: str, hypotheses: list[str]) -> None:
-    write_atomically(os.path.join(output_dir, f"{split}.hyp.{self.data.target_language}"),
+  def _write_hypotheses(self, output_dir: str, name: str, hypotheses: list[str]) -> None:
+    write_atomically(os.path.join(output_dir, f"{name}.hyp.{self.data.target_language}"),
                      "\n".join(hypotheses) + "\n")
 
 
