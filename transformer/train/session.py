@@ -34,10 +34,10 @@ from transformer.train.run_config import RunConfig, build_task
 from transformer.train.checkpoint import Checkpointer
 from transformer.train.config import check_workdir, refuse_url_workdir
 from transformer.train.parallel import make_strategy
-from transformer.train.saved_run import config_differences, record_defaults
 from transformer.train.run_directory import (CONFIG, DATA_FINGERPRINT, HISTORY, LAUNCHES, MODEL_CONFIG,
                                              RunDirectory)
 from transformer.train.run_format import require_current_format, write_format
+from transformer.train.saved_run import config_differences, record_defaults
 from transformer.train.workdir import (check_shared_workdir, check_tokenizers, check_writable, lock_workdir,
                                        refuse_foreign_folder)
 
