@@ -178,7 +178,7 @@ class PmapStrategy(Strategy):
     return jax.tree.map(shard, batch)
 
   def to_canonical(self, state):
-    return jax.tree.map(lambda x: x[0], state)
+    return jax.tree.map(_first_replica, state)
 
   def from_canonical(self, state):
     """One copy per device along a leading axis, laid out as ``pmap`` expects."""
@@ -187,7 +187,7 @@ class PmapStrategy(Strategy):
     return jax.tree.map(lambda x: jax.device_put(jnp.broadcast_to(x, (count,) + x.shape), sharding), state)
 
   def host_params(self, state):
-    return jax.tree.map(lambda x: x[0], state.params)
+    return jax.tree.map(_first_replica, state.params)
 
   def fetch(self, tree):
     return jax.tree.map(lambda x: np.asarray(x[0]), jax.device_get(tree))
@@ -305,3 +305,10 @@ def make_strategy(parallelism: str, num_replicas: int = 1, fsdp: bool = False,
   if parallelism == "mesh":
     return MeshStrategy(num_replicas, fsdp, tensor_parallelism)
   raise ValueError(f"config.parallelism={parallelism!r} is not supported; choose one of {list(PARALLELISMS)}.")
+
+
+def _first_replica(x):
+  """The copy of a ``pmap`` value on the first local device, ``x[0]`` read from that device alone: indexing the
+  whole array dispatches a gather over every device per leaf, which XLA:CPU has aborted on under load."""
+  shards = getattr(x, "addressable_shards", None)
+  return shards[0].data[0] if shards else x[0]
