@@ -96,29 +96,28 @@ def test_one_digit_changed_in_the_readme_or_a_benchmark_ratio_fails_naming_it(tm
   assert "column 'cache speed-up': printed 3.62" in ratio
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(not os.path.isdir(os.path.join(verify.data_folder(), "multi30k")),
-                    reason="the raw Multi30k references (TRANSFORMER_DATA_DIR) are not here")
-def test_a_changed_bleu_fails_against_the_committed_hypotheses(tmp_path):
-  root = copy_pages(tmp_path)
-  change_digit(root, MULTI30K, "| 41.55 | 40.77 | 41.13 |", "| 41.55 | 40.78 | 41.13 |")
-  tally = verify.verify(root, (MULTI30K,))
-  assert tally.verified[MULTI30K]["BLEU from committed outputs"] > 10
-  named = [line for line in tally.differences if "printed 40.78, recomputed 40.77" in line]
-  assert len(named) == 2  # the page written again from records, and the BLEU of the hypotheses
+# A BLEU cell changed on a translation page: (page, its data folder, old cells, new cells, the difference named):
+# a test set's BLEU against its hypotheses, and the validation BLEU that chose a checkpoint against its
+# validation.hyp.*.
+CHANGED_BLEU = [
+    (MULTI30K, "multi30k", "| 41.55 | 40.77 | 41.13 |", "| 41.55 | 40.78 | 41.13 |",
+     "row 'transformer_gpu', column 'test_2016_flickr BLEU': printed 40.78, recomputed 40.77"),
+    (IWSLT, "iwslt15_en_vi", "| 12.10 | 15.62 | 16.18 |", "| 12.11 | 15.62 | 16.18 |",
+     "row 'gru_bahdanau_bpe_seed1', column 'validation BLEU': printed 12.11, recomputed 12.10"),
+]
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not os.path.isdir(os.path.join(verify.data_folder(), "iwslt15_en_vi")),
-                    reason="the raw IWSLT'15 references (TRANSFORMER_DATA_DIR) are not here")
-def test_a_changed_validation_bleu_fails_against_the_committed_validation_hypotheses(tmp_path):
-  """The validation BLEU that chose a row's checkpoint and alpha is recomputed from its validation.hyp.vi."""
+@pytest.mark.parametrize("page, data, old, new, difference", CHANGED_BLEU)
+def test_a_changed_bleu_fails_against_the_committed_hypotheses(tmp_path, page, data, old, new, difference):
+  if not os.path.isdir(os.path.join(verify.data_folder(), data)):
+    pytest.skip(f"the raw {data} references (TRANSFORMER_DATA_DIR) are not here")
   root = copy_pages(tmp_path)
-  change_digit(root, IWSLT, "| 12.10 | 15.62 | 16.18 |", "| 12.11 | 15.62 | 16.18 |")
-  tally = verify.verify(root, (IWSLT,))
-  named = [line for line in tally.differences if "printed 12.11, recomputed 12.10" in line]
-  assert len(named) == 2  # the page written again from records, and the BLEU of the validation hypotheses
-  assert all("row 'gru_bahdanau_bpe_seed1', column 'validation BLEU'" in line for line in named)
+  change_digit(root, page, old, new)
+  tally = verify.verify(root, (page,))
+  assert tally.verified[page]["BLEU from committed outputs"] > 10
+  named = [line for line in tally.differences if difference in line]
+  assert len(named) == 2  # the page written again from records, and the BLEU of the committed hypotheses
 
 
 def corrupt_first_rows(path: str, column: int, change, rows: int) -> None:
