@@ -75,14 +75,18 @@ def seeds_table(test: str, runs: dict) -> str:
 
 
 def outputs_table(experiment: str, output: str, runs: dict, best: str) -> str:
-  """Section: each scored row's test outputs in the page's folder, or how to make them."""
-  return pages.section(
-      TEMPLATE["outputs_caption"].substitute(),
-      ["model", f"{TEST_NAME[experiment]} BLEU", "test outputs in this folder"],
-      [[name, f"{run['test_bleu']:.2f}", ", ".join(f"`{path}`" for path in row_files(experiment, output, name, best))
-        or TEMPLATE["outputs_missing"].substitute(
-            experiment=experiment, run=f"{name}={run['variant']}" if name != run["variant"] else run["variant"])]
-       for name, run in runs.items()])
+  """Section: each scored row's test and validation outputs in the page's folder, or why they are not there."""
+  validation = translation_scores.output_files(experiment)[-1][1]
+  rows = []
+  for name, run in runs.items():
+    files = row_files(experiment, output, name, best)
+    tests = ", ".join(f"`{path}`" for path in files if not path.endswith(validation))
+    rows.append([name, f"{run['test_bleu']:.2f}", tests or TEMPLATE["outputs_missing"].substitute(
+        experiment=experiment, run=f"{name}={run['variant']}" if name != run["variant"] else run["variant"]),
+        next((f"`{path}`" for path in files if path.endswith(validation)), TEMPLATE["validation_missing"].template)])
+  return pages.section(TEMPLATE["outputs_caption"].substitute(), [
+      "model", f"{TEST_NAME[experiment]} BLEU", "test outputs in this folder",
+      "validation outputs (chose the checkpoint and alpha)"], rows)
 
 
 def other_tests_table(experiment: str, runs: dict) -> str:

@@ -506,6 +506,7 @@ def test_every_scored_row_keeps_its_test_output_and_the_page_says_where(tmp_path
   first = run_dir(tmp_path, "first", "erste\n")
   write_results(output, {"transformer_small": (summary(30.0, 31.0), first)})
   worse = run_dir(tmp_path, "worse", "schlecht\n")
+  (tmp_path / "worse" / "validation.eval.hyp.de").write_text("validiert\n")  # what --mode=eval writes
   write_results(output, {"gru_bahdanau": (summary(20.0, 21.0), worse)})
   assert (output / "hypotheses" / "gru_bahdanau" / HYPOTHESIS).read_text() == "schlecht\n"
   text = write_results(
@@ -513,11 +514,15 @@ def test_every_scored_row_keeps_its_test_output_and_the_page_says_where(tmp_path
   assert (output / HYPOTHESIS).read_text() == "beste\n"
   assert (output / "hypotheses" / "transformer_small" / HYPOTHESIS).read_text() == "erste\n"  # moved, not lost
   assert not (output / "hypotheses" / "best").exists()
-  listed = {row["model"]: row["test outputs in this folder"]
-            for row in read_markdown_table(text.split("Each row's test outputs")[1], "model")}
+  table = read_markdown_table(text.split("Each row's test outputs")[1], "model")
+  listed = {row["model"]: row["test outputs in this folder"] for row in table}
   assert listed == {"transformer_small": f"`hypotheses/transformer_small/{HYPOTHESIS}`",
                     "gru_bahdanau": f"`hypotheses/gru_bahdanau/{HYPOTHESIS}`",
                     "best": f"`{HYPOTHESIS}`"}
+  # The validation outputs behind the validation BLEU column, or a row's mark that they were not kept.
+  validation = {row["model"]: row["validation outputs (chose the checkpoint and alpha)"] for row in table}
+  assert validation["gru_bahdanau"] == "`hypotheses/gru_bahdanau/validation.hyp.de`"
+  assert validation["best"].startswith("not kept (the row was scored before `--mode=eval` wrote")
 
   # A page of one's own starts with them; a committed row renamed beside a new run of its name keeps its own.
   mine = tmp_path / "mine"
