@@ -74,12 +74,12 @@ def seeds_table(test: str, runs: dict) -> str:
        for names in translation_scores.seed_groups(runs)])
 
 
-def outputs_table(experiment: str, output: str, runs: dict, best: str) -> str:
+def outputs_table(experiment: str, output: str, runs: dict) -> str:
   """Section: each scored row's test and validation outputs in the page's folder, or why they are not there."""
   validation = translation_scores.output_files(experiment)[-1][1]
   rows = []
   for name, run in runs.items():
-    files = row_files(experiment, output, name, best)
+    files = row_files(experiment, output, name)
     tests = ", ".join(f"`{path}`" for path in files if not path.endswith(validation))
     rows.append([name, f"{run['test_bleu']:.2f}", tests or TEMPLATE["outputs_missing"].substitute(
         experiment=experiment, run=f"{name}={run['variant']}" if name != run["variant"] else run["variant"]),
@@ -145,15 +145,12 @@ def render_page(experiment: str, store: record_store.RecordStore, output: str) -
   if any(run["curves"] for run in runs.values()):  # rows carried over without curves keep the old plot
     plot.plot_curves({name: run["curves"] for name, run in runs.items()}, list(translation_scores.CURVES),
                      os.path.join(output, "curves.png"), f"{experiment}: training curves")
-  files, hypotheses = row_files(experiment, output, best, best), translation_scores.output_files(experiment)[0][1]
-  test_output = TEMPLATE["best_output" if hypotheses in files else "best_output_missing"].substitute(
-      best=best, hypotheses=hypotheses, files=", ".join(f"`{name}`" for name in files))
   plots = [f"[{title}]({folder}/README.md)" for folder, title in translation_scores.PLOT_FOLDERS.items()
            if os.path.exists(os.path.join(output, folder, "README.md"))]
-  sections = (seeds_table(test, runs) + outputs_table(experiment, output, runs, best) + other_tests_table(
+  sections = (seeds_table(test, runs) + outputs_table(experiment, output, runs) + other_tests_table(
       experiment, runs) + by_length_table(test, runs) + validation_table(runs, validation_runs))
   return TEMPLATE["page"].substitute(
-      experiment=experiment, records=record_store.RECORDS_FILE, test_output=test_output, sections=sections,
+      experiment=experiment, records=record_store.RECORDS_FILE, best=best, sections=sections,
       table=pages.markdown_table(
           ["model", "seed", "size", "training pairs", "checkpoint (chosen on validation) of steps trained",
            "training wall time", "decoding (length penalty alpha chosen on validation)", "validation BLEU",

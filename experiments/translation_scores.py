@@ -27,7 +27,7 @@ OTHER_TESTS = {"multi30k": ("test_2017_flickr", "test_2017_mscoco", "test_2018_f
 CURVES = ("train/nll", "eval/nll", "eval/bleu")
 # Never in a row's command (which trains): this machine's settings, and what only --mode=eval and saving use.
 NOT_TRAINING_SETTINGS = launching.LOCAL_SETTINGS + ("task.test_splits", "async_checkpointing", "average_checkpoints")
-ROW_OUTPUTS = "hypotheses"  # beside the page: the test outputs of each scored row but the best (the page's own)
+ROW_OUTPUTS = "hypotheses"  # beside the page: hypotheses/ROW/ holds the outputs of scored row ROW
 # Folders of experiments/attention_plots.py output linked from RESULTS.md when present.
 PLOT_FOLDERS = {"attention": "Transformer attention (encoder self, decoder self, cross)",
                 "alignment": "RNN attention alignment"}
@@ -204,57 +204,43 @@ def seed_groups(runs: dict) -> list[list[str]]:
 
 
 def best_row(runs: dict) -> str | None:
-  """The scored row of the highest validation BLEU: the page's test outputs are its."""
+  """The scored row of the highest validation BLEU."""
   return max(runs, key=lambda name: runs[name]["validation_bleu"], default=None)
 
 
-def row_files(experiment: str, output: str, name: str, best: str) -> list[str]:
-  """Row ``name``'s test outputs in the page's folder ``output``, relative to it (the best row's are the page's)."""
-  folder = "" if name == best else f"{ROW_OUTPUTS}/{name}/"
+def row_files(experiment: str, output: str, name: str) -> list[str]:
+  """Row ``name``'s outputs in the page's folder ``output``, relative to it."""
+  folder = f"{ROW_OUTPUTS}/{name}/"
   return [folder + page_name for _, page_name in output_files(experiment)
           if os.path.exists(os.path.join(output, folder + page_name))]
-
-
-def place_outputs(experiment: str, source: str, target: str, page_names: bool = False, move: bool = False) -> None:
-  """Copies (or moves) the test outputs in ``source`` to ``target``, removing there those ``source`` lacks."""
-  for written, page_name in output_files(experiment):
-    path = os.path.join(source, page_name if page_names else written)
-    if os.path.exists(path):
-      os.makedirs(target, exist_ok=True)
-      (shutil.move if move else shutil.copy)(path, os.path.join(target, page_name))
-    elif os.path.exists(os.path.join(target, page_name)):
-      os.remove(os.path.join(target, page_name))
 
 
 def add_runs(experiment: str, store: record_store.RecordStore, output: str, new_runs: dict[str, tuple[dict, str]],
              new_validation_runs: dict[str, dict]) -> None:
   """Records ``new_runs`` (row -> ``summarize``) and ``new_validation_runs`` (row -> ``validation_summary``) in
-  ``store``, each scored row's test outputs beside the page; a refused row (``store.check``) changes nothing."""
+  ``store``, each scored row's outputs in ``hypotheses/ROW/``; a refused row (``store.check``) changes nothing."""
   store.check({name: run["steps_trained"] for name, run in new_validation_runs.items()}
               | {name: summary["steps_trained"] for name, (summary, _) in new_runs.items()})
-  runs = stored_rows(store)[0]
-  before = best_row(runs)  # whose test outputs the page's files are
   scored = {name: summary for name, (summary, _) in new_runs.items()}
   # A run scored on test is no longer a validation-only row.
-  validation_only = {name: run for name, run in new_validation_runs.items() if name not in runs and name not in scored}
+  validation_only = {name: run for name, run in new_validation_runs.items()
+                     if name not in stored_rows(store)[0] and name not in scored}
   for name, run in {**scored, **validation_only}.items():
     store.add(name, steps=run["steps_trained"], command=run_command(experiment, run), machine=run["hardware"],
               values={key: value for key, value in run.items() if key not in ("steps_trained", "command", "hardware")})
-  after = best_row(stored_rows(store)[0])
-  if before not in (None, after, *new_runs):  # beaten: the former best row's files go to its own folder
-    place_outputs(experiment, output, os.path.join(output, ROW_OUTPUTS, before), page_names=True, move=True)
-  elif before in new_runs and after not in new_runs:  # the best row was replaced by a worse run: no row's output
-    for path in row_files(experiment, output, before, before):
-      os.remove(os.path.join(output, path))
   for name, (_, output_dir) in new_runs.items():
-    shutil.rmtree(os.path.join(output, ROW_OUTPUTS, name), ignore_errors=True)  # an earlier run's of this row
-    place_outputs(experiment, output_dir, output if name == after else os.path.join(output, ROW_OUTPUTS, name))
+    folder = os.path.join(output, ROW_OUTPUTS, name)
+    shutil.rmtree(folder, ignore_errors=True)  # an earlier run's of this row
+    for written, page_name in output_files(experiment):
+      if os.path.exists(os.path.join(output_dir, written)):
+        os.makedirs(folder, exist_ok=True)
+        shutil.copy(os.path.join(output_dir, written), os.path.join(folder, page_name))
 
 
 def start_page(experiment: str, store: record_store.RecordStore, output: str, committed: str,
                new_names: set[str]) -> None:
   """Starts a new page folder ``output`` (``store`` then holds the committed records) from ``committed``: its files
-  and its rows' test outputs; a committed row named as one of ``new_names`` is kept as ``NAME (committed)``."""
+  and its rows' outputs; a committed row named as one of ``new_names`` is kept as ``NAME (committed)``."""
   if os.path.exists(store.path) or os.path.realpath(output) == os.path.realpath(committed):
     return
   os.makedirs(output, exist_ok=True)
@@ -263,7 +249,6 @@ def start_page(experiment: str, store: record_store.RecordStore, output: str, co
       shutil.copytree(os.path.join(committed, name), os.path.join(output, name), dirs_exist_ok=True)
     elif os.path.exists(os.path.join(committed, name)):
       shutil.copy(os.path.join(committed, name), os.path.join(output, name))
-  place_outputs(experiment, committed, output, page_names=True)
   rows = os.path.join(committed, ROW_OUTPUTS)
   for name in os.listdir(rows) if os.path.isdir(rows) else ():
     shutil.copytree(os.path.join(rows, name),  # a rerun after a failed one finds them there

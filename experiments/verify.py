@@ -261,8 +261,7 @@ def translation_outputs(experiment: str) -> dict[str, list[str]]:
   from experiments import translation_results
   store = record_store.RecordStore(os.path.join(record_store.COMMITTED, experiment))
   runs, _ = translation_results.stored_rows(store)
-  best = translation_results.best_row(runs)
-  return {name: translation_results.row_files(experiment, store.folder, name, best) for name in runs}
+  return {name: translation_results.row_files(experiment, store.folder, name) for name in runs}
 
 
 def check_bleu(tally: Tally, root: str, experiment: str, data: str) -> None:

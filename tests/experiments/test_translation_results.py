@@ -1,5 +1,5 @@
-"""experiments/translation_results.py: rows accumulate in records.json across invocations; the committed test
-output is the best-on-validation model's; the committed pages regenerate from their records."""
+"""experiments/translation_results.py: rows accumulate in records.json across invocations, each scored row's
+outputs in hypotheses/ROW/; the committed pages regenerate from their records."""
 import glob
 import json
 import os
@@ -69,41 +69,42 @@ def run_dir(tmp_path, name, text):
   return str(workdir)
 
 
-def test_rows_accumulate_and_best_hypotheses_are_kept(tmp_path):
+def outputs(output, row, name=HYPOTHESIS):
+  """The text of row ``row``'s output file ``name`` in the page folder ``output``."""
+  return (output / "hypotheses" / row / name).read_text()
+
+
+def test_rows_accumulate_and_each_keeps_its_outputs(tmp_path):
   output = tmp_path / "multi30k"
   output.mkdir()
   first = run_dir(tmp_path, "first", "erste\n")
   write_results(output, {"transformer_small": (summary(30.0, 31.0), first)})
-  assert (output / HYPOTHESIS).read_text() == "erste\n"
+  assert outputs(output, "transformer_small") == "erste\n"
   assert "Attention heatmaps" not in (output / "RESULTS.md").read_text()  # no plot folders yet
 
   (output / "alignment").mkdir()  # attention_plots.py output is linked once it exists
   (output / "alignment" / "README.md").write_text("# Attention maps\n")
   worse = run_dir(tmp_path, "worse", "schlechter\n")
   text = write_results(output, {"gru_bahdanau": (summary(20.0, 21.0), worse)})
-  assert (output / HYPOTHESIS).read_text() == "erste\n"  # a worse model on validation does not replace it
+  assert outputs(output, "transformer_small") == "erste\n" and outputs(output, "gru_bahdanau") == "schlechter\n"
   assert list(stored(output)) == ["transformer_small", "gru_bahdanau"]  # the order they were added
   main_table = text.split("Each row's test outputs")[0]
   rows = [line for line in main_table.splitlines() if line.startswith(("| transformer_small", "| gru"))]
   assert len(rows) == 2 and "| 31.00 | 31.50 |" in rows[0] and "| 21.00 | 21.50 |" in rows[1]
   assert "200 of 300 (stopped early of 400)" in rows[0]
-  assert "The best model on validation (transformer_small)" in text
+  assert "The best model on validation is transformer_small." in text
   assert "[RNN attention alignment](alignment/README.md)" in text and "(attention/README.md)" not in text
 
-  better = run_dir(tmp_path, "better", "besser\n")  # reporting a variant again replaces its row
+  better = run_dir(tmp_path, "better", "besser\n")  # reporting a variant again replaces its row and outputs
   text = write_results(output, {"gru_bahdanau": (summary(35.0, 36.0), better)})
-  assert (output / HYPOTHESIS).read_text() == "besser\n"
+  assert outputs(output, "gru_bahdanau") == "besser\n" and outputs(output, "transformer_small") == "erste\n"
   assert "| 36.00 |" in text and "| 21.00 |" not in text
+  assert "The best model on validation is gru_bahdanau." in text
   assert (output / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-
-  # The best row reported again, now worse but still the best of the table: its new output is committed.
-  rerun = run_dir(tmp_path, "rerun", "nochmal\n")
-  text = write_results(output, {"gru_bahdanau": (summary(33.0, 34.0), rerun)})
-  assert (output / HYPOTHESIS).read_text() == "nochmal\n"
-  assert "The best model on validation (gru_bahdanau)" in text
+  assert not list(output.glob("*.hyp.*"))  # no row's outputs outside its folder
 
 
-def test_the_other_test_sets_are_tabled_and_their_hypotheses_follow_the_best_row(tmp_path):
+def test_the_other_test_sets_are_tabled_and_their_hypotheses_kept_with_their_row(tmp_path):
   output = tmp_path / "multi30k"
   output.mkdir()
   others = {"test_2017_flickr": {"bleu": 33.0, "bleu_lowercase": 33.5},
@@ -113,23 +114,20 @@ def test_the_other_test_sets_are_tabled_and_their_hypotheses_follow_the_best_row
     (tmp_path / "first" / f"{split}.hyp.de").write_text(f"{split}\n")
   text = write_results(
       output, {"transformer_small": ({**summary(30.0, 31.0), "other_tests": others}, first)})
-  assert (output / "test_2017_flickr.hyp.de").read_text() == "test_2017_flickr\n"
-  assert (output / "test_2018_flickr.hyp.de").read_text() == "test_2018_flickr\n"
-  assert not (output / "test_2017_mscoco.hyp.de").exists()  # not scored: no file, a dash in the table
+  for split in others:
+    assert outputs(output, "transformer_small", f"{split}.hyp.de") == f"{split}\n"
+  assert not (output / "hypotheses" / "transformer_small" / "test_2017_mscoco.hyp.de").exists()  # a dash
   assert "| transformer_small | 33.00 | 33.50 | - | - | 29.00 | 29.25 |" in text
-  assert "gives `test_2016_flickr.hyp.de`, `test_2017_flickr.hyp.de`, `test_2018_flickr.hyp.de`" in text
 
-  worse = run_dir(tmp_path, "worse", "schlechter\n")  # a worse model, without the other sets: a row, no files
+  worse = run_dir(tmp_path, "worse", "schlechter\n")  # a model without the other sets: a row, no files
   text = write_results(output, {"gru_bahdanau": (summary(20.0, 21.0), worse)})
-  assert (output / "test_2017_flickr.hyp.de").read_text() == "test_2017_flickr\n"
+  assert outputs(output, "transformer_small", "test_2017_flickr.hyp.de") == "test_2017_flickr\n"
   assert "| gru_bahdanau | " not in text.split("The other test sets")[1].split("\n\n")[1]
 
-  better = run_dir(tmp_path, "better", "besser\n")  # the new best has no other sets: the old files go
-  text = write_results(output, {"gru_bahdanau": (summary(35.0, 36.0), better)})
-  assert (output / HYPOTHESIS).read_text() == "besser\n"
-  assert not (output / "test_2017_flickr.hyp.de").exists() and not (output / "test_2018_flickr.hyp.de").exists()
-  assert "gives `test_2016_flickr.hyp.de` (one line" in text
-  assert "| transformer_small | 33.00 |" in text  # its scores stay in the table
+  again = run_dir(tmp_path, "again", "nochmal\n")  # the row again without the other sets: its old files go
+  text = write_results(output, {"transformer_small": (summary(30.0, 31.0), again)})
+  assert os.listdir(output / "hypotheses" / "transformer_small") == [HYPOTHESIS]
+  assert "The other test sets" not in text
 
 
 @pytest.mark.parametrize("averaged_validation, chosen", [(33.0, "averaged"), (31.0, "best")])
@@ -305,8 +303,8 @@ def test_validation_only_runs_are_listed_beside_the_scored_ones_and_never_replac
   lost = translation_scores.validation_summary(args, "transformer_small", str(workdir))
   text = write_results(output, {}, {"more dropout": lost})
 
-  assert (output / HYPOTHESIS).read_text() == "a\n"
-  assert "The best model on validation (transformer_small)" in text
+  assert outputs(output, "transformer_small") == "a\n"
+  assert "The best model on validation is transformer_small." in text
   assert "test_bleu" not in stored(output)["more dropout"]["values"]  # recorded, not scored
   section = text.split("Every run by the validation BLEU")[1].split("\n\n")[1]  # the table after the caption
   rows = {line.split(" | ")[0][2:]: line for line in section.splitlines()[2:]}
@@ -395,7 +393,7 @@ def _fake_workdir(tmp_path, name, steps):
 
 def test_by_default_the_page_goes_to_a_new_folder_beside_the_committed_rows(tmp_path, monkeypatch, capsys):
   """main with --run alone: the committed page (here a copy, and the repository's own) keeps its bytes; the new
-  folder WORKDIR/results shows the new row beside the committed ones, with the committed best row's output."""
+  folder WORKDIR/results shows the new row beside the committed ones, each with its outputs."""
   committed = _committed_copy(tmp_path)
   monkeypatch.setattr(record_store, "COMMITTED", str(committed.parent))
   before, repository_before = _file_bytes(committed), _file_bytes(
@@ -413,8 +411,10 @@ def test_by_default_the_page_goes_to_a_new_folder_beside_the_committed_rows(tmp_
   assert list(rows) == [name if name != "transformer_small" else f"{name} (committed)"  # in its place
                         for name in committed_rows] + ["transformer_small"]
   assert rows["transformer_small (committed)"]["values"] == committed_rows["transformer_small"]["values"]
-  # The new run is worse on validation: the test output is still the committed best row's, which came with it.
-  assert (output / HYPOTHESIS).read_bytes() == (committed / HYPOTHESIS).read_bytes()
+  for row in os.listdir(committed / "hypotheses"):  # the committed rows' outputs came with them
+    new_name = f"{row} (committed)" if row == "transformer_small" else row
+    assert _file_bytes(output / "hypotheses" / new_name) == _file_bytes(committed / "hypotheses" / row)
+  assert outputs(output, "transformer_small") == "kurz\n"
   text = (output / "RESULTS.md").read_text()
   assert "| transformer_small | " in text and "| transformer_small (committed) | " in text
 
@@ -449,17 +449,11 @@ def test_a_committed_row_is_replaced_only_by_a_run_at_least_as_long(tmp_path, mo
   text = write_results(committed, {
       "transformer_small": ({**summary(50.0, 51.0), "steps_trained": recorded}, longer)}, replace_only_longer=True)
   assert stored(committed)["transformer_small"]["values"]["test_bleu"] == 51.0
-  assert (committed / HYPOTHESIS).read_text() == "lang\n" and "| 51.00 |" in text
+  assert outputs(committed, "transformer_small") == "lang\n" and "| 51.00 |" in text
 
-  # --force (replace_only_longer=False) lets a shorter run replace it; the best row (gru_bahdanau now) was not
-  # the one whose output the folder held, so that output goes and the page says so.
-  text = write_results(committed, {
-      "transformer_small": ({**summary(9.86, 9.5), "steps_trained": 300}, short)})
-  rows = stored(committed)
-  assert rows["transformer_small"]["steps"] == 300
-  best = max(rows, key=lambda name: rows[name]["values"]["validation_bleu"])
-  assert best != "transformer_small" and not (committed / HYPOTHESIS).exists()
-  assert f"The best model on validation ({best}) has no test output in this folder" in text
+  # --force (replace_only_longer=False) lets a shorter run replace it, outputs included.
+  write_results(committed, {"transformer_small": ({**summary(9.86, 9.5), "steps_trained": 300}, short)})
+  assert stored(committed)["transformer_small"]["steps"] == 300 and outputs(committed, "transformer_small") == "kurz\n"
 
 
 def test_averaging_more_checkpoints_than_a_run_kept_is_refused_naming_them(tmp_path):
@@ -499,8 +493,8 @@ def test_rows_of_one_setting_over_seeds_are_tabled_with_their_mean_and_each_seed
 
 
 def test_every_scored_row_keeps_its_test_output_and_the_page_says_where(tmp_path):
-  """The best row's outputs are the page's files; every other row's are in hypotheses/ROW/, and a best row
-  that is beaten moves its files there, so each test BLEU of the table can be recomputed."""
+  """Every row's outputs are in hypotheses/ROW/ and the outputs table lists them, so each test BLEU of the table
+  can be recomputed; a row without them says how to make them."""
   output = tmp_path / "multi30k"
   output.mkdir()
   first = run_dir(tmp_path, "first", "erste\n")
@@ -508,17 +502,15 @@ def test_every_scored_row_keeps_its_test_output_and_the_page_says_where(tmp_path
   worse = run_dir(tmp_path, "worse", "schlecht\n")
   (tmp_path / "worse" / "validation.eval.hyp.de").write_text("validiert\n")  # what --mode=eval writes
   write_results(output, {"gru_bahdanau": (summary(20.0, 21.0), worse)})
-  assert (output / "hypotheses" / "gru_bahdanau" / HYPOTHESIS).read_text() == "schlecht\n"
   text = write_results(
       output, {"best": (summary(35.0, 36.0), run_dir(tmp_path, "best", "beste\n"))})
-  assert (output / HYPOTHESIS).read_text() == "beste\n"
-  assert (output / "hypotheses" / "transformer_small" / HYPOTHESIS).read_text() == "erste\n"  # moved, not lost
-  assert not (output / "hypotheses" / "best").exists()
+  assert [outputs(output, row) for row in ("transformer_small", "gru_bahdanau", "best")] == [
+      "erste\n", "schlecht\n", "beste\n"]
   table = read_markdown_table(text.split("Each row's test outputs")[1], "model")
   listed = {row["model"]: row["test outputs in this folder"] for row in table}
   assert listed == {"transformer_small": f"`hypotheses/transformer_small/{HYPOTHESIS}`",
                     "gru_bahdanau": f"`hypotheses/gru_bahdanau/{HYPOTHESIS}`",
-                    "best": f"`{HYPOTHESIS}`"}
+                    "best": f"`hypotheses/best/{HYPOTHESIS}`"}
   # The validation outputs behind the validation BLEU column, or a row's mark that they were not kept.
   validation = {row["model"]: row["validation outputs (chose the checkpoint and alpha)"] for row in table}
   assert validation["gru_bahdanau"] == "`hypotheses/gru_bahdanau/validation.hyp.de`"
@@ -556,8 +548,8 @@ def test_the_committed_page_is_regenerated_from_its_records_alone(experiment, tm
 
 @pytest.mark.parametrize("best_first", [False, True])
 def test_the_best_row_reported_again_beside_a_better_run_keeps_its_new_outputs(tmp_path, best_first):
-  """One invocation re-reports the best row (now worse) and adds a better run, in either order: the better run's
-  outputs become the page's, and the re-reported row's folder holds its new run's outputs, not its old ones."""
+  """One invocation re-reports the best row (now worse) and adds a better run, in either order: each row's folder
+  holds its new run's outputs, the re-reported row's not its old ones."""
   output = tmp_path / "multi30k"
   output.mkdir()
   write_results(output, {"transformer_small": (summary(30.0, 31.0), run_dir(tmp_path, "old", "alt\n")),
@@ -565,10 +557,7 @@ def test_the_best_row_reported_again_beside_a_better_run_keeps_its_new_outputs(t
   new_runs = {"transformer_small": (summary(25.0, 26.0), run_dir(tmp_path, "new", "neu\n")),
               "best": (summary(35.0, 36.0), run_dir(tmp_path, "best", "beste\n"))}
   write_results(output, dict(reversed(new_runs.items())) if best_first else new_runs)
-  assert (output / HYPOTHESIS).read_text() == "beste\n"
-  assert (output / "hypotheses" / "transformer_small" / HYPOTHESIS).read_text() == "neu\n"
-  assert (output / "hypotheses" / "gru_bahdanau" / HYPOTHESIS).read_text() == "gru\n"
-  assert not (output / "hypotheses" / "best").exists()
+  assert [outputs(output, row) for row in ("best", "transformer_small", "gru_bahdanau")] == ["beste\n", "neu\n", "gru\n"]
 
 
 def test_no_run_and_no_records_refuses_instead_of_writing_an_empty_page(tmp_path, monkeypatch):
