@@ -117,7 +117,7 @@ def collect(store: record_store.RecordStore, folder: str, args, not_scored: dict
   if not workdirs:  # a mistyped root would otherwise rewrite the page from the records alone, silently
     raise UserError(f"--workdir_root={workdir_root} holds no run of {', '.join(VARIANTS)} (a folder "
                            "<root>/<variant> with config.json); give the root of the runs, or --from_records.")
-  store.check({variant: max((r["step"] for r in launching.run_metrics(workdir)), default=0)  # before scoring
+  store.check({variant: launching.run_metrics(workdir).last_step  # before scoring
                for variant, workdir in workdirs.items()})
   curves = {}
   for variant, workdir in workdirs.items():

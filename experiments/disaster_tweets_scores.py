@@ -32,12 +32,10 @@ def score_run(workdir: str) -> dict:
       probabilities[name].update(ids=data.ids, labels=data.labels)
       probabilities[name]["seeds"].append(
           model.task.split_probabilities(model.model_config, model.params, split)[:, POSITIVE_CLASS])
-  records = launching.run_metrics(workdir)
-  f1_at_step = {r["step"]: r["eval/f1"] for r in records if "eval/f1" in r}
-  return {"config": config, "probabilities": probabilities, "step": model.step, "records": records,
-          **score_probabilities(probabilities), "validation_f1": f1_at_step.get(model.step),
-          "last_step": max((r["step"] for r in records), default=0),
-          "wall_seconds": max((r.get("wall_seconds", 0.0) for r in records), default=0.0)}
+  metrics = launching.run_metrics(workdir)
+  return {"config": config, "probabilities": probabilities, "step": model.step, "records": list(metrics.records),
+          **score_probabilities(probabilities), "validation_f1": dict(metrics.values("eval/f1")).get(model.step),
+          "last_step": metrics.last_step, "wall_seconds": metrics.progress[1]}
 
 
 def score_probabilities(probabilities: dict) -> dict:

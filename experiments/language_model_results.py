@@ -19,7 +19,6 @@ from experiments.language_model import get_config
 from transformer import plot
 from transformer.errors import UserError
 from transformer.tasks.language_model import log_probs_metrics, read_log_probs
-from transformer.train.run_directory import MetricsLog
 
 VARIANT = "small"
 PROMPTS = ("A man in a red shirt", "Two dogs", "A group of children are", "A woman", "")
@@ -52,9 +51,9 @@ def collect(store: record_store.RecordStore, folder: str, args) -> None:
   """The row of the run in ``<workdir_root>/small`` (scores, the model and data it describes, greedy
   continuations) and ``folder/curves.png``."""
   workdir = os.path.join(args.workdir_root, VARIANT)
-  records = launching.run_metrics(workdir)
-  store.check({VARIANT: records[-1]["step"]})  # before loading and decoding
-  metrics = MetricsLog(tuple(records))
+  metrics = launching.run_metrics(workdir)
+  steps, wall_seconds = metrics.progress
+  store.check({VARIANT: steps})  # before loading and decoding
   best = metrics.best("eval/perplexity", mode="min")
   model, run_config = transformer.load(workdir), transformer.read_run_config(workdir)
   model_config, data = model.model_config, model.task.data
@@ -66,15 +65,15 @@ def collect(store: record_store.RecordStore, folder: str, args) -> None:
   values = {
       "best_step": best["step"], **log_probs_values(scored), "workdir": workdir, "checkpoint_step": model.step,
       "logged": {"nll": best["eval/nll"], "perplexity": best["eval/perplexity"]},
-      "wall_seconds": records[-1]["wall_seconds"], "tokens_per_second": metrics.median_rate("train/tokens_per_second"),
+      "wall_seconds": wall_seconds, "tokens_per_second": metrics.median_rate("train/tokens_per_second"),
       "model": {name: getattr(model_config, name) for name in ("num_decoder_layers", "d_model", "num_heads",
                                                                 "d_ff", "vocab_size")},
       "tokenizer_type": run_config.task.tokenizer_type, "pieces_per_word": data.pieces_per_word,
       "split": split, "max_length": run_config.task.max_length,
       "continuations": [list(pair) for pair in zip(PROMPTS, model.continue_texts(list(PROMPTS)))]}
-  output_pages.add_row(store, VARIANT, records[-1]["step"], command, values, row, HEADER, RECOMPUTED_COLUMNS,
+  output_pages.add_row(store, VARIANT, steps, command, values, row, HEADER, RECOMPUTED_COLUMNS,
                        run_key="workdir")
-  plot.plot_curves({VARIANT: records}, ["train/loss", "eval/perplexity"], os.path.join(folder, "curves.png"),
+  plot.plot_curves({VARIANT: list(metrics.records)}, ["train/loss", "eval/perplexity"], os.path.join(folder, "curves.png"),
                    "Multi30k English language model")
 
 

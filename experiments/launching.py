@@ -20,14 +20,14 @@ from transformer.errors import UserError
 from transformer.tasks import TASK_CONFIGS
 from transformer.train.replicas import SWEEPABLE
 from transformer.train.run_config import RunConfig
-from transformer.train.run_directory import METRICS, RunDirectory, read_metrics
+from transformer.train.run_directory import METRICS, MetricsLog, RunDirectory
 
 
-def run_metrics(workdir: str) -> list[dict]:
-  """The records of a training run's ``metrics.jsonl``; a ``UserError`` naming the folder when it holds none."""
+def run_metrics(workdir: str) -> MetricsLog:
+  """A training run's ``metrics.jsonl``; a ``UserError`` naming the folder when it holds none."""
   if not RunDirectory(workdir).has(METRICS):
     raise UserError(f"{workdir} holds no metrics.jsonl: give the workdir of a training run (launch.py --workdir).")
-  return read_metrics(workdir)
+  return RunDirectory(workdir).metrics()
 
 
 def first_reaching(records: list[dict], name: str, threshold: float) -> dict | None:

@@ -204,7 +204,7 @@ def main(argv: list[str] | None = None) -> None:
   def collect(store: record_store.RecordStore, folder: str) -> None:
     start_page(experiment, store, folder, committed, {name for name, _, _ in specs})  # before the new rows' files
     # Before the runs are decoded: a refused row costs nothing.
-    store.check({name: translation_scores.progress(launching.run_metrics(workdir))[0] for name, _, workdir in specs})
+    store.check({name: launching.run_metrics(workdir).progress[0] for name, _, workdir in specs})
     if args.validation_only:
       add_runs(experiment, store, folder, {}, {name: translation_scores.validation_summary(args, variant, workdir)
                                                for name, variant, workdir in specs})

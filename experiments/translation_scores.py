@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
-import math
 import os
 import shlex
 import shutil
@@ -15,7 +14,7 @@ from transformer.errors import ConfigError, UserError
 from transformer.tasks.metrics import bleu_by_reference_length
 from transformer.train.convert_run import upgrade_config
 from transformer.train.run_config import RunConfig
-from transformer.train.run_directory import CHECKPOINTS, EVAL_RESULTS, MODEL_CONFIG, MetricsLog, RunDirectory
+from transformer.train.run_directory import CHECKPOINTS, EVAL_RESULTS, MODEL_CONFIG, RunDirectory
 from transformer.train.saved_run import record_defaults
 
 TEST_SPLIT = {"multi30k": "test_2016_flickr", "iwslt15_en_vi": "test"}
@@ -108,17 +107,12 @@ def test_bleu_by_reference_length(args: argparse.Namespace, config: dict, output
   return bleu_by_reference_length(hypotheses, test_references(args, config), config["task"].get("bleu_tokenize", "13a"))
 
 
-def progress(metrics: list[dict]) -> tuple[int, float]:
-  """``(steps, wall seconds)`` a run's ``metrics`` record last (``(0, nan)`` before its first log)."""
-  return (MetricsLog(tuple(metrics)).values("wall_seconds") or [(0, math.nan)])[-1]
-
-
 def trained_run(args: argparse.Namespace, variant: str, workdir: str) -> dict:
   """What a row says of a run from its workdir alone (no decoding)."""
   directory = RunDirectory(workdir)
   config, model = directory.config_values(any_format=True), directory.read_json(MODEL_CONFIG)
   metrics = launching.run_metrics(workdir)
-  steps, wall_seconds = progress(metrics)
+  steps, wall_seconds = metrics.progress
   return {
       "size": (f"{model['num_encoder_layers']}+{model['num_decoder_layers']} layers, d_model {model['d_model']}"
                if "d_model" in model else f"{model['cell']}, {model['attention']}, hidden {model['hidden_dim']}"),
@@ -127,7 +121,7 @@ def trained_run(args: argparse.Namespace, variant: str, workdir: str) -> dict:
       "config": config, "source_dir": args.source_dir or "$TRANSFORMER_DATA_DIR",
       "hardware": args.hardware or record_store.machine_description(), "note": args.note,
       "curves": [{k: v for k, v in r.items() if k == "step" or k in CURVES}
-                 for r in metrics if any(k in r for k in CURVES)],
+                 for r in metrics.records if any(k in r for k in CURVES)],
   }
 
 

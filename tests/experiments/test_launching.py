@@ -1,11 +1,13 @@
 """experiments/launching.py: a command parsed as launch.py parses it, and a folder without metrics is one line."""
 import argparse
+import math
 
 import pytest
 
 from experiments import launching, pages
 from tests.train.conftest import load_experiment_config
 from transformer.errors import UserError
+from transformer.train.run_directory import MetricsLog
 
 
 def test_launch_config_parses_a_command_as_launch_py_does():
@@ -20,7 +22,11 @@ def test_a_folder_without_metrics_and_a_negative_count_are_one_line_errors(tmp_p
   with pytest.raises(UserError, match=f"{tmp_path} holds no metrics.jsonl: give the workdir of a training run"):
     launching.run_metrics(str(tmp_path))
   (tmp_path / "metrics.jsonl").write_text('{"step": 10, "train/loss": 1.5}\n')
-  assert launching.run_metrics(str(tmp_path)) == [{"step": 10, "train/loss": 1.5}]
+  assert launching.run_metrics(str(tmp_path)).records == ({"step": 10, "train/loss": 1.5},)
+  # How far a run got and how long it took: the last record that times it (evaluations are not timed).
+  log = MetricsLog(({"step": 5, "wall_seconds": 1.0}, {"step": 10, "wall_seconds": 2.5}, {"step": 12, "eval/f1": 0.7}))
+  assert log.progress == (10, 2.5) and log.last_step == 12
+  assert MetricsLog().progress[0] == 0 and math.isnan(MetricsLog().progress[1])
   assert pages.non_negative_int("0") == 0 and pages.non_negative_int("5") == 5
   for bad in ("-3", "2.5", "x"):
     with pytest.raises(argparse.ArgumentTypeError, match=f"must be an integer >= 0, got {bad}"):

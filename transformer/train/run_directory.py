@@ -114,6 +114,12 @@ class MetricsLog:
     """The last step logged or evaluated (0 for none)."""
     return max((record["step"] for record in self.records), default=0)
 
+  @property
+  def progress(self) -> tuple[int, float]:
+    """``(step, wall seconds)`` of the last record that times the run (``(0, nan)`` before the first log)."""
+    timed = self.values("wall_seconds")
+    return timed[-1] if timed else (0, float("nan"))
+
   def with_prefix(self, prefix: str) -> list[dict]:
     """The records holding a metric named ``prefix...`` (e.g. ``"eval/"``), each cut down to those metrics and
     its step."""
