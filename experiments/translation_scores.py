@@ -67,10 +67,7 @@ def evaluate(args: argparse.Namespace, variant: str, workdir: str, average_check
   newest = max((os.path.getmtime(os.path.join(checkpoints, s)) for s in os.listdir(checkpoints)), default=0)
   fresh = os.path.exists(path) and os.path.getmtime(path) >= newest
   results = directory.eval_results(average_checkpoints) if fresh else {}
-  experiment = importlib.import_module(f"experiments.{args.experiment}")
-  # Results from before the experiment chose alpha on validation are stale too.
-  if not results or (f"{TEST_SPLIT[args.experiment]}/length_penalty" not in results
-                     and experiment.get_config(variant).task.length_penalty_candidates):
+  if not results:
     run_config = directory.config_values(any_format=True)  # the run's settings, should the variant change
     launching.run_launch([f"--config=experiments/{args.experiment}.py:{variant}", f"--workdir={workdir}",
                           "--mode=eval", "--config.quiet=True", f"--config.average_checkpoints={average_checkpoints}",
