@@ -7,8 +7,10 @@
 Reads the runs ``<workdir_root>/<variant>-<hours>h`` (nothing is trained here) and keeps per model the input window of
 lowest validation MAE (2013), whose seeds forecast the test windows every run has (``forecasts_2014.npz``); runs on
 other inputs than published (``...h-pm25_only``, ``...h-all_inputs``) are never kept, they forecast the same windows
-into ``forecasts_2014_equal_inputs.npz``. With each run's row (``records.json``) these give every number and plot of
-the page, all that ``--from_records`` reads (a new folder: the committed ones). Prose: beijing_pm25/page_template.md.
+into ``forecasts_2014_equal_inputs.npz``. Every run's seeds forecast its own validation windows into
+``forecasts_validation.npz`` (the rows recorded before keep theirs), which gives the validation MAEs. With each run's
+row (``records.json``) these give every number and plot of the page, all that ``--from_records`` reads (a new
+folder: the committed ones). Prose: beijing_pm25/page_template.md.
 """
 from __future__ import annotations
 
@@ -18,11 +20,13 @@ import numpy as np
 
 from experiments import pages, record_store, stats
 from experiments.beijing_pm25 import RECURRENT, TRANSFORMERS, WINDOW_CANDIDATES
+from experiments.beijing_pm25_forecasts import (
+    BASELINES, COMMITTED_DIR, EQUAL_INPUTS_FILE, FORECASTS_FILE, VALIDATION_FILE, equal_inputs_data, forecasts_path,
+    load_forecasts)
 from experiments.beijing_pm25_scores import (
-    BASELINES, BOOTSTRAP_BLOCK_HOURS, BOOTSTRAP_RESAMPLES, COMMITTED_DIR, EQUAL_INPUTS_FILE, FORECASTS_FILE, MODELS,
-    best_of, better_at, equal_input_pairs, equal_input_runs, equal_inputs_data, forecasts_path, kept_windows,
-    largest_month, load_forecasts, paired_comparison, reads_pm25_only, record_runs, run_command, run_order,
-    test_metrics, validation_maes)
+    BOOTSTRAP_BLOCK_HOURS, BOOTSTRAP_RESAMPLES, MODELS, best_of, better_at, equal_input_pairs, equal_input_runs,
+    kept_windows, largest_month, logged_validation_rows, paired_comparison, reads_pm25_only, record_runs,
+    run_command, run_order, test_metrics, validation_maes)
 from transformer import plot
 from transformer.tasks.forecasting import PREDICTIONS_FILE
 
@@ -161,7 +165,8 @@ def plot_forecasts(data: dict, names: list[str], path: str) -> None:
 
 
 def window_table(tried: dict[str, dict[int, float]], kept: dict[str, int]) -> str:
-  """Validation MAE of each model and window (``validation_maes``); the kept one in bold."""
+  """Validation MAE of each model and window (``validation_maes``: from the committed validation forecasts where
+  they are there); the kept one in bold."""
   windows = sorted({hours for candidates in WINDOW_CANDIDATES.values() for hours in candidates}
                    | {hours for by_hours in tried.values() for hours in by_hours})
   rows = [[name] + [("**{:.2f}**" if hours == kept.get(name) else "{:.2f}").format(tried[name][hours])
@@ -197,6 +202,8 @@ def render(store: record_store.RecordStore, folder: str, committed: bool) -> str
              for hours in WINDOW_CANDIDATES[name] if f"{name}-{hours}h" not in store]
   names, origins = sorted(store, key=run_order), data["origin_time"]
   mae, rmse = (error_table(metrics, metric, horizons, ["model", "input hours"], kept) for metric in ("mae", "rmse"))
+  logged = logged_validation_rows(store)  # the rows of no committed validation forecasts
+  logged_note = TEMPLATE["logged"].substitute(rows=", ".join(logged)) if logged else ""
   return TEMPLATE["page"].substitute(
       root=",".join(store.distinct(names, "workdir_root")), flag=" --update_committed" if committed else "",
       machine="; ".join(store.distinct(names)), horizons=", ".join(map(str, horizons)),
@@ -204,10 +211,24 @@ def render(store: record_store.RecordStore, folder: str, committed: bool) -> str
       comparison=comparison_section(data, metrics, transformer, recurrent) if both else "",
       equal_inputs=equal_inputs_section(store, data, folder),
       published_ranking=published_ranking(metrics, horizons), window_table=window_table(tried, kept),
+      validation_forecasts=VALIDATION_FILE, logged=logged_note,
       runs=runs_table(store), eval_every=", ".join(map(str, store.distinct(names, "eval_every"))),
       not_run="\n".join(["", "Not run yet:", ""] + not_run) if not_run else "",
       predictions=PREDICTIONS_FILE, forecasts=FORECASTS_FILE, num_horizons=len(horizons),
       resamples=f"{BOOTSTRAP_RESAMPLES:,}", block_days=BOOTSTRAP_BLOCK_HOURS // 24) + "\n"
+
+
+def not_committed(folder: str) -> list[tuple[str, str]]:
+  """For ``experiments.verify``, which lists them as not verified: (what, why) of the page's numbers that nothing
+  committed in ``folder`` besides ``records.json`` gives: the validation MAEs of the rows of no validation
+  forecasts."""
+  store = record_store.RecordStore(folder)
+  logged = logged_validation_rows(store)
+  if not logged:
+    return []
+  return [(f"the validation MAE of {', '.join(logged)} (input window table)",
+           f"their training logs' eval/mae: recorded before {VALIDATION_FILE} was kept, from workdirs since gone "
+           f"({', '.join(store.distinct(logged, 'workdir_root'))}); recording their reruns adds them")]
 
 
 def main(argv=None) -> str:

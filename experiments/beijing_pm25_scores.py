@@ -1,4 +1,4 @@
-"""The Beijing PM2.5 runs' records, kept input windows, test forecasts and paired comparisons for the results page."""
+"""The Beijing PM2.5 runs' records, kept input windows, scores and paired comparisons for the results page."""
 from __future__ import annotations
 
 import os
@@ -8,19 +8,18 @@ import numpy as np
 
 from experiments import launching, record_store, stats
 from experiments.beijing_pm25 import RECURRENT, TRANSFORMERS, WINDOW_CANDIDATES, get_config
-from transformer import load, read_run_config
+from experiments.beijing_pm25_forecasts import (
+    EQUAL_INPUTS_FILE, FORECASTS_FILE, VALIDATION_FILE, forecasts_path, load_forecasts, validation_path,
+    write_forecasts, write_validation_forecasts)
+from transformer import read_run_config
 from transformer.errors import UserError
 from transformer.nn.forecasters import CHANNEL_INDEPENDENT
 from transformer.tasks.metrics import forecast_metrics
 from transformer.train.run_directory import CHECKPOINTS, RunDirectory
 
 MODELS = RECURRENT + TRANSFORMERS + ("dlinear",)
-BASELINES = ("persistence", "daily_persistence")
 # A row's name; ``-pm25_only`` or ``-all_inputs``: a run on other inputs than its variant's published ones.
 RUN_NAME = re.compile(r"^(?P<variant>[a-z_]+)-(?P<hours>\d+)h(?:-(?P<inputs>pm25_only|all_inputs))?$")
-COMMITTED_DIR = os.path.join(record_store.COMMITTED, "beijing_pm25")
-FORECASTS_FILE = "forecasts_2014.npz"
-EQUAL_INPUTS_FILE = "forecasts_2014_equal_inputs.npz"  # the equal-input comparison's runs, FORECASTS_FILE's windows
 BOOTSTRAP_BLOCK_HOURS = 168  # nearby origins share target hours and weather episodes: resample whole weeks of them
 BOOTSTRAP_RESAMPLES = 10_000  # enough that an interval's first decimal does not move with the resampling seed
 
@@ -68,7 +67,8 @@ def run_values(row: str, workdir: str, config) -> dict:
 
 
 def record_runs(store: record_store.RecordStore, folder: str, workdir_root: str) -> None:
-  """Records the runs under ``workdir_root``; writes the test forecasts of the kept and equal-input ones there."""
+  """Records the runs under ``workdir_root`` and writes into ``folder`` their validation forecasts (with the rows
+  recorded before) and the test forecasts of the kept and equal-input ones."""
   runs = find_runs(workdir_root)
   if not runs:
     commands = [f"- {name}: `{run_command(name, hours)}`" for name in MODELS for hours in WINDOW_CANDIDATES[name]]
@@ -84,6 +84,7 @@ def record_runs(store: record_store.RecordStore, folder: str, workdir_root: str)
               "validation_mae": best["eval/mae"], "wall_seconds": last[row][1], "steps_per_second": log.median_rate()}
     store.add(row, steps=last[row][0], command=run_command(values["model"], values["hours"], config),
               machine=record_store.machine_description(), values=values)
+  write_validation_forecasts(runs, os.path.join(folder, VALIDATION_FILE), validation_path(store))
   kept = sorted(kept_windows(store).items(), key=lambda item: -item[1])  # the longest input window first
   workdirs = {name: runs[f"{name}-{hours}h"] for name, hours in kept if f"{name}-{hours}h" in runs}
   if workdirs:  # else every model's kept run is an earlier one: its forecasts stay
@@ -95,11 +96,33 @@ def record_runs(store: record_store.RecordStore, folder: str, workdir_root: str)
 
 
 def validation_maes(store: record_store.RecordStore) -> dict[str, dict[int, float]]:
-  """Model -> {input hours: validation MAE} of the store's runs on published inputs (the others are never kept)."""
-  tried = {}
-  for values in (record["values"] for record in store.records.values() if "inputs" not in record["values"]):
-    tried.setdefault(values["model"], {})[values["hours"]] = values["validation_mae"]
+  """Model -> {input hours: validation MAE} of the store's runs on published inputs (the others are never kept):
+  recomputed from the run's validation forecasts (``validation_path``) where they are there, else its training
+  log's best ``eval/mae``, as recorded."""
+  recomputed, tried = recomputed_validation_maes(validation_path(store)), {}
+  for row, values in ((row, store[row]["values"]) for row in store if "inputs" not in store[row]["values"]):
+    tried.setdefault(values["model"], {})[values["hours"]] = recomputed.get(row, values["validation_mae"])
   return tried
+
+
+def recomputed_validation_maes(path: str) -> dict[str, float]:
+  """Row -> the validation MAE of its forecasts in ``write_validation_forecasts``' file (none: {}): per seed the mean
+  absolute error over every measured target of the row's windows, horizons pooled, as training's ``eval/mae``;
+  the mean over seeds."""
+  data = load_forecasts(path) if os.path.exists(path) else {"forecasts": {}}
+  maes = {}
+  for row, forecasts in data["forecasts"].items():  # [seeds, windows, H], NaN on windows of other rows only
+    scored = data["mask"] & np.isfinite(forecasts)
+    errors = np.where(scored, np.abs(np.nan_to_num(forecasts) - np.nan_to_num(data["actual"])), 0.0)
+    maes[row] = float((errors.sum(axis=(1, 2)) / scored.sum(axis=(1, 2))).mean())
+  return maes
+
+
+def logged_validation_rows(store: record_store.RecordStore) -> list[str]:
+  """The rows on published inputs whose validation MAE is their training log's: ``validation_path`` lacks them."""
+  recomputed = recomputed_validation_maes(validation_path(store))
+  return [row for row in sorted(store, key=run_order) if "inputs" not in store[row]["values"]
+          and row not in recomputed]
 
 
 def kept_windows(store: record_store.RecordStore) -> dict[str, int]:
@@ -123,57 +146,6 @@ def equal_input_runs(store: record_store.RecordStore) -> dict[str, str]:
       rows[published] = values["model"] if kept.get(values["model"]) == values["hours"] else published
       rows[row] = row
   return dict(sorted(rows.items(), key=lambda item: (*run_order(item[0]), item[0])))
-
-
-def write_forecasts(workdirs: dict[str, str], path: str, origins: np.ndarray | None = None) -> None:
-  """Writes ``load_forecasts``' file (tenths of µg/m³): every seed's forecasts of the first run's test windows (the
-  longest input window's: every run has them) with the baselines', or of ``origins`` without baselines."""
-  forecasts, common = {}, None
-  for name, workdir in workdirs.items():
-    seeds = []  # every seed of the run, restored from its best checkpoint
-    for replica in range(read_run_config(workdir).num_seeds):
-      model = load(workdir, replica=replica)
-      split = model.task.predict_split(model.model_config, model.params, "test")
-      seeds.append(split["forecast"])
-    if common is None:
-      common, task = split, model.task
-      forecasts.update({baseline: forecast[None] for baseline, forecast in
-                        task.series.baselines(task.windows("test")).items() if origins is None})
-    wanted = common["origin_time"] if origins is None else origins.astype(split["origin_time"].dtype)
-    rows = np.minimum(np.searchsorted(split["origin_time"], wanted), len(split["origin_time"]) - 1)
-    if not np.array_equal(split["origin_time"][rows], wanted):
-      raise ValueError(f"write_forecasts: the run of {name} lacks some of the common test origins")
-    forecasts[name] = np.stack(seeds)[:, rows]
-  arrays = {"origin_time": wanted.astype("datetime64[h]").astype(np.int64)}
-  if origins is None:
-    arrays.update(horizons=np.asarray(task.horizons),
-                  actual=np.where(common["mask"], np.round(np.nan_to_num(common["actual"]) * 10), -1))
-  arrays.update({name: np.round(np.nan_to_num(values, nan=-0.1) * 10) for name, values in forecasts.items()})
-  for name in arrays.keys() - {"origin_time", "horizons"}:  # int32 past 3276.7 µg/m³ (int16 would wrap)
-    fits = np.abs(arrays[name]).max() < np.iinfo(np.int16).max
-    arrays[name] = arrays[name].astype(np.int16 if fits else np.int32)
-  np.savez_compressed(path, **arrays)
-
-
-def forecasts_path(name: str, folder: str, committed: str = COMMITTED_DIR) -> str:
-  """``folder/name`` where it exists, else the committed page's (a new folder starts from the committed records)."""
-  path = os.path.join(folder, name)
-  return path if os.path.exists(path) else os.path.join(committed, name)
-
-
-def load_forecasts(path: str) -> dict:
-  """``write_forecasts``' file in µg/m³: ``horizons``, ``origin_time`` [windows], ``target_time``, ``actual`` (NaN
-  where unmeasured), ``mask`` [windows, H], ``forecasts``: model -> [seeds, windows, H] (baselines first)."""
-  saved = np.load(path)
-  horizons, mask = saved["horizons"].tolist(), saved["actual"] >= 0
-  origins = saved["origin_time"].astype("datetime64[h]")
-  names = [name for name in BASELINES if name in saved] + sorted(
-      set(saved.files) - {"origin_time", "horizons", "actual", *BASELINES})
-  return {"horizons": horizons, "origin_time": origins, "mask": mask,
-          "target_time": origins[:, None] + np.asarray(horizons).astype("timedelta64[h]"),
-          "actual": np.where(mask, saved["actual"] / 10, np.nan),
-          "forecasts": {name: np.where((saved[name] == -1) & (name in BASELINES), np.nan, saved[name] / 10)
-                        for name in names}}  # a baseline's -0.1, before the split's first measurement: NaN
 
 
 def test_metrics(data: dict) -> dict:
@@ -214,16 +186,6 @@ def paired_comparison(data: dict, metrics: dict, first: str, second: str) -> lis
                  "ensemble": [ensembles[key][index] for key in ("difference", "low", "high")],
                  "welch": stats.welch_text(a, b, brief=True) if len(a) > 1 and len(b) > 1 else "-"})
   return rows
-
-
-def equal_inputs_data(data: dict, path: str, rows: dict[str, str]) -> dict:
-  """``data`` with ``forecasts`` row -> [seeds, windows, H] of those ``rows`` in it or in the ``EQUAL_INPUTS_FILE``."""
-  saved = np.load(path) if os.path.exists(path) else {}
-  if len(saved) and not np.array_equal(saved["origin_time"], data["origin_time"].astype(np.int64)):
-    raise ValueError(f"{path} holds other test windows than {FORECASTS_FILE}; write both from the same runs")
-  forecasts = {row: data["forecasts"][name] if name != row else saved[row] / 10 for row, name in rows.items()
-               if (name != row and name in data["forecasts"]) or (name == row and row in saved)}
-  return {**data, "forecasts": forecasts}
 
 
 def equal_input_pairs(store: record_store.RecordStore, rows: list[str]) -> list[tuple[str, str]]:

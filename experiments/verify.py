@@ -4,9 +4,10 @@
     python -m experiments.verify --root=DIR      # copies of the pages in DIR (the repository's layout)
 
 What it recomputes, from the committed files only (nothing is trained or decoded):
-- every results page, written again from its ``records.json`` (and PM2.5's ``forecasts_2014*.npz``) by its own script
+- every results page, written again from its ``records.json`` (and PM2.5's ``forecasts_*.npz``) by its own script
   (``--from_records``): every number of the page must come out as printed. The PM2.5 tables, intervals and
-  t-tests are computed there from the committed forecasts; the ablations' statistics from the per-seed values;
+  t-tests are computed there from the committed test forecasts, its validation MAEs from the committed validation
+  forecasts; the ablations' statistics from the per-seed values;
 - the numbers a page's rows rest on, from the outputs committed beside it (``recompute`` of its results script,
   the row printed again by its ``row``): synthetic exact match and token accuracy from the decoded held-out
   outputs, the LM's perplexities and cross-entropy from per-sentence log-probabilities, Disaster Tweets' F1,
@@ -20,8 +21,8 @@ What it recomputes, from the committed files only (nothing is trained or decoded
 - every result in the README's results table and in ``benchmarks/README.md``'s target table against the page it
   links (the number as printed there).
 
-What has nothing committed behind it (a score whose outputs were not kept, a timing) is listed, with why; it does
-not fail the check.
+What has nothing committed behind it (a score whose outputs were not kept, a timing) is listed, with why
+(``NOT_COMMITTED``, and a results script's ``not_committed(folder)`` for its page's rows); it does not fail the check.
 """
 from __future__ import annotations
 
@@ -85,10 +86,11 @@ NOT_COMMITTED = {
     "experiments/ablations/multi30k/RESULTS.md": [("each seed's final validation BLEU, accuracy, NLL and training "
                                                    "loss", "the runs' logs and validation outputs are not committed; "
                                                    "the statistics are recomputed from records.json")],
-    "experiments/beijing_pm25/RESULTS.md": [("validation MAE of each input window, and the runs table",
+    "experiments/beijing_pm25/RESULTS.md": [("the runs table (steps, best steps, wall times, speeds)",
                                              "from the runs' training logs, not committed; every test table (the "
                                              "equal-input section's too) is recomputed from forecasts_2014.npz and "
-                                             "forecasts_2014_equal_inputs.npz")],
+                                             "forecasts_2014_equal_inputs.npz, the validation MAEs from "
+                                             "forecasts_validation.npz")],
     BENCHMARKS_RESULTS: [("every timing, memory figure and MFU", "a measurement: what is checked is that each ratio "
                           "agrees with the timings printed beside it")],
     BENCHMARKS_README: [("the figures of the sections below the target table (runs 1-11, A/B runs, profiles)",
@@ -431,7 +433,7 @@ def check_links(tally: Tally, root: str, page: str, table: dict, result_column: 
       tally.check(page, "quoted from its page", f"row {row[0]!r}", "a result", "no page linked")
       continue
     for value in results_in(row[result_column]):
-      tally.check(page, f"quoted from its page", f"row {row[0]!r}: {value} (from {target})", value,
+      tally.check(page, "quoted from its page", f"row {row[0]!r}: {value} (from {target})", value,
                   value if found_on(value, target_text) else f"not on {target}")
 
 
@@ -511,9 +513,19 @@ def verify(root: str = record_store.REPO, pages: tuple[str, ...] = (), data: str
   if BENCHMARKS_README in chosen:
     check_benchmarks_readme(tally, root)
   for page in chosen:
-    for what, why in NOT_COMMITTED.get(page, ()):
+    for what, why in NOT_COMMITTED.get(page, []) + script_not_committed(page):
       tally.unverified(page, what, why)
   return tally
+
+
+def script_not_committed(page: str) -> list[tuple[str, str]]:
+  """(what, why) of ``page``'s rows with nothing committed behind them, as its results script names them
+  (``not_committed(folder)`` of the committed folder; [] where the script has none)."""
+  if page not in PAGES:
+    return []
+  module = importlib.import_module(PAGES[page][0])
+  folder = os.path.join(record_store.COMMITTED, os.path.relpath(os.path.dirname(page), "experiments"))
+  return module.not_committed(folder) if hasattr(module, "not_committed") else []
 
 
 def summary(tally: Tally) -> str:

@@ -1,7 +1,7 @@
 """The PM2.5 results page: windows chosen on validation, test metrics of a run's seeds and of persistence on the
-common windows recomputed independently, the paired comparison, the committed forecasts, the block bootstrap; a
-recorded run is only replaced by one at least as long, and the page is rewritten from records.json and the
-forecasts alone."""
+common windows recomputed independently, the paired comparison, the committed forecasts, the validation forecasts
+giving back the logged validation MAE, the block bootstrap; a recorded run is only replaced by one at least as long,
+and the page is rewritten from records.json and the forecasts alone."""
 import json
 import os
 import shutil
@@ -9,6 +9,7 @@ import shutil
 import numpy as np
 import pytest
 
+from experiments import beijing_pm25_forecasts as forecasts_file
 from experiments import beijing_pm25_results as results
 from experiments import beijing_pm25_scores as scores
 from tests.tasks.test_forecasting import INPUT_LENGTH, numpy_metrics, small_config
@@ -44,9 +45,14 @@ def page(tmp_path_factory):
     return root, output, results.main([f"--workdir_root={root}", f"--output_dir={output}"])
 
 
-def _best_validation_mae(workdir):
+def _best_eval(workdir):
+  """The training log's record of the best ``eval/mae`` (``eval/mae/seed_i`` each seed's)."""
   with open(os.path.join(workdir, "metrics.jsonl")) as f:
-    return min(record["eval/mae"] for record in map(json.loads, f) if "eval/mae" in record)
+    return min((record for record in map(json.loads, f) if "eval/mae" in record), key=lambda r: r["eval/mae"])
+
+
+def _best_validation_mae(workdir):
+  return _best_eval(workdir)["eval/mae"]
 
 
 def _kept_gru(root):
@@ -63,9 +69,10 @@ def _common(metrics, origins):
 
 @pytest.mark.slow
 def test_each_model_keeps_its_best_validation_window_and_is_scored_on_the_common_windows(page):
-  root, _, text = page
-  kept, by_window = _kept_gru(root)
-  assert f"**{by_window[kept]:.2f}**" in text.split("## Input window", 1)[1]
+  root, output, text = page
+  kept, _ = _kept_gru(root)
+  recomputed = scores.recomputed_validation_maes(str(output / forecasts_file.VALIDATION_FILE))
+  assert f"**{recomputed[f'gru-{kept}h']:.2f}**" in text.split("## Input window", 1)[1]
   common_origins = load(str(root / f"gru-{LONG}h")).task.windows("test").origins
   per_seed = []
   for replica in range(2):
@@ -112,6 +119,54 @@ def test_the_paired_comparison_and_verdict_name_the_families_best_and_the_seed_m
 
 
 @pytest.mark.slow
+def test_the_validation_forecasts_give_back_each_runs_logged_validation_mae_on_its_own_windows(page):
+  root, output, text = page
+  data = forecasts_file.load_forecasts(str(output / forecasts_file.VALIDATION_FILE))
+  recomputed = scores.recomputed_validation_maes(str(output / forecasts_file.VALIDATION_FILE))
+  rows = [f"gru-{INPUT_LENGTH}h", f"gru-{LONG}h", f"patchtst-{INPUT_LENGTH}h", f"dlinear-{INPUT_LENGTH}h",
+          f"dlinear-{INPUT_LENGTH}h-all_inputs"]
+  assert sorted(data["forecasts"]) == sorted(rows) and len(data["origin_time"]) == len(
+      load(str(root / f"gru-{INPUT_LENGTH}h")).task.windows("validation"))  # the union: the shortest input's
+  for row in rows:
+    windows = load(str(root / row)).task.windows("validation")
+    own = np.isfinite(data["forecasts"][row]).all(axis=(0, 2))  # [windows]: the row's own, the last ones
+    assert own.sum() == len(windows) and own[-len(windows):].all(), row
+    best = _best_eval(root / row)
+    # The unrounded forecasts of every seed: the logged float32 metric, each seed's and their mean.
+    seeds, split, _ = forecasts_file.predict_seeds(str(root / row), "validation")
+    errors = np.abs(seeds - np.nan_to_num(split["actual"]))[:, split["mask"]]  # [seeds, measured targets]
+    assert np.allclose(errors.mean(1), [best[f"eval/mae/seed_{i}"] for i in range(2)], rtol=1e-5), row
+    assert recomputed[row] == pytest.approx(best["eval/mae"], abs=0.01), row  # the file's tenths
+  window_row = next(line for line in text.split("## Input window", 1)[1].splitlines() if line.startswith("| gru |"))
+  assert f"{recomputed[f'gru-{LONG}h']:.2f}" in window_row and f"{recomputed[f'gru-{INPUT_LENGTH}h']:.2f}" in window_row
+  assert "where the file lacks a run" not in text  # every row's validation forecasts are in it
+
+
+@pytest.mark.slow
+def test_a_row_recorded_again_replaces_its_validation_forecasts_and_the_others_keep_theirs(page, tmp_path):
+  root, output, _ = page
+  long_row, short_row = f"gru-{LONG}h", f"dlinear-{INPUT_LENGTH}h"
+  workdirs = {row: str(root / row) for row in (long_row, short_row)}
+  earlier, path = str(tmp_path / "earlier.npz"), str(tmp_path / "validation.npz")
+  forecasts_file.write_validation_forecasts({long_row: workdirs[long_row]}, earlier, str(tmp_path / "none.npz"))
+  saved = dict(np.load(earlier))
+  saved[long_row] = saved[long_row] + 7  # an earlier run of the row: 0.7 µg/m³ above
+  np.savez(earlier, **saved)
+  page_file = forecasts_file.load_forecasts(str(output / forecasts_file.VALIDATION_FILE))
+
+  forecasts_file.write_validation_forecasts(workdirs, path, earlier)  # both rows recorded
+  recorded = forecasts_file.load_forecasts(path)
+  assert len(recorded["origin_time"]) > len(saved["origin_time"])  # the shorter input's windows start earlier
+  for row in workdirs:
+    np.testing.assert_array_equal(recorded["forecasts"][row], page_file["forecasts"][row])
+
+  forecasts_file.write_validation_forecasts({short_row: workdirs[short_row]}, path, earlier)  # its workdir gone
+  kept = forecasts_file.load_forecasts(path)["forecasts"][long_row]
+  np.testing.assert_allclose(kept[:, -len(saved["origin_time"]):], saved[long_row] / 10)
+  assert np.isnan(kept[:, :-len(saved["origin_time"])]).all()
+
+
+@pytest.mark.slow
 def test_a_run_on_other_inputs_is_a_row_of_its_own_compared_on_the_same_windows_and_never_kept(page):
   root, output, text = page
   row = f"dlinear-{INPUT_LENGTH}h-all_inputs"
@@ -141,7 +196,7 @@ def test_the_committed_page_is_rewritten_from_its_records_and_forecasts_alone(tm
   shutil.copytree(results.COMMITTED_DIR, copy)
   monkeypatch.setattr(results, "COMMITTED_DIR", str(copy))
   before = {name: (copy / name).read_bytes() for name in ("RESULTS.md", results.FORECASTS_FILE,
-                                                          results.EQUAL_INPUTS_FILE)}
+                                                          results.EQUAL_INPUTS_FILE, results.VALIDATION_FILE)}
   (copy / "RESULTS.md").unlink()  # so that only a page written again can match (the forecasts are its input)
   results.main(["--from_records", "--update_committed", f"--workdir_root={tmp_path / 'none'}"])
   assert {name: (copy / name).read_bytes() for name in before} == before

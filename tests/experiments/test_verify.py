@@ -2,9 +2,10 @@
 import os
 import shutil
 
+import numpy as np
 import pytest
 
-from experiments import record_store, verify
+from experiments import beijing_pm25_results, record_store, verify
 
 PM25 = "experiments/beijing_pm25/RESULTS.md"
 MULTI30K = "experiments/multi30k/RESULTS.md"
@@ -81,6 +82,31 @@ def test_one_digit_changed_on_a_results_page_fails_naming_it(tmp_path):
   assert len(tally.differences) == 1
   assert "row 'gru', column '24 h': printed 57.3, recomputed 57.2" in tally.differences[0]
   assert verify.main([f"--root={root}", f"--page={PM25}"]) == 1
+
+
+@pytest.mark.slow
+def test_a_changed_validation_mae_fails_against_the_committed_validation_forecasts(tmp_path, monkeypatch):
+  """A digit of the input-window table changed on a page copy fails naming it, and so does the committed
+  validation forecasts' change; the rows of no validation forecasts are listed as not verified, why included."""
+  root = copy_pages(tmp_path / "pages")
+  change_digit(root, PM25, "| patchtst | - | 55.39 |", "| patchtst | - | 55.38 |")
+  tally = verify.verify(root, (PM25,))
+  assert len(tally.differences) == 1
+  assert "row 'patchtst', column '168 h': printed 55.38, recomputed 55.39" in tally.differences[0]
+  logged = [line for line in tally.not_verified if "the validation MAE of" in line]
+  assert len(logged) == 1 and "rnn-72h" in logged[0] and "workdirs since gone (/tmp/pm25)" in logged[0]
+  assert "patchtst-168h" not in logged[0]  # its validation forecasts are committed
+
+  copy = tmp_path / "beijing_pm25"
+  shutil.copytree(beijing_pm25_results.COMMITTED_DIR, copy)
+  monkeypatch.setattr(beijing_pm25_results, "COMMITTED_DIR", str(copy))
+  path = copy / beijing_pm25_results.VALIDATION_FILE
+  saved = dict(np.load(path))
+  saved["patchtst-168h"] = np.where(saved["patchtst-168h"] >= 0, saved["patchtst-168h"] + 10, -1)  # 1 µg/m³ up
+  np.savez(path, **saved)
+  tally = verify.verify(record_store.REPO, (PM25,))
+  assert len(tally.differences) == 1
+  assert "row 'patchtst', column '168 h': printed 55.39, recomputed 5" in tally.differences[0]
 
 
 @pytest.mark.slow
