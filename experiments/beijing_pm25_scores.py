@@ -75,7 +75,7 @@ def record_runs(store: record_store.RecordStore, folder: str, workdir_root: str)
     raise UserError(f"no run with checkpoints under {workdir_root} (named <variant>-<hours>h); train "
                     f"first, e.g.:\n" + "\n".join(commands))
   logs = {row: RunDirectory(workdir).metrics() for row, workdir in runs.items()}
-  last = {row: log.values("wall_seconds")[-1] for row, log in logs.items()}  # (the last step, the wall time then)
+  last = {row: log.progress for row, log in logs.items()}  # (the last step, the wall time then)
   store.check({row: step for row, (step, _) in last.items()})
   for row, log in logs.items():
     config, best = read_run_config(runs[row]), log.best("eval/mae", mode="min")
@@ -84,15 +84,19 @@ def record_runs(store: record_store.RecordStore, folder: str, workdir_root: str)
               "validation_mae": best["eval/mae"], "wall_seconds": last[row][1], "steps_per_second": log.median_rate()}
     store.add(row, steps=last[row][0], command=run_command(values["model"], values["hours"], config),
               machine=record_store.machine_description(), values=values)
+  kept = [f"{name}-{hours}h" for name, hours in sorted(kept_windows(store).items(), key=lambda item: -item[1])]
+  compared = [row for row, name in equal_input_runs(store).items() if row == name]
+  for rows, file in ((kept, FORECASTS_FILE), (compared, EQUAL_INPUTS_FILE)):  # each file is written whole
+    if any(row in runs for row in rows) and not all(row in runs for row in rows):
+      raise UserError(f"{file} holds the test forecasts of {', '.join(rows)} together, but "
+                      f"{', '.join(row for row in rows if row not in runs)} have no workdir under {workdir_root}: "
+                      "give a --workdir_root that holds all of them (links to their workdirs will do)")
   write_validation_forecasts(runs, os.path.join(folder, VALIDATION_FILE), validation_path(store))
-  kept = sorted(kept_windows(store).items(), key=lambda item: -item[1])  # the longest input window first
-  workdirs = {name: runs[f"{name}-{hours}h"] for name, hours in kept if f"{name}-{hours}h" in runs}
-  if workdirs:  # else every model's kept run is an earlier one: its forecasts stay
-    write_forecasts(workdirs, os.path.join(folder, FORECASTS_FILE))
-  compared = {row: runs[row] for row, name in equal_input_runs(store).items() if row == name and row in runs}
-  if compared:
+  if all(row in runs for row in kept):  # the longest input window first; else the forecasts of earlier runs stay
+    write_forecasts({RUN_NAME.match(row)["variant"]: runs[row] for row in kept}, os.path.join(folder, FORECASTS_FILE))
+  if compared and all(row in runs for row in compared):
     origins = load_forecasts(forecasts_path(FORECASTS_FILE, folder))["origin_time"]
-    write_forecasts(compared, os.path.join(folder, EQUAL_INPUTS_FILE), origins)
+    write_forecasts({row: runs[row] for row in compared}, os.path.join(folder, EQUAL_INPUTS_FILE), origins)
 
 
 def validation_maes(store: record_store.RecordStore) -> dict[str, dict[int, float]]:

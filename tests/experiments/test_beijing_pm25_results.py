@@ -167,6 +167,24 @@ def test_a_row_recorded_again_replaces_its_validation_forecasts_and_the_others_k
 
 
 @pytest.mark.slow
+def test_a_root_holding_only_some_kept_runs_is_refused_before_a_test_forecasts_file_drops_the_others(
+    page, tmp_path, monkeypatch):
+  root, output, _ = page
+  kept, _ = _kept_gru(root)
+  partial = tmp_path / "partial"
+  partial.mkdir()
+  (partial / f"gru-{kept}h").symlink_to(root / f"gru-{kept}h")  # the other models' kept runs are elsewhere
+  before = {name: (output / name).read_bytes() for name in os.listdir(output) if name.endswith(".npz")}
+  monkeypatch.setattr(results, "COMMITTED_DIR", str(root / "no_committed_page"))
+  with pytest.raises(SystemExit) as refused:
+    results.main([f"--workdir_root={partial}", f"--output_dir={output}"])
+  message = str(refused.value)
+  assert "forecasts_2014.npz holds the test forecasts of" in message and f"dlinear-{INPUT_LENGTH}h" in message
+  assert f"have no workdir under {partial}" in message and f"gru-{kept}h," not in message.split("but")[1]
+  assert {name: (output / name).read_bytes() for name in before} == before
+
+
+@pytest.mark.slow
 def test_a_run_on_other_inputs_is_a_row_of_its_own_compared_on_the_same_windows_and_never_kept(page):
   root, output, text = page
   row = f"dlinear-{INPUT_LENGTH}h-all_inputs"
