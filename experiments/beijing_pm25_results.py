@@ -18,7 +18,7 @@ import os
 
 import numpy as np
 
-from experiments import pages, record_store, stats
+from experiments import pages, record_store, reruns, stats
 from experiments.beijing_pm25 import RECURRENT, TRANSFORMERS, WINDOW_CANDIDATES
 from experiments.beijing_pm25_forecasts import (
     BASELINES, COMMITTED_DIR, EQUAL_INPUTS_FILE, FORECASTS_FILE, VALIDATION_FILE, equal_inputs_data, forecasts_path,
@@ -212,7 +212,7 @@ def render(store: record_store.RecordStore, folder: str, committed: bool) -> str
       equal_inputs=equal_inputs_section(store, data, folder),
       published_ranking=published_ranking(metrics, horizons), window_table=window_table(tried, kept),
       validation_forecasts=VALIDATION_FILE, logged=logged_note,
-      runs=runs_table(store), eval_every=", ".join(map(str, store.distinct(names, "eval_every"))),
+      runs=runs_table(store), reruns=reruns.section(store, names), eval_every=", ".join(map(str, store.distinct(names, "eval_every"))),
       not_run="\n".join(["", "Not run yet:", ""] + not_run) if not_run else "",
       predictions=PREDICTIONS_FILE, forecasts=FORECASTS_FILE, num_horizons=len(horizons),
       resamples=f"{BOOTSTRAP_RESAMPLES:,}", block_days=BOOTSTRAP_BLOCK_HOURS // 24) + "\n"

@@ -6,7 +6,7 @@ import re
 
 import numpy as np
 
-from experiments import launching, record_store, stats
+from experiments import launching, output_pages, record_store, stats
 from experiments.beijing_pm25 import RECURRENT, TRANSFORMERS, WINDOW_CANDIDATES, get_config
 from experiments.beijing_pm25_forecasts import (
     EQUAL_INPUTS_FILE, FORECASTS_FILE, VALIDATION_FILE, forecasts_path, load_forecasts, validation_path,
@@ -21,6 +21,7 @@ MODELS = RECURRENT + TRANSFORMERS + ("dlinear",)
 # A row's name; ``-pm25_only`` or ``-all_inputs``: a run on other inputs than its variant's published ones.
 RUN_NAME = re.compile(r"^(?P<variant>[a-z_]+)-(?P<hours>\d+)h(?:-(?P<inputs>pm25_only|all_inputs))?$")
 BOOTSTRAP_BLOCK_HOURS = 168  # nearby origins share target hours and weather episodes: resample whole weeks of them
+RERUN_HEADER = ["run", "validation MAE (training log)", "best step"]  # a rerun's row says what of these changed
 BOOTSTRAP_RESAMPLES = 10_000  # enough that an interval's first decimal does not move with the resampling seed
 
 
@@ -82,8 +83,8 @@ def record_runs(store: record_store.RecordStore, folder: str, workdir_root: str)
     values = {**run_values(row, runs[row], config), "seeds": config.num_seeds, "eval_every": config.eval_every,
               "num_train_steps": config.num_train_steps, "workdir_root": workdir_root, "best_step": best["step"],
               "validation_mae": best["eval/mae"], "wall_seconds": last[row][1], "steps_per_second": log.median_rate()}
-    store.add(row, steps=last[row][0], command=run_command(values["model"], values["hours"], config),
-              machine=record_store.machine_description(), values=values)
+    output_pages.add_row(store, row, last[row][0], run_command(values["model"], values["hours"], config), values,
+                         rerun_cells, RERUN_HEADER, tuple(RERUN_HEADER[1:]))
   kept = [f"{name}-{hours}h" for name, hours in sorted(kept_windows(store).items(), key=lambda item: -item[1])]
   compared = [row for row, name in equal_input_runs(store).items() if row == name]
   for rows, file in ((kept, FORECASTS_FILE), (compared, EQUAL_INPUTS_FILE)):  # each file is written whole
@@ -97,6 +98,11 @@ def record_runs(store: record_store.RecordStore, folder: str, workdir_root: str)
   if compared and all(row in runs for row in compared):
     origins = load_forecasts(forecasts_path(FORECASTS_FILE, folder))["origin_time"]
     write_forecasts({row: runs[row] for row in compared}, os.path.join(folder, EQUAL_INPUTS_FILE), origins)
+
+
+def rerun_cells(row: str, record: dict) -> list[str]:
+  """``RERUN_HEADER``'s cells of a record."""
+  return [row, f"{record['values']['validation_mae']:.2f}", str(record["values"]["best_step"])]
 
 
 def validation_maes(store: record_store.RecordStore) -> dict[str, dict[int, float]]:

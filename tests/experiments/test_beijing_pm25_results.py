@@ -201,6 +201,27 @@ def test_a_run_on_other_inputs_is_a_row_of_its_own_compared_on_the_same_windows_
 
 
 @pytest.mark.slow
+def test_a_rerun_recorded_from_another_root_says_on_the_page_what_it_changed(page, tmp_path, monkeypatch):
+  root, output, _ = page
+  monkeypatch.setattr(results, "COMMITTED_DIR", str(root / "no_committed_page"))
+  page_copy, rerun_root = tmp_path / "page", tmp_path / "rerun"
+  shutil.copytree(output, page_copy)
+  records = json.loads((page_copy / "records.json").read_text())
+  rerun_row = f"dlinear-{INPUT_LENGTH}h"
+  records[rerun_row]["values"]["validation_mae"] = 99.0  # as if its earlier run had scored worse
+  (page_copy / "records.json").write_text(json.dumps(records))
+  rerun_root.mkdir()
+  for row in records:  # the same runs under another root: to the page, each row's run is a rerun
+    (rerun_root / row).symlink_to(root / row)
+  text = results.main([f"--workdir_root={rerun_root}", f"--output_dir={page_copy}"])
+  lines = text.split("## Reruns", 1)[1].split("\n## ", 1)[0]
+  now = f"{_best_validation_mae(root / rerun_row):.2f}"
+  assert f"- `{rerun_row}`: rerun on " in lines and f"validation MAE (training log) was 99.00, now {now}" in lines
+  assert f"- `gru-{LONG}h`: rerun on " in lines  # unchanged cells are named the same
+  assert "the same validation MAE (training log), best step" in lines.split(f"`gru-{LONG}h`")[1].split("\n")[0]
+
+
+@pytest.mark.slow
 def test_the_page_is_rewritten_from_its_records_and_forecasts_alone(page, tmp_path, monkeypatch):
   root, output, text = page
   monkeypatch.setattr(results, "COMMITTED_DIR", str(root / "no_committed_page"))
