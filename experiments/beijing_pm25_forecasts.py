@@ -1,6 +1,7 @@
-"""The Beijing PM2.5 page's committed forecasts, written from the runs and read back: the test forecasts of the kept
-and equal-input runs (``FORECASTS_FILE``, ``EQUAL_INPUTS_FILE``) and every recorded run's validation forecasts
-(``VALIDATION_FILE``), each seed's from its best checkpoint, in tenths of µg/m³."""
+"""The Beijing PM2.5 page's committed outputs, written from the runs and read back: the test forecasts of the kept and
+equal-input runs (``FORECASTS_FILE``, ``EQUAL_INPUTS_FILE``) and every recorded run's absolute validation errors per
+window (``VALIDATION_FILE``: every seed's forecasts of every horizon are too large to commit), each seed's from its
+best checkpoint, in tenths of µg/m³."""
 from __future__ import annotations
 
 import os
@@ -15,7 +16,7 @@ COMMITTED_DIR = os.path.join(record_store.COMMITTED, "beijing_pm25")
 BASELINES = ("persistence", "daily_persistence")
 FORECASTS_FILE = "forecasts_2014.npz"
 EQUAL_INPUTS_FILE = "forecasts_2014_equal_inputs.npz"  # the equal-input comparison's runs, FORECASTS_FILE's windows
-VALIDATION_FILE = "forecasts_validation.npz"  # every recorded run's validation forecasts, each on its own windows
+VALIDATION_FILE = "errors_validation.npz"  # every recorded run's absolute validation errors, each on its own windows
 SHARED = ("origin_time", "horizons", "actual")  # a file's arrays that are no run's forecasts
 
 
@@ -52,50 +53,73 @@ def write_forecasts(workdirs: dict[str, str], path: str, origins: np.ndarray | N
   save_forecasts(path, data)
 
 
-def write_validation_forecasts(workdirs: dict[str, str], path: str, previous: str) -> None:
-  """Writes ``load_forecasts``' file of every seed's validation forecasts of the runs ``workdirs`` (row -> workdir)
-  and of the other rows of the file ``previous`` (a row recorded again replaces its entry), on the union of their
-  windows: a row's forecasts are NaN (-1) on the windows it lacks (a longer input window's start later), the
-  actual values and their mask are stored once. A run's windows are every window of its validation split, those
-  its training's ``eval/mae`` averaged (on the device, in float32) to choose the best checkpoint."""
-  sources = []  # load_forecasts' layout, each on its own windows
+def write_validation_errors(workdirs: dict[str, str], path: str, previous: str) -> None:
+  """Writes ``load_validation_errors``' file of the runs ``workdirs`` (row -> workdir) and of the other rows of the
+  file ``previous`` (a row recorded again replaces its entry), on the union of their windows. A run's windows are
+  every window of its validation split, those its training's ``eval/mae`` averaged (on the device, in float32) to
+  choose the best checkpoint; each seed forecasts them from that checkpoint, and the file keeps per seed and window
+  the absolute error summed over the window's measured horizons (the forecasts themselves: ``--mode=predict``)."""
+  sources = []  # load_validation_errors' layout, each on its own windows
   if os.path.exists(previous):
-    saved = load_forecasts(previous)
-    sources.append({**saved, "forecasts": {row: forecasts for row, forecasts in saved["forecasts"].items()
-                                           if row not in workdirs}})
+    saved = load_validation_errors(previous)
+    sources.append({**saved, "errors": {row: errors for row, errors in saved["errors"].items()
+                                        if row not in workdirs}})
   for row, workdir in workdirs.items():
     seeds, split, task = predict_seeds(workdir, "validation")
-    sources.append({"horizons": task.horizons, "origin_time": split["origin_time"], "actual": split["actual"],
-                    "mask": split["mask"], "forecasts": {row: seeds}})
+    errors = np.where(split["mask"], np.abs(seeds - np.nan_to_num(split["actual"])), 0.0).sum(-1)
+    sources.append({"horizons": task.horizons, "origin_time": split["origin_time"],
+                    "measured": split["mask"].sum(-1), "errors": {row: errors}})
   origins = np.unique(np.concatenate([source["origin_time"] for source in sources]))
-  shape = (len(origins), len(sources[-1]["horizons"]))  # [windows, H]
-  data = {"horizons": sources[-1]["horizons"], "origin_time": origins, "actual": np.full(shape, np.nan),
-          "mask": np.zeros(shape, bool), "forecasts": {}}
+  data = {"horizons": sources[-1]["horizons"], "origin_time": origins, "measured": np.zeros(len(origins), int),
+          "errors": {}}
   for source in sources:
     if list(source["horizons"]) != list(data["horizons"]):
-      raise ValueError(f"write_validation_forecasts: the runs and {previous} forecast other horizons "
+      raise ValueError(f"write_validation_errors: the runs and {previous} forecast other horizons "
                        f"({source['horizons']}, {data['horizons']}); write {path} from runs of one experiment")
     rows = np.searchsorted(origins, source["origin_time"])
-    data["actual"][rows], data["mask"][rows] = source["actual"], source["mask"]
-    for row, forecasts in source["forecasts"].items():
-      data["forecasts"][row] = np.full((len(forecasts), *shape), np.nan)
-      data["forecasts"][row][:, rows] = forecasts
-  save_forecasts(path, data)
+    data["measured"][rows] = source["measured"]
+    for row, errors in source["errors"].items():
+      data["errors"][row] = np.full((len(errors), len(origins)), np.nan)
+      data["errors"][row][:, rows] = errors
+  arrays = {"origin_time": origins.astype("datetime64[h]").astype(np.int64), "horizons": np.asarray(data["horizons"]),
+            "measured": data["measured"].astype(np.int8), **{row: tenths(errors) for row, errors in
+                                                               data["errors"].items()}}
+  save_tenths(path, arrays)
+
+
+def load_validation_errors(path: str) -> dict:
+  """``write_validation_errors``' file in µg/m³: ``horizons``, ``origin_time`` and ``measured`` (how many of a
+  window's targets are measured) [windows], ``errors``: row -> [seeds, windows] each seed's absolute error summed
+  over the window's measured targets (NaN: a window the row's run lacks, a longer input window's start later)."""
+  with np.load(path) as saved:
+    return {"horizons": saved["horizons"].tolist(), "origin_time": saved["origin_time"].astype("datetime64[h]"),
+            "measured": saved["measured"].astype(int), "errors": {
+                row: np.where(saved[row] == -1, np.nan, saved[row] / 10) for row in saved.files
+                if row not in ("horizons", "origin_time", "measured")}}
+
+
+def tenths(values: np.ndarray) -> np.ndarray:
+  """``values`` (µg/m³, never below 0; NaN: none) as integer tenths, -1 where NaN: int16, int32 past 3276.7 µg/m³
+  (int16 would wrap)."""
+  scaled = np.round(np.nan_to_num(values, nan=-0.1) * 10)
+  return scaled.astype(np.int16 if np.abs(scaled).max() < np.iinfo(np.int16).max else np.int32)
 
 
 def save_forecasts(path: str, data: dict) -> None:
   """Writes ``data`` (``load_forecasts``' layout; ``horizons``, ``actual`` and ``mask`` optional) in tenths of µg/m³:
   ``actual`` -1 where unmeasured, a forecast -1 where NaN (none: forecasts are never below 0); int16, int32 past
-  3276.7 µg/m³ (int16 would wrap). A failure midway keeps the old file whole."""
+  3276.7 µg/m³ (int16 would wrap)."""
   arrays = {"origin_time": np.asarray(data["origin_time"]).astype("datetime64[h]").astype(np.int64)}
   if "horizons" in data:
     arrays["horizons"] = np.asarray(data["horizons"])
   if "actual" in data:
-    arrays["actual"] = np.where(data["mask"], np.round(np.nan_to_num(data["actual"]) * 10), -1)
-  arrays.update({name: np.round(np.nan_to_num(values, nan=-0.1) * 10) for name, values in data["forecasts"].items()})
-  for name in arrays.keys() - {"origin_time", "horizons"}:
-    fits = np.abs(arrays[name]).max() < np.iinfo(np.int16).max
-    arrays[name] = arrays[name].astype(np.int16 if fits else np.int32)
+    arrays["actual"] = tenths(np.where(data["mask"], data["actual"], np.nan))
+  arrays.update({name: tenths(values) for name, values in data["forecasts"].items()})
+  save_tenths(path, arrays)
+
+
+def save_tenths(path: str, arrays: dict[str, np.ndarray]) -> None:
+  """``np.savez_compressed`` of ``arrays`` into ``path``; a failure midway keeps the old file whole."""
   with replacing(path, binary=True) as file:
     np.savez_compressed(file, **arrays)
 

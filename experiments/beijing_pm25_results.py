@@ -7,10 +7,10 @@
 Reads the runs ``<workdir_root>/<variant>-<hours>h`` (nothing is trained here) and keeps per model the input window of
 lowest validation MAE (2013), whose seeds forecast the test windows every run has (``forecasts_2014.npz``); runs on
 other inputs than published (``...h-pm25_only``, ``...h-all_inputs``) are never kept, they forecast the same windows
-into ``forecasts_2014_equal_inputs.npz``. Every run's seeds forecast its own validation windows into
-``forecasts_validation.npz`` (the rows recorded before keep theirs), which gives the validation MAEs. With each run's
-row (``records.json``) these give every number and plot of the page, all that ``--from_records`` reads (a new
-folder: the committed ones). Prose: beijing_pm25/page_template.md.
+into ``forecasts_2014_equal_inputs.npz``. Every run's seeds forecast its own validation windows, whose absolute
+errors go into ``errors_validation.npz`` (the rows recorded before keep theirs), which gives the validation MAEs.
+With each run's row (``records.json``) these give every number and plot of the page, all that ``--from_records``
+reads (a new folder: the committed ones). Prose: beijing_pm25/page_template.md.
 """
 from __future__ import annotations
 
@@ -165,7 +165,7 @@ def plot_forecasts(data: dict, names: list[str], path: str) -> None:
 
 
 def window_table(tried: dict[str, dict[int, float]], kept: dict[str, int]) -> str:
-  """Validation MAE of each model and window (``validation_maes``: from the committed validation forecasts where
+  """Validation MAE of each model and window (``validation_maes``: from the committed validation errors where
   they are there); the kept one in bold."""
   windows = sorted({hours for candidates in WINDOW_CANDIDATES.values() for hours in candidates}
                    | {hours for by_hours in tried.values() for hours in by_hours})
@@ -202,7 +202,7 @@ def render(store: record_store.RecordStore, folder: str, committed: bool) -> str
              for hours in WINDOW_CANDIDATES[name] if f"{name}-{hours}h" not in store]
   names, origins = sorted(store, key=run_order), data["origin_time"]
   mae, rmse = (error_table(metrics, metric, horizons, ["model", "input hours"], kept) for metric in ("mae", "rmse"))
-  logged = logged_validation_rows(store)  # the rows of no committed validation forecasts
+  logged = logged_validation_rows(store)  # the rows of no committed validation errors
   logged_note = TEMPLATE["logged"].substitute(rows=", ".join(logged)) if logged else ""
   return TEMPLATE["page"].substitute(
       root=",".join(store.distinct(names, "workdir_root")), flag=" --update_committed" if committed else "",
@@ -211,7 +211,7 @@ def render(store: record_store.RecordStore, folder: str, committed: bool) -> str
       comparison=comparison_section(data, metrics, transformer, recurrent) if both else "",
       equal_inputs=equal_inputs_section(store, data, folder),
       published_ranking=published_ranking(metrics, horizons), window_table=window_table(tried, kept),
-      validation_forecasts=VALIDATION_FILE, logged=logged_note,
+      validation_errors=VALIDATION_FILE, logged=logged_note,
       runs=runs_table(store), reruns=reruns.section(store, names), eval_every=", ".join(map(str, store.distinct(names, "eval_every"))),
       not_run="\n".join(["", "Not run yet:", ""] + not_run) if not_run else "",
       predictions=PREDICTIONS_FILE, forecasts=FORECASTS_FILE, num_horizons=len(horizons),

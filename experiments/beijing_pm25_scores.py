@@ -9,8 +9,8 @@ import numpy as np
 from experiments import launching, output_pages, record_store, stats
 from experiments.beijing_pm25 import RECURRENT, TRANSFORMERS, WINDOW_CANDIDATES, get_config
 from experiments.beijing_pm25_forecasts import (
-    EQUAL_INPUTS_FILE, FORECASTS_FILE, VALIDATION_FILE, forecasts_path, load_forecasts, validation_path,
-    write_forecasts, write_validation_forecasts)
+    EQUAL_INPUTS_FILE, FORECASTS_FILE, VALIDATION_FILE, forecasts_path, load_forecasts, load_validation_errors,
+    validation_path, write_forecasts, write_validation_errors)
 from transformer import read_run_config
 from transformer.errors import UserError
 from transformer.nn.forecasters import CHANNEL_INDEPENDENT
@@ -68,7 +68,7 @@ def run_values(row: str, workdir: str, config) -> dict:
 
 
 def record_runs(store: record_store.RecordStore, folder: str, workdir_root: str) -> None:
-  """Records the runs under ``workdir_root`` and writes into ``folder`` their validation forecasts (with the rows
+  """Records the runs under ``workdir_root`` and writes into ``folder`` their validation errors (with the rows
   recorded before) and the test forecasts of the kept and equal-input ones."""
   runs = find_runs(workdir_root)
   if not runs:
@@ -92,7 +92,7 @@ def record_runs(store: record_store.RecordStore, folder: str, workdir_root: str)
       raise UserError(f"{file} holds the test forecasts of {', '.join(rows)} together, but "
                       f"{', '.join(row for row in rows if row not in runs)} have no workdir under {workdir_root}: "
                       "give a --workdir_root that holds all of them (links to their workdirs will do)")
-  write_validation_forecasts(runs, os.path.join(folder, VALIDATION_FILE), validation_path(store))
+  write_validation_errors(runs, os.path.join(folder, VALIDATION_FILE), validation_path(store))
   if all(row in runs for row in kept):  # the longest input window first; else the forecasts of earlier runs stay
     write_forecasts({RUN_NAME.match(row)["variant"]: runs[row] for row in kept}, os.path.join(folder, FORECASTS_FILE))
   if compared and all(row in runs for row in compared):
@@ -107,7 +107,7 @@ def rerun_cells(row: str, record: dict) -> list[str]:
 
 def validation_maes(store: record_store.RecordStore) -> dict[str, dict[int, float]]:
   """Model -> {input hours: validation MAE} of the store's runs on published inputs (the others are never kept):
-  recomputed from the run's validation forecasts (``validation_path``) where they are there, else its training
+  recomputed from the run's validation errors (``validation_path``) where they are there, else its training
   log's best ``eval/mae``, as recorded."""
   recomputed, tried = recomputed_validation_maes(validation_path(store)), {}
   for row, values in ((row, store[row]["values"]) for row in store if "inputs" not in store[row]["values"]):
@@ -116,15 +116,14 @@ def validation_maes(store: record_store.RecordStore) -> dict[str, dict[int, floa
 
 
 def recomputed_validation_maes(path: str) -> dict[str, float]:
-  """Row -> the validation MAE of its forecasts in ``write_validation_forecasts``' file (none: {}): per seed the mean
+  """Row -> the validation MAE of its errors in ``write_validation_errors``' file (none: {}): per seed the mean
   absolute error over every measured target of the row's windows, horizons pooled, as training's ``eval/mae``;
   the mean over seeds."""
-  data = load_forecasts(path) if os.path.exists(path) else {"forecasts": {}}
+  data = load_validation_errors(path) if os.path.exists(path) else {"errors": {}}
   maes = {}
-  for row, forecasts in data["forecasts"].items():  # [seeds, windows, H], NaN on windows of other rows only
-    scored = data["mask"] & np.isfinite(forecasts)
-    errors = np.where(scored, np.abs(np.nan_to_num(forecasts) - np.nan_to_num(data["actual"])), 0.0)
-    maes[row] = float((errors.sum(axis=(1, 2)) / scored.sum(axis=(1, 2))).mean())
+  for row, errors in data["errors"].items():  # [seeds, windows], NaN on windows of other rows only
+    own = np.isfinite(errors[0])
+    maes[row] = float((errors[:, own].sum(1) / data["measured"][own].sum()).mean())
   return maes
 
 

@@ -4,10 +4,10 @@
     python -m experiments.verify --root=DIR      # copies of the pages in DIR (the repository's layout)
 
 What it recomputes, from the committed files only (nothing is trained or decoded):
-- every results page, written again from its ``records.json`` (and PM2.5's ``forecasts_*.npz``) by its own script
+- every results page, written again from its ``records.json`` (and PM2.5's ``*.npz``) by its own script
   (``--from_records``): every number of the page must come out as printed. The PM2.5 tables, intervals and
-  t-tests are computed there from the committed test forecasts, its validation MAEs from the committed validation
-  forecasts; the ablations' statistics from the per-seed values;
+  t-tests are computed there from the committed test forecasts, its validation MAEs from the committed per-window
+  validation errors; the ablations' statistics from the per-seed values;
 - the numbers a page's rows rest on, from the outputs committed beside it (``recompute`` of its results script,
   the row printed again by its ``row``): synthetic exact match and token accuracy from the decoded held-out
   outputs, the LM's perplexities and cross-entropy from per-sentence log-probabilities, Disaster Tweets' F1,
@@ -90,7 +90,7 @@ NOT_COMMITTED = {
                                              "from the runs' training logs, not committed; every test table (the "
                                              "equal-input section's too) is recomputed from forecasts_2014.npz and "
                                              "forecasts_2014_equal_inputs.npz, the validation MAEs from "
-                                             "forecasts_validation.npz")],
+                                             "errors_validation.npz")],
     BENCHMARKS_RESULTS: [("every timing, memory figure and MFU", "a measurement: what is checked is that each ratio "
                           "agrees with the timings printed beside it")],
     BENCHMARKS_README: [("the figures of the sections below the target table (runs 1-11, A/B runs, profiles)",

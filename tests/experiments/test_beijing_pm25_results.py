@@ -1,5 +1,5 @@
 """The PM2.5 results page: windows chosen on validation, test metrics of a run's seeds and of persistence on the
-common windows recomputed independently, the paired comparison, the committed forecasts, the validation forecasts
+common windows recomputed independently, the paired comparison, the committed forecasts, the validation errors
 giving back the logged validation MAE, the block bootstrap; a recorded run is only replaced by one at least as long,
 and the page is rewritten from records.json and the forecasts alone."""
 import json
@@ -119,51 +119,56 @@ def test_the_paired_comparison_and_verdict_name_the_families_best_and_the_seed_m
 
 
 @pytest.mark.slow
-def test_the_validation_forecasts_give_back_each_runs_logged_validation_mae_on_its_own_windows(page):
+def test_the_validation_errors_give_back_each_runs_logged_validation_mae_on_its_own_windows(page):
   root, output, text = page
-  data = forecasts_file.load_forecasts(str(output / forecasts_file.VALIDATION_FILE))
+  data = forecasts_file.load_validation_errors(str(output / forecasts_file.VALIDATION_FILE))
   recomputed = scores.recomputed_validation_maes(str(output / forecasts_file.VALIDATION_FILE))
   rows = [f"gru-{INPUT_LENGTH}h", f"gru-{LONG}h", f"patchtst-{INPUT_LENGTH}h", f"dlinear-{INPUT_LENGTH}h",
           f"dlinear-{INPUT_LENGTH}h-all_inputs"]
-  assert sorted(data["forecasts"]) == sorted(rows) and len(data["origin_time"]) == len(
+  assert sorted(data["errors"]) == sorted(rows) and len(data["origin_time"]) == len(
       load(str(root / f"gru-{INPUT_LENGTH}h")).task.windows("validation"))  # the union: the shortest input's
   for row in rows:
     windows = load(str(root / row)).task.windows("validation")
-    own = np.isfinite(data["forecasts"][row]).all(axis=(0, 2))  # [windows]: the row's own, the last ones
+    own = np.isfinite(data["errors"][row]).all(axis=0)  # [windows]: the row's own, the last ones
     assert own.sum() == len(windows) and own[-len(windows):].all(), row
     best = _best_eval(root / row)
     # The unrounded forecasts of every seed: the logged float32 metric, each seed's and their mean.
     seeds, split, _ = forecasts_file.predict_seeds(str(root / row), "validation")
-    errors = np.abs(seeds - np.nan_to_num(split["actual"]))[:, split["mask"]]  # [seeds, measured targets]
-    assert np.allclose(errors.mean(1), [best[f"eval/mae/seed_{i}"] for i in range(2)], rtol=1e-5), row
-    assert recomputed[row] == pytest.approx(best["eval/mae"], abs=0.01), row  # the file's tenths
+    errors = np.abs(seeds - np.nan_to_num(split["actual"]))  # [seeds, windows, H]
+    assert np.allclose(errors[:, split["mask"]].mean(1), [best[f"eval/mae/seed_{i}"] for i in range(2)],
+                       rtol=1e-5), row
+    # The file: per seed and window the errors of the measured horizons summed, in tenths.
+    np.testing.assert_array_equal(data["measured"][own], split["mask"].sum(1))
+    np.testing.assert_allclose(data["errors"][row][:, own], (errors * split["mask"]).sum(2), atol=0.05 + 1e-6)
+    assert recomputed[row] == pytest.approx(best["eval/mae"], abs=1e-3), row
   window_row = next(line for line in text.split("## Input window", 1)[1].splitlines() if line.startswith("| gru |"))
   assert f"{recomputed[f'gru-{LONG}h']:.2f}" in window_row and f"{recomputed[f'gru-{INPUT_LENGTH}h']:.2f}" in window_row
-  assert "where the file lacks a run" not in text  # every row's validation forecasts are in it
+  assert "where the file lacks a run" not in text  # every row's validation errors are in it
 
 
 @pytest.mark.slow
-def test_a_row_recorded_again_replaces_its_validation_forecasts_and_the_others_keep_theirs(page, tmp_path):
+def test_a_row_recorded_again_replaces_its_validation_errors_and_the_others_keep_theirs(page, tmp_path):
   root, output, _ = page
   long_row, short_row = f"gru-{LONG}h", f"dlinear-{INPUT_LENGTH}h"
   workdirs = {row: str(root / row) for row in (long_row, short_row)}
   earlier, path = str(tmp_path / "earlier.npz"), str(tmp_path / "validation.npz")
-  forecasts_file.write_validation_forecasts({long_row: workdirs[long_row]}, earlier, str(tmp_path / "none.npz"))
+  forecasts_file.write_validation_errors({long_row: workdirs[long_row]}, earlier, str(tmp_path / "none.npz"))
   saved = dict(np.load(earlier))
-  saved[long_row] = saved[long_row] + 7  # an earlier run of the row: 0.7 µg/m³ above
+  saved[long_row] = saved[long_row] + 7  # an earlier run of the row: 0.7 µg/m³ more error per window
   np.savez(earlier, **saved)
-  page_file = forecasts_file.load_forecasts(str(output / forecasts_file.VALIDATION_FILE))
+  page_file = forecasts_file.load_validation_errors(str(output / forecasts_file.VALIDATION_FILE))
 
-  forecasts_file.write_validation_forecasts(workdirs, path, earlier)  # both rows recorded
-  recorded = forecasts_file.load_forecasts(path)
+  forecasts_file.write_validation_errors(workdirs, path, earlier)  # both rows recorded
+  recorded = forecasts_file.load_validation_errors(path)
   assert len(recorded["origin_time"]) > len(saved["origin_time"])  # the shorter input's windows start earlier
   for row in workdirs:
-    np.testing.assert_array_equal(recorded["forecasts"][row], page_file["forecasts"][row])
+    np.testing.assert_array_equal(recorded["errors"][row], page_file["errors"][row])
 
-  forecasts_file.write_validation_forecasts({short_row: workdirs[short_row]}, path, earlier)  # its workdir gone
-  kept = forecasts_file.load_forecasts(path)["forecasts"][long_row]
-  np.testing.assert_allclose(kept[:, -len(saved["origin_time"]):], saved[long_row] / 10)
-  assert np.isnan(kept[:, :-len(saved["origin_time"])]).all()
+  forecasts_file.write_validation_errors({short_row: workdirs[short_row]}, path, earlier)  # its workdir gone
+  kept = forecasts_file.load_validation_errors(path)
+  np.testing.assert_allclose(kept["errors"][long_row][:, -len(saved["origin_time"]):], saved[long_row] / 10)
+  assert np.isnan(kept["errors"][long_row][:, :-len(saved["origin_time"])]).all()
+  np.testing.assert_array_equal(kept["measured"], recorded["measured"])
 
 
 @pytest.mark.slow

@@ -85,9 +85,9 @@ def test_one_digit_changed_on_a_results_page_fails_naming_it(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_changed_validation_mae_fails_against_the_committed_validation_forecasts(tmp_path, monkeypatch):
+def test_a_changed_validation_mae_fails_against_the_committed_validation_errors(tmp_path, monkeypatch):
   """A digit of the input-window table changed on a page copy fails naming it, and so does the committed
-  validation forecasts' change; the rows of no validation forecasts are listed as not verified, why included."""
+  validation errors' change; the rows of no validation errors are listed as not verified, why included."""
   root = copy_pages(tmp_path / "pages")
   change_digit(root, PM25, "| patchtst | - | 55.39 |", "| patchtst | - | 55.38 |")
   tally = verify.verify(root, (PM25,))
@@ -101,13 +101,14 @@ def test_a_changed_validation_mae_fails_against_the_committed_validation_forecas
   monkeypatch.setattr(record_store, "COMMITTED", str(tmp_path))  # where verify asks the script what is missing
   path = copy / beijing_pm25_results.VALIDATION_FILE
   saved = dict(np.load(path))
-  saved["patchtst-168h"] = np.where(saved["patchtst-168h"] >= 0, saved["patchtst-168h"] + 10, -1)  # 1 µg/m³ up
+  own = saved["patchtst-168h"] >= 0
+  saved["patchtst-168h"] = np.where(own, saved["patchtst-168h"] + 10 * saved["measured"], -1)  # 1 µg/m³ per target
   np.savez(path, **saved)
   tally = verify.verify(record_store.REPO, (PM25,))
   assert len(tally.differences) == 1
   assert "row 'patchtst', column '168 h': printed 55.39, recomputed 5" in tally.differences[0]
 
-  del saved["rnn-72h"]  # a row whose validation forecasts are not there: its logged value, listed as such
+  del saved["rnn-72h"]  # a row whose validation errors are not there: its logged value, listed as such
   np.savez(path, **saved)
   logged = [line for line in verify.verify(record_store.REPO, (PM25,)).not_verified if "the validation MAE of" in line]
   assert len(logged) == 1 and "the validation MAE of rnn-72h (input window table)" in logged[0]
