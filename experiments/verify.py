@@ -269,7 +269,7 @@ def translation_outputs(experiment: str) -> dict[str, list[str]]:
 def check_bleu(tally: Tally, root: str, experiment: str, data: str) -> None:
   """Corpus BLEU (cased, lowercased), its signature and BLEU by reference length of every committed test output
   of ``experiment``'s page, against the cells that print them; rows without outputs are listed."""
-  from experiments.translation_results import TEST_NAME
+  from experiments.translation_results import TEMPLATE, TEST_NAME
   from transformer.data.parallel_text import read_lines
   page = f"experiments/{experiment}/RESULTS.md"
   text, folder = read(root, page), os.path.join(record_store.COMMITTED, experiment)
@@ -278,8 +278,8 @@ def check_bleu(tally: Tally, root: str, experiment: str, data: str) -> None:
     if TEST_NAME[experiment] not in splits:
       tally.unverified(page, f"{name}: test BLEU and BLEU by length", "its test outputs were not committed")
     if "validation" not in splits:
-      tally.unverified(page, f"{name}: validation BLEU", "its validation outputs were not committed (the row was "
-                       "scored before --mode=eval kept them)")
+      tally.unverified(page, f"{name}: validation BLEU",
+                       "its validation outputs were " + TEMPLATE["validation_missing"].template)
     for path, split in zip(files, splits):
       raw_name = VALIDATION_FILES[experiment] if split == "validation" else split
       reference = os.path.join(data, experiment, REFERENCE_FILES[experiment].format(split=raw_name))
