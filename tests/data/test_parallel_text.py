@@ -257,3 +257,17 @@ def test_making_a_builder_leaves_no_temporary_folder(builder_name, tmp_path, mon
   builder = builder_class(data_dir=os.fspath(tmp_path / "tfds"), file_format="array_record")
   assert builder.info.name == builder_name
   assert list(temporary.iterdir()) == []
+
+
+@pytest.mark.parametrize("builder_name", ["multi30k", "iwslt15_en_vi", "disaster_tweets", "beijing_pm25"])
+def test_a_builder_pickles_with_its_source_folder_and_reads_its_code_folder(builder_name, tmp_path):
+  # Pickled builders (worker processes, TFDS's own copies) are made again from their arguments.
+  import importlib
+  import pickle
+  module = importlib.import_module(f"transformer.data.{builder_name}")
+  builder = module.Builder(data_dir=os.fspath(tmp_path / "tfds"), file_format="array_record",
+                           source_dir=os.fspath(tmp_path / "raw"))
+  copy = pickle.loads(pickle.dumps(builder))
+  assert copy._source_dir_argument == os.fspath(tmp_path / "raw") and copy.name == builder_name
+  assert (module.Builder.code_path.parent / "CITATIONS.bib").exists()
+  assert module.Builder.code_path.parent == pathlib.Path(module.__file__).parent

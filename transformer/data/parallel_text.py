@@ -133,10 +133,26 @@ def local_dataset_info(builder: tfds.core.GeneratorBasedBuilder, **fields) -> tf
   return info
 
 
-class OwnPreparationLine:
-  """Mixed into a builder before TFDS's class: instead of TFDS's two lines printed whatever the logging
-  settings ("Downloading and preparing dataset Unknown size (download: Unknown size, ...)", sizes it never
-  knows for these files, then "... Subsequent calls will reuse this data."), one line of our log."""
+class LocalSourceBuilder:
+  """Mixed into a builder before TFDS's class, for raw files that may be read from a local folder:
+
+  - the builder argument ``source_dir=...`` (``resolve_source_dir``'s first choice), kept in the state TFDS
+    pickles a builder with;
+  - the code folder (README.md, checksums.tsv and CITATIONS.bib sit there) is the class's file's: TFDS 4.9.10's
+    own lookup imports `importlib_resources`, which it only installs on Python < 3.9;
+  - one line of our log when preparing, instead of TFDS's two printed whatever the logging settings
+    ("Downloading and preparing dataset Unknown size (download: Unknown size, ...)", sizes it never knows for
+    these files, then "... Subsequent calls will reuse this data.")."""
+
+  def __init__(self, *, source_dir: epath.PathLike | None = None, **kwargs):
+    self._source_dir_argument = source_dir
+    super().__init__(**kwargs)
+    self._original_state["source_dir"] = source_dir  # so that the builder pickles
+
+  @tfds.core.utils.classproperty
+  @classmethod
+  def code_path(cls) -> epath.Path:
+    return epath.Path(inspect.getfile(cls))
 
   def _log_download_bytes(self) -> None:
     logger.info("%s: preparing the data set in %s", self.name, self.data_dir)
@@ -145,7 +161,7 @@ class OwnPreparationLine:
     pass
 
 
-class ParallelTextBuilder(OwnPreparationLine, tfds.core.GeneratorBasedBuilder, skip_registration=True):
+class ParallelTextBuilder(LocalSourceBuilder, tfds.core.GeneratorBasedBuilder, skip_registration=True):
   """Base builder: one text file per (split, language), lines aligned across languages.
 
   Subclasses set ``VERSION``, ``BUILDER_CONFIGS`` (of :class:`ParallelTextConfig`),
@@ -160,21 +176,8 @@ class ParallelTextBuilder(OwnPreparationLine, tfds.core.GeneratorBasedBuilder, s
   """
   HOMEPAGE = ""
   DOWNLOAD_HINT = ""
-
-  def __init__(self, *, source_dir: epath.PathLike | None = None, **kwargs):
-    self._source_dir_argument = source_dir
-    self._local_dir: epath.Path | None = None
-    self._local_files: SplitFiles | None = None
-    super().__init__(**kwargs)
-    self._original_state["source_dir"] = source_dir  # so that the builder pickles
-
-  @tfds.core.utils.classproperty
-  @classmethod
-  def code_path(cls) -> epath.Path:
-    # TFDS 4.9.10's own lookup imports `importlib_resources`, which it only installs on
-    # Python < 3.9; the file of the class is what it computes anyway (README.md, checksums.tsv
-    # and CITATIONS.bib are read next to it).
-    return epath.Path(inspect.getfile(cls))
+  _local_dir: epath.Path | None = None  # set when a local source folder is found
+  _local_files: SplitFiles | None = None
 
   @abc.abstractmethod
   def _split_files(self, exists: Callable[[str], bool]) -> SplitFiles:

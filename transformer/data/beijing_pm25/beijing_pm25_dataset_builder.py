@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import csv
 import datetime
-import inspect
 import io
 import logging
 import math
@@ -244,7 +243,7 @@ def split_of_year(year: int) -> str | None:
   return next((split for split, years in SPLIT_YEARS.items() if year in years), None)
 
 
-class Builder(parallel_text.OwnPreparationLine, tfds.core.GeneratorBasedBuilder):
+class Builder(parallel_text.LocalSourceBuilder, tfds.core.GeneratorBasedBuilder):
   """Beijing PM2.5 hourly rows (see the module docstring).
 
   Args (beyond those of ``tfds.core.GeneratorBasedBuilder``: ``data_dir``, ``file_format``, ...):
@@ -257,18 +256,7 @@ class Builder(parallel_text.OwnPreparationLine, tfds.core.GeneratorBasedBuilder)
                    # A new version so that data prepared without the fingerprint is not reused unchecked.
                    "1.1.0": "Records the size and SHA-256 of the CSV it was built from (source_files)."}
 
-  def __init__(self, *, source_dir: epath.PathLike | None = None, **kwargs):
-    self._source_dir_argument = source_dir
-    self._local_file: epath.Path | None = None
-    super().__init__(**kwargs)
-    self._original_state["source_dir"] = source_dir  # so that the builder pickles
-
-  @tfds.core.utils.classproperty
-  @classmethod
-  def code_path(cls) -> epath.Path:
-    # As parallel_text.ParallelTextBuilder.code_path: TFDS 4.9.10's lookup needs
-    # `importlib_resources`; README.md, checksums.tsv and CITATIONS.bib sit next to this file.
-    return epath.Path(inspect.getfile(cls))
+  _local_file: epath.Path | None = None  # set when a local source folder is found
 
   def _info(self) -> tfds.core.DatasetInfo:
     def scalar(dtype, doc):

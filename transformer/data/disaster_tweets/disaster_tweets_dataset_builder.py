@@ -166,7 +166,7 @@ def stratified_split(ids: Sequence[int], labels: Sequence[int],
   return assignment
 
 
-class Builder(parallel_text.OwnPreparationLine, tfds.core.GeneratorBasedBuilder):
+class Builder(parallel_text.LocalSourceBuilder, tfds.core.GeneratorBasedBuilder):
   """Disaster Tweets from Kaggle's CSV files (see the module docstring).
 
   Args (beyond those of ``tfds.core.GeneratorBasedBuilder``: ``data_dir``, ``file_format``, ...):
@@ -182,15 +182,7 @@ class Builder(parallel_text.OwnPreparationLine, tfds.core.GeneratorBasedBuilder)
       f"Download train.csv and test.csv from https://www.kaggle.com/competitions/nlp-getting-started/data "
       f"(needs a Kaggle login) into a folder; pass it as source_dir=... or set ${parallel_text.ENV_VAR} to a "
       f"folder holding {NAME}/.")
-  # TFDS 4.9.10's own lookup of the code folder needs `importlib_resources`; the parallel-text builders'
-  # replacement does the same without it.
-  code_path = vars(parallel_text.ParallelTextBuilder)["code_path"]
-
-  def __init__(self, *, source_dir: epath.PathLike | None = None, **kwargs):
-    self._source_dir_argument = source_dir
-    self._local_dir: epath.Path | None = None
-    super().__init__(**kwargs)
-    self._original_state["source_dir"] = source_dir  # so that the builder pickles
+  _local_dir: epath.Path | None = None  # set when a local source folder is found
 
   def _info(self) -> tfds.core.DatasetInfo:
     return parallel_text.local_dataset_info(
