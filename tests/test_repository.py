@@ -1,6 +1,7 @@
 """What the repository tracks: code, docs and small results; never data, weights or checkpoints (they are reached
 through a config value, a flag or $TRANSFORMER_DATA_DIR), and no committed output large enough to be one."""
 import pathlib
+import re
 import shutil
 import subprocess
 
@@ -30,3 +31,17 @@ def test_no_weights_checkpoints_or_data_archives_are_tracked():
   files = tracked_files()
   assert not [path.relative_to(ROOT) for path in files if path.suffix in FORBIDDEN_SUFFIXES]
   assert not [path.relative_to(ROOT) for path in files if "checkpoints" in path.parts]
+
+
+def test_every_relative_link_of_the_markdown_files_resolves():
+  link = re.compile(r"\]\(([^)\s]+)\)")
+  broken = []
+  for path in tracked_files():
+    if path.suffix != ".md" or path.name.endswith("page_template.md"):  # a template links from its page's folder
+      continue
+    for target in link.findall(path.read_text(encoding="utf-8")):
+      if "://" in target or target.startswith(("#", "mailto:")):
+        continue
+      if not (path.parent / target.split("#", 1)[0]).exists():
+        broken.append(f"{path.relative_to(ROOT)}: {target}")
+  assert broken == []
