@@ -15,7 +15,7 @@ from transformer import read_run_config
 from transformer.errors import UserError
 from transformer.nn.forecasters import CHANNEL_INDEPENDENT
 from transformer.tasks.metrics import forecast_metrics
-from transformer.train.run_directory import CHECKPOINTS, RunDirectory
+from transformer.train.run_directory import CHECKPOINTS, MetricsLog, RunDirectory
 
 MODELS = RECURRENT + TRANSFORMERS + ("dlinear",)
 # A row's name; ``-pm25_only`` or ``-all_inputs``: a run on other inputs than its variant's published ones.
@@ -75,16 +75,15 @@ def record_runs(store: record_store.RecordStore, folder: str, workdir_root: str)
     commands = [f"- {name}: `{run_command(name, hours)}`" for name in MODELS for hours in WINDOW_CANDIDATES[name]]
     raise UserError(f"no run with checkpoints under {workdir_root} (named <variant>-<hours>h); train "
                     f"first, e.g.:\n" + "\n".join(commands))
-  logs = {row: RunDirectory(workdir).metrics() for row, workdir in runs.items()}
-  last = {row: log.progress for row, log in logs.items()}  # (the last step, the wall time then)
-  store.check({row: step for row, (step, _) in last.items()})
-  for row, log in logs.items():
-    config, best = read_run_config(runs[row]), log.best("eval/mae", mode="min")
+  from_logs = {row: log_values(RunDirectory(workdir).metrics()) for row, workdir in runs.items()}
+  steps = {row: from_log.pop("steps") for row, from_log in from_logs.items()}
+  store.check(steps)
+  for row, from_log in from_logs.items():
+    config = read_run_config(runs[row])
     values = {**run_values(row, runs[row], config), "seeds": config.num_seeds, "eval_every": config.eval_every,
-              "num_train_steps": config.num_train_steps, "workdir_root": workdir_root, "best_step": best["step"],
-              "validation_mae": best["eval/mae"], "wall_seconds": last[row][1], "steps_per_second": log.median_rate()}
-    output_pages.add_row(store, row, last[row][0], run_command(values["model"], values["hours"], config), values,
-                         rerun_cells, RERUN_HEADER, tuple(RERUN_HEADER[1:]))
+              "num_train_steps": config.num_train_steps, "workdir_root": workdir_root, **from_log}
+    output_pages.add_row(store, row, steps[row], run_command(values["model"], values["hours"], config), values,
+                         rerun_cells, RERUN_HEADER, tuple(RERUN_HEADER[1:]), workdir=runs[row])
   kept = [f"{name}-{hours}h" for name, hours in sorted(kept_windows(store).items(), key=lambda item: -item[1])]
   compared = [row for row, name in equal_input_runs(store).items() if row == name]
   for rows, file in ((kept, FORECASTS_FILE), (compared, EQUAL_INPUTS_FILE)):  # each file is written whole
@@ -98,6 +97,15 @@ def record_runs(store: record_store.RecordStore, folder: str, workdir_root: str)
   if compared and all(row in runs for row in compared):
     origins = load_forecasts(forecasts_path(FORECASTS_FILE, folder))["origin_time"]
     write_forecasts({row: runs[row] for row in compared}, os.path.join(folder, EQUAL_INPUTS_FILE), origins)
+
+
+def log_values(log: MetricsLog) -> dict:
+  """A row's values its training log gives, which ``experiments.verify`` recomputes from the committed log: the last
+  timed step and the wall time then, the evaluation of lowest validation MAE (its step: the best checkpoint's), the
+  median training speed."""
+  (steps, wall_seconds), best = log.progress, log.best("eval/mae", mode="min")
+  return {"steps": steps, "best_step": best["step"], "validation_mae": best["eval/mae"],
+          "wall_seconds": wall_seconds, "steps_per_second": log.median_rate()}
 
 
 def rerun_cells(row: str, record: dict) -> list[str]:

@@ -130,7 +130,8 @@ def collect(store: record_store.RecordStore, folder: str, args, not_scored: dict
     values = {"seeds": len(result["seeds"]), **score_values(result), "validation_f1": result["validation_f1"],
               "chosen_step": int(result["step"]), "num_train_steps": result["config"].num_train_steps,
               "wall_seconds": result["wall_seconds"], "workdir_root": workdir_root, "conditions": args.conditions}
-    output_pages.add_row(store, variant, result["last_step"], command, values, row, HEADER, RECOMPUTED_COLUMNS)
+    output_pages.add_row(store, variant, result["last_step"], command, values, row, HEADER, RECOMPUTED_COLUMNS,
+                         workdir=workdir)
     write_predictions(folder, variant, result["probabilities"])
     curves[variant] = result["records"]
   if curves:

@@ -13,6 +13,7 @@ from transformer import load, read_run_config
 from transformer.tasks.classification import read_probabilities, write_probabilities
 from transformer.tasks.metrics import (POSITIVE_CLASS, best_threshold, binary_metrics, confusion_counts,
                                        f1_bootstrap_interval)
+from transformer.train.run_directory import MetricsLog
 
 METRICS = ("f1", "precision", "recall", "accuracy")
 PREDICTIONS = "predictions"  # beside the page: <variant>.<split>.csv, each seed's probabilities
@@ -36,6 +37,15 @@ def score_run(workdir: str) -> dict:
   return {"config": config, "probabilities": probabilities, "step": model.step, "records": list(metrics.records),
           **score_probabilities(probabilities), "validation_f1": dict(metrics.values("eval/f1")).get(model.step),
           "last_step": metrics.last_step, "wall_seconds": metrics.progress[1]}
+
+
+def log_values(log: MetricsLog) -> dict:
+  """The row's values its training log gives, which ``experiments.verify`` recomputes from the committed log: the
+  last step, the wall time, and the evaluation of best validation F1 (``config.best_metric``), whose step is the
+  checkpoint the seeds were scored at (``chosen_step``, from the checkpoint itself) and its logged F1."""
+  best = log.best("eval/f1")
+  return {"steps": log.last_step, "wall_seconds": log.progress[1], "chosen_step": best["step"],
+          "validation_f1": best["eval/f1"]}
 
 
 def score_probabilities(probabilities: dict) -> dict:

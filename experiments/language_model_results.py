@@ -7,7 +7,8 @@ The run is ``<workdir_root>/small`` (this script trains nothing); ``transformer.
 tokenizer, so the data the run read must be reachable (its ``task.source_dir``, the same TFDS data dir). Its row,
 continuations included, is kept in ``records.json`` beside the page; the best checkpoint's log-probability of every
 validation sentence, in ``log_probs/<variant>.validation.tsv``, gives its perplexities and cross-entropy
-(``recompute``).
+(``recompute``), its training log in ``logs/<variant>.jsonl`` the best step, wall time and throughput
+(``log_values``).
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from experiments.language_model import get_config
 from transformer import plot
 from transformer.errors import UserError
 from transformer.tasks.language_model import log_probs_metrics, read_log_probs
+from transformer.train.run_directory import MetricsLog
 
 VARIANT = "small"
 PROMPTS = ("A man in a red shirt", "Two dogs", "A group of children are", "A woman", "")
@@ -47,14 +49,24 @@ def recompute(folder: str, name: str, record: dict) -> dict | None:
   return log_probs_values(log_probs_metrics(read_log_probs(path))) if os.path.exists(path) else None
 
 
+def log_values(log: MetricsLog) -> dict:
+  """The row's values its training log gives (``experiments.verify`` recomputes them from the committed log): the
+  last step, the best validation perplexity's step and metrics as logged, the wall time, the median throughput."""
+  best = log.best("eval/perplexity", mode="min")
+  steps, wall_seconds = log.progress
+  return {"steps": steps, "best_step": best["step"],
+          "logged": {"nll": best["eval/nll"], "perplexity": best["eval/perplexity"]},
+          "wall_seconds": wall_seconds, "tokens_per_second": log.median_rate("train/tokens_per_second")}
+
+
 def collect(store: record_store.RecordStore, folder: str, args) -> None:
   """The row of the run in ``<workdir_root>/small`` (scores, the model and data it describes, greedy
   continuations) and ``folder/curves.png``."""
   workdir = os.path.join(args.workdir_root, VARIANT)
   metrics = launching.run_metrics(workdir)
-  steps, wall_seconds = metrics.progress
+  from_log = log_values(metrics)
+  steps = from_log.pop("steps")
   store.check({VARIANT: steps})  # before loading and decoding
-  best = metrics.best("eval/perplexity", mode="min")
   model, run_config = transformer.load(workdir), transformer.read_run_config(workdir)
   model_config, data = model.model_config, model.task.data
   command = output_pages.training_command("experiments/language_model.py", VARIANT, get_config, workdir,
@@ -63,15 +75,13 @@ def collect(store: record_store.RecordStore, folder: str, args) -> None:
   os.makedirs(os.path.join(folder, LOG_PROBS), exist_ok=True)
   scored = model.task.write_log_probs(model_config, model.params, log_probs_path(folder, VARIANT, split))
   values = {
-      "best_step": best["step"], **log_probs_values(scored), "workdir": workdir, "checkpoint_step": model.step,
-      "logged": {"nll": best["eval/nll"], "perplexity": best["eval/perplexity"]},
-      "wall_seconds": wall_seconds, "tokens_per_second": metrics.median_rate("train/tokens_per_second"),
+      **from_log, **log_probs_values(scored), "workdir": workdir, "checkpoint_step": model.step,
       "model": {name: getattr(model_config, name) for name in ("num_decoder_layers", "d_model", "num_heads",
                                                                 "d_ff", "vocab_size")},
       "tokenizer_type": run_config.task.tokenizer_type, "pieces_per_word": data.pieces_per_word,
       "split": split, "max_length": run_config.task.max_length,
       "continuations": [list(pair) for pair in zip(PROMPTS, model.continue_texts(list(PROMPTS)))]}
-  output_pages.add_row(store, VARIANT, steps, command, values, row, HEADER, RECOMPUTED_COLUMNS,
+  output_pages.add_row(store, VARIANT, steps, command, values, row, HEADER, RECOMPUTED_COLUMNS, workdir=workdir,
                        run_key="workdir")
   plot.plot_curves({VARIANT: list(metrics.records)}, ["train/loss", "eval/perplexity"], os.path.join(folder, "curves.png"),
                    "Multi30k English language model")

@@ -1,13 +1,17 @@
-"""What the results pages whose rows rest on outputs committed beside them share (synthetic, language model and
-Disaster Tweets, whose rows ``experiments.verify`` recomputes): the main, a run's command, how a row is recorded
-and the top of the page."""
+"""What the results pages whose rows rest on outputs committed beside them share (synthetic, language model,
+Disaster Tweets and Beijing PM2.5, whose rows ``experiments.verify`` recomputes): the main, a run's command, how a
+row is recorded with its run's training log (``logs/<row>.jsonl``) and the top of the page."""
 from __future__ import annotations
 
 import argparse
 import os
+import shutil
 
 from experiments import launching, pages, record_store, reruns
 from transformer import read_run_config
+from transformer.train.run_directory import METRICS, MetricsLog, RunDirectory, read_records
+
+LOGS = "logs"  # beside a page: each row's training log, the metrics.jsonl of the run it was recorded from
 
 
 def make_page(parser: argparse.ArgumentParser, argv, committed: str, collect, render) -> str:
@@ -30,12 +34,26 @@ def training_command(config_file: str, variant: str, get_config, workdir: str | 
 
 
 def add_row(store: record_store.RecordStore, name: str, steps: int, command: str, values: dict, row,
-            header: list[str], columns: tuple[str, ...], run_key: str = "workdir_root") -> None:
-  """Records row ``name`` of a run scored here today; ``values["reruns"]`` says what a rerun changed in
-  ``columns`` of its ``row`` (``reruns.history``)."""
+            header: list[str], columns: tuple[str, ...], *, workdir: str, run_key: str = "workdir_root") -> None:
+  """Records row ``name`` of the run in ``workdir`` scored here today, and keeps its training log beside the page
+  (``read_log``); ``values["reruns"]`` says what a rerun changed in ``columns`` of its ``row``
+  (``reruns.history``)."""
   record = {"steps": steps, "command": command, "machine": record_store.machine_description(), "values": values}
   values["reruns"] = reruns.history(store.records.get(name), record, name, row, header, columns, run_key)
   store.add(name, **record)
+  os.makedirs(os.path.join(store.folder, LOGS), exist_ok=True)
+  shutil.copyfile(RunDirectory(workdir).path(METRICS), log_path(store.folder, name))
+
+
+def log_path(folder: str, name: str) -> str:
+  return os.path.join(folder, LOGS, f"{name}.jsonl")
+
+
+def read_log(folder: str, name: str) -> MetricsLog | None:
+  """Row ``name``'s training log kept in the page folder ``folder`` (None: the row was recorded before logs were
+  kept)."""
+  path = log_path(folder, name)
+  return MetricsLog(tuple(read_records(path, ("step",)))) if os.path.exists(path) else None
 
 
 def heading(title: str, store: record_store.RecordStore, script: str, flags: str = "") -> str:

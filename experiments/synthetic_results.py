@@ -5,7 +5,8 @@
 
 Finished runs in ``workdir_root`` are not retrained (the launch resumes). Each task's row is kept in
 ``records.json`` beside the page; its final checkpoint's outputs on the held-out set, in ``outputs/<task>.tsv``,
-give its exact match and token accuracy (``recompute``). ``--from_records`` leaves ``curves.png`` and the outputs
+give its exact match and token accuracy (``recompute``), its training log in ``logs/<task>.jsonl`` the rest
+(``log_values``). ``--from_records`` leaves ``curves.png`` and the outputs
 as they are.
 """
 from __future__ import annotations
@@ -16,7 +17,7 @@ from experiments import launching, output_pages, pages, record_store, reruns
 from experiments.synthetic import VARIANTS, get_config
 from transformer import plot
 from transformer.tasks.synthetic import outputs_metrics, read_outputs
-from transformer.train.run_directory import MetricsLog, read_metrics
+from transformer.train.run_directory import MetricsLog
 
 HEADER = ["task", "steps", "exact match (512 held-out)", "token accuracy", "first >= 99% exact match",
           "total wall time", "steps/s (median)", "tokens/s (median)", "command"]
@@ -45,6 +46,19 @@ def recompute(folder: str, name: str, record: dict) -> dict | None:
   return outputs_metrics(read_outputs(path)) if os.path.exists(path) else None
 
 
+def log_values(log: MetricsLog) -> dict:
+  """The row's values its training log gives (``experiments.verify`` recomputes them from the committed log): the
+  last step, the final evaluation's exact match and token accuracy as logged, the first evaluation reaching 99%
+  exact match, the wall time and the median rates."""
+  evaluations = [record for record in log.records if "eval/exact_match" in record]
+  final, reached = evaluations[-1], launching.first_reaching(evaluations, "eval/exact_match", 0.99)
+  return {"steps": log.records[-1]["step"],
+          "logged": {"exact_match": final["eval/exact_match"], "token_accuracy": final["eval/token_accuracy"]},
+          "reached": reached and {"step": reached["step"], "wall_seconds": reached["wall_seconds"]},
+          "wall_seconds": final["wall_seconds"], "steps_per_second": log.median_rate(),
+          "tokens_per_second": log.median_rate("train/tokens_per_second")}
+
+
 def row(name: str, record: dict) -> list:
   """The cells of the row ``name`` of the table (``HEADER``)."""
   values, reached = record["values"], record["values"]["reached"]
@@ -63,19 +77,15 @@ def collect(store: record_store.RecordStore, folder: str, args) -> None:
   for variant in VARIANTS:
     workdir = os.path.join(args.workdir_root, variant)
     command = launching.launch(f"experiments/synthetic.py:{variant}", workdir)
-    runs[variant] = records = read_metrics(workdir)
-    steps = records[-1]["step"]
+    log = launching.run_metrics(workdir)
+    runs[variant], from_log = list(log.records), log_values(log)
+    steps = from_log.pop("steps")
     store.check({variant: steps})  # before its outputs replace the row's
     outputs = write_outputs(folder, variant, workdir, steps)
-    final = [r for r in records if "eval/exact_match" in r][-1]
-    reached = launching.first_reaching(records, "eval/exact_match", 0.99)
-    metrics = MetricsLog(tuple(records))
-    values = {"exact_match": outputs["exact_match"], "token_accuracy": outputs["token_accuracy"],
-              "logged": {"exact_match": final["eval/exact_match"], "token_accuracy": final["eval/token_accuracy"]},
-              "reached": reached and {"step": reached["step"], "wall_seconds": reached["wall_seconds"]},
-              "wall_seconds": final["wall_seconds"], "steps_per_second": metrics.median_rate(),
-              "tokens_per_second": metrics.median_rate("train/tokens_per_second"), "workdir_root": args.workdir_root}
-    output_pages.add_row(store, variant, steps, launching.command_line(command), values, row, HEADER, HEADLINE_COLUMNS)
+    values = {"exact_match": outputs["exact_match"], "token_accuracy": outputs["token_accuracy"], **from_log,
+              "workdir_root": args.workdir_root}
+    output_pages.add_row(store, variant, steps, launching.command_line(command), values, row, HEADER, HEADLINE_COLUMNS,
+                         workdir=workdir)
   plot.plot_curves(runs, ["train/loss", "eval/exact_match"], os.path.join(folder, "curves.png"),
                    "Synthetic tasks: small encoder-decoder (2+2 layers, d_model 64)")
 

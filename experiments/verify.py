@@ -12,6 +12,9 @@ What it recomputes, from the committed files only (nothing is trained or decoded
   the row printed again by its ``row``): synthetic exact match and token accuracy from the decoded held-out
   outputs, the LM's perplexities and cross-entropy from per-sentence log-probabilities, Disaster Tweets' F1,
   precision, recall, accuracy, thresholds and ensemble intervals from each seed's predicted probabilities;
+- the values of those pages' rows (and PM2.5's) that a run's training log gives (steps, the best step and its
+  logged validation metric, wall time, speed), from the log committed beside the page (``logs/<row>.jsonl``,
+  ``log_values`` of the page's script);
 - BLEU of every committed test output (``*.hyp.*``) against the raw reference, with the tokenisation of the row's
   sacreBLEU signature, cased and lowercased, and BLEU by reference length; the validation BLEU that chose a
   row's checkpoint from its ``validation.hyp.*`` (needs the data folder; without it these are listed as not
@@ -72,25 +75,24 @@ RECOMPUTED = {
     "experiments/language_model/RESULTS.md": "experiments.language_model_results",
     "experiments/disaster_tweets/RESULTS.md": "experiments.disaster_tweets_results",
 }
+# Pages whose rows keep their run's training log beside them (``output_pages.read_log``): the module whose
+# ``log_values(log)`` gives the row's values (``steps`` the record's own) that the log gives.
+LOGGED = {
+    "experiments/synthetic/RESULTS.md": "experiments.synthetic_results",
+    "experiments/language_model/RESULTS.md": "experiments.language_model_results",
+    "experiments/disaster_tweets/RESULTS.md": "experiments.disaster_tweets_scores",
+    "experiments/beijing_pm25/RESULTS.md": "experiments.beijing_pm25_scores",
+}
 # What has nothing committed behind it on each page, whatever the rows: (what, why).
 NOT_COMMITTED = {
-    "experiments/synthetic/RESULTS.md": [("the step and time reaching 99% exact match, wall times and throughput",
-                                          "from the runs' training logs, not committed")],
-    "experiments/language_model/RESULTS.md": [("the best step, wall time, throughput and the continuations",
-                                               "from the run's training log and decoding, not committed")],
-    "experiments/disaster_tweets/RESULTS.md": [("each row's chosen step and wall time",
-                                                "from the runs' training logs, not committed")],
+    "experiments/language_model/RESULTS.md": [("the continuations", "greedy decoding of the best checkpoint, kept "
+                                               "in records.json as decoded; the checkpoint is not committed")],
     "experiments/ablations/RESULTS.md": [("each seed's final metric and training loss", "the runs' logs are not "
                                           "committed; the means, spreads, comparisons and Welch's t are "
                                           "recomputed from the per-seed values in records.json")],
     "experiments/ablations/multi30k/RESULTS.md": [("each seed's final validation BLEU, accuracy, NLL and training "
                                                    "loss", "the runs' logs and validation outputs are not committed; "
                                                    "the statistics are recomputed from records.json")],
-    "experiments/beijing_pm25/RESULTS.md": [("the runs table (steps, best steps, wall times, speeds)",
-                                             "from the runs' training logs, not committed; every test table (the "
-                                             "equal-input section's too) is recomputed from forecasts_2014.npz and "
-                                             "forecasts_2014_equal_inputs.npz, the validation MAEs from "
-                                             "errors_validation.npz")],
     BENCHMARKS_RESULTS: [("every timing, memory figure and MFU", "a measurement: what is checked is that each ratio "
                           "agrees with the timings printed beside it")],
     BENCHMARKS_README: [("the figures of the sections below the target table (runs 1-11, A/B runs, profiles)",
@@ -247,6 +249,26 @@ def check_outputs(tally: Tally, root: str, page: str) -> None:
       printed = cell(text, column, name, module.HEADER[0])
       tally.check(page, kind, f"row {name!r}, column {column!r}", "nothing" if printed is None else printed,
                   str(cells[module.HEADER.index(column)]))
+
+
+def check_logs(tally: Tally, page: str) -> None:
+  """Each row of ``page`` whose training log is committed: the values its record holds that the log gives
+  (``log_values`` of the page's module), recomputed from the log; a row without its log is listed as not
+  verified."""
+  from experiments import output_pages
+  module = importlib.import_module(LOGGED[page])
+  folder = os.path.join(record_store.COMMITTED, os.path.relpath(os.path.dirname(page), "experiments"))
+  store = record_store.RecordStore(folder)
+  for name in store:
+    log = output_pages.read_log(folder, name)
+    if log is None:
+      tally.unverified(page, f"{name}: the steps, best step, wall time and speed its row prints",
+                       f"its training log is not committed ({output_pages.LOGS}/{name}.jsonl: the row was recorded "
+                       "before logs were kept)")
+      continue
+    recorded = {**store[name]["values"], "steps": store[name]["steps"]}
+    for key, value in module.log_values(log).items():
+      tally.check(page, "from committed training logs", f"row {name!r}, {key}", repr(recorded.get(key)), repr(value))
 
 
 # ------------------------------------------------------------------------------ BLEU from the committed outputs
@@ -503,6 +525,8 @@ def verify(root: str = record_store.REPO, pages: tuple[str, ...] = (), data: str
   for page in chosen:
     if page in RECOMPUTED:
       check_outputs(tally, root, page)
+    if page in LOGGED:
+      check_logs(tally, page)
   for experiment in ("multi30k", "iwslt15_en_vi"):
     if f"experiments/{experiment}/RESULTS.md" in chosen:
       check_bleu(tally, root, experiment, data)

@@ -13,7 +13,7 @@ from experiments import beijing_pm25_forecasts as forecasts_file
 from experiments import beijing_pm25_results as results
 from experiments import beijing_pm25_scores as scores
 from tests.tasks.test_forecasting import INPUT_LENGTH, numpy_metrics, small_config
-from experiments import record_store
+from experiments import output_pages, record_store
 from experiments.beijing_pm25 import get_config
 from transformer import load
 from transformer.errors import UserError
@@ -144,6 +144,19 @@ def test_the_validation_errors_give_back_each_runs_logged_validation_mae_on_its_
   window_row = next(line for line in text.split("## Input window", 1)[1].splitlines() if line.startswith("| gru |"))
   assert f"{recomputed[f'gru-{LONG}h']:.2f}" in window_row and f"{recomputed[f'gru-{INPUT_LENGTH}h']:.2f}" in window_row
   assert "where the file lacks a run" not in text  # every row's validation errors are in it
+
+
+@pytest.mark.slow
+def test_each_row_keeps_its_training_log_whose_values_are_the_records(page):
+  root, output, _ = page
+  store = record_store.RecordStore(str(output))
+  for row in store:
+    with open(root / row / "metrics.jsonl") as source, open(output / "logs" / f"{row}.jsonl") as kept:
+      assert source.read() == kept.read(), row
+    from_log = scores.log_values(output_pages.read_log(str(output), row))
+    assert from_log.pop("steps") == store[row]["steps"] == 6
+    assert repr(from_log) == repr({key: store[row]["values"][key] for key in from_log}), row  # nan: a short run
+    assert from_log["validation_mae"] == _best_validation_mae(root / row)
 
 
 @pytest.mark.slow

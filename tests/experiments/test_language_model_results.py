@@ -5,7 +5,7 @@ import shutil
 
 import pytest
 
-from experiments import language_model_results, record_store
+from experiments import language_model_results, output_pages, record_store
 from tests.data.data_fixtures import write_multi30k
 from tests.tasks.test_language_model import SIZES, tiny_config
 from transformer.train import run
@@ -17,9 +17,12 @@ def test_page_from_a_tiny_run_and_again_from_its_records(tmp_path):
   run(tiny_config(raw_dir, tmp_path / "tfds"), str(tmp_path / "runs" / "small"))
   output = tmp_path / "page"
   text = language_model_results.main([f"--workdir_root={tmp_path / 'runs'}", f"--output_dir={output}"])
-  assert sorted(os.listdir(output)) == ["RESULTS.md", "curves.png", "log_probs", "records.json"]
+  assert sorted(os.listdir(output)) == ["RESULTS.md", "curves.png", "log_probs", "logs", "records.json"]
   record = record_store.RecordStore(str(output))["small"]
   assert record["steps"] == 20 and record["values"]["best_perplexity"] > 1.0
+  # The run's training log kept beside the page gives the row's best step, wall time and throughput again.
+  from_log = language_model_results.log_values(output_pages.read_log(str(output), "small"))
+  assert from_log.pop("steps") == 20 and from_log == {name: record["values"][name] for name in from_log}
   # The row's numbers are those of the per-sentence log-probabilities beside the page, and the run's own eval's.
   recomputed = language_model_results.recompute(str(output), "small", record)
   assert recomputed == {name: record["values"][name] for name in recomputed}

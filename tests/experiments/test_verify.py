@@ -1,4 +1,5 @@
 """experiments/verify.py: the committed pages pass; a page copy with one digit changed fails, naming the number."""
+import json
 import os
 import shutil
 
@@ -113,6 +114,29 @@ def test_a_changed_validation_mae_fails_against_the_committed_validation_errors(
   logged = [line for line in verify.verify(record_store.REPO, (PM25,)).not_verified if "the validation MAE of" in line]
   assert len(logged) == 1 and "the validation MAE of rnn-72h (input window table)" in logged[0]
   assert "training logs' eval/mae" in logged[0]
+
+
+def test_a_changed_training_log_fails_naming_the_value_and_a_row_without_one_is_listed(tmp_path, monkeypatch):
+  """The synthetic page's rows against their committed training logs: a log whose wall time differs from the
+  record fails naming the row and the value; a row whose log is gone is listed as not verified."""
+  page = "experiments/synthetic/RESULTS.md"
+  copy = tmp_path / "synthetic"
+  shutil.copytree(os.path.join(record_store.COMMITTED, "synthetic"), copy)
+  monkeypatch.setattr(record_store, "COMMITTED", str(tmp_path))
+  tally = verify.Tally()
+  verify.check_logs(tally, page)
+  assert tally.differences == [] and tally.verified[page]["from committed training logs"] == 18
+
+  log = copy / "logs" / "copy.jsonl"
+  lines = log.read_text().splitlines()
+  last = json.loads(lines[-1])
+  last["wall_seconds"] += 1.0  # the final evaluation's wall time: the row's total wall time
+  log.write_text("\n".join(lines[:-1] + [json.dumps(last)]) + "\n")
+  (copy / "logs" / "sort.jsonl").unlink()
+  tally = verify.Tally()
+  verify.check_logs(tally, page)
+  assert len(tally.differences) == 1 and "row 'copy', wall_seconds: printed" in tally.differences[0]
+  assert [line for line in tally.not_verified if "sort: " in line and "training log is not committed" in line]
 
 
 @pytest.mark.slow
