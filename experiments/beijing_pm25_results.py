@@ -24,9 +24,9 @@ from experiments.beijing_pm25_forecasts import (
     BASELINES, COMMITTED_DIR, EQUAL_INPUTS_FILE, FORECASTS_FILE, VALIDATION_FILE, equal_inputs_data, forecasts_path,
     load_forecasts)
 from experiments.beijing_pm25_scores import (
-    BOOTSTRAP_BLOCK_HOURS, BOOTSTRAP_RESAMPLES, MODELS, best_of, better_at, equal_input_pairs, equal_input_runs,
-    kept_windows, largest_month, logged_validation_rows, paired_comparison, reads_pm25_only, record_runs,
-    run_command, run_order, test_metrics, validation_maes)
+    BOOTSTRAP_BLOCK_HOURS, BOOTSTRAP_RESAMPLES, MODELS, RESAMPLING_SEEDS, best_of, better_at, equal_input_pairs,
+    equal_input_runs, kept_windows, largest_month, logged_validation_rows, paired_comparison, reads_pm25_only,
+    record_runs, run_command, run_order, test_metrics, validation_maes)
 from transformer import plot
 from transformer.tasks.forecasting import PREDICTIONS_FILE
 
@@ -42,8 +42,19 @@ def comparison_table(rows: list[dict], first: str, second: str) -> tuple[list[st
   return (["horizon", f"{first} MAE", f"{second} MAE", "difference", "95% interval (weeks resampled)",
            "beyond the interval", "Welch's t over seeds", "seeds' forecasts averaged first: difference (95% interval)"],
           [[f"{row['horizon']} h", f"{row['first']:.1f}", f"{row['second']:.1f}", f"{row['difference']:+.1f}",
-            f"{row['low']:+.1f} to {row['high']:+.1f}", f"**{row['better']} better**" if row["better"] else "no",
-            row["welch"], "{:+.1f} ({:+.1f} to {:+.1f})".format(*row["ensemble"])] for row in rows])
+            f"{row['low']:+.1f} to {row['high']:+.1f}", beyond_cell(row), row["welch"],
+            "{:+.1f} ({:+.1f} to {:+.1f})".format(*row["ensemble"])] for row in rows])
+
+
+def beyond_cell(row: dict) -> str:
+  """Who is better beyond the interval at every resampling seed; else at how many seeds, where some say so."""
+  if row["better"]:
+    return f"**{row['better']} better**"
+  named = [name for name in row["better_by_seed"] if name]
+  if not named:
+    return "no"
+  return " and ".join(f"{name} better at {named.count(name)} of {len(row['better_by_seed'])} resampling seeds"
+                      for name in sorted(set(named)))
 
 
 def verdict(rows: list[dict], first: str, second: str, linear_rows: list[dict] | None) -> str:
@@ -66,7 +77,8 @@ def comparison_section(data: dict, metrics: dict, transformer: str, recurrent: s
   linear = paired_comparison(data, metrics, "dlinear", transformer) if "dlinear" in metrics else None
   text = TEMPLATE["comparison"].substitute(
       verdict=verdict(rows, transformer, recurrent, linear), transformer=transformer, recurrent=recurrent,
-      table=pages.markdown_table(*comparison_table(rows, transformer, recurrent)), family=", ".join(TRANSFORMERS))
+      table=pages.markdown_table(*comparison_table(rows, transformer, recurrent)), family=", ".join(TRANSFORMERS),
+      seed_spread=f"{max(row['seed_spread'] for row in rows):.2f}")
   text += "\n"
   if linear:
     text += pages.section(TEMPLATE["linear_caption"].substitute(transformer=transformer),
@@ -215,7 +227,8 @@ def render(store: record_store.RecordStore, folder: str, committed: bool) -> str
       runs=runs_table(store), reruns=reruns.section(store, names), eval_every=", ".join(map(str, store.distinct(names, "eval_every"))),
       not_run="\n".join(["", "Not run yet:", ""] + not_run) if not_run else "",
       predictions=PREDICTIONS_FILE, forecasts=FORECASTS_FILE, num_horizons=len(horizons),
-      resamples=f"{BOOTSTRAP_RESAMPLES:,}", block_days=BOOTSTRAP_BLOCK_HOURS // 24) + "\n"
+      resamples=f"{BOOTSTRAP_RESAMPLES:,}", resampling_seeds=RESAMPLING_SEEDS,
+      block_days=BOOTSTRAP_BLOCK_HOURS // 24) + "\n"
 
 
 def not_committed(folder: str) -> list[tuple[str, str]]:

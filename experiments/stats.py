@@ -59,14 +59,20 @@ def welch_text(a, b, brief: bool = False) -> str:
 
 
 def block_bootstrap_difference(errors_a: np.ndarray, errors_b: np.ndarray, mask: np.ndarray, block_length: int,
-                               resamples: int = 2000, seed: int = 0) -> dict[str, np.ndarray]:
+                               resamples: int = 2000, seeds: int = 1) -> dict[str, np.ndarray]:
   """``{"difference", "low", "high": [H]}``: MAE(a) - MAE(b) per horizon of ``[windows, H]`` absolute errors (0 where
-  not in ``mask``) and its 95% interval over ``resamples`` draws of blocks of ``block_length`` windows."""
+  not in ``mask``) and its 95% interval over ``resamples`` draws of blocks of ``block_length`` windows with each of
+  the resampling seeds 0..``seeds``-1, pooled; ``"lows", "highs": [seeds, H]`` each seed's own bounds (how far the
+  resampling's noise moves them)."""
   starts = np.arange(0, len(mask), block_length)
   block_errors = np.add.reduceat(errors_a - errors_b, starts, axis=0)  # [blocks, H]
   block_counts = np.add.reduceat(mask.astype(np.float64), starts, axis=0)
-  draws = np.random.default_rng(seed).integers(0, len(starts), size=(resamples, len(starts)))
-  with np.errstate(invalid="ignore", divide="ignore"):  # a draw of unmeasured blocks only: left out (NaN)
-    resampled = block_errors[draws].sum(axis=1) / block_counts[draws].sum(axis=1)  # [resamples, H]
-  low, high = np.nanpercentile(resampled, [2.5, 97.5], axis=0)
-  return {"difference": block_errors.sum(0) / block_counts.sum(0), "low": low, "high": high}
+  resampled = []
+  for seed in range(seeds):
+    draws = np.random.default_rng(seed).integers(0, len(starts), size=(resamples, len(starts)))
+    with np.errstate(invalid="ignore", divide="ignore"):  # a draw of unmeasured blocks only: left out (NaN)
+      resampled.append(block_errors[draws].sum(axis=1) / block_counts[draws].sum(axis=1))  # [resamples, H]
+  lows, highs = np.stack([np.nanpercentile(draws, [2.5, 97.5], axis=0) for draws in resampled], axis=1)
+  low, high = np.nanpercentile(np.concatenate(resampled), [2.5, 97.5], axis=0)
+  return {"difference": block_errors.sum(0) / block_counts.sum(0), "low": low, "high": high, "lows": lows,
+          "highs": highs}

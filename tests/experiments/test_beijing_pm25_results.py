@@ -67,6 +67,14 @@ def _common(metrics, origins):
   return errors.sum(0) / metrics["mask"][rows].sum(0)
 
 
+def test_beyond_the_interval_is_said_only_where_every_resampling_seed_says_so():
+  row = {"better": "gru", "better_by_seed": ["gru"] * 5}
+  assert results.beyond_cell(row) == "**gru better**"
+  assert results.beyond_cell({"better": None, "better_by_seed": [None] * 5}) == "no"
+  split = {"better": None, "better_by_seed": ["gru", "gru", None, "gru", None]}
+  assert results.beyond_cell(split) == "gru better at 3 of 5 resampling seeds"
+
+
 @pytest.mark.slow
 def test_each_model_keeps_its_best_validation_window_and_is_scored_on_the_common_windows(page):
   root, output, text = page
@@ -288,7 +296,8 @@ def test_the_test_year_ranking_is_only_a_robustness_check_from_24_hours(monkeypa
   def paired_comparison(data, metrics, first, second):  # its numbers are not what this test is about
     compared.append((first, second))
     return [{"horizon": h, "first": 0.0, "second": 0.0, "difference": d, "low": d - 1, "high": d + 1,
-             "better": "gru" if d > 1 else None, "welch": "-", "ensemble": [d, d - 1, d + 1]}
+             "better": "gru" if d > 1 else None, "better_by_seed": ["gru" if d > 1 else None], "seed_spread": 0.0,
+             "welch": "-", "ensemble": [d, d - 1, d + 1]}
             for h, d in zip(data["horizons"], (20.0, 1.0, 3.0))]
   monkeypatch.setattr(results, "paired_comparison", paired_comparison)
   section = results.comparison_section(data, metrics, "patchtst", "gru")

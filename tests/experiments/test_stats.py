@@ -68,3 +68,26 @@ def test_welch_in_words_and_mean_std_over_seeds():
   assert stats.mean_std([12.34], 1) == "12.3"  # one value (a baseline, one seed): no spread to give
   assert stats.mean_std([1.0, float("nan")]) == "1.000 ± 0.000 (1 not finite)"
   assert stats.mean_std([float("nan")]) == "n/a"
+
+
+def test_block_bootstrap_pools_the_draws_of_its_seeds_and_gives_each_seeds_bounds():
+  rng = np.random.default_rng(1)
+  errors_a, errors_b = np.abs(rng.normal(size=(300, 2))), np.abs(rng.normal(size=(300, 2)))
+  mask = rng.random((300, 2)) > 0.1
+  errors_a, errors_b = errors_a * mask, errors_b * mask
+  result = stats.block_bootstrap_difference(errors_a, errors_b, mask, block_length=10, resamples=400, seeds=3)
+  # By a plain loop: each draw picks 30 blocks of 10 windows with replacement; MAE difference over their targets.
+  per_seed = []
+  for seed in range(3):
+    draws = np.random.default_rng(seed).integers(0, 30, size=(400, 30))
+    values = []
+    for draw in draws:
+      rows = np.concatenate([np.arange(10 * block, 10 * block + 10) for block in draw])
+      values.append((errors_a[rows] - errors_b[rows]).sum(0) / mask[rows].sum(0))
+    per_seed.append(np.array(values))
+  for seed, values in enumerate(per_seed):
+    np.testing.assert_allclose([result["lows"][seed], result["highs"][seed]], np.percentile(values, [2.5, 97.5], 0))
+  np.testing.assert_allclose([result["low"], result["high"]],
+                             np.percentile(np.concatenate(per_seed), [2.5, 97.5], 0))
+  single = stats.block_bootstrap_difference(errors_a, errors_b, mask, block_length=10, resamples=400)
+  np.testing.assert_allclose([single["low"], single["high"]], [result["lows"][0], result["highs"][0]])
