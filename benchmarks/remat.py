@@ -103,8 +103,8 @@ def main(argv=None) -> common.Report:
       f"memory analysis of the compiled step (arguments + outputs + temporaries - aliased). Times: median of "
       f"{args.repeats} samples after {args.warmup} warm-up, the policies taking turns.",
       f"Target (at batch {fit_batch}, 'full' fits under {measure.mib(limit) / 1024:.1f} GiB where 'none' does "
-      f"not): " + ", ".join(f"{policy} {'fits' if fit else 'does not fit'}" for policy, fit in verdict.items())
-      + f" ({'met' if met else 'not met'}).",
+      f"not): " + (", ".join(f"{policy} {'fits' if fit else 'does not fit'}" for policy, fit in verdict.items())
+                   + f" ({'met' if met else 'not met'})." if len(fits) == 2 else "not run (not both compiled)."),
   ]
   if not accelerator:
     report.notes.append("On a CPU XLA's memory plan does not shrink with rematerialisation: measure on an "

@@ -50,3 +50,20 @@ def test_train_step_compiles_a_row_for_every_cpu_option(capsys):
   assert implementations == ["ours", *train_step.CPU_OPTION_ROWS]
   assert not [note for note in report.notes if "skipped: XLA rejected" in note]
   assert all(math.isfinite(row[4]) and row[4] > 0 for row in report.rows)  # step ms
+
+
+@pytest.mark.slow
+def test_remat_says_not_run_when_the_fit_batch_was_not_compiled(monkeypatch, capsys):
+  """A budget spent before the --fit_batch steps compile leaves the fit target unjudged, never "not met"."""
+  from benchmarks import remat
+  compile_policies, calls = remat.compile_policies, []
+
+  def budget_spent_after_the_first_batch(args, batch_size, policies):
+    calls.append(batch_size)
+    return compile_policies(args, batch_size, policies) if len(calls) == 1 else {}
+  monkeypatch.setattr(remat, "compile_policies", budget_spent_after_the_first_batch)
+  report = remat.main(["--smoke", "--time_budget_s", "600"])
+  capsys.readouterr()
+  target = next(note for note in report.notes if note.startswith("Target"))
+  assert len(calls) == 2 and target.endswith(": not run (not both compiled).")
+  assert any("none, full not compiled" in note or "full, none not compiled" in note for note in report.notes)
