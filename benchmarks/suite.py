@@ -65,10 +65,10 @@ class Part:
 
 PARTS = (
     # First: the headline number, and the part whose length is known (training steps); a part that finishes
-    # early leaves its time to the next. Shares from the first H200 run (benchmarks/RESULTS.md, suite.gpu):
-    # data preparation and 8,000 steps of transformer_gpu take about 270 s, each base-model compilation 46 s.
+    # early leaves its time to the next. Shares sized from the first H200 run, whose time to BLEU and base-model
+    # compilations were longer than the suite run's now in benchmarks/RESULTS.md (suite.gpu, time_to_bleu.gpu).
     Part("time_to_bleu", "time_to_bleu", 0.56, ("--eval_reserve_s", "40"), ()),
-    # One batch size: each compiles for about 46 s on a GPU, and torch.compile adds its own.
+    # One batch size: each compiles for tens of seconds on a GPU, and torch.compile adds its own.
     Part("train_step", "train_step", 0.20,
          ("--configs", "transformer_base", "--dtype", "bfloat16", "--batch", "256", "--no_flax_stock",
           "--torch_compile", "--repeats", "10", "--warmup", "3"),

@@ -139,6 +139,17 @@ def test_a_changed_training_log_fails_naming_the_value_and_a_row_without_one_is_
   assert [line for line in tally.not_verified if "sort: " in line and "training log is not committed" in line]
 
 
+def test_a_count_of_attention_sizes_in_the_readme_is_counted_in_the_section_its_row_names(tmp_path):
+  root = copy_pages(tmp_path)
+  tally = verify.Tally()
+  verify.check_readme(tally, root)
+  assert tally.differences == [] and tally.verified[verify.README]["counted from its page"] == 2
+  change_digit(root, verify.README, "within 1.1x at 15 of 24 sizes", "within 1.1x at 23 of 24 sizes")  # the CPU's
+  tally = verify.Tally()
+  verify.check_readme(tally, root)
+  assert len(tally.differences) == 1 and "printed 23 of 24, recomputed 15 of 24" in tally.differences[0]
+
+
 @pytest.mark.slow
 def test_one_digit_changed_in_the_readme_or_a_benchmark_ratio_fails_naming_it(tmp_path):
   root = copy_pages(tmp_path)
