@@ -20,7 +20,6 @@ import collections
 import sys
 import tempfile
 
-import numpy as np
 
 from benchmarks import common, measure
 from benchmarks.input_pipeline import generated_pairs
