@@ -18,7 +18,7 @@ What it recomputes, from the committed files only (nothing is trained or decoded
 - BLEU of every committed test output (``*.hyp.*``) against the raw reference, with the tokenisation of the row's
   sacreBLEU signature, cased and lowercased, and BLEU by reference length; the validation BLEU that chose a
   row's checkpoint from its ``validation.hyp.*`` (needs the data folder; without it these are listed as not
-  verified);
+  verified); each row's checkpoint against the validation BLEU its training logged (``curves`` of its record);
 - the ratios of ``benchmarks/RESULTS.md`` from the timings in the same table, to the timings' printed rounding,
   and the worst ratio each section's target line quotes;
 - every result in the README's results table and in ``benchmarks/README.md``'s target table against the page it
@@ -314,6 +314,28 @@ def check_bleu(tally: Tally, root: str, experiment: str, data: str) -> None:
       check_split(tally, page, text, name, split, split == TEST_NAME[experiment], hypotheses, read_lines(reference))
 
 
+def check_choices(tally: Tally, experiment: str) -> None:
+  """Each scored row's checkpoint against the validation BLEU that chose it, as its record keeps them: its best
+  step is the step of the best ``eval/bleu`` its training logged (the trainer's best checkpoint), unless it is the
+  mean of the last checkpoints, which only a higher validation BLEU than the best checkpoint's chooses."""
+  from experiments.translation_scores import stored_rows
+  page = f"experiments/{experiment}/RESULTS.md"
+  runs, _ = stored_rows(record_store.RecordStore(os.path.join(record_store.COMMITTED, experiment)))
+  kind = "checkpoint choices from the logged validation BLEU"
+  for name, run in runs.items():
+    logged = [record for record in run.get("curves") or [] if "eval/bleu" in record]
+    by_checkpoint = run.get("validation_bleu_by_checkpoint") or {}
+    chosen = max(by_checkpoint, key=by_checkpoint.get) if by_checkpoint else None
+    if run.get("averaged_steps"):
+      tally.check(page, kind, f"row {name!r}: the checkpoints' mean chosen", "mean of the last",
+                  "mean of the last" if chosen and chosen.startswith("mean of the last") else str(chosen))
+    elif logged:
+      best = max(logged, key=lambda record: record["eval/bleu"])  # the first at a tie, as the trainer keeps it
+      tally.check(page, kind, f"row {name!r}: best step", str(run["best_step"]), str(best["step"]))
+    else:
+      tally.unverified(page, f"{name}: its best step", "its record keeps no logged validation BLEU")
+
+
 def check_split(tally: Tally, page: str, text: str, name: str, split: str, is_test: bool, hypotheses: list[str],
                 references: list[str]) -> None:
   """One output file's BLEU against the page: the main table and the outputs table (the test set), the other
@@ -532,6 +554,7 @@ def verify(root: str = record_store.REPO, pages: tuple[str, ...] = (), data: str
   for experiment in ("multi30k", "iwslt15_en_vi"):
     if f"experiments/{experiment}/RESULTS.md" in chosen:
       check_bleu(tally, root, experiment, data)
+      check_choices(tally, experiment)
   if BENCHMARKS_RESULTS in chosen:
     check_ratios(tally, read(root, BENCHMARKS_RESULTS))
   if README in chosen:

@@ -150,6 +150,21 @@ def test_a_count_of_attention_sizes_in_the_readme_is_counted_in_the_section_its_
   assert len(tally.differences) == 1 and "printed 23 of 24, recomputed 15 of 24" in tally.differences[0]
 
 
+def test_a_best_step_other_than_the_logged_best_validation_bleu_fails(tmp_path, monkeypatch):
+  shutil.copytree(os.path.join(record_store.COMMITTED, "iwslt15_en_vi"), tmp_path / "iwslt15_en_vi")
+  monkeypatch.setattr(record_store, "COMMITTED", str(tmp_path))
+  tally = verify.Tally()
+  verify.check_choices(tally, "iwslt15_en_vi")
+  assert tally.differences == [] and tally.verified[IWSLT]["checkpoint choices from the logged validation BLEU"] >= 7
+  path = tmp_path / "iwslt15_en_vi" / "records.json"
+  records = json.loads(path.read_text())
+  records["gru_bahdanau_bpe"]["values"]["best_step"] = 2000  # an earlier evaluation, of lower logged BLEU
+  path.write_text(json.dumps(records))
+  tally = verify.Tally()
+  verify.check_choices(tally, "iwslt15_en_vi")
+  assert tally.differences == [f"{IWSLT}: row 'gru_bahdanau_bpe': best step: printed 2000, recomputed 3000"]
+
+
 @pytest.mark.slow
 def test_one_digit_changed_in_the_readme_or_a_benchmark_ratio_fails_naming_it(tmp_path):
   root = copy_pages(tmp_path)
