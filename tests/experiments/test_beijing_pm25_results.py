@@ -351,8 +351,8 @@ def test_the_equal_input_section_is_the_committed_forecasts_mae():
   # The paired comparisons: weather against none per model, then the families on the same inputs and window.
   titles = [line.split("**")[1] for line in section.splitlines() if line.startswith("**")]
   assert titles == ["gru-168h against gru-168h-pm25_only", "patchtst-168h-all_inputs against patchtst-168h",
-                    "dlinear-336h-all_inputs against dlinear-336h", "patchtst-168h against gru-168h-pm25_only",
-                    "patchtst-168h-all_inputs against gru-168h"]
+                    "patchtst-336h-all_inputs against patchtst-336h", "dlinear-336h-all_inputs against dlinear-336h",
+                    "patchtst-168h against gru-168h-pm25_only", "patchtst-168h-all_inputs against gru-168h"]
   weather = section.split("**gru-168h against gru-168h-pm25_only**", 1)[1]
   row = next(line for line in weather.splitlines() if line.startswith("| 12 h |"))
   difference = mae["gru-168h"][2] - mae["gru-168h-pm25_only"][2]
