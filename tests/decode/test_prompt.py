@@ -1,6 +1,5 @@
 """Prompts: a prefix per example (different lengths in one batch) written into the cache in one pass, then
 decoded, equals feeding the prefix token by token; for TransformerLM and EncoderDecoder."""
-import functools
 
 import jax
 import jax.numpy as jnp

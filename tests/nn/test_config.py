@@ -1,5 +1,4 @@
 """ModelConfig validates at construction with messages naming the field, the bad value and the choices."""
-import dataclasses
 import re
 
 import flax.linen

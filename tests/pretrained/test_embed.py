@@ -2,8 +2,6 @@
 numpy, one row per line in input order whatever the batching, progress and clear errors."""
 from __future__ import annotations
 
-import os
-import pathlib
 import subprocess
 import sys
 

@@ -1,7 +1,6 @@
 """Device fingerprints of a checkpoint's arrays (train/checksums.py): independent of sharding, changed by any
 flipped bit or moved value, NaN found; and checkpoints written with the older SHA-256 digests still verified."""
 import json
-import os
 
 import jax
 import jax.numpy as jnp

@@ -6,7 +6,6 @@ import os
 import re
 import sys
 
-import numpy as np
 import pytest
 
 from transformer import load
