@@ -8,7 +8,7 @@ from typing import Callable
 
 import numpy as np
 
-from experiments import launching, record_store, stats
+from experiments import launching, output_pages, record_store, stats
 from experiments.ablations import common
 from experiments.launching import Cell, find_record
 from transformer.errors import UserError
@@ -44,20 +44,30 @@ def seed_values(record: dict, name: str, cell: Cell) -> np.ndarray:
                    for i in range(cell.num_seeds)], np.float64)
 
 
-def cell_result(cell: Cell, records: list[dict], hardware: str = "") -> CellResult:
-  """The ``CellResult`` of the cell's run from its metric ``records``; ``hardware``: where it ran (default: here)."""
-  final = MetricsLog(tuple(records)).evaluation_at(cell.num_train_steps)
+def log_values(log: MetricsLog, cell: Cell) -> dict:
+  """What the record of ``cell`` holds that its run's training ``log`` gives: the steps, each seed's final metrics
+  (``per_seed``: metric -> ``[seeds]``), how many seeds diverged, the wall time and the training losses
+  (``[[step, [loss per seed]]]``)."""
+  final = log.evaluation_at(cell.num_train_steps)
   if final is None:
     raise UserError(f"{cell.workdir} has no evaluation at step {cell.num_train_steps}: its run has not "
                     "finished; rerun the script to resume it")
-  per_seed = {name: seed_values(final, name, cell) for name, _, _ in METRICS[cell.task] if name in final}
-  train = [r for r in records if "train/loss" in r]
+  per_seed = {name: seed_values(final, name, cell).tolist() for name, _, _ in METRICS[cell.task] if name in final}
+  train = [r for r in log.records if "train/loss" in r]
   losses = np.array([seed_values(r, "train/loss", cell) for r in train])
   skipped = sum((seed_values(r, "train/skipped_steps", cell) for r in train if "train/skipped_steps" in r),
                 np.zeros(cell.num_seeds))
   diverged = ~np.isfinite(losses).all(axis=0) | above_the_line(losses, cell.task) | (skipped > 0)
-  return CellResult(cell, per_seed, int(diverged.sum()), final["wall_seconds"], final["step"],
-                    [[r["step"], loss.tolist()] for r, loss in zip(train, losses)],
+  return {"steps": final["step"], "per_seed": per_seed, "diverged": int(diverged.sum()),
+          "wall_seconds": final["wall_seconds"],
+          "train_loss": [[r["step"], loss.tolist()] for r, loss in zip(train, losses)]}
+
+
+def cell_result(cell: Cell, records: list[dict], hardware: str = "") -> CellResult:
+  """The ``CellResult`` of the cell's run from its metric ``records``; ``hardware``: where it ran (default: here)."""
+  values = log_values(MetricsLog(tuple(records)), cell)
+  return CellResult(cell, {name: np.asarray(per_seed, np.float64) for name, per_seed in values["per_seed"].items()},
+                    values["diverged"], values["wall_seconds"], values["steps"], values["train_loss"],
                     hardware or record_store.hardware(),
                     ", ".join(sorted(set(recorded_tokenizers(cell.workdir).values()))))
 
@@ -101,6 +111,7 @@ def gather(cells: list[Cell], store: record_store.RecordStore,
     if cell.ablation == "scaling":
       result.attention = {replica: attention_statistics(cell.workdir, cell.replica_offset + replica)
                           for replica in range(cell.num_seeds)}
+    output_pages.keep_log(store.folder, cell.run, cell.workdir)  # cells sharing a run share its log  # cells sharing a run share its log
     return result.steps, result.hardware, record_values(result)
   launching.run_grid(cells, store, record, train, launch_flags, ignore_recorded)
 

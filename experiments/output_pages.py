@@ -41,8 +41,14 @@ def add_row(store: record_store.RecordStore, name: str, steps: int, command: str
   record = {"steps": steps, "command": command, "machine": record_store.machine_description(), "values": values}
   values["reruns"] = reruns.history(store.records.get(name), record, name, row, header, columns, run_key)
   store.add(name, **record)
-  os.makedirs(os.path.join(store.folder, LOGS), exist_ok=True)
-  shutil.copyfile(RunDirectory(workdir).path(METRICS), log_path(store.folder, name))
+  keep_log(store.folder, name, workdir)
+
+
+def keep_log(folder: str, name: str, workdir: str) -> None:
+  """Copies the training log of the run in ``workdir`` beside the page in ``folder``, as ``name``'s."""
+  path = log_path(folder, name)
+  os.makedirs(os.path.dirname(path), exist_ok=True)  # a name may hold folders (an ablation's ``<ablation>/<run>``)
+  shutil.copyfile(RunDirectory(workdir).path(METRICS), path)
 
 
 def log_path(folder: str, name: str) -> str:

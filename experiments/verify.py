@@ -14,7 +14,8 @@ What it recomputes, from the committed files only (nothing is trained or decoded
   precision, recall, accuracy, thresholds and ensemble intervals from each seed's predicted probabilities;
 - the values of those pages' rows (and PM2.5's) that a run's training log gives (steps, the best step and its
   logged validation metric, wall time, speed), from the log committed beside the page (``logs/<row>.jsonl``,
-  ``log_values`` of the page's script);
+  ``log_values`` of the page's script); each ablation cell's per-seed final metrics, divergence and training
+  losses from its run's log (``logs/<run>.jsonl``);
 - BLEU of every committed test output (``*.hyp.*``) against the raw reference, with the tokenisation of the row's
   sacreBLEU signature, cased and lowercased, and BLEU by reference length; the validation BLEU that chose a
   row's checkpoint from its ``validation.hyp.*`` (needs the data folder; without it these are listed as not
@@ -36,6 +37,7 @@ import dataclasses
 import difflib
 import importlib
 import io
+import json
 import math
 import os
 import re
@@ -83,16 +85,15 @@ LOGGED = {
     "experiments/disaster_tweets/RESULTS.md": "experiments.disaster_tweets_scores",
     "experiments/beijing_pm25/RESULTS.md": "experiments.beijing_pm25_scores",
 }
+# The ablation pages (each keeps its runs' training logs, ``logs/<run>.jsonl``): their task.
+ABLATION_PAGES = {"experiments/ablations/RESULTS.md": "synthetic",
+                  "experiments/ablations/multi30k/RESULTS.md": "multi30k"}
 # What has nothing committed behind it on each page, whatever the rows: (what, why).
 NOT_COMMITTED = {
     "experiments/language_model/RESULTS.md": [("the continuations", "greedy decoding of the best checkpoint, kept "
                                                "in records.json as decoded; the checkpoint is not committed")],
-    "experiments/ablations/RESULTS.md": [("each seed's final metric and training loss", "the runs' logs are not "
-                                          "committed; the means, spreads, comparisons and Welch's t are "
-                                          "recomputed from the per-seed values in records.json")],
-    "experiments/ablations/multi30k/RESULTS.md": [("each seed's final validation BLEU, accuracy, NLL and training "
-                                                   "loss", "the runs' logs and validation outputs are not committed; "
-                                                   "the statistics are recomputed from records.json")],
+    "experiments/ablations/multi30k/RESULTS.md": [("each seed's validation outputs", "not committed: a seed's final "
+                                                   "validation BLEU stands in its run's training log only")],
     BENCHMARKS_RESULTS: [("every timing, memory figure and MFU", "a measurement: what is checked is that each ratio "
                           "agrees with the timings printed beside it")],
     BENCHMARKS_README: [("the figures of the sections below the target table (runs 1-11, A/B runs, profiles)",
@@ -269,6 +270,35 @@ def check_logs(tally: Tally, page: str) -> None:
     recorded = {**store[name]["values"], "steps": store[name]["steps"]}
     for key, value in module.log_values(log).items():
       tally.check(page, "from committed training logs", f"row {name!r}, {key}", repr(recorded.get(key)), repr(value))
+
+
+def check_ablation_logs(tally: Tally, page: str) -> None:
+  """Each cell of an ablation page whose run's training log is committed: its record's per-seed final metrics,
+  divergence, wall time, steps and training losses, recomputed from the log (``ablations_scores.log_values``);
+  the cells without their log are listed as not verified."""
+  from experiments import ablations_scores, launching, output_pages
+  folder = os.path.join(record_store.COMMITTED, os.path.relpath(os.path.dirname(page), "experiments"))
+  store = record_store.RecordStore(folder)
+  with tempfile.TemporaryDirectory() as root:  # where the cells would train: only their configs are read
+    grid = {cell.name: cell for cell in launching.expand_grid(
+        list(launching.ABLATIONS), ABLATION_PAGES[page], root, ablations=launching.ABLATIONS)}
+  missing = []
+  for name in store:
+    record = store[name]
+    log = output_pages.read_log(folder, record["values"]["run"])
+    if log is None or name not in grid:
+      missing.append(name)
+      continue
+    recorded = {**record["values"], "steps": record["steps"]}
+    for key, value in ablations_scores.log_values(log, grid[name]).items():
+      tally.check(page, "from committed training logs", f"cell {name!r}, {key}",
+                  json.dumps(recorded.get(key), sort_keys=True), json.dumps(value, sort_keys=True))
+  if missing:
+    tally.unverified(page, "each seed's final metrics, divergence and training loss of " + (
+        f"all {len(missing)} cells" if len(missing) == len(store) else ", ".join(missing)),
+        f"their runs' training logs are not committed ({output_pages.LOGS}/RUN.jsonl: recorded before logs were "
+        "kept; the means, spreads, comparisons and Welch's t are recomputed from the per-seed values in "
+        "records.json)")
 
 
 # ------------------------------------------------------------------------------ BLEU from the committed outputs
@@ -551,6 +581,8 @@ def verify(root: str = record_store.REPO, pages: tuple[str, ...] = (), data: str
       check_outputs(tally, root, page)
     if page in LOGGED:
       check_logs(tally, page)
+    if page in ABLATION_PAGES:
+      check_ablation_logs(tally, page)
   for experiment in ("multi30k", "iwslt15_en_vi"):
     if f"experiments/{experiment}/RESULTS.md" in chosen:
       check_bleu(tally, root, experiment, data)

@@ -9,7 +9,7 @@ import shutil
 import numpy as np
 import pytest
 
-from experiments import ablations_results, ablations_scores, launching, record_store, stats
+from experiments import ablations_results, ablations_scores, launching, record_store, stats, verify
 from experiments.ablations import common
 from transformer.errors import ConfigError, UserError
 from transformer.train import run
@@ -126,6 +126,45 @@ def test_variants_of_a_sweep_train_once_and_read_as_their_own_replicas(tiny_norm
     assert final[f"eval/loss/seed_{replica}"] == pytest.approx(final[f"eval/nll/seed_{replica}"], rel=1e-6)
   for replica in (2, 3):
     assert abs(final[f"eval/loss/seed_{replica}"] - final[f"eval/nll/seed_{replica}"]) > 0.01
+
+
+@pytest.mark.slow
+def test_a_cells_run_log_is_kept_beside_the_page_and_verify_recomputes_its_record(tiny_norms, tmp_path, monkeypatch):
+  """The two variants of one sweep share their run's log (``logs/<run>.jsonl``); ``verify`` gives back each cell's
+  record from it, names a changed seed's metric, and lists the cells whose log is gone."""
+  regularization = importlib.import_module("experiments.ablations.regularization")
+  monkeypatch.setattr(regularization, "ABLATION", dataclasses.replace(regularization.ABLATION, variants={
+      name: regularization.ABLATION.variants[name] for name in ("none", "label_smoothing")}))
+  monkeypatch.setattr(launching, "ABLATIONS", ("regularization",))  # the grid verify expands
+  cells = launching.expand_grid(["regularization"], "synthetic", str(tmp_path / "runs"), ablations=("regularization",))
+  folder = tmp_path / "committed" / "ablations"
+  store = record_store.RecordStore(str(folder))
+  ablations_scores.gather(cells, store, train_in_process([]))
+  store.save()
+  log = folder / "logs" / "regularization" / "none+label_smoothing.jsonl"
+  assert sorted(os.listdir(folder / "logs" / "regularization")) == [log.name]
+  run_log = tmp_path / "runs" / "regularization" / "none+label_smoothing" / "metrics.jsonl"
+  assert log.read_text() == run_log.read_text()
+
+  monkeypatch.setattr(record_store, "COMMITTED", str(tmp_path / "committed"))
+  page = "experiments/ablations/RESULTS.md"
+  tally = verify.Tally()
+  verify.check_ablation_logs(tally, page)
+  assert tally.differences == [] and tally.not_verified == []
+  assert tally.verified[page]["from committed training logs"] == 2 * 5  # steps, per-seed, diverged, wall, losses
+
+  lines = log.read_text().splitlines()
+  final = json.loads(lines[-1])
+  final["eval/exact_match/seed_3"] += 0.25  # label_smoothing's second seed (replicas 2, 3)
+  log.write_text("\n".join(lines[:-1] + [json.dumps(final)]) + "\n")
+  tally = verify.Tally()
+  verify.check_ablation_logs(tally, page)
+  assert len(tally.differences) == 1 and "cell 'regularization/label_smoothing', per_seed" in tally.differences[0]
+  log.unlink()
+  tally = verify.Tally()
+  verify.check_ablation_logs(tally, page)
+  assert tally.verified[page]["from committed training logs"] == 0
+  assert len(tally.not_verified) == 1 and "of all 2 cells" in tally.not_verified[0]
 
 
 @pytest.mark.slow
