@@ -33,15 +33,29 @@ def test_no_weights_checkpoints_or_data_archives_are_tracked():
   assert not [path.relative_to(ROOT) for path in files if "checkpoints" in path.parts]
 
 
+def heading_anchors(path: pathlib.Path) -> set[str]:
+  """The anchors a markdown file's headings get on GitHub: lowercased, punctuation but hyphens dropped, spaces
+  made hyphens."""
+  headings = re.findall(r"^#+\s+(.+?)\s*$", path.read_text(encoding="utf-8"), flags=re.MULTILINE)
+  return {re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-") for heading in headings}
+
+
 def test_every_relative_link_of_the_markdown_files_resolves():
+  """A link's file exists and, where it names a heading of a markdown file (``#anchor``), that heading does."""
   link = re.compile(r"\]\(([^)\s]+)\)")
   broken = []
   for path in tracked_files():
     if path.suffix != ".md" or path.name.endswith("page_template.md"):  # a template links from its page's folder
       continue
     for target in link.findall(path.read_text(encoding="utf-8")):
-      if "://" in target or target.startswith(("#", "mailto:")):
+      if "://" in target or target.startswith("mailto:"):
         continue
-      if not (path.parent / target.split("#", 1)[0]).exists():
+      file, _, anchor = target.partition("#")
+      linked = path.parent / file if file else path
+      if not linked.exists() or (anchor and linked.suffix == ".md" and anchor not in heading_anchors(linked)):
         broken.append(f"{path.relative_to(ROOT)}: {target}")
   assert broken == []
+
+
+def test_a_heading_anchor_is_the_one_github_gives():
+  assert heading_anchors(ROOT / "README.md") >= {"quick-start", "code-map-and-adding-an-experiment"}

@@ -61,6 +61,8 @@ def test_a_workdir_of_another_model_is_refused_and_a_field_added_since_compares_
   write_format(str(tmp_path))
   (tmp_path / "model_config.json").write_text(json.dumps(saved))
   _check_workdir_model(str(tmp_path), model_config, has_checkpoints=True, write=False)
+  # Rematerialisation recomputes the same layers (docs/training.md): a resumed run may turn it on.
+  _check_workdir_model(str(tmp_path), model_config.replace(remat="dots"), has_checkpoints=True, write=False)
   with pytest.raises(ConfigError, match="d_model: 64 -> 128"):
     _check_workdir_model(str(tmp_path), model_config.replace(d_model=128), has_checkpoints=True, write=False)
   with pytest.raises(ConfigError, match="d_model: 64 -> None"):

@@ -27,6 +27,7 @@ import numpy as np
 from jax.experimental import multihost_utils
 
 from transformer.data.files import write_atomically
+from transformer.effects import Effect, effect_of
 from transformer.errors import ConfigError, MissingDataError, WorkdirError
 from transformer.tasks import TranslatesText, WritesPredictions
 from transformer.train.replicas import SWEEPABLE
@@ -204,8 +205,11 @@ def check_workdir_model(workdir: str, model_config, has_checkpoints: bool, write
   if has_checkpoints and os.path.exists(path):
     require_current_format(workdir)
     saved = directory.read_json(MODEL_CONFIG)
+    # Dropout, kernels and how the same layers are recomputed (``Effect.LAYOUT``: remat) leave the parameters as
+    # they are, so a resumed run may change them.
     ignored = ("deterministic", "decode", "dropout_rate", "attention_dropout_rate", "feed_forward_dropout_rate",
-               "kernels")
+               "kernels", *(field.name for field in dataclasses.fields(model_config)
+                            if effect_of(field) is Effect.LAYOUT))
     # A field added since the run was saved compares as its default (which keeps the saved model's behaviour).
     defaults = {field.name: field.default for field in dataclasses.fields(model_config)}
     differences = [f"{k}: {saved.get(k, defaults.get(k))!r} -> {current.get(k)!r}"
