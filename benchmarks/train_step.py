@@ -80,7 +80,7 @@ COMPILE_TARGET_S = 60.0
 # XLA:CPU compiler options, each measured as an extra row of ours (same model and step, only the option
 # differs), CPU only. This jaxlib hands dots to YNNPACK by default; an empty YNN fusion type sends them to
 # Eigen (the row run by default), the others are the alternatives tried before keeping XLA's defaults
-# (``--cpu_option_rows=all``; benchmarks/README.md, "Why these kernels").
+# (``--cpu_option_rows=all``; benchmarks/FINDINGS.md, "Why these kernels").
 _FUSION = "LIBRARY_FUSION_TYPE_"
 CPU_OPTION_ROWS = {
     "ours, Eigen dots": {"xla_cpu_experimental_ynn_fusion_type": ""},

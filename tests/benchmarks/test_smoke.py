@@ -42,7 +42,7 @@ def test_smoke_run_prints_table_with_finite_ratios(script, capsys):
 
 @pytest.mark.slow
 def test_train_step_compiles_a_row_for_every_cpu_option(capsys):
-  """Every XLA:CPU option the benchmarks/README.md measured is still accepted by this jaxlib and times a row."""
+  """Every XLA:CPU option benchmarks/FINDINGS.md measured is still accepted by this jaxlib and times a row."""
   from benchmarks import train_step
   report = train_step.main(["--smoke", "--no_torch", "--no_flax_stock", "--cpu_option_rows=all"])
   capsys.readouterr()

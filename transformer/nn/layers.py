@@ -27,7 +27,7 @@ class Dense(nn.Module):
 
   Why: with a 3-D input, XLA:CPU computes ``nn.Dense``'s weight gradient from a transposed copy of the
   ``[..., features]`` cotangent; under ``jax.vmap`` (seeds in one program) that copy of the vocabulary logits'
-  gradient was the costliest op of a step (benchmarks/README.md#why-these-kernels).
+  gradient was the costliest op of a step (benchmarks/FINDINGS.md#why-these-kernels).
   """
   features: int
   use_bias: bool = True

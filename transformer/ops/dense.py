@@ -8,7 +8,7 @@ def dense(x, kernel, bias=None, precision=None, preferred_element_type=None):
   """``x W + b`` on the last axis, as one 2-D matmul over the flattened leading axes.
 
   Flattening changes no value; XLA:CPU runs the weight gradient of a 3-D ``einsum("bld,df->blf")`` as a
-  slower matmul of two transposed operands (benchmarks/README.md#why-these-kernels).
+  slower matmul of two transposed operands (benchmarks/FINDINGS.md#why-these-kernels).
 
   Args:
     x: ``[..., features_in]``.

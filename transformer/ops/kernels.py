@@ -13,7 +13,7 @@ value and gradient (to float rounding), except the 8-bit dropout, which draws it
 elsewhere), on anything else the reference. ``attention_chunk_size`` adds the memory-efficient implementation
 (``chunked.py``), which ``attention.attend`` takes wherever nothing needs the weights. A model resolves its
 choice once, on its config (``ModelConfig.resolved_kernels``). Why each piece exists, with the measurements:
-benchmarks/README.md#why-these-kernels.
+benchmarks/FINDINGS.md#why-these-kernels.
 """
 from __future__ import annotations
 
