@@ -42,15 +42,20 @@ def _python_files(directory: pathlib.Path):
   return sorted(path for path in directory.rglob("*.py") if "__pycache__" not in path.parts)
 
 
-def _imports(path: pathlib.Path):
-  """``(line, module, imported names)`` of every import statement in a file; names are None for ``import x``."""
+def _imports(path: pathlib.Path, package: str | None = None):
+  """``(line, module, imported names)`` of every import statement in a file; names are None for ``import x``.
+  A relative import is resolved against ``package`` (default: the file's own under the repository root)."""
   tree = ast.parse(path.read_text(), filename=str(path))
   for node in ast.walk(tree):
     if isinstance(node, ast.Import):
       for alias in node.names:
         yield node.lineno, alias.name, None
-    elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-      yield node.lineno, node.module, [alias.name for alias in node.names]
+    elif isinstance(node, ast.ImportFrom) and (node.module or node.level):
+      module = node.module
+      if node.level:  # ``from ..tasks import x`` in transformer/nn/: transformer.tasks
+        parts = (package or ".".join(path.relative_to(ROOT).parent.parts)).split(".")
+        module = ".".join(parts[:len(parts) - node.level + 1] + ([node.module] if node.module else []))
+      yield node.lineno, module, [alias.name for alias in node.names]
 
 
 def _private_attribute_uses(path: pathlib.Path):
@@ -161,3 +166,6 @@ def test_the_checker_sees_a_violation(tmp_path):
                    (3, "transformer.tasks", ["seq2seq"])]
   assert list(_private_attribute_uses(source)) == [(4, "transformer.tasks.seq2seq", "seq2seq._greedy_decode")]
   assert _project_package("transformer.tasks.seq2seq") == "tasks"
+  source.write_text("from ..tasks import seq2seq\nfrom . import layers\nfrom .attention import dot\n")
+  assert list(_imports(source, package="transformer.nn")) == [
+      (1, "transformer.tasks", ["seq2seq"]), (2, "transformer.nn", ["layers"]), (3, "transformer.nn.attention", ["dot"])]

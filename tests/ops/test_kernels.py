@@ -66,12 +66,10 @@ def test_auto_on_cpu_is_the_xla_cpu_kernels_and_never_cudnn():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16], ids=["float32", "bfloat16"])
 @pytest.mark.parametrize("masked", [False, True], ids=["no-mask", "padding+causal"])
-@pytest.mark.parametrize("float32_logits", [True, False], ids=["float32-logits", "low-precision-logits"])
+@pytest.mark.parametrize("dtype, float32_logits", [(jnp.float32, True), (jnp.bfloat16, True), (jnp.bfloat16, False)],
+                         ids=["float32", "bfloat16-float32-logits", "bfloat16-logits"])  # float32 has no other logits
 def test_dense_attention_auto_equals_reference(dtype, masked, float32_logits):
-  if float32_logits is False and dtype == jnp.float32:
-    pytest.skip("the same program as float32 logits")
   query, key, value = _qkv(0, 6, 8, dtype)
   mask = _padding_causal_mask(6, 8) if masked else None
   attention = lambda kernels: lambda q, k, v: ops.dot_product_attention(
@@ -362,10 +360,11 @@ def test_fused_attention_blocker_rejects_mixed_dtypes():
 
 
 def _spy_kernels(calls):
-  """GPU kernels whose fused attention records its call and computes the reference (cuDNN cannot run here)."""
+  """GPU kernels whose fused attention records its call and returns a marker, 7 everywhere (cuDNN cannot run
+  here)."""
   def fused(query, key, value, mask, scale):
     calls.append(scale)
-    return ops.dot_product_attention(query, key, value, mask=mask, scale=scale)
+    return jnp.full(query.shape, 7, query.dtype)
   return kernels.Kernels(name="spy", attention=fused)
 
 
@@ -375,8 +374,7 @@ def test_dot_product_attention_takes_the_fused_kernel_only_where_nothing_blocks_
   query, key, value = _bfloat16_qkv()
   fused = ops.dot_product_attention(query, key, value, kernels=spy)
   assert calls == [64 ** -0.5]
-  np.testing.assert_array_equal(np.asarray(fused, np.float32),
-                                np.asarray(ops.dot_product_attention(query, key, value), np.float32))
+  np.testing.assert_array_equal(np.asarray(fused, np.float32), 7.0)  # the kernel's output is what comes back
   ops.dot_product_attention(query, key, value, scale=False, kernels=spy)
   assert calls[-1] == 1.0
   # clean fallbacks: the formula runs, the kernel is not called

@@ -51,8 +51,10 @@ def test_a_url_workdir_is_refused_in_train_and_read_modes(workdir, fix, tmp_path
 
 
 def test_a_local_path_with_a_colon_is_not_a_url(tmp_path):
-  refuse_url_workdir(str(tmp_path / "run:2"))
+  for local in ("run:2", "c:/runs"):  # a colon, but no "scheme://"
+    refuse_url_workdir(str(tmp_path / local))  # raises on a URL (test above)
   check_workdir(str(tmp_path / "run:2"))
+  assert (tmp_path / "run:2").is_dir()  # created as the local folder it names
 
 
 # --- SLURM and the multi-host settings --------------------------------------------------------------------------

@@ -296,3 +296,13 @@ def test_a_window_of_only_compiled_steps_gives_no_eta():
   metrics = {"train/loss": 1.0, "train/tokens_per_second": 10.0, "train/steps_per_second": 0.5}
   assert log_line(1, 100, metrics, None) == "step 1/100 (1%): loss 1.0000, 10 tokens/s, 0.50 steps/s"
   assert log_line(40, 100, metrics, 60.0).endswith(", ETA 1h00m")
+
+
+def test_a_replica_whose_every_step_was_skipped_logs_nan_not_a_loss_of_zero():
+  from transformer.train.loop import _unmeasured_as_nan
+  sums = {"loss": (np.array([0.0, 6.0]), np.array([0.0, 3.0])), "skipped_steps": (np.array([5.0, 2.0]), 0.0)}
+  window = _unmeasured_as_nan(sums, steps=5)
+  assert np.isnan(window["loss"][0][0]) and window["loss"][0][1] == 6.0  # replica 1 measured 3 of its 5 steps
+  np.testing.assert_array_equal(window["loss"][1], [0.0, 3.0])
+  np.testing.assert_array_equal(window["skipped_steps"][0], [5.0, 2.0])
+  assert _unmeasured_as_nan({"loss": (np.array(1.0), np.array(1.0))}, steps=5)["loss"][0] == 1.0  # no skipping

@@ -1,8 +1,8 @@
 """Schedules and the optimizer against the paper's formulas."""
-import numpy as np
-import optax
-import pytest
+import jax
 import jax.numpy as jnp
+import numpy as np
+import pytest
 
 from transformer.train.optimizer import OptimizerConfig
 from transformer.train.optimizer import make_optimizer, make_schedule
@@ -33,19 +33,33 @@ def test_unknown_schedule_is_named():
     make_schedule(optimizer_config(schedule="linear"), 100)
 
 
-def test_first_adam_step_and_clipping():
-  """Adam's first update is -lr * sign(g) (bias-corrected m/sqrt(v)); clipping bounds the gradient norm."""
+def numpy_adam_updates(gradients, clip_norm=0.0, lr=1e-3, b1=0.9, b2=0.98, eps=1e-9):
+  """The paper's Adam (bias-corrected) on a sequence of gradient vectors, each first scaled to at most
+  ``clip_norm`` in L2 norm when it is positive: the updates, one per step."""
+  m = v = np.zeros_like(gradients[0], np.float64)
+  updates = []
+  for t, g in enumerate(np.asarray(gradients, np.float64), start=1):
+    if clip_norm > 0:
+      g = g * min(1.0, clip_norm / np.linalg.norm(g))
+    m, v = b1 * m + (1 - b1) * g, b2 * v + (1 - b2) * g * g
+    updates.append(-lr * (m / (1 - b1 ** t)) / (np.sqrt(v / (1 - b2 ** t)) + eps))
+  return updates
+
+
+def test_adam_and_clipping_against_numpy():
+  """Adam's first update is -lr * sign(g) whatever the gradient's scale, so clipping shows only from the second
+  step, when the gradient changes scale: 0.01x (under the clip norm) then 10x (over it)."""
   params = {"w": jnp.array([1.0, -2.0, 3.0])}
-  grads = {"w": jnp.array([30.0, -40.0, 0.5])}
-  optimizer = make_optimizer(optimizer_config(schedule="constant", warmup_steps=0), 10)
-  updates, _ = optimizer.update(grads, optimizer.init(params), params)
-  np.testing.assert_allclose(updates["w"], -1e-3 * np.sign(grads["w"]), rtol=1e-4)
-  clip = make_optimizer(optimizer_config(schedule="constant", warmup_steps=0, grad_clip_norm=1.0), 10)
-  state = clip.init(params)
-  clipped, _ = optax.clip_by_global_norm(1.0).update(grads, optax.clip_by_global_norm(1.0).init(params))
-  assert float(optax.tree.norm(clipped)) == pytest.approx(1.0, rel=1e-5)
-  updates, _ = clip.update(grads, state, params)
-  np.testing.assert_allclose(updates["w"], -1e-3 * np.sign(grads["w"]), rtol=1e-3)
+  gradients = [np.array([30.0, -40.0, 0.5]) * scale for scale in (0.01, 10.0, 1.0)]
+  for clip_norm in (0.0, 1.0):
+    optimizer = make_optimizer(optimizer_config(schedule="constant", warmup_steps=0, grad_clip_norm=clip_norm), 10)
+    state = optimizer.init(params)
+    for step, (gradient, expected) in enumerate(zip(gradients, numpy_adam_updates(gradients, clip_norm))):
+      updates, state = optimizer.update({"w": jnp.asarray(gradient, jnp.float32)}, state, params)
+      np.testing.assert_allclose(updates["w"], expected, rtol=1e-4, err_msg=f"clip {clip_norm}, step {step}")
+  np.testing.assert_allclose(numpy_adam_updates(gradients)[0], -1e-3 * np.sign(gradients[0]), rtol=1e-4)
+  # The clipped and unclipped runs part from the second step on: the check above sees clipping.
+  assert np.abs(numpy_adam_updates(gradients, 1.0)[1] - numpy_adam_updates(gradients)[1]).max() > 1e-5
 
 
 def test_weight_decay_is_decoupled():
@@ -59,17 +73,20 @@ def test_weight_decay_is_decoupled():
 def test_frozen_params_get_no_update_and_the_rest_train_as_without_freezing():
   params = {"encoder": {"embedding": {"embedding": jnp.ones((5, 3))}, "layer_0": {"kernel": jnp.ones((3, 3))}},
             "classifier": {"kernel": jnp.ones((3, 2)), "bias": jnp.zeros((2,))}}
-  grads = {"encoder": {"embedding": {"embedding": jnp.full((5, 3), 0.5)}, "layer_0": {"kernel": jnp.full((3, 3), -2.0)}},
-           "classifier": {"kernel": jnp.full((3, 2), 0.25), "bias": jnp.full((2,), 1.0)}}
+  # The frozen table's gradient is large and the others change scale between steps (under the clip norm, then
+  # over it), so a clipping norm that counted the frozen gradient would scale the updates otherwise.
+  frozen_grad = {"embedding": jnp.full((5, 3), 50.0)}
+  trained_grads = {"encoder": {"layer_0": {"kernel": jnp.full((3, 3), -2.0)}},
+                   "classifier": {"kernel": jnp.full((3, 2), 0.25), "bias": jnp.full((2,), 1.0)}}
   settings = {"schedule": "constant", "warmup_steps": 0, "weight_decay": 0.1, "grad_clip_norm": 1.0}
   frozen = make_optimizer(optimizer_config(frozen_params=("encoder/embedding",), **settings), 10)
   reference = make_optimizer(optimizer_config(**settings), 10)
-  trained_grads = {**grads, "encoder": {"layer_0": grads["encoder"]["layer_0"]}}  # what the reference sees
   trained_params = {**params, "encoder": {"layer_0": params["encoder"]["layer_0"]}}
   state, reference_state = frozen.init(params), reference.init(trained_params)
-  for _ in range(3):
-    updates, state = frozen.update(grads, state, params)
-    expected, reference_state = reference.update(trained_grads, reference_state, trained_params)
+  for scale in (0.05, 1.0, 0.3):  # trained gradients' norm 0.31, 6.2, 1.9 against the clip norm 1
+    step = jax.tree.map(lambda gradient: gradient * scale, trained_grads)
+    updates, state = frozen.update({**step, "encoder": {**step["encoder"], "embedding": frozen_grad}}, state, params)
+    expected, reference_state = reference.update(step, reference_state, trained_params)
     np.testing.assert_array_equal(updates["encoder"]["embedding"]["embedding"], 0.0)
     for path in (("encoder", "layer_0", "kernel"), ("classifier", "kernel"), ("classifier", "bias")):
       got, want = updates, expected

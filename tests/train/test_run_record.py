@@ -155,9 +155,7 @@ def test_a_run_skipping_most_of_its_steps_stops_and_shows_them(tmp_path, capsys)
   line = [line for line in capsys.readouterr().out.splitlines() if line.startswith("step 5/20")][0]
   assert "steps skipped" in line
   record = read_metrics(str(tmp_path))[0]
-  assert record["train/skipped_steps"] > 2.5
-  if record["train/skipped_steps"] == 5:  # no step measured a loss: NaN, never a loss of 0
-    assert np.isnan(record["train/loss"])
+  assert record["train/skipped_steps"] > 2.5  # (a window of only skipped steps: tests/train/test_loop.py)
 
 
 @pytest.mark.slow
