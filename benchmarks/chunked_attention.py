@@ -26,11 +26,12 @@ MEMORY_FRACTION = 0.8  # headroom for the runtime, other buffers and the measuri
 
 
 def add_arguments(parser):
-  parser.add_argument("--lengths", type=int, nargs="+", default=None)
-  parser.add_argument("--chunk", type=int, default=None, help="query and key block size")
-  parser.add_argument("--batch", type=int, default=1)
-  parser.add_argument("--dtype", default="float32")
-  parser.add_argument("--passes", nargs="+", default=["forward", "forward+backward"])
+  parser.add_argument("--lengths", type=common.positive_int, nargs="+", default=None)
+  parser.add_argument("--chunk", type=common.positive_int, default=None, help="query and key block size")
+  parser.add_argument("--batch", type=common.positive_int, default=1)
+  parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+  parser.add_argument("--passes", nargs="+", default=["forward", "forward+backward"],
+                      choices=["forward", "forward+backward"])
   parser.add_argument("--budget_s", type=float, default=120.0, help="time budget per measurement")
 
 

@@ -174,6 +174,10 @@ def parse_run(experiment: str, spec: str) -> tuple[str, str, str]:
                     f"one of {list(variants)}")
   if not RunDirectory(workdir).has(CONFIG):
     raise UserError(f"--run={spec!r}: {workdir} holds no config.json; give the --workdir of a training run")
+  task = RunDirectory(workdir).read_json(CONFIG).get("task", {})
+  if (task.get("name"), task.get("dataset")) != ("translation", experiment):
+    raise UserError(f"--run={spec!r}: {workdir} holds a {task.get('dataset') or task.get('name')!r} run, not one of "
+                    f"experiments/{experiment}.py; give the workdir of such a run (or --experiment=<its experiment>)")
   return name or variant, variant, workdir
 
 

@@ -632,7 +632,16 @@ def main(argv: list[str] | None = None) -> int:
   parser.add_argument("--data_dir", default="", help="The raw data folder, for BLEU (default: "
                       "$TRANSFORMER_DATA_DIR, else ../shared/data beside the repository).")
   args = parser.parse_args(argv)
-  tally = verify(os.path.abspath(args.root), tuple(args.page), args.data_dir or None)
+  root, known = os.path.abspath(args.root), (*PAGES, README, BENCHMARKS_README, BENCHMARKS_RESULTS, BENCHMARKS_FINDINGS)
+  for page in args.page:
+    if page not in known:
+      parser.error(f"--page={page} is no page this checks; give one of: {', '.join(known)}")
+  missing = [page for page in args.page or known if page != BENCHMARKS_FINDINGS
+             and not os.path.exists(os.path.join(root, page))]
+  if missing:
+    parser.error(f"--root={args.root} lacks {', '.join(missing)}: give the repository's root (or a copy of it "
+                 "with the pages in their places)")
+  tally = verify(root, tuple(args.page), args.data_dir or None)
   print(summary(tally))
   return 1 if tally.differences else 0
 

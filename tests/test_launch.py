@@ -42,6 +42,12 @@ def launch(*args):
     (["--config=experiments/synthetic.py", "--config.model_name=rnn"],
      "config.model_name='rnn'"),
     (["--config=experiments/synthetic.py", "--config.model_name=rnm"], "Did you mean 'rnn'?"),
+    (["--config=experiments/synthetic.py", "--config.seed=-5"], "config.seed must be an integer in [0, 2**62)"),
+    # Settings the data layer checks against the data: the error names the config field.
+    (["--config=experiments/multi30k.py:tiny", "--config.task.pair=en-xx"], "(config.task.pair)"),
+    (["--config=experiments/language_model.py:tiny", "--config.task.language=vi"], "(config.task.language)"),
+    (["--config=experiments/beijing_pm25.py:tiny", "--config.task.synthetic_hours=10"],
+     "config.task.synthetic_hours"),
 ])
 def test_bad_input_gets_a_clear_error(tmp_path, args, expected):
   result = launch(f"--workdir={tmp_path}", *args)

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from transformer.data import batching
+from transformer.errors import ConfigError
 
 
 def random_examples(count: int, max_length: int, seed: int = 0) -> batching.TokenizedExamples:
@@ -97,7 +98,7 @@ def test_bucket_boundaries_are_few_and_end_at_max_length():
 
 
 def test_too_small_token_budget_is_a_clear_error():
-  with pytest.raises(ValueError, match="max_tokens=100 is too small for max_length=256"):
+  with pytest.raises(ConfigError, match="max_tokens=100 is too small for max_length=256"):
     batching.TokenBatcher(random_examples(10, 9), max_tokens=100, max_length=256)
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from data_fixtures import IWSLT_SIZES, MULTI30K_SIZES
 from transformer.data import batching, tokenizers, translation
-from transformer.errors import InputFileError
+from transformer.errors import ConfigError, InputFileError
 
 
 def test_multi30k_both_directions_share_prepared_data_and_tokenizer(raw_root, tmp_path):
@@ -64,7 +64,7 @@ def test_iwslt_separate_vocabularies(raw_root, tmp_path):
 def test_unknown_pair_or_split_is_a_clear_error(raw_root, tmp_path):
   with pytest.raises(ValueError, match="choose one of .*'de-en'"):
     translation.prepare_dataset("multi30k", "en-vi", data_dir=os.fspath(tmp_path))
-  with pytest.raises(ValueError, match="no split"):
+  with pytest.raises(ConfigError, match="no split"):
     translation.load_translation_data("iwslt15_en_vi", "vi-en", data_dir=os.fspath(tmp_path),
                                       source_dir=raw_root, vocab_size=40, eval_splits=["tst2013"])
 

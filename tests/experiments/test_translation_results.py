@@ -135,7 +135,8 @@ def test_checkpoint_average_is_reported_only_when_better_on_validation(tmp_path,
                                                                         chosen):
   workdir = tmp_path / "run"
   workdir.mkdir()
-  (workdir / "config.json").write_text(json.dumps({"num_train_steps": 400, "task": {}}))
+  (workdir / "config.json").write_text(json.dumps({"num_train_steps": 400,
+                                                  "task": {"name": "translation", "dataset": "multi30k"}}))
   (workdir / "model_config.json").write_text(json.dumps({"num_encoder_layers": 4, "num_decoder_layers": 4,
                                                          "d_model": 128}))
   (workdir / "metrics.jsonl").write_text(json.dumps({"step": 400, "train/nll": 2.0, "wall_seconds": 60.0}) + "\n")
@@ -245,7 +246,7 @@ def test_row_commands_follow_the_variant_defaults_of_the_day_the_page_is_written
 
 
 def test_run_specs_name_rows_and_bad_ones_say_what_to_give(tmp_path):
-  (tmp_path / "config.json").write_text("{}")
+  (tmp_path / "config.json").write_text('{"task": {"name": "translation", "dataset": "multi30k"}}')
   assert translation_results.parse_run("multi30k", f"gru_bahdanau:{tmp_path}") == ("gru_bahdanau", "gru_bahdanau",
                                                                                     str(tmp_path))
   assert translation_results.parse_run("multi30k", f"first try=transformer_small:{tmp_path}") == (
@@ -256,6 +257,11 @@ def test_run_specs_name_rows_and_bad_ones_say_what_to_give(tmp_path):
     translation_results.parse_run("multi30k", f"gru:{tmp_path}")
   with pytest.raises(translation_results.UserError, match="holds no config.json"):
     translation_results.parse_run("multi30k", f"gru_bahdanau:{tmp_path / 'missing'}")
+  with pytest.raises(translation_results.UserError, match="holds a 'multi30k' run, not one of experiments/iwslt15"):
+    translation_results.parse_run("iwslt15_en_vi", f"gru_bahdanau:{tmp_path}")
+  (tmp_path / "config.json").write_text('{"task": {"name": "synthetic"}}')
+  with pytest.raises(translation_results.UserError, match="holds a 'synthetic' run, not one of experiments/multi30k"):
+    translation_results.parse_run("multi30k", f"gru_bahdanau:{tmp_path}")
 
 
 def test_bleu_by_reference_length_groups_the_test_sentences(tmp_path, monkeypatch):
@@ -386,7 +392,7 @@ def _fake_workdir(tmp_path, name, steps):
   """A run's workdir as parse_run and the step check read it: config.json and metrics.jsonl."""
   workdir = tmp_path / name
   workdir.mkdir()
-  (workdir / "config.json").write_text("{}")
+  (workdir / "config.json").write_text(json.dumps({"task": {"name": "translation", "dataset": "multi30k"}}))
   (workdir / "metrics.jsonl").write_text(json.dumps({"step": steps, "train/nll": 2.0, "wall_seconds": 6.0}) + "\n")
   return workdir
 

@@ -251,3 +251,13 @@ def test_a_changed_output_behind_a_row_fails_naming_its_number(tmp_path, monkeyp
   verify.check_outputs(tally, record_store.REPO, page)
   assert any(line.startswith(f"{page}: {row}: ") and "its outputs are not committed" in line
              for line in tally.not_verified)
+
+
+def test_an_unknown_page_or_a_root_without_the_pages_is_one_clear_error(tmp_path, capsys):
+  """Rather than checking nothing and passing, or a traceback from reading a missing file."""
+  with pytest.raises(SystemExit):
+    verify.main(["--page=nosuch/RESULTS.md"])
+  assert "--page=nosuch/RESULTS.md is no page this checks; give one of: experiments/" in capsys.readouterr().err
+  with pytest.raises(SystemExit):
+    verify.main([f"--root={tmp_path}", f"--page={verify.README}"])
+  assert f"--root={tmp_path} lacks README.md: give the repository's root" in capsys.readouterr().err

@@ -42,6 +42,7 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 
 from transformer.data import packing
+from transformer.errors import ConfigError
 
 PAD_ID = 0  # == tokenizers.PAD_ID; not imported so that batching needs numpy only
 
@@ -176,7 +177,7 @@ class TokenBatcher:
       boundaries = sorted({int(b) for b in bucket_boundaries if 0 < b < self.max_length})
       boundaries.append(self.max_length)
     if self.max_tokens < self.max_length * batch_size_multiple:
-      raise ValueError(
+      raise ConfigError(  # the config's task.max_tokens and task.max_length
           f"max_tokens={self.max_tokens} is too small for max_length={self.max_length} with "
           f"batch_size_multiple={batch_size_multiple}: a batch of the longest bucket needs "
           f"max_tokens >= {self.max_length * batch_size_multiple}; raise max_tokens or lower "

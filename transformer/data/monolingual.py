@@ -17,6 +17,7 @@ import numpy as np
 
 from transformer.data import batching, tokenizers
 from transformer.data.translation import prepare_dataset, read_split_text
+from transformer.errors import ConfigError
 
 logger = logging.getLogger(__name__)
 
@@ -56,7 +57,8 @@ def load_monolingual_data(name: str, pair: str, language: str, *, data_dir: epat
   The tokenizer is the one a non-shared translation vocabulary of ``language`` uses (same cache entry).
   """
   if language not in pair.split("-"):
-    raise ValueError(f"language {language!r} is not a side of the pair {pair!r}; choose one of {pair.split('-')}.")
+    raise ConfigError(f"language {language!r} (config.task.language) is not a side of the pair {pair!r}; choose one "
+                      f"of {pair.split('-')}.")
   builder, _, _ = prepare_dataset(name, pair, data_dir=data_dir, source_dir=source_dir)
   train_text = [text for text in read_split_text(builder, "train", [language])[language] if text]
   options = dataclasses.replace(tokenizer_options or tokenizers.SentencePieceOptions(), vocab_size=vocab_size)

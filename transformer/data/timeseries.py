@@ -30,6 +30,8 @@ from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 
+from transformer.errors import ConfigError
+
 CYCLICAL_FEATURE_NAMES = ("hour_sin", "hour_cos", "weekday_sin", "weekday_cos", "day_of_year_sin", "day_of_year_cos")
 
 
@@ -195,10 +197,11 @@ class WindowedSeries:
                        f"series); got start={start}, stop={stop}.")
     span = self.input_length + int(self.horizons.max())
     if self.stop - self.start < span:
-      raise ValueError(
+      raise ConfigError(
           f"WindowedSeries: [{self.start}, {self.stop}) holds {self.stop - self.start} hours, "
           f"fewer than one window needs (input_length {self.input_length} + longest horizon "
-          f"{self.horizons.max()} = {span}); shorten the window or the horizons.")
+          f"{self.horizons.max()} = {span}); shorten the window (config.model.input_length) or the horizons "
+          f"(config.task.horizons), or give a longer series (config.task.synthetic_hours for the synthetic one).")
     self.times = None if times is None else np.asarray(times).astype("datetime64[h]")
     if self.times is not None and self.times.shape != (num_hours,):
       raise ValueError(f"WindowedSeries: times must be [hours] = [{num_hours}]; got "

@@ -22,6 +22,7 @@ from transformer.data import iwslt15_en_vi
 from transformer.data import multi30k
 from transformer.data import parallel_text
 from transformer.data import tokenizers
+from transformer.errors import ConfigError
 
 logger = logging.getLogger(__name__)
 
@@ -97,7 +98,7 @@ def prepare_dataset(name: str, pair: str, *, data_dir: epath.PathLike | None = N
   if config is None or source_language == target_language:
     directions = sorted(f"{a}-{b}" for c in builder_class.BUILDER_CONFIGS
                         for a, b in (c.languages, c.languages[::-1]))
-    raise ValueError(f"{name} has no language pair {pair!r}; choose one of {directions}.")
+    raise ConfigError(f"{name} has no language pair {pair!r} (config.task.pair); choose one of {directions}.")
   builder = builder_class(config=config, data_dir=data_dir, source_dir=source_dir,
                           file_format="array_record")
   builder.download_and_prepare()
@@ -170,13 +171,13 @@ def load_translation_data(
 
 def _checked_eval_splits(name: str, builder: tfds.core.DatasetBuilder, split_sizes: Mapping[str, int],
                          eval_splits: Sequence[str] | None) -> Sequence[str]:
-  """``eval_splits``, by default every split but ``train``; a ValueError names a split the dataset lacks."""
+  """``eval_splits``, by default every split but ``train``; a ConfigError names a split the dataset lacks."""
   if eval_splits is None:
     eval_splits = [split for split in split_sizes if split != "train"]
   unknown = [split for split in eval_splits if split not in split_sizes]
   if unknown:
-    raise ValueError(f"{name}/{builder.builder_config.name} has no split {unknown}; "
-                     f"splits: {sorted(split_sizes)}.")
+    raise ConfigError(f"{name}/{builder.builder_config.name} has no split {unknown} (config.task.eval_split, "
+                      f"config.task.test_splits); splits: {sorted(split_sizes)}.")
   return eval_splits
 
 

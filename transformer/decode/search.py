@@ -42,6 +42,8 @@ class DecodeSettings:
     if self.finish_rule not in FINISH_RULES:
       raise ValueError(f"finish_rule {self.finish_rule!r} is unknown; choose one of {list(FINISH_RULES)}.")
     check_sampling(self.temperature, self.top_k, self.top_p, self.num_samples)
+    if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < 2 ** 62:
+      raise ValueError(f"decode seed must be an integer in [0, 2**62), got {self.seed!r}.")
 
   @property
   def copies(self) -> int:

@@ -36,6 +36,15 @@ class OptimizerConfig(ValidatedConfig):
       raise ConfigError(f"config.optimizer.learning_rate must be > 0, got {self.learning_rate}.")
     if self.warmup_steps < 0:
       raise ConfigError("config.optimizer.warmup_steps must be >= 0.")
+    for name in ("b1", "b2"):  # decay rates of Adam's moment averages
+      if not 0.0 <= getattr(self, name) < 1.0:
+        raise ConfigError(f"config.optimizer.{name}={getattr(self, name)} is outside [0, 1) (the paper: b1 0.9, "
+                          "b2 0.98).")
+    if not self.eps > 0:
+      raise ConfigError(f"config.optimizer.eps must be > 0 (it keeps Adam's step finite), got {self.eps}.")
+    if not self.weight_decay >= 0 or not self.grad_clip_norm >= 0:
+      raise ConfigError(f"config.optimizer.weight_decay={self.weight_decay} and grad_clip_norm={self.grad_clip_norm} "
+                        "must be >= 0 (0 turns either off).")
 
 
 def make_schedule(config, num_train_steps: int) -> optax.Schedule:

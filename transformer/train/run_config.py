@@ -35,6 +35,7 @@ from transformer.tasks.configs import TaskConfig, task_config
 from transformer.train.optimizer import OptimizerConfig
 from transformer.train.replicas import Replicas
 
+MAX_SEED = 2 ** 62  # seeds below it fit numpy's and JAX's seeding with room for every replica's offset
 PARALLELISMS = ("jit", "pmap", "mesh")  # built by transformer.train.parallel.make_strategy
 SECTIONS = ("model", "task", "optimizer", "decode")  # the ConfigDict's sections, each its own dataclass
 # What a section's fields change when they declare nothing (transformer.effects): decoding only evaluates.
@@ -195,11 +196,18 @@ class RunConfig:
     _require(isinstance(self.average_checkpoints, int) and self.average_checkpoints >= 0,
              "config.average_checkpoints must be an integer >= 0 (0 = use the best checkpoint), got "
              f"{self.average_checkpoints!r}.")
+    # Seeds feed numpy's generators (non-negative only) and JAX keys (64-bit); replicas add their index.
+    for name, value in (("seed", self.seed), ("data_seed", self.order_seed)):
+      _require(isinstance(value, int) and not isinstance(value, bool) and 0 <= value < MAX_SEED,
+               f"config.{name} must be an integer in [0, 2**62){' (or -1: use seed)' if name == 'data_seed' else ''}, "
+               f"got {getattr(self, name)!r}.")
     _require(self.batch_size % self.grad_accum_steps == 0,
              f"config.batch_size={self.batch_size} must be divisible by config.grad_accum_steps="
              f"{self.grad_accum_steps}.")
     _require(self.parallelism in PARALLELISMS,
              f"config.parallelism={self.parallelism!r} is not supported; choose one of {list(PARALLELISMS)}.")
+    _require(not self.fsdp or self.parallelism == "mesh",
+             "config.fsdp=True shards parameters over a mesh's data axis: set --config.parallelism=mesh (or fsdp=False).")
     _require(self.tensor_parallelism == 1 or self.parallelism == "mesh",
              f"config.tensor_parallelism={self.tensor_parallelism} splits layers over a mesh's model axis: set "
              "--config.parallelism=mesh (or tensor_parallelism=1).")
