@@ -79,9 +79,28 @@ def test_a_workdir_of_another_model_is_refused_and_a_field_added_since_compares_
 
 @pytest.mark.parametrize("field, value, message", [("method", "nucleus", "method"), ("top_p", 0.0, "top_p"),
                                                    ("temperature", -1.0, "temperature"),
-                                                   ("finish_rule", "flax", "finish_rule")])
+                                                   ("finish_rule", "flax", "finish_rule"),
+                                                   ("seed", 2 ** 62, "seed must be an integer in")])
 def test_bad_decode_settings_are_config_errors(field, value, message):
   config = base_config()
   config.decode[field] = value
   with pytest.raises(ConfigError, match=f"config.decode: .*{message}"):
+    validate_config(config)
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"seed": -1}, r"config.seed must be an integer in \[0, 2\*\*62\), got -1"),
+    ({"data_seed": 2 ** 62}, r"config.data_seed must be an integer in \[0, 2\*\*62\) \(or -1: use seed\)"),
+    ({"fsdp": True}, "config.fsdp=True shards parameters over a mesh's data axis: set --config.parallelism=mesh"),
+    ({"optimizer.b1": 1.5}, r"config.optimizer.b1=1.5 is outside \[0, 1\)"),
+    ({"optimizer.b2": -0.1}, r"config.optimizer.b2=-0.1 is outside \[0, 1\)"),
+    ({"optimizer.eps": 0.0}, "config.optimizer.eps must be > 0"),
+    ({"optimizer.grad_clip_norm": -1.0}, "must be >= 0 .0 turns either off"),
+])
+def test_bad_run_settings_name_the_field(overrides, message):
+  config = base_config()
+  for key, value in overrides.items():
+    section, _, field = key.rpartition(".")
+    (config[section] if section else config)[field] = value
+  with pytest.raises(ConfigError, match=message):
     validate_config(config)
