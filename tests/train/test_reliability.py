@@ -444,6 +444,8 @@ def test_all_checkpoints_damaged_is_a_project_error_in_one_line(workdir):
     run(tiny_config(**BEST, num_train_steps=30), workdir)
   assert isinstance(error.value, ValueError) and "\n" not in str(error.value)  # launch.py prints it as one line
   assert "--config.restart=True" in str(error.value)
+  with pytest.raises(CheckpointRestoreError, match="no model of this run can be read: train it again"):
+    run(tiny_config(**BEST), workdir, mode="eval")  # evaluation cannot restart a run: it says what can
   # Nothing is moved while none restores (a changed config fails them all alike); restart=True moves them.
   assert step_dirs(os.path.join(workdir, "checkpoints")) == [10, 20]
   assert run(tiny_config(**BEST, restart=True), workdir).step == 20
@@ -610,3 +612,10 @@ def test_translate_files_are_checked_before_anything_is_decoded(tmp_path, flag, 
   output, = finish(process, timeout=120)
   assert process.returncode == 1 and "Traceback" not in output, output
   assert message in output and not (tmp_path / "run").exists(), output
+
+
+def test_a_restore_error_is_named_in_one_line_without_tensorstores_pointer_to_its_details():
+  from transformer.train.checkpoint import _one_line
+  error = Exception("Encountered error while reading array index: (slice(0, 64, 1),). See full TensorStore details: "
+                    "<bound method pybind11_detail_function_record_v1_system_libstdcpp_gxx_abi_1xxx_use_cxx11_>\nmore")
+  assert _one_line(error) == "Exception: Encountered error while reading array index: (slice(0, 64, 1),)."

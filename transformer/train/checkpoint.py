@@ -50,8 +50,10 @@ class SavedParams:
 
 
 def _one_line(error: Exception) -> str:
+  """The error's type and first line, without TensorStore's pointer to its details (a repr of a bound method)."""
   text = str(error).strip().splitlines()
-  return f"{type(error).__name__}: {text[0][:200] if text else ''}"
+  first = text[0].split(" See full TensorStore details")[0] if text else ""
+  return f"{type(error).__name__}: {first[:200]}"
 
 
 def _allocated_bytes(directory: str) -> int:
@@ -351,8 +353,9 @@ class Checkpointer:
         "checkpoints exist but none could be restored (" + "; ".join(
             f"step {s} in {m.directory}: {e}" for m, s, e in failed) + "). Refusing to start from "
         "scratch. If the config changed since they were saved (optimizer, number of seeds), set it back; if "
-        "they are damaged, rerun with --config.restart=True to move them aside and start again, or choose "
-        "another --workdir.")
+        "they are damaged, " + ("rerun with --config.restart=True to move them aside and start again, or choose "
+        "another --workdir." if self.repair else "no model of this run can be read: train it again (--mode=train "
+        "with --config.restart=True moves them aside)."))
 
   def average_params(self, abstract_state, count: int) -> tuple[list[int], Any]:
     """The mean parameters of the last ``count`` periodic checkpoints (Vaswani et al. 2017 averaged the
