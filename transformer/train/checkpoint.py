@@ -350,12 +350,11 @@ class Checkpointer:
                     self._move_aside(failed_manager, failed_step))
       return None
     raise CheckpointRestoreError(
-        "checkpoints exist but none could be restored (" + "; ".join(
-            f"step {s} in {m.directory}: {e}" for m, s, e in failed) + "). Refusing to start from "
-        "scratch. If the config changed since they were saved (optimizer, number of seeds), set it back; if "
-        "they are damaged, " + ("rerun with --config.restart=True to move them aside and start again, or choose "
-        "another --workdir." if self.repair else "no model of this run can be read: train it again (--mode=train "
-        "with --config.restart=True moves them aside)."))
+        "checkpoints exist but none could be restored (" + "; ".join(f"step {s} in {m.directory}: {e}" for m, s, e
+        in failed) + "). Refusing to start from scratch. If the config changed since they were saved (optimizer, "
+        "number of seeds), set it back; if they are damaged, " + ("rerun with --config.restart=True to move them "
+        "aside and start again, or choose another --workdir." if self.repair else "no model of this run can be "
+        "read: train it again (--mode=train with --config.restart=True moves them aside)."))
 
   def average_params(self, abstract_state, count: int) -> tuple[list[int], Any]:
     """The mean parameters of the last ``count`` periodic checkpoints (Vaswani et al. 2017 averaged the
