@@ -5,8 +5,9 @@
 #
 # WHEEL_DIR: wheels of what the machine's image lacks (tensorflow_datasets, ml_collections and their
 # dependencies), installed by benchmarks/gpu_run.sh, which runs each command. OUTPUT_DIR: RESULTS.md, one log
-# per part, env.log, install.log. The raw Multi30k files for time_to_bleu: --data_dir=...,
-# $TRANSFORMER_DATA_DIR, or the git-ignored .gpu_data/ of the checkout.
+# per part, env.log, install.log, and gpu_tests.log: the tests CI skips for want of a GPU (cuDNN attention
+# against the formula; needs pytest, from the image or WHEEL_DIR). The raw Multi30k files for time_to_bleu:
+# --data_dir=..., $TRANSFORMER_DATA_DIR, or the git-ignored .gpu_data/ of the checkout.
 set -u -o pipefail
 if [ $# -lt 2 ]; then
   echo "usage: bash benchmarks/gpu_suite.sh WHEEL_DIR OUTPUT_DIR [benchmarks.suite flags ...]" >&2
@@ -23,5 +24,9 @@ export GPU_INSTALL_LOG="$output/install.log"
   bash benchmarks/gpu_run.sh "$wheels" python3 -c \
     "import jax, flax, optax; print('jax', jax.__version__, 'flax', flax.__version__, 'optax', optax.__version__)"
 } > "$output/env.log" 2>&1 || { cat "$output/env.log"; exit 1; }
+# A failing GPU test is reported, not fatal: the timings still run.
+bash benchmarks/gpu_run.sh "$wheels" python3 -m pytest -q -p no:cacheprovider -o addopts="" \
+  tests/ops/test_kernels_gpu.py > "$output/gpu_tests.log" 2>&1
+echo "GPU tests (tests/ops/test_kernels_gpu.py): exit status $? ($output/gpu_tests.log)" | tee -a "$output/env.log"
 bash benchmarks/gpu_run.sh "$wheels" python3 -m benchmarks.suite --output_dir "$output" "$@" 2>&1 \
   | tee "$output/suite.log"
