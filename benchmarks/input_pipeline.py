@@ -27,7 +27,7 @@ from benchmarks import common, measure
 from benchmarks.train_step import SMOKE_MODEL, compile_step, experiment_config
 from experiments import iwslt15_en_vi, multi30k, synthetic
 from experiments.record_store import host_description
-from transformer.data import batching
+from transformer.data import batching, prefetch
 from transformer.train.run_config import build_task
 
 TARGET = 10.0
@@ -145,7 +145,7 @@ def measure_translation(args, report: common.Report, name: str) -> None:
   shape = f"{bucket.batch_size} x {bucket.length}"
   for pipeline, make_iterator in (
       ("TokenBatcher + BatchIterator", lambda: make_batcher().iterator(num_epochs=1)),
-      ("TokenBatcher + PrefetchIterator", lambda: batching.PrefetchIterator(make_batcher().iterator(num_epochs=1)))):
+      ("TokenBatcher + PrefetchIterator", lambda: prefetch.PrefetchIterator(make_batcher().iterator(num_epochs=1)))):
     seconds, count, real = time_epoch(make_iterator, args.repeats)
     add_row(report, f"{name} (generated {len(examples):,} pairs)", pipeline, shape, count / seconds, real / count,
             steps_per_s)

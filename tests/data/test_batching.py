@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from transformer.data import batching
+from transformer.data.prefetch import PrefetchIterator
 from transformer.errors import ConfigError
 
 
@@ -145,7 +146,7 @@ def test_prefetch_state_counts_consumed_batches_not_prefetched_ones():
   examples = random_examples(300, 40, seed=5)
   make = lambda: batching.TokenBatcher(examples, max_tokens=256, max_length=40, seed=2)
   expected = [batch for _, batch in zip(range(60), make().iterator())]
-  with batching.PrefetchIterator(make().iterator(), buffer_size=4) as prefetch:
+  with PrefetchIterator(make().iterator(), buffer_size=4) as prefetch:
     consumed = [next(prefetch) for _ in range(17)]
     state = prefetch.get_state()
     next(prefetch)  # consuming more must not change a state saved before
@@ -154,7 +155,7 @@ def test_prefetch_state_counts_consumed_batches_not_prefetched_ones():
   for _ in range(17):
     next(plain)
   assert state == plain.get_state()
-  with batching.PrefetchIterator(make().iterator(), buffer_size=4) as restored:
+  with PrefetchIterator(make().iterator(), buffer_size=4) as restored:
     restored.set_state(json.loads(json.dumps(state)))
     assert restored.get_state() == state
     for want in expected[17:40]:
@@ -166,7 +167,7 @@ def test_prefetch_state_counts_consumed_batches_not_prefetched_ones():
 def test_prefetch_ends_with_the_data_and_reraises_errors():
   batcher = batching.TokenBatcher(random_examples(50, 20), max_tokens=128, max_length=20,
                                   train=False)
-  with batching.PrefetchIterator(batcher.iterator(num_epochs=1)) as prefetch:
+  with PrefetchIterator(batcher.iterator(num_epochs=1)) as prefetch:
     assert len(list(prefetch)) == batcher.num_batches()
     assert prefetch.get_state()["batch"] == batcher.num_batches()
     with pytest.raises(StopIteration):
@@ -175,7 +176,7 @@ def test_prefetch_ends_with_the_data_and_reraises_errors():
   class Failing(batching.BatchIterator):
     def __next__(self):
       raise OSError("disk gone")
-  with batching.PrefetchIterator(Failing(batcher)) as prefetch:
+  with PrefetchIterator(Failing(batcher)) as prefetch:
     with pytest.raises(OSError, match="disk gone"):
       next(prefetch)
 

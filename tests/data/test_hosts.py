@@ -9,7 +9,7 @@ import ml_collections
 import numpy as np
 import pytest
 
-from transformer.data import batching, timeseries
+from transformer.data import batching, prefetch, timeseries
 from transformer.data.classification import ShuffledBatches
 from transformer.data.hosts import HostShard, host_rows, pad_rows
 from transformer.data.synthetic import SyntheticBatches
@@ -37,12 +37,12 @@ def _synthetic():
 
 def _token_batches():
   batcher = _token_batcher(include_index=True)
-  return batching.PrefetchIterator(batcher.iterator()), batcher.num_batches()
+  return prefetch.PrefetchIterator(batcher.iterator()), batcher.num_batches()
 
 
 def _sentences():
   batcher = _token_batcher(SentenceBatcher)
-  return batching.PrefetchIterator(batcher.iterator()), batcher.num_batches()
+  return prefetch.PrefetchIterator(batcher.iterator()), batcher.num_batches()
 
 
 def _windows():
@@ -145,7 +145,7 @@ def test_one_process_sees_the_global_batches_themselves(kind):
 
 
 def test_batch_shapes_are_the_global_ones_with_the_rows_divided():
-  iterator = batching.PrefetchIterator(_token_batcher().iterator())
+  iterator = prefetch.PrefetchIterator(_token_batcher().iterator())
   assert iterator.batch_shapes == [(12, 8), (4, 16), (4, 24)]
   assert HostShard(iterator, 3, 4).batch_shapes == [(3, 8), (1, 16), (1, 24)]
   assert HostShard(iterator, 0, 1).batch_shapes == iterator.batch_shapes

@@ -11,7 +11,8 @@ TensorFlow is needed: datasets are written as ``array_record`` and read with
 | ``source_files`` | raw-file fingerprints (size, SHA-256) that prepared data records and is checked against; ``data_fingerprint`` |
 | ``download`` | downloads from the official URLs for every builder: a quick reachability check, one-line ``MissingDataError`` offline |
 | ``tokenizers`` | ``SentencePieceTokenizer`` (pad 0, bos 1, eos 2, unk 3), training and on-disk cache |
-| ``batching`` | ``TokenizedExamples``, ``TokenBatcher`` (buckets, token budget), ``BatchIterator``, ``PrefetchIterator`` |
+| ``batching`` | ``TokenizedExamples``, ``TokenBatcher`` (buckets, token budget), the resumable ``BatchIterator`` |
+| ``prefetch`` | ``PrefetchIterator`` (the next batches built on a background thread, same resumable state), ``prefetch_to_device``, ``BatchGroups`` |
 | ``translation`` | ``load_translation_data(name, pair, ...)``: the above tied together for translation |
 | ``classification`` | ``fixed_batches`` and the resumable ``ShuffledBatches`` of labelled token arrays |
 | ``hosts`` | many processes: every one walks the same global batches and takes its rows (``HostShard``, ``host_rows``, ``pad_rows``) |

@@ -1,14 +1,12 @@
 """Batching by token count with length buckets; iterators whose position saves and restores.
 
-Pieces, each usable alone:
+Pieces, each usable alone (the background prefetching of any of these iterators is ``prefetch.py``):
 
 * :class:`TokenizedExamples`: parallel ``(source ids, target ids)`` pairs in flat arrays.
 * :class:`TokenBatcher`: which examples go into which batch in each epoch (a pure function of
   ``seed`` and ``epoch``), and how a batch of them is padded.
 * :class:`BatchIterator`: walks the epochs; ``get_state()`` / ``set_state()`` save and restore
   its position as a small JSON-serialisable dict.
-* :class:`PrefetchIterator`: builds the next batches on a background thread, with the same state
-  semantics (the state counts the batches handed out, not the ones prefetched).
 
 A batch is ``{"source": int32 [batch_size, length], "target": int32 [batch_size, length]}`` padded
 with 0 (``tokenizers.PAD_ID``), plus ``"index": int32 [batch_size]`` (the example's position in
@@ -35,8 +33,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import queue
-import threading
 from typing import Any, Iterator, Sequence
 
 import numpy as np
@@ -350,102 +346,3 @@ class BatchIterator:
                        f"{expected}: restore it into an iterator over the same data and seed.")
     self._epoch, self._batch = int(state["epoch"]), int(state["batch"])
 
-
-_END = object()
-
-
-class PrefetchIterator:
-  """Runs ``iterator`` ``buffer_size`` batches ahead on a background thread.
-
-  ``get_state()`` describes the batches handed out by ``__next__``, not those waiting in the
-  buffer, so saving it with a checkpoint and restoring it (here or into a fresh
-  ``PrefetchIterator(BatchIterator(...))``) continues exactly after the last consumed batch.
-  An exception in the thread is re-raised by ``__next__``. Call ``close()`` (or use ``with``)
-  to stop the thread early.
-  """
-
-  def __init__(self, iterator: BatchIterator, buffer_size: int = 2):
-    self._iterator = iterator
-    self._buffer_size = buffer_size
-    self._state = iterator.get_state()
-    self._thread = None
-    self._start()
-
-  def _start(self) -> None:
-    self._queue = queue.Queue(maxsize=self._buffer_size)
-    self._stop = threading.Event()
-    self._finished = False
-    self._thread = threading.Thread(target=self._produce, args=(self._queue, self._stop),
-                                    daemon=True, name="PrefetchIterator")
-    self._thread.start()
-
-  def _produce(self, buffer: queue.Queue, stop: threading.Event) -> None:
-    def put(item) -> bool:
-      while not stop.is_set():
-        try:
-          buffer.put(item, timeout=0.05)
-          return True
-        except queue.Full:
-          pass
-      return False
-    try:
-      while not stop.is_set():
-        try:
-          batch = next(self._iterator)
-        except StopIteration:
-          put((_END, None))
-          return
-        if not put((batch, self._iterator.get_state())):
-          return
-    except BaseException as error:  # pylint: disable=broad-except
-      put((error, None))
-
-  def _shutdown(self) -> None:
-    if self._thread is None:
-      return
-    self._stop.set()
-    while self._thread.is_alive():
-      try:  # make room so that a blocked put() sees the stop flag
-        self._queue.get(timeout=0.05)
-      except queue.Empty:
-        pass
-    self._thread.join()
-    self._thread = None
-
-  def __iter__(self) -> Iterator[dict[str, np.ndarray]]:
-    return self
-
-  def __next__(self) -> dict[str, np.ndarray]:
-    if self._finished or self._thread is None:
-      raise StopIteration
-    item, state = self._queue.get()
-    if item is _END:
-      self._finished = True
-      raise StopIteration
-    if isinstance(item, BaseException):
-      self._finished = True
-      raise item
-    self._state = state
-    return item
-
-  @property
-  def batch_shapes(self) -> list[tuple[int, int]]:
-    return self._iterator.batch_shapes
-
-  def get_state(self) -> dict[str, Any]:
-    return dict(self._state)
-
-  def set_state(self, state: dict[str, Any]) -> None:
-    self._shutdown()
-    self._iterator.set_state(state)
-    self._state = self._iterator.get_state()
-    self._start()
-
-  def close(self) -> None:
-    self._shutdown()
-
-  def __enter__(self) -> PrefetchIterator:
-    return self
-
-  def __exit__(self, *exc_info) -> None:
-    self.close()

@@ -102,7 +102,7 @@ class HostShard:
     self.iterator.set_state(state)
 
   def close(self) -> None:
-    """Stops the inner iterator's background work, if it has any (``batching.PrefetchIterator``)."""
+    """Stops the inner iterator's background work, if it has any (``prefetch.PrefetchIterator``)."""
     close = getattr(self.iterator, "close", None)
     if close is not None:
       close()

@@ -1,11 +1,18 @@
-"""Batches placed on the device ahead of the step that uses them, with the position to resume from; batches
-grouped and stacked for a compiled call of several steps."""
+"""Batches ahead of the step that uses them, with the position to resume from: built on a background thread
+(:class:`PrefetchIterator`, around a ``batching.BatchIterator``) and placed on the device
+(``prefetch_to_device``); batches grouped and stacked for a compiled call of several steps."""
 from __future__ import annotations
 
 import collections
+import queue
+import threading
 from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
+
+from transformer.data.batching import BatchIterator
+
+_END = object()  # what the thread puts after the last batch
 
 
 def prefetch_to_device(iterator, put: Callable[[Any], Any], size: int = 2) -> Iterator[tuple[Any, Any, dict]]:
@@ -17,19 +24,19 @@ def prefetch_to_device(iterator, put: Callable[[Any], Any], size: int = 2) -> It
   was drawn: the position a checkpoint saved after its step must resume from, while the iterator itself is
   already ``size`` batches further. The batches are those of ``iterator``, in its order.
   """
-  queue = collections.deque()
+  ahead = collections.deque()
 
   def fill():
-    while len(queue) < size:
+    while len(ahead) < size:
       try:
         batch = next(iterator)
       except StopIteration:
         return
-      queue.append((batch, put(batch), iterator.get_state()))
+      ahead.append((batch, put(batch), iterator.get_state()))
 
   fill()
-  while queue:
-    yield queue.popleft()
+  while ahead:
+    yield ahead.popleft()
     fill()  # after the consumer dispatched its step with the batch just handed out
 
 
@@ -66,3 +73,100 @@ def stack_batches(batches: list) -> dict | None:
   if len(shapes) > 1:
     return None
   return {name: np.stack([np.asarray(batch[name]) for batch in batches]) for name in batches[0]}
+
+
+class PrefetchIterator:
+  """Runs ``iterator`` ``buffer_size`` batches ahead on a background thread.
+
+  ``get_state()`` describes the batches handed out by ``__next__``, not those waiting in the
+  buffer, so saving it with a checkpoint and restoring it (here or into a fresh
+  ``PrefetchIterator(BatchIterator(...))``) continues exactly after the last consumed batch.
+  An exception in the thread is re-raised by ``__next__``. Call ``close()`` (or use ``with``)
+  to stop the thread early.
+  """
+
+  def __init__(self, iterator: BatchIterator, buffer_size: int = 2):
+    self._iterator = iterator
+    self._buffer_size = buffer_size
+    self._state = iterator.get_state()
+    self._thread = None
+    self._start()
+
+  def _start(self) -> None:
+    self._queue = queue.Queue(maxsize=self._buffer_size)
+    self._stop = threading.Event()
+    self._finished = False
+    self._thread = threading.Thread(target=self._produce, args=(self._queue, self._stop),
+                                    daemon=True, name="PrefetchIterator")
+    self._thread.start()
+
+  def _produce(self, buffer: queue.Queue, stop: threading.Event) -> None:
+    def put(item) -> bool:
+      while not stop.is_set():
+        try:
+          buffer.put(item, timeout=0.05)
+          return True
+        except queue.Full:
+          pass
+      return False
+    try:
+      while not stop.is_set():
+        try:
+          batch = next(self._iterator)
+        except StopIteration:
+          put((_END, None))
+          return
+        if not put((batch, self._iterator.get_state())):
+          return
+    except BaseException as error:  # pylint: disable=broad-except
+      put((error, None))
+
+  def _shutdown(self) -> None:
+    if self._thread is None:
+      return
+    self._stop.set()
+    while self._thread.is_alive():
+      try:  # make room so that a blocked put() sees the stop flag
+        self._queue.get(timeout=0.05)
+      except queue.Empty:
+        pass
+    self._thread.join()
+    self._thread = None
+
+  def __iter__(self) -> Iterator[dict[str, np.ndarray]]:
+    return self
+
+  def __next__(self) -> dict[str, np.ndarray]:
+    if self._finished or self._thread is None:
+      raise StopIteration
+    item, state = self._queue.get()
+    if item is _END:
+      self._finished = True
+      raise StopIteration
+    if isinstance(item, BaseException):
+      self._finished = True
+      raise item
+    self._state = state
+    return item
+
+  @property
+  def batch_shapes(self) -> list[tuple[int, int]]:
+    return self._iterator.batch_shapes
+
+  def get_state(self) -> dict[str, Any]:
+    return dict(self._state)
+
+  def set_state(self, state: dict[str, Any]) -> None:
+    self._shutdown()
+    self._iterator.set_state(state)
+    self._state = self._iterator.get_state()
+    self._start()
+
+  def close(self) -> None:
+    self._shutdown()
+
+  def __enter__(self) -> PrefetchIterator:
+    return self
+
+  def __exit__(self, *exc_info) -> None:
+    self.close()

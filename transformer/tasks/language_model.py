@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from transformer.data import batching, tokenizers
+from transformer.data import batching, prefetch, tokenizers
 from transformer.data.files import write_atomically
 from transformer.data.monolingual import load_monolingual_data
 from transformer.decode import DecodeSettings, check_max_length
@@ -79,7 +79,7 @@ class LanguageModelTask(RecordedTokenizers, Task):
 
   def train_iterator(self, batch_size, seed):
     del batch_size  # global batches are sized by config.task.max_tokens; .batch_shapes lists their shapes
-    return batching.PrefetchIterator(self._batcher(self.data.train, train=True, seed=seed).iterator())
+    return prefetch.PrefetchIterator(self._batcher(self.data.train, train=True, seed=seed).iterator())
 
   def eval_batches(self, batch_size):
     del batch_size

@@ -11,7 +11,7 @@ import os
 
 import numpy as np
 
-from transformer.data import batching, tokenizers
+from transformer.data import batching, prefetch, tokenizers
 from transformer.data.files import write_atomically
 from transformer.data.translation import load_translation_data
 from transformer.errors import ConfigError
@@ -72,7 +72,7 @@ class TranslationTask(RecordedTokenizers, Seq2SeqTask):
     batcher = self._batcher(self.data.train, train=True, seed=seed)
     log.info("training batches: %d per epoch, padding fraction %.3f, shapes %s", batcher.num_batches(),
              batcher.padding_fraction(), batcher.batch_shapes)
-    return batching.PrefetchIterator(batcher.iterator())
+    return prefetch.PrefetchIterator(batcher.iterator())
 
   def eval_batches(self, batch_size, split: str | None = None):
     del batch_size
