@@ -74,6 +74,10 @@ def _state_bytes(state) -> int:
   return sum(int(getattr(leaf, "nbytes", 0)) for leaf in jax.tree_util.tree_leaves(state))
 
 
+def _barriers_named(prefix: str) -> ocp.options.MultiprocessingOptions:
+  return ocp.options.MultiprocessingOptions(barrier_sync_key_prefix=prefix)
+
+
 class Checkpointer:
   """Saves and restores ``(state, extra)`` where ``extra`` is a JSON-serialisable dict.
 
@@ -100,8 +104,11 @@ class Checkpointer:
       if os.path.exists(os.path.join(directory, name)) and not os.path.isdir(os.path.join(directory, name)):
         raise WorkdirError(f"{os.path.join(directory, name)} is a file, not the run's checkpoint folder: move it "
                            "away (or use another --workdir) and rerun.")
+    # Each manager names its own multi-host barriers: orbax keys them by step alone, so the periodic and the best
+    # copy of one step, committed by two asynchronous threads, would otherwise meet at one barrier and fail.
     options = ocp.CheckpointManagerOptions(max_to_keep=keep, enable_async_checkpointing=asynchronous,
-                                           create=True, cleanup_tmp_directories=repair)
+                                           create=True, cleanup_tmp_directories=repair,
+                                           multiprocessing_options=_barriers_named(CHECKPOINTS))
     self._latest = ocp.CheckpointManager(os.path.join(directory, CHECKPOINTS), options=options,
                                          item_names=("state", "extra"))
     self._best = None
@@ -111,7 +118,7 @@ class Checkpointer:
           max_to_keep=1, best_fn=(lambda metrics: metrics[best_metric]) if best_metric else None,
           best_mode=best_mode,
           keep_checkpoints_without_metrics=False, enable_async_checkpointing=asynchronous, create=True,
-          cleanup_tmp_directories=repair)
+          cleanup_tmp_directories=repair, multiprocessing_options=_barriers_named(BEST))
       self._best = ocp.CheckpointManager(os.path.join(directory, BEST), options=best_options,
                                          item_names=("state", "extra"))
 
