@@ -107,8 +107,8 @@ def main(argv):
     raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
   absl_logging.set_verbosity(absl_logging.WARNING)  # orbax logs every save step at INFO
   show_own_lines(quiet=_CONFIG.value.get("quiet", False))
-  from transformer.train import distributed, run, validate_config  # after flag parsing: imports JAX
-  exit_on_user_error(distributed.initialize, _COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value,
+  from transformer.train import multihost, run, validate_config  # after flag parsing: imports JAX
+  exit_on_user_error(multihost.initialize, _COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value,
                      local_device_ids=_LOCAL_DEVICE_IDS.value, initialization_timeout=_INITIALIZATION_TIMEOUT.value,
                      peer_timeout=_PEER_TIMEOUT.value)
   try:
@@ -119,11 +119,11 @@ def main(argv):
     else:
       output = exit_on_user_error(run, run_config, _WORKDIR.value, _MODE.value)
       if getattr(output, "interrupted", None) == "SIGINT":  # saved, but not finished: `launch ... && next` stops
-        from transformer.train.preemption import INTERRUPTED_EXIT_STATUS
+        from transformer.train.multihost import INTERRUPTED_EXIT_STATUS
         sys.exit(INTERRUPTED_EXIT_STATUS)
   except BaseException as error:  # with several processes: the others stop at once, naming this one
     if not isinstance(error, SystemExit) or error.code not in (0, None):
-      from transformer.train.peers import leave_after_error
+      from transformer.train.multihost import leave_after_error
       # Returns only in a single-process run, where the error goes on as usual.
       leave_after_error(error.code if isinstance(error, SystemExit) else traceback.format_exc())
     raise
@@ -216,7 +216,7 @@ def read_input_lines(path: str = "") -> list[str]:
 def _config_for_mode(config, workdir: str, mode: str, argv):
   """Train uses ``config``; every other mode the run's saved ``config.json`` (so a run trained with overrides is
   evaluated as trained), with this command line's ``--config.*`` overrides set on top."""
-  from transformer.train.run_directory import CONFIG, RunDirectory
+  from transformer.train.workdir import CONFIG, RunDirectory
   directory = RunDirectory(workdir)
   if mode == "train" or not directory.has(CONFIG):
     return config

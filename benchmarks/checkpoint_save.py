@@ -24,9 +24,9 @@ import jax
 from benchmarks import common, measure
 from benchmarks.train_step import compile_step, experiment_config, random_batch
 from experiments.record_store import host_description
-from transformer.train.run_config import build_task
+from transformer.train.config import build_task
 from transformer.train.checkpoint import Checkpointer
-from transformer.train.checksums import state_checksums, state_fingerprints
+from transformer.train.checkpoint import state_checksums, state_fingerprints
 
 
 def add_arguments(parser):

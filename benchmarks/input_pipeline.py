@@ -28,7 +28,7 @@ from benchmarks.train_step import SMOKE_MODEL, compile_step, experiment_config
 from experiments import iwslt15_en_vi, multi30k, synthetic
 from experiments.record_store import host_description
 from transformer.data import batching, prefetch
-from transformer.train.run_config import build_task
+from transformer.train.config import build_task
 
 TARGET = 10.0
 # name -> (experiment config module, pairs, mean source tokens, mean target tokens): the generator's settings,

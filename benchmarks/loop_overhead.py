@@ -80,7 +80,7 @@ def loop_seconds_per_step(config) -> float:
   """(a): the training loop's seconds per step, the median over its logging windows after the first. The run's
   own lines (its examples, evaluation, summary) are kept out of the report's output."""
   from transformer.train import run
-  from transformer.train.run_directory import RunDirectory
+  from transformer.train.workdir import RunDirectory
   with tempfile.TemporaryDirectory() as workdir:
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
       run(config, workdir)
@@ -92,10 +92,10 @@ class Pieces:
   """The run's task, strategy and compiled train step, as the loop builds them."""
 
   def __init__(self, config):
-    from transformer.train.run_config import RunConfig, build_task
-    from transformer.train.config import run_optimizer
-    from transformer.train.parallel import make_strategy
-    from transformer.train.saved_run import seed_keys
+    from transformer.train.config import RunConfig, build_task
+    from transformer.train.state import run_optimizer
+    from transformer.train.mesh import make_strategy
+    from transformer.train.state import seed_keys
     from transformer.train.state import create_train_state
     from transformer.train.step import make_train_step
     run_config = RunConfig.from_config(config)
@@ -141,7 +141,7 @@ def time_loop_and_parts(config, steps: int, repeats: int, loop_configs: dict | N
   times["fetch every step"] = pieces.timed_steps(steps, after_step=lambda i, m: pieces.strategy.fetch(m)) \
       - times["bare"]
   try:
-    from transformer.train.window import MetricsWindow
+    from transformer.train.loop import MetricsWindow
   except ImportError:  # a checkout from before the device-side window
     pass
   else:

@@ -28,7 +28,7 @@ from benchmarks.train_step import compile_step, experiment_config
 from experiments.record_store import host_description
 from transformer.data import batching
 from transformer.errors import UserError
-from transformer.train.run_config import build_task
+from transformer.train.config import build_task
 
 TARGET_SHARE = 0.95
 SMOKE_TASK = dict(max_tokens=256, max_length=32)

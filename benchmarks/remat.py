@@ -24,7 +24,7 @@ from benchmarks import common, measure
 from benchmarks.train_step import compile_step, experiment_config, random_batch
 from experiments.record_store import host_description
 from transformer.nn.config import REMAT_POLICIES
-from transformer.train.run_config import build_task
+from transformer.train.config import build_task
 
 
 def add_arguments(parser):

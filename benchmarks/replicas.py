@@ -22,7 +22,7 @@ from benchmarks import common, measure
 from benchmarks.train_step import SMOKE_MODEL, compile_step, random_batch
 from experiments.ablations.common import NUM_SEEDS, multi30k_base
 from experiments.record_store import host_description
-from transformer.train.run_config import build_task
+from transformer.train.config import build_task
 
 MODELS = ("transformer", "rnn")  # multi30k_base's model names
 VOCAB_SIZE = 8000

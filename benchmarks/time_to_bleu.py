@@ -31,7 +31,7 @@ from benchmarks import common
 from experiments.record_store import REPO, host_description
 from transformer.data.download import ENV_VAR
 from transformer.errors import MissingDataError, exit_on_user_error
-from transformer.train.run_directory import RunDirectory
+from transformer.train.workdir import RunDirectory
 
 DEFAULT_CONFIG = "experiments/multi30k.py:transformer_gpu"
 GIT_IGNORED_DATA = os.path.join(REPO, ".gpu_data")

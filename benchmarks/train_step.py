@@ -66,9 +66,9 @@ from experiments import multi30k
 from experiments.record_store import REPO, host_description, usable_cores
 from transformer import ops
 from transformer.nn import ModelConfig
-from transformer.train.run_config import RunConfig, build_task
-from transformer.train.optimizer import make_optimizer
-from transformer.train.parallel import make_strategy
+from transformer.train.config import RunConfig, build_task
+from transformer.train.state import make_optimizer
+from transformer.train.mesh import make_strategy
 from transformer.train.state import create_train_state
 from transformer.train.step import make_train_step
 

@@ -12,7 +12,7 @@ from experiments import launching, output_pages, record_store, stats
 from experiments.ablations import common
 from experiments.launching import Cell, find_record
 from transformer.errors import UserError
-from transformer.train.run_directory import MetricsLog, read_metrics
+from transformer.train.workdir import MetricsLog, read_metrics
 from transformer.train.workdir import recorded_tokenizers
 
 # Per task, the table's metrics as (name, heading, digits); the first is the one variants are compared on and

@@ -15,7 +15,8 @@ from transformer import read_run_config
 from transformer.errors import UserError
 from transformer.nn.forecasters import CHANNEL_INDEPENDENT
 from transformer.tasks.metrics import forecast_metrics
-from transformer.train.run_directory import CHECKPOINTS, MetricsLog, RunDirectory
+from transformer.train.checkpoint import CHECKPOINTS
+from transformer.train.workdir import MetricsLog, RunDirectory
 
 MODELS = RECURRENT + TRANSFORMERS + ("dlinear",)
 # A row's name; ``-pm25_only`` or ``-all_inputs``: a run on other inputs than its variant's published ones.

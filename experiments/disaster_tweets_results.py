@@ -22,7 +22,7 @@ from experiments.disaster_tweets_scores import (METRICS, SPLITS, predictions_pat
                                                 score_probabilities, score_values, write_predictions)
 from transformer import plot
 from transformer.errors import ConfigError, UserError
-from transformer.train.run_directory import CONFIG, RunDirectory
+from transformer.train.workdir import CONFIG, RunDirectory
 
 VARIANTS = ("static_scratch", "static_minilm", "transformer_scratch", "minilm_frozen", "minilm_finetune")
 COMMITTED_DIR = os.path.join(record_store.COMMITTED, "disaster_tweets")

@@ -13,7 +13,7 @@ from transformer import load, read_run_config
 from transformer.tasks.classification import read_probabilities, write_probabilities
 from transformer.tasks.metrics import (POSITIVE_CLASS, best_threshold, binary_metrics, confusion_counts,
                                        f1_bootstrap_interval)
-from transformer.train.run_directory import MetricsLog
+from transformer.train.workdir import MetricsLog
 
 METRICS = ("f1", "precision", "recall", "accuracy")
 PREDICTIONS = "predictions"  # beside the page: <variant>.<split>.csv, each seed's probabilities

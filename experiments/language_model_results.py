@@ -20,7 +20,7 @@ from experiments.language_model import get_config
 from transformer import plot
 from transformer.errors import UserError
 from transformer.tasks.language_model import log_probs_metrics, read_log_probs
-from transformer.train.run_directory import MetricsLog
+from transformer.train.workdir import MetricsLog
 
 VARIANT = "small"
 PROMPTS = ("A man in a red shirt", "Two dogs", "A group of children are", "A woman", "")

@@ -18,9 +18,9 @@ from experiments.record_store import REPO, RECORDS_FILE, RecordStore
 from transformer.effects import Effect, field_effects
 from transformer.errors import UserError
 from transformer.tasks import TASK_CONFIGS
-from transformer.train.replicas import SWEEPABLE
-from transformer.train.run_config import RunConfig
-from transformer.train.run_directory import METRICS, MetricsLog, RunDirectory
+from transformer.train.config import SWEEPABLE
+from transformer.train.config import RunConfig
+from transformer.train.workdir import METRICS, MetricsLog, RunDirectory
 
 
 def run_metrics(workdir: str) -> MetricsLog:

@@ -9,7 +9,7 @@ import shutil
 
 from experiments import launching, pages, record_store, reruns
 from transformer import read_run_config
-from transformer.train.run_directory import METRICS, MetricsLog, RunDirectory, read_records
+from transformer.train.workdir import METRICS, MetricsLog, RunDirectory, read_records
 
 LOGS = "logs"  # beside a page: each row's training log, the metrics.jsonl of the run it was recorded from
 

@@ -17,7 +17,7 @@ from experiments import launching, output_pages, pages, record_store, reruns
 from experiments.synthetic import VARIANTS, get_config
 from transformer import plot
 from transformer.tasks.synthetic import outputs_metrics, read_outputs
-from transformer.train.run_directory import MetricsLog
+from transformer.train.workdir import MetricsLog
 
 HEADER = ["task", "steps", "exact match (512 held-out)", "token accuracy", "first >= 99% exact match",
           "total wall time", "steps/s (median)", "tokens/s (median)", "command"]

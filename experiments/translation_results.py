@@ -23,7 +23,7 @@ from experiments.translation_scores import TEST_NAME, add_runs, best_row, row_fi
 from transformer import plot
 from transformer.errors import UserError, exit_on_user_error
 from transformer.train.convert_run import upgrade_config
-from transformer.train.run_directory import CONFIG, RunDirectory
+from transformer.train.workdir import CONFIG, RunDirectory
 
 EXPERIMENTS = ("multi30k", "iwslt15_en_vi")
 

@@ -13,9 +13,10 @@ from experiments import launching, pages, record_store
 from transformer.errors import ConfigError, UserError
 from transformer.tasks.metrics import bleu_by_reference_length
 from transformer.train.convert_run import upgrade_config
-from transformer.train.run_config import RunConfig
-from transformer.train.run_directory import CHECKPOINTS, EVAL_RESULTS, MODEL_CONFIG, RunDirectory
-from transformer.train.saved_run import record_defaults
+from transformer.train.config import RunConfig
+from transformer.train.checkpoint import CHECKPOINTS
+from transformer.train.workdir import EVAL_RESULTS, MODEL_CONFIG, RunDirectory
+from transformer.train.workdir import record_defaults
 
 TEST_SPLIT = {"multi30k": "test_2016_flickr", "iwslt15_en_vi": "test"}
 # The test set's own name, for the table and the committed hypotheses (IWSLT's TFDS "test" split is tst2013).

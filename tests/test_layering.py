@@ -5,6 +5,8 @@ test runs.
 """
 import ast
 import pathlib
+import re
+import subprocess
 import sys
 
 import pytest
@@ -169,3 +171,101 @@ def test_the_checker_sees_a_violation(tmp_path):
   source.write_text("from ..tasks import seq2seq\nfrom . import layers\nfrom .attention import dot\n")
   assert list(_imports(source, package="transformer.nn")) == [
       (1, "transformer.tasks", ["seq2seq"]), (2, "transformer.nn", ["layers"]), (3, "transformer.nn.attention", ["dot"])]
+
+
+def _module_name(path: pathlib.Path, base: pathlib.Path = ROOT) -> str:
+  parts = path.relative_to(base).with_suffix("").parts
+  return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _module_graph(root: pathlib.Path = PACKAGE) -> dict:
+  """``module -> project modules it imports`` over every import statement of ``root``'s modules, those inside
+  functions included (a lazy import only hides a circle). ``from package import name`` is an edge to the
+  package's ``__init__`` and, when ``name`` is a module, to that module too."""
+  modules = {_module_name(path, root.parent): path for path in _python_files(root)}
+  graph = {}
+  for module, path in modules.items():
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    targets = set()
+    for _, imported, names in _imports(path, package=package):
+      targets |= {imported, *(f"{imported}.{name}" for name in names or [])}
+    graph[module] = {target for target in targets if target in modules and target != module}
+  return graph
+
+
+def _circles(graph: dict) -> list[list[str]]:
+  """The strongly connected components of more than one module (Tarjan's algorithm, iterative)."""
+  index, low, on_stack, stack, found, counter = {}, {}, set(), [], [], 0
+  for start in sorted(graph):
+    if start in index:
+      continue
+    work = [(start, iter(sorted(graph[start])))]
+    index[start] = low[start] = counter
+    counter += 1
+    stack.append(start)
+    on_stack.add(start)
+    while work:
+      node, edges = work[-1]
+      for target in edges:
+        if target not in index:
+          index[target] = low[target] = counter
+          counter += 1
+          stack.append(target)
+          on_stack.add(target)
+          work.append((target, iter(sorted(graph[target]))))
+          break
+        if target in on_stack:
+          low[node] = min(low[node], index[target])
+      else:
+        work.pop()
+        if work:
+          low[work[-1][0]] = min(low[work[-1][0]], low[node])
+        if low[node] == index[node]:
+          component = []
+          while True:
+            member = stack.pop()
+            on_stack.discard(member)
+            component.append(member)
+            if member == node:
+              break
+          if len(component) > 1:
+            found.append(sorted(component))
+  return found
+
+
+def test_no_module_of_the_package_imports_itself_through_others():
+  """A circle of imports (``writers -> transformer.train -> loop -> writers``) makes import order matter and
+  hides which module is below which; none is allowed, a lazy import inside a function included."""
+  assert _circles(_module_graph()) == []
+
+
+def test_the_circle_finder_finds_a_circle_hidden_by_a_lazy_import(tmp_path):
+  package = tmp_path / "transformer" / "train"
+  package.mkdir(parents=True)
+  (tmp_path / "transformer" / "__init__.py").write_text("")
+  (package / "__init__.py").write_text("from transformer.train.loop import run\n")
+  (package / "loop.py").write_text("from transformer.train import writers\n")
+  (package / "writers.py").write_text("def write():\n  from transformer.train.loop import run\n")
+  (package / "config.py").write_text("import json\n")
+  assert _circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+  assert _circles(_module_graph(tmp_path / "transformer")) == [["transformer.train", "transformer.train.loop", "transformer.train.writers"]]
+
+
+def test_the_run_layers_modules_are_those_the_code_map_names():
+  """docs/development.md lists each module of ``transformer/train`` with its job: a module added, merged or
+  renamed without the table is caught here, and the package stays at the dozen modules the design allows."""
+  modules = sorted(path.stem for path in (PACKAGE / "train").glob("*.py") if path.stem != "__init__")
+  text = (ROOT / "docs" / "development.md").read_text()
+  listed = sorted(set(re.findall(r"^\| `([a-z_]+)\.py` \|", text, flags=re.M)))
+  assert modules == listed
+  assert len(modules) <= 12
+
+
+@pytest.mark.slow  # a fresh interpreter
+def test_importing_one_module_of_the_run_layer_pulls_in_neither_orbax_nor_the_loop():
+  """``transformer.train``'s ``__init__`` is lazy: the typed run alone (what a script that reads a config needs)
+  imports no checkpointing library and no training loop."""
+  code = ("import sys, transformer.train.config\n"
+          "print(sorted(m for m in sys.modules if m.startswith(('orbax', 'transformer.train.'))))")
+  result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+  assert result.stdout.strip() == "['transformer.train.config']", result.stdout

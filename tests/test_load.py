@@ -12,8 +12,8 @@ from transformer import ops
 from transformer.errors import ConfigError
 from transformer.inference import Classifier, LanguageModel, Translator
 from transformer.train import run
-from transformer.train.run_format import write_format
-from transformer.train.run_directory import read_metrics
+from transformer.train.workdir import write_format
+from transformer.train.workdir import read_metrics
 
 STEPS, EVERY = 300, 100
 SETTINGS = {"num_train_steps": STEPS, "eval_every": EVERY, "checkpoint_every": EVERY, "log_every": EVERY,

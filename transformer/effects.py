@@ -3,7 +3,7 @@
 Every field of the run description (``RunConfig`` and its sections: model, task, optimizer, decode) has an
 ``Effect`` in its dataclass metadata (``setting(default, effect)``; a field without one changes results). The
 rules about settings derive from it, in one place each: which differences between a command and a run's record
-are refused, accepted and recorded, or ignored (``transformer.train.saved_run.config_differences``), and which
+are refused, accepted and recorded, or ignored (``transformer.train.workdir.config_differences``), and which
 settings a command that reproduces a run leaves out (``RunConfig.fields_with``).
 """
 from __future__ import annotations

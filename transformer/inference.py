@@ -17,7 +17,7 @@ import ml_collections
 import numpy as np
 
 from transformer.errors import ConfigError
-from transformer.train.run_config import RunConfig
+from transformer.train.config import RunConfig
 from transformer.train import LoadedParams, load_params, read_run_config
 
 

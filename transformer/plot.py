@@ -14,7 +14,7 @@ import argparse
 import contextlib
 import os
 
-from transformer.train.run_directory import METRICS, RunDirectory, read_metrics
+from transformer.train.workdir import METRICS, RunDirectory, read_metrics
 
 VARIANT = "/variant_"  # a sweep's per-variant metrics: NAME/variant_v (transformer/train/loop.py)
 

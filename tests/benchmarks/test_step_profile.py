@@ -10,7 +10,7 @@ from benchmarks import measure
 from benchmarks import step_profile
 from benchmarks import train_step
 from transformer import ops
-from transformer.train.run_config import build_task
+from transformer.train.config import build_task
 
 
 def test_parse_hlo_finds_dots_directly_and_inside_called_fusions():

@@ -13,7 +13,7 @@ from experiments import ablations_results, ablations_scores, launching, record_s
 from experiments.ablations import common
 from transformer.errors import ConfigError, UserError
 from transformer.train import run
-from transformer.train.run_directory import MetricsLog, RunDirectory, read_metrics
+from transformer.train.workdir import MetricsLog, RunDirectory, read_metrics
 
 
 def test_the_grid_expands_to_every_variant_and_shares_identical_configs():

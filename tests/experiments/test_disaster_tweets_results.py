@@ -12,7 +12,7 @@ from experiments import disaster_tweets, disaster_tweets_results as results, rec
 from transformer.errors import ConfigError
 from transformer.tasks.metrics import binary_metrics, confusion_counts
 from transformer.train.config import validate_config
-from transformer.train.run_format import write_format
+from transformer.train.workdir import write_format
 
 
 @pytest.mark.parametrize("variant", disaster_tweets.VARIANTS)

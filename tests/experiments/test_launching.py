@@ -7,7 +7,7 @@ import pytest
 from experiments import launching, pages
 from tests.train.conftest import load_experiment_config
 from transformer.errors import UserError
-from transformer.train.run_directory import MetricsLog
+from transformer.train.workdir import MetricsLog
 
 
 def test_launch_config_parses_a_command_as_launch_py_does():

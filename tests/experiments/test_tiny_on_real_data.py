@@ -9,7 +9,7 @@ import pytest
 
 from tests.shared_data import shared_path
 from tests.train.conftest import load_experiment_config
-from transformer.train.run_config import build_task
+from transformer.train.config import build_task
 from transformer.train import run
 
 # experiment -> the folder of <shared>/data its tiny variant reads (beijing_pm25's tiny generates its series).

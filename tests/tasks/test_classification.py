@@ -18,11 +18,11 @@ from transformer import load
 from transformer.data.classification import fixed_batches
 from transformer.errors import MissingDataError
 from transformer.nn import EncoderClassifier
-from transformer.train.run_config import build_task
+from transformer.train.config import build_task
 from transformer.tasks.classification import read_probabilities
 from transformer.tasks.metrics import binary_metrics, confusion_counts
 from transformer.train import run
-from transformer.train.run_directory import read_metrics
+from transformer.train.workdir import read_metrics
 
 # Disaster tweets mention fire, flood, burn or rain; the others do not (words of the tiny BERT's vocabulary).
 DISASTER = ["fire near the road", "flood on the river", "big fire !", "the river is burning", "rain and flood",

@@ -6,7 +6,7 @@ import pytest
 from tests.train.conftest import load_experiment_config
 from transformer.decode import DecodeSettings
 from transformer.nn import EncoderDecoder, ModelConfig, TransformerLM
-from transformer.train.run_config import build_task
+from transformer.train.config import build_task
 from transformer.tasks.decoding import beam_decode, continue_prompts, greedy_decode, search_decode
 
 CONFIG = ModelConfig(vocab_size=11, d_model=16, num_heads=2, d_ff=32, num_encoder_layers=1, num_decoder_layers=1,

@@ -9,7 +9,7 @@ import pytest
 from tests.train.conftest import REPO, load_experiment_config
 from transformer import tasks
 from transformer.errors import MissingDependencyError, UserError
-from transformer.train.run_config import build_task
+from transformer.train.config import build_task
 
 # Each experiment's tiny variant and the task it builds (synthetic needs no extra).
 NEEDS_DATA = ("multi30k", "iwslt15_en_vi", "language_model", "disaster_tweets", "beijing_pm25")

@@ -14,7 +14,7 @@ from transformer.errors import ConfigError
 from transformer.data.beijing_pm25.features import FEATURE_NAMES
 from transformer.nn import make_forecaster
 from transformer.nn.forecasters import TARGET_FEATURE
-from transformer.train.run_config import build_task
+from transformer.train.config import build_task
 from transformer.tasks.forecasting import PM25_FEATURE, PREDICTIONS_FILE, synthetic_columns
 from transformer.train import run
 

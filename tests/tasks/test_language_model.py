@@ -13,7 +13,7 @@ from transformer.tasks.language_model import LOG_PROBS_FILE, log_probs_metrics, 
 from tests.train.conftest import load_experiment_config
 from transformer import load
 from transformer.errors import ConfigError
-from transformer.train.run_config import build_task
+from transformer.train.config import build_task
 from transformer.decode import DecodeSettings
 from transformer.tasks.decoding import continue_prompts
 from transformer.train import run

@@ -14,7 +14,7 @@ from tests.train.conftest import load_experiment_config
 from transformer.data.classification import fixed_batches
 from transformer.data.hosts import HostShard, host_rows, pad_rows
 from transformer.nn import ClassifierConfig, EncoderClassifier, ModelConfig, TransformerLM
-from transformer.train.run_config import build_task
+from transformer.train.config import build_task
 from transformer.tasks.classification import ClassificationTask
 from transformer.tasks.language_model import LanguageModelTask
 

@@ -10,11 +10,11 @@ from transformer.decode import DecodeSettings
 from transformer.effects import Effect
 from transformer.errors import ConfigError
 from transformer.nn import ModelConfig, RNNConfig
-from transformer.train.run_config import build_task
+from transformer.train.config import build_task
 from transformer.tasks.configs import SyntheticConfig
-from transformer.train.optimizer import OptimizerConfig
-from transformer.train.replicas import Replicas
-from transformer.train.run_config import RunConfig
+from transformer.train.config import OptimizerConfig
+from transformer.train.config import Replicas
+from transformer.train.config import RunConfig
 from transformer.train.config import base_config, set_model
 
 

@@ -3,7 +3,7 @@ import jax
 import pytest
 
 from tests.train.conftest import load_experiment_config
-from transformer.train.run_config import build_task
+from transformer.train.config import build_task
 
 
 def test_word_dropout_is_refused_where_the_vocabulary_has_no_unknown_token():

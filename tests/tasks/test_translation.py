@@ -112,7 +112,7 @@ def test_missing_data_names_the_files_and_where_to_put_them(tmp_path):
 
 
 def test_a_negative_length_penalty_candidate_is_named_in_the_error(raw_dir, tmp_path):
-  from transformer.train.run_config import build_task
+  from transformer.train.config import build_task
   config = tiny_translation_config(raw_dir, tmp_path / "tfds", **{"task.length_penalty_candidates": (0.6, -1.0)})
   with pytest.raises(ValueError, match=r"length_penalty_candidates=\(0\.6, -1\.0\) has a negative alpha"):
     build_task(config).choose_length_penalty(None, None)
@@ -120,7 +120,7 @@ def test_a_negative_length_penalty_candidate_is_named_in_the_error(raw_dir, tmp_
 
 def test_choosing_the_length_penalty_reuses_the_bleu_already_measured(raw_dir, tmp_path, monkeypatch):
   """--mode=eval has just decoded the eval split with config.decode.length_penalty: only the other candidates decode."""
-  from transformer.train.run_config import build_task
+  from transformer.train.config import build_task
   config = tiny_translation_config(raw_dir, tmp_path / "tfds", **{"task.length_penalty_candidates": (0.6, 2.0)})
   task = build_task(config)
   decoded = []
@@ -138,7 +138,7 @@ def test_choosing_the_length_penalty_reuses_the_bleu_already_measured(raw_dir, t
 def test_fixed_batch_shape_gives_one_shape_and_keeps_every_example(raw_dir, tmp_path):
   """``task.fixed_batch_shape``: every training batch [max_tokens // max_length, max_length] (one compiled
   step), and evaluation still sees each validation sentence exactly once."""
-  from transformer.train.run_config import build_task
+  from transformer.train.config import build_task
 
   config = tiny_translation_config(raw_dir, tmp_path / "tfds", **{"task.fixed_batch_shape": True})
   task = build_task(config)
@@ -160,7 +160,7 @@ def test_packed_training_batches_and_their_loss_with_the_transformer_only(raw_di
   import numpy as np
 
   from transformer.errors import ConfigError
-  from transformer.train.run_config import build_task
+  from transformer.train.config import build_task
 
   config = tiny_translation_config(raw_dir, tmp_path / "tfds", **{"task.pack": True})
   task = build_task(config)
@@ -190,7 +190,7 @@ def test_word_dropout_changes_the_inputs_and_keeps_the_labels(raw_dir, tmp_path)
 
   from transformer import ops
   from transformer.data.tokenizers import UNK_ID
-  from transformer.train.run_config import build_task
+  from transformer.train.config import build_task
 
   config = tiny_translation_config(raw_dir, tmp_path / "tfds", source_token_dropout=0.3,
                                    target_token_dropout=0.5)
@@ -226,7 +226,7 @@ def test_tokenizer_type_selects_the_sentencepiece_algorithm(raw_dir, tmp_path):
   type is refused by name before any data is prepared."""
   from sentencepiece import sentencepiece_model_pb2
 
-  from transformer.train.run_config import build_task
+  from transformer.train.config import build_task
 
   def trained_type(tokenizer):
     proto = sentencepiece_model_pb2.ModelProto()

@@ -12,8 +12,8 @@ from tests.train.conftest import load_experiment_config, tiny_config
 from transformer.errors import ConfigError
 from transformer.train import run
 from transformer.train.actions import PREEMPT, Every, Profile, Tick, run_due
-from transformer.train.goodput import LOOP_PHASES
-from transformer.train.run_directory import RunDirectory
+from transformer.train.loop import LOOP_PHASES
+from transformer.train.workdir import RunDirectory
 
 
 class Timed:

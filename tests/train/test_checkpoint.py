@@ -17,7 +17,7 @@ from tests.train.conftest import TINY_FLAGS, finish, start_launch
 from transformer.errors import MissingDataError
 from transformer.train import run
 from transformer.train.checkpoint import Checkpointer, CheckpointRestoreError
-from transformer.train.run_directory import RunDirectory
+from transformer.train.workdir import RunDirectory
 
 LONG_RUN = TINY_FLAGS + ["--config.num_train_steps=400", "--config.checkpoint_every=50", "--config.log_every=10",
                          "--config.eval_every=200", "--config.async_checkpointing=True"]

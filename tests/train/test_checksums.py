@@ -10,7 +10,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from transformer.errors import CheckpointRestoreError
 from transformer.train.checkpoint import Checkpointer
-from transformer.train.checksums import state_checksums, state_fingerprints
+from transformer.train.checkpoint import state_checksums, state_fingerprints
 
 
 def _state(seed=0):

@@ -10,7 +10,7 @@ import pytest
 from tests.train.conftest import TINY_FLAGS, finish, start_launch
 from tests.train.test_multihost import free_port
 from transformer.errors import ClusterError, ConfigError, WorkdirError
-from transformer.train import distributed, session
+from transformer.train import modes, multihost
 from transformer.train.config import check_workdir, refuse_url_workdir
 
 CLUSTER_VARIABLES = ("SLURM_", "TPU_WORKER_HOSTNAMES", "TRANSFORMER_COORDINATOR", "TRANSFORMER_NUM_PROCESSES",
@@ -24,11 +24,11 @@ def without_cluster(environ) -> dict:
 
 @pytest.fixture
 def joins(monkeypatch):
-  """The keyword arguments of every ``jax.distributed.initialize`` call, which does nothing here."""
+  """The keyword arguments of every ``jax.multihost.initialize`` call, which does nothing here."""
   for name in list(os.environ):
     if name.startswith(CLUSTER_VARIABLES):
       monkeypatch.delenv(name)
-  monkeypatch.setattr(distributed, "_peer_timeout", None)
+  monkeypatch.setattr(multihost, "_peer_timeout", None)
   calls = []
   monkeypatch.setattr(jax.distributed, "initialize", lambda *args, **kwargs: calls.append(
       dict(zip(("coordinator_address", "num_processes", "process_id"), args), **kwargs)))
@@ -45,7 +45,7 @@ def test_a_url_workdir_is_refused_in_train_and_read_modes(workdir, fix, tmp_path
   with pytest.raises(WorkdirError, match="is a URL") as train:
     check_workdir(workdir)
   with pytest.raises(WorkdirError, match="is a URL") as evaluate:
-    session._require_a_run(workdir, "eval")  # pylint: disable=protected-access
+    modes._require_a_run(workdir, "eval")  # pylint: disable=protected-access
   assert fix in str(train.value) and str(evaluate.value) == str(train.value)
   assert os.listdir(tmp_path) == []  # no local folder named "gs:"
 
@@ -65,7 +65,7 @@ def test_a_slurm_allocation_without_srun_is_refused_at_once(joins, monkeypatch):
                       "SLURM_JOB_NODELIST": "node[001-004]"}.items():
     monkeypatch.setenv(name, value)
   with pytest.raises(ClusterError) as refused:
-    distributed.initialize()
+    multihost.initialize()
   assert "srun" in str(refused.value) and "SLURM_NTASKS=4" in str(refused.value)
   assert "SLURM_STEP_NODELIST" in str(refused.value) and joins == []
 
@@ -74,7 +74,7 @@ def test_srun_tasks_join_the_coordinator_slurm_names(joins, monkeypatch, capsys)
   for name, value in {"SLURM_JOB_ID": "4097", "SLURM_NTASKS": "4", "SLURM_PROCID": "2", "SLURM_LOCALID": "1",
                       "SLURM_STEP_NODELIST": "node[001-004]", "SLURM_STEP_ID": "0"}.items():
     monkeypatch.setenv(name, value)
-  assert distributed.initialize()
+  assert multihost.initialize()
   port = 61440 + 4097 % 4096  # JAX's SlurmCluster: the job id picks a port in [61440, 65535]
   assert joins[0]["coordinator_address"] == f"node001:{port}" and joins[0]["num_processes"] == 4
   assert joins[0]["process_id"] == 2 and joins[0]["local_device_ids"] == [1]
@@ -83,7 +83,7 @@ def test_srun_tasks_join_the_coordinator_slurm_names(joins, monkeypatch, capsys)
 
 def test_one_slurm_task_is_a_single_process_run(joins, monkeypatch):
   monkeypatch.setenv("SLURM_NTASKS", "1")
-  assert not distributed.initialize() and joins == [] and distributed.peer_timeout() is None
+  assert not multihost.initialize() and joins == [] and multihost.peer_timeout() is None
 
 
 @pytest.mark.parametrize("flag,value", [
@@ -91,41 +91,41 @@ def test_one_slurm_task_is_a_single_process_run(joins, monkeypatch):
     ("peer_timeout", -5), ("peer_timeout", 0), ("initialization_timeout", -1), ("initialization_timeout", "soon")])
 def test_a_bad_multi_host_value_is_one_line_naming_the_flag(joins, flag, value):
   with pytest.raises(ConfigError, match=f"--{flag}="):
-    distributed.initialize("localhost:1234", 2, 0, **{flag: value})
+    multihost.initialize("localhost:1234", 2, 0, **{flag: value})
   assert joins == []
 
 
 def test_a_bad_environment_value_names_the_variable(joins, monkeypatch):
   monkeypatch.setenv("TRANSFORMER_LOCAL_DEVICE_IDS", "gpu0")
   with pytest.raises(ConfigError, match="TRANSFORMER_LOCAL_DEVICE_IDS="):
-    distributed.initialize("localhost:1234", 2, 0)
+    multihost.initialize("localhost:1234", 2, 0)
 
 
 def test_a_process_id_outside_the_run_is_refused(joins):
   with pytest.raises(ConfigError, match="numbered 0 to 1"):
-    distributed.initialize("localhost:1234", 2, 2)
+    multihost.initialize("localhost:1234", 2, 2)
 
 
 def test_defaults_are_jaxs(joins):
-  assert distributed.initialize("localhost:1234", 2, 1)
+  assert multihost.initialize("localhost:1234", 2, 1)
   assert joins[0]["heartbeat_timeout_seconds"] == 100 and joins[0]["local_device_ids"] is None
-  assert joins[0]["initialization_timeout"] == 300 + distributed.ABORT_MARGIN  # the watchdog stops us at 300
-  assert distributed.peer_timeout() == 100
+  assert joins[0]["initialization_timeout"] == 300 + multihost.ABORT_MARGIN  # the watchdog stops us at 300
+  assert multihost.peer_timeout() == 100
 
 
 def test_environment_variables_set_what_flags_leave_unset(joins, monkeypatch):
   for name, value in {"COORDINATOR_ADDRESS": "10.0.0.1:99", "NUM_PROCESSES": "3", "PROCESS_ID": "2",
                       "LOCAL_DEVICE_IDS": "2,3", "INITIALIZATION_TIMEOUT": "40", "PEER_TIMEOUT": "50"}.items():
     monkeypatch.setenv(f"TRANSFORMER_{name}", value)
-  assert distributed.initialize()
+  assert multihost.initialize()
   assert joins[-1] == dict(coordinator_address="10.0.0.1:99", num_processes=3, process_id=2, local_device_ids=[2, 3],
-                           initialization_timeout=40 + distributed.ABORT_MARGIN, heartbeat_timeout_seconds=50)
-  assert distributed.peer_timeout() == 50
-  assert distributed.initialize("localhost:7", 2, 1, local_device_ids="0,1", initialization_timeout=20,
+                           initialization_timeout=40 + multihost.ABORT_MARGIN, heartbeat_timeout_seconds=50)
+  assert multihost.peer_timeout() == 50
+  assert multihost.initialize("localhost:7", 2, 1, local_device_ids="0,1", initialization_timeout=20,
                                 peer_timeout=7)
   assert joins[-1] == dict(coordinator_address="localhost:7", num_processes=2, process_id=1, local_device_ids=[0, 1],
-                           initialization_timeout=20 + distributed.ABORT_MARGIN, heartbeat_timeout_seconds=7)
-  assert distributed.peer_timeout() == 7
+                           initialization_timeout=20 + multihost.ABORT_MARGIN, heartbeat_timeout_seconds=7)
+  assert multihost.peer_timeout() == 7
 
 
 def test_a_deadline_that_jax_raises_becomes_one_line(joins, monkeypatch):
@@ -133,7 +133,7 @@ def test_a_deadline_that_jax_raises_becomes_one_line(joins, monkeypatch):
     raise RuntimeError("DEADLINE_EXCEEDED: Deadline Exceeded RPC: /xla.coordination.CoordinationService/RegisterTask")
   monkeypatch.setattr(jax.distributed, "initialize", deadline)
   with pytest.raises(ClusterError, match="the 3 processes did not all join coordinator localhost:1234 within 300 s"):
-    distributed.initialize("localhost:1234", 3, 1)
+    multihost.initialize("localhost:1234", 3, 1)
 
 
 # --- processes on localhost -------------------------------------------------------------------------------------

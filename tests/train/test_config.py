@@ -5,7 +5,7 @@ import pytest
 
 from transformer.errors import ConfigError
 from transformer.nn import ModelConfig, RNNConfig
-from transformer.train.run_config import DECIDED_ELSEWHERE
+from transformer.train.config import DECIDED_ELSEWHERE
 from transformer.train.config import base_config, set_model, validate_config
 
 
@@ -43,7 +43,7 @@ def test_validation_checks_the_model_section_before_any_data():
 
 def test_a_seq2seq_task_refuses_a_model_that_is_not_seq2seq():
   from tests.train.conftest import load_experiment_config
-  from transformer.train.run_config import build_task
+  from transformer.train.config import build_task
   config = set_model(load_experiment_config("synthetic", "copy"), "encoder_classifier")
   with pytest.raises(ConfigError, match=r"config\.model_name='encoder_classifier'.*'synthetic'"):
     build_task(config).model_config()
@@ -54,8 +54,8 @@ def test_a_workdir_of_another_model_is_refused_and_a_field_added_since_compares_
   run was saved compares as its default. (Runs of older formats: tests/train/test_convert_run.py.)"""
   import json
 
-  from transformer.train.run_format import write_format
-  from transformer.train.session import check_workdir_model as _check_workdir_model
+  from transformer.train.workdir import write_format
+  from transformer.train.workdir import check_workdir_model as _check_workdir_model
   model_config = ModelConfig(d_model=64, num_heads=4)
   saved = dataclasses.asdict(model_config)
   write_format(str(tmp_path))

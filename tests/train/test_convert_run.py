@@ -15,9 +15,9 @@ from transformer.errors import ConfigError, WorkdirError
 from transformer.train import read_run_config, run
 from transformer.train.config import base_config
 from transformer.train.convert_run import main, upgrade_config, upgrade_model_config
-from transformer.train.run_directory import FORMAT, RunDirectory
-from transformer.train.run_format import FORMAT_VERSION, read_format
-from transformer.train.session import check_workdir_model
+from transformer.train.workdir import FORMAT, RunDirectory
+from transformer.train.workdir import FORMAT_VERSION, read_format
+from transformer.train.workdir import check_workdir_model
 
 COMMAND = "python -m transformer.train.convert_run"
 

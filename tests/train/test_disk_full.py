@@ -20,7 +20,7 @@ from tests.train.conftest import TINY_FLAGS, finish, start_launch
 from transformer.data.files import format_bytes, is_disk_full, write_atomically
 from transformer.errors import WorkdirError
 from transformer.train.checkpoint import Checkpointer
-from transformer.train.run_directory import RunDirectory
+from transformer.train.workdir import RunDirectory
 from transformer.train.writers import MetricWriter
 
 

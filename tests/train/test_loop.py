@@ -9,7 +9,7 @@ import pytest
 from transformer.errors import ConfigError
 from transformer.inference import load_params
 from transformer.train import run
-from transformer.train.run_directory import read_metrics
+from transformer.train.workdir import read_metrics
 
 
 

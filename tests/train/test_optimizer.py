@@ -4,8 +4,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from transformer.train.optimizer import OptimizerConfig
-from transformer.train.optimizer import make_optimizer, make_schedule
+from transformer.train.config import OptimizerConfig
+from transformer.train.state import make_optimizer, make_schedule
 
 
 def optimizer_config(**overrides):

@@ -9,9 +9,9 @@ import sys
 import pytest
 
 from transformer import load
-from transformer.train.run_config import build_task
+from transformer.train.config import build_task
 from transformer.train import run
-from transformer.train.run_directory import read_metrics
+from transformer.train.workdir import read_metrics
 from transformer.train.writers import final_lines, results_table, shown_metrics
 
 
@@ -137,7 +137,7 @@ def test_on_a_terminal_every_message_starts_its_own_line_outside_the_bar(make_co
 
 
 def test_sweep_variants_are_named_by_their_values():
-  from transformer.train.replicas import Replicas
+  from transformer.train.config import Replicas
   from transformer.train.writers import variant_tables
   replicas = Replicas.parse("optimizer.learning_rate=0.002,0.0005;label_smoothing=0,0.1", num_seeds=2)
   assert replicas.variant_names() == ["variant_0 (optimizer.learning_rate=0.002, label_smoothing=0)",

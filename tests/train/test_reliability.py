@@ -24,7 +24,7 @@ from transformer.train.checkpoint import Checkpointer
 from transformer.train.state import TrainState
 from transformer.train.step import make_train_step
 from transformer.train.workdir import lock_workdir
-from transformer.train.run_directory import read_metrics
+from transformer.train.workdir import read_metrics
 
 BEST = {"best_metric": "eval/loss", "best_mode": "min"}
 
@@ -209,7 +209,7 @@ def test_a_read_only_workdir_is_refused_before_any_work(trained_with_best, monke
   def read_only(*args, **kwargs):
     raise OSError(errno.EROFS, "Read-only file system")
   monkeypatch.setattr(workdir_module.tempfile, "TemporaryFile", read_only)
-  monkeypatch.setattr("transformer.train.session.build_task", lambda run: pytest.fail("work began"))
+  monkeypatch.setattr("transformer.train.modes.build_task", lambda run: pytest.fail("work began"))
   with pytest.raises(WorkdirError, match="is not writable \\(Read-only file system\\)"):
     run(tiny_config(**BEST), trained_with_best, mode)
   assert tempfile.TemporaryFile is read_only  # the module's own tempfile is the one patched

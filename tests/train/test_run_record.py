@@ -12,7 +12,7 @@ from transformer.data.batching import TokenBatcher
 from transformer.data.prefetch import prefetch_to_device
 from transformer.errors import ConfigError, TrainingDiverged, WorkdirError
 from transformer.train import read_run_config, run
-from transformer.train.run_directory import RunDirectory, read_metrics
+from transformer.train.workdir import RunDirectory, read_metrics
 
 
 @pytest.fixture(scope="module")

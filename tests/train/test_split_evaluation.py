@@ -15,8 +15,8 @@ from tests.tasks.test_forecasting import small_config as forecasting_config
 from tests.tasks.test_translation import tiny_translation_config
 from tests.train.conftest import tiny_config
 from transformer.tasks import forecasting
-from transformer.train.run_config import build_task
-from transformer.train.gather import gather_objects, interleave, process_share, split_over_processes
+from transformer.train.config import build_task
+from transformer.train.multihost import gather_objects, interleave, process_share, split_over_processes
 
 
 def test_one_process_gathers_its_own_object_without_communicating():

@@ -4,8 +4,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from transformer.train.optimizer import OptimizerConfig
-from transformer.train.optimizer import make_optimizer
+from transformer.train.config import OptimizerConfig
+from transformer.train.state import make_optimizer
 from transformer.train.state import TrainState
 from transformer.train.step import make_train_step
 

@@ -13,12 +13,12 @@ from transformer.errors import ConfigError
 from transformer.inference import load_params
 from transformer.train import run
 from transformer.train.loop import call_sizes
-from transformer.train.optimizer import OptimizerConfig
-from transformer.train.optimizer import make_optimizer
-from transformer.train.parallel import make_strategy
+from transformer.train.config import OptimizerConfig
+from transformer.train.state import make_optimizer
+from transformer.train.mesh import make_strategy
 from transformer.train.state import TrainState
 from transformer.train.step import make_train_step
-from transformer.train.run_directory import RunDirectory, read_metrics
+from transformer.train.workdir import RunDirectory, read_metrics
 
 # 22 steps: five calls of 4, then 2 single steps (22 is no multiple of 4); a log every 8 steps and a
 # checkpoint every 4, so that checkpoints at 4 and 12 hold half a logging window.
@@ -188,7 +188,7 @@ def _fetch(tree):
 
 def test_the_window_folds_stacked_steps_as_if_added_one_by_one_and_names_the_first_nonfinite():
   from transformer.errors import TrainingDiverged
-  from transformer.train.window import MetricsWindow
+  from transformer.train.loop import MetricsWindow
   losses = np.float32([0.1, 0.2, 0.3, 0.4, 0.7, np.nan, 0.5])
   one_by_one, stacked = MetricsWindow(_fetch), MetricsWindow(_fetch)
   for step, loss in enumerate(losses, start=1):

@@ -7,9 +7,9 @@ import pytest
 from tests.train.conftest import tiny_config
 from tests.train.test_loop import assert_params_close
 from transformer.errors import ConfigError
-from transformer.train.run_config import RunConfig, build_task
-from transformer.train.optimizer import make_optimizer
-from transformer.train.parallel import MODEL_AXIS, MeshStrategy, Strategy, tensor_parallel_axis
+from transformer.train.config import RunConfig, build_task
+from transformer.train.state import make_optimizer
+from transformer.train.mesh import MODEL_AXIS, MeshStrategy, Strategy, tensor_parallel_axis
 from transformer.train.state import create_train_state
 from transformer.train.step import make_train_step
 

@@ -37,7 +37,7 @@ class ResumableIterator(Protocol):
 
 @dataclasses.dataclass(frozen=True)
 class TaskSettings:
-  """What a task reads of its run (``transformer.train.run_config.RunConfig.task_settings``): the model, the task
+  """What a task reads of its run (``transformer.train.config.RunConfig.task_settings``): the model, the task
   section, decoding and the loss's settings; nothing of how training runs (devices, checkpoints, schedules)."""
   model_name: str
   model: ModelSettings  # config.model_name's config; the fields the data decides at their defaults

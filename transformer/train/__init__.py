@@ -1,9 +1,21 @@
-"""The one training system: ``run(config, workdir, mode)``; and getting a run back (``load_params``)."""
-from transformer.train.config import base_config, validate_config
-from transformer.train.loop import RunOutput, run_train
-from transformer.train.modes import run, run_eval, run_predict, run_translate
-from transformer.train.run_config import RunConfig, build_task
-from transformer.train.saved_run import LoadedParams, load_params, read_run_config
+"""The one training system: ``run(config, workdir, mode)``; and getting a run back (``load_params``).
 
-__all__ = ["LoadedParams", "RunConfig", "RunOutput", "base_config", "build_task", "load_params", "read_run_config",
-           "run", "run_eval", "run_predict", "run_train", "run_translate", "validate_config"]
+The names below are imported on first use, so importing one module of the package (``transformer.train.config``)
+pulls in neither orbax nor the loop.
+"""
+_LAZY = {
+    "RunConfig": "config", "base_config": "config", "build_task": "config", "validate_config": "config",
+    "LoadedParams": "state", "load_params": "state", "read_run_config": "state",
+    "RunOutput": "loop",
+    "run": "modes", "run_eval": "modes", "run_predict": "modes", "run_train": "modes", "run_translate": "modes",
+}
+
+
+def __getattr__(name):
+  if name in _LAZY:
+    import importlib
+    return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+  raise AttributeError(f"module 'transformer.train' has no attribute {name!r}")
+
+
+__all__ = sorted(_LAZY)

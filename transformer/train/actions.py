@@ -4,7 +4,7 @@ After each compiled call the loop makes a ``Tick`` (the step reached, whether it
 order, the actions due at it. An action's result goes into the tick's ``outputs`` under its name, where the
 actions after it read it: the checkpoint is due after any evaluation (the best copy needs its metrics) and
 when the preemption check asked to stop. No action hands another anything through the trainer's attributes.
-The time each spends is its phase in the run's goodput (``transformer.train.goodput``).
+The time each spends is its phase in the run's goodput (``loop.Goodput``).
 """
 from __future__ import annotations
 

@@ -1,11 +1,14 @@
-"""Orbax checkpoints: the train state, the data iterator's position and the open metrics window.
+"""Orbax checkpoints with their guards: fingerprints of every array, the fallback to an older checkpoint,
+the disk-space check, and the quieting of what a failed save leaves behind.
+
+Orbax checkpoints: the train state, the data iterator's position and the open metrics window.
 
 Two managers share a run directory: ``checkpoints/`` keeps the last ``keep`` periodic checkpoints and
 ``best/`` keeps the one with the best validation metric. Saves are asynchronous; a save interrupted by a
 kill never becomes visible (orbax writes to a temporary directory and renames it when complete).
 
 Every checkpoint records a fingerprint of each array of the state, computed on its devices, and a SHA-256 of its
-``extra`` item (``checksums.py``), and restore verifies them, so flipped bits are caught like a truncated file:
+``extra`` item (``state_fingerprints``, below), and restore verifies them, so flipped bits are caught like a truncated file:
 the checkpoint is skipped, with a warning, for the one before it, and (when the run owns the workdir, ``repair=True``) renamed aside to
 ``<step>.damaged-<time>`` once an older one restores, so that later saves of that step and later resumes
 do not trip over it. When none restores, nothing is moved: a changed config (another optimizer, another
@@ -15,30 +18,50 @@ non-finite value is never saved, and an evaluation whose ``best_metric`` is not 
 A full disk is one ``WorkdirError`` naming the workdir and the space a checkpoint takes: checked before each
 save (against the size of the last checkpoint written), and, when a save still runs out of space, its
 half-written temporary directories are removed so that only intact checkpoints remain.
+
+Checksums of what a checkpoint holds: every array of the state, and the JSON ``extra`` item (data position,
+metrics window), so that flipped bits or an edited position are caught on restore instead of resumed silently.
+
+The arrays are fingerprinted where they live (``state_fingerprints``): one compiled program hashes every leaf on
+its devices, every shard of a sharded leaf included, and only 8 bytes per leaf come to the host, so a save
+copies nothing to the host for its checks (orbax's writer copies in the background). A fingerprint is a sum
+over elements of a mixed hash of (bits, global position), modulo 2**32, in two independent lanes: the same for
+any sharding or number of devices, and changed by any flipped bit or moved value. Checkpoints written before
+fingerprints carry SHA-256 digests of each leaf's bytes (``state_checksums``), still verified on restore.
+
+What a failed orbax save or restore leaves behind, silenced: each is a copy of the error ``Checkpointer``
+raises or reports in one line (its worker threads' log records, "Event loop is closed" from reads finishing
+after orbax closed their loop, coroutines never awaited).
 """
 from __future__ import annotations
 
+import gc
+import hashlib
+import json
 import logging
 import math
 import os
 import shutil
+import sys
+import threading
 import time
+import warnings
 from typing import Any
 
 import flax.struct
 import jax
+import jax.numpy as jnp
+import numpy as np
 import orbax.checkpoint as ocp
+from jax.experimental import multihost_utils
 
-from transformer.errors import (CheckpointRestoreError, ConfigError, MissingDataError, TrainingDiverged,
-                                WorkdirError)
-from transformer.train.checksums import extra_checksum as _extra_checksum, state_checksums, state_fingerprints
-from transformer.train.run_directory import BEST, CHECKPOINTS
-from transformer.train.orbax_aftermath import collect_orbax_leftovers, join_orbax_workers, quiet_orbax_aftermath
-from transformer.train.writers import format_bytes, is_disk_full
+from transformer.data.files import format_bytes, is_disk_full
+from transformer.errors import CheckpointRestoreError, ConfigError, MissingDataError, TrainingDiverged, WorkdirError
 
 log = logging.getLogger(__name__)
 
-__all__ = ["CheckpointRestoreError", "Checkpointer", "SavedParams", "state_checksums"]  # checksums.py's, re-exported
+CHECKPOINTS = "checkpoints"  # the latest config.keep_checkpoints periodic checkpoints
+BEST = "best"  # the best by config.best_metric
 
 
 @flax.struct.dataclass
@@ -165,7 +188,7 @@ class Checkpointer:
         log.warning("step %d is not kept as the best checkpoint: its %s is %s", step, self.best_metric, best_value)
         best_value = None
     args = ocp.args.Composite(state=ocp.args.StandardSave(state), extra=ocp.args.JsonSave(
-        {**extra, "fingerprints": fingerprints, "extra_checksum": _extra_checksum(extra)}))
+        {**extra, "fingerprints": fingerprints, "extra_checksum": extra_checksum(extra)}))
     self._state_size = _state_bytes(state)
     copies = 1 if best_value is None else 2
     self._check_space(step, copies)
@@ -277,7 +300,7 @@ class Checkpointer:
     expected = extra.pop("fingerprints", None) or {}
     digests = extra.pop("checksums", None) or {}
     recorded = extra.pop("extra_checksum", None)
-    if recorded is not None and recorded != _extra_checksum(extra):
+    if recorded is not None and recorded != extra_checksum(extra):
       raise ValueError("checksum mismatch: its data position or metrics window (the extra item) changed since it "
                        "was saved")
     actual, _ = state_fingerprints(state) if expected or not digests else state_checksums(state)
@@ -426,3 +449,174 @@ class Checkpointer:
         except Exception:
           if not self._failed:  # after a full disk, closing raises that error again: it was reported
             raise
+
+
+# Odd multipliers of the two lanes' position mixing and of murmur3's finaliser.
+_LANES = (0x9E3779B1, 0x85EBCA77)
+_FINAL = (0x85EBCA6B, 0xC2B2AE35)
+
+
+def _words(leaf) -> jax.Array:
+  """``leaf``'s bits as a flat uint32 array (narrower types widened, 64-bit ones split in two words)."""
+  if jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key):
+    leaf = jax.random.key_data(leaf)
+  if leaf.dtype == jnp.bool_:
+    leaf = leaf.astype(jnp.uint8)
+  width = leaf.dtype.itemsize
+  if width == 8:
+    return jax.lax.bitcast_convert_type(leaf, jnp.uint32).reshape(-1)
+  unsigned = {1: jnp.uint8, 2: jnp.uint16, 4: jnp.uint32}[width]
+  return jax.lax.bitcast_convert_type(leaf, unsigned).reshape(-1).astype(jnp.uint32)
+
+
+def _fingerprint(leaf) -> tuple[jax.Array, jax.Array]:
+  """``(lanes, non_finite)``: uint32 ``[2]`` fingerprint of ``leaf`` and whether a float leaf holds NaN/inf."""
+  words = _words(leaf)
+  position = jnp.arange(words.shape[0], dtype=jnp.uint32)
+  lanes = []
+  for multiplier in _LANES:
+    mixed = words ^ (position * jnp.uint32(multiplier) + jnp.uint32(multiplier >> 7))
+    mixed = (mixed ^ (mixed >> 16)) * jnp.uint32(_FINAL[0])
+    mixed = (mixed ^ (mixed >> 13)) * jnp.uint32(_FINAL[1])
+    lanes.append(jnp.sum(mixed ^ (mixed >> 16), dtype=jnp.uint32))
+  inexact = jnp.issubdtype(leaf.dtype, jnp.inexact)
+  return jnp.stack(lanes), (~jnp.all(jnp.isfinite(leaf))) if inexact else jnp.zeros((), bool)
+
+
+@jax.jit
+def _fingerprint_leaves(leaves):
+  """uint32 ``[leaves, 2]`` and bool ``[leaves]`` of ``_fingerprint`` for every leaf, in one program."""
+  lanes, non_finite = zip(*(_fingerprint(leaf) for leaf in leaves))
+  return jnp.stack(lanes), jnp.stack(non_finite)
+
+
+def _on_host(array) -> np.ndarray:
+  """A small result of the devices on this host (gathered from every process when it spans several)."""
+  if isinstance(array, jax.Array) and not array.is_fully_addressable:
+    return np.asarray(multihost_utils.process_allgather(array, tiled=True))
+  return np.asarray(array)
+
+
+def _dtype_name(leaf) -> str:
+  return "key" if jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key) else np.dtype(leaf.dtype).str
+
+
+def state_fingerprints(state) -> tuple[dict[str, str], list[str]]:
+  """``(fingerprints, non_finite)``: ``"<dtype><shape>:<16 hex digits>"`` of each array leaf by tree path,
+  computed on the leaves' devices (every process of a multi-process run calls it, like a save), and the paths
+  of floating-point leaves holding a NaN or infinity."""
+  named = [(jax.tree_util.keystr(path), leaf) for path, leaf in jax.tree_util.tree_leaves_with_path(state)
+           if hasattr(leaf, "dtype") and hasattr(leaf, "shape")]
+  if not named:
+    return {}, []
+  lanes, non_finite = _fingerprint_leaves([leaf for _, leaf in named])
+  lanes, non_finite = _on_host(lanes), _on_host(non_finite)
+  fingerprints = {name: f"{_dtype_name(leaf)}{tuple(leaf.shape)}:{int(lane[0]):08x}{int(lane[1]):08x}"
+                  for (name, leaf), lane in zip(named, lanes)}
+  return fingerprints, [name for (name, _), bad in zip(named, non_finite) if bad]
+
+
+def _host_array(leaf) -> np.ndarray | None:
+  """The whole value of ``leaf`` on this host, or None when this process holds only part of it."""
+  if isinstance(leaf, jax.Array) and not leaf.is_fully_addressable:
+    if not leaf.is_fully_replicated:
+      return None
+    leaf = leaf.addressable_data(0)
+  return np.asarray(jax.device_get(leaf))
+
+
+def state_checksums(state) -> tuple[dict[str, str], list[str]]:
+  """``(checksums, non_finite)``: SHA-256 of each leaf's dtype, shape and bytes by tree path, and the paths
+  of floating-point leaves holding a NaN or infinity. Leaves this process holds only a shard of are left out."""
+  checksums, non_finite = {}, []
+  for path, leaf in jax.tree_util.tree_leaves_with_path(state):
+    array = _host_array(leaf)
+    if array is None:
+      continue
+    name = jax.tree_util.keystr(path)
+    array = np.ascontiguousarray(array)
+    digest = hashlib.sha256(f"{array.dtype.str}{array.shape}".encode())
+    digest.update(array.view(np.uint8).reshape(-1) if array.size else b"")
+    checksums[name] = digest.hexdigest()
+    if np.issubdtype(array.dtype, np.inexact) and not np.all(np.isfinite(array)):
+      non_finite.append(name)
+  return checksums, non_finite
+
+
+def extra_checksum(extra: dict) -> str:
+  """SHA-256 of the JSON of a checkpoint's ``extra`` item (data position, metrics window, ...): an edited one
+  would resume other data without a word."""
+  return hashlib.sha256(json.dumps(extra, sort_keys=True).encode()).hexdigest()
+
+
+def _is_closed_loop_error(error: BaseException | None) -> bool:
+  return isinstance(error, RuntimeError) and str(error) == "Event loop is closed"
+
+
+class _OrbaxAftermathFilter(logging.Filter):
+  """Drops the log records that a failed orbax save or restore leaves behind in its worker threads, each a
+  copy of the error that ``Checkpointer`` raises or reports in one line: asyncio's "Task (or Future)
+  exception was never retrieved" / "Task was destroyed but it is pending" for orbax's tasks, and orbax's own
+  tracebacks of a full disk (it logs one per background thread, then raises the same error in
+  ``wait_until_finished``)."""
+
+  def filter(self, record: logging.LogRecord) -> bool:
+    if record.name == "asyncio":
+      message = str(record.msg)
+      first_line = message.split("\n", 1)[0]
+      leftover = first_line.endswith(("exception was never retrieved", "was destroyed but it is pending!"))
+      return not (leftover and ("orbax" in message or (record.exc_info and is_disk_full(record.exc_info[1]))))
+    from_orbax = f"{os.sep}orbax{os.sep}checkpoint{os.sep}" in (record.pathname or "")
+    return not (from_orbax and record.exc_info and is_disk_full(record.exc_info[1]))
+
+
+_aftermath_filter = _OrbaxAftermathFilter()
+
+
+def quiet_orbax_aftermath() -> None:
+  """Silence what a failed orbax save or restore prints after the error itself (idempotent).
+
+  Orbax runs each save or restore on a fresh event loop and closes it as soon as the first tensorstore read
+  or write fails; the other reads and writes of that checkpoint still finish later and call
+  ``loop.call_soon_threadsafe`` on the closed loop. Each such call prints a "RuntimeError: Event loop is
+  closed" traceback through ``sys.unraisablehook`` (hundreds for one damaged checkpoint) long after the
+  checkpoint was skipped. Nothing can be done on a closed loop, so those, and only those, are dropped.
+  """
+  if getattr(sys.unraisablehook, "_drops_closed_loop_errors", False):
+    return
+  previous = sys.unraisablehook
+
+  def hook(unraisable):
+    if not _is_closed_loop_error(unraisable.exc_value):
+      previous(unraisable)
+
+  hook._drops_closed_loop_errors = True
+  sys.unraisablehook = hook
+  for name in ("absl", "asyncio"):
+    logger = logging.getLogger(name)
+    if _aftermath_filter not in logger.filters:
+      logger.addFilter(_aftermath_filter)
+
+
+def join_orbax_workers(timeout: float = 60.0) -> None:
+  """Wait (up to ``timeout`` seconds in all) for orbax's worker threads to end.
+
+  When one write of an asynchronous save fails, orbax raises at once, while its other writes of that
+  checkpoint go on in their own threads (and recreate the temporary directory a cleanup just removed, or fail
+  at interpreter exit with more tracebacks). Orbax keeps no handle to them for a caller, so they are found by
+  their class's module."""
+  deadline = time.monotonic() + timeout
+  for thread in threading.enumerate():
+    if thread is not threading.current_thread() and type(thread).__module__.startswith("orbax."):
+      # The base class's join: orbax's own re-raises the thread's error, which is being reported already.
+      threading.Thread.join(thread, max(deadline - time.monotonic(), 0))
+
+
+def collect_orbax_leftovers() -> None:
+  """Collect now the coroutines a failed orbax operation created and never awaited (the writes or reads
+  after the one that failed), so that their "coroutine ... was never awaited" warnings, copies of the error
+  already reported, are dropped here instead of printed at exit. Call it once the error is no longer
+  referenced (outside its ``except`` block): its traceback keeps them alive."""
+  with warnings.catch_warnings():
+    warnings.filterwarnings("ignore", message=r"coroutine .* was never awaited", category=RuntimeWarning)
+    gc.collect()

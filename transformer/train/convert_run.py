@@ -1,4 +1,4 @@
-"""Convert runs saved by older code to today's run format (``run_format.FORMAT_VERSION``), in place.
+"""Convert runs saved by older code to today's run format (``workdir.FORMAT_VERSION``), in place.
 
     python -m transformer.train.convert_run WORKDIR [WORKDIR ...]
 
@@ -22,9 +22,8 @@ from transformer.decode import DecodeSettings
 from transformer.errors import WorkdirError, exit_on_user_error
 from transformer.nn import model_spec
 from transformer.train.config import model_section
-from transformer.train.run_directory import CONFIG, FORMAT, MODEL_CONFIG
-from transformer.train.workdir import check_writable
-from transformer.train.run_format import FORMAT_VERSION, read_format, write_format
+from transformer.train.workdir import (CONFIG, FORMAT, FORMAT_VERSION, MODEL_CONFIG, check_writable, read_format,
+                                       write_format)
 
 MOVED_TO_CLASSIFIER = ("num_classes", "pooling")  # ModelConfig's fields until ClassifierConfig took them
 

@@ -1,4 +1,6 @@
-"""The training loop: ``run_train(run, workdir)``, one loop for every experiment.
+"""The training loop: ``Trainer``, its metrics window and where its time goes (goodput).
+
+One loop for every experiment.
 
 A run starts (or resumes exactly: parameters, optimizer, data position, metrics window) in ``Trainer``, then
 steps through a short loop over periodic actions (``transformer.train.actions``, in the manner of CLU's): after
@@ -11,37 +13,64 @@ buffers are donated to the step, and metrics stay on the device until an action 
 Each logging line carries where its window's time went (``time/step``, ``time/data``, ``time/evaluate``, ...).
 With ``config.steps_per_call`` = k > 1, one compiled call runs k steps (a ``lax.scan`` over k stacked batches)
 and the actions, due at multiples of k, run between calls; the results are those of one step per call.
+
+The metrics of a logging window, kept on the device between the loop's actions.
+
+A step's ``name -> (sum, weight)`` metrics stay where the step left them: ``add`` only keeps a reference (no
+dispatch, no wait). When an action needs them (log, save, evaluate), one compiled call folds the window's
+steps into their sums, in step order (the same additions, in the same order, as adding them one by one), and
+finds the first step whose loss or gradient norm was not finite; the host then reads the result. A compiled
+call of several steps (``config.steps_per_call``) hands over its steps' metrics stacked ``[steps, ...]``: they
+are folded one step after the other, as if added one by one, so the sums are the same.
+
+Goodput: the share of a run's time spent on steps that count, the rest split by where it went.
+
+MaxText measures goodput from a cluster's event log (``ml-goodput-measurement``, which reads Google Cloud
+Logging); here the loop times its own phases, so the figure needs no cloud service:
+
+- ``startup``: from the session's start to the first step (restore, data, the first placements);
+- ``compile``: calls of the train step that traced a new program (their time is almost all compilation);
+- ``data``: the loop waiting for its next batches (drawn and placed on the device ahead of their step);
+- ``evaluate`` and ``checkpoint``: the loop's evaluation and saves (waits for asynchronous saves included);
+- ``profile``: starting and stopping a ``config.profile_steps`` trace (writing it);
+- ``step``: the rest of the loop, the productive part;
+- ``redone``: steps trained again after a kill, an estimate: the steps logged past the checkpoint a run
+  resumed from, at the run's mean step time (that session's time after its last checkpoint was never saved,
+  so it is added here, not taken from ``step``).
+
+Sums carry over resumes in the checkpoint (``saved``); ``goodput.json`` in the workdir holds the latest.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
 import hashlib
 import inspect
+import json
 import sys
 import time
 from typing import Callable, NamedTuple
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from jax.experimental import multihost_utils
 
+from transformer.data.files import write_atomically
 from transformer.data.hosts import HostShard
 from transformer.data.prefetch import BatchGroups, prefetch_to_device, stack_batches
 from transformer.errors import ConfigError, TrainingDiverged
 from transformer.tasks.progress import log_line, progress_bar
-from transformer.train.run_config import RunConfig
 from transformer.train.actions import PREEMPT, Every, PreemptionCheck, Profile, Tick, run_due
-from transformer.train.config import run_optimizer, run_schedules
-from transformer.train.evaluate import make_evaluator, means, replica_means
-from transformer.train.goodput import Goodput, write_goodput
-from transformer.train.initialise import initial_state, state_factory
-from transformer.train.preemption import Preemption
-from transformer.train.session import Session, hold_to_record, prepare, record_launch
-from transformer.train.step import make_train_step
-from transformer.train.window import MetricsWindow
-from transformer.train.workdir import check_fresh_start
-from transformer.train.run_directory import BEST, CHECKPOINTS, METRICS, PROFILE, TENSORBOARD
+from transformer.train.config import RunConfig
+from transformer.train.multihost import Preemption
+from transformer.train.state import initial_state, run_optimizer, run_schedules, state_factory
+from transformer.train.step import all_finite, make_evaluator, make_train_step, means, replica_means
+from transformer.train.workdir import (BEST, CHECKPOINTS, GOODPUT, METRICS, PROFILE, TENSORBOARD, RunDirectory, Session,
+                                       check_fresh_start, hold_to_record, record_launch)
 from transformer.train.writers import MetricWriter, final_lines, shown_metrics, variant_tables
+
 
 @dataclasses.dataclass
 class RunOutput:
@@ -54,18 +83,6 @@ class RunOutput:
   train_step_compilations: int = 0
   outputs: list | None = None
   interrupted: str | None = None
-
-
-def run_train(run_config: RunConfig, workdir: str) -> RunOutput:
-  """Train ``run_config``, resuming from the latest checkpoint in ``workdir`` (exactly: data position, metrics
-  window)."""
-  session = prepare(run_config, workdir, "train")
-  try:
-    trainer = Trainer(session)
-    return trainer.report_finished() if trainer.step >= run_config.num_train_steps else trainer.train()
-  finally:  # also on an error, so that a notebook or test can start the fixed run in the same process
-    if session.lock is not None:
-      session.lock.release()
 
 
 def host_iterator(session: Session) -> HostShard:
@@ -431,3 +448,158 @@ def _print_summary(session: Session, step: int, results: dict, goodput: str = ""
   lines.append(f"curves: python -m transformer.plot {directory.workdir}"
                + (f"  or  tensorboard --logdir {tensorboard}" if run_config.tensorboard else ""))
   session.say("\n".join(lines))
+
+
+@functools.partial(jax.jit, static_argnames="counts")
+def _fold(sums, entries: list, counts: tuple[int, ...]):
+  """``(sums + step 1 + step 2 + ..., index of the first non-finite step or -1)``; ``sums`` None: none yet.
+
+  ``entries[i]`` holds one step's metrics (``counts[i]`` 0) or ``counts[i]`` steps' metrics stacked along a
+  leading axis."""
+  steps = []
+  for metrics, count in zip(entries, counts):
+    steps += [metrics] if count == 0 else [jax.tree.map(lambda x, i=i: x[i], metrics) for i in range(count)]
+  nonfinite = jnp.stack([~all_finite(metrics) for metrics in steps])
+  first = jnp.where(jnp.any(nonfinite), jnp.argmax(nonfinite), -1)
+  for metrics in steps:
+    sums = metrics if sums is None else jax.tree.map(jnp.add, sums, metrics)
+  return sums, first
+
+
+class MetricsWindow:
+  """Sums of the train metrics since the last log, the steps and tokens they cover (and which of them were in a
+  call that compiled), and the first step since the run (re)started whose loss or gradient norm was not finite."""
+
+  def __init__(self, fetch, saved: dict | None = None):
+    self._fetch = fetch  # device tree -> host numpy (the strategy's fetch)
+    self._sums, self._pending, self._first_nonfinite = None, [], None
+    self.steps, self.tokens, self.start = 0, 0, time.perf_counter()
+    self.compiled_steps, self.compile_seconds = 0, 0.0
+    if saved and saved.get("window"):
+      # Each half of a (sum, count) pair is one array: a vector with a value per seed when they are vmapped.
+      self._sums = {k: tuple(jnp.asarray(half) for half in pair) for k, pair in saved["window"].items()}
+      self.steps, self.tokens = saved["window_steps"], saved["window_tokens"]
+
+  def add(self, metrics, step: int, tokens: int, stacked: int = 0) -> None:
+    """Keep the metrics of step ``step`` (counted from 1), or with ``stacked`` > 0 those of the ``stacked`` steps
+    up to ``step``, stacked ``[stacked, ...]``; dispatches nothing, waits for nothing."""
+    self._pending.append((step, metrics, stacked))
+    self.steps += max(stacked, 1)
+    self.tokens += tokens
+
+  def add_compilation(self, steps: int, seconds: float) -> None:
+    """The last ``steps`` added ran in a call that compiled, which took ``seconds``: left out of the pace."""
+    self.compiled_steps += steps
+    self.compile_seconds += seconds
+
+  def _fold_pending(self) -> None:
+    if not self._pending:
+      return
+    steps = []  # the number of each step folded, in order
+    for last, _, stacked in self._pending:
+      steps += range(last - max(stacked, 1) + 1, last + 1)
+    self._sums, first = _fold(self._sums, [metrics for _, metrics, _ in self._pending],
+                              tuple(stacked for _, _, stacked in self._pending))
+    self._pending = []
+    if self._first_nonfinite is None:
+      index = int(np.asarray(first.addressable_data(0)))
+      self._first_nonfinite = steps[index] if index >= 0 else None
+
+  def read(self) -> tuple[dict, int, int, float, float | None]:
+    """``(sums on the host, steps, tokens, seconds, pace)`` of the window, which starts anew. ``pace``: seconds
+    per step of the steps outside calls that compiled (None if every step was in one), for an ETA that does not
+    count compilation as the pace of the steps to come."""
+    self._fold_pending()
+    sums, steps, tokens = self._fetch(self._sums), self.steps, self.tokens
+    seconds = time.perf_counter() - self.start
+    compiled = min(self.compiled_steps, steps)  # a resumed window's restored steps were not timed here
+    pace = (seconds - self.compile_seconds) / (steps - compiled) if steps > compiled else None
+    self._sums, self.steps, self.tokens, self.start = None, 0, 0, time.perf_counter()
+    self.compiled_steps, self.compile_seconds = 0, 0.0
+    return sums, steps, tokens, seconds, pace
+
+  def saved(self) -> dict:
+    """What a checkpoint keeps of the window, so that a resumed run logs the same lines."""
+    self._fold_pending()
+    fetched = self._fetch(self._sums) if self._sums is not None else None
+    return {"window": {k: [np.asarray(v).tolist() for v in pair] for k, pair in fetched.items()} if fetched else None,
+            "window_steps": self.steps, "window_tokens": self.tokens}
+
+  def check_finite(self) -> None:
+    """Raises ``TrainingDiverged`` naming the first non-finite step since the run (re)started."""
+    self._fold_pending()
+    if self._first_nonfinite is None:
+      return
+    raise TrainingDiverged(
+        f"training diverged at step {self._first_nonfinite}: the loss or gradient norm is not finite. Nothing "
+        "from this step on was saved; the latest checkpoint is the last finite state. Lower "
+        "config.optimizer.learning_rate (or set config.optimizer.grad_clip_norm), or set "
+        "--config.skip_nonfinite_steps=True to skip such steps.")
+
+
+PHASES = ("step", "compile", "data", "startup", "evaluate", "checkpoint", "profile", "redone")
+LOOP_PHASES = ("step", "compile", "data", "evaluate", "checkpoint")  # logged per window as time/<phase>
+
+
+class Goodput:
+  """Seconds per phase, summed over the run's sessions, and the steps they trained."""
+
+  def __init__(self, saved: dict | None = None):
+    saved = saved or {}
+    self.seconds = {phase: float(saved.get("seconds", {}).get(phase, 0.0)) for phase in PHASES}
+    self.steps = int(saved.get("steps", 0))
+    self._loop_start = None
+    self._timed = 0.0  # seconds of this session's loop spent in the other phases
+    self._window_start = {}  # the sums at the last logging step
+
+  def add(self, phase: str, seconds: float) -> None:
+    self.seconds[phase] += seconds
+    if self._loop_start is not None:
+      self._timed += seconds
+
+  @contextlib.contextmanager
+  def timed(self, phase: str):
+    start = time.perf_counter()
+    try:
+      yield
+    finally:
+      self.add(phase, time.perf_counter() - start)
+
+  def start_loop(self, session_start: float) -> None:
+    """The first step is about to run: the time since ``session_start`` (``perf_counter``) was start-up."""
+    self.add("startup", time.perf_counter() - session_start)
+    self._loop_start, self._timed = time.perf_counter(), 0.0
+    self._window_start = dict(self.seconds)
+
+  def window(self) -> dict[str, float]:
+    """``{"time/<phase>": seconds}`` of each of ``LOOP_PHASES`` since the last call (the first: since the loop
+    started): where a logging window's time went."""
+    now = self.saved(0)["seconds"]
+    window = {f"time/{phase}": now[phase] - self._window_start.get(phase, 0.0) for phase in LOOP_PHASES}
+    self._window_start = now
+    return window
+
+  def redone(self, steps: int) -> None:
+    """``steps`` trained before a kill and lost with it, at the mean step time of the run so far."""
+    if steps > 0 and self.steps:
+      self.add("redone", steps * self.seconds["step"] / self.steps)
+
+  def saved(self, steps_trained: int) -> dict:
+    """The sums up to now (the loop's untimed rest counted as ``step``), for a checkpoint's ``extra``."""
+    seconds = dict(self.seconds)
+    if self._loop_start is not None:
+      seconds["step"] += time.perf_counter() - self._loop_start - self._timed
+    return {"seconds": seconds, "steps": self.steps + steps_trained}
+
+  def summary(self, steps_trained: int) -> tuple[dict, str]:
+    """``(record, line)``: the phases, their total and the goodput share; one line for the end of a run."""
+    record = self.saved(steps_trained)
+    total = sum(record["seconds"].values())
+    record.update(total_seconds=total, goodput=record["seconds"]["step"] / total if total > 0 else 0.0)
+    parts = ", ".join(f"{'productive steps' if phase == 'step' else phase} {record['seconds'][phase]:.1f} s"
+                      for phase in PHASES if record["seconds"][phase])
+    return record, f"goodput: {100 * record['goodput']:.1f}% of {total:.1f} s ({parts})"
+
+
+def write_goodput(workdir: str, record: dict) -> None:
+  write_atomically(RunDirectory(workdir).path(GOODPUT), json.dumps(record, indent=2, sort_keys=True))

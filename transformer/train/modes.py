@@ -1,5 +1,8 @@
-"""The modes that read a trained run: ``run_eval``, ``run_predict``, ``run_translate``; and ``run``, which
-dispatches ``launch.py --mode=...`` to its function (training is ``loop.run_train``).
+"""``run(config, workdir, mode)``: the setup every mode shares (``prepare``, building a ``Session``) and the
+modes themselves: train (the loop), eval, predict, translate.
+
+The modes that read a trained run: ``run_eval``, ``run_predict``, ``run_translate``; and ``run``, which
+dispatches ``launch.py --mode=...`` to its function (training, ``run_train``, runs ``loop.Trainer``).
 
 Each restores the checkpoint chosen on validation (``best_metric``) when the run kept one, else the latest;
 with ``config.average_checkpoints=N`` the mean parameters of the last N periodic checkpoints, whose outputs go
@@ -8,22 +11,143 @@ to ``WORKDIR/average_last_N``. None of them writes into a workdir that holds no 
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import json
 import os
+import shutil
+import sys
+import time
 
 import jax
+import numpy as np
+from jax.experimental import multihost_utils
 
 from transformer.data.files import write_atomically
-from transformer.errors import ConfigError
-from transformer.tasks import WritesTestOutputs
-from transformer.train.run_config import RunConfig
-from transformer.train.config import run_optimizer, validate_config
-from transformer.train.evaluate import make_evaluator
-from transformer.train.initialise import state_factory, with_params
-from transformer.train.loop import RunOutput, run_train
-from transformer.train.session import Session, prepare
-from transformer.train.run_directory import EVAL_RESULTS, PREDICT_RESULTS
+from transformer.errors import ConfigError, MissingDataError, WorkdirError
+from transformer.tasks import TranslatesText, WritesPredictions, WritesTestOutputs
+from transformer.train.checkpoint import Checkpointer
+from transformer.train.config import (SWEEPABLE, RunConfig, build_task, check_workdir, refuse_url_workdir,
+                                      validate_config)
+from transformer.train.loop import RunOutput, Trainer
+from transformer.train.mesh import make_strategy
+from transformer.train.state import run_optimizer, state_factory, with_params
+from transformer.train.step import make_evaluator
+from transformer.train.workdir import (EVAL_RESULTS, PREDICT_RESULTS, RunDirectory, Session, check_shared_workdir,
+                                       check_tokenizers, check_workdir_model, check_writable, hold_to_record,
+                                       lock_workdir, refuse_foreign_folder)
 from transformer.train.writers import results_table, variant_tables
+
+
+def prepare(run_config: RunConfig, workdir: str, mode: str) -> Session:
+  """Build ``run_config``'s task, parallelism and checkpointer for ``mode``, and hold the run to its record
+  (``config.json``, ``model_config.json``, the tokenizers it trained with)."""
+  started = time.perf_counter()
+  created = mode == "train" and not os.path.exists(workdir)
+  if mode != "train":
+    _require_a_run(workdir, mode)  # before anything is created in the workdir
+  else:
+    refuse_foreign_folder(workdir, run_config.restart)
+    check_workdir(workdir)
+    check_shared_workdir(workdir)  # before the lock: a workdir per host would give each process its own
+  _check_parallelism(run_config, jax.process_count())
+  lock = lock_workdir(workdir, mode)  # one training run per workdir (None in other modes)
+  try:
+    return _build_session(run_config, workdir, mode, lock, started)
+  except BaseException:
+    if lock is not None:
+      lock.release()
+    if created and jax.process_count() == 1:  # a start that failed (missing data, ...) leaves nothing behind
+      shutil.rmtree(workdir, ignore_errors=True)
+    raise
+
+
+def _build_session(run_config: RunConfig, workdir: str, mode: str, lock, started: float) -> Session:
+  task = _build_task_once(run_config)
+  _check_task_supports(run_config, task, mode)
+  model_config = task.model_config()
+  strategy = make_strategy(run_config.parallelism, run_config.replicas.count, run_config.fsdp,
+                           run_config.replicas.settings(), run_config.tensor_parallelism)
+  _check_batch_divides(run_config, strategy.num_devices, jax.process_count())
+  checkpointer = Checkpointer(workdir, keep=run_config.keep_checkpoints, asynchronous=run_config.async_checkpointing,
+                              best_metric=run_config.best_metric or None, best_mode=run_config.best_mode,
+                              repair=lock is not None, discard_unrestorable=run_config.restart)
+  session = Session(run_config, workdir, mode, task, model_config, strategy, checkpointer, jax.process_index(),
+                    jax.process_count(), sys.stderr if mode == "translate" else sys.stdout, lock, started)
+  has_checkpoints = checkpointer.has_checkpoints()
+  check_workdir_model(workdir, model_config, has_checkpoints, write=session.is_main and mode == "train")
+  check_tokenizers(workdir, task.trained_tokenizers(), has_checkpoints, write=session.is_main and mode == "train")
+  if mode != "train":  # training holds a run to its record once it knows whether it resumes (hold_to_record)
+    hold_to_record(session, resuming=True)
+  session.say(f"devices: {jax.device_count()} x {jax.devices()[0].platform}, processes: {session.process_count}, "
+              f"parallelism: {strategy.name}")
+  return session
+
+
+def _require_a_run(workdir: str, mode: str) -> None:
+  """Eval, predict and translate read a run: refuse, writing nothing, where there is none (or at a URL)."""
+  refuse_url_workdir(workdir)
+  if not os.path.isdir(workdir):
+    raise WorkdirError(f"--mode={mode}: --workdir={workdir} does not exist; give the workdir of a trained run.")
+  if not RunDirectory(workdir).has_checkpoints():
+    raise WorkdirError(f"--mode={mode}: --workdir={workdir} holds no checkpoint (no checkpoints/ or best/); "
+                       "train first (--mode=train), or give the workdir of a trained run.")
+  if mode in ("eval", "predict"):  # they write their results there: find out before decoding, not after
+    check_writable(workdir, f"--mode={mode} writes its results into --workdir")
+
+
+def _check_task_supports(run_config: RunConfig, task, mode: str) -> None:
+  if mode == "translate" and not isinstance(task, TranslatesText):
+    raise ConfigError(f"--mode=translate needs a task that translates text; config.task.name="
+                      f"{run_config.task.name!r} ({type(task).__name__}) does not. Use --mode=eval or --mode=predict.")
+  if mode == "predict" and not isinstance(task, WritesPredictions):
+    raise ConfigError(f"--mode=predict needs a task that writes predictions; config.task.name={run_config.task.name!r} "
+                      f"({type(task).__name__}) does not. Use --mode=eval.")
+  loss_parameters = inspect.signature(task.loss_and_metrics).parameters
+  if "label_smoothing" in run_config.replicas.swept and "label_smoothing" not in loss_parameters:
+    others = [field for field in SWEEPABLE if field != "label_smoothing"]
+    raise ConfigError(f"config.sweep={run_config.sweep!r} sweeps label_smoothing, but the loss of "
+                      f"{type(task).__name__} is not label-smoothed; sweep {others} only.")
+
+
+def _build_task_once(run_config: RunConfig):
+  """``build_task(run)``, its data prepared by process 0 alone before the others read it: processes preparing
+  the same files at once race on TFDS's renames (and tokenizer training)."""
+  if jax.process_count() == 1:
+    return build_task(run_config)
+  task = None
+  if jax.process_index() == 0:
+    try:
+      task = build_task(run_config)
+    finally:  # on an error too: the others must not wait for data that will never come
+      prepared = multihost_utils.broadcast_one_to_all(np.int32(task is not None))
+  else:
+    prepared = multihost_utils.broadcast_one_to_all(np.int32(0))
+  if not prepared:
+    raise MissingDataError("process 0 could not prepare the data (its output names the problem); fix that and "
+                           "rerun every process.")
+  return task if task is not None else build_task(run_config)
+
+
+def _check_parallelism(run_config: RunConfig, process_count: int) -> None:
+  """Several processes train one model only on the mesh: ``jit`` would train a model per process and ``pmap``
+  holds arrays that no checkpoint can gather across hosts."""
+  if process_count > 1 and run_config.parallelism != "mesh":
+    raise ConfigError(
+        f"config.parallelism={run_config.parallelism!r} does not span processes: with {process_count} processes "
+        f"{'each would train its own model' if run_config.parallelism == 'jit' else 'its arrays stay on each host'}. "
+        "Use --config.parallelism=mesh (data parallel over every device of every process; add "
+        "--config.fsdp=True to shard the parameters)"
+        + (", and --config.num_seeds=1 without config.sweep (seeds and variants are vmapped on one "
+           "process only)" if run_config.replicas.count > 1 else "") + ".")
+
+
+def _check_batch_divides(run_config: RunConfig, num_devices: int, process_count: int) -> None:
+  if run_config.batch_size % (num_devices * run_config.grad_accum_steps) and run_config.parallelism != "jit":
+    raise ConfigError(f"config.batch_size={run_config.batch_size} must be divisible by the {num_devices} "
+                      f"devices times grad_accum_steps={run_config.grad_accum_steps} for parallelism="
+                      f"{run_config.parallelism!r}.")
+  if run_config.batch_size % process_count:
+    raise ConfigError(f"config.batch_size={run_config.batch_size} must be divisible by the {process_count} processes.")
 
 
 @dataclasses.dataclass
@@ -84,6 +208,18 @@ def run_eval(run_config: RunConfig, workdir: str) -> RunOutput:
           flush=True)
   session.checkpointer.close()
   return RunOutput(restored.step, results, session.strategy.to_canonical(restored.state))
+
+
+def run_train(run_config: RunConfig, workdir: str) -> RunOutput:
+  """Train ``run_config``, resuming from the latest checkpoint in ``workdir`` (exactly: data position, metrics
+  window)."""
+  session = prepare(run_config, workdir, "train")
+  try:
+    trainer = Trainer(session)
+    return trainer.report_finished() if trainer.step >= run_config.num_train_steps else trainer.train()
+  finally:  # also on an error, so that a notebook or test can start the fixed run in the same process
+    if session.lock is not None:
+      session.lock.release()
 
 
 def run_predict(run_config: RunConfig, workdir: str) -> RunOutput:

@@ -1,4 +1,41 @@
-"""Owning a workdir: one training run at a time (a lock), never starting over on top of earlier outputs, and in a
+"""A run on disk and the guard around it: the files of a workdir read back typed (``RunDirectory``), the
+format they are saved in, the training lock, the shared-storage check, and the run's record (``config.json``
+written once, allowed changes appended to the history, the data and tokenizers it was trained on).
+
+A run on disk: the one place that names the files of a workdir and reads them back, typed.
+
+::
+
+    WORKDIR/
+      run_format.json        the shape of the files below (older runs: ``convert_run``)
+      config.json            the run's config as it started (``RunConfig.record``), never rewritten
+      config_history.jsonl   changes accepted since: a JSON line each (step, field, old, new)
+      model_config.json      the model's hyper-parameters, data-decided ones included
+      data_fingerprint.json  the source files the data was prepared from
+      tokenizers/            the tokenizers the run trained
+      metrics.jsonl          a JSON line per logging step and per evaluation
+      launches.jsonl         a JSON line per training launch: start step, processes, devices, parallelism
+      goodput.json           where the run's time went (``loop.Goodput``)
+      checkpoints/  best/    orbax checkpoints: the latest few, and the best by ``config.best_metric``
+      tensorboard/           event files of the same metrics
+      profile/               a jax.profiler trace of a few steps (``config.profile_steps``)
+      train.lock             held while a training run owns the workdir
+      eval_results.json      ``--mode=eval``'s metrics (in ``average_last_N/`` for the mean of N checkpoints)
+      predict_results.json   ``--mode=predict``'s step and files (the task's predictions beside it)
+
+``RunDirectory(workdir).config()`` is the run's ``RunConfig`` (format checked, history applied);
+``.metrics()`` its ``MetricsLog``. Nothing else opens these files by name; ``convert_run`` alone knows older
+layouts.
+
+The format of a saved run: which shape its ``config.json`` and ``model_config.json`` have.
+
+A run records ``FORMAT`` (``{"format_version": N}``) when it starts, beside its ``config.json``. The code
+reads runs of ``FORMAT_VERSION`` only; a run of another format (or none: saved before the marker existed) is
+refused in one line that names the converter, ``python -m transformer.train.convert_run WORKDIR``, which
+holds all knowledge of older shapes. Raise ``FORMAT_VERSION`` (and teach the converter the step) when a change
+of the code makes saved runs unreadable as they are.
+
+Owning a workdir: one training run at a time (a lock), never starting over on top of earlier outputs, and in a
 multi-process run one folder that every process shares (``check_shared_workdir``).
 
 The lock is ``WORKDIR/train.lock``, held with ``fcntl.flock`` for the life of the training run, so the OS
@@ -13,26 +50,299 @@ the best checkpoint so far.
 """
 from __future__ import annotations
 
+import dataclasses
+import difflib
 import fcntl
 import json
 import logging
 import os
+import shlex
 import socket
 import tempfile
 import time
+from typing import Any
 
 import jax
+import ml_collections
 import numpy as np
 
 from transformer.data.files import write_atomically
-from transformer.errors import UserError, WorkdirError
-from transformer.train.run_directory import (BEST, CHECKPOINTS, CONFIG, EARLIER_OUTPUTS, FORMAT, HISTORY, LAUNCHES,
-                                             LOCK, METRICS, MODEL_CONFIG, RUN_RECORD, TENSORBOARD, TOKENIZERS,
-                                             RunDirectory, read_metrics)
+from transformer.effects import Effect, effect_of
+from transformer.errors import ConfigError, UserError, WorkdirError
+from transformer.train.checkpoint import BEST, CHECKPOINTS, Checkpointer
+from transformer.train.config import RunConfig, base_config, set_field
 
 log = logging.getLogger(__name__)
 
-# Outputs of an earlier run that a run starting from step 0 would overwrite or mix with its own.
+FORMAT = "run_format.json"
+CONFIG = "config.json"
+HISTORY = "config_history.jsonl"
+MODEL_CONFIG = "model_config.json"
+DATA_FINGERPRINT = "data_fingerprint.json"
+TOKENIZERS = "tokenizers"
+METRICS = "metrics.jsonl"
+LAUNCHES = "launches.jsonl"
+GOODPUT = "goodput.json"
+TENSORBOARD = "tensorboard"
+PROFILE = "profile"
+LOCK = "train.lock"
+EVAL_RESULTS = "eval_results.json"
+PREDICT_RESULTS = "predict_results.json"
+
+# What a run starting from step 0 over an earlier one would mix with its own; and the record moved with them.
+EARLIER_OUTPUTS = (METRICS, CHECKPOINTS, BEST, TENSORBOARD)
+RUN_RECORD = (CONFIG, HISTORY, DATA_FINGERPRINT, LAUNCHES, GOODPUT)
+
+
+def read_records(path: str, required: tuple[str, ...] = ()) -> list[dict]:
+  """The records of a JSON-lines file (``metrics.jsonl``, ``config_history.jsonl``, ``launches.jsonl``), each a
+  JSON object holding the keys ``required``. A half-written last line (a crash mid-write) is skipped with a
+  warning; a damaged line before it, or a record that is no object or lacks a required key, is a
+  ``WorkdirError`` naming the file and the line."""
+  with open(path) as f:
+    lines = f.read().split("\n")
+  records = []
+  for number, line in enumerate(lines, 1):
+    if not line.strip():
+      continue
+    try:
+      record = json.loads(line)
+    except json.JSONDecodeError:
+      if any(rest.strip() for rest in lines[number:]):
+        raise WorkdirError(f"{path} line {number} is not a JSON record ({line[:80]!r}); repair or remove that "
+                           "line to resume.") from None
+      log.warning("skipping the half-written last line %d of %s (%r): the run was interrupted while writing it",
+                  number, path, line[:80])
+      continue
+    missing = [key for key in required if not isinstance(record, dict) or key not in record]
+    if missing or not isinstance(record, dict):
+      raise WorkdirError(f"{path} line {number} is not a record of this file ({line[:80]!r}: no "
+                         f"{', '.join(map(repr, missing))}); repair or remove that line to resume.")
+    records.append(record)
+  return records
+
+
+RATES = ("train/steps_per_second", "train/tokens_per_second")
+
+
+def is_timing(name: str) -> bool:
+  """Whether the metric ``name`` measures the machine rather than the run (throughput, wall time, where a
+  window's time went): two runs of the same config agree on every other metric."""
+  return name in RATES or name == "wall_seconds" or name.startswith("time/")
+
+
+def read_metrics(workdir: str) -> list[dict]:
+  """The records of ``workdir``'s ``metrics.jsonl`` ([] without one)."""
+  return list(RunDirectory(workdir).metrics().records)
+
+
+@dataclasses.dataclass(frozen=True)
+class MetricsLog:
+  """A run's ``metrics.jsonl``: ``records`` in step order, each ``{"step": int, name: float, ...}`` (training
+  logs hold ``train/...``, evaluations ``eval/...``)."""
+  records: tuple[dict, ...] = ()
+
+  @property
+  def last_step(self) -> int:
+    """The last step logged or evaluated (0 for none)."""
+    return max((record["step"] for record in self.records), default=0)
+
+  @property
+  def progress(self) -> tuple[int, float]:
+    """``(step, wall seconds)`` of the last record that times the run (``(0, nan)`` before the first log)."""
+    timed = self.values("wall_seconds")
+    return timed[-1] if timed else (0, float("nan"))
+
+  def with_prefix(self, prefix: str) -> list[dict]:
+    """The records holding a metric named ``prefix...`` (e.g. ``"eval/"``), each cut down to those metrics and
+    its step."""
+    out = []
+    for record in self.records:
+      values = {name: value for name, value in record.items() if name.startswith(prefix)}
+      if values:
+        out.append({"step": record["step"], **values})
+    return out
+
+  def without_timing(self) -> list[dict]:
+    """The records without their timing metrics (``is_timing``): what the same run on any machine writes."""
+    return [{name: value for name, value in record.items() if not is_timing(name)} for record in self.records]
+
+  def last_evaluation(self) -> dict:
+    """The ``eval/...`` metrics of the last evaluation ({} without one)."""
+    evaluations = self.with_prefix("eval/")
+    return {name: value for name, value in evaluations[-1].items() if name != "step"} if evaluations else {}
+
+  def values(self, name: str) -> list[tuple[int, float]]:
+    """``(step, value)`` of every record holding ``name``."""
+    return [(record["step"], record[name]) for record in self.records if name in record]
+
+  def best(self, name: str, mode: str = "max") -> dict | None:
+    """The record of the best ``name`` (``mode`` "max" or "min"; the first at a tie), None without one."""
+    holding = [record for record in self.records if name in record]
+    if not holding:
+      return None
+    return (max if mode == "max" else min)(holding, key=lambda record: record[name])
+
+  def evaluation_at(self, step: int) -> dict | None:
+    """The last evaluation record of ``step`` (None if the run has not evaluated there)."""
+    done = [record for record in self.records
+            if record["step"] == step and any(name.startswith("eval/") for name in record)]
+    return done[-1] if done else None
+
+  def median_rate(self, name: str = "train/steps_per_second") -> float:
+    """The median of ``name`` over the logging windows after the first, whose time holds the compilation (NaN
+    with none): the run's throughput."""
+    rates = [value for _, value in self.values(name)][1:]
+    return float(np.median(rates)) if rates else float("nan")
+
+
+class RunDirectory:
+  """The workdir of one run: ``path(NAME)`` for each of its files, and readers that check what they read."""
+
+  def __init__(self, workdir: str):
+    self.workdir = os.fspath(workdir)
+
+  def path(self, name: str) -> str:
+    return os.path.join(self.workdir, name)
+
+  def has(self, name: str) -> bool:
+    return os.path.exists(self.path(name))
+
+  def has_checkpoints(self) -> bool:
+    """Whether ``checkpoints/`` or ``best/`` exists (whatever it holds)."""
+    return any(os.path.isdir(self.path(name)) for name in (CHECKPOINTS, BEST))
+
+  def read_json(self, name: str, kind: type = dict):
+    """The JSON of the file ``name``, a ``kind`` (an object by default).
+
+    Raises:
+      WorkdirError: it is not JSON, or not a ``kind`` (a run writes it atomically: was it edited?).
+    """
+    path = self.path(name)
+    try:
+      with open(path) as f:
+        value = json.load(f)
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+      raise WorkdirError(f"{path} is not valid JSON ({error}); it was written by the training run, was it "
+                         "edited?") from None
+    if not isinstance(value, kind):
+      raise WorkdirError(f"{path} holds a JSON {type(value).__name__}, not the {kind.__name__} the training run "
+                         "writes there; was it edited? Restore it from a copy, or use a new --workdir.")
+    return value
+
+  def read_lines(self, name: str, required: tuple[str, ...] = ()) -> list[dict]:
+    """The JSON lines of the file ``name`` ([] without the file), see ``read_records``."""
+    return read_records(self.path(name), required) if self.has(name) else []
+
+  def output_dir(self, average_checkpoints: int = 0) -> str:
+    """Where ``--mode=eval`` and ``--mode=predict`` write: the workdir, or ``average_last_N/`` for the mean of the
+    last N checkpoints."""
+    return self.path(f"average_last_{average_checkpoints}") if average_checkpoints else self.workdir
+
+  def eval_results(self, average_checkpoints: int = 0) -> dict:
+    """``--mode=eval``'s metrics ({} before it ran)."""
+    path = os.path.join(self.output_dir(average_checkpoints), EVAL_RESULTS)
+    return RunDirectory(os.path.dirname(path)).read_json(EVAL_RESULTS) if os.path.isfile(path) else {}
+
+  def config_values(self, any_format: bool = False) -> dict:
+    """The run's config as JSON values: ``config.json`` with the changes of ``config_history.jsonl`` applied,
+    in order. ``any_format``: also a run saved in an older format, as it is (the caller reads it through
+    ``convert_run.upgrade_config``).
+
+    Raises:
+      ConfigError: the workdir does not exist or holds no ``config.json``, or it is not JSON.
+      WorkdirError: the run is saved in an older format (``run_format``); the message names the converter.
+    """
+    if not os.path.exists(self.workdir):
+      raise ConfigError(f"{self.workdir!r} does not exist: give the --workdir of a run of launch.py (or of "
+                        "transformer.train.run).")
+    if not os.path.isfile(self.path(CONFIG)):
+      raise ConfigError(f"{self.workdir!r} holds no {CONFIG}: give the --workdir of a run of launch.py (or of "
+                        "transformer.train.run).")
+    if not any_format:
+      require_current_format(self.workdir)
+    try:
+      values = self.read_json(CONFIG)
+    except WorkdirError as error:
+      raise ConfigError(str(error)) from None
+    for change in self.read_lines(HISTORY, required=("field", "new")):
+      if change["field"] != "data":  # the data's fingerprint (data_fingerprint.json), not a config field
+        set_field(values, change["field"], change["new"])
+    return values
+
+  def config_dict(self, overrides_from: ml_collections.ConfigDict | None = None,
+                  fields: list[str] = ()) -> ml_collections.ConfigDict:
+    """``config_values`` as a ``ConfigDict``, with the values of ``fields`` (``"a.b"``: a command's
+    ``--config.a.b`` overrides) taken from the command's config ``overrides_from``."""
+    saved = ml_collections.ConfigDict(self.config_values())
+    for path in fields:
+      *parents, leaf = path.split(".")
+      source, target = overrides_from, saved
+      for parent in parents:
+        source, target = source[parent], target[parent]
+      with target.ignore_type():  # JSON gave lists where the config file has tuples
+        target[leaf] = source[leaf]
+    return saved
+
+  def config(self) -> RunConfig:
+    """The run's ``RunConfig``, resolved from ``config_values``."""
+    return RunConfig.from_config(self.config_dict())
+
+  def metrics(self) -> MetricsLog:
+    """The run's ``metrics.jsonl`` (empty without one)."""
+    return MetricsLog(tuple(self.read_lines(METRICS, required=("step",))))
+
+  def launches(self) -> list[dict]:
+    return self.read_lines(LAUNCHES)
+
+
+FORMAT_VERSION = 2  # 1: model_name and decode in config.json (no marker); 0: architecture/rnn sections
+CONVERT_COMMAND = "python -m transformer.train.convert_run"
+
+
+def read_format(workdir: str) -> int | None:
+  """The format version ``workdir``'s marker records; None when it has none (a run saved before markers).
+
+  Raises:
+    WorkdirError: the marker is not the JSON this module writes.
+  """
+  directory = RunDirectory(workdir)
+  if not os.path.isfile(directory.path(FORMAT)):
+    return None
+  try:
+    version = directory.read_json(FORMAT)["format_version"]
+  except (WorkdirError, KeyError) as error:
+    version = error
+  if not isinstance(version, int) or isinstance(version, bool):
+    raise WorkdirError(f"{directory.path(FORMAT)} is not a run-format marker ({version!r}); it is written by the "
+                       f'training run as {{"format_version": {FORMAT_VERSION}}}. Was it edited?')
+  return version
+
+
+def write_format(workdir: str, version: int = FORMAT_VERSION) -> None:
+  """Record that ``workdir``'s run is saved in format ``version``."""
+  write_atomically(RunDirectory(workdir).path(FORMAT), json.dumps({"format_version": version}) + "\n")
+
+
+def require_current_format(workdir: str) -> None:
+  """Refuse a run this code cannot read as it is saved.
+
+  Raises:
+    WorkdirError: ``workdir`` has no marker or another format; the message names the command that converts it.
+  """
+  version = read_format(workdir)
+  if version == FORMAT_VERSION:
+    return
+  if version is not None and version > FORMAT_VERSION:
+    raise WorkdirError(f"{workdir} is saved in run format {version}, newer than this code's "
+                       f"{FORMAT_VERSION} ({FORMAT}); update the code to read it.")
+  found = f"run format {version}" if version is not None else f"an older run format (no {FORMAT})"
+  raise WorkdirError(f"{workdir} is saved in {found}; this code reads format {FORMAT_VERSION}. Convert it once "
+                     f"with: {CONVERT_COMMAND} {shlex.quote(workdir)}")
+
+
+log = logging.getLogger(__name__)
+
 
 SHARED_MARKER_PREFIX = ".shared-workdir-"  # check_shared_workdir's file, removed once every process looked
 SHARED_WAIT = 5.0  # seconds a process looks for that file: a shared file system may show a new file late
@@ -282,3 +592,220 @@ def _has_content(path: str) -> bool:
   if os.path.isdir(path):  # orbax's temporary directories of a save that never completed do not count
     return any("orbax-checkpoint-tmp" not in name for name in os.listdir(path))
   return os.path.isfile(path) and os.path.getsize(path) > 0
+
+
+@dataclasses.dataclass(frozen=True)
+class ConfigChange:
+  """One setting of a command that differs from the run's record. ``allowed``: needs no
+  ``config.accept_changes``; ``recorded``: goes to the run's history when training goes on with it."""
+  field: str
+  old: Any
+  new: Any
+  allowed: bool
+  recorded: bool
+
+
+def _flatten(tree: dict, prefix: str = "") -> dict:
+  out = {}
+  for name, value in tree.items():
+    if isinstance(value, dict):
+      out.update(_flatten(value, f"{prefix}{name}."))
+    else:
+      out[prefix + name] = value
+  return out
+
+
+def record_defaults(run_config: RunConfig) -> dict:
+  """``{"a.b": value}``: what each field of ``run_config``'s kind of record means when a saved record lacks it (a field
+  added to the code since, a section missing or null): its default, as ``RunConfig.from_config`` reads it."""
+  defaults = _flatten(json.loads(json.dumps(base_config(run_config.model_name).to_dict())))
+  task = {f"task.{field.name}": field.default for field in dataclasses.fields(run_config.task)
+          if field.default is not dataclasses.MISSING}
+  return {**defaults, **_flatten(json.loads(json.dumps(task, default=list)))}
+
+
+def config_differences(saved: dict, run_config: RunConfig, mode: str) -> list[ConfigChange]:
+  """The settings of ``run_config`` (a command's config) that differ from ``saved`` (the run's record, history applied),
+  each judged by its declared effect (``RunConfig.effects``): bookkeeping and local settings are free; those
+  of evaluation and layout are allowed (recorded when training goes on with them); any other needs
+  ``config.accept_changes``. A field the record lacks (added to the code since, or its section missing)
+  keeps the record's behaviour by its default (``record_defaults``): it differs only where the command sets
+  another value. Raising ``num_train_steps`` extends a run (allowed, recorded; so is lowering it, except under
+  a cosine schedule, whose rates it sets)."""
+  old = {name: value for name, value in _flatten(saved).items() if value is not None or "." in name}
+  old, new, effects = {**record_defaults(run_config), **old}, _flatten(run_config.record), run_config.effects()
+  changes = []
+  for field in sorted(set(old) & set(new)):
+    effect = effects.get(field, Effect.RESULTS)
+    if old[field] == new[field] or not effect.recorded:
+      continue
+    allowed = effect.accepted
+    if field == "num_train_steps":  # the step a run ends at; only a cosine schedule's rates depend on it
+      allowed = mode != "train" or new[field] >= old[field] or saved.get("optimizer", {}).get("schedule") != "cosine"
+    changes.append(ConfigChange(field, old[field], new[field], allowed=allowed, recorded=mode == "train"))
+  return changes
+
+
+@dataclasses.dataclass
+class Session:
+  """What every mode shares, made by ``prepare``: the run's config, its task and model, the parallelism, the
+  checkpointer, and which process this is. ``info`` is where progress lines go (stderr in translate mode, so
+  that translations stand alone on stdout)."""
+  run_config: RunConfig
+  workdir: str
+  mode: str
+  task: object
+  model_config: object
+  strategy: object
+  checkpointer: Checkpointer
+  process_index: int
+  process_count: int
+  info: object
+  lock: object = None  # the workdir's training lock (train mode, main process), released when training ends
+  started: float = dataclasses.field(default_factory=time.perf_counter)  # when ``prepare`` began (goodput)
+
+  @property
+  def directory(self) -> RunDirectory:
+    return RunDirectory(self.workdir)
+
+  @property
+  def is_main(self) -> bool:
+    return self.process_index == 0
+
+  @property
+  def host_batch_size(self) -> int:
+    return self.run_config.batch_size // self.process_count
+
+  @property
+  def num_replicas(self) -> int:
+    return self.run_config.replicas.count
+
+  def say(self, text: str) -> None:
+    """Print a progress line from the main process."""
+    if self.is_main:
+      print(text, file=self.info, flush=True)
+
+
+def check_workdir_model(workdir: str, model_config, has_checkpoints: bool, write: bool) -> None:
+  """A workdir belongs to one model: refuse checkpoints of a different architecture. ``write`` (a training
+  run's main process) records ``model_config.json`` when the run starts; it is never rewritten after. A run
+  saved in an older format is refused (``run_format``) before its record is compared."""
+  directory = RunDirectory(workdir)
+  path = directory.path(MODEL_CONFIG)
+  current = dataclasses.asdict(model_config)
+  if has_checkpoints and os.path.exists(path):
+    require_current_format(workdir)
+    saved = directory.read_json(MODEL_CONFIG)
+    # Dropout, kernels and how the same layers are recomputed (``Effect.LAYOUT``: remat) leave the parameters as
+    # they are, so a resumed run may change them.
+    ignored = ("deterministic", "decode", "dropout_rate", "attention_dropout_rate", "feed_forward_dropout_rate",
+               "kernels", *(field.name for field in dataclasses.fields(model_config)
+                            if effect_of(field) is Effect.LAYOUT))
+    # A field added since the run was saved compares as its default (which keeps the saved model's behaviour).
+    defaults = {field.name: field.default for field in dataclasses.fields(model_config)}
+    differences = [f"{k}: {saved.get(k, defaults.get(k))!r} -> {current.get(k)!r}"
+                   for k in sorted(set(saved) | set(current))
+                   if k not in ignored and saved.get(k, defaults.get(k)) != current.get(k)]
+    if differences:
+      raise ConfigError(f"--workdir={workdir} holds checkpoints of a different model ({'; '.join(differences)}). "
+                        "Use a new --workdir, or set the model back to match.")
+    return
+  if write:
+    write_atomically(path, json.dumps(current, indent=2, sort_keys=True))
+
+
+def hold_to_record(session: Session, resuming: bool, write_history: bool = False) -> None:
+  """A run starting (not ``resuming``) writes its record: ``config.json`` and the data's fingerprint. A resume or
+  a read-only mode compares its config and data with the record: a difference that changes results and is
+  not accepted is refused; one that is allowed goes to the history with ``write_history`` (training that goes
+  on from a restored checkpoint)."""
+  _hold_to_config(session, resuming, write_history)
+  _hold_to_data(session, resuming, write_history)
+
+
+def _hold_to_config(session: Session, resuming: bool, write_history: bool) -> None:
+  run_config, workdir = session.run_config, session.workdir
+  path = session.directory.path(CONFIG)
+  if not resuming or not os.path.isfile(path):
+    if session.is_main and session.mode == "train":
+      write_format(workdir)  # first: config.json without it reads as an older run, to convert
+      write_atomically(path, json.dumps(run_config.record, indent=2, sort_keys=True))
+      session.say(f"config: {path}")
+    return
+  defaults = record_defaults(run_config)
+  _check_accepted_names(run_config, defaults)
+  changes = config_differences(session.directory.config_values(), run_config, session.mode)
+  refused = [change for change in changes if not change.allowed and change.field not in run_config.accepted_changes]
+  if refused:
+    raise ConfigError(
+        f"--workdir={workdir} was trained with other settings: "
+        + "; ".join(f"{c.field}: {c.old!r} -> {c.new!r}" for c in refused)
+        + ". Set them back, use a new --workdir, or accept the change with --config.accept_changes="
+        + ",".join(c.field for c in refused) + f" (it is recorded in {HISTORY}).")
+  if write_history:
+    _append_history(session, [(c.field, c.old, c.new) for c in changes if c.recorded])
+
+
+def _check_accepted_names(run_config: RunConfig, fields: dict) -> None:
+  """``config.accept_changes`` names config fields (``a.b``) or ``data``: a misspelt one would accept nothing."""
+  known = set(fields) | {"data"}
+  for name in sorted(run_config.accepted_changes - known):
+    close = difflib.get_close_matches(name, sorted(known), n=1)
+    raise ConfigError(f"config.accept_changes names {name!r}, which is no config field"
+                      + (f"; did you mean {close[0]!r}?" if close else "")
+                      + " Give the fields as a command's refusal names them, e.g. optimizer.learning_rate, or data.")
+
+
+def _append_history(session: Session, changes: list[tuple]) -> None:
+  """Append ``(field, old, new)`` changes, from the run's latest checkpoint on, to its history (``HISTORY``)."""
+  if not changes or not session.is_main or session.mode != "train":
+    return
+  step = max(session.checkpointer.steps() + [session.checkpointer.best_step() or 0])
+  with open(session.directory.path(HISTORY), "a") as f:
+    for field, old, new in changes:
+      f.write(json.dumps({"step": step, "field": field, "old": old, "new": new}) + "\n")
+  session.say(f"{HISTORY}: from step {step}, " + "; ".join(f"{field}: {old!r} -> {new!r}"
+                                                              for field, old, new in changes))
+
+
+def _hold_to_data(session: Session, resuming: bool, write_history: bool) -> None:
+  """Record the fingerprint of the data a run starts on; refuse a later command on other data, unless
+  ``config.accept_changes`` names ``data`` (recorded in the history like any accepted change)."""
+  path = session.directory.path(DATA_FINGERPRINT)
+  current = session.task.data_fingerprint()
+  if not resuming or not os.path.isfile(path):
+    if session.is_main and session.mode == "train" and current:
+      write_atomically(path, json.dumps(current, indent=2, sort_keys=True))
+    return
+  recorded = session.directory.read_json(DATA_FINGERPRINT)
+  if recorded == current:
+    return
+  changed = sorted(name for name in set(recorded) | set(current) if recorded.get(name) != current.get(name))
+  if "data" not in session.run_config.accepted_changes:
+    raise ConfigError(
+        f"--workdir={session.workdir} was trained on other data: {', '.join(changed)} "
+        f"({recorded.get(changed[0], 'absent')} then, {current.get(changed[0], 'absent')} now). Point the task "
+        "at the run's data, use a new --workdir, or accept it with --config.accept_changes=data.")
+  if write_history:
+    _append_history(session, [("data", recorded, current)])
+    if session.is_main:  # the run goes on with this data: later commands compare with it
+      write_atomically(path, json.dumps(current, indent=2, sort_keys=True))
+
+
+def record_launch(session: Session, step: int) -> None:
+  """Append this training launch to the run's ``LAUNCHES``; a launch on other process or device counts than the
+  one before says so in one line (the global batch and its order do not depend on them)."""
+  launch = {"step": step, "processes": session.process_count, "devices": jax.device_count(),
+            "platform": jax.devices()[0].platform, "parallelism": session.strategy.name,
+            "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+  launches = session.directory.launches()
+  previous = launches[-1] if launches else None
+  counts = ("processes", "devices")
+  if step and previous and any(previous[name] != launch[name] for name in counts):
+    session.say(f"elastic restore: the run's last launch (from step {previous['step']}) had {previous['processes']} "
+                f"process(es) x {previous['devices']} devices, this one {launch['processes']} x {launch['devices']}, "
+                f"from step {step}: the same global batches in the same order; losses equal up to the order of "
+                "the sums.")
+  if session.is_main:
+    with open(session.directory.path(LAUNCHES), "a") as f:
+      f.write(json.dumps(launch) + "\n")

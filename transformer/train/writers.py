@@ -1,4 +1,5 @@
-"""Metric outputs: ``metrics.jsonl`` (one JSON object per logging step) and TensorBoard."""
+"""Metric outputs: ``metrics.jsonl`` (one JSON object per logging step) and TensorBoard.
+"""
 from __future__ import annotations
 
 import json
@@ -7,10 +8,8 @@ import math
 import os
 import re
 
-# The atomic writes and the disk-full error live in the data layer, which tasks can import too; also imported
-# from here (checkpoint.py).
-from transformer.data.files import disk_full_error, format_bytes, is_disk_full, write_atomically  # noqa: F401
-from transformer.train import run_directory
+from transformer.data.files import disk_full_error, is_disk_full, write_atomically
+from transformer.train.workdir import METRICS, TENSORBOARD, read_records
 
 log = logging.getLogger(__name__)
 
@@ -24,17 +23,17 @@ class MetricWriter:
 
   def __init__(self, workdir: str, resume_step: int = 0, enabled: bool = True, tensorboard: bool = True):
     self.enabled = enabled
-    self.path = os.path.join(workdir, run_directory.METRICS)
+    self.path = os.path.join(workdir, METRICS)
     self._tensorboard = None
     if not enabled:
       return
     if os.path.exists(self.path):
-      kept = [record for record in run_directory.read_records(self.path, ("step",))
+      kept = [record for record in read_records(self.path, ("step",))
               if record["step"] <= resume_step]
       write_atomically(self.path, "".join(json.dumps(record) + "\n" for record in kept))  # a crash loses no line
     if tensorboard:
       from tensorboardX import SummaryWriter  # imported lazily: optional at read time
-      self._tensorboard = SummaryWriter(os.path.join(workdir, run_directory.TENSORBOARD))
+      self._tensorboard = SummaryWriter(os.path.join(workdir, TENSORBOARD))
 
   def write(self, step: int, metrics: dict) -> None:
     if not self.enabled:
@@ -44,7 +43,7 @@ class MetricWriter:
     try:
       with open(self.path, "a") as f:
         f.write(line)
-    except OSError as error:  # a half-written line is dropped on resume (see run_directory.read_records)
+    except OSError as error:  # a half-written line is dropped on resume (see read_records)
       if not is_disk_full(error):
         raise
       raise disk_full_error(self.path, len(line), f"the metrics of step {step}") from None

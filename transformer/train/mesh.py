@@ -23,7 +23,7 @@ import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
 from transformer.errors import ConfigError
-from transformer.train.run_config import PARALLELISMS
+from transformer.train.config import PARALLELISMS
 
 DATA_AXIS = "data"
 MODEL_AXIS = "model"

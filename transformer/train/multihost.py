@@ -1,0 +1,490 @@
+"""Several processes as one run: joining (``initialize``), the watch on lost peers, preemption at one step,
+and work shared out and gathered back.
+
+A multi-process run's watch on its peers: a lost or failed process stops the others in one line.
+
+JAX's coordination service already notices a process that stops sending heartbeats (``--peer_timeout``, passed
+to ``jax.distributed.initialize`` as ``heartbeat_timeout_seconds``), but it then aborts every other process from
+C++ with a stack and no word on what to do. This watch runs beside it, on the same service's key-value store:
+every process marks itself alive a few times per timeout, and a peer whose mark has not moved for half the
+timeout (before JAX's own abort), or that marked itself failed, makes every survivor print one line naming it and
+the command that resumes, then leave at once. Leaving is the only safe move: the survivors' collectives and
+orbax's barriers wait for the lost process and cannot be interrupted from Python.
+
+Multi-host start-up: ``jax.distributed.initialize`` from explicit values or the environment.
+
+Every setting comes from its flag (``--coordinator_address``, ``--num_processes``, ``--process_id``,
+``--local_device_ids``, ``--initialization_timeout``, ``--peer_timeout``), else from the environment variable
+``TRANSFORMER_<FLAG NAME IN CAPITALS>``, else from its default. Without a coordinator address, a cluster that JAX
+detects itself (SLURM with more than one task, a multi-host TPU VM) is joined.
+
+JAX does not raise when the other processes fail to join in time: it aborts the process from C++ with a stack.
+A watchdog thread stops this process first, with one ``error: ...`` line and exit status 1.
+
+SIGTERM and Ctrl-C during training: checkpoint, then stop — every process of a run at the same step.
+
+One process: a signal sets a flag that the loop reads between steps. Several processes: each acting on its own
+flag would leave the others waiting in a collective or in orbax's save barrier (a cluster signals its hosts
+seconds apart, or only one). So SIGTERM is left to JAX's preemption notifier (installed by
+``jax.distributed.initialize``, which also hears a scheduler's preemption notice), Ctrl-C is passed on to it as
+a SIGTERM, and the loop asks ``multihost_utils.reached_preemption_sync_point(step)`` after each call: the
+coordination service picks one step that every process reaches, and every process saves it and stops.
+
+Work shared by processes: each computes its share of a list of items, and every process gets all results back
+in the items' order, as one process alone would have computed them.
+
+* :func:`process_share`: process ``i`` of ``n`` takes items ``i, i + n, i + 2n, ...``.
+* :func:`interleave`: the shares' results put back in the items' order.
+* :func:`gather_objects`: one picklable host object per process, exchanged so that every process has all.
+* :func:`split_over_processes`: the three together.
+"""
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import pickle
+import shlex
+import signal
+import sys
+import threading
+import time
+from typing import Any, Callable, Sequence
+
+import jax
+import numpy as np
+from jax.experimental import multihost_utils
+
+from transformer.errors import ClusterError, ConfigError
+
+PEER_LOST_EXIT_STATUS = 75  # EX_TEMPFAIL: nothing is wrong with this process; rerunning all of them resumes
+_PREFIX = "transformer/peers/"
+_DONE, _FAILED, _LEFT = "done", "failed", "left"  # "left": stopped because a peer was lost or failed
+
+_watch = None  # the running PeerWatch, if any
+
+
+def _client():
+  """JAX's distributed runtime client (orbax reaches it the same way); None outside a multi-process run."""
+  from jax._src import distributed  # pylint: disable=import-outside-toplevel
+  return distributed.global_state.client
+
+
+def resume_command() -> str:
+  """The command this process was started with: rerunning it on every process resumes the run."""
+  return " ".join(shlex.quote(part) for part in ["python", *sys.argv])
+
+
+class PeerWatch:
+  """A daemon thread: marks this process alive every ``timeout / 10`` seconds and checks the others' marks.
+
+  ``lost(process, why)`` is called once, from the thread, when a peer is lost or failed; by default it prints
+  one line and ends this process with ``PEER_LOST_EXIT_STATUS``.
+  """
+
+  def __init__(self, timeout: float, lost=None):
+    self.timeout = float(timeout)
+    self.interval = max(0.2, self.timeout / 10)
+    self.me, self.count = jax.process_index(), jax.process_count()
+    self.lost = lost or _stop_this_process
+    self._client = _client()
+    self._stop = threading.Event()
+    self._thread = threading.Thread(target=self._run, name="peer-watch", daemon=True)
+
+  def start(self) -> "PeerWatch":
+    self._mark("0")
+    self._thread.start()
+    return self
+
+  def _mark(self, value: str) -> None:
+    self._client.key_value_set(f"{_PREFIX}{self.me}", value, allow_overwrite=True)
+
+  def finish(self, failed: bool = False) -> None:
+    """Stop watching; tell the peers this process left on purpose (``failed``: with an error of its own)."""
+    self._stop.set()
+    try:
+      self._mark(_FAILED if failed else _DONE)
+    except Exception:  # the service is gone (process 0 left first): nobody is left to tell
+      pass
+
+  def await_peers(self, lost: int | None = None) -> None:
+    """In process 0, before it leaves early: it hosts the coordination service, and a peer still talking to
+    the service when it goes is aborted from C++ (exit -6, a stack) instead of leaving in its own line. Waits
+    until every peer but the ``lost`` one has marked itself done, failed or left (each sees this process's mark
+    within one interval), at most two intervals, then a moment for them to exit."""
+    if self.me != 0:
+      return
+    pending, deadline = set(range(self.count)) - {self.me, lost}, time.monotonic() + 2 * self.interval + 1
+    if not pending:
+      return
+    while pending and time.monotonic() < deadline:
+      for peer in list(pending):
+        try:
+          if self._client.key_value_try_get(f"{_PREFIX}{peer}") in (_DONE, _FAILED, _LEFT):
+            pending.discard(peer)
+        except Exception:  # no mark yet
+          pass
+      time.sleep(0.05)
+    time.sleep(0.5)
+
+  def _run(self) -> None:
+    seen = {peer: (None, time.monotonic()) for peer in range(self.count) if peer != self.me}
+    beat = 0
+    while not self._stop.wait(self.interval):
+      beat += 1
+      try:
+        self._mark(str(beat))
+        marks = {peer: self._client.key_value_try_get(f"{_PREFIX}{peer}") for peer in seen}
+      except Exception as error:  # the coordination service lives in process 0
+        if self._stop.is_set():
+          return
+        self._report(0, f"the coordinator (process 0) does not answer ({type(error).__name__})")
+        return
+      now = time.monotonic()
+      for peer, mark in marks.items():
+        if mark == _DONE:
+          seen.pop(peer)
+        elif mark == _FAILED:
+          self._report(peer, "stopped with an error (its output says which)")
+          return
+        elif mark != seen[peer][0]:
+          seen[peer] = (mark, now)
+        elif now - seen[peer][1] > self.timeout / 2:
+          self._report(peer, f"has not answered for {now - seen[peer][1]:.0f} s (killed, hung or its host lost)")
+          return
+      if not seen:
+        return
+
+  def _report(self, peer: int, why: str) -> None:
+    if not self._stop.is_set():
+      self.lost(peer, why)
+
+
+def _stop_this_process(peer: int, why: str) -> None:
+  os.write(2, (f"\nerror: process {peer} of {jax.process_count()} {why}; process {jax.process_index()} stops too. "
+               f"The last checkpoint is kept: restart every process with the same command to resume: "
+               f"{resume_command()}\n").encode())
+  if _watch is not None:
+    try:
+      _watch._mark(_LEFT)
+    except Exception:  # the lost peer was process 0: its service is gone
+      pass
+    _watch.await_peers(lost=peer)
+  os._exit(PEER_LOST_EXIT_STATUS)  # the collectives under way wait for the lost process and cannot be cancelled
+
+
+def watch_peers(timeout: float) -> PeerWatch | None:
+  """Start watching the other processes of a multi-process run (nothing for one process); a normal exit tells
+  the peers this process is done, so that one finishing first is not taken for lost."""
+  global _watch
+  if jax.process_count() == 1 or _client() is None:
+    return None
+  _watch = PeerWatch(timeout).start()
+  atexit.register(_watch.finish)
+  return _watch
+
+
+def leave_after_error(message: str) -> None:
+  """This process stops with an error of its own: print ``message``, tell the peers (they stop at once, naming
+  it), and leave without JAX's shutdown barrier, which would wait for processes stuck waiting for this one.
+  Returns at once in a single-process run."""
+  if _watch is None:
+    return
+  print(message, file=sys.stderr, flush=True)
+  _watch.finish(failed=True)
+  _watch.await_peers()
+  sys.stdout.flush()
+  os._exit(1)
+
+
+log = logging.getLogger(__name__)
+
+DEFAULT_INITIALIZATION_TIMEOUT = 300  # seconds: JAX's own default
+DEFAULT_PEER_TIMEOUT = 100  # seconds: JAX's default heartbeat_timeout_seconds
+ABORT_MARGIN = 10  # seconds JAX's own deadline is set after the watchdog's, so that our line, not its abort, is seen
+SRUN_VARIABLES = ("SLURM_STEP_NODELIST", "SLURM_STEP_ID")  # srun sets them for each task; sbatch and salloc do not
+
+_peer_timeout: int | None = None  # the heartbeat timeout in effect, once this process has joined a run
+
+
+def peer_timeout() -> int | None:
+  """Seconds without heartbeats after which a process is taken as lost and the survivors stop; None in a
+  single-process run."""
+  return _peer_timeout
+
+
+def initialize(coordinator_address: str | None = None, num_processes: int | None = None,
+               process_id: int | None = None, *, local_device_ids: str | Sequence[int] | None = None,
+               initialization_timeout: int | None = None, peer_timeout: int | None = None) -> bool:
+  """Join a multi-process run; returns True if ``jax.distributed`` was initialised.
+
+  Sources, first match wins:
+  1. explicit arguments (``--coordinator_address``, ``--num_processes``, ``--process_id``);
+  2. ``TRANSFORMER_COORDINATOR_ADDRESS`` / ``TRANSFORMER_NUM_PROCESSES`` / ``TRANSFORMER_PROCESS_ID``;
+  3. a cluster JAX detects itself: SLURM with more than one task (each started by ``srun``), or a multi-host TPU
+     VM (``TPU_WORKER_HOSTNAMES`` with several hosts).
+  Otherwise this is a single-process run and nothing happens.
+
+  Args:
+    local_device_ids: the devices this process drives, e.g. ``"0,1"`` (default: JAX's choice).
+    initialization_timeout: seconds to wait for every process to join (default 300).
+    peer_timeout: seconds without heartbeats after which a process is taken as lost (default 100).
+
+  Raises:
+    ConfigError: a setting is malformed, or a coordinator address comes without the process count and index.
+    ClusterError: SLURM tasks not started by ``srun``, or the processes did not all join in time.
+  """
+  global _peer_timeout
+  coordinator_address = _setting(coordinator_address, "coordinator_address", _address)
+  num_processes = _setting(num_processes, "num_processes", _integer(minimum=1))
+  process_id = _setting(process_id, "process_id", _integer(minimum=0))
+  local_device_ids = _setting(local_device_ids, "local_device_ids", _device_ids)
+  wait = _setting(initialization_timeout, "initialization_timeout", _integer(1, " of seconds"),
+                  DEFAULT_INITIALIZATION_TIMEOUT)
+  heartbeat = _setting(peer_timeout, "peer_timeout", _integer(1, " of seconds"), DEFAULT_PEER_TIMEOUT)
+  if coordinator_address:
+    _check_process_numbers(num_processes, process_id)
+  elif _in_detected_cluster():
+    _require_srun()
+    coordinator_address, num_processes, process_id, local_device_ids = _detect_cluster(local_device_ids, wait)
+  else:
+    return False
+  _join(coordinator_address, num_processes, process_id, local_device_ids, wait, heartbeat)
+  _peer_timeout = heartbeat
+  watch_peers(heartbeat)
+  log.info("process %d of %d, %d local / %d global devices", jax.process_index(), jax.process_count(),
+           jax.local_device_count(), jax.device_count())
+  return True
+
+
+def _setting(value, name: str, parse: Callable, default=None):
+  """``value`` (the flag ``--name``) if given, else the variable ``TRANSFORMER_<NAME>``, else ``default``."""
+  variable = f"TRANSFORMER_{name.upper()}"
+  if value is not None and value != "":
+    return parse(value, f"--{name}")
+  if os.environ.get(variable):
+    return parse(os.environ[variable], variable)
+  return default
+
+
+def _address(value, source: str) -> str:
+  host, _, port = str(value).rpartition(":")
+  if not host or not port.isdigit():
+    raise ConfigError(f"{source}={value!r} is not HOST:PORT; give process 0's host and a free port, e.g. "
+                      "10.0.0.1:1234.")
+  return str(value)
+
+
+def _integer(minimum: int, unit: str = "") -> Callable:
+  def parse(value, source: str) -> int:
+    try:
+      number = int(str(value).strip())
+    except ValueError:
+      number = None
+    if number is None or number < minimum:
+      raise ConfigError(f"{source}={value!r} must be a whole number{unit}, at least {minimum}.")
+    return number
+  return parse
+
+
+def _device_ids(value, source: str) -> list[int]:
+  """``"0,1"`` or ``[0, 1]`` -> ``[0, 1]``."""
+  parts = value.split(",") if isinstance(value, str) else list(value)
+  try:
+    ids = [int(str(part).strip()) for part in parts]
+  except ValueError:
+    ids = []
+  if not ids or min(ids) < 0 or len(set(ids)) < len(ids):
+    raise ConfigError(f"{source}={value!r} must list distinct device indices separated by commas, e.g. 0,1.")
+  return ids
+
+
+def _check_process_numbers(num_processes: int | None, process_id: int | None) -> None:
+  if num_processes is None or process_id is None:
+    raise ConfigError("a coordinator address needs num_processes and process_id too "
+                      "(flags --num_processes/--process_id or TRANSFORMER_NUM_PROCESSES/TRANSFORMER_PROCESS_ID).")
+  if process_id >= num_processes:
+    raise ConfigError(f"process_id={process_id} must be below num_processes={num_processes}: the processes are "
+                      f"numbered 0 to {num_processes - 1}.")
+
+
+def _in_detected_cluster() -> bool:
+  env = os.environ
+  return int(env.get("SLURM_NTASKS") or 1) > 1 or len(env.get("TPU_WORKER_HOSTNAMES", "").split(",")) > 1
+
+
+def _require_srun() -> None:
+  """A SLURM allocation of several tasks whose processes srun did not start (an sbatch script that runs python
+  itself) would wait for tasks that never come."""
+  tasks = int(os.environ.get("SLURM_NTASKS") or 1)
+  missing = [name for name in SRUN_VARIABLES if name not in os.environ]
+  if tasks > 1 and missing:
+    raise ClusterError(f"the SLURM allocation has SLURM_NTASKS={tasks} tasks but this process was not started by "
+                       f"srun ({', '.join(missing)} unset): run `srun python launch.py ...` (one task per host, "
+                       "see docs/slurm/train.sbatch), or unset SLURM_NTASKS for a single-process run.")
+
+
+def _detect_cluster(local_device_ids, wait: int) -> tuple:
+  """(coordinator, process count, process index, local device ids) as ``jax.distributed.initialize()`` finds
+  them in the environment, so that the joining line can name them."""
+  from jax._src import clusters  # pylint: disable=import-outside-toplevel  # JAX's own detection
+  found = clusters.ClusterEnv.auto_detect_unset_distributed_params(
+      os.environ.get("JAX_COORDINATOR_ADDRESS"), None, None, local_device_ids, None, wait)
+  if None in found[:3]:
+    raise ClusterError("the environment names several processes (SLURM_NTASKS or TPU_WORKER_HOSTNAMES) but JAX "
+                       "found no complete cluster description in it; give --coordinator_address, --num_processes "
+                       "and --process_id.")
+  return found
+
+
+def _join(coordinator_address: str, num_processes: int, process_id: int, local_device_ids, wait: int,
+          heartbeat: int) -> None:
+  print(f"process {process_id} of {num_processes}: joining coordinator {coordinator_address}, waiting up to "
+        f"{wait} s for the others (--initialization_timeout)", flush=True)
+  not_joined = ClusterError(
+      f"process {process_id}: the {num_processes} processes did not all join coordinator {coordinator_address} "
+      f"within {wait} s. Check that all {num_processes} were started with the same coordinator address and "
+      "--num_processes, that process 0 runs on the coordinator's host, and that its port is open to every host; "
+      "a slow start needs a larger --initialization_timeout.")
+  watchdog = threading.Timer(wait, _exit_with, args=(not_joined,))
+  watchdog.daemon = True
+  watchdog.start()
+  try:
+    jax.distributed.initialize(coordinator_address, num_processes, process_id, local_device_ids=local_device_ids,
+                               initialization_timeout=wait + ABORT_MARGIN, heartbeat_timeout_seconds=heartbeat)
+  except RuntimeError as error:  # JAX versions that raise on the deadline instead of aborting
+    if "DEADLINE_EXCEEDED" not in str(error):
+      raise
+    raise not_joined from None
+  finally:
+    watchdog.cancel()
+
+
+def _exit_with(error: ClusterError) -> None:
+  """From the watchdog thread: the main thread waits in C++, where no exception can reach it."""
+  sys.stderr.write(f"error: {error}\n")
+  sys.stderr.flush()
+  os._exit(1)  # pylint: disable=protected-access
+
+
+INTERRUPTED_EXIT_STATUS = 130  # what a shell reports for a process stopped by SIGINT (128 + 2)
+
+
+def _say(text: bytes) -> None:
+  """Write to stderr from a signal handler; a closed pipe (``... | tee log`` whose tee the same Ctrl-C stopped)
+  must not raise inside the handler and lose the save."""
+  try:
+    sys.stdout.flush()
+    os.write(2, text)
+  except OSError:
+    pass
+
+
+class Preemption:
+  """``stop_at(step)``, asked after every compiled call with the step reached, says whether to checkpoint and
+  stop there; ``requested`` names why (e.g. ``"SIGTERM"``). A second Ctrl-C stops the process at once, with one
+  line and exit status 130: without waiting for the save under way, whose temporary directory the next start
+  clears away."""
+
+  def __init__(self):
+    self.requested = None  # the name of the signal received, e.g. "SIGTERM"
+    self.synchronised = jax.process_count() > 1
+    self._previous = {}
+
+  def __enter__(self):
+    # With several processes SIGTERM stays with JAX's notifier: a Python handler would replace it.
+    signals = (signal.SIGINT,) if self.synchronised else (signal.SIGTERM, signal.SIGINT)
+    try:
+      self._previous = {number: signal.signal(number, self._handle) for number in signals}
+    except ValueError:  # not the main thread: no signal handling
+      self._previous = {}
+    return self
+
+  def _handle(self, signum, frame):
+    if self.requested and signum == signal.SIGINT:
+      # os._exit, not an exception: unwinding through orbax's and XLA's threads printed dozens of tracebacks
+      # and could crash; the latest committed checkpoint is intact either way.
+      _say(b"\nSIGINT again: stopped at once; the latest committed checkpoint is kept, rerun to resume.\n")
+      os._exit(INTERRUPTED_EXIT_STATUS)
+    self.requested = signal.Signals(signum).name
+    every = " (every process, at a step they all reach)" if self.synchronised else ""
+    # Said at once, not at the step's end: a Ctrl-C that seems ignored gets pressed again, losing the save.
+    _say(f"\n{self.requested} received: stopping after this step{every}, with a checkpoint"
+         f"{' (Ctrl-C again stops at once)' if signum == signal.SIGINT else ''}.\n".encode())
+    if self.synchronised:
+      os.kill(os.getpid(), signal.SIGTERM)  # to JAX's notifier, which tells the other processes
+
+  def stop_at(self, step: int) -> bool:
+    """Whether to checkpoint and stop after ``step``; with several processes, True on all of them at once."""
+    if not self.synchronised:
+      return self.requested is not None
+    if not multihost_utils.reached_preemption_sync_point(step):
+      return False
+    self.requested = self.requested or "SIGTERM or a preemption notice to one of the processes"
+    return True
+
+  def __exit__(self, *exc):
+    for number, previous in self._previous.items():
+      signal.signal(number, previous)
+
+
+def process_share(items: Sequence, process_index: int, process_count: int) -> list:
+  """Items ``process_index, process_index + process_count, ...`` of ``items`` (any sequence, e.g. a lazy one).
+
+  Strided rather than contiguous: evaluation batches come grouped by length, so every process gets a mix of
+  short and long ones and the processes finish together.
+  """
+  if process_count < 1 or not 0 <= process_index < process_count:
+    raise ValueError(f"process_index must lie in [0, process_count) with process_count >= 1; got "
+                     f"process_index={process_index}, process_count={process_count}.")
+  return [items[index] for index in range(process_index, len(items), process_count)]
+
+
+def interleave(shares: Sequence[Sequence]) -> list:
+  """The inverse of :func:`process_share`: ``shares[i]`` holds the results of process ``i``'s share (one per
+  item, in order); returns one result per item, in the items' order."""
+  count = len(shares)
+  total = sum(len(share) for share in shares)
+  return [shares[index % count][index // count] for index in range(total)]
+
+
+def gather_objects(obj: Any) -> list:
+  """``[obj of process 0, obj of process 1, ...]`` on every process: a collective, so every process calls it, in
+  the same order. One process: ``[obj]``, without any communication.
+
+  Each object travels pickled, as a uint8 array padded to the longest of them (the all-gather wants one shape
+  everywhere), after an all-gather of the lengths.
+  """
+  if jax.process_count() == 1:
+    return [obj]
+  from jax.experimental import multihost_utils  # only multi-process runs need it
+  payload = np.frombuffer(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL), np.uint8)
+  lengths = np.asarray(multihost_utils.process_allgather(np.int32(payload.size))).reshape(-1)  # [processes]
+  padded = np.zeros(int(lengths.max()), np.uint8)
+  padded[:payload.size] = payload
+  gathered = np.asarray(multihost_utils.process_allgather(padded))  # [processes, longest]
+  return [pickle.loads(gathered[process, :length].tobytes()) for process, length in enumerate(lengths)]
+
+
+def split_over_processes(function: Callable[[list], list], items: Sequence, process_index: int,
+                         process_count: int, gather: Callable[[Any], list] = gather_objects) -> list:
+  """``function(list(items))`` computed in shares: this process applies ``function`` to its
+  :func:`process_share` only, and the results of every share, exchanged with ``gather``, are put back in the
+  items' order.
+
+  Args:
+    function: items -> one picklable result per item, each depending on its own item alone.
+    items: the work, the same sequence on every process.
+    process_index, process_count: this process, of how many.
+    gather: this process's results -> every process's, in process order (:func:`gather_objects`; a test
+      passes one that computes the other processes' shares itself). Not called with one process.
+
+  Returns:
+    One result per item, in the items' order, the same on every process.
+  """
+  mine = process_share(items, process_index, process_count)
+  share = function(mine)
+  if len(share) != len(mine):
+    raise ValueError(f"split_over_processes: the function gave {len(share)} results for {len(mine)} items; "
+                     "it must give one per item.")
+  return interleave(gather(share) if process_count > 1 else [share])
