@@ -1,6 +1,8 @@
 """The training loop: compiles once, parallel modes agree, vmap over seeds, resume across device counts."""
 import json
+import os
 import shutil
+import traceback
 
 import jax
 import numpy as np
@@ -10,7 +12,7 @@ from transformer.errors import ConfigError
 from transformer.inference import load_params
 from transformer.train import run
 from transformer.train.workdir import read_metrics
-
+from tests.train.conftest import REPO, tiny_config
 
 
 def losses(workdir, name="train/loss"):
@@ -306,3 +308,17 @@ def test_a_replica_whose_every_step_was_skipped_logs_nan_not_a_loss_of_zero():
   np.testing.assert_array_equal(window["loss"][1], [0.0, 3.0])
   np.testing.assert_array_equal(window["skipped_steps"][0], [5.0, 2.0])
   assert _unmeasured_as_nan({"loss": (np.array(1.0), np.array(1.0))}, steps=5)["loss"][0] == 1.0  # no skipping
+
+
+def test_a_reader_follows_a_run_to_its_first_save_in_five_calls(tmp_path, monkeypatch):
+  """``run -> run_train -> Trainer.train -> Trainer.checkpoint -> Checkpointer.save -> orbax``: the loop is one
+  function, an action is the trainer's own method, and the checkpointer calls orbax itself (``launch.py`` adds
+  its ``main`` and ``exit_on_user_error``: 7 frames of ours from the command to orbax)."""
+  import orbax.checkpoint as ocp
+  package, stacks, save = os.path.join(REPO, "transformer"), [], ocp.CheckpointManager.save
+  def recorded(self, *args, **kwargs):
+    stacks.append([frame.name for frame in traceback.extract_stack() if frame.filename.startswith(package)])
+    return save(self, *args, **kwargs)
+  monkeypatch.setattr(ocp.CheckpointManager, "save", recorded)
+  run(tiny_config(num_train_steps=10, checkpoint_every=10, eval_every=10), str(tmp_path))
+  assert stacks and stacks[0] == ["run", "run_train", "train", "checkpoint", "save"]

@@ -29,17 +29,17 @@ class Action(Protocol):
 
   def due(self, tick: Tick, outputs: dict[str, Any]) -> bool: ...
 
-  def __call__(self, tick: Tick, outputs: dict[str, Any]) -> Any: ...
+  def run(self, tick: Tick, outputs: dict[str, Any]) -> Any: ...
 
 
 @dataclasses.dataclass(frozen=True)
 class Every:
-  """``action(tick, outputs)`` every ``period`` steps (0: never by period), at the last step (``at_last``), when
+  """``run(tick, outputs)`` every ``period`` steps (0: never by period), at the last step (``at_last``), when
   the preemption check asked to stop (``on_stop``), and after any action named in ``after`` returned a result
-  in the same tick."""
+  in the same tick. ``run`` is the trainer's own method, which the loop calls itself (no wrapper between)."""
   name: str
   period: int
-  action: Callable[[Tick, dict], Any]
+  run: Callable[[Tick, dict], Any]
   phase: str = "step"
   at_last: bool = True
   on_stop: bool = False
@@ -48,9 +48,6 @@ class Every:
   def due(self, tick: Tick, outputs: dict[str, Any]) -> bool:
     return bool((self.period and tick.step % self.period == 0) or (self.at_last and tick.last)
                 or (self.on_stop and outputs.get(PREEMPT)) or any(outputs.get(name) for name in self.after))
-
-  def __call__(self, tick: Tick, outputs: dict[str, Any]) -> Any:
-    return self.action(tick, outputs)
 
 
 PREEMPT = "preempt"  # the preemption check's result: the signal that asked to stop ("SIGTERM"), else None
@@ -67,7 +64,7 @@ class PreemptionCheck:
   def due(self, tick: Tick, outputs: dict[str, Any]) -> bool:
     return True
 
-  def __call__(self, tick: Tick, outputs: dict[str, Any]) -> str | None:
+  def run(self, tick: Tick, outputs: dict[str, Any]) -> str | None:
     return self.preemption.requested if self.preemption.stop_at(tick.step) else None
 
 
@@ -91,7 +88,7 @@ class Profile:
       return tick.step >= self.start + self.steps or tick.last or bool(outputs.get(PREEMPT))
     return tick.step >= self.start and not tick.last
 
-  def __call__(self, tick: Tick, outputs: dict[str, Any]) -> str | None:
+  def run(self, tick: Tick, outputs: dict[str, Any]) -> str | None:
     jax.block_until_ready(self.ready())  # the steps before the start out of the trace, those in it done
     if not self.tracing:
       os.makedirs(self.folder, exist_ok=True)
@@ -109,11 +106,9 @@ class Profile:
       self.tracing = False
 
 
-def run_due(actions: list, tick: Tick, timed) -> dict[str, Any]:
-  """Run the ``actions`` due at ``tick``, in order, each within ``timed(phase)``; their results by name."""
-  outputs: dict[str, Any] = {}
+def due_actions(actions: list, tick: Tick, outputs: dict[str, Any]):
+  """The ``actions`` due at ``tick``, in order: each is asked once those before it have put their results in
+  ``outputs`` (the caller runs each, ``outputs[action.name] = action.run(tick, outputs)``, timed as its phase)."""
   for action in actions:
     if action.due(tick, outputs):
-      with timed(action.phase):
-        outputs[action.name] = action(tick, outputs)
-  return outputs
+      yield action

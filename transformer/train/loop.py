@@ -48,6 +48,7 @@ import functools
 import hashlib
 import inspect
 import json
+import os
 import sys
 import time
 from typing import Callable, NamedTuple
@@ -62,12 +63,12 @@ from transformer.data.hosts import HostShard
 from transformer.data.prefetch import BatchGroups, prefetch_to_device, stack_batches
 from transformer.errors import ConfigError, TrainingDiverged
 from transformer.tasks.progress import log_line, progress_bar
-from transformer.train.actions import PREEMPT, Every, PreemptionCheck, Profile, Tick, run_due
+from transformer.train.actions import PREEMPT, Every, PreemptionCheck, Profile, Tick, due_actions
 from transformer.train.config import RunConfig
 from transformer.train.multihost import Preemption
 from transformer.train.state import initial_state, run_optimizer, run_schedules, state_factory
 from transformer.train.step import all_finite, make_evaluator, make_train_step, means, replica_means
-from transformer.train.workdir import (BEST, CHECKPOINTS, GOODPUT, METRICS, PROFILE, TENSORBOARD, RunDirectory, Session,
+from transformer.train.workdir import (CHECKPOINTS, GOODPUT, METRICS, PROFILE, TENSORBOARD, RunDirectory, Session,
                                        check_fresh_start, hold_to_record, record_launch)
 from transformer.train.writers import MetricWriter, final_lines, shown_metrics, variant_tables
 
@@ -169,15 +170,34 @@ class Trainer:
     return RunOutput(self.step, self.results, self.strategy.to_canonical(self.state))
 
   def train(self) -> RunOutput:
-    """Train to ``config.num_train_steps`` or until a signal asks to stop; the outputs of the last step."""
+    """Train to ``config.num_train_steps`` or until a signal asks to stop; the outputs of the last step.
+
+    The state was restored or initialised by ``__init__``; then: open the outputs, compile, and loop over the
+    batch groups (placed on the devices ahead of their step), each one compiled call followed by the periodic
+    actions due (``actions.py``: preemption check, log, evaluate, checkpoint, profile, stop); then finish."""
     if self.step:
       self.session.say(f"resumed from step {self.step} in {self.session.workdir}")
     self._open_outputs()
     self.calls, self.evaluators = self._compile(), self._evaluators()
+    total = self.run_config.num_train_steps
+    groups = BatchGroups(self.iterator, call_sizes(self.step, total, self.calls.steps_per_call))
     with Preemption() as preemption:
       actions = self._actions(preemption)
       try:
-        self._loop(actions)
+        self.goodput.start_loop(self.session.started)
+        waiting = time.perf_counter()
+        for host_batches, placed, position in prefetch_to_device(groups, self._place):
+          self.goodput.add("data", time.perf_counter() - waiting)  # drawing (and placing) the batches ahead
+          self._call(host_batches, placed)  # the steps: one compiled call
+          self.position = position
+          tick, outputs = Tick(self.step, last=self.step == total), {}
+          for action in due_actions(actions, tick, outputs):  # in order: each reads what those before returned
+            with self.goodput.timed(action.phase):
+              outputs[action.name] = action.run(tick, outputs)
+          self.results = outputs.get("eval", self.results)
+          if tick.last or outputs.get(PREEMPT):
+            break
+          waiting = time.perf_counter()
       except TrainingDiverged:
         self.checkpointer.wait()  # the saves before the divergence are the run's last finite states
         raise
@@ -226,34 +246,16 @@ class Trainer:
     """The periodic actions, in the order they run at a tick (each reads the results of those before it)."""
     run_config, session = self.run_config, self.session
     actions = [PreemptionCheck(preemption),
-               Every("log", run_config.log_every, lambda tick, outputs: self.log()),
-               Every("eval", run_config.eval_every, lambda tick, outputs: self.evaluate(tick.last), phase="evaluate")]
-    actions += [Every(split, every, lambda tick, outputs, split=split: self.evaluate_on(split), phase="evaluate")
+               Every("log", run_config.log_every, self.log),
+               Every("eval", run_config.eval_every, self.evaluate, phase="evaluate")]
+    actions += [Every(split, every, functools.partial(self.evaluate_split, split), phase="evaluate")
                 for split, every in run_config.extra_evaluators]
     return actions + [
-        Every("checkpoint", run_config.checkpoint_every, lambda tick, outputs: self.save(outputs.get("eval")),
-              phase="checkpoint", on_stop=True, after=("eval",)),
+        Every("checkpoint", run_config.checkpoint_every, self.checkpoint, phase="checkpoint", on_stop=True,
+              after=("eval",)),
         Profile(session.directory.path(PROFILE), run_config.profile_start, run_config.profile_steps,
                 ready=lambda: self.state),
-        Every("stop", 0, lambda tick, outputs: self.stop(outputs[PREEMPT]), phase="checkpoint", at_last=False,
-              on_stop=True)]
-
-  def _loop(self, actions: list) -> None:
-    """The compiled calls (one step each, or ``config.steps_per_call``), each followed by the actions due."""
-    total = self.run_config.num_train_steps
-    groups = BatchGroups(self.iterator, call_sizes(self.step, total, self.calls.steps_per_call))
-    self.goodput.start_loop(self.session.started)
-    waiting = time.perf_counter()
-    for host_batches, placed, position in prefetch_to_device(groups, self._place):
-      self.goodput.add("data", time.perf_counter() - waiting)  # drawing (and placing) the batches ahead
-      self._call(host_batches, placed)
-      self.position = position
-      tick = Tick(self.step, last=self.step == total)
-      outputs = run_due(actions, tick, self.goodput.timed)
-      self.results = outputs.get("eval", self.results)
-      if tick.last or outputs.get(PREEMPT):
-        return
-      waiting = time.perf_counter()
+        Every("stop", 0, self.stop, phase="checkpoint", at_last=False, on_stop=True)]
 
   def _place(self, host_batches: list):
     """A call's batches on the device: stacked ``[steps_per_call, ...]`` for a several-step call, else a list
@@ -300,7 +302,7 @@ class Trainer:
   def wall_seconds(self) -> float:
     return self.wall_seconds_before + time.perf_counter() - self.run_start
 
-  def log(self) -> None:
+  def log(self, tick: Tick, outputs: dict) -> None:
     """Read the window's metrics (the host's one wait on the device between actions), write and show them."""
     run_config = self.run_config
     if not run_config.skip_nonfinite_steps:
@@ -329,24 +331,24 @@ class Trainer:
           "latest checkpoint is kept; lower config.optimizer.learning_rate (or set "
           "config.optimizer.grad_clip_norm), or raise config.max_skipped_share.")
 
-  def evaluate(self, last: bool) -> dict:
+  def evaluate(self, tick: Tick, outputs: dict) -> dict:
     """Evaluate the state, write and print the metrics; a best_metric the task lacks stops, saved."""
     if not self.run_config.skip_nonfinite_steps:
       self.window.check_finite()  # never spend an evaluation on a diverged state
-    if last:
+    if tick.last:
       self.bar.close()  # on a terminal: the final evaluation prints below the finished bar, not inside it
     evaluated = self.evaluators["eval"](self.state)
     self._write_evaluation(evaluated)
     best_metric = self.run_config.best_metric
     if best_metric and best_metric not in evaluated:
-      self.save()  # keep the work: the fixed command resumes from here
+      self.checkpoint(tick, {})  # keep the work: the fixed command resumes from here
       self.checkpointer.wait()
       reported = list(shown_metrics(evaluated))
       raise ConfigError(f"config.best_metric={best_metric!r} is not a metric this task reports; choose one of "
                         f"{reported} (step {self.step} is saved; rerun with the fix to resume).")
     return evaluated
 
-  def evaluate_on(self, split: str) -> dict:
+  def evaluate_split(self, split: str, tick: Tick, outputs: dict) -> dict:
     """The loss metrics of ``split`` (an evaluator of ``config.evaluators``), written and printed."""
     if not self.run_config.skip_nonfinite_steps:
       self.window.check_finite()
@@ -360,16 +362,18 @@ class Trainer:
       self.bar.write(" ".join(f"{k}={v:.4f}" for k, v in shown_metrics(evaluated).items()) + f" (step {self.step})")
       sys.stdout.flush()
 
-  def save(self, metrics: dict | None = None) -> None:
-    """Checkpoint the state, the data position and the metrics window (and the best copy, with ``metrics``)."""
+  def checkpoint(self, tick: Tick, outputs: dict) -> None:
+    """Checkpoint the state, the data position and the metrics window (and the best copy, after an evaluation
+    in the same tick)."""
     if not self.run_config.skip_nonfinite_steps:
       self.window.check_finite()  # never save a state after a non-finite step
     extra = {"wall_seconds": self.wall_seconds(), "iterator": self.position, **self.window.saved(),
              "goodput": self.goodput.saved(self.step - self.start_step)}
-    self.checkpointer.save(self.step, self.strategy.to_canonical(self.state), extra, metrics)
+    self.checkpointer.save(self.step, self.strategy.to_canonical(self.state), extra, outputs.get("eval"))
 
-  def stop(self, signal_name: str) -> None:
+  def stop(self, tick: Tick, outputs: dict) -> None:
     """A signal asked to stop: the checkpoint just saved is written, and the user told how to go on."""
+    signal_name = outputs[PREEMPT]
     self.checkpointer.wait()
     self.bar.close()  # on a terminal the line below would be glued to the bar
     self.session.say(f"{signal_name}: saved a checkpoint at step {self.step}; rerun the same command to resume.")
@@ -438,7 +442,8 @@ def _print_summary(session: Session, step: int, results: dict, goodput: str = ""
   if run_config.best_metric and best_step is not None:
     values = [value for step, value in directory.metrics().values(run_config.best_metric) if step == best_step]
     value = f"={values[-1]:.4f}" if values else ""
-    lines.append(f"best: {run_config.best_metric}{value} at step {best_step}: {directory.path(BEST)}")
+    lines.append(f"best: {run_config.best_metric}{value} at step {best_step}: "
+                 f"{os.path.join(directory.path(CHECKPOINTS), str(best_step))}")
   lines += [goodput] if goodput else []
   lines.append(f"checkpoints: {directory.path(CHECKPOINTS)}")
   lines.append(f"metrics: {directory.path(METRICS)}")
