@@ -151,11 +151,14 @@ def test_restore_from_starts_from_another_runs_parameters(make_config, tmp_path)
 def test_keeps_the_last_checkpoints_and_the_best(make_config, tmp_path):
   run(make_config(num_train_steps=20, checkpoint_every=5, eval_every=5, keep_checkpoints=2,
                   best_metric="eval/loss", best_mode="min"), str(tmp_path))
-  assert sorted(int(s) for s in os.listdir(tmp_path / "checkpoints") if s.isdigit()) == [15, 20]
-  best = [int(s) for s in os.listdir(tmp_path / "best") if s.isdigit()]
   with open(tmp_path / "metrics.jsonl") as f:
     evals = [json.loads(line) for line in f if "eval/loss" in line]
-  assert best == [min(evals, key=lambda r: r["eval/loss"])["step"]]
+  best = min(evals, key=lambda r: r["eval/loss"])["step"]
+  kept = sorted(int(s) for s in os.listdir(tmp_path / "checkpoints") if s.isdigit())
+  assert kept == sorted({best, 15, 20})  # one folder: the latest two and the best, by orbax's policies
+  checkpointer = Checkpointer(str(tmp_path), best_metric="eval/loss", best_mode="min")
+  assert checkpointer.best_step() == best
+  checkpointer.close()
 
 
 @pytest.mark.slow
@@ -177,7 +180,7 @@ def test_eval_with_averaged_checkpoints_uses_the_mean_parameters(make_config, tm
                                             r"config.keep_checkpoints >= 4 \(this run keeps 3\)"):
     run(make_config(average_checkpoints=4), str(tmp_path), mode="eval")
   # A run that already keeps enough: the fix is to train longer, not to raise keep_checkpoints.
-  with pytest.raises(MissingDataError, match=r"or train longer, until 4 periodic checkpoints exist"):
+  with pytest.raises(MissingDataError, match=r"or train longer, until 4 checkpoints exist"):
     run(make_config(average_checkpoints=4, keep_checkpoints=5), str(tmp_path), mode="eval")
 
 
@@ -194,8 +197,7 @@ def test_a_non_finite_evaluation_never_becomes_the_best(tmp_path, caplog):
   assert "step 4 is not kept as the best checkpoint: its eval/loss is -inf" in caplog.text
   checkpointer.save(6, state, {}, {"eval/loss": 1.0})
   assert checkpointer.best_step() == 6
-  assert sorted(int(n) for n in os.listdir(tmp_path / "best") if n.isdigit()) == [6]
-  assert checkpointer.steps() == [4, 5, 6]  # the periodic checkpoints are kept as usual
+  assert checkpointer.steps() == [4, 5, 6]  # the latest three, the best among them; step 2 is no longer kept
   checkpointer.close()
 
 
@@ -242,14 +244,13 @@ def test_damaged_checkpoints_print_one_warning_line_each(tmp_path):
   flags = ["--config=experiments/synthetic.py:copy", f"--workdir={tmp_path}", *TINY_FLAGS,
            "--config.best_metric=eval/loss", "--config.best_mode=min"]
   output, = finish(start_launch(*flags), timeout=300)
-  for directory in ("checkpoints", "best"):
-    truncate_data_files(tmp_path / directory / "20" / "state")
+  truncate_data_files(tmp_path / "checkpoints" / "20" / "state")
   process = start_launch(*flags, "--config.num_train_steps=30")
   output, = finish(process, timeout=300)
   assert process.returncode == 0, output
   assert "Traceback" not in output and "Event loop is closed" not in output, output[-3000:]
   lines = output.replace(str(tmp_path), "WORKDIR").splitlines()  # the test's own name holds "damaged"
   about_step_20 = [line for line in lines if "step 20 in" in line or "damaged" in line]
-  assert len(about_step_20) == 2, output  # one line each for step 20 of checkpoints/ and of best/
+  assert len(about_step_20) == 1, output
   assert all("cannot restore checkpoint step 20 in" in line for line in about_step_20), about_step_20
   assert "resumed from step 10" in output

@@ -185,3 +185,38 @@ def test_upgrade_model_config_drops_only_the_fields_that_moved_to_the_classifier
   saved = {"d_model": 8, "num_classes": 2, "pooling": "first", "gone": 1}
   assert upgrade_model_config(saved, "transformer") == {"d_model": 8, "gone": 1}  # "gone": resuming names it
   assert upgrade_model_config(saved, "encoder_classifier") == saved
+
+
+def _save_format_2_checkpoints(workdir: str, periodic: list[int], best: dict[int, float]) -> None:
+  """What format 2 wrote: ``checkpoints/<step>`` without metrics, ``best/<step>`` with its ``eval/loss``."""
+  import orbax.checkpoint as ocp
+  for folder, steps in (("checkpoints", {step: None for step in periodic}), ("best", best)):
+    options = ocp.CheckpointManagerOptions(enable_async_checkpointing=False, best_mode="min",
+                                           best_fn=(lambda metrics: metrics["eval/loss"]) if folder == "best" else None)
+    manager = ocp.CheckpointManager(os.path.join(workdir, folder), item_names=("state", "extra"), options=options)
+    for step, loss in steps.items():
+      manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave({"w": np.full(3, float(step))}),
+                                                 extra=ocp.args.JsonSave({})),
+                   metrics=None if loss is None else {"eval/loss": loss})
+    manager.close()
+
+
+@pytest.mark.parametrize("best_step", [7, 9], ids=["only-in-best", "in-both"])
+def test_a_format_2_runs_best_checkpoint_moves_into_the_one_checkpoint_folder(tmp_path, capsys, best_step):
+  """Format 2 kept the best checkpoint in ``best/`` (a second orbax manager); format 3 keeps every step in
+  ``checkpoints/``: the best step moves over (or, when both held it, its metric does), and the one manager
+  finds it as the best."""
+  from transformer.train.checkpoint import Checkpointer
+  workdir = str(tmp_path)
+  _write(workdir, "config.json", json.loads(base_config().to_json()))
+  _write(workdir, FORMAT, {"format_version": 2})
+  _save_format_2_checkpoints(workdir, periodic=[8, 9], best={best_step: 0.5})
+  main([workdir])
+  assert f"format 2 -> {FORMAT_VERSION}; best/: step {best_step} into checkpoints/" in capsys.readouterr().out
+  assert not os.path.exists(os.path.join(workdir, "best")) and os.path.isdir(os.path.join(workdir, "best.v2"))
+  checkpointer = Checkpointer(workdir, asynchronous=False, best_metric="eval/loss", best_mode="min")
+  assert checkpointer.steps() == sorted({7, 8, 9} if best_step == 7 else {8, 9})
+  assert checkpointer.best_step() == best_step
+  step, state, _ = checkpointer.restore(jax.eval_shape(lambda: {"w": np.zeros(3)}), best=True)
+  assert step == best_step and float(state["w"][0]) == best_step
+  checkpointer.close()

@@ -92,11 +92,11 @@ def test_a_save_that_cannot_fit_is_refused_before_it_writes(tmp_path, monkeypatc
 @pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
 def test_a_save_that_runs_out_of_space_leaves_only_intact_checkpoints(tmp_path, monkeypatch, capfd, asynchronous):
   # The check before the save passes (another process fills the disk meanwhile): orbax itself runs out.
-  monkeypatch.setattr(Checkpointer, "_check_space", lambda self, step, copies: None, raising=False)
+  monkeypatch.setattr(Checkpointer, "_check_space", lambda self, step: None)
   with tiny_filesystem(tmp_path / "disk", "600k") as disk:
     workdir = os.path.join(disk, "run")
-    checkpointer = Checkpointer(workdir, asynchronous=asynchronous, repair=True, best_metric="loss")
-    state = random_state()  # 128 KiB: a periodic and a best copy of one step fit, of two steps do not
+    checkpointer = Checkpointer(workdir, keep=10, asynchronous=asynchronous, repair=True, best_metric="loss")
+    state = random_state()  # 128 KiB: the first steps fit, not all nine
     saved = 0
     with pytest.raises(WorkdirError, match=f"no space left on the disk of {workdir} to save checkpoint step"):
       for step in range(1, 10):

@@ -26,7 +26,8 @@ def test_a_run_prints_the_config_path_one_compile_line_and_a_summary(make_config
   best = min(evals, key=lambda record: record["eval/loss"])
   final_line = next(line for line in summary.splitlines() if line.startswith("final: "))
   assert f"eval/loss={evals[-1]['eval/loss']:.4f}" in final_line
-  assert f"best: eval/loss={best['eval/loss']:.4f} at step {best['step']}: {tmp_path}/best" in summary
+  assert f"best: eval/loss={best['eval/loss']:.4f} at step {best['step']}: {tmp_path}/checkpoints/{best['step']}" \
+      in summary
   for expected in (f"checkpoints: {tmp_path}/checkpoints", f"metrics: {tmp_path}/metrics.jsonl",
                    f"python -m transformer.plot {tmp_path}", f"tensorboard --logdir {tmp_path}/tensorboard"):
     assert expected in summary

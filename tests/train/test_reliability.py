@@ -48,11 +48,13 @@ def leftovers(workdir):
 
 @pytest.fixture(scope="module")
 def trained_with_best(tmp_path_factory):
-  """20 steps with periodic checkpoints at 10 and 20 and the best (lowest eval loss) at 20."""
+  """20 steps with checkpoints at 10 and 20, the best (lowest eval loss) at 20."""
   workdir = str(tmp_path_factory.mktemp("trained"))
   run(tiny_config(**BEST), workdir)
   assert step_dirs(os.path.join(workdir, "checkpoints")) == [10, 20]
-  assert step_dirs(os.path.join(workdir, "best")) == [20]
+  checkpointer = Checkpointer(workdir, best_metric=BEST["best_metric"], best_mode=BEST["best_mode"])
+  assert checkpointer.best_step() == 20
+  checkpointer.close()
   return workdir
 
 
@@ -64,11 +66,11 @@ def workdir(trained_with_best, tmp_path):
   return copy
 
 
-# 1. A resume that falls back must be able to finish, also when best/ holds the damaged step.
+# 1. A resume that falls back must be able to finish, also when the lost step is the best.
 
 @pytest.mark.slow
 @pytest.mark.parametrize("fault", ["damaged", "deleted"])
-def test_latest_checkpoint_lost_while_best_holds_its_step_resumes_and_reruns(workdir, fault, caplog):
+def test_the_latest_and_best_checkpoint_lost_resumes_from_the_one_before_and_reruns(workdir, fault, caplog):
   latest = os.path.join(workdir, "checkpoints", "20")
   damage(latest) if fault == "damaged" else shutil.rmtree(latest)
   with caplog.at_level(logging.WARNING):
@@ -83,7 +85,7 @@ def test_latest_checkpoint_lost_while_best_holds_its_step_resumes_and_reruns(wor
   assert steps == sorted(steps) and len(steps) == len(set((r["step"], tuple(r)) for r in read_metrics(workdir)))
 
 
-def test_saving_a_step_that_best_already_holds_replaces_it(tmp_path):
+def test_saving_a_step_already_kept_replaces_it(tmp_path):
   state = {"w": jnp.arange(4.0)}
   first = Checkpointer(str(tmp_path), asynchronous=False, best_metric="eval/loss", repair=True)
   first.save(10, state, {"note": "first"}, {"eval/loss": 1.0})
@@ -100,20 +102,10 @@ def test_saving_a_step_that_best_already_holds_replaces_it(tmp_path):
 # 2. Deleted checkpoints: never truncate metrics a surviving checkpoint covers; never start over silently.
 
 @pytest.mark.slow
-def test_deleted_periodic_checkpoints_resume_from_best(workdir):
-  before = read_metrics(workdir)
-  shutil.rmtree(os.path.join(workdir, "checkpoints"))
-  assert run(tiny_config(**BEST, num_train_steps=30), workdir).step == 30
-  after = read_metrics(workdir)
-  assert after[:len(before)] == before and after[-1]["step"] == 30
-
-
-@pytest.mark.slow
-def test_a_best_checkpoint_of_another_model_is_refused_not_moved_aside(workdir):
-  shutil.rmtree(os.path.join(workdir, "checkpoints"))
+def test_checkpoints_of_another_model_are_refused_not_moved_aside(workdir):
   with pytest.raises(ValueError, match="different model .*d_model: 32 -> 64"):
     run(tiny_config(**BEST, model__d_model=64), workdir)
-  assert step_dirs(os.path.join(workdir, "best")) == [20]
+  assert step_dirs(os.path.join(workdir, "checkpoints")) == [10, 20]
 
 
 @pytest.mark.slow
@@ -121,7 +113,6 @@ def test_metrics_without_any_checkpoint_refuse_to_start_over_unless_restart(work
   run(tiny_config(**BEST, num_train_steps=30), workdir)  # past the second checkpoint: one surely committed
   metrics = open(os.path.join(workdir, "metrics.jsonl")).read()
   shutil.rmtree(os.path.join(workdir, "checkpoints"))
-  shutil.rmtree(os.path.join(workdir, "best"))
   with pytest.raises(WorkdirError, match=r"holds metrics.jsonl of an earlier run \(metrics up to step 30\) but no "
                                          r"checkpoint.*--config.restart=True") as error:
     run(tiny_config(**BEST), workdir)
@@ -141,7 +132,6 @@ def test_a_raised_checkpoint_every_does_not_hide_the_checkpoints_an_earlier_run_
   run(tiny_config(**BEST, num_train_steps=30), workdir)
   record = {name: open(os.path.join(workdir, name)).read() for name in ("metrics.jsonl", "config.json")}
   shutil.rmtree(os.path.join(workdir, "checkpoints"))
-  shutil.rmtree(os.path.join(workdir, "best"))
   with pytest.raises(WorkdirError, match="no checkpoint to resume from"):
     run(tiny_config(**BEST, num_train_steps=30, checkpoint_every=50, optimizer__learning_rate=0.05), workdir)
   assert {name: open(os.path.join(workdir, name)).read() for name in record} == record
@@ -267,13 +257,12 @@ def flip_bits_that_orbax_restores(state_dir, scratch):
 
 @pytest.mark.slow
 def test_flipped_bits_in_a_checkpoint_are_caught_by_its_checksum(workdir, trained_with_best, tmp_path, caplog):
-  """16 flipped bits in the latest checkpoints' data, which orbax alone restores without a word: the resumed
+  """16 flipped bits in the latest checkpoint's data, which orbax alone restores without a word: the resumed
   run falls back to step 10 and ends exactly as the uninterrupted run (it replays the same steps)."""
-  for directory in ("checkpoints", "best"):
-    flip_bits_that_orbax_restores(os.path.join(workdir, directory, "20", "state"), str(tmp_path / directory))
+  flip_bits_that_orbax_restores(os.path.join(workdir, "checkpoints", "20", "state"), str(tmp_path / "checkpoints"))
   with caplog.at_level(logging.WARNING):
     resumed = run(tiny_config(**BEST, num_train_steps=20), workdir)
-  assert caplog.text.count("checksum mismatch") >= 2  # both copies of step 20 fail their checksums
+  assert caplog.text.count("checksum mismatch") == 1
   assert "restored step 10" in caplog.text and resumed.step == 20
   untouched = Checkpointer(trained_with_best)
   reference = untouched.restore(jax.eval_shape(lambda: resumed.state))
@@ -285,18 +274,17 @@ def test_flipped_bits_in_a_checkpoint_are_caught_by_its_checksum(workdir, traine
 @pytest.mark.slow
 def test_an_edited_data_position_is_caught_by_its_checksum(workdir, trained_with_best, caplog):
   """The ``extra`` item (data position, metrics window) has its own checksum: a position edited by hand in both
-  copies of step 20 falls back to step 10, and the run ends as the uninterrupted one (was: resumed the edited
-  position without a word, and diverged from it)."""
-  for directory in ("checkpoints", "best"):
-    path = os.path.join(workdir, directory, "20", "extra", "metadata")
-    with open(path) as f:
-      extra = json.load(f)
-    extra["iterator"] = {**extra["iterator"], "index": extra["iterator"]["index"] + 3}
-    with open(path, "w") as f:
-      json.dump(extra, f)
+  step 20 falls back to step 10, and the run ends as the uninterrupted one (was: resumed the edited position
+  without a word, and diverged from it)."""
+  path = os.path.join(workdir, "checkpoints", "20", "extra", "metadata")
+  with open(path) as f:
+    extra = json.load(f)
+  extra["iterator"] = {**extra["iterator"], "index": extra["iterator"]["index"] + 3}
+  with open(path, "w") as f:
+    json.dump(extra, f)
   with caplog.at_level(logging.WARNING):
     resumed = run(tiny_config(**BEST, num_train_steps=20), workdir)
-  assert caplog.text.count("data position or metrics window") >= 2 and "restored step 10" in caplog.text
+  assert caplog.text.count("data position or metrics window") == 1 and "restored step 10" in caplog.text
   untouched = Checkpointer(trained_with_best)
   reference = untouched.restore(jax.eval_shape(lambda: resumed.state))
   untouched.close()
@@ -348,10 +336,9 @@ def test_divergence_stops_with_the_step_and_keeps_the_last_finite_checkpoint(tmp
   diverged = int(str(error.value).split("step ")[1].split(":")[0])
   kept = step_dirs(tmp_path / "checkpoints")
   assert kept and kept[-1] == diverged - 1
-  for directory in ("checkpoints", "best"):
-    for step in step_dirs(tmp_path / directory):
-      params = ocp.StandardCheckpointer().restore(str(tmp_path / directory / str(step) / "state"))["params"]
-      assert all(np.all(np.isfinite(leaf)) for leaf in jax.tree.leaves(params)), (directory, step)
+  for step in kept:
+    params = ocp.StandardCheckpointer().restore(str(tmp_path / "checkpoints" / str(step) / "state"))["params"]
+    assert all(np.all(np.isfinite(leaf)) for leaf in jax.tree.leaves(params)), step
 
 
 class _SquareTask:
@@ -426,20 +413,19 @@ def test_a_workdir_that_is_a_file_is_refused_in_one_line(tmp_path):
 
 
 @pytest.mark.slow
-def test_eval_with_a_damaged_best_checkpoint_uses_the_latest_good_periodic_one(workdir, caplog):
-  damage(os.path.join(workdir, "best", "20"))
+def test_eval_with_a_damaged_best_checkpoint_uses_the_latest_good_one(workdir, caplog):
+  damage(os.path.join(workdir, "checkpoints", "20"))
   with caplog.at_level(logging.WARNING):
     output = run(tiny_config(**BEST), workdir, mode="eval")
-  assert output.step == 20
-  assert "the best checkpoint is damaged; using the latest good periodic checkpoint, step 20" in caplog.text
-  assert step_dirs(os.path.join(workdir, "best")) == [20]  # evaluation never moves a checkpoint
+  assert output.step == 10
+  assert "the best checkpoint is damaged; using the latest good checkpoint, step 10" in caplog.text
+  assert step_dirs(os.path.join(workdir, "checkpoints")) == [10, 20]  # evaluation never moves a checkpoint
 
 
 @pytest.mark.slow
 def test_all_checkpoints_damaged_is_a_project_error_in_one_line(workdir):
-  for directory in ("checkpoints", "best"):
-    for step in step_dirs(os.path.join(workdir, directory)):
-      damage(os.path.join(workdir, directory, str(step)))
+  for step in step_dirs(os.path.join(workdir, "checkpoints")):
+    damage(os.path.join(workdir, "checkpoints", str(step)))
   with pytest.raises(CheckpointRestoreError, match="none could be restored") as error:
     run(tiny_config(**BEST, num_train_steps=30), workdir)
   assert isinstance(error.value, ValueError) and "\n" not in str(error.value)  # launch.py prints it as one line

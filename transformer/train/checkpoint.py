@@ -1,16 +1,16 @@
 """Orbax checkpoints with their guards: fingerprints of every array, the fallback to an older checkpoint,
 the disk-space check, and the quieting of what a failed save leaves behind.
 
-Orbax checkpoints: the train state, the data iterator's position and the open metrics window.
+A checkpoint holds the train state, the data iterator's position and the open metrics window. One orbax
+``CheckpointManager`` writes them to ``checkpoints/<step>``, and its preservation policy decides what is kept:
+the latest ``keep`` steps and the best by ``best_metric`` (a step saved with a finite evaluation carries it as
+the step's metrics). Saves are asynchronous; a save interrupted by a kill never becomes visible (orbax writes to
+a temporary directory and renames it when complete).
 
-Two managers share a run directory: ``checkpoints/`` keeps the last ``keep`` periodic checkpoints and
-``best/`` keeps the one with the best validation metric. Saves are asynchronous; a save interrupted by a
-kill never becomes visible (orbax writes to a temporary directory and renames it when complete).
-
-Every checkpoint records a fingerprint of each array of the state, computed on its devices, and a SHA-256 of its
-``extra`` item (``state_fingerprints``, below), and restore verifies them, so flipped bits are caught like a truncated file:
-the checkpoint is skipped, with a warning, for the one before it, and (when the run owns the workdir, ``repair=True``) renamed aside to
-``<step>.damaged-<time>`` once an older one restores, so that later saves of that step and later resumes
+Every checkpoint records a fingerprint of each array of the state, computed on its devices, and a SHA-256 of
+its ``extra`` item (``state_fingerprints``, below), and restore verifies them, so flipped bits are caught like a
+truncated file: the checkpoint is skipped, with a warning, for the one before it, and (when the run owns the
+workdir, ``repair=True``) renamed aside to ``<step>.damaged-<time>`` once an older one restores, so that later saves of that step and later resumes
 do not trip over it. When none restores, nothing is moved: a changed config (another optimizer, another
 number of seeds) fails them all alike. Each damaged step is reported in one warning line. A state with a
 non-finite value is never saved, and an evaluation whose ``best_metric`` is not finite never becomes the best.
@@ -53,6 +53,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
+from orbax.checkpoint.checkpoint_managers import preservation_policy as preservation
 from jax.experimental import multihost_utils
 
 from transformer.data.files import format_bytes, is_disk_full
@@ -60,8 +61,7 @@ from transformer.errors import CheckpointRestoreError, ConfigError, MissingDataE
 
 log = logging.getLogger(__name__)
 
-CHECKPOINTS = "checkpoints"  # the latest config.keep_checkpoints periodic checkpoints
-BEST = "best"  # the best by config.best_metric
+CHECKPOINTS = "checkpoints"  # the latest config.keep_checkpoints checkpoints and the best by config.best_metric
 
 
 @flax.struct.dataclass
@@ -97,12 +97,18 @@ def _state_bytes(state) -> int:
   return sum(int(getattr(leaf, "nbytes", 0)) for leaf in jax.tree_util.tree_leaves(state))
 
 
-def _barriers_named(prefix: str) -> ocp.options.MultiprocessingOptions:
-  return ocp.options.MultiprocessingOptions(barrier_sync_key_prefix=prefix)
+def _kept_policy(keep: int, best_metric: str | None, best_mode: str):
+  """What the one manager keeps: the latest ``keep`` checkpoints, and the best by ``best_metric`` (orbax's
+  preservation policies); a step saved without metrics (no evaluation, or a non-finite one) is never the best."""
+  policies = [preservation.LatestN(keep)]
+  if best_metric:
+    policies.append(preservation.BestN(get_metric_fn=lambda metrics: metrics[best_metric], reverse=best_mode == "min",
+                                       n=1, keep_checkpoints_without_metrics=False))
+  return preservation.AnyPreservationPolicy(policies)
 
 
 class Checkpointer:
-  """Saves and restores ``(state, extra)`` where ``extra`` is a JSON-serialisable dict.
+  """Saves and restores ``(state, extra)`` where ``extra`` is a JSON-serialisable dict, in ``checkpoints/``.
 
   ``repair``: the caller owns the workdir (a training run holding its lock): damaged checkpoints are moved
   aside and orbax's leftover temporary directories are removed. Off for readers (eval, predict, another
@@ -123,49 +129,34 @@ class Checkpointer:
     self._state_size = 0
     self._failed = False  # a save ran out of space: closing must not raise the same error again
     quiet_orbax_aftermath()
-    for name in (CHECKPOINTS, BEST):
-      if os.path.exists(os.path.join(directory, name)) and not os.path.isdir(os.path.join(directory, name)):
-        raise WorkdirError(f"{os.path.join(directory, name)} is a file, not the run's checkpoint folder: move it "
-                           "away (or use another --workdir) and rerun.")
-    # Each manager names its own multi-host barriers: orbax keys them by step alone, so the periodic and the best
-    # copy of one step, committed by two asynchronous threads, would otherwise meet at one barrier and fail.
-    options = ocp.CheckpointManagerOptions(max_to_keep=keep, enable_async_checkpointing=asynchronous,
-                                           create=True, cleanup_tmp_directories=repair,
-                                           multiprocessing_options=_barriers_named(CHECKPOINTS))
-    self._latest = ocp.CheckpointManager(os.path.join(directory, CHECKPOINTS), options=options,
-                                         item_names=("state", "extra"))
-    self._best = None
-    if best_metric or os.path.isdir(os.path.join(directory, BEST)):
-      # Also without best_metric when best/ exists: its checkpoint can still be resumed from.
-      best_options = ocp.CheckpointManagerOptions(
-          max_to_keep=1, best_fn=(lambda metrics: metrics[best_metric]) if best_metric else None,
-          best_mode=best_mode,
-          keep_checkpoints_without_metrics=False, enable_async_checkpointing=asynchronous, create=True,
-          cleanup_tmp_directories=repair, multiprocessing_options=_barriers_named(BEST))
-      self._best = ocp.CheckpointManager(os.path.join(directory, BEST), options=best_options,
-                                         item_names=("state", "extra"))
+    folder = os.path.join(directory, CHECKPOINTS)
+    if os.path.exists(folder) and not os.path.isdir(folder):
+      raise WorkdirError(f"{folder} is a file, not the run's checkpoint folder: move it away (or use another "
+                         "--workdir) and rerun.")
+    options = ocp.CheckpointManagerOptions(
+        enable_async_checkpointing=asynchronous, create=True, cleanup_tmp_directories=repair,
+        best_fn=(lambda metrics: metrics[best_metric]) if best_metric else None, best_mode=best_mode,
+        preservation_policy=_kept_policy(keep, best_metric, best_mode),
+        # orbax names its multi-host barriers by step alone: a prefix keeps them apart from any other manager's
+        multiprocessing_options=ocp.options.MultiprocessingOptions(barrier_sync_key_prefix=CHECKPOINTS))
+    self._manager = ocp.CheckpointManager(folder, options=options, item_names=("state", "extra"))
 
   def steps(self) -> list[int]:
-    """Steps of the kept periodic checkpoints, oldest first."""
-    return sorted(self._latest.all_steps())
+    """Steps of the kept checkpoints (the latest ``keep`` and the best), oldest first."""
+    return sorted(self._manager.all_steps())
 
   def best_step(self) -> int | None:
-    """Step of the kept best checkpoint (by ``best_metric``), or None."""
-    if self._best is None:
-      return None
-    steps = self._best.all_steps()
-    return (self._best.best_step() if self.best_metric else None) or (max(steps) if steps else None)
+    """Step of the best kept checkpoint (by ``best_metric``), or None when none was saved with a finite one."""
+    return self._manager.best_step() if self.best_metric else None
 
   def has_checkpoints(self) -> bool:
-    """Whether any periodic or best checkpoint is kept."""
-    return bool(self.steps()) or self.best_step() is not None
-
-  def _managers(self) -> list:
-    return [self._latest] + ([self._best] if self._best is not None else [])
+    """Whether any checkpoint is kept."""
+    return bool(self.steps())
 
   def save(self, step: int, state, extra: dict, metrics: dict | None = None) -> None:
-    """Periodic save of step ``step``; with ``metrics`` (containing ``best_metric``) also the best copy,
-    unless that metric is not finite (a NaN evaluation is never the best).
+    """Save step ``step``; ``metrics`` (containing ``best_metric``) make it a candidate for the best, unless that
+    metric is not finite (a NaN evaluation is never the best). Orbax's preservation policy then removes what
+    is neither among the latest ``keep`` nor the best.
 
     A step already kept (an earlier attempt of this run got that far before falling back) is replaced.
 
@@ -182,7 +173,7 @@ class Checkpointer:
           f"{', ...' if len(non_finite) > 3 else ''} hold NaN or infinity); the checkpoints saved so far are kept. "
           "Lower config.optimizer.learning_rate or set --config.skip_nonfinite_steps=True.")
     best_value = None
-    if self._best is not None and metrics is not None and self.best_metric and self.best_metric in metrics:
+    if metrics is not None and self.best_metric and self.best_metric in metrics:
       best_value = float(metrics[self.best_metric])
       if not math.isfinite(best_value):
         log.warning("step %d is not kept as the best checkpoint: its %s is %s", step, self.best_metric, best_value)
@@ -190,30 +181,30 @@ class Checkpointer:
     args = ocp.args.Composite(state=ocp.args.StandardSave(state), extra=ocp.args.JsonSave(
         {**extra, "fingerprints": fingerprints, "extra_checksum": extra_checksum(extra)}))
     self._state_size = _state_bytes(state)
-    copies = 1 if best_value is None else 2
-    self._check_space(step, copies)
+    self._check_space(step)
     try:
-      self._replace(self._latest, step, args)
-      if best_value is not None:
-        self._replace(self._best, step, args, metrics={self.best_metric: best_value})
+      if step in self._manager.all_steps():  # an earlier attempt of this run got this far: replaced
+        self._manager.wait_until_finished()
+        self._manager.delete(step)
+      self._manager.save(step, args=args, metrics=None if best_value is None else {self.best_metric: best_value},
+                         force=True)
       return
     except Exception as error:  # an asynchronous save reports a full disk here, at the next save, or in wait()
       if not is_disk_full(error):
         raise
-    raise self._out_of_space(step, copies)  # outside the except block: see collect_orbax_leftovers
+    raise self._out_of_space(step)  # outside the except block: see collect_orbax_leftovers
 
   def _checkpoint_size(self) -> int:
     """Bytes on disk of the newest complete checkpoint, or of the state's arrays before the first one."""
-    for manager in self._managers():
-      for step in sorted(manager.all_steps(), reverse=True):
-        path = os.path.join(str(manager.directory), str(step))
-        if path not in self._checkpoint_sizes and os.path.isdir(path):  # in flight, it has a temporary name
-          self._checkpoint_sizes[path] = _allocated_bytes(path)
-        if self._checkpoint_sizes.get(path):
-          return self._checkpoint_sizes[path]
+    for step in sorted(self._manager.all_steps(), reverse=True):
+      path = os.path.join(str(self._manager.directory), str(step))
+      if path not in self._checkpoint_sizes and os.path.isdir(path):  # in flight, it has a temporary name
+        self._checkpoint_sizes[path] = _allocated_bytes(path)
+      if self._checkpoint_sizes.get(path):
+        return self._checkpoint_sizes[path]
     return self._state_size
 
-  def _check_space(self, step: int, copies: int) -> None:
+  def _check_space(self, step: int) -> None:
     """Refuse to start a save that cannot fit, before it writes anything (a best-effort check: another
     process may fill the disk meanwhile, which the save itself then reports). Single-process runs only:
     hosts that saw different free space would part ways at orbax's save barriers."""
@@ -223,65 +214,53 @@ class Checkpointer:
       free = shutil.disk_usage(self.directory).free
     except OSError:
       return
-    if free < self._checkpoint_size() * copies:
+    if free < self._checkpoint_size():
       self.wait()  # the earlier checkpoints are complete before the error says which one is the latest
-      raise self._out_of_space(step, copies)
+      raise self._out_of_space(step)
 
-  def _remove_unfinished(self) -> list[tuple[str, int]]:
-    """Remove orbax's temporary directories (saves that never completed); returns their ``(directory, step)``."""
+  def _remove_unfinished(self) -> list[int]:
+    """Remove orbax's temporary directories (saves that never completed); returns their steps."""
     removed = []
     if jax.process_index() != 0:
       return removed
-    for manager in self._managers():
-      directory = str(manager.directory)
-      for name in os.listdir(directory) if os.path.isdir(directory) else []:
-        if ".orbax-checkpoint-tmp" in name:
-          shutil.rmtree(os.path.join(directory, name), ignore_errors=True)
-          prefix = name.split(".")[0]
-          removed += [(directory, int(prefix))] if prefix.isdigit() else []
-      manager.reload()
+    directory = str(self._manager.directory)
+    for name in os.listdir(directory) if os.path.isdir(directory) else []:
+      if ".orbax-checkpoint-tmp" in name:
+        shutil.rmtree(os.path.join(directory, name), ignore_errors=True)
+        prefix = name.split(".")[0]
+        removed += [int(prefix)] if prefix.isdigit() else []
+    self._manager.reload()
     return removed
 
-  def _out_of_space(self, step: int | None, copies: int | None) -> WorkdirError:
-    """After a save found the disk full: wait out the other saves in flight, remove every half-written
-    checkpoint and return the one-line error (the workdir, the space needed and free, the step to resume).
-    ``copies``: how many copies of the step were being saved (None: as many as were left half-written)."""
+  def _out_of_space(self, step: int | None) -> WorkdirError:
+    """After a save found the disk full: wait out the save in flight, remove every half-written checkpoint and
+    return the one-line error (the workdir, the space needed and free, the step to resume)."""
     self._failed = True
-    for manager in self._managers():
-      try:
-        manager.wait_until_finished()
-      except Exception:  # the same full disk, seen by the other copy: reported once, below
-        pass
+    try:
+      self._manager.wait_until_finished()
+    except Exception:  # the same full disk: reported once, below
+      pass
     join_orbax_workers()
     collect_orbax_leftovers()
     removed = self._remove_unfinished()
-    failed = sorted({s for _, s in removed} | ({step} if step is not None else set()))
-    copies = copies or max(len({directory for directory, _ in removed}), 1)
-    needed = self._checkpoint_size() * copies
+    failed = sorted(set(removed) | ({step} if step is not None else set()))
+    needed = self._checkpoint_size()
     try:
       free = shutil.disk_usage(self.directory).free
     except OSError:
       free = 0
-    latest = max(self.steps() + [s for s in [self.best_step()] if s is not None], default=None)
+    latest = max(self.steps(), default=None)
     what = f"checkpoint step {', '.join(map(str, failed))}" if failed else "a checkpoint"
-    copies_text = " (the periodic and the best copy)" if copies > 1 else ""
     # Before the first checkpoint is measured, ``needed`` counts the arrays alone and may be below what is free.
-    space = (f"it needs about {format_bytes(needed)}{copies_text} and {format_bytes(free)} are free" if free < needed
-             else f"it needs more than the {format_bytes(free)} that are free{copies_text}")
+    space = (f"it needs about {format_bytes(needed)} and {format_bytes(free)} are free" if free < needed
+             else f"it needs more than the {format_bytes(free)} that are free")
     then = (f"rerun the same command to resume from the latest intact checkpoint, step {latest}" if latest is not None
             else "rerun with --config.restart=True to start again (no checkpoint was saved)")
     return WorkdirError(
         f"no space left on the disk of {self.directory} to save {what}: {space}; nothing half-written was kept. "
         f"Free space there (or move the workdir to a larger disk), then {then}.")
 
-  @staticmethod
-  def _replace(manager, step, args, metrics=None) -> None:
-    if step in manager.all_steps():
-      manager.wait_until_finished()
-      manager.delete(step)
-    manager.save(step, args=args, metrics=metrics, force=True)
-
-  def _restore_verified(self, manager, step: int, abstract_state) -> tuple[Any, dict]:
+  def _restore_verified(self, step: int, abstract_state) -> tuple[Any, dict]:
     """Restore ``step`` (only the parameters for a ``SavedParams`` target) and check each restored array
     against the checksum recorded when it was saved."""
     if isinstance(abstract_state, SavedParams):
@@ -289,7 +268,7 @@ class Checkpointer:
                                           restore_args=ocp.checkpoint_utils.construct_restore_args(abstract_state))
     else:
       state_args = ocp.args.StandardRestore(abstract_state)
-    restored = manager.restore(step, args=ocp.args.Composite(state=state_args, extra=ocp.args.JsonRestore()))
+    restored = self._manager.restore(step, args=ocp.args.Composite(state=state_args, extra=ocp.args.JsonRestore()))
     state, extra = restored["state"], dict(restored["extra"])
     # A partial restore hands back the target's own leaf where the checkpoint lacks an array.
     missing = [jax.tree_util.keystr(path) for path, leaf in jax.tree_util.tree_leaves_with_path(state)
@@ -311,91 +290,82 @@ class Checkpointer:
                        f"saved ({', '.join(changed[:3])}{', ...' if len(changed) > 3 else ''})")
     return state, extra
 
-  def _move_aside(self, manager, step: int) -> str:
+  def _move_aside(self, step: int) -> str:
     """Rename a damaged step directory to ``<step>.damaged-<UTC time>`` (never deleted: it may be rescued);
     returns what became of it, for the warning line."""
     if not self.repair or jax.process_index() != 0:
       return "left in place"
-    source = os.path.join(str(manager.directory), str(step))
+    source = os.path.join(str(self._manager.directory), str(step))
     target = f"{source}.damaged-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}"
     try:
       os.rename(source, target)
     except OSError as error:
       return f"could not move it aside ({_one_line(error)})"
-    manager.reload()
+    self._manager.reload()
     return f"moved the damaged checkpoint to {os.path.basename(target)}"
 
   def restore(self, abstract_state, step: int | None = None, best: bool = False) -> tuple[int, Any, dict] | None:
     """Restore onto ``abstract_state`` (ShapeDtypeStructs with the wanted shardings).
 
-    ``best=False`` (resuming): the newest checkpoint, periodic or best (both hold the whole state), then
-    older ones. ``best=True`` (evaluating): the best checkpoint, then the periodic ones, newest first.
-    ``step``: consider only steps up to it. Each failure (unreadable, truncated, checksum mismatch) is one
-    warning line once the outcome is known (which step is used instead, whether it was moved aside: with
-    ``repair``, once an older checkpoint restores). Returns None when there is no checkpoint (or none
-    restores and ``discard_unrestorable``), ``(step, state, extra)`` otherwise.
+    ``best=False`` (resuming): the newest checkpoint, then older ones. ``best=True`` (evaluating): the best
+    checkpoint, then the others, newest first. ``step``: consider only steps up to it. Each failure
+    (unreadable, truncated, checksum mismatch) is one warning line once the outcome is known (which step is
+    used instead, whether it was moved aside: with ``repair``, once an older checkpoint restores). Returns None
+    when there is no checkpoint (or none restores and ``discard_unrestorable``), ``(step, state, extra)``
+    otherwise.
 
     Raises:
       CheckpointRestoreError: checkpoints exist but none restores.
     """
-    if best and self._best is None:
-      raise ValueError("no best-checkpoint manager: set config.best_metric to keep best checkpoints.")
-    periodic = [(s, self._latest) for s in sorted(self._latest.all_steps(), reverse=True)]
-    best_step = self.best_step()
-    kept_best = [(best_step, self._best)] if best_step is not None else []
-    # Newest first; at equal steps the periodic copy first (the best one is kept for evaluation).
-    candidates = kept_best + periodic if best else sorted(periodic + kept_best, key=lambda c: -c[0])
+    candidates = sorted(self._manager.all_steps(), reverse=True)
+    best_step = self.best_step() if best else None
+    if best_step is not None:
+      candidates = [best_step] + [s for s in candidates if s != best_step]
     if step is not None:
-      candidates = [c for c in candidates if c[0] <= step]
+      candidates = [c for c in candidates if c <= step]
     if not candidates:
       return None
-    failed = []  # (manager, step, error line)
-    for candidate, manager in candidates:
+    failed = []  # (step, error line)
+    for candidate in candidates:
       restored = None
       try:
-        restored = self._restore_verified(manager, candidate, abstract_state)
+        restored = self._restore_verified(candidate, abstract_state)
       except Exception as error:  # a corrupt, truncated or altered checkpoint: fall back to the previous one
-        failed.append((manager, candidate, _one_line(error)))
+        failed.append((candidate, _one_line(error)))
       if restored is None:
         collect_orbax_leftovers()  # outside the except block, which keeps the failed reads alive
         continue
       state, extra = restored
-      where = f"step {candidate} in {manager.directory}"
-      if best and manager is not self._best:
-        using = f"the best checkpoint is damaged; using the latest good periodic checkpoint, {where}"
-      elif not best and manager is self._best:
-        using = f"resuming from the best checkpoint, {where}: no newer periodic checkpoint restores"
-      else:
-        using = f"restored {where} instead"
-      for failed_manager, failed_step, error in failed:  # this one restoring shows the others are damaged
-        log.warning("cannot restore checkpoint step %d in %s (%s); %s; %s", failed_step, failed_manager.directory,
-                    error, self._move_aside(failed_manager, failed_step), using)
-      if not failed and using.startswith("resuming from the best"):  # periodic one deleted, none damaged
-        log.warning("%s", using)
+      where = f"step {candidate} in {self._manager.directory}"
+      using = (f"the best checkpoint is damaged; using the latest good checkpoint, {where}"
+               if best_step is not None and candidate != best_step else f"restored {where} instead")
+      for failed_step, error in failed:  # this one restoring shows the others are damaged
+        log.warning("cannot restore checkpoint step %d in %s (%s); %s; %s", failed_step, self._manager.directory,
+                    error, self._move_aside(failed_step), using)
       return candidate, state, extra
     if self.discard_unrestorable and self.repair:
-      for failed_manager, failed_step, error in failed:
+      for failed_step, error in failed:
         log.warning("cannot restore checkpoint step %d in %s (%s); %s; none restores: starting again "
-                    "(config.restart)", failed_step, failed_manager.directory, error,
-                    self._move_aside(failed_manager, failed_step))
+                    "(config.restart)", failed_step, self._manager.directory, error, self._move_aside(failed_step))
       return None
     raise CheckpointRestoreError(
-        "checkpoints exist but none could be restored (" + "; ".join(f"step {s} in {m.directory}: {e}" for m, s, e
-        in failed) + "). Refusing to start from scratch. If the config changed since they were saved (optimizer, "
-        "number of seeds), set it back; if they are damaged, " + ("rerun with --config.restart=True to move them "
-        "aside and start again, or choose another --workdir." if self.repair else "no model of this run can be "
-        "read: train it again (--mode=train with --config.restart=True moves them aside)."))
+        "checkpoints exist but none could be restored (" + "; ".join(
+            f"step {s} in {self._manager.directory}: {e}" for s, e in failed) + "). Refusing to start from scratch. "
+        "If the config changed since they were saved (optimizer, number of seeds), set it back; if they are "
+        "damaged, " + ("rerun with --config.restart=True to move them aside and start again, or choose another "
+        "--workdir." if self.repair else "no model of this run can be read: train it again (--mode=train with "
+        "--config.restart=True moves them aside)."))
 
   def average_params(self, abstract_state, count: int) -> tuple[list[int], Any]:
-    """The mean parameters of the last ``count`` periodic checkpoints (Vaswani et al. 2017 averaged the
-    last 5), restored one at a time onto ``abstract_state`` so memory holds two copies at most.
+    """The mean parameters of the last ``count`` kept checkpoints (Vaswani et al. 2017 averaged the last 5),
+    restored one at a time onto ``abstract_state`` so memory holds two copies at most.
 
     Returns:
       ``(steps, params)``: the averaged steps, oldest first, and the mean of their ``state.params``.
 
     Raises:
       ConfigError: ``count`` is below 1.
-      MissingDataError: fewer than ``count`` periodic checkpoints are kept; the message names the kept steps.
+      MissingDataError: fewer than ``count`` checkpoints are kept; the message names the kept steps.
       CheckpointRestoreError: one of them is damaged (its checksum does not match).
     """
     kept = self.steps()
@@ -404,7 +374,7 @@ class Checkpointer:
                         "(>= 1), or 0 to use the best checkpoint alone.")
     if len(kept) < count:
       fix = (f"train with config.keep_checkpoints >= {count} (this run keeps {self.keep})" if self.keep < count
-             else f"train longer, until {count} periodic checkpoints exist")
+             else f"train longer, until {count} checkpoints exist")
       raise MissingDataError(
           f"config.average_checkpoints={count}, but the run in {self.directory} has only {len(kept)} checkpoint(s) "
           f"(steps {', '.join(map(str, kept)) or 'none'}): give --config.average_checkpoints={len(kept)} or fewer, "
@@ -413,9 +383,9 @@ class Checkpointer:
     mean = None
     for index, step in enumerate(steps):
       try:
-        state, _ = self._restore_verified(self._latest, step, abstract_state)
+        state, _ = self._restore_verified(step, abstract_state)
       except Exception as error:
-        raise CheckpointRestoreError(f"cannot average step {step} in {self._latest.directory}: "
+        raise CheckpointRestoreError(f"cannot average step {step} in {self._manager.directory}: "
                                      f"{_one_line(error)}") from error
       params = state.params
       # Running mean: mean_k = mean_{k-1} + (params_k - mean_{k-1}) / k.
@@ -429,13 +399,12 @@ class Checkpointer:
       WorkdirError: one of them found the disk full (see ``save``).
     """
     try:
-      for manager in self._managers():
-        manager.wait_until_finished()
+      self._manager.wait_until_finished()
       return
     except Exception as error:
       if not is_disk_full(error):
         raise
-    raise self._out_of_space(None, None)
+    raise self._out_of_space(None)
 
   def close(self) -> None:
     """Wait for the saves in flight (raising as ``wait``) and release orbax's threads."""
@@ -443,15 +412,13 @@ class Checkpointer:
       if not self._failed:
         self.wait()
     finally:
-      for manager in self._managers():
-        try:
-          manager.close()
-        except Exception:
-          if not self._failed:  # after a full disk, closing raises that error again: it was reported
-            raise
+      try:
+        self._manager.close()
+      except Exception:
+        if not self._failed:  # after a full disk, closing raises that error again: it was reported
+          raise
 
 
-# Odd multipliers of the two lanes' position mixing and of murmur3's finaliser.
 _LANES = (0x9E3779B1, 0x85EBCA77)
 _FINAL = (0x85EBCA6B, 0xC2B2AE35)
 
@@ -558,9 +525,12 @@ class _OrbaxAftermathFilter(logging.Filter):
   copy of the error that ``Checkpointer`` raises or reports in one line: asyncio's "Task (or Future)
   exception was never retrieved" / "Task was destroyed but it is pending" for orbax's tasks, and orbax's own
   tracebacks of a full disk (it logs one per background thread, then raises the same error in
-  ``wait_until_finished``)."""
+  ``wait_until_finished``). Also orbax's warning at every save without metrics when a best metric is tracked:
+  a step saved without an evaluation is expected, not a mistake."""
 
   def filter(self, record: logging.LogRecord) -> bool:
+    if str(record.msg).startswith("Requested `tracked_metric`; did not provide metrics"):
+      return False
     if record.name == "asyncio":
       message = str(record.msg)
       first_line = message.split("\n", 1)[0]

@@ -248,14 +248,14 @@ class RunConfig:
   # e.g. "eval/exact_match": also keep the best checkpoint by this metric
   best_metric: str = setting("", Effect.EVALUATION)
   best_mode: str = setting("max", Effect.EVALUATION)  # max | min
-  # eval/predict/translate: mean parameters of the last N periodic checkpoints (Vaswani et al. 2017 averaged the
+  # eval/predict/translate: mean parameters of the last N checkpoints (Vaswani et al. 2017 averaged the
   # last 5; outputs go to WORKDIR/average_last_N) instead of the best; 0 = off
   average_checkpoints: int = setting(0, Effect.BOOKKEEPING)
 
   # --- Checkpointing and the workdir
-  keep_checkpoints: int = setting(3, Effect.BOOKKEEPING)  # periodic checkpoints kept
+  keep_checkpoints: int = setting(3, Effect.BOOKKEEPING)  # the latest checkpoints kept (and the best, besides)
   async_checkpointing: bool = setting(True, Effect.BOOKKEEPING)
-  # Train: allow starting from step 0 in a workdir that holds an earlier run's metrics or best/ but no
+  # Train: allow starting from step 0 in a workdir that holds an earlier run's metrics but no
   # checkpoint to resume from (its files are moved to WORKDIR/previous-<time>/); off, such a start is refused.
   restart: bool = setting(False, Effect.BOOKKEEPING)
   # Resuming (or evaluating) with settings that change a run's results is refused; "field,field" (e.g.

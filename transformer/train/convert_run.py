@@ -5,6 +5,7 @@
 The one home of what older runs looked like; the rest of the code reads today's format only. A run without a
 ``run_format.json`` is format 1 when its ``config.json`` has ``model_name``, else format 0 (``architecture``
 chose between a Transformer section ``model`` and an RNN section ``rnn``; beam settings sat in ``task``).
+Format 2 kept the best checkpoint in ``best/``; format 3 keeps it among ``checkpoints/`` (``move_best_checkpoint``).
 Each rewritten file is kept as ``<file>.v<old format>``; checkpoints are not touched. Converting a converted
 run does nothing, so the command can be run on a whole directory of runs (``/tmp/runs/*``) again and again.
 """
@@ -22,8 +23,9 @@ from transformer.decode import DecodeSettings
 from transformer.errors import WorkdirError, exit_on_user_error
 from transformer.nn import model_spec
 from transformer.train.config import model_section
-from transformer.train.workdir import (CONFIG, FORMAT, FORMAT_VERSION, MODEL_CONFIG, check_writable, read_format,
-                                       write_format)
+from transformer.train.checkpoint import CHECKPOINTS
+from transformer.train.workdir import (BEST, CONFIG, FORMAT, FORMAT_VERSION, MODEL_CONFIG, check_writable,
+                                       read_format, write_format)
 
 MOVED_TO_CLASSIFIER = ("num_classes", "pooling")  # ModelConfig's fields until ClassifierConfig took them
 
@@ -112,6 +114,29 @@ def describe_changes(old: dict, new: dict) -> str:
   return "; ".join(parts)
 
 
+def move_best_checkpoint(workdir: str) -> str | None:
+  """Format 2 kept the best checkpoint in ``best/<step>`` beside ``checkpoints/``; format 3 keeps every step in
+  ``checkpoints/``, the best one carrying its metric. The best step's folder moves over; where ``checkpoints/``
+  held the same step too (the same state, saved without the metric), that copy goes to ``best.v2/<step>.periodic``.
+  ``best/`` is then renamed ``best.v2`` (nothing is deleted); returns the line that says so, None without a
+  ``best/``."""
+  best = os.path.join(workdir, BEST)
+  if not os.path.isdir(best):
+    return None
+  checkpoints = os.path.join(workdir, CHECKPOINTS)
+  os.makedirs(checkpoints, exist_ok=True)
+  moved = sorted((name for name in os.listdir(best) if name.isdigit()), key=int)
+  for step in moved:
+    source, target = os.path.join(best, step), os.path.join(checkpoints, step)
+    if os.path.isdir(target):
+      os.rename(target, os.path.join(best, f"{step}.periodic"))
+    shutil.copytree(source, f"{target}.converting")  # complete or absent: an interrupted copy is redone
+    os.rename(f"{target}.converting", target)
+  os.rename(best, f"{best}.v2")
+  return (f"{BEST}/: step {', '.join(moved) or 'none'} into {CHECKPOINTS}/ (was kept as {BEST}.v2; delete it once "
+          "the run loads)")
+
+
 def _read_json(path: str) -> dict:
   try:
     with open(path) as f:
@@ -159,6 +184,7 @@ def convert(workdir: str) -> list[str]:
     model_config = _read_json(model_config_path)
     changes.append(_rewrite(model_config_path, model_config,
                             upgrade_model_config(model_config, upgraded.get("model_name", "transformer")), version))
+  changes.append(move_best_checkpoint(workdir))
   write_format(workdir)
   return [f"format {version} -> {FORMAT_VERSION}"] + [line for line in changes if line] + [f"wrote {FORMAT}"]
 

@@ -89,7 +89,7 @@ def _require_a_run(workdir: str, mode: str) -> None:
   if not os.path.isdir(workdir):
     raise WorkdirError(f"--mode={mode}: --workdir={workdir} does not exist; give the workdir of a trained run.")
   if not RunDirectory(workdir).has_checkpoints():
-    raise WorkdirError(f"--mode={mode}: --workdir={workdir} holds no checkpoint (no checkpoints/ or best/); "
+    raise WorkdirError(f"--mode={mode}: --workdir={workdir} holds no checkpoint (no checkpoints/); "
                        "train first (--mode=train), or give the workdir of a trained run.")
   if mode in ("eval", "predict"):  # they write their results there: find out before decoding, not after
     check_writable(workdir, f"--mode={mode} writes its results into --workdir")

@@ -16,7 +16,7 @@ A run on disk: the one place that names the files of a workdir and reads them ba
       metrics.jsonl          a JSON line per logging step and per evaluation
       launches.jsonl         a JSON line per training launch: start step, processes, devices, parallelism
       goodput.json           where the run's time went (``loop.Goodput``)
-      checkpoints/  best/    orbax checkpoints: the latest few, and the best by ``config.best_metric``
+      checkpoints/           orbax checkpoints: the latest few, and the best by ``config.best_metric``
       tensorboard/           event files of the same metrics
       profile/               a jax.profiler trace of a few steps (``config.profile_steps``)
       train.lock             held while a training run owns the workdir
@@ -69,7 +69,7 @@ import numpy as np
 from transformer.data.files import write_atomically
 from transformer.effects import Effect, effect_of
 from transformer.errors import ConfigError, UserError, WorkdirError
-from transformer.train.checkpoint import BEST, CHECKPOINTS, Checkpointer
+from transformer.train.checkpoint import CHECKPOINTS, Checkpointer
 from transformer.train.config import RunConfig, base_config, set_field
 
 log = logging.getLogger(__name__)
@@ -83,6 +83,7 @@ TOKENIZERS = "tokenizers"
 METRICS = "metrics.jsonl"
 LAUNCHES = "launches.jsonl"
 GOODPUT = "goodput.json"
+BEST = "best"  # format 2 kept the best checkpoint here; convert_run moves it into checkpoints/
 TENSORBOARD = "tensorboard"
 PROFILE = "profile"
 LOCK = "train.lock"
@@ -296,7 +297,8 @@ class RunDirectory:
     return self.read_lines(LAUNCHES)
 
 
-FORMAT_VERSION = 2  # 1: model_name and decode in config.json (no marker); 0: architecture/rnn sections
+FORMAT_VERSION = 3  # 2: the best checkpoint in best/; 1: model_name and decode in config.json (no marker);
+# 0: architecture/rnn sections
 CONVERT_COMMAND = "python -m transformer.train.convert_run"
 
 
@@ -546,7 +548,7 @@ def check_fresh_start(workdir: str, restart: bool, checkpoint_every: int) -> Non
   hide the checkpoints it saved.
 
   Raises:
-    WorkdirError: the workdir holds ``best/``, damaged checkpoints, or metrics that a checkpoint covered.
+    WorkdirError: the workdir holds damaged checkpoints, or metrics that a checkpoint covered.
   """
   found = [name for name in EARLIER_OUTPUTS if _has_content(os.path.join(workdir, name))]
   records = read_metrics(workdir) if METRICS in found else []
