@@ -8,7 +8,7 @@ r"""Export a trained model as ``jax.export`` artifacts: serialized StableHLO tha
 ``<function>.jax_exported`` per function and the run's recorded tokenizers (``tokenizers/<name>.model``,
 SentencePiece). Serving from it (docs/export.md):
 
-    import jax, json, numpy as np
+    import jax, numpy as np
     params = dict(np.load("DIR/params.npz"))
     greedy = jax.export.deserialize(open("DIR/greedy.jax_exported", "rb").read())
     tokens, log_probs = greedy.call(params, source)   # source int32 [batch, source_length], padded with 0
