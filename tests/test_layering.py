@@ -36,6 +36,7 @@ ROOT_MODULES = {
     "effects.py": (set(), set()),
     "plot.py": ({"matplotlib"}, {"train"}),
     "inference.py": ({"jax", "numpy", "ml_collections"}, {"train", "tasks", "errors"}),
+    "export.py": ({"jax", "numpy"}, {"inference", "tasks", "decode", "errors"}),
     "__init__.py": (set(), {"train", "inference", "errors"}),
 }
 

@@ -135,3 +135,25 @@ def test_a_max_length_below_one_or_not_an_integer_is_named_by_every_search(max_l
     with pytest.raises(ValueError, match=rf"max_length must be an integer >= 1 \(tokens to generate at most\), "
                                          rf"got {max_length!r}"):
       call()
+
+
+@pytest.mark.parametrize("method", ["greedy", "beam"])
+def test_a_symbolic_max_length_exports_one_search_for_every_length(method):
+  """``jax.export`` with ``max_length`` a symbolic dimension (here an input's length), as
+  ``python -m transformer.export`` decodes: one artifact runs every length as the concrete search does."""
+  table = np.asarray(jax.random.normal(jax.random.key(3), (VOCAB, VOCAB)), np.float32)
+  step_fn = markov_step_fn(table)
+  settings = DecodeSettings(method, beam_size=2)
+
+  def decode(room, max_length):  # room: int32 [2, max_length], only its shape is read
+    return search(settings, step_fn, markov_cache(np.zeros(2, np.int32)), 2, max_length, BOS, EOS, PAD)
+
+  (length,) = jax.export.symbolic_shape("length", constraints=("length >= 2",))  # greedy scans length - 1 steps
+  exported = jax.export.export(jax.jit(lambda room: decode(room, room.shape[1])))(
+      jax.ShapeDtypeStruct((2, length), np.int32))
+  for max_length in (2, 3, 7):
+    tokens, scores = exported.call(np.zeros((2, max_length), np.int32))
+    expected_tokens, expected_scores = decode(None, max_length)
+    assert tokens.shape == (2, settings.copies, max_length)
+    np.testing.assert_array_equal(tokens, expected_tokens)
+    np.testing.assert_allclose(scores, expected_scores, rtol=1e-6)

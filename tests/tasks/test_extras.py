@@ -22,8 +22,9 @@ def _setup_cfg_extra(name: str) -> set[str]:
   return {re.split(r"[<>=!~ ;\[]", line.strip(), maxsplit=1)[0] for line in lines if line.strip()}
 
 
-def test_the_extras_modules_are_the_packages_of_setup_cfg():
-  assert set(tasks.EXTRA_MODULES["data"].values()) == _setup_cfg_extra("data")
+@pytest.mark.parametrize("extra", sorted(tasks.EXTRA_MODULES))
+def test_the_extras_modules_are_the_packages_of_setup_cfg(extra):
+  assert set(tasks.EXTRA_MODULES[extra].values()) == _setup_cfg_extra(extra)
 
 
 def test_every_task_with_a_pip_extra_names_a_known_one():

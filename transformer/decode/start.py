@@ -44,7 +44,13 @@ def check_special_ids(vocab_size: int, **ids) -> None:
 
 def check_max_length(max_length, name: str = "max_length") -> None:
   """A ValueError naming ``name`` unless ``max_length`` (tokens to generate at most) is an integer >= 1: a
-  search of no or a negative number of tokens has no output, and its cache would have no room."""
+  search of no or a negative number of tokens has no output, and its cache would have no room.
+
+  A symbolic dimension of ``jax.export`` (e.g. ``source_length + source_length // 2 + 10``) passes: its value
+  is known only when the exported search is called, and a search over it still compiles to one loop. It must be
+  provably >= 2 (greedy search and sampling scan ``max_length - 1`` steps after the first)."""
+  if jax.export.is_symbolic_dim(max_length):
+    return
   if isinstance(max_length, bool) or not isinstance(max_length, numbers.Integral) or max_length < 1:
     raise ValueError(f"{name} must be an integer >= 1 (tokens to generate at most), got {max_length!r}.")
 

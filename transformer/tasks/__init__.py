@@ -29,6 +29,8 @@ TASKS = {
 EXTRA_MODULES = {
     "data": {"tensorflow_datasets": "tensorflow-datasets", "sentencepiece": "sentencepiece",
              "sacrebleu": "sacrebleu", "tokenizers": "tokenizers", "safetensors": "safetensors"},
+    # jax.export's serialization (python -m transformer.export), not a task's.
+    "export": {"flatbuffers": "flatbuffers"},
 }
 
 
