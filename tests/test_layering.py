@@ -29,11 +29,12 @@ LAYERS = {
     "train": ({"jax", "numpy", "flax", "ml_collections", "optax", "orbax", "tqdm", "tensorboardX"},
               {"nn", "data", "decode", "ops", "pretrained", "tasks"}),
 }
-ALWAYS = ("errors", "effects")
+ALWAYS = ("errors", "effects", "lazy")
 # The package root: what each of its modules may import (errors.py: nothing, so that every layer may use it).
 ROOT_MODULES = {
     "errors.py": (set(), set()),
     "effects.py": (set(), set()),
+    "lazy.py": (set(), set()),
     "plot.py": ({"matplotlib"}, {"train"}),
     "inference.py": ({"jax", "numpy", "ml_collections"}, {"train", "tasks", "errors"}),
     "export.py": ({"jax", "numpy"}, {"inference", "tasks", "decode", "errors"}),

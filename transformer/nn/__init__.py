@@ -1,34 +1,57 @@
 """Flax linen modules: thin compositions of ``transformer.ops`` that own parameters and caches.
 
 ``MODELS`` is the one registry of models: ``config.model_name`` -> the model's hyper-parameter dataclass (whose
-fields ``config.model`` holds) and its Flax module.
+fields ``config.model`` holds) and its Flax module. The package's names import their module on first use, so a
+run of one model family does not import the others.
 """
 from __future__ import annotations
 
 import difflib
+import importlib
 from typing import NamedTuple
 
 from transformer.errors import ConfigError
-from transformer.nn.attention import CROSS_CACHE, MultiHeadAttention
-from transformer.nn.config import ClassifierConfig, ModelConfig
-from transformer.nn.forecasters import ForecasterConfig, RecurrentForecaster, TransformerForecaster, make_forecaster
-from transformer.nn.layers import DecoderLayer, EncoderLayer, FeedForward, Norm, PositionalEncoding
-from transformer.nn.models import (Decoder, Encoder, EncoderClassifier, EncoderDecoder, TransformerLM,
-                                   cross_attention_cache)
-from transformer.nn.rnn import RNNConfig, RNNEncoderDecoder
+from transformer.lazy import lazy_exports
+
+# submodule -> the names it exports here, imported on first use
+__getattr__, __dir__, _EXPORTED = lazy_exports(__name__, {
+    "attention": ("CROSS_CACHE", "MultiHeadAttention"),
+    "config": ("ClassifierConfig", "ModelConfig"),
+    "forecasters": ("ForecasterConfig", "RecurrentForecaster", "TransformerForecaster", "make_forecaster"),
+    "layers": ("DecoderLayer", "EncoderLayer", "FeedForward", "Norm", "PositionalEncoding"),
+    "models": ("Decoder", "Encoder", "EncoderClassifier", "EncoderDecoder", "TransformerLM", "cross_attention_cache"),
+    "rnn": ("RNNConfig", "RNNEncoderDecoder"),
+})
 
 
 class ModelSpec(NamedTuple):
-  config: type  # the frozen hyper-parameter dataclass (``ModelConfig``, ``RNNConfig``, ...)
-  module: type  # builds the Flax module from it: ``module(config)``
+  """A registry entry: where the model's frozen hyper-parameter dataclass (``ModelConfig``, ``RNNConfig``, ...)
+  and what builds its Flax module from it (``module(config)``) live, as ``"submodule:Name"`` under
+  ``transformer.nn``; each is imported when first asked for."""
+  config_path: str
+  module_path: str
+
+  @property
+  def config(self) -> type:
+    return _named(self.config_path)
+
+  @property
+  def module(self):
+    return _named(self.module_path)
+
+
+def _named(path: str):
+  submodule, name = path.split(":")
+  return getattr(importlib.import_module(f"{__name__}.{submodule}"), name)
 
 
 MODELS = {
-    "transformer": ModelSpec(ModelConfig, EncoderDecoder),  # Vaswani et al. 2017
-    "rnn": ModelSpec(RNNConfig, RNNEncoderDecoder),  # GRU/LSTM encoder-decoder with Bahdanau or Luong attention
-    "encoder_classifier": ModelSpec(ClassifierConfig, EncoderClassifier),  # Transformer encoder + pooled head
-    "forecaster": ModelSpec(ForecasterConfig, make_forecaster),  # time series: RNN/LSTM/GRU or Transformer
-    "lm": ModelSpec(ModelConfig, TransformerLM),  # decoder-only language model (the encoder fields unused)
+    "transformer": ModelSpec("config:ModelConfig", "models:EncoderDecoder"),  # Vaswani et al. 2017
+    # GRU/LSTM encoder-decoder with Bahdanau or Luong attention
+    "rnn": ModelSpec("rnn:RNNConfig", "rnn:RNNEncoderDecoder"),
+    "encoder_classifier": ModelSpec("config:ClassifierConfig", "models:EncoderClassifier"),  # encoder + pooled head
+    "forecaster": ModelSpec("forecasters:ForecasterConfig", "forecasters:make_forecaster"),  # RNN or Transformer
+    "lm": ModelSpec("config:ModelConfig", "models:TransformerLM"),  # decoder-only LM (the encoder fields unused)
 }
 
 
@@ -41,8 +64,4 @@ def model_spec(name: str) -> ModelSpec:
   return MODELS[name]
 
 
-__all__ = ["CROSS_CACHE", "MODELS", "ClassifierConfig", "ModelSpec", "MultiHeadAttention", "ModelConfig",
-           "DecoderLayer", "EncoderLayer", "FeedForward", "Norm", "PositionalEncoding", "Decoder", "Encoder",
-           "EncoderClassifier", "EncoderDecoder", "TransformerLM", "RNNConfig", "RNNEncoderDecoder",
-           "cross_attention_cache", "model_spec", "ForecasterConfig", "RecurrentForecaster", "TransformerForecaster",
-           "make_forecaster"]
+__all__ = sorted([*_EXPORTED, "MODELS", "ModelSpec", "model_spec"])

@@ -6,7 +6,10 @@
 | ``tokenizer`` | ``PretrainedTokenizer`` (a model's ``tokenizer.json`` through the ``tokenizers`` library), ``pad_batch`` |
 | ``embed`` | ``python -m transformer.pretrained.embed``: mean-pooled, L2-normalised sentence embeddings |
 """
-from transformer.pretrained.bert import load_bert
-from transformer.pretrained.tokenizer import PretrainedTokenizer, pad_batch
+from transformer.lazy import lazy_exports
 
-__all__ = ["load_bert", "PretrainedTokenizer", "pad_batch"]
+# submodule -> the names it exports here, imported on first use
+__getattr__, __dir__, __all__ = lazy_exports(__name__, {
+    "bert": ("load_bert",),
+    "tokenizer": ("PretrainedTokenizer", "pad_batch"),
+})

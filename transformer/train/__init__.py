@@ -1,21 +1,14 @@
 """The one training system: ``run(config, workdir, mode)``; and getting a run back (``load_params``).
 
-The names below are imported on first use, so importing one module of the package (``transformer.train.config``)
-pulls in neither orbax nor the loop.
+The names below import their module on first use, so importing one module of the package
+(``transformer.train.config``) pulls in neither orbax nor the loop.
 """
-_LAZY = {
-    "RunConfig": "config", "base_config": "config", "build_task": "config", "validate_config": "config",
-    "LoadedParams": "state", "load_params": "state", "read_run_config": "state",
-    "RunOutput": "loop",
-    "run": "modes", "run_eval": "modes", "run_predict": "modes", "run_train": "modes", "run_translate": "modes",
-}
+from transformer.lazy import lazy_exports
 
-
-def __getattr__(name):
-  if name in _LAZY:
-    import importlib
-    return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
-  raise AttributeError(f"module 'transformer.train' has no attribute {name!r}")
-
-
-__all__ = sorted(_LAZY)
+# submodule -> the names it exports here, imported on first use
+__getattr__, __dir__, __all__ = lazy_exports(__name__, {
+    "config": ("RunConfig", "base_config", "build_task", "validate_config"),
+    "state": ("LoadedParams", "load_params", "read_run_config"),
+    "loop": ("RunOutput",),
+    "modes": ("run", "run_eval", "run_predict", "run_train", "run_translate"),
+})

@@ -482,7 +482,9 @@ def _model_config(model_name: str, values: Mapping):
   """``config.model`` as the dataclass of ``model_name``, which must be that model's section (it is built with the
   model: ``transformer.train.config.set_model``), with values the dataclass accepts."""
   config_class = model_spec(model_name).config
-  holds = [name for name in MODELS if set(model_fields(name)) == set(values)]
+  # Which models' sections hold exactly these fields (the others' configs imported only when this one's differ).
+  holds = [model_name] if set(model_fields(model_name)) == set(values) else [
+      name for name in MODELS if set(model_fields(name)) == set(values)]
   unknown = sorted(set(values) - set(model_fields(model_name)))
   if values and not holds and unknown:  # a misspelt field rather than another model's section
     raise ConfigError(f"config.model: {config_class.unknown_field_message(unknown[0])}")
