@@ -137,6 +137,41 @@ def test_a_raised_checkpoint_every_does_not_hide_the_checkpoints_an_earlier_run_
   assert {name: open(os.path.join(workdir, name)).read() for name in record} == record
 
 
+@pytest.mark.slow
+def test_a_checkpoint_copied_from_another_run_is_refused_in_every_mode(workdir, tmp_path):
+  """Another run of the same architecture (another seed) copied into the workdir: resuming, evaluating and
+  loading refuse it in one line (was: "resumed from step 20" on the other run's trajectory, and its numbers
+  reported as this run's); with config.restart it is moved aside like a damaged one."""
+  from transformer.inference import load
+  other = str(tmp_path / "other")
+  run(tiny_config(**BEST, seed=7, num_train_steps=10), other)
+  shutil.rmtree(os.path.join(workdir, "checkpoints"))
+  shutil.copytree(os.path.join(other, "checkpoints", "10"), os.path.join(workdir, "checkpoints", "20"))
+  eval_results = os.path.join(workdir, "eval_results.json")
+  for mode in ("train", "eval"):
+    with pytest.raises(WorkdirError, match=r"checkpoint step 20 in .* belongs to another run .*copied from another "
+                                           r"workdir") as error:
+      run(tiny_config(**BEST, num_train_steps=40), workdir, mode)
+    assert "\n" not in str(error.value)
+  assert not os.path.exists(eval_results)
+  with pytest.raises(WorkdirError, match="belongs to another run"):
+    load(workdir)
+  assert step_dirs(os.path.join(workdir, "checkpoints")) == [20]  # refused, not moved
+  assert run(tiny_config(**BEST, restart=True), workdir).step == 20  # config.restart: moved aside, trained anew
+  previous, = [name for name in os.listdir(workdir) if name.startswith("previous-")]
+  assert [name for name in os.listdir(os.path.join(workdir, previous, "checkpoints")) if ".damaged-" in name]
+
+
+@pytest.mark.slow
+def test_checkpoints_without_their_record_are_not_resumed(workdir):
+  """config.json deleted, then a command with another learning rate (was: resumed, a new config.json written
+  with the new value and no history line)."""
+  os.remove(os.path.join(workdir, "config.json"))
+  with pytest.raises(WorkdirError, match="holds checkpoints but not config.json"):
+    run(tiny_config(**BEST, num_train_steps=30, optimizer__learning_rate=0.05), workdir)
+  assert not os.path.exists(os.path.join(workdir, "config.json"))
+
+
 def test_a_run_killed_before_its_first_checkpoint_committed_starts_over_without_asking(tmp_path):
   with open(tmp_path / "metrics.jsonl", "w") as f:  # a run killed at step 17 while saving step 10 leaves this
     f.writelines(json.dumps({"step": step, "train/loss": 9.0}) + "\n" for step in (5, 10, 15))

@@ -97,6 +97,10 @@ def _state_bytes(state) -> int:
   return sum(int(getattr(leaf, "nbytes", 0)) for leaf in jax.tree_util.tree_leaves(state))
 
 
+class CheckpointOfAnotherRun(WorkdirError):
+  """A checkpoint whose run identity is not the workdir's: refused, never resumed or evaluated as this run's."""
+
+
 def _kept_policy(keep: int, best_metric: str | None, best_mode: str):
   """What the one manager keeps: the latest ``keep`` checkpoints, and the best by ``best_metric`` (orbax's
   preservation policies); a step saved without metrics (no evaluation, or a non-finite one) is never the best."""
@@ -114,13 +118,16 @@ class Checkpointer:
   aside and orbax's leftover temporary directories are removed. Off for readers (eval, predict, another
   run's ``restore_from``), which must never change a directory a training run may be writing.
   ``discard_unrestorable`` (with ``repair``; ``config.restart``): when no checkpoint restores, move them all
-  aside and report none instead of raising.
+  aside and report none instead of raising. ``run``: the identity of the run (``workdir.record_identity``), which
+  every save records and every restore compares: a checkpoint of another run is refused (None: not checked).
   """
 
   def __init__(self, directory: str, keep: int = 3, asynchronous: bool = True, best_metric: str | None = None,
-               best_mode: str = "min", repair: bool = False, discard_unrestorable: bool = False):
+               best_mode: str = "min", repair: bool = False, discard_unrestorable: bool = False,
+               run: str | None = None):
     directory = os.path.abspath(directory)
     self.directory = directory
+    self.run = run
     self.keep = keep
     self.best_metric = best_metric
     self.repair = repair
@@ -178,6 +185,7 @@ class Checkpointer:
       if not math.isfinite(best_value):
         log.warning("step %d is not kept as the best checkpoint: its %s is %s", step, self.best_metric, best_value)
         best_value = None
+    extra = {**extra, "run": self.run} if self.run else extra
     args = ocp.args.Composite(state=ocp.args.StandardSave(state), extra=ocp.args.JsonSave(
         {**extra, "fingerprints": fingerprints, "extra_checksum": extra_checksum(extra)}))
     self._state_size = _state_bytes(state)
@@ -282,6 +290,11 @@ class Checkpointer:
     if recorded is not None and recorded != extra_checksum(extra):
       raise ValueError("checksum mismatch: its data position or metrics window (the extra item) changed since it "
                        "was saved")
+    if self.run and extra.get("run", self.run) != self.run:
+      raise CheckpointOfAnotherRun(
+          f"checkpoint step {step} in {self._manager.directory} belongs to another run (its record is not "
+          f"{os.path.join(self.directory, 'config.json')}'s): was it copied from another workdir? Move it out of "
+          "checkpoints/ (back to its own run), or give that run's --workdir.")
     actual, _ = state_fingerprints(state) if expected or not digests else state_checksums(state)
     expected = expected or digests
     changed = [name for name, digest in actual.items() if name in expected and expected[name] != digest]
@@ -330,6 +343,10 @@ class Checkpointer:
       restored = None
       try:
         restored = self._restore_verified(candidate, abstract_state)
+      except CheckpointOfAnotherRun as error:  # not damage: nothing to fall back to, unless starting over
+        if not (self.discard_unrestorable and self.repair):
+          raise
+        failed.append((candidate, _one_line(error)))
       except Exception as error:  # a corrupt, truncated or altered checkpoint: fall back to the previous one
         failed.append((candidate, _one_line(error)))
       if restored is None:
@@ -384,6 +401,8 @@ class Checkpointer:
     for index, step in enumerate(steps):
       try:
         state, _ = self._restore_verified(step, abstract_state)
+      except CheckpointOfAnotherRun:
+        raise
       except Exception as error:
         raise CheckpointRestoreError(f"cannot average step {step} in {self._manager.directory}: "
                                      f"{_one_line(error)}") from error

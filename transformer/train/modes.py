@@ -34,7 +34,7 @@ from transformer.train.state import run_optimizer, state_factory, with_params
 from transformer.train.step import make_evaluator
 from transformer.train.workdir import (EVAL_RESULTS, PREDICT_RESULTS, RunDirectory, Session, check_shared_workdir,
                                        check_tokenizers, check_workdir_model, check_writable, hold_to_record,
-                                       lock_workdir, refuse_foreign_folder)
+                                       lock_workdir, record_identity, refuse_foreign_folder)
 from transformer.train.writers import results_table, variant_tables
 
 
@@ -68,9 +68,12 @@ def _build_session(run_config: RunConfig, workdir: str, mode: str, lock, started
   strategy = make_strategy(run_config.parallelism, run_config.replicas.count, run_config.fsdp,
                            run_config.replicas.settings(), run_config.tensor_parallelism)
   _check_batch_divides(run_config, strategy.num_devices, jax.process_count())
+  # A fresh run is identified by the record it is about to write; one that exists, by the record it wrote.
+  run_identity = RunDirectory(workdir).run_identity() or (record_identity(run_config.record) if mode == "train"
+                                                         else None)
   checkpointer = Checkpointer(workdir, keep=run_config.keep_checkpoints, asynchronous=run_config.async_checkpointing,
                               best_metric=run_config.best_metric or None, best_mode=run_config.best_mode,
-                              repair=lock is not None, discard_unrestorable=run_config.restart)
+                              repair=lock is not None, discard_unrestorable=run_config.restart, run=run_identity)
   session = Session(run_config, workdir, mode, task, model_config, strategy, checkpointer, jax.process_index(),
                     jax.process_count(), sys.stderr if mode == "translate" else sys.stdout, lock, started)
   has_checkpoints = checkpointer.has_checkpoints()

@@ -263,7 +263,7 @@ def load_params(workdir: str, checkpoint: str | int = "best", average_last: int 
   check_tokenizers(workdir, task.trained_tokenizers(), has_checkpoints=True, write=False)
   abstract_state = abstract_params(task.build_model(model_config), task.placeholder_inputs(), run_config)
   checkpointer = Checkpointer(workdir, asynchronous=False, best_metric=run_config.best_metric or None,
-                              best_mode=run_config.best_mode)
+                              best_mode=run_config.best_mode, run=RunDirectory(workdir).run_identity())
   try:
     if average_last:
       steps, params = checkpointer.average_params(abstract_state, average_last)

@@ -53,6 +53,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import fcntl
+import hashlib
 import json
 import logging
 import os
@@ -197,6 +198,12 @@ class MetricsLog:
     return float(np.median(rates)) if rates else float("nan")
 
 
+def record_identity(record: dict) -> str:
+  """A run's identity: a digest of its record as it started (``config.json``). Every checkpoint carries it, so
+  that one copied from another run's workdir (another seed, the same architecture) is refused, not resumed."""
+  return hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()[:16]
+
+
 class RunDirectory:
   """The workdir of one run: ``path(NAME)`` for each of its files, and readers that check what they read."""
 
@@ -230,6 +237,11 @@ class RunDirectory:
       raise WorkdirError(f"{path} holds a JSON {type(value).__name__}, not the {kind.__name__} the training run "
                          "writes there; was it edited? Restore it from a copy, or use a new --workdir.")
     return value
+
+  def run_identity(self) -> str | None:
+    """The identity of the run recorded here (``record_identity`` of its ``config.json``, never rewritten), or
+    None without one."""
+    return record_identity(self.read_json(CONFIG)) if self.has(CONFIG) else None
 
   def read_lines(self, name: str, required: tuple[str, ...] = ()) -> list[dict]:
     """The JSON lines of the file ``name`` ([] without the file), see ``read_records``."""
@@ -728,6 +740,10 @@ def hold_to_record(session: Session, resuming: bool, write_history: bool = False
 def _hold_to_config(session: Session, resuming: bool, write_history: bool) -> None:
   run_config, workdir = session.run_config, session.workdir
   path = session.directory.path(CONFIG)
+  if resuming and session.mode == "train" and not os.path.isfile(path) and session.checkpointer.has_checkpoints():
+    raise WorkdirError(f"--workdir={workdir} holds checkpoints but not {CONFIG}, the record they were trained "
+                       f"with: put it back (a copy of the workdir, or {CONFIG}.v* beside it), or start a new "
+                       "--workdir; the run cannot be resumed without it.")
   if not resuming or not os.path.isfile(path):
     if session.is_main and session.mode == "train":
       write_format(workdir)  # first: config.json without it reads as an older run, to convert
