@@ -22,7 +22,7 @@ import numpy as np
 
 from transformer.ops.heads import check_attention_inputs, repeat_kv_heads
 from transformer.ops.kernels import REFERENCE, Kernels
-from transformer.ops.masks import MASK_VALUE
+from transformer.ops.masks import MASK_VALUE, check_per_position
 from transformer.ops.scores import dot_product_scores
 
 
@@ -90,9 +90,7 @@ def _check_sizes(batch, q_length, kv_length, query_chunk_size, key_chunk_size, w
     if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1:
       raise ValueError(f"{name} must be a positive integer, got {size!r}")
   for name, values in per_position.items():
-    length = q_length if name.startswith("query") else kv_length
-    if values is not None and jnp.shape(values) != (batch, length):
-      raise ValueError(f"{name} must be [batch, length] = {(batch, length)}, got shape {jnp.shape(values)}")
+    check_per_position(name, values, batch, q_length if name.startswith("query") else kv_length)
   if window is not None and (isinstance(window, bool) or not isinstance(window, (int, np.integer)) or window < 1):
     raise ValueError(f"window must be a positive integer or None, got {window!r}")
 
