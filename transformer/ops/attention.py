@@ -3,7 +3,10 @@
 Every attention variant in this package goes through ``attention_weights`` and ``weighted_values``:
 dot-product (``dot_product_attention``), the Luong and Bahdanau scores of ``scores.py`` (compute logits,
 then call ``attention_weights``), and the cached decoder (``transformer.nn.MultiHeadAttention``).
-The memory-efficient path (``chunked.py``) computes the same function block by block.
+The memory-efficient path (``chunked.py``) is a separate function with a narrower interface: it takes the
+mask in parts (per-position validity and segments, ``causal``, ``window``) rather than a dense ``mask``, has no
+``bias``, dropout, weights or ``precision``, and always computes logits in float32; given those parts it equals
+(to float rounding) ``dot_product_attention`` over the mask they build. ``attend`` chooses between the two.
 
 Shapes: queries ``[batch, q_length, heads, head_dim]``, keys and values ``[batch, kv_length, kv_heads, head_dim]``
 (the convention of ``jax.nn.dot_product_attention``; ``kv_heads`` divides ``heads``, equal but for grouped-query
@@ -165,7 +168,9 @@ def attend(query, key, value, *, query_valid=None, key_valid=None, causal: bool 
   The one place an implementation is chosen: the memory-efficient blocks of ``chunked.py`` when
   ``kernels.attention_chunk_size`` is set and nothing needs the weights or a dense mask (no dropout, no
   ``mask``, no ``return_weights``); otherwise ``dot_product_attention`` over the dense mask built from the
-  parts, which itself takes a fused kernel (cuDNN) where one applies. Each computes the same function.
+  parts, which itself takes a fused kernel (cuDNN) where one applies. The paths agree to float rounding, with
+  two differences: the chunked one always computes logits in float32 (it ignores ``float32_logits=False``)
+  and returns the query's dtype where the dense one returns the value's.
 
   Args:
     query, key, value: as ``dot_product_attention``.

@@ -1,7 +1,10 @@
 """Memory-efficient attention: online softmax over key blocks (Rabe & Staats 2021; Dao et al. 2022).
 
-Computes exactly the function of ``attention.dot_product_attention`` with a padding and/or causal mask,
-but never materialises the ``[q_length, kv_length]`` weights: queries are processed in blocks with
+Not a drop-in for ``attention.dot_product_attention``: it takes no dense ``mask`` (nor ``bias``, dropout,
+``return_weights``, ``precision`` or ``float32_logits``) but the mask's parts, below, and a causal mask
+without an offset (queries and keys start at the same position: no cached decoding). Given those parts it
+equals, to float rounding, ``dot_product_attention`` over the mask they build, in float32 logits, and
+never materialises the ``[q_length, kv_length]`` weights: queries are processed in blocks with
 ``lax.map``, keys in blocks with ``lax.scan`` while a running maximum and normaliser are kept per query.
 The backward pass is a custom VJP that recomputes each block's weights from the saved log-sum-exp, so
 peak memory is ``O(length * chunk)`` in both directions rather than ``O(length^2)``.
