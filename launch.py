@@ -2,6 +2,7 @@
 
     python launch.py --config=experiments/synthetic.py:copy --workdir=/tmp/copy --config.num_train_steps=300
     python launch.py --config=experiments/synthetic.py:copy --workdir=/tmp/copy --mode=eval
+    python launch.py --config=experiments/synthetic.py:copy --config.num_train_steps=300 --print_config
 
 Multi-host: add --coordinator_address=HOST:PORT --num_processes=N --process_id=I and --config.parallelism=mesh on
 every host (or set the TRANSFORMER_* environment variables; SLURM under srun and TPU VMs are detected), with one
@@ -43,7 +44,15 @@ _INITIALIZATION_TIMEOUT = flags.DEFINE_integer("initialization_timeout", None, "
                                                "every process to join (default 300).")
 _PEER_TIMEOUT = flags.DEFINE_integer("peer_timeout", None, "Multi-host: a process that stops sending heartbeats "
                                      "for this many seconds is taken as lost; the survivors stop (default 100).")
-flags.mark_flags_as_required(["config", "workdir"])
+_PRINT_CONFIG = flags.DEFINE_bool("print_config", False, "Print the config that --config (with its :variant) and "
+                                   "every --config.FIELD=VALUE override resolve to, once validated, and exit: each "
+                                   "field it lists is a --config.FIELD to override. Starts no run and needs no "
+                                   "--workdir (one given is not read or written; --mode=eval and the later modes "
+                                   "run with the workdir's saved config instead).")
+flags.mark_flags_as_required(["config"])
+flags.register_validator("workdir", lambda workdir: workdir is not None or _PRINT_CONFIG.value,
+                         message="--workdir is required (a directory for the run's checkpoints and outputs), "
+                                 "unless --print_config")
 
 
 def _load_module(path: str):
@@ -59,8 +68,7 @@ def _load_module(path: str):
 
 def experiments(with_variants: bool = True) -> list[str]:
   """``path (variant, variant, ...)`` of every experiment config in ``experiments/`` (a file with
-  ``get_config``), its variants from its ``VARIANTS`` where it lists them (the path alone without
-  ``with_variants``)."""
+  ``get_config``), its variants (``_variants``) where it lists them (the path alone without ``with_variants``)."""
   here = os.path.dirname(os.path.abspath(__file__))
   described = []
   for path in sorted(glob.glob(os.path.join(here, "experiments", "**", "*.py"), recursive=True)):
@@ -71,18 +79,33 @@ def experiments(with_variants: bool = True) -> list[str]:
       described.append(os.path.relpath(path, here))
       continue
     try:
-      variants = getattr(_load_module(path), "VARIANTS", ())
+      variants = _variants(_load_module(path))
     except Exception:  # a config that does not import here (a missing extra) is still listed
       variants = ()
     described.append(os.path.relpath(path, here) + (f" ({', '.join(variants)})" if variants else ""))
   return described
 
 
+def _variants(module) -> tuple[str, ...]:
+  """The variants an experiment config names: its ``VARIANTS`` (an ablation: its ``ABLATION``'s, each also as
+  ``NAME,multi30k``), and its smoke-test variant ``SMOKE`` where they leave it out."""
+  variants = tuple(getattr(module, "VARIANTS", ()))
+  ablation = getattr(module, "ABLATION", None)
+  smoke = getattr(module, "SMOKE", None)
+  if not variants and ablation is not None:
+    variants = (*ablation.variants, "NAME,multi30k")
+    smoke = getattr(sys.modules.get(type(ablation).__module__), "SMOKE", None)
+  return variants + ((smoke,) if smoke and smoke not in variants else ())
+
+
 def _check_config_argument(argv):
   """Fail early and clearly on a missing config file, a file that is no experiment, a colon naming no variant,
   or an unknown variant (before flag parsing); ``--help`` starts with the experiments and their variants."""
   if any(arg in ("--help", "-h", "--helpfull", "-?") for arg in argv):
-    print("Experiments (--config=PATH[:VARIANT]):\n  " + "\n  ".join(experiments()) + "\n")
+    print("Experiments (--config=PATH[:VARIANT]):\n  " + "\n  ".join(experiments()) + "\n\n"
+          "Config fields: python launch.py --config=PATH[:VARIANT] --print_config lists every field of that "
+          "experiment with its value; override any with --config.FIELD=VALUE (e.g. --config.num_train_steps=300, "
+          "--config.model.num_heads=4).\n")
   values = [arg.split("=", 1)[1] for arg in argv if arg.startswith("--config=")]
   values += [argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg == "--config"]
   if not values:
@@ -106,6 +129,9 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
   absl_logging.set_verbosity(absl_logging.WARNING)  # orbax logs every save step at INFO
+  if _PRINT_CONFIG.value:
+    print_config(_CONFIG.value, _MODE.value)
+    return
   show_own_lines(quiet=_CONFIG.value.get("quiet", False))
   from transformer.train import multihost, run, validate_config  # after flag parsing: imports JAX
   exit_on_user_error(multihost.initialize, _COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value,
@@ -127,6 +153,14 @@ def main(argv):
       # Returns only in a single-process run, where the error goes on as usual.
       leave_after_error(error.code if isinstance(error, SystemExit) else traceback.format_exc())
     raise
+
+
+def print_config(config, mode: str) -> None:
+  """``--print_config``: ``config`` (the file's variant with every override) checked as a run would check it, a
+  bad value one line ``error: ...``, then printed as ml_collections writes it; no workdir is read or written."""
+  from transformer.train import validate_config  # imports JAX
+  exit_on_user_error(validate_config, config, None, mode)
+  print(config, end="" if str(config).endswith("\n") else "\n")
 
 
 class OwnLineFormatter(logging.Formatter):

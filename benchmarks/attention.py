@@ -33,7 +33,7 @@ def add_arguments(parser):
   parser.add_argument("--tokens", type=common.positive_int, default=None,
                       help="tokens per batch (batch = tokens / length)")
   parser.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"], choices=DTYPES)
-  parser.add_argument("--budget_s", type=float, default=60.0, help="time budget per measurement")
+  parser.add_argument("--budget_s", type=common.positive_float, default=60.0, help="time budget per measurement")
 
 
 # Ours with logits and softmax in the inputs' dtype, as flax's stock attention (bfloat16 rows only; in

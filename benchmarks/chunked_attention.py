@@ -32,7 +32,7 @@ def add_arguments(parser):
   parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
   parser.add_argument("--passes", nargs="+", default=["forward", "forward+backward"],
                       choices=["forward", "forward+backward"])
-  parser.add_argument("--budget_s", type=float, default=120.0, help="time budget per measurement")
+  parser.add_argument("--budget_s", type=common.positive_float, default=120.0, help="time budget per measurement")
 
 
 def measure_size(args, implementations: dict, shape: tuple, pass_name: str,

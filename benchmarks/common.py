@@ -45,7 +45,7 @@ def parse_args(description: str, argv: Sequence[str] | None,
   parser.add_argument("--warmup", type=int, default=1, help="untimed calls before timing")
   # No --force: a section is replaced by every run of its script, there is no longer run to protect.
   pages.add_output_arguments(parser, "a new folder runs/benchmarks-<time>/ in the repository", force=False)
-  parser.add_argument("--time_budget_s", type=float, default=None,
+  parser.add_argument("--time_budget_s", type=positive_float, default=None,
                       help="stop adding measurements once this many seconds have passed (the table so far is "
                            "written, with a note); default: no limit")
   if add_arguments is not None:
@@ -75,12 +75,37 @@ def out_of_time(args: argparse.Namespace) -> bool:
   return budget is not None and time.monotonic() - args.started > budget
 
 
+# The argparse types of every script's numeric flags (lists too, as --lengths 128 -8): a bad value is argparse's
+# one error line naming the flag, before anything is imported onto a device or measured.
 def positive_int(text: str) -> int:
   """An argparse type: an integer of at least 1 (batch size, steps, ...), else a usage error naming the value."""
-  value = int(text)
+  try:
+    value = int(text)
+  except ValueError:
+    raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}") from None
   if value < 1:
     raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {value}")
   return value
+
+
+def _float_at_least(text: str, least: float, strictly: bool) -> float:
+  try:
+    value = float(text)
+  except ValueError:
+    value = float("nan")
+  if not math.isfinite(value) or value < least or (strictly and value == least):
+    raise argparse.ArgumentTypeError(f"must be a number {'>' if strictly else '>='} {least:g}, got {text!r}")
+  return value
+
+
+def positive_float(text: str) -> float:
+  """An argparse type: a finite number above 0 (seconds of a budget, GiB), else a usage error naming the value."""
+  return _float_at_least(text, 0.0, strictly=True)
+
+
+def non_negative_float(text: str) -> float:
+  """An argparse type: a finite number of at least 0 (seconds kept in reserve), else a usage error."""
+  return _float_at_least(text, 0.0, strictly=False)
 
 
 def fmt(value, digits: int = 2) -> str:

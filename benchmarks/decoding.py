@@ -39,13 +39,13 @@ TARGET_LENGTH = 256
 
 def add_arguments(parser):
   parser.add_argument("--config", default="transformer_small", choices=["transformer_small", "transformer_base"])
-  parser.add_argument("--batch_sizes", type=int, nargs="+", default=[1, 64])
-  parser.add_argument("--lengths", type=int, nargs="+", default=[64, 256], help="output tokens")
-  parser.add_argument("--source_length", type=int, default=32)
-  parser.add_argument("--beam_size", type=int, default=4)
-  parser.add_argument("--buckets", type=int, default=8, help="prefix lengths of the no-cache baseline")
+  parser.add_argument("--batch_sizes", type=common.positive_int, nargs="+", default=[1, 64])
+  parser.add_argument("--lengths", type=common.positive_int, nargs="+", default=[64, 256], help="output tokens")
+  parser.add_argument("--source_length", type=common.positive_int, default=32)
+  parser.add_argument("--beam_size", type=common.positive_int, default=4)
+  parser.add_argument("--buckets", type=common.positive_int, default=8, help="prefix lengths of the no-cache baseline")
   parser.add_argument("--searches", nargs="+", default=["greedy", "beam"], choices=["greedy", "beam"])
-  parser.add_argument("--budget_s", type=float, default=120.0, help="time budget per measurement")
+  parser.add_argument("--budget_s", type=common.positive_float, default=120.0, help="time budget per measurement")
 
 
 def prefix_lengths(max_length: int, buckets: int) -> list[int]:

@@ -41,7 +41,7 @@ CORPORA = {
 
 
 def add_arguments(parser):
-  parser.add_argument("--synthetic_batches", type=int, default=500, help="synthetic batches per timing")
+  parser.add_argument("--synthetic_batches", type=common.positive_int, default=500, help="synthetic batches per timing")
 
 
 def generated_pairs(num_examples: int, mean_source: float, mean_target: float, vocab_size: int,

@@ -38,7 +38,7 @@ def add_arguments(parser):
                       help="calls dispatched without waiting per timed sample")
   parser.add_argument("--fit_batch", type=common.positive_int, default=None,
                       help="the batch compiled (not run) against the memory limit (default: 16 x --batch)")
-  parser.add_argument("--memory_limit_gib", type=float, default=None,
+  parser.add_argument("--memory_limit_gib", type=common.positive_float, default=None,
                       help="the limit a step must fit in (default: this device's free memory)")
 
 

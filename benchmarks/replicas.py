@@ -36,7 +36,7 @@ def add_arguments(parser):
                       help="replicas in the vmapped step (the ablations' seeds per cell)")
   parser.add_argument("--batch", type=common.positive_int, default=128, help="sentences per batch")
   parser.add_argument("--length", type=common.positive_int, default=32, help="source and target tokens")
-  parser.add_argument("--budget_s", type=float, default=120.0, help="time budget per measurement")
+  parser.add_argument("--budget_s", type=common.positive_float, default=120.0, help="time budget per measurement")
 
 
 def base_config(model_name: str, smoke: bool):

@@ -30,10 +30,10 @@ from transformer.train.config import build_task
 
 def add_arguments(parser):
   parser.add_argument("--config", default="transformer_small", choices=["transformer_small", "transformer_base"])
-  parser.add_argument("--lengths", type=int, nargs="+", default=[64, 128, 256, 512, 1024, 2048, 4096])
-  parser.add_argument("--tokens", type=int, default=4096, help="tokens per side per batch")
-  parser.add_argument("--chunk", type=int, default=512, help="attention block size of the chunked runs")
-  parser.add_argument("--budget_s", type=float, default=120.0, help="time budget per measurement")
+  parser.add_argument("--lengths", type=common.positive_int, nargs="+", default=[64, 128, 256, 512, 1024, 2048, 4096])
+  parser.add_argument("--tokens", type=common.positive_int, default=4096, help="tokens per side per batch")
+  parser.add_argument("--chunk", type=common.positive_int, default=512, help="attention block size of the chunked runs")
+  parser.add_argument("--budget_s", type=common.positive_float, default=120.0, help="time budget per measurement")
 
 
 def growth_share(lengths, seconds) -> list[float]:

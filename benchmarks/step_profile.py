@@ -68,10 +68,10 @@ _OP_NAME = re.compile(r'op_name="([^"]*)"')
 def add_arguments(parser):
   parser.add_argument("--config", default="transformer_base", choices=sorted(train_step.VOCAB_SIZES))
   parser.add_argument("--batch", type=common.positive_int, default=16)
-  parser.add_argument("--length", type=int, default=64, help="source and target tokens per example")
+  parser.add_argument("--length", type=common.positive_int, default=64, help="source and target tokens per example")
   parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
   parser.add_argument("--steps", type=common.positive_int, default=3, help="steps inside the trace")
-  parser.add_argument("--matmul_size", type=int, default=None,
+  parser.add_argument("--matmul_size", type=common.positive_int, default=None,
                       help="side of the peak matmul (default 2048 on CPU, 8192 on an accelerator)")
   parser.add_argument("--no_dropout", action="store_true", help="train without dropout")
   parser.add_argument("--top", type=common.positive_int, default=10, help="how many of the slowest ops to list")

@@ -52,7 +52,7 @@ def add_arguments(parser):
   parser.add_argument("--workdir", default="", help="a new folder for the run, kept (default: a temporary one, "
                       "removed at the end)")
   parser.add_argument("--steps", type=common.positive_int, default=None, help="config.num_train_steps")
-  parser.add_argument("--eval_reserve_s", type=float, default=90.0,
+  parser.add_argument("--eval_reserve_s", type=common.non_negative_float, default=90.0,
                       help="with --time_budget_s: seconds kept for the evaluation process")
   parser.add_argument("--override", action="append", default=[],
                       help="more launch.py flags, e.g. --override=--config.task.max_tokens=32768")

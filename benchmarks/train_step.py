@@ -104,10 +104,10 @@ def add_arguments(parser):
                       choices=sorted(VOCAB_SIZES))
   parser.add_argument("--batch", type=common.positive_int, nargs="+", default=[16],
                       help="batch sizes: the references run at the first, ours at each")
-  parser.add_argument("--length", type=int, default=64, help="source and target tokens per example")
+  parser.add_argument("--length", type=common.positive_int, default=64, help="source and target tokens per example")
   parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
                       help="compute dtype of every implementation and of the matmul peak")
-  parser.add_argument("--matmul_size", type=int, default=None,
+  parser.add_argument("--matmul_size", type=common.positive_int, default=None,
                       help="side of the peak matmul (default: the best of measure.peak_matmul_sizes)")
   parser.add_argument("--no_dropout", action="store_true", help="train without dropout (all three)")
   parser.add_argument("--no_torch", action="store_true", help="skip the PyTorch reference")

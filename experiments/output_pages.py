@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 
 from experiments import launching, pages, record_store, reruns
@@ -12,6 +13,9 @@ from transformer import read_run_config
 from transformer.train.workdir import METRICS, MetricsLog, RunDirectory, read_records
 
 LOGS = "logs"  # beside a page: each row's training log, the metrics.jsonl of the run it was recorded from
+# The date (of a record's machine stamp) since which every row is recorded with its log (commit 11875d3): a row
+# recorded since then without its log lost it; an older row never had one.
+LOGS_KEPT_SINCE = "2026-11-29"
 
 
 def make_page(parser: argparse.ArgumentParser, argv, committed: str, collect, render) -> str:
@@ -55,9 +59,22 @@ def log_path(folder: str, name: str) -> str:
   return os.path.join(folder, LOGS, f"{name}.jsonl")
 
 
+def recorded_on(record: dict) -> str | None:
+  """The date a row was recorded (``YYYY-MM-DD``, the end of its machine stamp); None for a stamp without one."""
+  match = re.search(r"(\d{4}-\d\d-\d\d)$", record.get("machine", ""))
+  return match.group(1) if match else None
+
+
+def log_expected(record: dict) -> bool:
+  """Whether a row was recorded when rows kept their training logs (``LOGS_KEPT_SINCE``), so that its log is
+  missing, not never kept, when it is not there."""
+  date = recorded_on(record)
+  return date is not None and date >= LOGS_KEPT_SINCE
+
+
 def read_log(folder: str, name: str) -> MetricsLog | None:
-  """Row ``name``'s training log kept in the page folder ``folder`` (None: the row was recorded before logs were
-  kept)."""
+  """Row ``name``'s training log kept in the page folder ``folder``; None where there is none (``log_expected``
+  says whether there should be)."""
   path = log_path(folder, name)
   return MetricsLog(tuple(read_records(path, ("step",)))) if os.path.exists(path) else None
 

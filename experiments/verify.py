@@ -45,6 +45,7 @@ import sys
 import tempfile
 
 from experiments import record_store
+from transformer.errors import UserError
 
 # The pages a results script writes, and the arguments that write them again from their records.
 PAGES = {
@@ -118,6 +119,10 @@ class Tally:
     else:
       self.differences.append(f"{page}: {where}: printed {printed}, recomputed {recomputed}")
 
+  def fail(self, page: str, where: str, problem: str) -> None:
+    """A file a number rests on that is missing or damaged: a difference (the check fails), naming the file."""
+    self.differences.append(f"{page}: {where}: {problem}")
+
   def unverified(self, page: str, what: str, why: str) -> None:
     self.not_verified.append(f"{page}: {what}: {why}")
 
@@ -127,6 +132,12 @@ class Tally:
 def read(root: str, page: str) -> str:
   with open(os.path.join(root, page), encoding="utf-8") as f:
     return f.read()
+
+
+def shown(path: str) -> str:
+  """``path`` as a message names it: relative to the repository when inside it (what ``git checkout`` takes)."""
+  relative = os.path.relpath(path, record_store.REPO)
+  return path if relative.startswith("..") else relative
 
 
 def numbers(text: str) -> list[str]:
@@ -242,7 +253,11 @@ def check_outputs(tally: Tally, root: str, page: str) -> None:
   kind = "recomputed from committed outputs"
   for name in store:
     record = store[name]
-    values = module.recompute(folder, name, record)
+    try:
+      values = module.recompute(folder, name, record)
+    except UserError as error:  # a damaged output file: the reader names it and the line
+      tally.fail(page, f"row {name!r}", str(error))
+      continue
     if values is None:
       tally.unverified(page, f"{name}: {', '.join(module.RECOMPUTED_COLUMNS)}", "its outputs are not committed")
       continue
@@ -263,10 +278,15 @@ def check_logs(tally: Tally, page: str) -> None:
   store = record_store.RecordStore(folder)
   for name in store:
     log = output_pages.read_log(folder, name)
+    if log is None and output_pages.log_expected(store[name]):
+      path = shown(output_pages.log_path(folder, name))
+      tally.fail(page, f"row {name!r}", f"its training log {path} is missing (the row was recorded on "
+                 f"{output_pages.recorded_on(store[name])}, with its log): restore it, git checkout -- {path}")
+      continue
     if log is None:
       tally.unverified(page, f"{name}: the steps, best step, wall time and speed its row prints",
                        f"its training log is not committed ({output_pages.LOGS}/{name}.jsonl: the row was recorded "
-                       "before logs were kept)")
+                       f"before logs were kept, on {output_pages.recorded_on(store[name]) or 'an undated stamp'})")
       continue
     recorded = {**store[name]["values"], "steps": store[name]["steps"]}
     for key, value in module.log_values(log).items():
@@ -342,7 +362,15 @@ def check_bleu(tally: Tally, root: str, experiment: str, data: str) -> None:
         continue
       with open(os.path.join(folder, path), encoding="utf-8") as f:
         hypotheses = f.read().split("\n")[:-1]  # one line per reference, newline-terminated
-      check_split(tally, page, text, name, split, split == TEST_NAME[experiment], hypotheses, read_lines(reference))
+      references = read_lines(reference)
+      # A test set's outputs hold one line per reference; a validation split's the first task.num_eval_sentences.
+      if len(hypotheses) > len(references) or (split != "validation" and len(hypotheses) != len(references)):
+        damaged = shown(os.path.join(folder, path))
+        tally.fail(page, f"row {name!r}, {split} BLEU", f"{damaged} holds {len(hypotheses)} hypotheses for the "
+                   f"{len(references)} references of {reference}, one a line: it is truncated or damaged; restore "
+                   f"it, git checkout -- {damaged}")
+        continue
+      check_split(tally, page, text, name, split, split == TEST_NAME[experiment], hypotheses, references)
 
 
 def check_choices(tally: Tally, experiment: str) -> None:
@@ -616,7 +644,8 @@ def summary(tally: Tally) -> str:
     lines.append(f"- {page}: " + "; ".join(f"{count} {kind}" for kind, count in kinds.items()))
   lines += ["", "Not verified (nothing committed behind them):", *(f"- {line}" for line in tally.not_verified)]
   if tally.differences:
-    lines += ["", f"{len(tally.differences)} numbers differ from what the committed files give:",
+    lines += ["", f"{len(tally.differences)} numbers differ from what the committed files give, or files they "
+              "rest on are missing or damaged:",
               *(f"- {line}" for line in tally.differences)]
   else:
     lines += ["", "Every checked number is as the committed files give it."]

@@ -118,7 +118,8 @@ def test_a_changed_validation_mae_fails_against_the_committed_validation_errors(
 
 def test_a_changed_training_log_fails_naming_the_value_and_a_row_without_one_is_listed(tmp_path, monkeypatch):
   """The synthetic page's rows against their committed training logs: a log whose wall time differs from the
-  record fails naming the row and the value; a row whose log is gone is listed as not verified."""
+  record fails naming the row and the value; a row recorded before logs were kept is listed as not verified
+  (a row recorded with its log whose log is gone fails: test_a_deleted_training_log_fails_naming_the_file)."""
   page = "experiments/synthetic/RESULTS.md"
   copy = tmp_path / "synthetic"
   shutil.copytree(os.path.join(record_store.COMMITTED, "synthetic"), copy)
@@ -133,10 +134,31 @@ def test_a_changed_training_log_fails_naming_the_value_and_a_row_without_one_is_
   last["wall_seconds"] += 1.0  # the final evaluation's wall time: the row's total wall time
   log.write_text("\n".join(lines[:-1] + [json.dumps(last)]) + "\n")
   (copy / "logs" / "sort.jsonl").unlink()
+  records = json.loads((copy / "records.json").read_text())
+  records["sort"]["machine"] = records["sort"]["machine"].rsplit("; ", 1)[0] + "; 2026-11-20"  # before logs
+  (copy / "records.json").write_text(json.dumps(records))
   tally = verify.Tally()
   verify.check_logs(tally, page)
   assert len(tally.differences) == 1 and "row 'copy', wall_seconds: printed" in tally.differences[0]
-  assert [line for line in tally.not_verified if "sort: " in line and "training log is not committed" in line]
+  assert [line for line in tally.not_verified if "sort: " in line and "training log is not committed" in line
+          and "recorded before logs were kept, on 2026-11-20" in line]
+
+
+def test_a_deleted_training_log_fails_naming_the_file(tmp_path, monkeypatch):
+  """Was: the row listed as not verified "recorded before logs were kept" (it was recorded with its log), and
+  exit status 0."""
+  page = "experiments/synthetic/RESULTS.md"
+  copy = tmp_path / "synthetic"
+  shutil.copytree(os.path.join(record_store.COMMITTED, "synthetic"), copy)
+  monkeypatch.setattr(record_store, "COMMITTED", str(tmp_path))
+  (copy / "logs" / "sort.jsonl").unlink()
+  tally = verify.Tally()
+  verify.check_logs(tally, page)
+  assert tally.differences == [f"{page}: row 'sort': its training log {copy}/logs/sort.jsonl is missing (the row was "
+                               f"recorded on 2026-11-29, with its log): restore it, git checkout -- "
+                               f"{copy}/logs/sort.jsonl"]
+  assert not [line for line in tally.not_verified if "sort: " in line]
+  assert verify.main([f"--page={page}"]) == 1
 
 
 def test_a_count_of_attention_sizes_in_the_readme_is_counted_in_the_section_its_row_names(tmp_path):
@@ -261,3 +283,68 @@ def test_an_unknown_page_or_a_root_without_the_pages_is_one_clear_error(tmp_path
   with pytest.raises(SystemExit):
     verify.main([f"--root={tmp_path}", f"--page={verify.README}"])
   assert f"--root={tmp_path} lacks README.md: give the repository's root" in capsys.readouterr().err
+
+
+def test_a_damaged_outputs_line_fails_naming_the_file_and_line(tmp_path, monkeypatch):
+  """Was: a traceback from read_outputs (``not enough values to unpack``) that named neither."""
+  page = "experiments/synthetic/RESULTS.md"
+  copy = tmp_path / "synthetic"
+  shutil.copytree(os.path.join(record_store.COMMITTED, "synthetic"), copy)
+  monkeypatch.setattr(record_store, "COMMITTED", str(tmp_path))
+  path = copy / "outputs" / "reverse.tsv"
+  lines = path.read_text().splitlines()
+  lines[6] = lines[6].rsplit("\t", 2)[0]  # two columns lost
+  path.write_text("\n".join(lines) + "\n")
+  tally = verify.Tally()
+  verify.check_outputs(tally, record_store.REPO, page)
+  assert len(tally.differences) == 1, tally.differences
+  assert tally.differences[0].startswith(f"{page}: row 'reverse': {path} line 7 is damaged: ")
+  assert sum(tally.verified[page].values()) >= 4  # the other rows are still checked
+
+
+@pytest.mark.parametrize("experiment, row, test_file", [
+    ("iwslt15_en_vi", "transformer_small_bpe_rotary", "tst2013"),
+    ("multi30k", "transformer_small", "test_2016_flickr"),
+])
+def test_a_truncated_hypotheses_file_fails_naming_it_and_the_counts(tmp_path, monkeypatch, experiment, row,
+                                                                      test_file):
+  """Was: ``ValueError: 638 hypotheses for 1268 references`` from deep in the BLEU by length, the file unnamed."""
+  if not os.path.isdir(os.path.join(verify.data_folder(), experiment)):
+    pytest.skip(f"the raw {experiment} references (TRANSFORMER_DATA_DIR) are not here")
+  shutil.copytree(os.path.join(record_store.COMMITTED, experiment), tmp_path / experiment)
+  monkeypatch.setattr(record_store, "COMMITTED", str(tmp_path))
+  path = next(os.path.join(tmp_path, experiment, file) for file in verify.translation_outputs(experiment)[row]
+              if os.path.basename(file).startswith(test_file + "."))
+  with open(path, encoding="utf-8") as f:
+    lines = f.read().split("\n")[:-1]
+  with open(path, "w", encoding="utf-8") as f:
+    f.write("".join(line + "\n" for line in lines[:len(lines) // 2]))
+  tally = verify.Tally()
+  verify.check_bleu(tally, record_store.REPO, experiment, verify.data_folder())
+  assert len(tally.differences) == 1, tally.differences
+  assert tally.differences[0].startswith(f"experiments/{experiment}/RESULTS.md: row {row!r}, {test_file} BLEU: "
+                                         f"{path} holds {len(lines) // 2} hypotheses for the {len(lines)} references")
+
+
+@pytest.mark.slow
+def test_a_bleu_that_page_records_and_readme_agree_on_but_the_hypotheses_contradict_fails_naming_the_row(
+    tmp_path, monkeypatch):
+  """The page written again from records that were changed, and the README changed to match: only the committed
+  hypotheses disagree, and the check names the row (was reported as ending in StopIteration)."""
+  if not os.path.isdir(os.path.join(verify.data_folder(), "multi30k")):
+    pytest.skip("the raw multi30k references (TRANSFORMER_DATA_DIR) are not here")
+  from experiments import translation_results  # noqa: F401  (reads its page template before the move below)
+  shutil.copytree(os.path.join(record_store.COMMITTED, "multi30k"), tmp_path / "committed" / "multi30k")
+  monkeypatch.setattr(record_store, "COMMITTED", str(tmp_path / "committed"))
+  records_path = tmp_path / "committed" / "multi30k" / "records.json"
+  records = json.loads(records_path.read_text())
+  records["transformer_small"]["values"]["test_bleu"] -= 0.1
+  records_path.write_text(json.dumps(records))
+  root = copy_pages(tmp_path / "pages")
+  with open(os.path.join(root, MULTI30K), "w", encoding="utf-8") as f:
+    f.write(verify.regenerate(MULTI30K, str(tmp_path / "written")))
+  change_digit(root, verify.README, "39.99 test2016", "39.89 test2016")
+  tally = verify.verify(root, (MULTI30K, verify.README))
+  assert tally.differences == [f"{MULTI30K}: row 'transformer_small', column 'test_2016_flickr BLEU': printed 39.89, "
+                               "recomputed 39.99"]
+  assert verify.main([f"--root={root}", f"--page={MULTI30K}", f"--page={verify.README}"]) == 1

@@ -195,6 +195,35 @@ def test_shape_errors_name_the_shapes():
     ops.dot_product_attention(query, key, value[:, :2])
 
 
+def test_a_mask_of_the_wrong_length_is_named_with_its_shape_even_under_jit():
+  """A padding mask one key short broadcast-failed deep in jnp.where, naming neither the mask nor its shape."""
+  query, key, value = _qkv(9, 5, 7)
+  short = np.ones((BATCH, 1, 5, 6), bool)
+  expected = r"mask has shape \(2, 1, 5, 6\), which does not broadcast to .* = \(2, 3, 5, 7\): its kv_length"
+  with pytest.raises(ValueError, match=expected):
+    ops.dot_product_attention(query, key, value, mask=short)
+  with pytest.raises(ValueError, match=expected):  # shapes are static: the check runs while tracing
+    jax.jit(ops.dot_product_attention)(query, key, value, mask=short)
+  with pytest.raises(ValueError, match=r"bias has shape \(3, 1, 1, 7\).* its batch axis is 3, expected 2"):
+    ops.dot_product_attention(query, key, value, bias=np.zeros((3, 1, 1, 7)))
+  with pytest.raises(ValueError, match=r"mask has shape \(2, 1, 5, 6\).*= \(2, 3, 5, 7\)"):
+    ops.attention_weights(jnp.zeros((BATCH, HEADS, 5, 7)), mask=short)
+  # Broadcastable masks (fewer axes, axes of 1) are still taken.
+  ops.dot_product_attention(query, key, value, mask=np.ones((5, 7), bool))
+  ops.dot_product_attention(query, key, value, mask=np.ones((BATCH, 1, 1, 7), bool))
+
+
+@pytest.mark.parametrize("chunked", [False, True])
+def test_attend_names_a_per_position_mask_of_the_wrong_shape(chunked):
+  query, key, value = _qkv(9, 5, 7)
+  kernels = ops.select_kernels("reference", attention_chunk_size=4 if chunked else None)
+  with pytest.raises(ValueError, match=r"key_valid must be \[batch, length\] = \(2, 7\), got shape \(2, 6\)"):
+    ops.attend(query, key, value, key_valid=np.ones((BATCH, 6), bool), kernels=kernels)
+  with pytest.raises(ValueError, match=r"query_segments must be \[batch, length\] = \(2, 5\)"):
+    ops.attend(query, key, value, query_segments=np.zeros((BATCH, 7), int), key_segments=np.zeros((BATCH, 7), int),
+               kernels=kernels)
+
+
 def test_attention_dropout_shares_one_mask_over_batch_and_heads():
   query, key, value = _qkv(10, 4, 4)
 

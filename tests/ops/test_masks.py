@@ -1,4 +1,6 @@
 """Masks: hand-made examples of padding, causal (with offset) and combined masks."""
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -69,3 +71,20 @@ def test_a_negative_length_is_named_not_made_an_empty_mask():
   with pytest.raises(ValueError, match="length is a number of positions, >= 0; got -2"):
     ops.make_local_mask(-2, 2)
   assert ops.make_causal_mask(0).shape == (1, 1, 0, 0)  # no positions: empty, as it should be
+
+
+def test_a_traced_length_is_refused_by_name_and_a_static_one_taken():
+  """The mask's shape is its length: under jit a traced length failed inside jnp.arange (or a tracer-bool
+  error) without saying that the length must be static."""
+  with pytest.raises(ValueError, match="length must be a static int .* got a traced value"):
+    jax.jit(ops.make_causal_mask)(3)
+  with pytest.raises(ValueError, match="kv_length must be a static int .* got a traced value"):
+    jax.jit(lambda kv_length: ops.make_causal_mask(2, kv_length))(3)
+  with pytest.raises(ValueError, match=r"length must be a static int number of positions, got 3.0 \(float\)"):
+    ops.make_causal_mask(3.0)
+  # Static lengths, and a traced offset (cached decoding), are fine under jit.
+  static = jax.jit(ops.make_causal_mask, static_argnums=(0, 1))(2, 4)
+  np.testing.assert_array_equal(static[0, 0], [[1, 0, 0, 0], [1, 1, 0, 0]])
+  shifted = jax.jit(lambda offset: ops.make_causal_mask(1, 4, offset))(jnp.int32(2))
+  np.testing.assert_array_equal(shifted[0, 0], [[1, 1, 1, 0]])
+  np.testing.assert_array_equal(ops.make_causal_mask(np.int64(2)), ops.make_causal_mask(2))

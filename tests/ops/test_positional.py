@@ -32,6 +32,21 @@ def test_sinusoidal_encoding_of_arbitrary_position_arrays():
   np.testing.assert_allclose(encoding, _numpy_sinusoid(8, 8)[positions], atol=1e-6)
 
 
+def test_an_int_means_the_positions_below_it_and_ambiguous_scalars_are_refused():
+  """``positions=n`` (a Python int) is ``range(n)``, as every caller of a sequence's length uses it; a 0-d
+  array is one position. A numpy integer, bool, float or negative int reads as either: refused by name."""
+  np.testing.assert_array_equal(ops.sinusoidal_position_encoding(4, 6), ops.sinusoidal_position_encoding(np.arange(4), 6))
+  assert ops.sinusoidal_position_encoding(0, 6).shape == (0, 6)
+  np.testing.assert_allclose(ops.sinusoidal_position_encoding(jnp.asarray(4), 6), _numpy_sinusoid(5, 6)[4], atol=1e-6)
+  np.testing.assert_allclose(ops.sinusoidal_position_encoding([3, 0], 6), _numpy_sinusoid(4, 6)[[3, 0]], atol=1e-6)
+  for positions, shown in ((np.int64(4), r"np.int64\(4\) \(int64\)"), (True, r"True \(bool\)"),
+                           (4.0, r"4.0 \(float\)"), (np.arange(4.0), r"an array of float32 and shape \(4,\)")):
+    with pytest.raises(ValueError, match=rf"positions must be an int .* got {shown}; pass int\(n\)"):
+      ops.sinusoidal_position_encoding(positions, 6)
+  with pytest.raises(ValueError, match="positions=-3: an int is a number of positions"):
+    ops.sinusoidal_position_encoding(-3, 6)
+
+
 def _shift_matrix(k, d_model):
   """Block-diagonal M_k with blocks [[cos(k w_i), sin(k w_i)], [-sin(k w_i), cos(k w_i)]] on (sin, cos) pairs."""
   matrix = np.zeros((d_model, d_model))

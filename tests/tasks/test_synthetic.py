@@ -92,5 +92,18 @@ def test_eval_writes_outputs_that_give_back_its_exact_match_and_token_accuracy(t
 def test_an_outputs_file_without_its_header_is_refused(tmp_path):
   from transformer.tasks.synthetic import read_outputs
   (tmp_path / "outputs.tsv").write_text("1 2\t1 2\t1 2\t2\t2\n")
-  with pytest.raises(ValueError, match="is not an outputs file"):
+  with pytest.raises(ValueError, match="is not a file of decoded outputs"):
     read_outputs(str(tmp_path / "outputs.tsv"))
+
+
+def test_a_damaged_outputs_line_is_named_with_its_file_and_line(tmp_path):
+  """Was: ``ValueError: not enough values to unpack`` from inside read_outputs, naming neither."""
+  from transformer.errors import InputFileError
+  from transformer.tasks.synthetic import OUTPUT_COLUMNS, read_outputs
+  path = tmp_path / "outputs.tsv"
+  path.write_text("\t".join(OUTPUT_COLUMNS) + "\n3 4\t3 4\t3 4\t2\t2\n3 4\t3 4\t2\n5\t5\t5\t1\tone\n")
+  with pytest.raises(InputFileError, match=rf"{path} line 3 is damaged: '3 4\\t3 4\\t2' should be 5 tab-separated"):
+    read_outputs(str(path))
+  path.write_text("\t".join(OUTPUT_COLUMNS) + "\n5\t5\t5\t1\tone\n")
+  with pytest.raises(InputFileError, match="line 2 is damaged"):
+    read_outputs(str(path))

@@ -1,4 +1,5 @@
-"""Writing files whole: a new content replaces the old only once it is all on disk, and a full disk is one line.
+"""Writing files whole: a new content replaces the old only once it is all on disk, and a full disk is one line;
+reading the tab-separated tables written so (``read_table``), a damaged line named by its file and number.
 
 Every layer that writes a file a user keeps (a run's record, predictions, translations, results pages) goes
 through :func:`write_atomically` or :func:`replacing`: the content goes to ``<path>.tmp`` in the same folder and
@@ -12,9 +13,11 @@ import contextlib
 import errno
 import os
 import shutil
-from typing import IO, Iterator
+from typing import IO, Callable, Iterator, TypeVar
 
-from transformer.errors import WorkdirError
+from transformer.errors import InputFileError, WorkdirError
+
+Row = TypeVar("Row")
 
 
 def is_disk_full(error: BaseException) -> bool:
@@ -103,3 +106,28 @@ def write_atomically(path: str, data: str | bytes) -> None:
   except WorkdirError:
     raise disk_full_error(path, len(data.encode() if isinstance(data, str) else data),
                           os.path.basename(path)) from None
+
+
+def read_table(path: str, columns: tuple[str, ...], parse_row: Callable[[list[str]], Row], what: str) -> list[Row]:
+  """The rows of a tab-separated table whose first line names ``columns``: ``parse_row(cells)`` of each further line.
+
+  Raises:
+    InputFileError: the first line is not ``columns`` (the file is no ``what``), or a line has other columns or a
+      cell ``parse_row`` refuses with a ValueError; the message names the file and the line.
+  """
+  with open(path, encoding="utf-8") as f:
+    lines = f.read().splitlines()
+  if not lines or tuple(lines[0].split("\t")) != columns:
+    raise InputFileError(f"{path} is not a file of {what}: its first line should be {chr(9).join(columns)!r}.")
+  rows = []
+  for number, line in enumerate(lines[1:], start=2):
+    cells = line.split("\t")
+    try:
+      if len(cells) != len(columns):
+        raise ValueError
+      rows.append(parse_row(cells))
+    except ValueError:
+      raise InputFileError(f"{path} line {number} is damaged: {line[:60]!r} should be {len(columns)} tab-separated "
+                           f"columns ({', '.join(columns)}); restore the file, or write it again from its "
+                           "run.") from None
+  return rows

@@ -142,7 +142,9 @@ class ModelConfig(ModelSettings):
   norm_position: str = "post"  # "post" (paper: LN(x + sublayer(x))) or "pre" (x + sublayer(LN(x)))
   norm_epsilon: float = 1e-6
   activation: str = "relu"  # feed-forward activation, one of ACTIVATIONS
-  attention_implementation: str = "dense"  # "dense" or "chunked" (memory-efficient, same function)
+  # "dense" or "chunked": memory-efficient blocks where no dropout, weights or decode-cache mask is needed
+  # (ops.attend; the dense path elsewhere); equal to dense to float rounding, its logits always float32
+  attention_implementation: str = "dense"
   attention_chunk_size: int = 512  # block size of the chunked implementation
   # None: every position; an int w: self attention sees keys less than w positions away (with causal masking,
   # itself and the w - 1 before it: a sliding window). Cross attention always sees the whole source.

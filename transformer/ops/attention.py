@@ -3,7 +3,10 @@
 Every attention variant in this package goes through ``attention_weights`` and ``weighted_values``:
 dot-product (``dot_product_attention``), the Luong and Bahdanau scores of ``scores.py`` (compute logits,
 then call ``attention_weights``), and the cached decoder (``transformer.nn.MultiHeadAttention``).
-The memory-efficient path (``chunked.py``) computes the same function block by block.
+The memory-efficient path (``chunked.py``) is a separate function with a narrower interface: it takes the
+mask in parts (per-position validity and segments, ``causal``, ``window``) rather than a dense ``mask``, has no
+``bias``, dropout, weights or ``precision``, and always computes logits in float32; given those parts it equals
+(to float rounding) ``dot_product_attention`` over the mask they build. ``attend`` chooses between the two.
 
 Shapes: queries ``[batch, q_length, heads, head_dim]``, keys and values ``[batch, kv_length, kv_heads, head_dim]``
 (the convention of ``jax.nn.dot_product_attention``; ``kv_heads`` divides ``heads``, equal but for grouped-query
@@ -22,8 +25,8 @@ from transformer.ops.chunked import chunked_dot_product_attention
 from transformer.ops.dropout import dropout
 from transformer.ops.heads import check_attention_inputs, head_groups, repeat_kv_heads
 from transformer.ops.kernels import REFERENCE, Kernels, fused_attention_blocker
-from transformer.ops.masks import (MASK_VALUE, combine_masks, make_attention_mask, make_causal_mask,
-                                   make_local_mask, make_segment_mask)
+from transformer.ops.masks import (MASK_VALUE, check_mask_shape, check_per_position, combine_masks,
+                                   make_attention_mask, make_causal_mask, make_local_mask, make_segment_mask)
 from transformer.ops.scores import dot_product_scores
 
 def _zero_unseen_keys(key, value, mask):
@@ -58,6 +61,9 @@ def attention_weights(logits, mask=None, bias=None, dropout_rate: float = 0.0, d
   """
   kernels = kernels or REFERENCE
   logits, mask = jnp.asarray(logits), None if mask is None else jnp.asarray(mask)
+  for name, array in (("mask", mask), ("bias", bias)):
+    if array is not None:
+      check_mask_shape(name, jnp.shape(array), logits.shape)
   dtype = logits.dtype if dtype is None else dtype
   # float32 softmax: bfloat16's 8-bit mantissa loses small probabilities and the normaliser.
   softmax_dtype = jnp.float32 if float32_logits else logits.dtype
@@ -133,6 +139,10 @@ def dot_product_attention(query, key, value, mask=None, bias=None, *, scale: boo
   query, key, value = jnp.asarray(query), jnp.asarray(key), jnp.asarray(value)
   mask, bias = (None if x is None else jnp.asarray(x) for x in (mask, bias))
   check_attention_inputs(query, key, value)
+  weights_shape = (query.shape[0], query.shape[2], query.shape[1], key.shape[1])
+  for name, array in (("mask", mask), ("bias", bias)):
+    if array is not None:  # here, not at the first broadcast, which names neither the argument nor its shape
+      check_mask_shape(name, array.shape, weights_shape)
   if mask is not None:
     key, value = _zero_unseen_keys(key, value, mask)
   if kernels.attention is not None and fused_attention_blocker(
@@ -158,7 +168,9 @@ def attend(query, key, value, *, query_valid=None, key_valid=None, causal: bool 
   The one place an implementation is chosen: the memory-efficient blocks of ``chunked.py`` when
   ``kernels.attention_chunk_size`` is set and nothing needs the weights or a dense mask (no dropout, no
   ``mask``, no ``return_weights``); otherwise ``dot_product_attention`` over the dense mask built from the
-  parts, which itself takes a fused kernel (cuDNN) where one applies. Each computes the same function.
+  parts, which itself takes a fused kernel (cuDNN) where one applies. The paths agree to float rounding, with
+  two differences: the chunked one always computes logits in float32 (it ignores ``float32_logits=False``)
+  and returns the query's dtype where the dense one returns the value's.
 
   Args:
     query, key, value: as ``dot_product_attention``.
@@ -180,12 +192,16 @@ def attend(query, key, value, *, query_valid=None, key_valid=None, causal: bool 
   if (query_segments is None) != (key_segments is None):
     raise ValueError("packed rows need both query_segments and key_segments (in self attention both are the "
                      "row's segments); got only one of them.")
+  check_attention_inputs(query, key, value)
+  batch, q_length, kv_length = query.shape[0], query.shape[1], key.shape[1]
+  for name, values in (("query_valid", query_valid), ("key_valid", key_valid), ("query_segments", query_segments),
+                       ("key_segments", key_segments)):
+    check_per_position(name, values, batch, q_length if name.startswith("query") else kv_length)
   if kernels.attention_chunk_size and not (return_weights or dropout_rate > 0.0 or mask is not None):
     return chunked_dot_product_attention(
         query, key, value, query_valid, key_valid, causal=causal, window=window, scale=scale,
         query_chunk_size=kernels.attention_chunk_size, key_chunk_size=kernels.attention_chunk_size, kernels=kernels,
         query_segments=query_segments, key_segments=key_segments)
-  batch, q_length, kv_length = query.shape[0], query.shape[1], key.shape[1]
   dense_mask = None
   if query_valid is not None or key_valid is not None:
     dense_mask = make_attention_mask(jnp.ones((batch, q_length), bool) if query_valid is None else query_valid,

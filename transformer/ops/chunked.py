@@ -1,7 +1,10 @@
 """Memory-efficient attention: online softmax over key blocks (Rabe & Staats 2021; Dao et al. 2022).
 
-Computes exactly the function of ``attention.dot_product_attention`` with a padding and/or causal mask,
-but never materialises the ``[q_length, kv_length]`` weights: queries are processed in blocks with
+Not a drop-in for ``attention.dot_product_attention``: it takes no dense ``mask`` (nor ``bias``, dropout,
+``return_weights``, ``precision`` or ``float32_logits``) but the mask's parts, below, and a causal mask
+without an offset (queries and keys start at the same position: no cached decoding). Given those parts it
+equals, to float rounding, ``dot_product_attention`` over the mask they build, in float32 logits, and
+never materialises the ``[q_length, kv_length]`` weights: queries are processed in blocks with
 ``lax.map``, keys in blocks with ``lax.scan`` while a running maximum and normaliser are kept per query.
 The backward pass is a custom VJP that recomputes each block's weights from the saved log-sum-exp, so
 peak memory is ``O(length * chunk)`` in both directions rather than ``O(length^2)``.
@@ -22,7 +25,7 @@ import numpy as np
 
 from transformer.ops.heads import check_attention_inputs, repeat_kv_heads
 from transformer.ops.kernels import REFERENCE, Kernels
-from transformer.ops.masks import MASK_VALUE
+from transformer.ops.masks import MASK_VALUE, check_per_position
 from transformer.ops.scores import dot_product_scores
 
 
@@ -90,9 +93,7 @@ def _check_sizes(batch, q_length, kv_length, query_chunk_size, key_chunk_size, w
     if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1:
       raise ValueError(f"{name} must be a positive integer, got {size!r}")
   for name, values in per_position.items():
-    length = q_length if name.startswith("query") else kv_length
-    if values is not None and jnp.shape(values) != (batch, length):
-      raise ValueError(f"{name} must be [batch, length] = {(batch, length)}, got shape {jnp.shape(values)}")
+    check_per_position(name, values, batch, q_length if name.startswith("query") else kv_length)
   if window is not None and (isinstance(window, bool) or not isinstance(window, (int, np.integer)) or window < 1):
     raise ValueError(f"window must be a positive integer or None, got {window!r}")
 

@@ -6,6 +6,9 @@ This is the convention of ``jax.nn.dot_product_attention`` and ``flax.linen.atte
 """
 from __future__ import annotations
 
+import operator
+
+import jax
 import jax.numpy as jnp
 
 # Masked logits are set to this value rather than -inf: a row with every key masked then gives a finite
@@ -64,15 +67,17 @@ def make_causal_mask(length: int, kv_length: int | None = None, offset: int = 0)
   """Lower-triangular mask: query ``i`` sees keys ``j <= i + offset``.
 
   Args:
-    length: number of queries.
-    kv_length: number of keys (defaults to ``length``).
-    offset: position of the first query among the keys (used by cached decoding).
+    length: number of queries, a static int: the mask's shape depends on it, so under ``jax.jit`` it comes
+      from an array's shape (``x.shape[1]``) or a static argument, never from a traced value.
+    kv_length: number of keys (defaults to ``length``), static as ``length``.
+    offset: position of the first query among the keys (used by cached decoding); may be traced.
 
   Returns:
     ``[1, 1, length, kv_length]`` bool mask.
 
   Raises:
-    ValueError: a negative ``length`` or ``kv_length`` (``jnp.arange`` would make an empty mask of it).
+    ValueError: a ``length`` or ``kv_length`` that is negative (``jnp.arange`` would make an empty mask of it),
+      not an integer, or traced.
   """
   kv_length = length if kv_length is None else kv_length
   _check_lengths(length, kv_length)
@@ -82,10 +87,42 @@ def make_causal_mask(length: int, kv_length: int | None = None, offset: int = 0)
 
 
 def _check_lengths(length, kv_length) -> None:
-  """A ValueError naming a negative number of queries or keys (static Python or numpy integers)."""
+  """A ValueError naming a number of queries or keys that is traced, not an integer, or negative."""
   for name, value in (("length", length), ("kv_length", kv_length)):
+    if isinstance(value, jax.core.Tracer):
+      raise ValueError(f"a mask's {name} must be a static int (the mask's shape depends on it), got a traced "
+                       f"value {value.aval}: under jax.jit take it from an array's shape (x.shape[1]) or pass "
+                       "it as a static argument (static_argnums).")
+    try:
+      value = operator.index(value)  # an int, numpy integer or concrete 0-d integer array; never a float
+    except TypeError:
+      raise ValueError(f"a mask's {name} must be a static int number of positions, got {value!r} "
+                       f"({type(value).__name__}).") from None
     if value < 0:
       raise ValueError(f"a mask's {name} is a number of positions, >= 0; got {value}.")
+
+
+def check_mask_shape(name: str, shape, expected) -> None:
+  """A ValueError naming ``name`` (``mask``, ``bias``) unless an array of ``shape`` broadcasts to ``expected``
+  ``[batch, heads, q_length, kv_length]``: checked from static shapes, so at trace time under ``jax.jit``."""
+  shape, expected = tuple(shape), tuple(expected)
+  axes = ("batch", "heads", "q_length", "kv_length")
+  if len(shape) > len(expected):
+    raise ValueError(f"{name} has shape {shape}, more axes than [batch, heads, q_length, kv_length] = "
+                     f"{expected}.")
+  for axis, size, wanted in zip(axes[len(axes) - len(shape):], shape, expected[len(expected) - len(shape):]):
+    if size not in (1, wanted):
+      raise ValueError(f"{name} has shape {shape}, which does not broadcast to [batch, heads, q_length, "
+                       f"kv_length] = {expected}: its {axis} axis is {size}, expected {wanted} (or 1); "
+                       "make_attention_mask(query_valid, key_valid) builds one of [batch, q_length] and "
+                       "[batch, kv_length] validities.")
+
+
+def check_per_position(name: str, values, batch: int, length: int) -> None:
+  """A ValueError naming ``name`` (``query_valid``, ``key_segments``, ...) unless ``values`` is None or of
+  shape ``[batch, length]``, the one mask value per position of a query or key."""
+  if values is not None and jnp.shape(values) != (batch, length):
+    raise ValueError(f"{name} must be [batch, length] = {(batch, length)}, got shape {jnp.shape(values)}")
 
 
 def make_local_mask(length: int, window: int, kv_length: int | None = None, offset=0):

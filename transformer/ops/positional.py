@@ -6,6 +6,7 @@ simply indexes it; "none" adds nothing (the ablation).
 from __future__ import annotations
 
 import jax.numpy as jnp
+import numpy as np
 
 
 def sinusoidal_position_encoding(positions, d_model: int, max_timescale: float = 10000.0, dtype=jnp.float32):
@@ -16,14 +17,27 @@ def sinusoidal_position_encoding(positions, d_model: int, max_timescale: float =
   ``PE(pos + k)`` is a fixed linear map (2x2 rotation blocks) of ``PE(pos)``.
 
   Args:
-    positions: an int (meaning ``range(positions)``) or an int array of any shape ``[...]``.
+    positions: an int array of any shape ``[...]`` (a 0-d array is one position), or a Python ``int`` ``n``,
+      which means the ``n`` positions ``0 .. n-1`` (``jnp.arange(n)``), the usual call for a sequence of
+      length ``n``. A numpy integer scalar, a bool, a float or a negative int is refused: each reads as
+      either meaning, so pass ``int(n)`` or an array.
     d_model: feature size (odd sizes drop the last cosine).
     max_timescale: the 10000 of the formula.
 
   Returns:
-    ``[..., d_model]`` (``[length, d_model]`` for an int).
+    ``[..., d_model]`` (``[n, d_model]`` for an int ``n``).
   """
+  if isinstance(positions, (list, tuple)):
+    positions = np.asarray(positions)
+  if isinstance(positions, (bool, float, np.generic)) or (
+      not isinstance(positions, int) and not jnp.issubdtype(jnp.result_type(positions), jnp.integer)):
+    given = (f"{positions!r} ({type(positions).__name__})" if jnp.ndim(positions) == 0 else
+             f"an array of {jnp.result_type(positions)} and shape {jnp.shape(positions)}")
+    raise ValueError(f"positions must be an int (a length n: positions 0..n-1) or an int array of positions, "
+                     f"got {given}; pass int(n) for 0..n-1, or an int array (.astype(jnp.int32)).")
   if isinstance(positions, int):
+    if positions < 0:
+      raise ValueError(f"positions={positions}: an int is a number of positions 0..n-1, so it must be >= 0.")
     positions = jnp.arange(positions)
   positions = jnp.asarray(positions, jnp.float32)
   num_frequencies = (d_model + 1) // 2

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from transformer.data import batching, prefetch, tokenizers
-from transformer.data.files import write_atomically
+from transformer.data.files import read_table, write_atomically
 from transformer.data.monolingual import load_monolingual_data
 from transformer.decode import DecodeSettings, check_max_length
 from transformer.errors import ConfigError
@@ -190,17 +190,15 @@ def _token_log_probs(model_config: ModelConfig, params, tokens):
 
 
 def read_log_probs(path: str) -> list[dict]:
-  """The rows of a ``write_log_probs`` file: ``sentence``, ``pieces``, ``words`` (ints) and ``log_prob``."""
-  with open(path, encoding="utf-8") as f:
-    lines = f.read().splitlines()
-  if not lines or tuple(lines[0].split("\t")) != LOG_PROBS_COLUMNS:
-    raise ValueError(f"{path} is not a file of per-sentence log-probabilities: its first line should be "
-                     f"{chr(9).join(LOG_PROBS_COLUMNS)!r}.")
-  rows = []
-  for line in lines[1:]:
-    sentence, pieces, words, log_prob = line.split("\t")
-    rows.append({"sentence": int(sentence), "pieces": int(pieces), "words": int(words), "log_prob": float(log_prob)})
-  return rows
+  """The rows of a ``write_log_probs`` file: ``sentence``, ``pieces``, ``words`` (ints) and ``log_prob``.
+
+  Raises:
+    InputFileError: the file is not one, or a line is damaged (the message names the file and the line).
+  """
+  def parse(cells):
+    sentence, pieces, words, log_prob = cells
+    return {"sentence": int(sentence), "pieces": int(pieces), "words": int(words), "log_prob": float(log_prob)}
+  return read_table(path, LOG_PROBS_COLUMNS, parse, "per-sentence log-probabilities")
 
 
 def log_probs_metrics(rows: list[dict]) -> dict:

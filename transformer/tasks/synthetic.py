@@ -12,7 +12,7 @@ import jax
 import numpy as np
 
 from transformer import ops
-from transformer.data.files import write_atomically
+from transformer.data.files import read_table, write_atomically
 from transformer.data.synthetic import BOS_ID, EOS_ID, FIRST_SYMBOL, PAD_ID, SyntheticBatches, make_examples
 from transformer.tasks.configs import SyntheticConfig
 from transformer.tasks.decoding import model_class
@@ -107,18 +107,16 @@ def _token_counts(model_config, params, source, target):
 
 def read_outputs(path: str) -> list[dict]:
   """The rows of an outputs file (``SyntheticTask.write_outputs``): ``source``, ``target`` and ``prediction`` as
-  int lists, ``correct_tokens`` and ``tokens`` as ints."""
-  with open(path, encoding="utf-8") as f:
-    lines = f.read().splitlines()
-  if not lines or tuple(lines[0].split("\t")) != OUTPUT_COLUMNS:
-    raise ValueError(f"{path} is not an outputs file: its first line should be {chr(9).join(OUTPUT_COLUMNS)!r}.")
-  rows = []
-  for line in lines[1:]:
-    source, target, prediction, correct, tokens = line.split("\t")
-    rows.append({"source": [int(t) for t in source.split()], "target": [int(t) for t in target.split()],
-                 "prediction": [int(t) for t in prediction.split()], "correct_tokens": int(correct),
-                 "tokens": int(tokens)})
-  return rows
+  int lists, ``correct_tokens`` and ``tokens`` as ints.
+
+  Raises:
+    InputFileError: the file is not one, or a line is damaged (the message names the file and the line).
+  """
+  def parse(cells):
+    source, target, prediction, correct, tokens = cells
+    return {"source": [int(t) for t in source.split()], "target": [int(t) for t in target.split()],
+            "prediction": [int(t) for t in prediction.split()], "correct_tokens": int(correct), "tokens": int(tokens)}
+  return read_table(path, OUTPUT_COLUMNS, parse, "decoded outputs")
 
 
 def outputs_metrics(rows: list[dict]) -> dict[str, float]:
