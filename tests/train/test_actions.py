@@ -121,7 +121,8 @@ def test_an_evaluator_of_a_split_the_task_lacks_is_one_clear_error(tiny, tmp_pat
   config = config.copy_and_resolve_references()
   config.evaluators = "tset:2"
   with pytest.raises(ConfigError, match="has no split 'tset'"):
-    run(config, str(tmp_path))
+    run(config, str(tmp_path / "run"))
+  assert not (tmp_path / "run").exists()  # refused before its first step: the workdir it created is gone
 
 
 @pytest.mark.slow

@@ -188,6 +188,13 @@ def test_a_misspelt_accepted_change_is_refused_with_the_field_meant(trained):
   assert _config_bytes(workdir) == config_json
 
 
+def test_a_bogus_accepted_change_is_refused_on_a_fresh_run_too(tmp_path):
+  """It would be stored in the new run's record and refused only at its first resume."""
+  with pytest.raises(ConfigError, match="accept_changes names 'bogus', which is no config field"):
+    run(tiny_config(accept_changes="bogus"), str(tmp_path / "run"))
+  assert not (tmp_path / "run").exists()
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("damage", ["missing", "null"])
 def test_a_record_without_its_optimizer_section_still_refuses_another_learning_rate(tmp_path, damage):

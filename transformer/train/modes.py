@@ -52,13 +52,19 @@ def prepare(run_config: RunConfig, workdir: str, mode: str) -> Session:
   _check_parallelism(run_config, jax.process_count())
   lock = lock_workdir(workdir, mode)  # one training run per workdir (None in other modes)
   try:
-    return _build_session(run_config, workdir, mode, lock, started)
+    return dataclasses.replace(_build_session(run_config, workdir, mode, lock, started), created=created)
   except BaseException:
     if lock is not None:
       lock.release()
-    if created and jax.process_count() == 1:  # a start that failed (missing data, ...) leaves nothing behind
-      shutil.rmtree(workdir, ignore_errors=True)
+    _remove_if_created(workdir, created)
     raise
+
+
+def _remove_if_created(workdir: str, created: bool) -> None:
+  """A start that failed (missing data, a setting the task refuses, ...) in a workdir it created leaves nothing
+  behind: the rerun with the fix is a fresh start, not a resume of nothing."""
+  if created and jax.process_count() == 1:
+    shutil.rmtree(workdir, ignore_errors=True)
 
 
 def _build_session(run_config: RunConfig, workdir: str, mode: str, lock, started: float) -> Session:
@@ -216,10 +222,17 @@ def run_eval(run_config: RunConfig, workdir: str) -> RunOutput:
 def run_train(run_config: RunConfig, workdir: str) -> RunOutput:
   """Train ``run_config``, resuming from the latest checkpoint in ``workdir`` (exactly: data position, metrics
   window)."""
-  session = prepare(run_config, workdir, "train")
+  session, trainer = prepare(run_config, workdir, "train"), None
   try:
     trainer = Trainer(session)
     return trainer.report_finished() if trainer.step >= run_config.num_train_steps else trainer.train()
+  except BaseException:
+    if trainer is None or trainer.step == 0:  # refused before its first step (a bad evaluator, ...)
+      try:
+        session.checkpointer.close()
+      finally:
+        _remove_if_created(workdir, session.created)
+    raise
   finally:  # also on an error, so that a notebook or test can start the fixed run in the same process
     if session.lock is not None:
       session.lock.release()

@@ -677,6 +677,7 @@ class Session:
   info: object
   lock: object = None  # the workdir's training lock (train mode, main process), released when training ends
   started: float = dataclasses.field(default_factory=time.perf_counter)  # when ``prepare`` began (goodput)
+  created: bool = False  # this launch created the workdir: a start that fails before its first step removes it
 
   @property
   def directory(self) -> RunDirectory:
@@ -744,14 +745,13 @@ def _hold_to_config(session: Session, resuming: bool, write_history: bool) -> No
     raise WorkdirError(f"--workdir={workdir} holds checkpoints but not {CONFIG}, the record they were trained "
                        f"with: put it back (a copy of the workdir, or {CONFIG}.v* beside it), or start a new "
                        "--workdir; the run cannot be resumed without it.")
+  _check_accepted_names(run_config, record_defaults(run_config))  # a fresh run too: it is stored in the record
   if not resuming or not os.path.isfile(path):
     if session.is_main and session.mode == "train":
       write_format(workdir)  # first: config.json without it reads as an older run, to convert
       write_atomically(path, json.dumps(run_config.record, indent=2, sort_keys=True))
       session.say(f"config: {path}")
     return
-  defaults = record_defaults(run_config)
-  _check_accepted_names(run_config, defaults)
   changes = config_differences(session.directory.config_values(), run_config, session.mode)
   refused = [change for change in changes if not change.allowed and change.field not in run_config.accepted_changes]
   if refused:
