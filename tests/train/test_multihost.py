@@ -30,7 +30,7 @@ def free_port():
 class Cluster:
   """``count`` launch.py processes of one run on localhost, each writing its output to a file."""
 
-  def __init__(self, tmp_path, workdir, *flags, count=2, devices=DEVICES, name="run"):
+  def __init__(self, tmp_path, workdir, *flags, count=2, devices=DEVICES, name="run", per_process=None):
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     env.update(XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}", PYTHONFAULTHANDLER="1",
@@ -43,7 +43,8 @@ class Cluster:
       with open(log, "w") as out:
         self.processes.append(subprocess.Popen(
             [sys.executable, "launch.py", "--config=experiments/synthetic.py:copy", f"--workdir={workdir}",
-             *process_flags, *FLAGS, *flags], cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT))
+             *process_flags, *FLAGS, *flags, *(per_process or {}).get(i, [])], cwd=REPO, env=env, stdout=out,
+            stderr=subprocess.STDOUT))
 
   def output(self, i=0) -> str:
     return self.logs[i].read_text()
@@ -91,6 +92,20 @@ def test_jit_and_pmap_are_refused_across_processes(tmp_path):
     output = cluster.output(i)
     assert "error: config.parallelism='jit'" in output and "--config.parallelism=mesh" in output, output
     assert "Traceback" not in output, output
+
+
+@pytest.mark.parametrize("flag, named", [
+    ("--config.num_train_steps=30", "num_train_steps: 20 (process 0) -> 30 (this process)"),
+    ("--config.model.d_ff=128", "model.d_ff: 64 (process 0) -> 128 (this process)")], ids=["steps", "d_ff"])
+def test_processes_given_different_settings_are_refused_naming_the_field(tmp_path, flag, named):
+  """(was: another num_train_steps hung both processes for good; another d_ff aborted in a gloo collective
+  mismatch; another seed trained two different models without a word)."""
+  cluster = Cluster(tmp_path, tmp_path / "run", per_process={1: [flag]})
+  statuses = cluster.finish(timeout=120)
+  output = cluster.output(0) + cluster.output(1)
+  assert statuses[1] != 0 and statuses[0] != 0, output
+  assert f"error: process 1 of 2 was given other settings than process 0: {named}" in cluster.output(1), output
+  assert "process 1 of 2" in cluster.output(0) and "Traceback" not in output and "Check failure" not in output
 
 
 def test_fsdp_evaluates_and_checkpoints_across_processes(tmp_path):

@@ -30,6 +30,7 @@ from transformer.train.config import (SWEEPABLE, RunConfig, build_task, check_wo
                                       validate_config)
 from transformer.train.loop import RunOutput, Trainer
 from transformer.train.mesh import make_strategy
+from transformer.train.multihost import check_same_settings
 from transformer.train.state import run_optimizer, state_factory, with_params
 from transformer.train.step import make_evaluator
 from transformer.train.workdir import (EVAL_RESULTS, PREDICT_RESULTS, RunDirectory, Session, check_shared_workdir,
@@ -42,6 +43,7 @@ def prepare(run_config: RunConfig, workdir: str, mode: str) -> Session:
   """Build ``run_config``'s task, parallelism and checkpointer for ``mode``, and hold the run to its record
   (``config.json``, ``model_config.json``, the tokenizers it trained with)."""
   started = time.perf_counter()
+  check_same_settings(run_config.record)  # before anything a process would do on its own settings
   created = mode == "train" and not os.path.exists(workdir)
   if mode != "train":
     _require_a_run(workdir, mode)  # before anything is created in the workdir

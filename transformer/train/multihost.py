@@ -41,6 +41,7 @@ in the items' order, as one process alone would have computed them.
 from __future__ import annotations
 
 import atexit
+import json
 import logging
 import os
 import pickle
@@ -182,6 +183,43 @@ def watch_peers(timeout: float) -> PeerWatch | None:
   _watch = PeerWatch(timeout).start()
   atexit.register(_watch.finish)
   return _watch
+
+
+def _flat_settings(tree: dict, prefix: str = "") -> dict:
+  out = {}
+  for name, value in tree.items():
+    out.update(_flat_settings(value, f"{prefix}{name}.") if isinstance(value, dict) else {prefix + name: value})
+  return out
+
+
+def check_same_settings(record: dict, timeout_seconds: int = 300) -> None:
+  """Every process of a run must be given the same settings: process 0 publishes its config (``record``, the
+  resolved ``RunConfig.record``) on the coordination service, and each other process compares its own.
+
+  Different settings were silent or fatal further on: another ``num_train_steps`` hung every process in a
+  collective for good, another seed or learning rate trained models that differ, another ``d_ff`` aborted in a
+  gloo collective mismatch. Nothing to check in a single-process run.
+
+  Raises:
+    ConfigError: this process's settings differ from process 0's; the message names the first field that
+      differs (process 0 then stops too, naming this process).
+  """
+  client = _client()
+  if jax.process_count() == 1 or client is None:
+    return
+  key, mine = "transformer/settings", json.dumps(record, sort_keys=True)
+  if jax.process_index() == 0:
+    client.key_value_set(key, mine)
+    return
+  reference = client.blocking_key_value_get(key, timeout_seconds * 1000)
+  if reference == mine:
+    return
+  theirs, ours = _flat_settings(json.loads(reference)), _flat_settings(json.loads(mine))
+  field = min(name for name in set(theirs) | set(ours) if theirs.get(name, "absent") != ours.get(name, "absent"))
+  raise ConfigError(
+      f"process {jax.process_index()} of {jax.process_count()} was given other settings than process 0: "
+      f"{field}: {theirs.get(field, 'absent')!r} (process 0) -> {ours.get(field, 'absent')!r} (this process). "
+      "Give every process the same command (the same --config flags and config file).")
 
 
 def leave_after_error(message: str) -> None:
