@@ -5,6 +5,7 @@ The real thing is a tiny tmpfs (mounted when this process may, as root in CI; sk
 before a save is also tested with a faked free-space figure, and the metric writers with ``/dev/full``.
 """
 import contextlib
+import errno
 import os
 import shutil
 import subprocess
@@ -172,3 +173,15 @@ def test_launch_on_a_full_disk_prints_one_line_and_the_rerun_resumes_bit_identic
     expected = ocp.StandardCheckpointer().restore(os.path.join(reference, "checkpoints", "40", "state"))["params"]
     for name, value in ocp.tree.to_flat_dict(expected).items():
       np.testing.assert_array_equal(ocp.tree.to_flat_dict(resumed)[name], value)
+
+
+def test_a_full_disk_at_the_lock_is_one_line_and_leaves_no_lock_file(tmp_path, monkeypatch):
+  """(was: a traceback from lock_workdir and a 0-byte train.lock)"""
+  from transformer.train import workdir as workdir_module
+
+  def full(*args):
+    raise OSError(errno.ENOSPC, "No space left on device")
+  monkeypatch.setattr(workdir_module.os, "pwrite", full)
+  with pytest.raises(WorkdirError, match=f"no space left on the disk of {tmp_path} to write the training lock"):
+    workdir_module.lock_workdir(str(tmp_path))
+  assert not (tmp_path / "train.lock").exists()

@@ -163,6 +163,23 @@ def test_a_checkpoint_copied_from_another_run_is_refused_in_every_mode(workdir, 
 
 
 @pytest.mark.slow
+def test_a_resume_that_fails_to_start_records_no_change(workdir):
+  """A resume with a raised num_train_steps that fails before training (a metrics line without a step) wrote
+  the change to the history, so the original command was refused afterwards; now the history is written once the
+  run goes on."""
+  path = os.path.join(workdir, "metrics.jsonl")
+  metrics = open(path).read()
+  with open(path, "w") as f:
+    f.write('{"train/loss": 1.0}\n' + metrics)
+  with pytest.raises(WorkdirError, match="metrics.jsonl"):
+    run(tiny_config(**BEST, num_train_steps=30), workdir)
+  assert not os.path.exists(os.path.join(workdir, "config_history.jsonl"))
+  with open(path, "w") as f:
+    f.write(metrics)
+  assert run(tiny_config(**BEST), workdir).step == 20  # the original command: not refused
+
+
+@pytest.mark.slow
 def test_checkpoints_without_their_record_are_not_resumed(workdir):
   """config.json deleted, then a command with another learning rate (was: resumed, a new config.json written
   with the new value and no history line)."""

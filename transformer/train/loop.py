@@ -140,7 +140,8 @@ class Trainer:
       self.checkpointer.run = record_identity(self.run_config.record)  # the record just written
       self.step, self.state, extra = 0, initial_state(session, create), {}
     else:
-      hold_to_record(session, resuming=True, write_history=True)
+      if not checked:
+        hold_to_record(session, resuming=True)
       self.step, canonical, extra = restored
       self.state = self.strategy.from_canonical(canonical)
       self.iterator.set_state(extra["iterator"])
@@ -180,6 +181,8 @@ class Trainer:
       self.session.say(f"resumed from step {self.step} in {self.session.workdir}")
     self._open_outputs()
     self.calls, self.evaluators = self._compile(), self._evaluators()
+    if self.step:  # the run goes on: its accepted changes enter the history now, not when a start fails
+      hold_to_record(self.session, resuming=True, write_history=True)
     total = self.run_config.num_train_steps
     groups = BatchGroups(self.iterator, call_sizes(self.step, total, self.calls.steps_per_call))
     with Preemption() as preemption:

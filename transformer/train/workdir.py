@@ -67,7 +67,7 @@ import jax
 import ml_collections
 import numpy as np
 
-from transformer.data.files import write_atomically
+from transformer.data.files import disk_full_error, is_disk_full, write_atomically
 from transformer.effects import Effect, effect_of
 from transformer.errors import ConfigError, UserError, WorkdirError
 from transformer.train.checkpoint import CHECKPOINTS, Checkpointer
@@ -408,10 +408,17 @@ def lock_workdir(workdir: str, mode: str = "train") -> WorkdirLock | None:
     os.close(descriptor)
     raise WorkdirError(f"--workdir={workdir} is in use by another training run ({holder}); wait for it to "
                        f"finish or stop it, or choose another --workdir.") from None
-  holder = {"pid": os.getpid(), "host": socket.gethostname(),
-            "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
-  os.ftruncate(descriptor, 0)
-  os.pwrite(descriptor, json.dumps(holder).encode(), 0)
+  holder = json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                       "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}).encode()
+  try:
+    os.ftruncate(descriptor, 0)
+    os.pwrite(descriptor, holder, 0)
+  except OSError as error:
+    os.close(descriptor)  # nothing was taken: the empty file is removed with the lock it would have been
+    os.remove(path)
+    if not is_disk_full(error):
+      raise
+    raise disk_full_error(path, len(holder), "the training lock") from None
   _held[workdir] = descriptor
   return WorkdirLock(workdir, descriptor)
 
