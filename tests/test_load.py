@@ -1,6 +1,7 @@
 """``transformer.load``: a trained run back from its workdir decodes as the training system's evaluation did,
 restores the chosen or averaged checkpoints exactly, and scores pairs as a teacher-forced pass does."""
 import dataclasses
+import re
 
 import jax
 import numpy as np
@@ -211,5 +212,8 @@ def test_a_single_string_is_refused_not_read_as_one_text_per_character(trained, 
   with pytest.raises(ValueError, match=rf"{method} takes a list of .*, got one string 'A man \.'; wrap it in a "
                                        rf"list: {method}\(\['A man \.'\]\)"):
     getattr(model, method)("A man .")
+  for bad, named in ((None, "got NoneType"), ([1, 2], "item 0 is 1 (int)")):  # was: AttributeError, TypeError
+    with pytest.raises(ValueError, match=rf"{method} takes a list of .* \(str\).*{re.escape(named)}"):
+      getattr(model, method)(bad)
   assert task.received == []
   assert getattr(model, method)(("A man .",)) == ["A MAN ."] and task.received == [["A man ."]]

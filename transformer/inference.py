@@ -80,6 +80,12 @@ class TrainedModel:
     if isinstance(texts, (str, bytes)):
       raise ValueError(f"{method} takes a list of {what}, got one string {texts[:40]!r}; wrap it in a list: "
                        f"{method}([{texts[:20]!r}]) returns a list of one.")
+    if not isinstance(texts, (list, tuple)):
+      raise ValueError(f"{method} takes a list of {what} (str), got {type(texts).__name__}.")
+    for index, text in enumerate(texts):
+      if not isinstance(text, str):
+        raise ValueError(f"{method} takes a list of {what} (str); item {index} is {text!r} "
+                         f"({type(text).__name__}). Token ids go to decode or score instead.")
     return list(texts)
 
   def _vocab_sizes(self) -> tuple[int | None, int | None]:
@@ -132,7 +138,9 @@ class Translator(SequenceModel):
                 length_penalty: float | None = None) -> list[str]:
     """Translate a list of raw sentences, one output per input (an empty one for a blank line; a single string
     is refused, not read as one sentence per character); beam search of ``beam_size`` ranked with the GNMT
-    ``length_penalty`` (default: the run's ``config.decode``)."""
+    ``length_penalty`` (default: the run's ``config.decode``). The sentences are batched as evaluation batches
+    them, in buckets of source widths, and each has room for 1.5 times its bucket's width plus 10 tokens, so
+    decoding compiles once per bucket (``decode`` sizes the room by the longest source given instead)."""
     lines = self._texts(lines, "translate", "source sentences")
     return self.task.translate_lines(self.model_config, self.params, lines, beam_size, length_penalty)
 
@@ -163,9 +171,22 @@ class Forecaster(TrainedModel):
 
 
 class LanguageModel(TrainedModel):
-  """A decoder-only language model: ``continue_texts``."""
+  """A decoder-only language model: ``continue_texts``, ``score``, ``perplexity``."""
 
-  METHODS = ("continue_texts",)
+  METHODS = ("continue_texts", "score", "perplexity")
+
+  def score(self, texts: list[str]) -> np.ndarray:
+    """float64 ``[n]``: ``log P(text)`` of each text (natural log, its end-of-sentence piece included), as
+    ``--mode=eval`` writes for the validation sentences."""
+    texts = self._texts(texts, "score", "texts")
+    return self.task.score_texts(self.model_config, self.params, texts)[0]
+
+  def perplexity(self, texts: list[str]) -> float:
+    """exp of the mean negative log-likelihood per piece over ``texts`` (EOS included), as ``eval/perplexity``
+    over the validation split."""
+    texts = self._texts(texts, "perplexity", "texts")
+    log_probs, pieces = self.task.score_texts(self.model_config, self.params, texts)
+    return float(np.exp(-np.sum(log_probs) / max(int(np.sum(pieces)), 1)))
 
   def continue_texts(self, prompts: list[str], max_new_tokens: int | None = None) -> list[str]:
     """Continuations of a list of text prompts (a single string is refused), without the prompt; see

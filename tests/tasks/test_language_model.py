@@ -129,6 +129,13 @@ def test_tiny_run_trains_reports_perplexity_and_continues_prompts(raw_dir, data_
   fingerprint = model.task.data.tokenizer.fingerprint
   with open(os.path.join(workdir, "tokenizers", f"text.{fingerprint}.model"), "rb") as f:
     assert f.read() == model.task.data.tokenizer.model_proto
+  # A text is scored as --mode=eval scores the validation sentences (other batches, the same formula).
+  validation = model.task.data.eval_text["validation"]
+  np.testing.assert_allclose(model.score(validation), [row["log_prob"] for row in rows], rtol=1e-5, atol=1e-4)
+  assert model.perplexity(validation) == pytest.approx(recomputed["perplexity"], rel=1e-5)
+  for bad in (None, [1, 2]):
+    with pytest.raises(ValueError, match="score takes a list of texts"):
+      model.score(bad)
   texts = model.continue_texts(["a dog", "", "the small man sits"], max_new_tokens=6)
   assert len(texts) == 3 and all(isinstance(text, str) for text in texts)
   with pytest.raises(ValueError, match="continue_texts takes a list of prompts, got one string 'a dog'"):

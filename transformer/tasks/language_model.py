@@ -130,6 +130,17 @@ class LanguageModelTask(RecordedTokenizers, Task):
     write_atomically(path, "".join("\t".join(map(str, row)) + "\n" for row in rows))
     return log_probs_metrics(read_log_probs(path))
 
+  def score_texts(self, model_config, params, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """``(log_probs, pieces)``: each text's log-probability (float64, natural log, EOS included, each piece given
+    the ones before it; what ``write_log_probs`` writes for the eval split) and its number of pieces."""
+    encoded = self.tokenizer("text").encode_batch(list(texts))
+    tokens = np.full((len(encoded), max([len(ids) for ids in encoded] + [1])), model_config.pad_id, np.int32)
+    for row, ids in enumerate(encoded):
+      tokens[row, :len(ids)] = ids
+    log_probs = np.asarray(_token_log_probs(model_config.replace(deterministic=True), params, tokens), np.float64)
+    return (np.array([math.fsum(row[ids != model_config.pad_id]) for row, ids in zip(log_probs, tokens)]),
+            np.array([len(ids) for ids in encoded]))
+
   def derived_metrics(self, metrics):
     """``<prefix>/perplexity`` = exp(mean token NLL) for every ``<prefix>/nll`` (per seed too)."""
     return {name.replace("/nll", "/perplexity", 1): math.exp(min(value, 700.0))  # exp overflows past ~709
