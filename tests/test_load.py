@@ -13,8 +13,7 @@ from transformer import ops
 from transformer.errors import ConfigError
 from transformer.inference import Classifier, LanguageModel, Translator
 from transformer.train import run
-from transformer.train.workdir import write_format
-from transformer.train.workdir import read_metrics
+from transformer.train.workdir import RunDirectory, read_metrics, write_format
 
 STEPS, EVERY = 300, 100
 SETTINGS = {"num_train_steps": STEPS, "eval_every": EVERY, "checkpoint_every": EVERY, "log_every": EVERY,
@@ -184,6 +183,15 @@ def test_another_tasks_config_is_refused_naming_both_tasks(trained):
                                         r"config.task.name='synthetic'"):
     load(workdir, config=other)
   assert load(workdir, config=read_run_config(workdir)).step == load(workdir).step  # the run's own: loads
+
+
+@pytest.mark.slow
+def test_a_config_of_the_same_task_with_another_best_metric_loads_the_runs_own_best(trained):
+  """(was: ``KeyError: 'eval/loss'`` from orbax, which ranked the checkpoints by a metric they do not carry)"""
+  workdir, _, _ = trained
+  config = RunDirectory(workdir).config_dict()
+  config.best_metric, config.best_mode = "eval/loss", "min"
+  assert load(workdir, config=config).step == load(workdir).step
 
 
 class _RecordingTask:

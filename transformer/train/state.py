@@ -262,8 +262,10 @@ def load_params(workdir: str, checkpoint: str | int = "best", average_last: int 
   model_config = task.model_config()
   check_tokenizers(workdir, task.trained_tokenizers(), has_checkpoints=True, write=False)
   abstract_state = abstract_params(task.build_model(model_config), task.placeholder_inputs(), run_config)
-  checkpointer = Checkpointer(workdir, asynchronous=False, best_metric=run_config.best_metric or None,
-                              best_mode=run_config.best_mode, run=RunDirectory(workdir).run_identity())
+  # The best checkpoint is the run's own, by the metric it was saved with, whatever ``config`` says.
+  recorded = read_run_config(workdir) if RunDirectory(workdir).has(CONFIG) else run_config
+  checkpointer = Checkpointer(workdir, asynchronous=False, best_metric=recorded.best_metric or None,
+                              best_mode=recorded.best_mode, run=RunDirectory(workdir).run_identity())
   try:
     if average_last:
       steps, params = checkpointer.average_params(abstract_state, average_last)
