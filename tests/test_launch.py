@@ -50,6 +50,8 @@ def launch(*args):
      "config.task.synthetic_hours"),
 ])
 def test_bad_input_gets_a_clear_error(tmp_path, args, expected):
+  """Also nothing after the line: orbax's cleanup of interrupted saves ran on a thread that outlived a start
+  refused at once, and printed a traceback once the workdir was removed (1 of 3 launches of the PM2.5 case)."""
   result = launch(f"--workdir={tmp_path}", *args)
   assert result.returncode == 1 and any(line.startswith("error: ") for line in result.stderr.splitlines())
   assert expected in result.stderr, result.stderr

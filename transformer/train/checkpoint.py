@@ -140,13 +140,17 @@ class Checkpointer:
     if os.path.exists(folder) and not os.path.isdir(folder):
       raise WorkdirError(f"{folder} is a file, not the run's checkpoint folder: move it away (or use another "
                          "--workdir) and rerun.")
+    # Leftovers of interrupted saves are removed here, at once (_remove_unfinished): orbax's own cleanup runs on a
+    # thread that outlived a start refused right after, and printed a traceback when the workdir went with it.
     options = ocp.CheckpointManagerOptions(
-        enable_async_checkpointing=asynchronous, create=True, cleanup_tmp_directories=repair,
+        enable_async_checkpointing=asynchronous, create=True, cleanup_tmp_directories=False,
         best_fn=(lambda metrics: metrics[best_metric]) if best_metric else None, best_mode=best_mode,
         preservation_policy=_kept_policy(keep, best_metric, best_mode),
         # orbax names its multi-host barriers by step alone: a prefix keeps them apart from any other manager's
         multiprocessing_options=ocp.options.MultiprocessingOptions(barrier_sync_key_prefix=CHECKPOINTS))
     self._manager = ocp.CheckpointManager(folder, options=options, item_names=("state", "extra"))
+    if repair:
+      self._remove_unfinished()
 
   def steps(self) -> list[int]:
     """Steps of the kept checkpoints (the latest ``keep`` and the best), oldest first."""
