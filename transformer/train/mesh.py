@@ -145,10 +145,8 @@ class PmapStrategy(Strategy):
   name = "pmap"
   axis_name = "batch"
 
-  def __init__(self, num_replicas: int = 1):
-    super().__init__(num_replicas)
-    if num_replicas > 1:
-      raise ValueError("several replicas (vmap over seeds or variants) work with parallelism='jit' only.")
+  def __init__(self):
+    super().__init__()
     self.devices = jax.local_devices()
 
   @property
@@ -159,8 +157,7 @@ class PmapStrategy(Strategy):
     return self.from_canonical(jax.jit(create_fn)(seed_key))
 
   def compile_train_step(self, train_step, steps_per_call: int = 1):
-    if steps_per_call > 1:  # RunConfig refuses it first; its metrics would be [devices, steps, ...]
-      raise ValueError("several steps per call (config.steps_per_call > 1) work with parallelism 'jit' or 'mesh'.")
+    del steps_per_call  # one step per call: RunConfig refuses more with pmap (its metrics would be [devices, steps])
     def step_with_rng(state, batch):
       return train_step(state, batch, jax.random.fold_in(state.rng, state.step))
     return jax.pmap(self._counted(step_with_rng), axis_name=self.axis_name, donate_argnums=(0,))
@@ -196,10 +193,8 @@ class PmapStrategy(Strategy):
 class MeshStrategy(Strategy):
   name = "mesh"
 
-  def __init__(self, num_replicas: int = 1, fsdp: bool = False, tensor_parallelism: int = 1, devices=None):
-    super().__init__(num_replicas)
-    if num_replicas > 1:
-      raise ValueError("several replicas (vmap over seeds or variants) work with parallelism='jit' only.")
+  def __init__(self, fsdp: bool = False, tensor_parallelism: int = 1, devices=None):
+    super().__init__()
     devices = list(jax.devices() if devices is None else devices)
     if tensor_parallelism < 1 or len(devices) % tensor_parallelism:
       raise ConfigError(f"config.tensor_parallelism={tensor_parallelism} must divide the {len(devices)} devices; "
@@ -292,18 +287,13 @@ def scanned(step, steps_per_call: int):
 def make_strategy(parallelism: str, num_replicas: int = 1, fsdp: bool = False,
                   settings: dict | None = None, tensor_parallelism: int = 1) -> Strategy:
   """The strategy of ``parallelism``; ``num_replicas`` and per-replica ``settings`` with ``jit`` only,
-  ``fsdp`` and ``tensor_parallelism`` with ``mesh`` only."""
-  if tensor_parallelism != 1 and parallelism != "mesh":
-    raise ConfigError(f"config.tensor_parallelism={tensor_parallelism} splits layers over a mesh's model axis: "
-                     f"set --config.parallelism=mesh (or tensor_parallelism=1).")
+  ``fsdp`` and ``tensor_parallelism`` with ``mesh`` only (``RunConfig`` checks the combination, naming the fields)."""
   if parallelism == "jit":
     return Strategy(num_replicas, settings)
-  if settings:
-    raise ValueError("swept settings (vmap over variants) work with parallelism='jit' only.")
   if parallelism == "pmap":
-    return PmapStrategy(num_replicas)
+    return PmapStrategy()
   if parallelism == "mesh":
-    return MeshStrategy(num_replicas, fsdp, tensor_parallelism)
+    return MeshStrategy(fsdp, tensor_parallelism)
   raise ValueError(f"config.parallelism={parallelism!r} is not supported; choose one of {list(PARALLELISMS)}.")
 
 
