@@ -96,6 +96,9 @@ def test_bad_decode_settings_are_config_errors(field, value, message):
     ({"optimizer.b2": -0.1}, r"config.optimizer.b2=-0.1 is outside \[0, 1\)"),
     ({"optimizer.eps": 0.0}, "config.optimizer.eps must be > 0"),
     ({"optimizer.grad_clip_norm": -1.0}, "must be >= 0 .0 turns either off"),
+    # (was: no trace and no word)
+    ({"profile_steps": 5, "profile_start": 1000}, "config.profile_start=1000 is not before "
+                                                 "config.num_train_steps=1000: the trace would never start"),
 ])
 def test_bad_run_settings_name_the_field(overrides, message):
   config = base_config()

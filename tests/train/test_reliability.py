@@ -18,7 +18,7 @@ import orbax.checkpoint as ocp
 import pytest
 
 from tests.train.conftest import REPO, TINY_FLAGS, finish, start_launch, tiny_config
-from transformer.errors import CheckpointRestoreError, MissingDataError, TrainingDiverged, UserError, WorkdirError
+from transformer.errors import CheckpointRestoreError, ConfigError, MissingDataError, TrainingDiverged, UserError, WorkdirError
 from transformer.train import run
 from transformer.train.checkpoint import Checkpointer
 from transformer.train.state import TrainState
@@ -135,6 +135,19 @@ def test_a_raised_checkpoint_every_does_not_hide_the_checkpoints_an_earlier_run_
   with pytest.raises(WorkdirError, match="no checkpoint to resume from"):
     run(tiny_config(**BEST, num_train_steps=30, checkpoint_every=50, optimizer__learning_rate=0.05), workdir)
   assert {name: open(os.path.join(workdir, name)).read() for name in record} == record
+
+
+@pytest.mark.slow
+def test_starting_over_an_earlier_record_takes_its_settings(workdir):
+  """Checkpoints deleted where the metrics end at exactly twice checkpoint_every (no proof that one was
+  committed: starting over loses nothing), and another learning rate (was: trained from step 0 and rewrote
+  metrics.jsonl and config.json with the new value)."""
+  record = {name: open(os.path.join(workdir, name)).read() for name in ("metrics.jsonl", "config.json")}
+  shutil.rmtree(os.path.join(workdir, "checkpoints"))
+  with pytest.raises(ConfigError, match=r"was trained with other settings: optimizer.learning_rate"):
+    run(tiny_config(**BEST, checkpoint_every=50, optimizer__learning_rate=0.05), workdir)
+  assert {name: open(os.path.join(workdir, name)).read() for name in record} == record
+  assert run(tiny_config(**BEST), workdir).step == 20  # the run's own settings start it over
 
 
 @pytest.mark.slow

@@ -352,6 +352,9 @@ class RunConfig:
     _require(isinstance(self.profile_steps, int) and self.profile_steps >= 0 and self.profile_start >= 0,
              f"config.profile_steps={self.profile_steps!r} and config.profile_start={self.profile_start!r} must be "
              "integers >= 0 (profile_steps 0: no trace).")
+    _require(not self.profile_steps or self.profile_start < self.num_train_steps,
+             f"config.profile_start={self.profile_start} is not before config.num_train_steps={self.num_train_steps}: "
+             "the trace would never start. Lower profile_start, or set profile_steps=0 for no trace.")
     for name in ("label_smoothing", "source_token_dropout", "target_token_dropout"):
       _require(0.0 <= getattr(self, name) < 1.0, f"config.{name}={getattr(self, name)} is outside [0, 1).")
     _require(0.0 < self.max_skipped_share <= 1.0, f"config.max_skipped_share={self.max_skipped_share} is outside "

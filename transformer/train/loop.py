@@ -68,7 +68,7 @@ from transformer.train.config import RunConfig
 from transformer.train.multihost import Preemption
 from transformer.train.state import initial_state, run_optimizer, run_schedules, state_factory
 from transformer.train.step import all_finite, make_evaluator, make_train_step, means, replica_means
-from transformer.train.workdir import (CHECKPOINTS, GOODPUT, METRICS, PROFILE, TENSORBOARD, RunDirectory, Session,
+from transformer.train.workdir import (CHECKPOINTS, CONFIG, GOODPUT, METRICS, PROFILE, TENSORBOARD, RunDirectory, Session,
                                        check_fresh_start, hold_to_record, record_identity, record_launch)
 from transformer.train.writers import MetricWriter, final_lines, shown_metrics, variant_tables
 
@@ -136,6 +136,8 @@ class Trainer:
     restored = self.checkpointer.restore(abstract_state)
     if restored is None:  # never start over on an earlier run's outputs (unless config.restart)
       check_fresh_start(session.workdir, self.run_config.restart, self.run_config.checkpoint_every)
+      if session.directory.has(CONFIG):  # starting over an earlier start that saved nothing: with its settings
+        hold_to_record(session, resuming=True)
       hold_to_record(session, resuming=False)
       self.checkpointer.run = record_identity(self.run_config.record)  # the record just written
       self.step, self.state, extra = 0, initial_state(session, create), {}
