@@ -88,3 +88,17 @@ def test_a_traced_length_is_refused_by_name_and_a_static_one_taken():
   shifted = jax.jit(lambda offset: ops.make_causal_mask(1, 4, offset))(jnp.int32(2))
   np.testing.assert_array_equal(shifted[0, 0], [[1, 1, 1, 0]])
   np.testing.assert_array_equal(ops.make_causal_mask(np.int64(2)), ops.make_causal_mask(2))
+
+
+def test_a_symbolic_length_of_jax_export_is_static_and_taken():
+  """``jax.export``'s symbolic dimensions are static shapes: a model exported for any length builds its causal
+  mask from them (they were refused with the traced lengths)."""
+  def masked_scores(x):  # [batch, length]
+    mask = ops.make_causal_mask(x.shape[1])
+    ops.masks.check_mask_shape("mask", mask.shape, (x.shape[0], 1, x.shape[1], x.shape[1]))
+    return jnp.where(mask[0, 0], x[:, :, None], 0.0)
+  exported = jax.export.export(jax.jit(masked_scores))(
+      jax.ShapeDtypeStruct(jax.export.symbolic_shape("batch, length"), jnp.float32))
+  for length in (2, 5):
+    x = np.arange(3 * length, dtype=np.float32).reshape(3, length)
+    np.testing.assert_array_equal(exported.call(x), masked_scores(x))

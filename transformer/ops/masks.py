@@ -89,6 +89,8 @@ def make_causal_mask(length: int, kv_length: int | None = None, offset: int = 0)
 def _check_lengths(length, kv_length) -> None:
   """A ValueError naming a number of queries or keys that is traced, not an integer, or negative."""
   for name, value in (("length", length), ("kv_length", kv_length)):
+    if jax.export.is_symbolic_dim(value):  # a shape of jax.export's (``target_length``): static, its value later
+      continue
     if isinstance(value, jax.core.Tracer):
       raise ValueError(f"a mask's {name} must be a static int (the mask's shape depends on it), got a traced "
                        f"value {value.aval}: under jax.jit take it from an array's shape (x.shape[1]) or pass "
@@ -102,6 +104,15 @@ def _check_lengths(length, kv_length) -> None:
       raise ValueError(f"a mask's {name} is a number of positions, >= 0; got {value}.")
 
 
+def _may_equal(size, wanted) -> bool:
+  """Whether two axis sizes can be equal: a comparison of ``jax.export``'s symbolic dimensions that cannot be
+  decided before their values are known is not refused."""
+  try:
+    return bool(size == wanted)
+  except Exception:  # jax's InconclusiveDimensionOperation
+    return True
+
+
 def check_mask_shape(name: str, shape, expected) -> None:
   """A ValueError naming ``name`` (``mask``, ``bias``) unless an array of ``shape`` broadcasts to ``expected``
   ``[batch, heads, q_length, kv_length]``: checked from static shapes, so at trace time under ``jax.jit``."""
@@ -111,7 +122,7 @@ def check_mask_shape(name: str, shape, expected) -> None:
     raise ValueError(f"{name} has shape {shape}, more axes than [batch, heads, q_length, kv_length] = "
                      f"{expected}.")
   for axis, size, wanted in zip(axes[len(axes) - len(shape):], shape, expected[len(expected) - len(shape):]):
-    if size not in (1, wanted):
+    if not (_may_equal(size, 1) or _may_equal(size, wanted)):
       raise ValueError(f"{name} has shape {shape}, which does not broadcast to [batch, heads, q_length, "
                        f"kv_length] = {expected}: its {axis} axis is {size}, expected {wanted} (or 1); "
                        "make_attention_mask(query_valid, key_valid) builds one of [batch, q_length] and "
@@ -121,7 +132,7 @@ def check_mask_shape(name: str, shape, expected) -> None:
 def check_per_position(name: str, values, batch: int, length: int) -> None:
   """A ValueError naming ``name`` (``query_valid``, ``key_segments``, ...) unless ``values`` is None or of
   shape ``[batch, length]``, the one mask value per position of a query or key."""
-  if values is not None and jnp.shape(values) != (batch, length):
+  if values is not None and not all(map(_may_equal, jnp.shape(values), (batch, length))):
     raise ValueError(f"{name} must be [batch, length] = {(batch, length)}, got shape {jnp.shape(values)}")
 
 
