@@ -1,6 +1,7 @@
 """What a run tells its user: the config's path (not its ~90 lines), a line per compiled batch shape, an
 end-of-run summary, a finished run reported instead of retrained, eval as a table, predict's file, and on a
 terminal no text written inside the progress bar."""
+import importlib.util
 import io
 import os
 import re
@@ -31,6 +32,9 @@ def test_a_run_prints_the_config_path_one_compile_line_and_a_summary(make_config
   for expected in (f"checkpoints: {tmp_path}/checkpoints", f"metrics: {tmp_path}/metrics.jsonl",
                    f"python -m transformer.plot {tmp_path}", f"tensorboard --logdir {tmp_path}/tensorboard"):
     assert expected in summary
+  # The viewer is an extra: without it the line says how to install it.
+  viewer_installed = importlib.util.find_spec("tensorboard") is not None
+  assert ('pip install -e ".[tensorboard]"' in summary) != viewer_installed
 
 
 def test_many_final_metrics_are_a_table_few_are_one_line():

@@ -46,6 +46,7 @@ import contextlib
 import dataclasses
 import functools
 import hashlib
+import importlib.util
 import inspect
 import json
 import os
@@ -435,6 +436,13 @@ def _local_digest(tree) -> str:
   return digest.hexdigest()
 
 
+def _tensorboard_command(folder: str) -> str:
+  """How to view ``folder``'s event files: the viewer is an extra the quick start does not install."""
+  if importlib.util.find_spec("tensorboard") is not None:
+    return f"tensorboard --logdir {folder}"
+  return f'tensorboard --logdir {folder} (after pip install -e ".[tensorboard]")'
+
+
 def _print_summary(session: Session, step: int, results: dict, goodput: str = "") -> None:
   """The end of a training run in a few lines: final and best metrics, where the outputs are, how to see them."""
   if not session.is_main:
@@ -457,7 +465,7 @@ def _print_summary(session: Session, step: int, results: dict, goodput: str = ""
   if run_config.tensorboard:
     lines.append(f"tensorboard: {tensorboard}")
   lines.append(f"curves: python -m transformer.plot {directory.workdir}"
-               + (f"  or  tensorboard --logdir {tensorboard}" if run_config.tensorboard else ""))
+               + (f"  or  {_tensorboard_command(tensorboard)}" if run_config.tensorboard else ""))
   session.say("\n".join(lines))
 
 
