@@ -151,7 +151,7 @@ def main(argv):
     if not isinstance(error, SystemExit) or error.code not in (0, None):
       from transformer.train.multihost import leave_after_error
       # Returns only in a single-process run, where the error goes on as usual.
-      leave_after_error(error.code if isinstance(error, SystemExit) else traceback.format_exc())
+      leave_after_error(error.code if isinstance(error, SystemExit) else traceback.format_exc(), error)
     raise
 
 

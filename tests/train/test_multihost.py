@@ -173,6 +173,23 @@ def test_a_dead_peer_stops_the_others_in_one_line_and_the_rerun_resumes(tmp_path
   assert f"resumed from step {saved}" in rerun.output(0)
 
 
+def test_a_peer_killed_during_a_save_stops_the_other_in_one_line(tmp_path):
+  """``kill -9`` of process 1 while every step saves (was: process 0 exited 1 with a 'Gloo AllGather failed ...
+  Connection closed by peer' traceback from orbax's save barrier, 3 of 3 tries): the collective's failure is the
+  lost peer's line and status, as the peer watch's would be."""
+  flags = ["--config.num_train_steps=100000", "--config.checkpoint_every=1", "--config.eval_every=100000",
+           "--config.async_checkpointing=True"]
+  cluster = Cluster(tmp_path, tmp_path / "run", *flags, "--peer_timeout=30")
+  cluster.wait_for("step 15/")
+  time.sleep(0.4)  # into the next saves
+  cluster.processes[1].kill()
+  statuses = cluster.finish(timeout=120)
+  output = cluster.output(0)
+  assert statuses[0] == 75 and "Traceback" not in output, output
+  line, = [line for line in output.splitlines() if line.startswith("error: process 1 of 2 ")]
+  assert "restart every process with the same command to resume: python launch.py" in line
+
+
 def test_the_global_batches_do_not_depend_on_the_process_count(tmp_path):
   """2 processes train to step 10, 1 process (as many devices) resumes to 20, and the other way round: the
   losses are those of one uninterrupted process, up to the order of the sums."""

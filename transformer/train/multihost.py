@@ -161,8 +161,9 @@ class PeerWatch:
       self.lost(peer, why)
 
 
-def _stop_this_process(peer: int, why: str) -> None:
-  os.write(2, (f"\nerror: process {peer} of {jax.process_count()} {why}; process {jax.process_index()} stops too. "
+def _stop_this_process(peer: int | None, why: str) -> None:
+  who = "a peer process" if peer is None else f"process {peer} of {jax.process_count()}"
+  os.write(2, (f"\nerror: {who} {why}; process {jax.process_index()} stops too. "
                f"The last checkpoint is kept: restart every process with the same command to resume: "
                f"{resume_command()}\n").encode())
   if _watch is not None:
@@ -222,12 +223,23 @@ def check_same_settings(record: dict, timeout_seconds: int = 300) -> None:
       "Give every process the same command (the same --config flags and config file).")
 
 
-def leave_after_error(message: str) -> None:
+# What a collective raises when the process at the other end of its connection is gone (killed, its host lost).
+_PEER_GONE = ("Connection closed by peer", "Connection reset by peer", "Socket closed")
+
+
+def leave_after_error(message: str, error: BaseException | None = None) -> None:
   """This process stops with an error of its own: print ``message``, tell the peers (they stop at once, naming
   it), and leave without JAX's shutdown barrier, which would wait for processes stuck waiting for this one.
-  Returns at once in a single-process run."""
+  An ``error`` of a collective whose peer is gone (a ``kill -9`` during a save) is no error of this process's:
+  the lost peer's line and status (``PEER_LOST_EXIT_STATUS``) instead of a traceback, before the watch would
+  have noticed. Returns at once in a single-process run."""
   if _watch is None:
     return
+  text = str(error) if error is not None else ""
+  if isinstance(error, jax.errors.JaxRuntimeError) and any(sign in text for sign in _PEER_GONE):
+    peer = 1 - jax.process_index() if jax.process_count() == 2 else None
+    first = text.strip().splitlines()[0].split(": [")[0][:120]
+    _stop_this_process(peer, f"is gone: a collective with it failed ({first})")
   print(message, file=sys.stderr, flush=True)
   _watch.finish(failed=True)
   _watch.await_peers()
