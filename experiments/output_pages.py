@@ -13,9 +13,6 @@ from transformer import read_run_config
 from transformer.train.workdir import METRICS, MetricsLog, RunDirectory, read_records
 
 LOGS = "logs"  # beside a page: each row's training log, the metrics.jsonl of the run it was recorded from
-# The date (of a record's machine stamp) since which every row is recorded with its log (commit 11875d3): a row
-# recorded since then without its log lost it; an older row never had one.
-LOGS_KEPT_SINCE = "2026-11-29"
 
 
 def make_page(parser: argparse.ArgumentParser, argv, committed: str, collect, render) -> str:
@@ -46,6 +43,7 @@ def add_row(store: record_store.RecordStore, name: str, steps: int, command: str
   values["reruns"] = reruns.history(store.records.get(name), record, name, row, header, columns, run_key)
   store.add(name, **record)
   keep_log(store.folder, name, workdir)
+  store.records[name]["log"] = os.path.relpath(log_path(store.folder, name), store.folder)  # what log_expected reads
 
 
 def keep_log(folder: str, name: str, workdir: str) -> None:
@@ -66,10 +64,9 @@ def recorded_on(record: dict) -> str | None:
 
 
 def log_expected(record: dict) -> bool:
-  """Whether a row was recorded when rows kept their training logs (``LOGS_KEPT_SINCE``), so that its log is
-  missing, not never kept, when it is not there."""
-  date = recorded_on(record)
-  return date is not None and date >= LOGS_KEPT_SINCE
+  """Whether a row was recorded with its training log (its ``log`` field, which ``add_row`` writes), so that the
+  log is missing, not never kept, when it is not there."""
+  return bool(record.get("log"))
 
 
 def read_log(folder: str, name: str) -> MetricsLog | None:

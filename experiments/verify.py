@@ -280,8 +280,8 @@ def check_logs(tally: Tally, page: str) -> None:
     log = output_pages.read_log(folder, name)
     if log is None and output_pages.log_expected(store[name]):
       path = shown(output_pages.log_path(folder, name))
-      tally.fail(page, f"row {name!r}", f"its training log {path} is missing (the row was recorded on "
-                 f"{output_pages.recorded_on(store[name])}, with its log): restore it, git checkout -- {path}")
+      tally.fail(page, f"row {name!r}", f"its training log {path} is missing (its record says the row was "
+                 f"recorded with it): restore it, git checkout -- {path}")
       continue
     if log is None:
       tally.unverified(page, f"{name}: the steps, best step, wall time and speed its row prints",
