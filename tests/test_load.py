@@ -84,7 +84,7 @@ def test_average_last_is_the_mean_of_the_checkpoints(trained):
 def test_checkpoint_choices_and_their_errors(trained, tmp_path):
   workdir, _, _ = trained
   assert load_params(workdir, checkpoint=200).step == 200
-  with pytest.raises(ValueError, match=r"no checkpoint of step 150; its periodic checkpoints are steps \[100, 200"):
+  with pytest.raises(ValueError, match=r"no checkpoint of step 150; its checkpoints are steps \[100, 200"):
     load_params(workdir, checkpoint=150)
   with pytest.raises(ValueError, match="give 'best', 'latest' or a step number"):
     load_params(workdir, checkpoint="newest")

@@ -228,6 +228,26 @@ def _use_recorded_tokenizers(task: Task, workdir: str) -> None:
                                   for name, fingerprint in recorded.items()})
 
 
+def _restored_params(checkpointer, abstract_state, checkpoint, average_last: int, run_config: RunConfig,
+                     workdir: str) -> tuple[list[int], Any]:
+  """``(steps, params)`` of ``load_params``'s choice: the mean of the last ``average_last`` checkpoints, or the
+  best, latest or given step's."""
+  if average_last:
+    return checkpointer.average_params(abstract_state, average_last)
+  best = checkpoint == "best" and checkpointer.best_step() is not None
+  step = checkpoint if isinstance(checkpoint, int) else None
+  restored = checkpointer.restore(abstract_state, step=step, best=best)
+  available = checkpointer.steps()
+  if restored is None and not available:
+    raise ConfigError(f"{workdir!r} holds no checkpoint yet: its run writes the first at step "
+                      f"{run_config.checkpoint_every} (config.checkpoint_every), and another when it "
+                      "ends or is stopped.")
+  if restored is None or (step is not None and restored[0] != step):
+    raise ConfigError(f"{workdir!r} holds no checkpoint of step {checkpoint}; its checkpoints are steps "
+                      f"{available}.")
+  return [restored[0]], restored[1].params
+
+
 def load_params(workdir: str, checkpoint: str | int = "best", average_last: int = 0, replica: int = 0,
                 config: ml_collections.ConfigDict | RunConfig | None = None) -> LoadedParams:
   """The parameters of the run in ``workdir`` (read alone: no optimizer is built and its state is not read);
@@ -267,21 +287,7 @@ def load_params(workdir: str, checkpoint: str | int = "best", average_last: int 
   checkpointer = Checkpointer(workdir, asynchronous=False, best_metric=recorded.best_metric or None,
                               best_mode=recorded.best_mode, run=RunDirectory(workdir).run_identity())
   try:
-    if average_last:
-      steps, params = checkpointer.average_params(abstract_state, average_last)
-    else:
-      best = checkpoint == "best" and checkpointer.best_step() is not None
-      step = checkpoint if isinstance(checkpoint, int) else None
-      restored = checkpointer.restore(abstract_state, step=step, best=best)
-      available = checkpointer.steps()
-      if restored is None and not available:
-        raise ConfigError(f"{workdir!r} holds no checkpoint yet: its run writes the first at step "
-                          f"{run_config.checkpoint_every} (config.checkpoint_every), and another when it "
-                          "ends or is stopped.")
-      if restored is None or (step is not None and restored[0] != step):
-        raise ConfigError(f"{workdir!r} holds no checkpoint of step {checkpoint}; its periodic checkpoints are "
-                         f"steps {available}.")
-      steps, params = [restored[0]], restored[1].params
+    steps, params = _restored_params(checkpointer, abstract_state, checkpoint, average_last, run_config, workdir)
   except CheckpointRestoreError as error:
     raise ConfigError(f"{error} Does the configuration match {RunDirectory(workdir).path(CONFIG)}?") from error
   finally:
