@@ -5,7 +5,7 @@ The modes that read a trained run: ``run_eval``, ``run_predict``, ``run_translat
 dispatches ``launch.py --mode=...`` to its function (training, ``run_train``, runs ``loop.Trainer``).
 
 Each restores the checkpoint chosen on validation (``best_metric``) when the run kept one, else the latest;
-with ``config.average_checkpoints=N`` the mean parameters of the last N periodic checkpoints, whose outputs go
+with ``config.average_checkpoints=N`` the mean parameters of the last N checkpoints, whose outputs go
 to ``WORKDIR/average_last_N``. None of them writes into a workdir that holds no run.
 """
 from __future__ import annotations

@@ -257,7 +257,7 @@ def load_params(workdir: str, checkpoint: str | int = "best", average_last: int 
     workdir: a training run's directory.
     checkpoint: ``"best"`` (the checkpoint kept by ``config.best_metric``; the latest when the run kept
       none), ``"latest"``, or a step number.
-    average_last: > 0: the mean parameters of the last ``average_last`` periodic checkpoints instead
+    average_last: > 0: the mean parameters of the last ``average_last`` checkpoints instead
       (``checkpoint`` must then be left at ``"best"`` or ``"latest"``).
     replica: which replica's parameters of a run of several (``config.num_seeds > 1`` or ``config.sweep``):
       variant ``replica // num_seeds`` of the sweep, seed ``config.seed + replica % num_seeds``.
