@@ -3,12 +3,15 @@
 They take the weights from a Flax params tree but share no code with ``transformer``: the tests in this
 folder compare the modules against them.
 """
+import flax.linen as nn
 import jax
 import numpy as np
 
 
 def as_numpy(tree):
-  """Flax params (nested dicts of arrays) -> nested dicts of float64 numpy arrays."""
+  """Flax params (nested dicts of arrays, boxed with logical axis names or not) -> nested dicts of float64
+  numpy arrays."""
+  tree = nn.meta.unbox(tree)
   if isinstance(tree, dict) or hasattr(tree, "items"):
     return {name: as_numpy(value) for name, value in tree.items()}
   return np.asarray(tree, np.float64)
@@ -16,7 +19,7 @@ def as_numpy(tree):
 
 def perturbed_params(module, *args, seed=0, **kwargs):
   """Initialised params plus noise, so zero biases and unit gains cannot hide a mistake."""
-  params = module.init(jax.random.key(seed), *args, **kwargs)["params"]
+  params = nn.meta.unbox(module.init(jax.random.key(seed), *args, **kwargs)["params"])
   leaves, tree = jax.tree.flatten(params)
   keys = jax.random.split(jax.random.key(seed + 1), len(leaves))
   return jax.tree.unflatten(tree, [leaf + 0.3 * jax.random.normal(k, leaf.shape) for leaf, k in zip(leaves, keys)])

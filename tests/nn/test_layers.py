@@ -9,7 +9,8 @@ import pytest
 from tests.nn import reference
 from transformer import ops
 from transformer.errors import ConfigError
-from transformer.nn import DecoderLayer, Encoder, EncoderLayer, ModelConfig, Norm, PositionalEncoding
+from transformer.nn import (DecoderLayer, Encoder, EncoderLayer, ModelConfig, Norm, PositionalEncoding,
+                            unboxed)
 
 CONFIG = ModelConfig(vocab_size=11, d_model=8, num_heads=2, d_ff=16, dropout_rate=0.0, attention_dropout_rate=0.0,
                      max_length=16, deterministic=True)
@@ -101,7 +102,7 @@ def test_positional_encoding_module_adds_the_encoding():
   np.testing.assert_allclose(sinusoidal.apply({}, x), x + ops.sinusoidal_position_encoding(LENGTH, 8)[None],
                              atol=1e-6)
   learned = PositionalEncoding(CONFIG.replace(positional_encoding="learned"))
-  params = learned.init(jax.random.key(0), x)["params"]
+  params = unboxed(learned.init(jax.random.key(0), x)["params"])
   assert params["position_table"].shape == (CONFIG.max_length, CONFIG.d_model)
   np.testing.assert_allclose(learned.apply({"params": params}, x), x + params["position_table"][:LENGTH][None],
                              atol=1e-6)

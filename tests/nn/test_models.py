@@ -9,7 +9,7 @@ import pytest
 
 from transformer import ops
 from transformer.nn import (CROSS_CACHE, ClassifierConfig, Encoder, EncoderClassifier, EncoderDecoder, ModelConfig,
-                            RNNConfig, RNNEncoderDecoder, TransformerLM, cross_attention_cache)
+                            RNNConfig, RNNEncoderDecoder, TransformerLM, cross_attention_cache, unboxed)
 
 # One layer each keeps compilation short; decoding uses two decoder layers, so that a cached layer feeds
 # another cached layer.
@@ -241,7 +241,7 @@ def test_bert_style_embeddings_add_token_types_then_normalise():
   tokens = _tokens(11, 5)
   token_types = jnp.asarray([[0, 0, 1, 1, 1], [0, 1, 0, 1, 0]])
   encoder = Encoder(config)
-  params = encoder.init(jax.random.key(0), tokens, token_types)["params"]
+  params = unboxed(encoder.init(jax.random.key(0), tokens, token_types)["params"])
   embedder = params["embedder"]
   # Non-trivial norm parameters, so that the test sees where they apply.
   embedder["embedding_norm"] = {"scale": jnp.linspace(0.5, 1.5, config.d_model),

@@ -10,7 +10,7 @@ import pytest
 
 from transformer import ops
 from transformer.decode import greedy_search
-from transformer.nn import EncoderDecoder, RNNConfig, RNNEncoderDecoder
+from transformer.nn import EncoderDecoder, RNNConfig, RNNEncoderDecoder, unboxed
 from transformer.nn.rnn import RNNAttention, project_keys
 
 from tests.nn import reference
@@ -180,8 +180,8 @@ def test_attention_matches_numpy_reference(attention):
   rng = np.random.default_rng(2)
   key_weight = rng.normal(0.0, 0.5, (config.hidden_dim, 12)).astype(np.float32)
   projected_keys = project_keys(key_weight, encoded) if attention == "bahdanau" else None
-  shapes = jax.eval_shape(attention_module.init, jax.random.key(0), query, encoded, valid,
-                          projected_keys).get("params", {})
+  shapes = unboxed(jax.eval_shape(attention_module.init, jax.random.key(0), query, encoded, valid,
+                                  projected_keys).get("params", {}))
   params = jax.tree.map(lambda shape: rng.normal(0.0, 0.5, shape.shape).astype(np.float32), shapes)
   context, weights = jax.jit(attention_module.apply)({"params": params}, query, encoded, valid, projected_keys)
   expected_context, expected_weights = _numpy_attention(config, params, query, encoded, np.asarray(valid),

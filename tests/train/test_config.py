@@ -92,6 +92,9 @@ def test_bad_decode_settings_are_config_errors(field, value, message):
     ({"seed": -1}, r"config.seed must be an integer in \[0, 2\*\*62\), got -1"),
     ({"data_seed": 2 ** 62}, r"config.data_seed must be an integer in \[0, 2\*\*62\) \(or -1: use seed\)"),
     ({"fsdp": True}, "config.fsdp=True shards parameters over a mesh's data axis: set --config.parallelism=mesh"),
+    ({"axis_rules": "vocab=gpu"}, r"config.axis_rules='vocab=gpu': 'vocab=gpu' is not NAME=AXIS .* one of data, "
+                                  "model, none"),
+    ({"axis_rules": "embed=data,hidden=model"}, r"'hidden=model' is not NAME=AXIS with NAME a logical axis \(vocab"),
     ({"optimizer.b1": 1.5}, r"config.optimizer.b1=1.5 is outside \[0, 1\)"),
     ({"optimizer.b2": -0.1}, r"config.optimizer.b2=-0.1 is outside \[0, 1\)"),
     ({"optimizer.eps": 0.0}, "config.optimizer.eps must be > 0"),

@@ -9,7 +9,8 @@ from tests.train.test_loop import assert_params_close
 from transformer.errors import ConfigError
 from transformer.train.config import RunConfig, build_task
 from transformer.train.state import make_optimizer
-from transformer.train.mesh import MODEL_AXIS, MeshStrategy, Strategy, tensor_parallel_axis
+from transformer.train.config import DATA_AXIS, MODEL_AXIS, logical_axis_rules
+from transformer.train.mesh import MeshStrategy, make_strategy
 from transformer.train.state import create_train_state
 from transformer.train.step import make_train_step
 
@@ -18,7 +19,7 @@ STEPS = 3
 
 def _train(strategy):
   """Losses of ``STEPS`` steps of the tiny synthetic model (wider: 8 heads, d_ff 128) and the final state."""
-  run = RunConfig.from_config(tiny_config(model__num_heads=8, model__d_ff=128))
+  run = RunConfig.from_config(tiny_config(model__num_heads=8, model__d_ff=128, task__num_symbols=13))
   task = build_task(run)
   model = task.build_model(task.model_config())
   optimizer = make_optimizer(run.optimizer, run.num_train_steps)
@@ -38,12 +39,12 @@ def _train(strategy):
 
 @pytest.fixture(scope="module")
 def one_device():
-  return _train(Strategy())
+  return _train(make_strategy("jit"))
 
 
 @pytest.mark.parametrize("data,model", [(2, 2), (1, 4), (4, 2)], ids=["2x2", "1x4", "4x2"])
 def test_a_model_axis_trains_as_one_device_does(one_device, data, model):
-  strategy = MeshStrategy(tensor_parallelism=model, devices=jax.devices()[:data * model])
+  strategy = MeshStrategy(jax.devices()[:data * model], tensor_parallelism=model)
   assert dict(strategy.mesh.shape) == {"data": data, "model": model} and strategy.num_devices == data
   losses, state = _train(strategy)
   reference_losses, reference_state = one_device
@@ -53,32 +54,59 @@ def test_a_model_axis_trains_as_one_device_does(one_device, data, model):
   assert_params_close(state.params, reference_state.params, rtol=1e-3, atol=1e-5)  # as the data-parallel modes
 
 
-def test_each_device_holds_less_of_the_parameters_as_the_model_axis_grows():
-  run = RunConfig.from_config(tiny_config(model__num_heads=8, model__d_ff=128))
+def _tiny_state_shapes(**changes):
+  """The tiny synthetic model's train state shapes (a vocabulary of 16), parameters boxed with their logical axis
+  names."""
+  overrides = {"model__num_heads": 8, "model__d_ff": 128, "task__num_symbols": 13, **changes}
+  run = RunConfig.from_config(tiny_config(**overrides))
   task = build_task(run)
   model = task.build_model(task.model_config())
   optimizer = make_optimizer(run.optimizer, run.num_train_steps)
   inputs = [np.ones((2, 4), np.int32)] * len(task.init_inputs(next(iter(task.train_iterator(2, seed=0)))))
-  shapes = jax.eval_shape(lambda key: create_train_state(model, optimizer, inputs, key), jax.random.PRNGKey(0))
+  return jax.eval_shape(lambda key: create_train_state(model, optimizer, inputs, key), jax.random.PRNGKey(0))
+
+
+def test_each_device_holds_less_of_the_parameters_as_the_model_axis_grows():
+  shapes = _tiny_state_shapes()
   held = []
   for model_size in (1, 2, 4):
-    sharding = MeshStrategy(tensor_parallelism=model_size, devices=jax.devices()[:4]).state_sharding(shapes)
+    sharding = MeshStrategy(jax.devices()[:4], tensor_parallelism=model_size).state_sharding(shapes)
     held.append(sum(int(np.prod(s.shard_shape(leaf.shape))) * leaf.dtype.itemsize
                     for leaf, s in zip(jax.tree.leaves(shapes.params), jax.tree.leaves(sharding.params))))
   assert held[0] > held[1] > held[2]
   assert held[2] < 0.5 * held[0]
 
 
-def test_the_rules_name_heads_feed_forward_and_vocabulary():
-  def path(*names):
-    return tuple(jax.tree_util.DictKey(name) for name in names)
-  assert tensor_parallel_axis(path("params", "encoder", "layer_0", "self_attention", "query_kernel")) == 1
-  assert tensor_parallel_axis(path("params", "encoder", "layer_0", "self_attention", "output_kernel")) == 0
-  assert tensor_parallel_axis(path("params", "decoder", "layer_0", "feed_forward", "kernel_in")) == 1
-  assert tensor_parallel_axis(path("params", "shared_embedding", "embedding")) == 0
-  assert tensor_parallel_axis(path("params", "decoder", "logits", "kernel")) == 1
-  assert tensor_parallel_axis(path("params", "classifier", "kernel")) is None
-  assert tensor_parallel_axis(path("params", "encoder", "layer_0", "attention_norm", "scale")) is None
+@pytest.mark.parametrize("fsdp", [False, True], ids=["tensor_parallel", "fsdp_and_tensor_parallel"])
+def test_each_parameter_is_laid_out_by_its_logical_axes_and_adams_moments_follow(fsdp):
+  """The rule table, not the parameters' names: heads, feed-forward width and vocabulary on the model axis; the
+  model width on the data axis under FSDP; Adam's moments as their parameters; the step counter replicated."""
+  shapes = _tiny_state_shapes()
+  strategy = MeshStrategy(jax.devices()[:4], tensor_parallelism=2, rules=logical_axis_rules(fsdp=fsdp))
+  shardings = strategy.state_sharding(shapes)
+  specs = jax.tree.map(lambda sharding: tuple(sharding.spec), shardings)
+  embed = DATA_AXIS if fsdp else None
+  layer = specs.params["encoder"]["layer_0"]
+  assert layer["self_attention"]["query_kernel"] == (embed, MODEL_AXIS)
+  assert layer["self_attention"]["output_kernel"] == (MODEL_AXIS, embed)
+  assert layer["feed_forward"]["kernel_in"] == (embed, MODEL_AXIS)
+  assert layer["feed_forward"]["bias_in"] == (MODEL_AXIS,)
+  assert layer["attention_norm"]["scale"] in ((embed,), ())
+  assert specs.params["shared_embedding"]["embedding"] == (MODEL_AXIS, embed)
+  moments = [tuple(sharding.spec) for path, sharding in jax.tree_util.tree_flatten_with_path(shardings.opt_state)[0]
+             if jax.tree_util.keystr(path).endswith("['encoder']['layer_0']['self_attention']['query_kernel']")]
+  assert moments == [(embed, MODEL_AXIS)] * 2  # Adam's mu and nu
+  assert shardings.step.is_fully_replicated
+
+
+def test_a_parameter_the_mesh_axis_does_not_divide_is_refused_naming_it_and_the_fix():
+  shapes = _tiny_state_shapes(model__d_ff=130)
+  with pytest.raises(ConfigError, match=r"layer_0/feed_forward/bias_in \(130,\): its 'mlp' axis of 130 over the 4 "
+                                        r"devices of 'model'.*axis_rules='mlp=none'"):
+    MeshStrategy(jax.devices()[:4], tensor_parallelism=4).state_sharding(shapes)
+  kept_whole = MeshStrategy(jax.devices()[:4], tensor_parallelism=4, rules=logical_axis_rules(overrides="mlp=none"))
+  kernel_in = kept_whole.state_sharding(shapes).params["encoder"]["layer_0"]["feed_forward"]["kernel_in"]
+  assert kernel_in.is_fully_replicated
 
 
 def test_a_model_axis_that_does_not_divide_the_devices_or_without_a_mesh_is_refused():
@@ -86,3 +114,15 @@ def test_a_model_axis_that_does_not_divide_the_devices_or_without_a_mesh_is_refu
     MeshStrategy(tensor_parallelism=3)
   with pytest.raises(ConfigError, match="set --config.parallelism=mesh"):
     RunConfig.from_config(tiny_config(tensor_parallelism=2))
+
+
+def test_a_model_axis_that_would_cut_through_a_head_is_refused_or_keeps_those_heads_whole():
+  grouped = {"parallelism": "mesh", "tensor_parallelism": 4, "model__num_heads": 8, "model__num_kv_heads": 2}
+  with pytest.raises(ConfigError, match=r"tensor_parallelism=4 would split inside an attention head: "
+                                        r"config.model.num_kv_heads=2 .*--config.axis_rules='kv_heads=none'"):
+    RunConfig.from_config(tiny_config(**grouped))
+  with pytest.raises(ConfigError, match=r"config.model.num_heads=6 is not a multiple"):
+    RunConfig.from_config(tiny_config(parallelism="mesh", tensor_parallelism=4, model__num_heads=6,
+                                      model__d_model=48))
+  kept_whole = RunConfig.from_config(tiny_config(**grouped, axis_rules="kv_heads=none"))
+  assert dict(kept_whole.logical_axis_rules)["kv_heads"] is None

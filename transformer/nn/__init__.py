@@ -3,6 +3,9 @@
 ``MODELS`` is the one registry of models: ``config.model_name`` -> the model's hyper-parameter dataclass (whose
 fields ``config.model`` holds) and its Flax module. The package's names import their module on first use, so a
 run of one model family does not import the others.
+
+Every parameter carries logical axis names (``transformer.nn.axes``): ``model.init`` returns them boxed, as flax's
+logical partitioning does; ``model.apply`` takes the parameters boxed or plain, and ``unboxed`` gives the arrays.
 """
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ from transformer.lazy import lazy_exports
 # submodule -> the names it exports here, imported on first use
 __getattr__, __dir__, _EXPORTED = lazy_exports(__name__, {
     "attention": ("CROSS_CACHE", "MultiHeadAttention"),
+    "axes": ("LOGICAL_AXES", "unboxed", "with_axes"),
     "config": ("ClassifierConfig", "ModelConfig"),
     "forecasters": ("ForecasterConfig", "RecurrentForecaster", "TransformerForecaster", "make_forecaster"),
     "layers": ("DecoderLayer", "EncoderLayer", "FeedForward", "Norm", "PositionalEncoding"),

@@ -6,6 +6,7 @@ import jax
 import jax.numpy as jnp
 
 from transformer import ops
+from transformer.nn.axes import with_axes
 from transformer.nn.config import ModelConfig
 
 _dense_init = nn.initializers.xavier_uniform()
@@ -43,10 +44,11 @@ class MultiHeadAttention(nn.Module):
   # cross-attention query (which keeps no cache) would not know its own position.
   cross_attention: bool = False
 
-  def _projection(self, name, features_in, features_out):
-    """The dense layer ``name`` as a function ``[batch, length, features_in] -> [.., features_out]``."""
-    kernel = self.param(f"{name}_kernel", _dense_init, (features_in, features_out))
-    bias = self.param(f"{name}_bias", nn.initializers.zeros, (features_out,))
+  def _projection(self, name, features_in, features_out, axes: tuple[str, str]):
+    """The dense layer ``name`` as a function ``[batch, length, features_in] -> [.., features_out]``; ``axes``:
+    the kernel's logical axis names (``transformer.nn.LOGICAL_AXES``)."""
+    kernel = self.param(f"{name}_kernel", with_axes(_dense_init, *axes), (features_in, features_out))
+    bias = self.param(f"{name}_bias", with_axes(nn.initializers.zeros, axes[1]), (features_out,))
     dtype = self.config.compute_dtype
     return lambda inputs: ops.dense(inputs.astype(dtype), kernel.astype(dtype), bias.astype(dtype))
 
@@ -70,7 +72,7 @@ class MultiHeadAttention(nn.Module):
     config = self.config
     batch, q_length, d_model = inputs_q.shape
     features = config.num_heads * config.head_dim
-    query = _split_heads(self._projection("query", d_model, features)(inputs_q), config.head_dim)
+    query = _split_heads(self._projection("query", d_model, features, ("embed", "heads"))(inputs_q), config.head_dim)
     key, value = self._keys_and_values(inputs_kv)
     window = None if self.cross_attention else config.attention_window
     cache_mask = positions = None  # positions: the queries' [batch, q_length] in the decode cache
@@ -92,15 +94,15 @@ class MultiHeadAttention(nn.Module):
     output = self._attend(query, key, value, query_valid, key_valid, causal, window, cache_mask,
                           query_segments, key_segments)
     output = output.reshape(batch, q_length, features)
-    return self._projection("output", features, d_model)(output)
+    return self._projection("output", features, d_model, ("heads", "embed"))(output)
 
   def _keys_and_values(self, inputs_kv):
     """The keys and values ``[batch, kv_length, kv_heads, head_dim]`` of ``inputs_kv`` ``[batch, kv_length,
     d_model]``; while decoding, cross attention reads them from (or writes them to) ``CROSS_CACHE``."""
     kv_heads, head_dim = self.config.kv_heads, self.config.head_dim
     # Grouped-query attention: fewer key/value heads, each read by heads // kv_heads query heads.
-    project_key = self._projection("key", inputs_kv.shape[-1], kv_heads * head_dim)
-    project_value = self._projection("value", inputs_kv.shape[-1], kv_heads * head_dim)
+    project_key = self._projection("key", inputs_kv.shape[-1], kv_heads * head_dim, ("embed", "kv_heads"))
+    project_value = self._projection("value", inputs_kv.shape[-1], kv_heads * head_dim, ("embed", "kv_heads"))
     if self.cross_attention and self.has_variable(CROSS_CACHE, "key"):
       # Decoding: the encoder output's keys and values were projected once, before the first step.
       return self.get_variable(CROSS_CACHE, "key"), self.get_variable(CROSS_CACHE, "value")

@@ -51,6 +51,7 @@ import flax.linen as nn
 import jax.numpy as jnp
 
 from transformer.errors import ConfigError
+from transformer.nn.axes import cell_axes, dense_axes, embed_axes
 from transformer.nn.config import DTYPES, NORM_POSITIONS, POSITIONAL_ENCODINGS, ModelConfig, ModelSettings
 from transformer.nn.layers import module_dropout
 from transformer.nn.models import Decoder, Encoder
@@ -190,9 +191,12 @@ class RecurrentForecaster(nn.Module):
     for index in range(config.num_layers):
       if index:
         x = module_dropout(self, x, config.dropout_rate)
-      x = nn.RNN(cell_class(features=config.d_model, dtype=config.compute_dtype, name=f"layer_{index}"))(x)
+      cell = cell_class(features=config.d_model, dtype=config.compute_dtype,
+                        **cell_axes("rnn_state" if index else "features"), name=f"layer_{index}")
+      x = nn.RNN(cell)(x)
     last_hidden = module_dropout(self, x[:, -1], config.dropout_rate)  # [batch, d_model], at the origin
-    return nn.Dense(config.num_horizons, name="head")(last_hidden.astype(jnp.float32))
+    head = nn.Dense(config.num_horizons, **dense_axes("rnn_state", "outputs"), name="head")
+    return head(last_hidden.astype(jnp.float32))
 
 
 class TransformerForecaster(nn.Module):
@@ -214,13 +218,13 @@ class TransformerForecaster(nn.Module):
     batch = inputs.shape[0]
     window_valid = jnp.ones((batch, config.input_length), bool)  # [batch, input_length]: no padding
     # Default Dense init: unit-variance features give unit-scale projections, the scale of the positions.
-    projection = nn.Dense(config.d_model, name="input_projection")
+    projection = nn.Dense(config.d_model, **dense_axes("features", "embed"), name="input_projection")
     encoded = Encoder(model_config, projection, name="encoder")(inputs, valid=window_valid)  # [b, L, d_model]
     if config.architecture == "transformer_encoder":
       pooled = encoded[:, -1] if config.pooling == "last" else jnp.mean(encoded, axis=1)  # [batch, d_model]
       pooled = module_dropout(self, pooled, config.dropout_rate)
-      return nn.Dense(config.num_horizons, name="head")(pooled.astype(jnp.float32))
-    queries = nn.Embed(config.num_horizons, config.d_model, embedding_init=nn.initializers.normal(1.0),
+      return nn.Dense(config.num_horizons, **dense_axes("embed", "outputs"), name="head")(pooled.astype(jnp.float32))
+    queries = nn.Embed(config.num_horizons, config.d_model, **embed_axes("outputs", nn.initializers.normal(1.0)),
                        name="horizon_queries")
     horizons = jnp.broadcast_to(jnp.arange(config.num_horizons), (batch, config.num_horizons))
     values = Decoder(model_config, queries, name="decoder")(horizons, None, encoded, window_valid)
@@ -249,12 +253,14 @@ class PatchTSTForecaster(nn.Module):
     per_channel = jnp.swapaxes(normalized, 1, 2).reshape(batch * channels, config.input_length)
     tokens = patches(per_channel, config.patch_length, config.patch_stride)  # [batch * channels, patches, patch_len]
     num_patches = tokens.shape[1]
-    encoded = Encoder(config.transformer_config(), nn.Dense(config.d_model, name="patch_embedding"),
-                      name="encoder")(tokens, valid=jnp.ones((batch * channels, num_patches), bool))
+    patch_embedding = nn.Dense(config.d_model, **dense_axes("features", "embed"), name="patch_embedding")
+    encoded = Encoder(config.transformer_config(), patch_embedding, name="encoder")(
+        tokens, valid=jnp.ones((batch * channels, num_patches), bool))
     # [batch * channels, patches, d_model] -> [batch, channels * patches * d_model]; the paper's head has no
     # dropout of its own.
     flat = encoded.reshape(batch, -1).astype(jnp.float32)
-    forecast = nn.Dense(config.num_horizons, name="head")(flat)  # [batch, num_horizons], normalised units
+    head = nn.Dense(config.num_horizons, **dense_axes("window", "outputs"), name="head")
+    forecast = head(flat)  # [batch, num_horizons], normalised units
     target = slice(TARGET_FEATURE, TARGET_FEATURE + 1)  # [batch, 1] below: the target's window scale
     return forecast * std[:, 0, target] + mean[:, 0, target]
 
@@ -280,8 +286,8 @@ class DLinearForecaster(nn.Module):
 
     # Each horizon its own row of the published model's [input_length -> longest horizon] map; several
     # channels' maps summed is one map over their concatenated windows.
-    return (nn.Dense(config.num_horizons, name="seasonal")(by_channel(seasonal))
-            + nn.Dense(config.num_horizons, name="trend")(by_channel(trend)))
+    return (nn.Dense(config.num_horizons, **dense_axes("window", "outputs"), name="seasonal")(by_channel(seasonal))
+            + nn.Dense(config.num_horizons, **dense_axes("window", "outputs"), name="trend")(by_channel(trend)))
 
 
 def make_forecaster(config: ForecasterConfig) -> nn.Module:

@@ -10,6 +10,7 @@ import jax.numpy as jnp
 from transformer import ops
 from transformer.errors import ConfigError
 from transformer.nn.attention import MultiHeadAttention
+from transformer.nn.axes import with_axes
 from transformer.nn.config import ModelConfig
 
 
@@ -30,13 +31,15 @@ class Dense(nn.Module):
   gradient was the costliest op of a step (benchmarks/FINDINGS.md#why-these-kernels).
   """
   features: int
+  axes: tuple[str, str]  # the kernel's logical axis names, in and out (transformer.nn.LOGICAL_AXES)
   use_bias: bool = True
   dtype: Any = None  # compute dtype (None: that of the input and parameters); parameters stay float32
 
   @nn.compact
   def __call__(self, x):
-    kernel = self.param("kernel", nn.linear.default_kernel_init, (x.shape[-1], self.features))
-    bias = self.param("bias", nn.initializers.zeros_init(), (self.features,)) if self.use_bias else None
+    kernel = self.param("kernel", with_axes(nn.linear.default_kernel_init, *self.axes), (x.shape[-1], self.features))
+    bias = (self.param("bias", with_axes(nn.initializers.zeros_init(), self.axes[1]), (self.features,))
+            if self.use_bias else None)
     dtype = self.dtype or jnp.result_type(x, kernel)
     return ops.dense(x.astype(dtype), kernel.astype(dtype), None if bias is None else bias.astype(dtype))
 
@@ -54,10 +57,10 @@ class Norm(nn.Module):
     """``x``: ``[batch, length, features]``; ``valid``: ``[batch, length]`` bool, used by BatchNorm only."""
     features = x.shape[-1]
     kernels = self.config.resolved_kernels
-    scale = self.param("scale", nn.initializers.ones, (features,))
+    scale = self.param("scale", with_axes(nn.initializers.ones, "embed"), (features,))
     if self.config.norm == "rms_norm":
       return ops.rms_norm(x, scale, epsilon=self.config.norm_epsilon, kernels=kernels)
-    bias = self.param("bias", nn.initializers.zeros, (features,))
+    bias = self.param("bias", with_axes(nn.initializers.zeros, "embed"), (features,))
     if self.config.norm == "batch_norm":
       return ops.batch_norm(x, scale, bias, valid, epsilon=self.config.norm_epsilon, kernels=kernels)
     return ops.layer_norm(x, scale, bias, epsilon=self.config.norm_epsilon, kernels=kernels)
@@ -73,10 +76,10 @@ class FeedForward(nn.Module):
     config = self.config
     dtype = config.compute_dtype
     init = nn.initializers.xavier_uniform()
-    kernel_in = self.param("kernel_in", init, (config.d_model, config.d_ff))
-    bias_in = self.param("bias_in", nn.initializers.zeros, (config.d_ff,))
-    kernel_out = self.param("kernel_out", init, (config.d_ff, config.d_model))
-    bias_out = self.param("bias_out", nn.initializers.zeros, (config.d_model,))
+    kernel_in = self.param("kernel_in", with_axes(init, "embed", "mlp"), (config.d_model, config.d_ff))
+    bias_in = self.param("bias_in", with_axes(nn.initializers.zeros, "mlp"), (config.d_ff,))
+    kernel_out = self.param("kernel_out", with_axes(init, "mlp", "embed"), (config.d_ff, config.d_model))
+    bias_out = self.param("bias_out", with_axes(nn.initializers.zeros, "embed"), (config.d_model,))
     rate = 0.0 if config.deterministic else config.feed_forward_dropout_rate
     return ops.feed_forward(
         x.astype(dtype), kernel_in.astype(dtype), bias_in.astype(dtype), kernel_out.astype(dtype),
@@ -119,7 +122,7 @@ class PositionalEncoding(nn.Module):
     if config.positional_encoding == "sinusoidal":
       encoding = ops.sinusoidal_position_encoding(positions, config.d_model)
     else:
-      table = self.param("position_table", nn.initializers.normal(stddev=0.02),
+      table = self.param("position_table", with_axes(nn.initializers.normal(stddev=0.02), "position", "embed"),
                          (config.max_length, config.d_model))
       encoding = table[positions]
     return x + encoding.astype(x.dtype)

@@ -7,6 +7,7 @@ import jax.numpy as jnp
 
 from transformer import ops
 from transformer.nn.attention import CROSS_CACHE
+from transformer.nn.axes import dense_axes, embed_axes
 from transformer.nn.config import ClassifierConfig, ModelConfig
 from transformer.nn.layers import Dense, DecoderLayer, EncoderLayer, Norm, PositionalEncoding, module_dropout
 
@@ -14,7 +15,7 @@ from transformer.nn.layers import Dense, DecoderLayer, EncoderLayer, Norm, Posit
 def make_embedding(config: ModelConfig, vocab_size: int, name: str) -> nn.Embed:
   # std 1/sqrt(d_model): unit scale after the sqrt(d_model) multiplication, and well-scaled logits
   # when the table doubles as the output projection.
-  return nn.Embed(vocab_size, config.d_model, embedding_init=nn.initializers.normal(config.d_model ** -0.5),
+  return nn.Embed(vocab_size, config.d_model, **embed_axes("vocab", nn.initializers.normal(config.d_model ** -0.5)),
                   name=name)
 
 
@@ -51,7 +52,8 @@ class Embedder(nn.Module):
     if config.num_token_types:
       if token_types is None:
         token_types = jnp.zeros_like(tokens)
-      table = nn.Embed(config.num_token_types, config.d_model, embedding_init=nn.initializers.normal(0.02),
+      table = nn.Embed(config.num_token_types, config.d_model,
+                       **embed_axes("token_types", nn.initializers.normal(0.02)),
                        name="token_type_embedding")
       x = x + table(token_types).astype(x.dtype)
     elif token_types is not None:
@@ -142,7 +144,7 @@ class Decoder(nn.Module):
       x, table = x.astype(config.compute_dtype), embedding.embedding.astype(config.compute_dtype)
       logits = ops.dense(x, table.T, preferred_element_type=jnp.float32)
     else:
-      logits = Dense(config.output_vocab_size, dtype=config.compute_dtype, name="logits")(x)
+      logits = Dense(config.output_vocab_size, ("embed", "vocab"), dtype=config.compute_dtype, name="logits")(x)
     return logits.astype(jnp.float32)
 
 
@@ -235,7 +237,7 @@ class EncoderClassifier(nn.Module):
     else:
       pooled = mean_pool(encoded, tokens != config.pad_id)
     pooled = module_dropout(self, pooled, config.dropout_rate)
-    return nn.Dense(config.num_classes, name="classifier")(pooled.astype(jnp.float32))
+    return nn.Dense(config.num_classes, **dense_axes("embed", "outputs"), name="classifier")(pooled.astype(jnp.float32))
 
 
 def cross_attention_cache(model, params, encoded, source_tokens) -> dict:

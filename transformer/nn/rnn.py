@@ -30,6 +30,7 @@ import jax
 import jax.numpy as jnp
 
 from transformer import ops
+from transformer.nn.axes import cell_axes, dense_axes, embed_axes, with_axes
 from transformer.nn.config import DTYPES, ModelSettings
 from transformer.nn.layers import Dense, module_dropout
 from transformer.nn.models import EncoderDecoder
@@ -90,9 +91,10 @@ class RNNConfig(ModelSettings):
                        "feeds its context into the RNN; use a luong_* attention or input_feeding=True.")
 
 
-def _make_cell(config: RNNConfig, features: int, name: str | None = None) -> nn.RNNCellBase:
+def _make_cell(config: RNNConfig, features: int, layer: int, name: str | None = None) -> nn.RNNCellBase:
   cell_class = nn.GRUCell if config.cell == "gru" else nn.OptimizedLSTMCell
-  return cell_class(features=features, dtype=config.compute_dtype, name=name)
+  inputs = "embed" if layer == 0 else "rnn_state"
+  return cell_class(features=features, dtype=config.compute_dtype, **cell_axes(inputs), name=name)
 
 
 class RNNEncoder(nn.Module):
@@ -108,7 +110,8 @@ class RNNEncoder(nn.Module):
     config = self.config
     valid = tokens != config.pad_id
     lengths = jnp.sum(valid, axis=1, dtype=jnp.int32)
-    x = nn.Embed(config.vocab_size, config.embedding_dim, name="embedding")(tokens).astype(config.compute_dtype)
+    x = nn.Embed(config.vocab_size, config.embedding_dim, **embed_axes("vocab"), name="embedding")(tokens)
+    x = x.astype(config.compute_dtype)
     x = module_dropout(self, x, config.dropout_rate)
     for index in range(config.num_layers):
       if index:
@@ -116,10 +119,10 @@ class RNNEncoder(nn.Module):
       if config.bidirectional_encoder:
         features = config.hidden_dim // 2
         # With seq_lengths the backward RNN starts at each row's last real token, not at the padding.
-        layer = nn.Bidirectional(nn.RNN(_make_cell(config, features, f"layer_{index}_forward")),
-                                 nn.RNN(_make_cell(config, features, f"layer_{index}_backward")))
+        layer = nn.Bidirectional(nn.RNN(_make_cell(config, features, index, f"layer_{index}_forward")),
+                                 nn.RNN(_make_cell(config, features, index, f"layer_{index}_backward")))
       else:
-        layer = nn.RNN(_make_cell(config, config.hidden_dim, f"layer_{index}"))
+        layer = nn.RNN(_make_cell(config, config.hidden_dim, index, f"layer_{index}"))
       x = layer(x, seq_lengths=lengths)
     # flax's cells start from a float32 carry, so their outputs come back in float32 whatever the dtype.
     x = x.astype(config.compute_dtype)
@@ -162,12 +165,14 @@ class RNNAttention(nn.Module):
         raise ValueError("Bahdanau attention needs projected_keys=project_keys(config, key_weight, encoded).")
       d_attn = projected_keys.shape[-1]
       logits = ops.additive_scores_projected(
-          query, projected_keys[:, :, None, :], self.param("query_weight", init, (d_q, d_attn)),
-          self.param("score_vector", nn.initializers.normal(d_attn ** -0.5), (d_attn,)))
+          query, projected_keys[:, :, None, :],
+          self.param("query_weight", with_axes(init, "rnn_state", "rnn"), (d_q, d_attn)),
+          self.param("score_vector", with_axes(nn.initializers.normal(d_attn ** -0.5), "rnn"), (d_attn,)))
     elif config.attention == "luong_dot":
       logits = ops.luong_dot_scores(query, keys, kernels=kernels)
     elif config.attention == "luong_general":
-      logits = ops.general_scores(query, keys, self.param("weight", init, (d_q, d_k)), kernels=kernels)
+      weight = self.param("weight", with_axes(init, "rnn_state", "rnn"), (d_q, d_k))
+      logits = ops.general_scores(query, keys, weight, kernels=kernels)
     else:
       logits = ops.cosine_scores(query, keys, temperature=config.cosine_temperature, kernels=kernels)
     mask = encoded_valid[:, None, None, :]  # [batch, heads=1, q_length=1, kv_length]
@@ -215,7 +220,7 @@ class RNNDecoderStep(nn.Module):
     for index in range(config.num_layers):
       if index:
         x = module_dropout(self, x, config.dropout_rate)
-      cell = _make_cell(config, config.hidden_dim, name=f"layer_{index}")
+      cell = _make_cell(config, config.hidden_dim, index, name=f"layer_{index}")
       if config.cell == "lstm":
         (memory, x), _ = cell((state[f"cell_{index}"], state[f"hidden_{index}"]), x)
         state[f"cell_{index}"] = memory.astype(config.compute_dtype)
@@ -228,8 +233,9 @@ class RNNDecoderStep(nn.Module):
     else:
       # Luong eq. (5): the current state h_t attends; h~_t = tanh(W_c [c_t; h_t]).
       context, weights = attention(x, encoded, encoded_valid)
-      attentional = jnp.tanh(nn.Dense(config.hidden_dim, use_bias=False, dtype=config.compute_dtype,
-                                      name="attentional")(jnp.concatenate([context.astype(x.dtype), x], axis=-1)))
+      project = nn.Dense(config.hidden_dim, use_bias=False, dtype=config.compute_dtype,
+                         **dense_axes("rnn_state", "rnn"), name="attentional")
+      attentional = jnp.tanh(project(jnp.concatenate([context.astype(x.dtype), x], axis=-1)))
       if config.input_feeding:
         state["attentional"] = attentional
       features = attentional
@@ -268,13 +274,15 @@ class RNNDecoder(nn.Module):
       raise ValueError("RNNDecoder needs the encoder states: pass encoded=RNNEncoder(...)(source_tokens).")
     if encoded_valid is None:
       encoded_valid = jnp.ones(encoded.shape[:2], bool)
-    embedded = nn.Embed(config.output_vocab_size, config.embedding_dim, name="embedding")(decoder_inputs)
+    embed = nn.Embed(config.output_vocab_size, config.embedding_dim, **embed_axes("vocab"), name="embedding")
+    embedded = embed(decoder_inputs)
     embedded = module_dropout(self, embedded.astype(config.compute_dtype), config.dropout_rate)
     initial_state = self._initial_state(encoded, encoded_valid)
     projected_keys = None
     if config.attention == "bahdanau":
       d_attn = config.attention_dim or config.hidden_dim
-      key_weight = self.param("attention_key_weight", nn.initializers.lecun_normal(), (encoded.shape[-1], d_attn))
+      key_weight = self.param("attention_key_weight", with_axes(nn.initializers.lecun_normal(), "rnn_state", "rnn"),
+                              (encoded.shape[-1], d_attn))
       projected_keys = project_keys(key_weight, encoded)
     step = _ScannedDecoderStep(config, name="step")
     if config.decode and self.has_variable("cache", "cache_index"):
@@ -317,10 +325,11 @@ class RNNDecoder(nn.Module):
       # Bahdanau et al. 2015 (A.2.2) deep output: t_i = maxout(U_o s_i + V_o E y_{i-1} + C_o c_i), pool size 2,
       # so the vocabulary projection reads readout_dim features instead of hidden + context + embedding.
       width = config.readout_dim or config.embedding_dim
-      pre_maxout = Dense(2 * width, dtype=config.compute_dtype, name="readout")(features)
+      pre_maxout = Dense(2 * width, ("rnn_state", "embed"), dtype=config.compute_dtype, name="readout")(features)
       features = jnp.max(pre_maxout.reshape(*pre_maxout.shape[:-1], width, 2), axis=-1)
     features = module_dropout(self, features, config.dropout_rate)
-    logits = Dense(config.output_vocab_size, dtype=config.compute_dtype, name="logits")(features)
+    inputs = "embed" if config.attention == "bahdanau" else "rnn_state"  # the readout's width, or the RNN's
+    logits = Dense(config.output_vocab_size, (inputs, "vocab"), dtype=config.compute_dtype, name="logits")(features)
     return logits.astype(jnp.float32)
 
   @nn.nowrap
@@ -343,7 +352,8 @@ class RNNDecoder(nn.Module):
     state = {}
     for index in range(config.num_layers):
       for part in parts:
-        bridge = nn.Dense(config.hidden_dim, dtype=config.compute_dtype, name=f"bridge_{part}_{index}")
+        bridge = nn.Dense(config.hidden_dim, dtype=config.compute_dtype, **dense_axes("rnn_state", "rnn"),
+                          name=f"bridge_{part}_{index}")
         state[f"{part}_{index}"] = jnp.tanh(bridge(summary))
     if config.attention != "bahdanau" and config.input_feeding:
       state["attentional"] = jnp.zeros((encoded.shape[0], config.hidden_dim), config.compute_dtype)

@@ -37,6 +37,7 @@ import numpy as np
 import safetensors.numpy
 
 from transformer.errors import ConfigError, InputFileError, MissingDataError
+from transformer.nn.axes import unboxed
 from transformer.nn.config import ModelConfig
 from transformer.nn.models import Encoder
 from transformer.pretrained.tokenizer import PretrainedTokenizer
@@ -155,7 +156,7 @@ def _canonical_name(name: str) -> str:
 def encoder_parameter_shapes(config: ModelConfig) -> dict[tuple[str, ...], tuple[int, ...]]:
   """The shape of every parameter of ``Encoder(config)``, by path (no arrays are allocated)."""
   tokens = jax.ShapeDtypeStruct((1, 1), jnp.int32)
-  shapes = jax.eval_shape(lambda t: Encoder(config).init(jax.random.key(0), t), tokens)["params"]
+  shapes = unboxed(jax.eval_shape(lambda t: Encoder(config).init(jax.random.key(0), t), tokens)["params"])
   return {tuple(key.key for key in path): tuple(leaf.shape)
           for path, leaf in jax.tree_util.tree_flatten_with_path(shapes)[0]}
 

@@ -38,7 +38,7 @@ from transformer.data.beijing_pm25.beijing_pm25_dataset_builder import (WEATHER_
                                                                          check_columns)
 from transformer.data.files import replacing
 from transformer.errors import ConfigError
-from transformer.nn import ForecasterConfig, make_forecaster
+from transformer.nn import ForecasterConfig, make_forecaster, unboxed
 from transformer.tasks.base import Task
 from transformer.tasks.configs import ForecastingConfig
 from transformer.tasks.metrics import forecast_metrics
@@ -269,7 +269,7 @@ class ForecastingTask(Task):
     """``params`` split into one tree per seed: those of a ``num_seeds > 1`` run's state carry a leading seed
     axis (``--mode=predict`` passes them so), those of one seed (``transformer.load``) do not."""
     model = make_forecaster(model_config.replace(deterministic=True))
-    shapes = jax.eval_shape(lambda: model.init(jax.random.PRNGKey(0), *self.placeholder_inputs()))["params"]
+    shapes = unboxed(jax.eval_shape(lambda: model.init(jax.random.PRNGKey(0), *self.placeholder_inputs()))["params"])
     leaf, reference = jax.tree.leaves(params)[0], jax.tree.leaves(shapes)[0]
     if np.ndim(leaf) == len(reference.shape):
       return [params]

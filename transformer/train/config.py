@@ -45,7 +45,7 @@ import ml_collections
 from transformer.decode import DecodeSettings
 from transformer.effects import Effect, field_effects, setting
 from transformer.errors import ConfigError, WorkdirError
-from transformer.nn import MODELS, ModelConfig, model_spec
+from transformer.nn import LOGICAL_AXES, MODELS, ModelConfig, model_spec
 from transformer.nn.config import ModelSettings, ValidatedConfig, check_field_types
 from transformer.tasks import Task, TaskSettings, make_task
 from transformer.tasks.configs import TaskConfig, task_config
@@ -172,6 +172,33 @@ class OptimizerConfig(ValidatedConfig):
 
 MAX_SEED = 2 ** 62  # seeds below it fit numpy's and JAX's seeding with room for every replica's offset
 PARALLELISMS = ("jit", "pmap", "mesh")  # built by transformer.train.mesh.make_strategy
+DATA_AXIS, MODEL_AXIS = "data", "model"  # the axes of every run's mesh (transformer.train.mesh)
+# The rule table: each parameter's logical axis names (transformer.nn.LOGICAL_AXES) -> the mesh axis that splits
+# that axis (None: kept whole). The model axis (config.tensor_parallelism devices; 1 by default, which splits
+# nothing) takes the heads, the feed-forward width and the vocabulary, as Megatron-LM's tensor parallelism does.
+AXIS_RULES = {"vocab": MODEL_AXIS, "heads": MODEL_AXIS, "kv_heads": MODEL_AXIS, "mlp": MODEL_AXIS,
+              **{name: None for name in LOGICAL_AXES if name not in ("vocab", "heads", "kv_heads", "mlp")}}
+# config.fsdp=True: these also split over the data axis, so each device holds 1/devices of every weight matrix
+# and its optimizer moments (the model width, as MaxText's "embed" -> "fsdp"; an RNN's state and a window).
+FSDP_RULES = {"embed": DATA_AXIS, "rnn_state": DATA_AXIS, "window": DATA_AXIS}
+
+
+def logical_axis_rules(fsdp: bool = False, overrides: str = "") -> tuple[tuple[str, str | None], ...]:
+  """The rule table of a run: ``AXIS_RULES``, with ``FSDP_RULES`` under ``fsdp``, then ``overrides``
+  (``config.axis_rules``: ``"NAME=AXIS[,NAME=AXIS]"``, AXIS one of data, model, none), as flax's
+  ``logical_axis_rules`` pairs.
+
+  Raises:
+    ConfigError: an unknown logical axis or mesh axis, or a malformed pair.
+  """
+  rules = {**AXIS_RULES, **(FSDP_RULES if fsdp else {})}
+  for pair in filter(None, (part.strip() for part in overrides.split(","))):
+    name, _, axis = (part.strip() for part in pair.partition("="))
+    _require(name in LOGICAL_AXES and axis in (DATA_AXIS, MODEL_AXIS, "none"),
+             f"config.axis_rules={overrides!r}: {pair!r} is not NAME=AXIS with NAME a logical axis "
+             f"({', '.join(LOGICAL_AXES)}) and AXIS one of {DATA_AXIS}, {MODEL_AXIS}, none.")
+    rules[name] = None if axis == "none" else axis
+  return tuple(rules.items())
 SECTIONS = ("model", "task", "optimizer", "decode")  # the ConfigDict's sections, each its own dataclass
 # What a section's fields change when they declare nothing (transformer.effects): decoding only evaluates.
 SECTION_EFFECTS = {"decode": Effect.EVALUATION}
@@ -202,8 +229,8 @@ class RunConfig:
   # --- What is trained: seeds, data, steps and the loss
   seed: int = 0  # seed of parameters and dropout (and of the data order unless data_seed is set)
   data_seed: int = -1  # seed of the data order; -1: use seed
-  num_seeds: int = 1  # >1: replicas with seeds seed, seed+1, ... trained in one program by jax.vmap (jit only)
-  # Variants in the same program (jit only): "FIELD=V1,V2,...[;FIELD=...]" over SWEEPABLE fields, e.g.
+  num_seeds: int = 1  # >1: replicas with seeds seed, seed+1, ... trained in one program by jax.vmap (not pmap)
+  # Variants in the same program (not pmap): "FIELD=V1,V2,...[;FIELD=...]" over SWEEPABLE fields, e.g.
   # "optimizer.learning_rate=1e-3,3e-3"; fields in one sweep are zipped. Each variant trains num_seeds replicas.
   sweep: str = ""
   batch_size: int = 64  # global batch (examples), over all devices and hosts
@@ -223,11 +250,15 @@ class RunConfig:
   max_skipped_share: float = 0.5
 
   # --- Devices: how the same training is laid out
-  parallelism: str = setting("jit", Effect.LAYOUT)  # jit | pmap | mesh
+  # jit: a mesh of this process's first device; mesh: of every device of every process; pmap: classic data parallel
+  parallelism: str = setting("jit", Effect.LAYOUT)
   fsdp: bool = setting(False, Effect.LAYOUT)  # with parallelism=mesh: shard parameters and optimizer state over devices
   # With parallelism=mesh: devices along the mesh's model axis, which splits attention heads, feed-forward
-  # width and vocabulary (train/mesh.py TENSOR_PARALLEL_AXES); the batch is split over the rest.
+  # width and vocabulary (AXIS_RULES); the batch is split over the rest.
   tensor_parallelism: int = setting(1, Effect.LAYOUT)
+  # Changes to the rule table (AXIS_RULES, FSDP_RULES), "NAME=AXIS[,NAME=AXIS]", e.g. "vocab=none" keeps the
+  # vocabulary whole on every device of the model axis.
+  axis_rules: str = setting("", Effect.LAYOUT)
   # Steps per compiled call (a lax.scan; same results); log_every, eval_every, checkpoint_every are multiples of it
   steps_per_call: int = setting(1, Effect.BOOKKEEPING)
 
@@ -346,6 +377,7 @@ class RunConfig:
     _require(self.tensor_parallelism == 1 or self.parallelism == "mesh",
              f"config.tensor_parallelism={self.tensor_parallelism} splits layers over a mesh's model axis: set "
              "--config.parallelism=mesh (or tensor_parallelism=1).")
+    self._check_heads_stay_whole()
     self._check_steps_per_call()
     self._check_replicas()
     self.extra_evaluators  # pylint: disable=pointless-statement  # parse (and check) config.evaluators once
@@ -363,6 +395,11 @@ class RunConfig:
     _require(not self.restore_from or os.path.isdir(self.restore_from),
              f"config.restore_from={self.restore_from!r} is not a directory; give the workdir of the run to start "
              "from.")
+
+  @functools.cached_property
+  def logical_axis_rules(self) -> tuple[tuple[str, str | None], ...]:
+    """The run's rule table (``logical_axis_rules`` of ``fsdp`` and ``axis_rules``)."""
+    return logical_axis_rules(self.fsdp, self.axis_rules)
 
   @functools.cached_property
   def replicas(self) -> Replicas:
@@ -433,12 +470,26 @@ class RunConfig:
       raise ConfigError(f"config.steps_per_call={value} works with config.parallelism 'jit' or 'mesh', not 'pmap'; "
                         "choose one of those, or steps_per_call=1.")
 
+  def _check_heads_stay_whole(self) -> None:
+    """A model axis that splits attention heads must not cut through one: the heads (and the key/value heads of
+    grouped-query attention) must be a multiple of ``tensor_parallelism`` where the rules split them."""
+    rules, devices = dict(self.logical_axis_rules), self.tensor_parallelism
+    heads = getattr(self.model, "num_heads", None)
+    if devices == 1 or heads is None:
+      return
+    for name, field, count in (("heads", "num_heads", heads),
+                               ("kv_heads", "num_kv_heads", getattr(self.model, "num_kv_heads", None) or heads)):
+      _require(rules.get(name) != MODEL_AXIS or count % devices == 0,
+               f"config.tensor_parallelism={devices} would split inside an attention head: config.model.{field}="
+               f"{count} is not a multiple of it. Choose a tensor_parallelism that divides {count}, or keep those "
+               f"heads whole on every device of the model axis with --config.axis_rules='{name}=none'.")
+
   def _check_replicas(self) -> None:
     swept = self.replicas.swept
-    _require(self.num_seeds == 1 or self.parallelism == "jit",
-             "config.num_seeds > 1 (vmap over seeds) needs config.parallelism='jit'.")
-    _require(not swept or self.parallelism == "jit",
-             f"config.sweep={self.sweep!r} (vmap over variants) needs config.parallelism='jit'.")
+    _require(self.num_seeds == 1 or self.parallelism != "pmap",
+             "config.num_seeds > 1 (vmap over seeds) needs config.parallelism 'jit' or 'mesh', not 'pmap'.")
+    _require(not swept or self.parallelism != "pmap",
+             f"config.sweep={self.sweep!r} (vmap over variants) needs config.parallelism 'jit' or 'mesh', not 'pmap'.")
     for value in swept.get("optimizer.learning_rate", ()):
       _require(value > 0, f"config.sweep={self.sweep!r}: every learning rate must be > 0, got {value:g}.")
     for value in swept.get("optimizer.warmup_steps", ()):

@@ -1,76 +1,127 @@
-"""Parallelism strategies: how state and batches are placed and how steps are compiled.
+"""Parallelism: one ``(data, model)`` mesh for every run, and ``pmap`` as classic data parallelism.
 
-- ``jit``: one device.
-- ``pmap``: classic replicated data parallelism over local devices; gradients summed with ``psum``.
-- ``mesh``: ``jax.jit`` over a ``Mesh`` with ``NamedSharding``: the batch split over the ``data`` axis,
-  parameters replicated or, with ``fsdp``, each parameter sharded along its largest divisible axis; with
-  ``tensor_parallelism`` > 1 a ``model`` axis of that many devices splits the attention heads, the feed-forward
-  width and the vocabulary (``TENSOR_PARALLEL_AXES``), and XLA's sharding propagation splits the work.
-- several replicas (with ``jit``): ``jax.vmap`` trains ``num_replicas`` of them in one program: seeds
-  (``config.num_seeds``) and the variants of ``config.sweep``, each replica with its own ``settings``.
-- several steps per call (``jit`` and ``mesh``; ``config.steps_per_call``): one compiled call ``lax.scan``s the
-  same step over a stack of batches, so the host dispatches once per ``steps_per_call`` steps.
+- ``mesh`` (and ``jit``, the same on one device: a mesh of 1 x 1): ``jax.jit`` over a ``Mesh`` with
+  ``NamedSharding``. The batch is split over the ``data`` axis. Each parameter is laid out by its logical axis
+  names (``transformer.nn.axes``, flax's logical partitioning) through the run's rule table
+  (``RunConfig.axis_rules``): ``tensor_parallelism`` > 1 gives the ``model`` axis that many devices, which split
+  what the rules send there (heads, feed-forward width, vocabulary); FSDP sends the model width to ``data``.
+  The optimizer's moments follow their parameters. XLA's sharding propagation splits the work.
+- several replicas: ``jax.vmap`` trains ``num_replicas`` of them in one program, inside the mesh: seeds
+  (``config.num_seeds``) and the variants of ``config.sweep``, each replica with its own ``settings``; the replica
+  axis is never split.
+- several steps per call (``config.steps_per_call``): one compiled call ``lax.scan``s the same step over a stack
+  of batches, so the host dispatches once per ``steps_per_call`` steps.
+- ``pmap``: replicated data parallelism over local devices, gradients summed with ``psum``; tested equal to the
+  mesh.
 
-Every strategy exposes the same methods, so the training loop never branches on the mode. Checkpoints
-always hold the canonical (unreplicated, global) state, so a run can resume under another strategy or
-device count.
+Both strategies expose the same methods, so the training loop never branches on the mode. Checkpoints always
+hold the canonical (unreplicated, global, unboxed) state, so a run can resume under another strategy or device
+count.
 """
 from __future__ import annotations
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
 from transformer.errors import ConfigError
-from transformer.train.config import PARALLELISMS
-
-DATA_AXIS = "data"
-MODEL_AXIS = "model"
-# Tensor parallelism, the one place its rules live: parameter name (the last key of its path in the model, or
-# the last two) -> the axis the ``model`` mesh axis splits. Heads: the query/key/value projections' outputs and
-# the output projection's input; feed-forward width: the hidden layer; vocabulary: the embedding tables' rows
-# and an untied output layer's columns. Anything else (norms, positions, biases after a reduction) is replicated,
-# and so is a parameter whose axis the model axis does not divide.
-TENSOR_PARALLEL_AXES = {
-    "query_kernel": 1, "key_kernel": 1, "value_kernel": 1, "query_bias": 0, "key_bias": 0, "value_bias": 0,
-    "output_kernel": 0, "kernel_in": 1, "bias_in": 0, "kernel_out": 0, "embedding": 0,
-    "logits/kernel": 1, "logits/bias": 0,
-}
-
-
-def tensor_parallel_axis(path) -> int | None:
-  """The axis of the parameter at tree ``path`` (parameters and optimizer moments alike) that tensor
-  parallelism splits, or None."""
-  names = [str(getattr(key, "key", getattr(key, "name", ""))) for key in path]
-  return TENSOR_PARALLEL_AXES.get("/".join(names[-2:]), TENSOR_PARALLEL_AXES.get(names[-1] if names else ""))
+from transformer.nn.axes import unboxed
+from transformer.train.config import DATA_AXIS, MODEL_AXIS, PARALLELISMS, logical_axis_rules
 
 
 class Strategy:
-  """Base: single device ``jit``; ``num_replicas`` > 1 adds a leading replica axis with ``vmap``.
+  """What the loop calls: create and place the state, compile the steps, place batches, convert to and from
+  the canonical state. ``trace_count``: how many times the train step was traced (= compiled); tests check 1."""
+  name = ""
+  num_replicas = 1
 
-  ``settings``: swept values, ``name -> one number per replica`` (``RunConfig.replicas.settings``), which the train
-  and eval steps get as their ``settings`` argument, each replica its own (``{}``: none).
-  """
-  name = "jit"
-
-  def __init__(self, num_replicas: int = 1, settings: dict | None = None):
-    self.num_replicas = num_replicas
-    self.settings = {name: np.asarray(values) for name, values in (settings or {}).items()}
-    if any(len(values) != num_replicas for values in self.settings.values()):
-      raise ValueError(f"settings need one value per replica ({num_replicas}): "
-                       f"{ {name: len(values) for name, values in self.settings.items()} }")
-    self.trace_count = 0  # how many times the train step was traced (= compiled) — tests check it is 1
-
-  @property
-  def num_devices(self) -> int:
-    return 1
+  def __init__(self):
+    self.trace_count = 0
 
   def _counted(self, fn):
     def traced(*args):
       self.trace_count += 1
       return fn(*args)
     return traced
+
+  def to_canonical(self, state):
+    """The state as checkpoints store it."""
+    return state
+
+  def from_canonical(self, state):
+    return state
+
+  def fetch(self, tree):
+    return jax.tree.map(lambda x: np.asarray(jax.device_get(x)), tree)
+
+
+class MeshStrategy(Strategy):
+  """``jax.jit`` over a ``(data, model)`` mesh of ``devices`` (default: all), parameters laid out by ``rules``
+  (logical axis -> mesh axis or None; default ``logical_axis_rules()``: tensor parallelism's, no FSDP).
+
+  ``num_replicas`` > 1 adds a leading replica axis trained with ``vmap``; ``settings``: swept values,
+  ``name -> one number per replica`` (``RunConfig.replicas.settings``), which the train and eval steps get as
+  their ``settings`` argument, each replica its own (``{}``: none).
+  """
+
+  def __init__(self, devices=None, tensor_parallelism: int = 1, rules=None, num_replicas: int = 1,
+               settings: dict | None = None, name: str = "mesh"):
+    super().__init__()
+    devices = list(jax.devices() if devices is None else devices)
+    if tensor_parallelism < 1 or len(devices) % tensor_parallelism:
+      raise ConfigError(f"config.tensor_parallelism={tensor_parallelism} must divide the {len(devices)} devices; "
+                        f"choose one of {[n for n in range(1, len(devices) + 1) if len(devices) % n == 0]}.")
+    self.name = name
+    self.rules = tuple(logical_axis_rules() if rules is None else rules)
+    self.num_replicas = num_replicas
+    self.settings = {name: np.asarray(values) for name, values in (settings or {}).items()}
+    if any(len(values) != num_replicas for values in self.settings.values()):
+      raise ValueError(f"settings need one value per replica ({num_replicas}): "
+                       f"{ {name: len(values) for name, values in self.settings.items()} }")
+    self.mesh = jax.make_mesh((len(devices) // tensor_parallelism, tensor_parallelism), (DATA_AXIS, MODEL_AXIS),
+                              axis_types=(jax.sharding.AxisType.Auto,) * 2, devices=devices)
+    self.batch_sharding = NamedSharding(self.mesh, PartitionSpec(DATA_AXIS))
+    self.stacked_batch_sharding = NamedSharding(self.mesh, PartitionSpec(None, DATA_AXIS))  # [steps, batch, ...]
+    self.replicated = NamedSharding(self.mesh, PartitionSpec())
+    self._state_sharding = None
+
+  @property
+  def num_devices(self):
+    """Devices the batch is split over: the ``data`` axis."""
+    return self.mesh.shape[DATA_AXIS]
+
+  def state_sharding(self, state_shapes):
+    """The ``NamedSharding`` of each leaf of ``state_shapes`` (a train state's shapes, its parameters boxed with
+    their logical axis names, as ``create_train_state`` makes it): a parameter's by its names and the rules, an
+    optimizer moment's as its parameter's (``logical_axis_names``), anything else replicated.
+
+    Raises:
+      ConfigError: a rule splits an axis that its mesh axis does not divide (naming the parameters and the fix).
+    """
+    names_of = logical_axis_names(state_shapes)
+    replica_axes = (None,) if self.num_replicas > 1 else ()
+    problems = []
+
+    def sharding(path, leaf):
+      names = names_of(path, leaf.shape)
+      if names is None:
+        return self.replicated
+      spec = PartitionSpec(*replica_axes, *nn.logical_to_mesh_axes(names, self.rules))
+      for size, axis, name in zip(leaf.shape, spec, (*replica_axes, *names)):
+        if axis is not None and size % self.mesh.shape[axis]:
+          problems.append((f"{jax.tree_util.keystr(path, simple=True, separator='/')} {tuple(leaf.shape)}: its "
+                           f"'{name}' axis of {size} over the {self.mesh.shape[axis]} devices of '{axis}'", name))
+      return NamedSharding(self.mesh, spec)
+
+    shardings = jax.tree_util.tree_map_with_path(sharding, unboxed(state_shapes))
+    if problems:  # the first parameter names the problem; its optimizer moments repeat it
+      where, name = problems[0]
+      raise ConfigError(f"a parameter does not split evenly over the mesh: {where}. Choose sizes that the mesh "
+                        "axis divides (d_model, heads, d_ff, vocabulary), another tensor_parallelism, or keep that "
+                        f"axis whole on every device with --config.axis_rules='{name}=none'.")
+    return shardings
 
   def _vmapped(self, fn, in_axes):
     return jax.vmap(fn, in_axes=in_axes) if self.num_replicas > 1 else fn
@@ -88,15 +139,15 @@ class Strategy:
     return call
 
   def create_state(self, create_fn, seed_key):
-    """Run ``create_fn(key) -> TrainState`` compiled, placed as this strategy wants it.
+    """Run ``create_fn(key) -> TrainState`` compiled, each leaf placed by ``state_sharding``.
 
     With ``num_replicas > 1``, ``seed_key`` is a stack of ``num_replicas`` keys, initialised one after the
     other (``lax.map``, the same values as ``vmap``): the RNN encoder-decoder's vmapped init (its decoder's
     ``nn.scan``) never finishes on XLA:CPU, while its vmapped train and eval steps run.
     """
-    if self.num_replicas > 1:
-      return jax.jit(lambda keys: jax.lax.map(create_fn, keys))(seed_key)
-    return jax.jit(create_fn)(seed_key)
+    create = (lambda keys: jax.lax.map(create_fn, keys)) if self.num_replicas > 1 else create_fn
+    self._state_sharding = self.state_sharding(jax.eval_shape(create, seed_key))
+    return jax.jit(lambda key: unboxed(create(key)), out_shardings=self._state_sharding)(seed_key)
 
   def compile_train_step(self, train_step, steps_per_call: int = 1):
     """``(state, batch) -> (state, metrics)``; the step's key is ``fold_in(state.rng, state.step)``.
@@ -108,40 +159,42 @@ class Strategy:
       return train_step(state, batch, jax.random.fold_in(state.rng, state.step), *settings)
     in_axes = (0, None, 0) if self.settings else (0, None)
     step = self._with_settings(self._vmapped(step_with_rng, in_axes))
-    return jax.jit(self._counted(scanned(step, steps_per_call)), donate_argnums=(0,))
+    batch_sharding = self.batch_sharding if steps_per_call == 1 else self.stacked_batch_sharding
+    return jax.jit(self._counted(scanned(step, steps_per_call)), in_shardings=(self._state_sharding, batch_sharding),
+                   out_shardings=(self._state_sharding, self.replicated), donate_argnums=(0,))
 
   def compile_eval_step(self, eval_step):
     in_axes = (0, None, 0) if self.settings else (0, None)
-    return jax.jit(self._with_settings(self._vmapped(eval_step, in_axes)))
+    return jax.jit(self._with_settings(self._vmapped(eval_step, in_axes)),
+                   in_shardings=(self._state_sharding.params, self.batch_sharding), out_shardings=self.replicated)
 
   def put_batch(self, batch):
-    return jax.device_put(batch)
+    # Each process holds its own rows of the global batch (multi-host); on one host this is a plain split.
+    return jax.tree.map(
+        lambda x: jax.make_array_from_process_local_data(self.batch_sharding, np.asarray(x)), batch)
 
   def put_batches(self, batches):
     """Place a stack of batches (``[steps_per_call, batch, ...]``) for a several-step call."""
-    return jax.device_put(batches)
-
-  def to_canonical(self, state):
-    """The state as checkpoints store it."""
-    return state
-
-  def from_canonical(self, state):
-    return state
+    return jax.tree.map(
+        lambda x: jax.make_array_from_process_local_data(self.stacked_batch_sharding, np.asarray(x)), batches)
 
   def abstract_canonical(self, state_shapes):
-    """Restore targets: shapes and dtypes with this strategy's shardings."""
-    sharding = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
-    return jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sharding), state_shapes)
+    """Restore targets: ``state_shapes`` (boxed as for ``state_sharding``) unboxed, with this mesh's shardings."""
+    self._state_sharding = self.state_sharding(state_shapes)
+    return jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh), unboxed(state_shapes),
+                        self._state_sharding)
 
   def host_params(self, state):
-    """Parameters for host-side evaluation (decoding)."""
-    return state.params
-
-  def fetch(self, tree):
-    return jax.tree.map(np.asarray, jax.device_get(tree))
+    """The parameters replicated on every device: with FSDP over several processes, no process holds a whole
+    parameter until it is gathered (``device_get`` of a sharded array spanning other hosts fails)."""
+    if all(sharding.is_fully_replicated for sharding in jax.tree.leaves(self._state_sharding.params)):
+      return state.params
+    return jax.jit(lambda params: params, out_shardings=self.replicated)(state.params)
 
 
 class PmapStrategy(Strategy):
+  """Classic data parallelism: one copy of the state per local device, the batch split along a leading device
+  axis, gradients summed with ``psum`` over ``axis_name``."""
   name = "pmap"
   axis_name = "batch"
 
@@ -154,7 +207,7 @@ class PmapStrategy(Strategy):
     return len(self.devices)
 
   def create_state(self, create_fn, seed_key):
-    return self.from_canonical(jax.jit(create_fn)(seed_key))
+    return self.from_canonical(jax.jit(lambda key: unboxed(create_fn(key)))(seed_key))
 
   def compile_train_step(self, train_step, steps_per_call: int = 1):
     del steps_per_call  # one step per call: RunConfig refuses more with pmap (its metrics would be [devices, steps])
@@ -183,6 +236,10 @@ class PmapStrategy(Strategy):
     count = self.num_devices
     return jax.tree.map(lambda x: jax.device_put(jnp.broadcast_to(x, (count,) + x.shape), sharding), state)
 
+  def abstract_canonical(self, state_shapes):
+    sharding = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+    return jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sharding), unboxed(state_shapes))
+
   def host_params(self, state):
     return jax.tree.map(_first_replica, state.params)
 
@@ -190,86 +247,33 @@ class PmapStrategy(Strategy):
     return jax.tree.map(lambda x: np.asarray(x[0]), jax.device_get(tree))
 
 
-class MeshStrategy(Strategy):
-  name = "mesh"
+def logical_axis_names(state_shapes):
+  """``names_of(path, shape)``: the logical axis names of the leaf at ``path`` of ``state_shapes`` unboxed (its
+  parameters boxed, ``nn.LogicallyPartitioned``). A parameter has its own names; an optimizer-state leaf those of
+  the parameter whose path ends its own and whose shape it has (Adam's moments; a factored statistic of another
+  shape has none); any other leaf None."""
+  params = getattr(state_shapes, "params", state_shapes)
+  by_path = {}
+  for path, leaf in jax.tree_util.tree_flatten_with_path(params, is_leaf=_is_boxed)[0]:
+    if _is_boxed(leaf):
+      by_path[_dict_keys(path)] = (tuple(leaf.names), tuple(leaf.value.shape))
 
-  def __init__(self, fsdp: bool = False, tensor_parallelism: int = 1, devices=None):
-    super().__init__()
-    devices = list(jax.devices() if devices is None else devices)
-    if tensor_parallelism < 1 or len(devices) % tensor_parallelism:
-      raise ConfigError(f"config.tensor_parallelism={tensor_parallelism} must divide the {len(devices)} devices; "
-                       f"choose one of {[n for n in range(1, len(devices) + 1) if len(devices) % n == 0]}.")
-    self.fsdp = fsdp
-    self.model_size = tensor_parallelism
-    self.mesh = jax.make_mesh((len(devices) // tensor_parallelism, tensor_parallelism), (DATA_AXIS, MODEL_AXIS),
-                              axis_types=(jax.sharding.AxisType.Auto,) * 2, devices=devices)
-    self.batch_sharding = NamedSharding(self.mesh, PartitionSpec(DATA_AXIS))
-    self.stacked_batch_sharding = NamedSharding(self.mesh, PartitionSpec(None, DATA_AXIS))  # [steps, batch, ...]
-    self.replicated = NamedSharding(self.mesh, PartitionSpec())
-    self._state_sharding = None
+  def names_of(path, shape):
+    keys = _dict_keys(path)
+    for start in range(len(keys)):
+      names, expected = by_path.get(keys[start:], (None, None))
+      if names is not None and expected == tuple(shape):
+        return names
+    return None
+  return names_of
 
-  @property
-  def num_devices(self):
-    """Devices the batch is split over: the ``data`` axis."""
-    return self.mesh.shape[DATA_AXIS]
 
-  def _parameter_sharding(self, path, shape):
-    """Tensor parallelism: the model axis on the parameter's ``tensor_parallel_axis``; FSDP: the data axis on the
-    largest other axis it divides; replicated where neither applies."""
-    spec = [None] * len(shape)
-    model_axis = tensor_parallel_axis(path) if self.model_size > 1 and shape else None
-    if model_axis is not None and model_axis < len(shape) and shape[model_axis] % self.model_size == 0:
-      spec[model_axis] = MODEL_AXIS
-    if self.fsdp and shape:
-      candidates = [axis for axis in np.argsort(shape)[::-1]
-                    if spec[axis] is None and shape[axis] % self.num_devices == 0]
-      if candidates:
-        spec[candidates[0]] = DATA_AXIS
-    return NamedSharding(self.mesh, PartitionSpec(*spec)) if any(spec) else self.replicated
+def _is_boxed(x) -> bool:
+  return isinstance(x, nn.meta.AxisMetadata)
 
-  def state_sharding(self, state_shapes):
-    return jax.tree_util.tree_map_with_path(lambda path, s: self._parameter_sharding(path, s.shape), state_shapes)
 
-  def create_state(self, create_fn, seed_key):
-    shapes = jax.eval_shape(create_fn, seed_key)
-    self._state_sharding = self.state_sharding(shapes)
-    return jax.jit(create_fn, out_shardings=self._state_sharding)(seed_key)
-
-  def compile_train_step(self, train_step, steps_per_call: int = 1):
-    def step_with_rng(state, batch):
-      return train_step(state, batch, jax.random.fold_in(state.rng, state.step))
-    batch_sharding = self.batch_sharding if steps_per_call == 1 else self.stacked_batch_sharding
-    return jax.jit(self._counted(scanned(step_with_rng, steps_per_call)),
-                   in_shardings=(self._state_sharding, batch_sharding),
-                   out_shardings=(self._state_sharding, self.replicated), donate_argnums=(0,))
-
-  def compile_eval_step(self, eval_step):
-    return jax.jit(eval_step, in_shardings=(self._state_sharding.params, self.batch_sharding),
-                   out_shardings=self.replicated)
-
-  def put_batch(self, batch):
-    # Each process holds its own rows of the global batch (multi-host); on one host this is a plain split.
-    return jax.tree.map(
-        lambda x: jax.make_array_from_process_local_data(self.batch_sharding, np.asarray(x)), batch)
-
-  def put_batches(self, batches):
-    return jax.tree.map(
-        lambda x: jax.make_array_from_process_local_data(self.stacked_batch_sharding, np.asarray(x)), batches)
-
-  def abstract_canonical(self, state_shapes):
-    self._state_sharding = self.state_sharding(state_shapes)
-    return jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh), state_shapes,
-                        self._state_sharding)
-
-  def host_params(self, state):
-    """The parameters replicated on every device: with FSDP over several processes, no process holds a whole
-    parameter until it is gathered (``device_get`` of a sharded array spanning other hosts fails)."""
-    if not self.fsdp and self.model_size == 1:
-      return state.params
-    return jax.jit(lambda params: params, out_shardings=self.replicated)(state.params)
-
-  def fetch(self, tree):
-    return jax.tree.map(lambda x: np.asarray(jax.device_get(x)), tree)
+def _dict_keys(path) -> tuple:
+  return tuple(str(key.key) for key in path if isinstance(key, jax.tree_util.DictKey))
 
 
 def scanned(step, steps_per_call: int):
@@ -284,16 +288,15 @@ def scanned(step, steps_per_call: int):
   return steps
 
 
-def make_strategy(parallelism: str, num_replicas: int = 1, fsdp: bool = False,
-                  settings: dict | None = None, tensor_parallelism: int = 1) -> Strategy:
-  """The strategy of ``parallelism``; ``num_replicas`` and per-replica ``settings`` with ``jit`` only,
-  ``fsdp`` and ``tensor_parallelism`` with ``mesh`` only (``RunConfig`` checks the combination, naming the fields)."""
-  if parallelism == "jit":
-    return Strategy(num_replicas, settings)
+def make_strategy(parallelism: str, num_replicas: int = 1, settings: dict | None = None,
+                  tensor_parallelism: int = 1, rules=None) -> Strategy:
+  """The strategy of ``parallelism``: ``jit``, a mesh of this process's first device; ``mesh``, of every device;
+  ``pmap``. ``RunConfig`` checks the combination of fields, naming them."""
   if parallelism == "pmap":
     return PmapStrategy()
-  if parallelism == "mesh":
-    return MeshStrategy(fsdp, tensor_parallelism)
+  if parallelism in ("jit", "mesh"):
+    devices = jax.local_devices()[:1] if parallelism == "jit" else None
+    return MeshStrategy(devices, tensor_parallelism, rules, num_replicas, settings, name=parallelism)
   raise ValueError(f"config.parallelism={parallelism!r} is not supported; choose one of {list(PARALLELISMS)}.")
 
 

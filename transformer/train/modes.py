@@ -73,8 +73,8 @@ def _build_session(run_config: RunConfig, workdir: str, mode: str, lock, started
   task = _build_task_once(run_config)
   _check_task_supports(run_config, task, mode)
   model_config = task.model_config()
-  strategy = make_strategy(run_config.parallelism, run_config.replicas.count, run_config.fsdp,
-                           run_config.replicas.settings(), run_config.tensor_parallelism)
+  strategy = make_strategy(run_config.parallelism, run_config.replicas.count, run_config.replicas.settings(),
+                           run_config.tensor_parallelism, run_config.logical_axis_rules)
   _check_batch_divides(run_config, strategy.num_devices, jax.process_count())
   # A fresh run is identified by the record it is about to write; one that exists, by the record it wrote.
   run_identity = RunDirectory(workdir).run_identity() or (record_identity(run_config.record) if mode == "train"

@@ -31,6 +31,7 @@ import numpy as np
 import optax
 
 from transformer.errors import ConfigError
+from transformer.nn.axes import unboxed
 from transformer.tasks import StartsFromPretrained, Task, UsesRecordedTokenizers
 from transformer.train.checkpoint import Checkpointer, CheckpointRestoreError, SavedParams
 from transformer.train.config import SCHEDULES, RunConfig, build_task
@@ -50,10 +51,14 @@ class TrainState:
 
 
 def create_train_state(model, optimizer: optax.GradientTransformation, init_inputs: tuple, seed_key):
-  """Initialise parameters and optimizer state from one key. Pure: jit it, with out_shardings if sharded."""
+  """Initialise parameters and optimizer state from one key. Pure: a strategy's ``create_state`` compiles it.
+
+  The parameters come boxed with their logical axis names (``transformer.nn.axes``), which the strategy reads to
+  place each one and then strips; the optimizer sees plain arrays.
+  """
   init_key, dropout_key, run_key = jax.random.split(seed_key, 3)
   params = model.init({"params": init_key, "dropout": dropout_key}, *init_inputs)["params"]
-  return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=optimizer.init(params),
+  return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=optimizer.init(unboxed(params)),
                     rng=run_key)
 
 
@@ -174,7 +179,7 @@ def abstract_params(model, init_inputs: tuple, run_config: RunConfig) -> SavedPa
   the model's init without computing anything, on this process's first device: what ``load_params`` restores
   onto; no optimizer is built, and its state stays on disk."""
   def init(key):
-    return model.init({"params": key, "dropout": key}, *init_inputs)["params"]
+    return unboxed(model.init({"params": key, "dropout": key}, *init_inputs)["params"])
 
   shapes = jax.eval_shape(jax.vmap(init) if run_config.replicas.count > 1 else init, seed_keys(run_config))
   device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])

@@ -1,0 +1,65 @@
+"""Logical axis names: every parameter of every model family names each of its axes, so the run layer's rule
+table lays out any layer (a new one without names fails here, not silently replicated on every device)."""
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from transformer.nn import (LOGICAL_AXES, ClassifierConfig, EncoderClassifier, EncoderDecoder, ModelConfig,
+                            RNNConfig, RNNEncoderDecoder, TransformerLM, make_forecaster, unboxed, with_axes)
+from transformer.nn.forecasters import ARCHITECTURES, ForecasterConfig
+
+TRANSFORMER = ModelConfig(vocab_size=13, d_model=16, num_heads=4, num_kv_heads=2, d_ff=32, num_encoder_layers=1,
+                          num_decoder_layers=1, positional_encoding="learned", max_length=8, deterministic=True)
+RNN = RNNConfig(vocab_size=11, target_vocab_size=13, embedding_dim=8, hidden_dim=12, num_layers=2, deterministic=True)
+TOKENS = jnp.ones((2, 5), jnp.int32)
+SERIES = jnp.ones((2, 6, 3), jnp.float32)
+FORECASTER = ForecasterConfig(num_features=3, input_length=6, num_horizons=4, d_model=8, num_layers=2, num_heads=2,
+                              d_ff=16, patch_length=2, patch_stride=2, deterministic=True)
+
+MODELS = {
+    "encoder_decoder": lambda: (EncoderDecoder(TRANSFORMER), TOKENS, TOKENS),
+    "untied_encoder_decoder": lambda: (EncoderDecoder(TRANSFORMER.replace(share_embeddings=False,
+                                                                          tie_output_embedding=False)), TOKENS, TOKENS),
+    "lm": lambda: (TransformerLM(TRANSFORMER), TOKENS),
+    "bert_classifier": lambda: (EncoderClassifier(ClassifierConfig.from_encoder(
+        TRANSFORMER, num_token_types=2, embedding_norm=True, num_classes=3)), TOKENS),
+    **{f"rnn_{cell}_{attention}": (lambda cell=cell, attention=attention: (
+        RNNEncoderDecoder(RNN.replace(cell=cell, attention=attention)), TOKENS, TOKENS))
+       for cell in ("gru", "lstm") for attention in ("bahdanau", "luong_general")},
+    **{f"forecaster_{name}": (lambda name=name: (make_forecaster(FORECASTER.replace(architecture=name)), SERIES))
+       for name in ARCHITECTURES},
+}
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_every_parameter_names_each_of_its_axes(name):
+  model, *inputs = MODELS[name]()
+  boxed = jax.eval_shape(model.init, jax.random.key(0), *inputs)["params"]
+  leaves = jax.tree_util.tree_flatten_with_path(boxed, is_leaf=lambda x: isinstance(x, nn.meta.AxisMetadata))[0]
+  assert leaves
+  for path, leaf in leaves:
+    where = jax.tree_util.keystr(path)
+    assert isinstance(leaf, nn.LogicallyPartitioned), f"{where} has no logical axis names"
+    assert len(leaf.names) == len(leaf.value.shape), f"{where}: names {leaf.names} for shape {leaf.value.shape}"
+    assert set(leaf.names) <= set(LOGICAL_AXES), f"{where}: {leaf.names}"
+    assert len(set(leaf.names)) == len(leaf.names), f"{where}: a name twice, {leaf.names}"
+
+
+def test_the_names_do_not_change_the_values_and_apply_takes_either_form():
+  model = EncoderDecoder(TRANSFORMER)
+  boxed = model.init(jax.random.key(0), TOKENS, TOKENS)["params"]
+  plain = unboxed(boxed)
+  assert jax.tree.structure(plain) == jax.tree.structure(jax.tree.map(np.asarray, plain))
+  np.testing.assert_array_equal(model.apply({"params": boxed}, TOKENS, TOKENS), model.apply({"params": plain},
+                                                                                             TOKENS, TOKENS))
+  # The same initialiser with and without a box gives the same numbers.
+  init = nn.initializers.xavier_uniform()
+  np.testing.assert_array_equal(with_axes(init, "embed", "mlp")(jax.random.key(1), (4, 6)).value,
+                                init(jax.random.key(1), (4, 6)))
+
+
+def test_an_unknown_logical_name_is_refused_naming_the_known_ones():
+  with pytest.raises(ValueError, match=r"unknown logical axis name\(s\) \['hidden'\]; use one of \['embed'"):
+    with_axes(nn.initializers.zeros, "embed", "hidden")

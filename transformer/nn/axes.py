@@ -1,0 +1,59 @@
+"""Logical axis names of parameters (flax's logical partitioning).
+
+Every parameter says what each of its axes is, with ``with_axes`` on its initialiser; the run layer maps the
+names to mesh axes with one rule table (``RunConfig.axis_rules``), so a new layer is sharded by what its axes
+are, never by what it is called. ``model.init`` returns the parameters boxed (``nn.LogicallyPartitioned``);
+``model.apply`` accepts them boxed or plain, and ``unboxed`` strips the names where only the arrays matter.
+"""
+from __future__ import annotations
+
+import flax.linen as nn
+
+LOGICAL_AXES = {
+    "vocab": "the vocabulary: embedding rows, output-layer columns",
+    "embed": "the model width d_model (and an RNN's embedding width): what flows between layers",
+    "heads": "the query heads' features, heads * head_dim: query projection out, output projection in",
+    "kv_heads": "the key/value heads' features, kv_heads * head_dim (grouped-query attention: fewer than heads)",
+    "mlp": "the feed-forward hidden width d_ff",
+    "position": "the rows of a learned position table (max_length)",
+    "token_types": "the rows of a token-type table",
+    "rnn": "an RNN's hidden units (and an attentional RNN's attention width), as a layer writes them",
+    "rnn_state": "an RNN's hidden units as a layer reads them (the recurrent kernel's rows, a next layer's input)",
+    "features": "a time series' input features (or a patch's values)",
+    "window": "a forecaster's input time steps",
+    "outputs": "a small output head: classes or forecast horizons",
+}
+
+
+def with_axes(init, *names: str):
+  """``init`` whose parameter carries the logical axis ``names``, one per axis (each in ``LOGICAL_AXES``)."""
+  unknown = [name for name in names if name not in LOGICAL_AXES]
+  if unknown:
+    raise ValueError(f"unknown logical axis name(s) {unknown}; use one of {sorted(LOGICAL_AXES)} "
+                     "(or add the new one to transformer.nn.axes.LOGICAL_AXES with what it means).")
+  return nn.with_logical_partitioning(init, names)
+
+
+def unboxed(tree):
+  """``tree`` with every logically partitioned parameter replaced by its array (a no-op on plain trees)."""
+  return nn.meta.unbox(tree)
+
+
+def dense_axes(inputs: str, outputs: str) -> dict:
+  """Keyword arguments that name an ``nn.Dense``'s kernel ``(inputs, outputs)`` and bias ``(outputs,)``, with
+  flax's default initialisers."""
+  return {"kernel_init": with_axes(nn.linear.default_kernel_init, inputs, outputs),
+          "bias_init": with_axes(nn.initializers.zeros_init(), outputs)}
+
+
+def embed_axes(rows: str, init=nn.linear.default_embed_init) -> dict:
+  """Keyword arguments that name an ``nn.Embed``'s table ``(rows, embed)``."""
+  return {"embedding_init": with_axes(init, rows, "embed")}
+
+
+def cell_axes(inputs: str) -> dict:
+  """Keyword arguments that name a flax RNN cell's kernels (``(inputs, rnn)``, recurrent ``(rnn_state, rnn)``)
+  and biases (``(rnn,)``), with the cells' default initialisers."""
+  return {"kernel_init": with_axes(nn.linear.default_kernel_init, inputs, "rnn"),
+          "recurrent_kernel_init": with_axes(nn.initializers.orthogonal(), "rnn_state", "rnn"),
+          "bias_init": with_axes(nn.initializers.zeros_init(), "rnn")}
