@@ -131,8 +131,7 @@ class Trainer:
     self.iterator = host_iterator(session)
     create, abstract_state = state_factory(session, self.model, self.optimizer,
                                            self.task.init_inputs(self._first_batch_rows()))
-    self.cost = StepCost.of(self.run_config.model_name, session.model_config, abstract_state.params,
-                            self.run_config.replicas.count, self.strategy.num_devices // session.process_count)
+    self.cost = step_cost(session, abstract_state.params)  # parameters, FLOPs per batch, the device's peak
     checked = self.checkpointer.has_checkpoints() and not self.run_config.restart
     if checked:  # before restoring: a changed setting is named, not reported as checkpoints that do not fit
       hold_to_record(session, resuming=True)
@@ -407,6 +406,16 @@ class Trainer:
     if not interrupted:
       _print_summary(session, self.step, self.results, line)
     self.checkpointer.close()
+
+
+def step_cost(session: Session, params_shapes) -> StepCost:
+  """The run's ``StepCost`` (``writers``) over the devices that compute this process's rows: a mesh's model axis
+  computes them too, and pmap's devices are this process's own."""
+  strategy = session.strategy
+  mesh = getattr(strategy, "mesh", None)
+  devices = mesh.size // session.process_count if mesh is not None else strategy.num_devices
+  return StepCost.of(session.run_config.model_name, session.model_config, params_shapes,
+                     session.run_config.replicas.count, devices)
 
 
 def _checked_evaluator_splits(task, run_config: RunConfig) -> list[str]:
