@@ -183,8 +183,9 @@ def _flops_text(flops: float) -> str:
 @dataclasses.dataclass(frozen=True)
 class StepCost:
   """What a training step costs, for the log: the model's parameters, the model FLOPs of a batch
-  (``transformer.ops.transformer_flops``, times the replicas that each train on it) and the peak of the
-  devices this process computes on (``DEVICE_PEAKS``; None: unknown, and no MFU is logged)."""
+  (``transformer.ops.transformer_flops`` at the batch's shape, padding included as the device computes it, times
+  the replicas that each train on it) and the peak of the devices this process computes on (``DEVICE_PEAKS``;
+  None: unknown, and no MFU is logged)."""
   model_name: str
   model_config: Any
   num_params: int
@@ -218,7 +219,7 @@ class StepCost:
                f"parameters x tokens + attention, transformer.ops.transformer_flops)" if flops is not None else
                f"model FLOPs not counted for model {self.model_name!r}")
     peak = (f"peak {self.peak / 1e12:,.0f} TFLOP/s per device ({self.peak_name}, dense)" if self.peak else
-            f"no known peak for {jax.local_devices()[0].device_kind} in this dtype: MFU not logged")
+            f"no known peak for {jax.local_devices()[0].device_kind} ({self.peak_name}): MFU not logged")
     return f"parameters {self.num_params:,}; {counted}; {peak}"
 
   def log_metrics(self, flops: float, seconds: float) -> dict[str, float]:
