@@ -164,8 +164,7 @@ def test_a_run_with_adafactor_trains_and_resumes_exactly(tmp_path):
   from transformer.train.workdir import read_metrics  # pylint: disable=import-outside-toplevel
 
   def config():
-    return tiny_config(optimizer__name="adafactor", optimizer__learning_rate=1e-2, optimizer__warmup_steps=5,
-                       async_checkpointing=True)
+    return tiny_config(optimizer__name="adafactor", optimizer__learning_rate=1e-2, optimizer__warmup_steps=5)
 
   def losses(workdir):
     return [record["train/loss"] for record in read_metrics(str(workdir)) if "train/loss" in record]
