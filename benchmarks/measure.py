@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 
 from experiments.record_store import read_cpuinfo, usable_cores
+from transformer.train.writers import device_peak
 
 
 # ---------------------------------------------------------------------------------------------- timing
@@ -195,18 +196,6 @@ def peak_matmul_sizes(smoke: bool = False) -> tuple[int, ...]:
   return (1024, 2048) if jax.default_backend() == "cpu" else (4096, 8192, 16384)
 
 
-# Dense (no sparsity) tensor-core peaks in FLOP/s by device kind, first match wins (NVIDIA data sheets).
-# float32 matmuls at JAX's default precision may use TF32 tensor cores on these GPUs: the TF32 peak is the
-# upper bound for them.
-GPU_PEAKS = (
-    ("H100 PCIe", {"bfloat16": 756e12, "float32": 378e12}),
-    ("H100 NVL", {"bfloat16": 835e12, "float32": 418e12}),
-    ("H100", {"bfloat16": 989e12, "float32": 494e12}),  # SXM
-    ("H200", {"bfloat16": 989e12, "float32": 494e12}),
-    ("A100", {"bfloat16": 312e12, "float32": 156e12}),
-)
-
-
 def cpu_theoretical_peak(dtype: str, cpuinfo: dict[str, str] | None = None, cores: int | None = None) -> float | None:
   """An upper bound of this CPU's matmul FLOP/s: cores x vector lanes x 2 (a fused multiply-add) x 2 FMA units x
   clock, from /proc/cpuinfo's flags and clock; ``None`` (unknown) where they are not readable.
@@ -229,16 +218,16 @@ def cpu_theoretical_peak(dtype: str, cpuinfo: dict[str, str] | None = None, core
 
 
 def theoretical_peak(dtype: str) -> tuple[float | None, str]:
-  """``(FLOP/s or None, where it comes from)`` of the default device in ``dtype``: the GPU table
-  (``GPU_PEAKS``) by device kind, the CPU's from ``cpu_theoretical_peak``, else unknown."""
+  """``(FLOP/s or None, where it comes from)`` of the default device in ``dtype``: the training log's table
+  (``transformer.train.writers.DEVICE_PEAKS``) by device kind, the CPU's from ``cpu_theoretical_peak``, else unknown."""
   device = jax.devices()[0]
   if device.platform == "cpu":
     peak = cpu_theoretical_peak(dtype)
     return peak, ("cores x lanes x 2 FMA units x the clock /proc/cpuinfo reports" if peak else "unknown")
-  for name, peaks in GPU_PEAKS:
-    if name.lower() in device.device_kind.lower():
-      return peaks.get(dtype), f"{name} data sheet, dense {dtype}"
-  return None, f"unknown ({device.device_kind} is not in benchmarks/measure.py GPU_PEAKS)"
+  peak, name = device_peak(device.device_kind, dtype)
+  if name:
+    return peak, f"{name} data sheet, dense {dtype}"
+  return None, f"unknown ({device.device_kind} is not in transformer/train/writers.py DEVICE_PEAKS)"
 
 
 @dataclasses.dataclass
@@ -311,38 +300,3 @@ def mfu_cell(measured_mfu: float, theoretical_mfu: float | None):
   if mfu_error("", measured_mfu, theoretical_mfu):
     return f"error ({100 * measured_mfu:.0f})"
   return 100 * measured_mfu
-
-
-# ----------------------------------------------------------------------------------------------- FLOPs
-
-def encoder_decoder_flops(config, batch_size: int, source_length: int, target_length: int,
-                          train: bool = True) -> dict[str, float]:
-  """Model FLOPs of one encoder-decoder step, split into ``parameters`` and ``attention`` (and ``total``).
-
-  Convention (Kaplan et al. 2020; PaLM, Chowdhery et al. 2022, appendix B): only matmuls count, 2 FLOPs per
-  multiply-add; a training step is 3x the forward pass (the backward pass computes the gradients of both the
-  inputs and the weights, 2x forward). Hence "6 * parameters * tokens plus attention":
-
-  - ``parameters``: ``6 * N * D`` with every weight matrix counted for the tokens it multiplies: encoder
-    matrices for source tokens, decoder self-attention, cross-attention query/output and feed-forward for
-    target tokens, cross-attention key/value for source tokens (once per decoder layer), and the (tied)
-    output projection ``d_model x vocab`` for target tokens. Embedding lookups, biases, norms, the softmax,
-    the loss and the optimizer update are not counted (they are not matmuls).
-  - ``attention``: ``q k^T`` and ``weights v``, ``2 * 2 * q_length * kv_length * d_model`` forward per layer
-    and example (``heads * head_dim = d_model``), times 3. Causal self attention is counted in full, as the
-    dense kernel computes the whole matrix (PaLM halves nothing either).
-
-  Dropout, padding and recomputation are ignored: this is *model* FLOPs, the numerator of MFU.
-  """
-  d, f, vocab = config.d_model, config.d_ff, config.output_vocab_size
-  source, target = source_length, target_length
-  encoder_parameters = config.num_encoder_layers * (4 * d * d + 2 * d * f) * source
-  decoder_parameters = config.num_decoder_layers * ((4 * d * d + 2 * d * d + 2 * d * f) * target
-                                                    + 2 * d * d * source)
-  output_projection = d * vocab * target
-  encoder_attention = config.num_encoder_layers * 2 * source * source * d
-  decoder_attention = config.num_decoder_layers * 2 * (target * target + target * source) * d
-  multiplier = 6.0 if train else 2.0  # 2 FLOPs per multiply-add, x3 for forward + backward
-  parameters = multiplier * batch_size * (encoder_parameters + decoder_parameters + output_projection)
-  attention = multiplier * batch_size * (encoder_attention + decoder_attention)
-  return {"parameters": parameters, "attention": attention, "total": parameters + attention}

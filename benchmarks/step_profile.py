@@ -43,6 +43,7 @@ import jax
 from benchmarks import common, measure
 from benchmarks import train_step
 from experiments.record_store import host_description
+from transformer.ops.flops import transformer_flops
 from transformer.train.config import build_task
 
 # (part, pattern on the lower-cased op_name): the first that matches names the part. Norms before attention
@@ -362,7 +363,7 @@ def main(argv=None) -> common.Report:
   if args.flax_stock:
     models["flax-stock"] = train_step.FlaxStockTransformer(model_config)
   batch = train_step.random_batch(batch_size, length, length, model_config.vocab_size)
-  flops = measure.encoder_decoder_flops(model_config, batch_size, length, length)["total"]
+  flops = transformer_flops(model_config, batch_size, length, length)["total"]
   name = args.config + (" (smoke size)" if args.smoke else "")
   report = common.Report(
       "step_profile", "Where the train step's time goes: a profiler trace by model part (benchmarks/step_profile.py)",

@@ -244,7 +244,7 @@ def test_launch_offline_without_data_prints_one_error_line(tmp_path):
   assert time.monotonic() - started < 60
 
 
-@pytest.mark.parametrize("builder_name", ["multi30k", "iwslt15_en_vi", "disaster_tweets", "beijing_pm25"])
+@pytest.mark.parametrize("builder_name", ["multi30k", "iwslt15_en_vi", "wmt14", "disaster_tweets", "beijing_pm25"])
 def test_making_a_builder_leaves_no_temporary_folder(builder_name, tmp_path, monkeypatch):
   # TFDS asks its GCS bucket for the info of an unprepared data set through a /tmp/tmp*tfds folder it
   # never removes; ours skip the ask.
@@ -259,7 +259,7 @@ def test_making_a_builder_leaves_no_temporary_folder(builder_name, tmp_path, mon
   assert list(temporary.iterdir()) == []
 
 
-@pytest.mark.parametrize("builder_name", ["multi30k", "iwslt15_en_vi", "disaster_tweets", "beijing_pm25"])
+@pytest.mark.parametrize("builder_name", ["multi30k", "iwslt15_en_vi", "wmt14", "disaster_tweets", "beijing_pm25"])
 def test_a_builder_pickles_with_its_source_folder_and_reads_its_code_folder(builder_name, tmp_path):
   # Pickled builders (worker processes, TFDS's own copies) are made again from their arguments.
   import importlib

@@ -2,6 +2,7 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 
 from transformer.train.config import OptimizerConfig
@@ -102,3 +103,79 @@ def test_a_frozen_prefix_that_names_no_parameter_is_refused():
   optimizer = make_optimizer(optimizer_config(frozen_params=("encoder/embeding",)), 10)
   with pytest.raises(ConfigError, match="encoder/embeding.*no parameter"):
     optimizer.init({"encoder": {"embedding": {"embedding": jnp.ones((2, 2))}}})
+
+
+def state_size(optimizer, params) -> int:
+  return sum(np.size(leaf) for leaf in jax.tree.leaves(optimizer.init(params)))
+
+
+def test_adafactor_keeps_a_row_and_a_column_for_a_matrix_and_no_first_moment():
+  """Shazeer & Stern 2018: the second moment of an [n, m] matrix as n + m numbers; a vector keeps its own."""
+  params = {"kernel": jnp.ones((256, 128)), "bias": jnp.ones((128,))}
+  adafactor = state_size(make_optimizer(optimizer_config(name="adafactor"), 10), params)
+  adam = state_size(make_optimizer(optimizer_config(), 10), params)
+  assert 0 <= adam - 2 * (256 * 128 + 128) <= 4  # two moments; the rest are step counts
+  assert 0 <= adafactor - (256 + 128) - 128 <= 8  # the matrix's row and column, the vector's own; the rest counts
+
+
+def test_adafactor_is_optaxs_with_the_schedule_applied_last():
+  params = {"kernel": jnp.linspace(-1.0, 1.0, 256 * 128).reshape(256, 128), "bias": jnp.linspace(0.5, 1.0, 128)}
+  ours = make_optimizer(optimizer_config(name="adafactor", schedule="constant", warmup_steps=0, learning_rate=0.01), 10)
+  theirs = optax.adafactor(0.01)
+  state, their_state = ours.init(params), theirs.init(params)
+  for scale in (1.0, 0.1, 3.0):
+    gradients = jax.tree.map(lambda p: jnp.cos(p * 7.0) * scale, params)
+    updates, state = ours.update(gradients, state, params)
+    expected, their_state = theirs.update(gradients, their_state, params)
+    for name in params:
+      np.testing.assert_allclose(updates[name], expected[name], rtol=1e-6, atol=1e-12)
+
+
+def test_adafactor_with_weight_decay_is_linear_in_the_learning_rate():
+  """What a sweep over learning rates relies on (``run_optimizer``: rate 1, each replica's updates scaled), and
+  AdamW's decoupled decay: a zero gradient shrinks a parameter by learning rate * weight_decay * it."""
+  params = {"kernel": jnp.linspace(-1.0, 1.0, 256 * 128).reshape(256, 128)}
+  gradients = jax.tree.map(lambda p: jnp.sin(p * 5.0), params)
+  updates = {}
+  for rate in (1.0, 0.003):
+    optimizer = make_optimizer(optimizer_config(name="adafactor", schedule="constant", warmup_steps=0,
+                                                learning_rate=rate, weight_decay=0.1), 10)
+    updates[rate], _ = optimizer.update(gradients, optimizer.init(params), params)
+  np.testing.assert_allclose(updates[0.003]["kernel"], 0.003 * updates[1.0]["kernel"], rtol=1e-5)
+  decay = make_optimizer(optimizer_config(name="adafactor", schedule="constant", warmup_steps=0, weight_decay=0.1), 10)
+  zero = {"kernel": jnp.zeros((256, 128))}
+  only_decay, _ = decay.update(zero, decay.init(params), params)
+  np.testing.assert_allclose(only_decay["kernel"], -1e-3 * 0.1 * params["kernel"], rtol=1e-5, atol=1e-12)
+
+
+def test_an_unknown_optimizer_is_named():
+  from transformer.errors import ConfigError
+  with pytest.raises(ConfigError, match=r"config.optimizer.name='lamb' is not supported; choose one of \['adamw'"):
+    optimizer_config(name="lamb")
+
+
+@pytest.mark.slow
+def test_a_run_with_adafactor_trains_and_resumes_exactly(tmp_path):
+  """Its factored state is saved and restored like Adam's: killed after the checkpoint of step 10 and run again,
+  the run ends bit for bit where the uninterrupted one does."""
+  import shutil  # pylint: disable=import-outside-toplevel
+  from tests.train.conftest import tiny_config  # pylint: disable=import-outside-toplevel
+  from transformer.train import run  # pylint: disable=import-outside-toplevel
+  from transformer.train.workdir import read_metrics  # pylint: disable=import-outside-toplevel
+
+  def config():
+    return tiny_config(optimizer__name="adafactor", optimizer__learning_rate=1e-2, optimizer__warmup_steps=5)
+
+  def losses(workdir):
+    return [record["train/loss"] for record in read_metrics(str(workdir)) if "train/loss" in record]
+
+  whole = run(config(), str(tmp_path / "whole"))
+  assert losses(tmp_path / "whole")[-1] < 0.8 * losses(tmp_path / "whole")[0], losses(tmp_path / "whole")
+  assert "FactoredState" in str(jax.tree_util.tree_structure(whole.state.opt_state))  # Adafactor's state, not Adam's
+  shutil.copytree(tmp_path / "whole", tmp_path / "resumed")
+  shutil.rmtree(tmp_path / "resumed" / "checkpoints" / "20")  # as if killed after the save at step 10
+  resumed = run(config(), str(tmp_path / "resumed"))
+  assert resumed.step == whole.step == 20
+  assert losses(tmp_path / "resumed") == losses(tmp_path / "whole")  # the windows after step 10 logged again
+  for resumed_leaf, whole_leaf in zip(jax.tree.leaves(resumed.state), jax.tree.leaves(whole.state)):
+    np.testing.assert_array_equal(resumed_leaf, whole_leaf)

@@ -6,7 +6,7 @@ TensorFlow is needed: datasets are written as ``array_record`` and read with
 
 | module | holds |
 | --- | --- |
-| ``multi30k/``, ``iwslt15_en_vi/`` | one TFDS builder per dataset (``Builder``), TFDS folder style |
+| ``multi30k/``, ``iwslt15_en_vi/``, ``wmt14/`` | one TFDS builder per dataset (``Builder``), TFDS folder style; ``wmt14/`` is TFDS's ``wmt14_translate/de-en`` from local files |
 | ``parallel_text`` | their shared base: raw-file lookup (``source_dir``, ``$TRANSFORMER_DATA_DIR``, download), ``MissingDataError`` |
 | ``source_files`` | raw-file fingerprints (size, SHA-256) that prepared data records and is checked against; ``data_fingerprint`` |
 | ``download`` | downloads from the official URLs for every builder: a quick reachability check, one-line ``MissingDataError`` offline |

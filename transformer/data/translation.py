@@ -22,12 +22,13 @@ from transformer.data import iwslt15_en_vi
 from transformer.data import multi30k
 from transformer.data import parallel_text
 from transformer.data import tokenizers
+from transformer.data import wmt14
 from transformer.errors import ConfigError
 
 logger = logging.getLogger(__name__)
 
 # name -> TFDS builder class; each config is one language pair, usable in both directions.
-BUILDERS = {"multi30k": multi30k.Builder, "iwslt15_en_vi": iwslt15_en_vi.Builder}
+BUILDERS = {"multi30k": multi30k.Builder, "iwslt15_en_vi": iwslt15_en_vi.Builder, "wmt14": wmt14.Builder}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,7 +125,7 @@ def load_translation_data(
   """Prepares the dataset, trains or loads SentencePiece on its train split, tokenizes.
 
   Args:
-    name: ``"multi30k"`` or ``"iwslt15_en_vi"``.
+    name: a key of :data:`BUILDERS` (``"multi30k"``, ``"iwslt15_en_vi"``, ``"wmt14"``).
     pair: ``"<source>-<target>"``, e.g. ``"en-de"``, ``"de-en"``, ``"en-vi"``.
     data_dir: TFDS data dir for the prepared data and the cached tokenizers.
     source_dir: folder of raw files (default ``$TRANSFORMER_DATA_DIR``, else download).

@@ -16,6 +16,7 @@ __getattr__, __dir__, __all__ = lazy_exports(__name__, {
     "dense": ("dense",),
     "dropout": ("dropout", "token_dropout"),
     "feed_forward": ("ACTIVATIONS", "feed_forward"),
+    "flops": ("transformer_flops",),
     "losses": ("softmax_cross_entropy", "weighted_sum"),
     "heads": ("head_groups", "repeat_kv_heads"),
     "masks": ("MASK_VALUE", "combine_masks", "make_attention_mask", "make_causal_mask", "make_local_mask",

@@ -134,24 +134,32 @@ class Replicas:
 
 
 SCHEDULES = ("inverse_sqrt", "cosine", "constant")  # built by make_schedule
+OPTIMIZERS = ("adamw", "adafactor")  # built by transformer.train.state.make_optimizer
 
 
 @dataclasses.dataclass(frozen=True)
 class OptimizerConfig(ValidatedConfig):
-  """``config.optimizer``: Adam with a warmup schedule (``transformer.train.optimizer.make_optimizer``)."""
+  """``config.optimizer``: Adam or Adafactor with a warmup schedule (``transformer.train.state.make_optimizer``)."""
+  # "adamw": Adam, with decoupled weight decay when weight_decay > 0 (the paper's Adam at 0); "adafactor": optax's
+  # Adafactor (Shazeer & Stern 2018; T5X's and MaxText's default): factored second moments and no first moment,
+  # its state a fraction of Adam's two moments; its steps are relative to each parameter's scale, so its
+  # learning rate is not Adam's (T5X: 1e-2); b1, b2 and eps are Adam's only.
+  name: str = "adamw"
   learning_rate: float = 1e-3  # peak learning rate
   schedule: str = "inverse_sqrt"  # one of SCHEDULES
   warmup_steps: int = 100
   b1: float = 0.9  # Adam betas and epsilon as in the paper
   b2: float = 0.98
   eps: float = 1e-9
-  weight_decay: float = 0.0  # decoupled (AdamW)
+  weight_decay: float = 0.0  # decoupled (AdamW; Adafactor's too): parameters shrink by learning rate * this each step
   grad_clip_norm: float = 0.0  # global-norm clipping; 0 disables
   # Parameter path prefixes that are not trained, e.g. ("encoder/embedding",) keeps a pretrained table fixed.
   frozen_params: tuple[str, ...] = ()
 
   def __post_init__(self):
     object.__setattr__(self, "frozen_params", tuple(self.frozen_params or ()))
+    if self.name not in OPTIMIZERS:
+      raise ConfigError(f"config.optimizer.name={self.name!r} is not supported; choose one of {list(OPTIMIZERS)}.")
     if self.schedule not in SCHEDULES:
       raise ConfigError(f"config.optimizer.schedule={self.schedule!r} is not supported; choose one of "
                         f"{list(SCHEDULES)}.")

@@ -71,7 +71,7 @@ from transformer.train.state import initial_state, run_optimizer, run_schedules,
 from transformer.train.step import all_finite, make_evaluator, make_train_step, means, replica_means
 from transformer.train.workdir import (CHECKPOINTS, CONFIG, GOODPUT, METRICS, PROFILE, TENSORBOARD, RunDirectory, Session,
                                        check_fresh_start, hold_to_record, record_identity, record_launch)
-from transformer.train.writers import MetricWriter, final_lines, shown_metrics, variant_tables
+from transformer.train.writers import MetricWriter, StepCost, final_lines, shown_metrics, variant_tables
 
 
 @dataclasses.dataclass
@@ -131,6 +131,7 @@ class Trainer:
     self.iterator = host_iterator(session)
     create, abstract_state = state_factory(session, self.model, self.optimizer,
                                            self.task.init_inputs(self._first_batch_rows()))
+    self.cost = step_cost(session, abstract_state.params)  # parameters, FLOPs per batch, the device's peak
     checked = self.checkpointer.has_checkpoints() and not self.run_config.restart
     if checked:  # before restoring: a changed setting is named, not reported as checkpoints that do not fit
       hold_to_record(session, resuming=True)
@@ -161,7 +162,8 @@ class Trainer:
     """Rows of the first batch, the shapes parameters are initialised for (the iterator is rewound)."""
     start = self.iterator.get_state()
     rows = max(1, self.session.host_batch_size // self.run_config.grad_accum_steps)
-    batch = {k: np.asarray(v)[:rows] for k, v in next(self.iterator).items()}
+    self.first_batch = next(self.iterator)  # whole: the step's cost is announced at its shape
+    batch = {k: np.asarray(v)[:rows] for k, v in self.first_batch.items()}
     self.iterator.set_state(start)
     return batch
 
@@ -223,6 +225,8 @@ class Trainer:
     self.writer = MetricWriter(session.workdir, resume_step=self.step, enabled=session.is_main,
                                tensorboard=run_config.tensorboard)
     self.run_start = time.perf_counter()
+    if not run_config.quiet:
+      session.say(self.cost.describe(self.first_batch))  # parameters, FLOPs per step, the device's peak
     # Bucketed data (translation) compiles the step once per batch shape: say so, or the first minutes are silent.
     self.seen_shapes = set()
 
@@ -281,13 +285,15 @@ class Trainer:
       self.state, metrics = self.calls.several_steps(self.state, placed)
       self.step += len(host_batches)
       tokens = sum(self.task.count_tokens(batch) for batch in host_batches)
-      self.window.add(metrics, self.step, tokens, stacked=len(host_batches))
+      flops = sum(self.cost.flops(batch) or 0.0 for batch in host_batches)
+      self.window.add(metrics, self.step, tokens, stacked=len(host_batches), flops=flops)
     else:
       for host_batch, batch in zip(host_batches, placed):
         self._announce_compilation(host_batch)
         self.state, metrics = self.calls.one_step(self.state, batch)
         self.step += 1
-        self.window.add(metrics, self.step, self.task.count_tokens(host_batch))
+        self.window.add(metrics, self.step, self.task.count_tokens(host_batch),
+                        flops=self.cost.flops(host_batch) or 0.0)
     self.bar.update(len(host_batches))
     if self.strategy.trace_count > compilations:
       seconds = time.perf_counter() - start
@@ -314,7 +320,7 @@ class Trainer:
     run_config = self.run_config
     if not run_config.skip_nonfinite_steps:
       self.window.check_finite()
-    sums, steps, tokens, seconds, pace = self.window.read()
+    sums, steps, tokens, seconds, pace, flops = self.window.read()
     logged = means(_unmeasured_as_nan(sums, steps), "train", run_config.num_seeds)
     rates = [float(schedule(self.step - 1)) for schedule in self.schedules]
     logged.update(replica_means("train/learning_rate", np.repeat(rates, run_config.num_seeds)
@@ -323,6 +329,7 @@ class Trainer:
     if self.session.process_count > 1:  # each process counted its own rows; logging is due on all at once
       tokens = int(np.sum(multihost_utils.process_allgather(np.int64(tokens))))
     logged["train/tokens_per_second"] = tokens / seconds
+    logged.update(self.cost.log_metrics(flops, seconds))  # TFLOP/s per device, MFU where the peak is known
     logged["wall_seconds"] = self.wall_seconds()
     logged.update(self.goodput.window())
     self.writer.write(self.step, logged)
@@ -399,6 +406,16 @@ class Trainer:
     if not interrupted:
       _print_summary(session, self.step, self.results, line)
     self.checkpointer.close()
+
+
+def step_cost(session: Session, params_shapes) -> StepCost:
+  """The run's ``StepCost`` (``writers``) over the devices that compute this process's rows: a mesh's model axis
+  computes them too, and pmap's devices are this process's own."""
+  strategy = session.strategy
+  mesh = getattr(strategy, "mesh", None)
+  devices = mesh.size // session.process_count if mesh is not None else strategy.num_devices
+  return StepCost.of(session.run_config.model_name, session.model_config, params_shapes,
+                     session.run_config.replicas.count, devices)
 
 
 def _checked_evaluator_splits(task, run_config: RunConfig) -> list[str]:
@@ -493,18 +510,21 @@ class MetricsWindow:
     self._fetch = fetch  # device tree -> host numpy (the strategy's fetch)
     self._sums, self._pending, self._first_nonfinite = None, [], None
     self.steps, self.tokens, self.start = 0, 0, time.perf_counter()
+    self.flops = 0.0  # model FLOPs of this process's steps since the window (re)started, not saved: see read
     self.compiled_steps, self.compile_seconds = 0, 0.0
     if saved and saved.get("window"):
       # Each half of a (sum, count) pair is one array: a vector with a value per seed when they are vmapped.
       self._sums = {k: tuple(jnp.asarray(half) for half in pair) for k, pair in saved["window"].items()}
       self.steps, self.tokens = saved["window_steps"], saved["window_tokens"]
 
-  def add(self, metrics, step: int, tokens: int, stacked: int = 0) -> None:
+  def add(self, metrics, step: int, tokens: int, stacked: int = 0, flops: float = 0.0) -> None:
     """Keep the metrics of step ``step`` (counted from 1), or with ``stacked`` > 0 those of the ``stacked`` steps
-    up to ``step``, stacked ``[stacked, ...]``; dispatches nothing, waits for nothing."""
+    up to ``step``, stacked ``[stacked, ...]``, and their ``tokens`` and model ``flops``; dispatches nothing, waits
+    for nothing."""
     self._pending.append((step, metrics, stacked))
     self.steps += max(stacked, 1)
     self.tokens += tokens
+    self.flops += flops
 
   def add_compilation(self, steps: int, seconds: float) -> None:
     """The last ``steps`` added ran in a call that compiled, which took ``seconds``: left out of the pace."""
@@ -524,18 +544,19 @@ class MetricsWindow:
       index = int(np.asarray(first.addressable_data(0)))
       self._first_nonfinite = steps[index] if index >= 0 else None
 
-  def read(self) -> tuple[dict, int, int, float, float | None]:
-    """``(sums on the host, steps, tokens, seconds, pace)`` of the window, which starts anew. ``pace``: seconds
-    per step of the steps outside calls that compiled (None if every step was in one), for an ETA that does not
-    count compilation as the pace of the steps to come."""
+  def read(self) -> tuple[dict, int, int, float, float | None, float]:
+    """``(sums on the host, steps, tokens, seconds, pace, flops)`` of the window, which starts anew. ``pace``:
+    seconds per step of the steps outside calls that compiled (None if every step was in one), for an ETA that
+    does not count compilation as the pace of the steps to come. ``flops``: of the steps this session ran (a
+    resumed window's restored steps ran before its clock started, so they are left out of its rate)."""
     self._fold_pending()
-    sums, steps, tokens = self._fetch(self._sums), self.steps, self.tokens
+    sums, steps, tokens, flops = self._fetch(self._sums), self.steps, self.tokens, self.flops
     seconds = time.perf_counter() - self.start
     compiled = min(self.compiled_steps, steps)  # a resumed window's restored steps were not timed here
     pace = (seconds - self.compile_seconds) / (steps - compiled) if steps > compiled else None
-    self._sums, self.steps, self.tokens, self.start = None, 0, 0, time.perf_counter()
+    self._sums, self.steps, self.tokens, self.start, self.flops = None, 0, 0, time.perf_counter(), 0.0
     self.compiled_steps, self.compile_seconds = 0, 0.0
-    return sums, steps, tokens, seconds, pace
+    return sums, steps, tokens, seconds, pace, flops
 
   def saved(self) -> dict:
     """What a checkpoint keeps of the window, so that a resumed run logs the same lines."""

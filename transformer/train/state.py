@@ -114,7 +114,12 @@ def frozen_labels(params, frozen_prefixes) -> object:
 
 
 def make_optimizer(config, num_train_steps: int, constant_rate: float | None = None) -> optax.GradientTransformation:
-  """Adam (paper: b1 0.9, b2 0.98, eps 1e-9), optional decoupled weight decay and global-norm clipping.
+  """Adam (paper: b1 0.9, b2 0.98, eps 1e-9) or Adafactor (``config.name``), optional decoupled weight decay and
+  global-norm clipping.
+
+  Adafactor is optax's (factored second moments, update clipping at RMS 1, steps scaled by each parameter's RMS)
+  with the schedule applied last, after the weight decay, as AdamW applies it: either optimizer's update is the
+  learning rate times a function of the gradients and parameters, which ``run_optimizer``'s sweeps rely on.
 
   ``config.frozen_params`` (optional; path prefixes such as ``("encoder/embedding",)``): those parameters get
   zero updates and no Adam moments, and are left out of the clipping norm; the rest train as usual.
@@ -124,8 +129,12 @@ def make_optimizer(config, num_train_steps: int, constant_rate: float | None = N
   parts = []
   if config.grad_clip_norm and config.grad_clip_norm > 0:
     parts.append(optax.clip_by_global_norm(config.grad_clip_norm))
-  parts.append(optax.adamw(schedule, b1=config.b1, b2=config.b2, eps=config.eps,
-                           weight_decay=config.weight_decay))
+  if config.name == "adafactor":
+    parts.append(optax.adafactor(learning_rate=None, weight_decay_rate=config.weight_decay or None))
+    parts.append(optax.scale_by_learning_rate(schedule, flip_sign=False))  # adafactor's updates descend already
+  else:
+    parts.append(optax.adamw(schedule, b1=config.b1, b2=config.b2, eps=config.eps,
+                             weight_decay=config.weight_decay))
   optimizer = optax.chain(*parts)
   frozen = config.frozen_params
   if not frozen:

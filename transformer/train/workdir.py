@@ -124,7 +124,7 @@ def read_records(path: str, required: tuple[str, ...] = ()) -> list[dict]:
   return records
 
 
-RATES = ("train/steps_per_second", "train/tokens_per_second")
+RATES = ("train/steps_per_second", "train/tokens_per_second", "train/tflops_per_device", "train/mfu")
 
 
 def is_timing(name: str) -> bool:

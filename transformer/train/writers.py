@@ -1,14 +1,22 @@
-"""Metric outputs: ``metrics.jsonl`` (one JSON object per logging step) and TensorBoard.
+"""Metric outputs: ``metrics.jsonl`` (one JSON object per logging step) and TensorBoard, and what a step costs
+(``StepCost``: parameters, model FLOPs, TFLOP/s per device and MFU against ``DEVICE_PEAKS``).
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
 import os
 import re
+from typing import Any, Mapping
+
+import jax
+import jax.numpy as jnp
+import numpy as np
 
 from transformer.data.files import disk_full_error, is_disk_full, write_atomically
+from transformer.ops.flops import transformer_flops
 from transformer.train.workdir import METRICS, TENSORBOARD, read_records
 
 log = logging.getLogger(__name__)
@@ -122,3 +130,104 @@ def variant_tables(metrics: dict, names: list[str]) -> str:
     own = {key[:-len(suffix)]: value for key, value in metrics.items() if key.endswith(suffix)}
     blocks.append(f"{name}:\n" + results_table(own))
   return "\n".join(blocks)
+
+
+# Dense (no sparsity) peak matmul FLOP/s of one chip by device kind (data sheets), first match in the device's
+# ``device_kind`` wins: the denominator of MFU. float32 matmuls at JAX's default precision may run as TF32 on
+# these GPUs, so their TF32 peak bounds them; a TPU's float32 (several bfloat16 passes) is left unknown.
+DEVICE_PEAKS = (
+    ("H100 PCIe", {"bfloat16": 756e12, "float32": 378e12}),
+    ("H100 NVL", {"bfloat16": 835e12, "float32": 418e12}),
+    ("H100", {"bfloat16": 989e12, "float32": 494e12}),  # SXM
+    ("H200", {"bfloat16": 989e12, "float32": 494e12}),
+    ("A100", {"bfloat16": 312e12, "float32": 156e12}),
+    ("V100", {"float16": 125e12, "float32": 15.7e12}),  # no bfloat16 tensor cores
+    ("TPU v4", {"bfloat16": 275e12}),
+    ("TPU v5 lite", {"bfloat16": 197e12}),  # v5e
+    ("TPU v5", {"bfloat16": 459e12}),  # v5p (device kind "TPU v5" or "TPU v5p")
+    ("TPU v6 lite", {"bfloat16": 918e12}),  # v6e
+)
+
+
+def device_peak(device_kind: str, dtype: str) -> tuple[float | None, str]:
+  """``(peak FLOP/s or None, the table's name for the device)`` of a chip whose ``device_kind`` is given (e.g.
+  ``"NVIDIA H100 80GB HBM3"``), computing in ``dtype``; ``(None, "")`` for a device or dtype not in
+  ``DEVICE_PEAKS`` (a CPU)."""
+  for name, peaks in DEVICE_PEAKS:
+    if name.lower() in device_kind.lower():
+      return peaks.get(dtype), name
+  return None, ""
+
+
+def batch_shapes(model_name: str, batch: Mapping[str, Any]) -> tuple[int, int, int] | None:
+  """``(batch_size, source_length, target_length)`` of a batch for ``transformer_flops``: an encoder-decoder's
+  ``source`` and ``target``, a language model's ``tokens`` (no source), a classifier's ``tokens`` (no target);
+  None for the models it does not count (RNNs, forecasters)."""
+  if model_name == "transformer" and "source" in batch and "target" in batch:
+    (rows, source), (_, target) = np.shape(batch["source"]), np.shape(batch["target"])
+    return rows, source, target
+  if model_name in ("lm", "encoder_classifier") and "tokens" in batch:
+    rows, length = np.shape(batch["tokens"])
+    return (rows, 0, length) if model_name == "lm" else (rows, length, 0)
+  return None
+
+
+def _flops_text(flops: float) -> str:
+  """``"9.46 TFLOP"``, ``"398 MFLOP"``: three significant digits in the unit that keeps them above 1."""
+  for unit, scale in (("PFLOP", 1e15), ("TFLOP", 1e12), ("GFLOP", 1e9), ("MFLOP", 1e6)):
+    if flops >= scale:
+      return f"{flops / scale:.3g} {unit}"
+  return f"{flops:.3g} FLOP"
+
+
+@dataclasses.dataclass(frozen=True)
+class StepCost:
+  """What a training step costs, for the log: the model's parameters, the model FLOPs of a batch
+  (``transformer.ops.transformer_flops`` at the batch's shape, padding included as the device computes it, times
+  the replicas that each train on it) and the peak of the devices this process computes on (``DEVICE_PEAKS``;
+  None: unknown, and no MFU is logged)."""
+  model_name: str
+  model_config: Any
+  num_params: int
+  replicas: int = 1  # vmapped seeds and variants, each computing the whole batch
+  devices: int = 1  # that this process's rows are computed on
+  peak: float | None = None  # FLOP/s per device
+  peak_name: str = ""
+
+  @classmethod
+  def of(cls, model_name: str, model_config, params_shapes, replicas: int, devices: int) -> StepCost:
+    """The cost of a run's step: ``params_shapes`` (shapes of the parameters, a leading replica axis when
+    ``replicas`` > 1) counted; the peak of this process's first device in the model's compute dtype."""
+    num_params = sum(int(np.prod(leaf.shape)) for leaf in jax.tree.leaves(params_shapes)) // max(replicas, 1)
+    dtype = jnp.dtype(getattr(model_config, "compute_dtype", jnp.float32)).name
+    peak, name = device_peak(jax.local_devices()[0].device_kind, dtype)
+    return cls(model_name, model_config, num_params, replicas, max(devices, 1), peak, f"{name} {dtype}".strip())
+
+  def flops(self, batch: Mapping[str, Any]) -> float | None:
+    """Model FLOPs of a training step on ``batch`` (this process's rows); None for a model not counted."""
+    shapes = batch_shapes(self.model_name, batch)
+    if shapes is None or not hasattr(self.model_config, "d_ff"):
+      return None
+    return self.replicas * transformer_flops(self.model_config, *shapes)["total"]
+
+  def describe(self, batch: Mapping[str, Any]) -> str:
+    """The line at the start of training: parameters, FLOPs per step at ``batch``'s shape and the peak."""
+    flops = self.flops(batch)
+    shape = " + ".join("x".join(map(str, np.shape(value))) for key, value in batch.items()
+                       if key in ("source", "target", "tokens"))
+    counted = (f"model FLOPs per step {_flops_text(flops)} at the first batch's shape ({shape}; 6 x "
+               f"parameters x tokens + attention, transformer.ops.transformer_flops)" if flops is not None else
+               f"model FLOPs not counted for model {self.model_name!r}")
+    peak = (f"peak {self.peak / 1e12:,.0f} TFLOP/s per device ({self.peak_name}, dense)" if self.peak else
+            f"no known peak for {jax.local_devices()[0].device_kind} ({self.peak_name}): MFU not logged")
+    return f"parameters {self.num_params:,}; {counted}; {peak}"
+
+  def log_metrics(self, flops: float, seconds: float) -> dict[str, float]:
+    """``train/tflops_per_device`` and, with a known peak, ``train/mfu`` of ``flops`` done in ``seconds``."""
+    if not flops or not seconds > 0:
+      return {}
+    per_device = flops / seconds / self.devices
+    metrics = {"train/tflops_per_device": per_device / 1e12}
+    if self.peak:
+      metrics["train/mfu"] = per_device / self.peak
+    return metrics
