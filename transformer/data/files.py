@@ -10,7 +10,9 @@ naming the folder, the size and the free space.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
+import hashlib
 import os
 import shutil
 from typing import IO, Callable, Iterator, TypeVar
@@ -56,6 +58,29 @@ def disk_full_error(path: str, needed: int, what: str, at_least: bool = False) -
   size = f"more than {format_bytes(needed)}" if at_least else f"about {format_bytes(needed)}"
   return WorkdirError(f"no space left on the disk of {directory} to write {what} ({path}, {size}; {free} free): "
                       "free some space there (or move the workdir to a larger disk) and rerun the same command.")
+
+
+def fingerprint(data: bytes) -> str:
+  """SHA-256 (first 12 hex digits) of ``data``: two files with one fingerprint hold the same bytes."""
+  return hashlib.sha256(data).hexdigest()[:12]
+
+
+@dataclasses.dataclass(frozen=True)
+class KeptFile:
+  """A small file a run keeps its own copy of (``Task.trained_tokenizers``, ``WORKDIR/tokenizers/``), e.g. a
+  pretrained model's ``tokenizer.json``: its bytes (``model_proto``, the name SentencePiece tokenizers give
+  theirs) and the ``path`` they were read from."""
+  model_proto: bytes
+  path: str
+
+  @classmethod
+  def read(cls, path: str | os.PathLike) -> KeptFile:
+    with open(path, "rb") as file:
+      return cls(file.read(), os.fspath(path))
+
+  @property
+  def fingerprint(self) -> str:
+    return fingerprint(self.model_proto)
 
 
 def _remove(path: str) -> int:
