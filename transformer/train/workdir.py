@@ -67,7 +67,7 @@ import jax
 import ml_collections
 import numpy as np
 
-from transformer.data.files import disk_full_error, is_disk_full, write_atomically
+from transformer.data.files import is_write_refused, write_atomically, write_refused_error
 from transformer.effects import Effect, effect_of
 from transformer.errors import ConfigError, UserError, WorkdirError
 from transformer.train.checkpoint import CHECKPOINTS, Checkpointer
@@ -416,9 +416,9 @@ def lock_workdir(workdir: str, mode: str = "train") -> WorkdirLock | None:
   except OSError as error:
     os.close(descriptor)  # nothing was taken: the empty file is removed with the lock it would have been
     os.remove(path)
-    if not is_disk_full(error):
+    if not is_write_refused(error):
       raise
-    raise disk_full_error(path, len(holder), "the training lock") from None
+    raise write_refused_error(error, path, len(holder), "the training lock") from None
   _held[workdir] = descriptor
   return WorkdirLock(workdir, descriptor)
 
