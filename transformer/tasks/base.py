@@ -89,7 +89,7 @@ class Task(abc.ABC):
 
   def trained_tokenizers(self) -> dict:
     """name -> tokenizer (with ``fingerprint``, ``model_proto``, ``path``) that this task trains from its data,
-    e.g. ``{"source": ..., "target": ...}``, or the files of a pretrained model's it reads text with
+    e.g. ``{"source": ..., "target": ...}``, or the files of a pretrained model that it reads text with
     (``data.files.KeptFile``); none by default. Another host can train another model from the same text and
     options, and a folder can change, so a run records these and refuses to resume or load with different
     ones."""
