@@ -317,6 +317,7 @@ def _table_rows(text: str, header: str) -> list[str]:
   return rows
 
 
+@pytest.mark.slow
 def test_eval_reports_the_metrics_of_the_training_summary(tmp_path, capsys):
   """--mode=eval's table of a forecaster has the rows of training's summary: loss, mae and mse over all
   horizons, and mae, mse and rmse of each horizon (a report said eval gave loss/mae/mse only)."""
