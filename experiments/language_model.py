@@ -8,8 +8,9 @@ r"""A decoder-only Transformer language model of the English captions of Multi30
     python -c "import transformer; print(transformer.load('/tmp/lm').continue_texts(['A man in a red']))"
 
 Variants: ``small`` (default: 3 layers, d_model 192, SentencePiece unigram vocabulary of 4000 pieces, sized for
-2 CPU cores: its wall time is on the results page), ``tiny`` (a smoke run of a minute on the real data; the tests also
-train it on a small made-up corpus with ``--config.task.vocab_size=40``, as many pieces as such a corpus has). One
+2 CPU cores: its wall time is on the results page), ``tiny`` (a smoke run on the real data: under 40 s on 2 CPU
+cores, preparing the data and training its SentencePiece model included; the tests also train it on a small made-up
+corpus with ``--config.task.vocab_size=40``, as many pieces as such a corpus has). One
 sentence per example; checkpoints are chosen on validation perplexity (per SentencePiece piece, EOS included).
 Each evaluation prints continuations (``config.decode``) of the first words of a few validation sentences.
 Results: experiments/language_model/RESULTS.md.

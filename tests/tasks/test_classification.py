@@ -7,6 +7,8 @@ from __future__ import annotations
 import csv
 import dataclasses
 import hashlib
+import os
+import shutil
 
 import jax
 import numpy as np
@@ -196,6 +198,35 @@ def test_train_eval_predict_and_classify_end_to_end(tiny, tmp_path, init):
     expected = jax.nn.softmax(classifier.apply({"params": model.params}, tokens))[0]
     np.testing.assert_allclose(probability, expected, rtol=1e-4, atol=1e-6)
     assert label == int(np.argmax(expected))
+
+
+def test_a_run_keeps_the_pretrained_text_files_and_loads_without_the_folder(tiny, tmp_path, monkeypatch):
+  """The tiny variant (trained from scratch, reading text with the pretrained model's tokenizer) trained with
+  $TRANSFORMER_MODELS_DIR loads and classifies without it: the run keeps the folder's config.json and
+  tokenizer.json. A run that kept none (trained before they were kept) still loads with the folder."""
+  config, root, _ = tiny
+  config = config.copy_and_resolve_references()
+  config.task.pretrained_dir = ""
+  config.update({"num_seeds": 1, "num_train_steps": 3})
+  models = tmp_path / "models"
+  shutil.copytree(root / "bert", models / config.task.pretrained_model)
+  monkeypatch.setenv("TRANSFORMER_MODELS_DIR", str(models))
+  workdir = str(tmp_path / "run")
+  run(config, workdir)
+  assert sorted(name.split(".")[0] for name in os.listdir(f"{workdir}/tokenizers")) == ["config", "tokenizer"]
+  texts = ["fire near the road", "a small river"]
+  expected = load(workdir).classify(texts).probabilities
+
+  shutil.move(str(models), str(tmp_path / "elsewhere"))
+  monkeypatch.delenv("TRANSFORMER_MODELS_DIR")
+  np.testing.assert_array_equal(load(workdir).classify(texts).probabilities, expected)
+
+  shutil.rmtree(f"{workdir}/tokenizers")  # a run from before
+  with pytest.raises(MissingDataError, match="TRANSFORMER_MODELS_DIR is unset"):
+    load(workdir)
+  shutil.move(str(tmp_path / "elsewhere"), str(models))
+  monkeypatch.setenv("TRANSFORMER_MODELS_DIR", str(models))
+  np.testing.assert_array_equal(load(workdir).classify(texts).probabilities, expected)
 
 
 def test_a_missing_model_folder_names_where_to_get_the_model(tiny, monkeypatch):

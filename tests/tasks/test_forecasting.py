@@ -302,3 +302,31 @@ def test_forecast_refuses_rows_it_cannot_read_naming_the_row_and_column(trained)
     model.forecast(features)
   with pytest.raises(ValueError, match=r"the first at window 1, row 6"):
     model.forecast(np.stack([series.features[rows], features]))
+
+
+def _table_rows(text: str, header: str) -> list[str]:
+  """The metric names of the table printed below the line ``header`` (up to the first line not a row of it)."""
+  lines = text.splitlines()
+  start = lines.index(header) + 2  # the header line, then the table's own "metric  eval" line
+  rows = []
+  for line in lines[start:]:
+    name, _, value = line.partition(" ")
+    if not value.strip() or not name.replace("_", "").isalnum():
+      break
+    rows.append(name)
+  return rows
+
+
+@pytest.mark.slow
+def test_eval_reports_the_metrics_of_the_training_summary(tmp_path, capsys):
+  """--mode=eval's table of a forecaster has the rows of training's summary: loss, mae and mse over all
+  horizons, and mae, mse and rmse of each horizon (a report said eval gave loss/mae/mse only)."""
+  config, workdir = small_config(num_train_steps=6, eval_every=6, checkpoint_every=6), str(tmp_path / "run")
+  config.quiet = False  # the summary is what is compared
+  run(config, workdir, "train")
+  summary = _table_rows(capsys.readouterr().out, "final:")
+  run(config, workdir, "eval")
+  evaluated = _table_rows(capsys.readouterr().out, "step 6:")
+  horizons = [f"{kind}_{h}h" for kind in ("mae", "mse", "rmse") for h in config.task.horizons]
+  assert set(horizons) <= set(summary)
+  assert evaluated == summary

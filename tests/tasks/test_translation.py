@@ -135,6 +135,31 @@ def test_choosing_the_length_penalty_reuses_the_bleu_already_measured(raw_dir, t
   assert hypotheses is None  # the chosen alpha's hypotheses were decoded by evaluate, not here
 
 
+@pytest.mark.parametrize("method", ["greedy", "sample"])
+def test_a_decoding_without_beams_reports_no_length_penalty(raw_dir, tmp_path, monkeypatch, method):
+  """The eval table of a greedy (or sampled) run showed ``length_penalty 0.6``, a beam-only setting: only what
+  applies to the decoding used is reported, and candidates are not decoded one by one to the same output."""
+  from transformer.train.config import build_task
+  from transformer.train.writers import results_table
+  config = tiny_translation_config(raw_dir, tmp_path / "tfds", **{"decode.method": method,
+                                                                   "task.length_penalty_candidates": (0.6, 2.0)})
+  task = build_task(config)
+  decoded = []
+
+  def fake_bleu(model_config, params, split, count=None, length_penalty=None):
+    decoded.append((split, length_penalty))
+    return {"bleu": 12.5}, ["a"]
+  monkeypatch.setattr(task, "bleu", fake_bleu)
+  monkeypatch.setattr(task, "bleu_of", lambda hypotheses, split: {"bleu": 12.5})
+  monkeypatch.setattr(task, "_write_hypotheses", lambda *args: None)
+  results = task.write_test_outputs(None, None, str(tmp_path), {"eval/bleu": 12.5})
+  assert decoded == [("validation", None), ("test_2016_flickr", None)]
+  assert not any("length_penalty" in name for split in results.values() for name in split)
+  table = results_table({f"{split}/{name}": value for split, metrics in results.items()
+                         for name, value in metrics.items()})
+  assert "length_penalty" not in table and "bleu" in table
+
+
 def test_fixed_batch_shape_gives_one_shape_and_keeps_every_example(raw_dir, tmp_path):
   """``task.fixed_batch_shape``: every training batch [max_tokens // max_length, max_length] (one compiled
   step), and evaluation still sees each validation sentence exactly once."""

@@ -26,11 +26,12 @@ TINY_OVERRIDES = {
 TINY_FLAGS = [f"--config.{k}={v}" for k, v in TINY_OVERRIDES.items()]
 
 
-def start_launch(*flags, env=None):
-  """``python launch.py *flags`` in the repository, stdout and stderr together; a hang can dump its stacks."""
+def start_launch(*flags, env=None, preexec_fn=None):
+  """``python launch.py *flags`` in the repository, stdout and stderr together; a hang can dump its stacks.
+  ``preexec_fn`` runs in the child before launch.py starts (e.g. to set a resource limit)."""
   env = dict(os.environ if env is None else env, PYTHONFAULTHANDLER="1")  # SIGABRT prints every thread's stack
   return subprocess.Popen([sys.executable, "launch.py", *flags], cwd=REPO, env=env, stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, text=True)
+                          stderr=subprocess.STDOUT, text=True, preexec_fn=preexec_fn)
 
 
 def finish(*processes, timeout: float) -> list[str]:

@@ -7,8 +7,10 @@ before a save is also tested with a faked free-space figure, and the metric writ
 import contextlib
 import errno
 import os
+import resource
 import shutil
 import subprocess
+import sys
 import uuid
 
 import jax
@@ -17,8 +19,8 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
-from tests.train.conftest import TINY_FLAGS, finish, start_launch
-from transformer.data.files import format_bytes, is_disk_full, write_atomically
+from tests.train.conftest import REPO, TINY_FLAGS, finish, start_launch
+from transformer.data.files import format_bytes, is_disk_full, is_file_too_large, is_write_refused, write_atomically
 from transformer.errors import WorkdirError
 from transformer.train.checkpoint import Checkpointer
 from transformer.train.workdir import RunDirectory
@@ -70,6 +72,12 @@ def test_disk_full_errors_are_recognised():
     assert is_disk_full(chained)
   assert not is_disk_full(ValueError("RESOURCE_EXHAUSTED: out of memory"))
   assert not is_disk_full(OSError(13, "Permission denied"))
+  # The file-size limit (ulimit -f): refused like a full disk, but not said to be one.
+  too_large = ValueError('OUT_OF_RANGE: Error writing "opt_state" in OCDBT database: Failed to write 731172 bytes to '
+                         "file 8: File too large [os_error_code='27']")
+  assert is_file_too_large(too_large) and is_file_too_large(OSError(errno.EFBIG, "File too large"))
+  assert is_write_refused(too_large) and not is_disk_full(too_large)
+  assert not is_write_refused(OSError(13, "Permission denied"))
 
 
 def test_a_save_that_cannot_fit_is_refused_before_it_writes(tmp_path, monkeypatch):
@@ -185,3 +193,49 @@ def test_a_full_disk_at_the_lock_is_one_line_and_leaves_no_lock_file(tmp_path, m
   with pytest.raises(WorkdirError, match=f"no space left on the disk of {tmp_path} to write the training lock"):
     workdir_module.lock_workdir(str(tmp_path))
   assert not (tmp_path / "train.lock").exists()
+
+
+def _limit_file_size(limit: int):
+  """A ``preexec_fn``: files of the child may not grow past ``limit`` bytes (``ulimit -f``). Python ignores
+  SIGXFSZ, so a write past it fails with EFBIG instead of killing the process."""
+  return lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+
+def test_a_file_past_the_size_limit_is_one_error_and_keeps_the_old_file(tmp_path):
+  path = tmp_path / "predictions.txt"
+  path.write_text("old\n")
+  code = ("from transformer.data.files import write_atomically\n"
+          "from transformer.errors import WorkdirError\n"
+          "try:\n"
+          f"  write_atomically({str(path)!r}, 'x' * 100_000)\n"
+          "except WorkdirError as error:\n"
+          "  print(error)\n")
+  result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
+                          preexec_fn=_limit_file_size(16 * 1024))
+  assert result.stdout.startswith(f"cannot write predictions.txt ({path}): a file would exceed this process's "
+                                  "file-size limit (ulimit -f: 16 KiB)"), result.stdout + result.stderr
+  assert path.read_text() == "old\n" and not os.path.exists(f"{path}.tmp")
+
+
+@pytest.mark.slow
+def test_a_file_size_limit_during_a_save_is_one_line_and_the_rerun_resumes(tmp_path):
+  """``ulimit -f`` hit by a checkpoint (was: 675 lines with 53 tracebacks and a ``.orbax-checkpoint-tmp`` left)."""
+  workdir = str(tmp_path / "run")
+  flags = ["--config=experiments/synthetic.py:copy", *TINY_FLAGS, f"--workdir={workdir}"]
+  output, = finish(start_launch(*flags), timeout=300)  # checkpoints 10 and 20, under any limit
+  assert "done: step 20 of 20" in output, output
+  # Every checkpoint has files of 20 KiB and more (the largest about 200 KiB); the record files are a few KiB.
+  process = start_launch(*flags, "--config.num_train_steps=40", "--config.async_checkpointing=True",
+                         preexec_fn=_limit_file_size(16 * 1024))
+  output, = finish(process, timeout=300)
+  assert process.returncode == 1, output
+  errors = [line for line in output.splitlines() if line.startswith("error:")]
+  assert len(errors) == 1 and "file-size limit (ulimit -f: 16 KiB)" in errors[0], output
+  assert "resume from the latest intact checkpoint, step 20" in errors[0]
+  assert "Traceback" not in output and "Event loop is closed" not in output and len(output.splitlines()) < 40, output
+  assert not leftovers(workdir), output
+  assert sorted(os.listdir(os.path.join(workdir, "checkpoints"))) == ["10", "20"]
+
+  process = start_launch(*flags, "--config.num_train_steps=40")  # the limit raised: the same command resumes
+  output, = finish(process, timeout=300)
+  assert process.returncode == 0 and "resumed from step 20" in output and "done: step 40 of 40" in output, output

@@ -5,13 +5,18 @@ Every layer that writes a file a user keeps (a run's record, predictions, transl
 through :func:`write_atomically` or :func:`replacing`: the content goes to ``<path>.tmp`` in the same folder and
 ``os.replace`` puts it in place, so a crash, a kill or a full disk midway leaves the old file whole. A full disk
 (``ENOSPC``, ``EDQUOT``, or tensorstore's text of them) becomes :func:`disk_full_error`, one ``WorkdirError``
-naming the folder, the size and the free space.
+naming the folder, the size and the free space; a file over the process's file-size limit (``ulimit -f``:
+``EFBIG``, Python ignores the SIGXFSZ that would otherwise kill the process) is refused the same way, in one line
+naming the limit (:func:`write_refused_error`).
 """
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
+import hashlib
 import os
+import resource
 import shutil
 from typing import IO, Callable, Iterator, TypeVar
 
@@ -36,6 +41,49 @@ def is_disk_full(error: BaseException) -> bool:
   return False
 
 
+def is_file_too_large(error: BaseException) -> bool:
+  """Whether ``error`` (or an error it was raised from) is a write past the process's file-size limit
+  (``ulimit -f``): an ``OSError`` with EFBIG, or tensorstore's text of it (``File too large
+  [os_error_code='27']``)."""
+  seen = set()
+  while error is not None and id(error) not in seen:
+    seen.add(id(error))
+    if isinstance(error, OSError) and error.errno == errno.EFBIG:
+      return True
+    if "File too large" in str(error) or f"os_error_code='{errno.EFBIG}'" in str(error):
+      return True
+    error = error.__cause__ or error.__context__
+  return False
+
+
+def is_write_refused(error: BaseException) -> bool:
+  """Whether the system refused a write for want of room: a full disk or quota (``is_disk_full``), or the
+  process's file-size limit (``is_file_too_large``). Each is one line (``write_refused_error``), never a
+  traceback."""
+  return is_disk_full(error) or is_file_too_large(error)
+
+
+def file_size_limit() -> str:
+  """The soft file-size limit of this process (``ulimit -f``), e.g. ``200 KiB``."""
+  limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+  return "none" if limit == resource.RLIM_INFINITY else format_bytes(limit)
+
+
+def file_too_large_error(path: str, what: str, then: str = "rerun the same command") -> WorkdirError:
+  """The one-line error for a write to ``path`` past the process's file-size limit."""
+  return WorkdirError(f"cannot write {what} ({path}): a file would exceed this process's file-size limit "
+                      f"(ulimit -f: {file_size_limit()}). Raise it (ulimit -f unlimited), then {then}.")
+
+
+def write_refused_error(error: BaseException, path: str, needed: int, what: str,
+                        at_least: bool = False) -> WorkdirError:
+  """The one-line error of a write ``is_write_refused`` says the system refused: ``file_too_large_error`` or
+  ``disk_full_error``."""
+  if is_file_too_large(error):
+    return file_too_large_error(path, what)
+  return disk_full_error(path, needed, what, at_least)
+
+
 def format_bytes(count: float) -> str:
   """``452 KiB``, ``1.3 GiB``: sizes in messages, in the units ``df -h`` and ``du -h`` print."""
   for unit in ("bytes", "KiB", "MiB"):
@@ -58,6 +106,29 @@ def disk_full_error(path: str, needed: int, what: str, at_least: bool = False) -
                       "free some space there (or move the workdir to a larger disk) and rerun the same command.")
 
 
+def fingerprint(data: bytes) -> str:
+  """SHA-256 (first 12 hex digits) of ``data``: two files with one fingerprint hold the same bytes."""
+  return hashlib.sha256(data).hexdigest()[:12]
+
+
+@dataclasses.dataclass(frozen=True)
+class KeptFile:
+  """A small file a run keeps its own copy of (``Task.trained_tokenizers``, ``WORKDIR/tokenizers/``), e.g. a
+  pretrained model's ``tokenizer.json``: its bytes (``model_proto``, the name SentencePiece tokenizers give
+  theirs) and the ``path`` they were read from."""
+  model_proto: bytes
+  path: str
+
+  @classmethod
+  def read(cls, path: str | os.PathLike) -> KeptFile:
+    with open(path, "rb") as file:
+      return cls(file.read(), os.fspath(path))
+
+  @property
+  def fingerprint(self) -> str:
+    return fingerprint(self.model_proto)
+
+
 def _remove(path: str) -> int:
   """Removes ``path`` if it is there; returns the bytes it held (0 if none)."""
   try:
@@ -69,7 +140,7 @@ def _remove(path: str) -> int:
 
 
 @contextlib.contextmanager
-def replacing(path: str, binary: bool = False, **open_arguments) -> Iterator[IO]:
+def replacing(path: str, binary: bool = False, size: int | None = None, **open_arguments) -> Iterator[IO]:
   """A file to write the new content of ``path`` into, for content written piece by piece (predictions of
   batch after batch, CSV rows): it is ``path + ".tmp"``, which replaces ``path`` only when the block ends
   without an error. Any error midway (a full disk, an exception while the content is made) leaves the old
@@ -77,9 +148,10 @@ def replacing(path: str, binary: bool = False, **open_arguments) -> Iterator[IO]
 
   Args:
     binary: open in ``"wb"`` mode, else ``"w"``; ``open_arguments`` go to ``open`` (``encoding``, ``newline``).
+    size: the bytes of the whole content, when known, for the error's message (else: more than those written).
 
   Raises:
-    WorkdirError: the disk is full (``disk_full_error``).
+    WorkdirError: the disk is full, or the file passes the file-size limit (``write_refused_error``).
   """
   temporary = path + ".tmp"
   try:
@@ -88,8 +160,9 @@ def replacing(path: str, binary: bool = False, **open_arguments) -> Iterator[IO]
     os.replace(temporary, path)
   except BaseException as error:
     written = _remove(temporary)
-    if isinstance(error, Exception) and is_disk_full(error):
-      raise disk_full_error(path, written, os.path.basename(path), at_least=True) from None
+    if isinstance(error, Exception) and is_write_refused(error):
+      raise write_refused_error(error, path, written if size is None else size, os.path.basename(path),
+                                at_least=size is None) from None
     raise
 
 
@@ -98,14 +171,12 @@ def write_atomically(path: str, data: str | bytes) -> None:
   written as UTF-8.
 
   Raises:
-    WorkdirError: the disk is full; the old file is kept and no ``.tmp`` file is left.
+    WorkdirError: the disk is full, or the file passes the file-size limit; the old file is kept and no
+      ``.tmp`` file is left.
   """
-  try:
-    with replacing(path, **({"binary": True} if isinstance(data, bytes) else {"encoding": "utf-8"})) as file:
-      file.write(data)
-  except WorkdirError:
-    raise disk_full_error(path, len(data.encode() if isinstance(data, str) else data),
-                          os.path.basename(path)) from None
+  size = len(data.encode() if isinstance(data, str) else data)
+  with replacing(path, size=size, **({"binary": True} if isinstance(data, bytes) else {"encoding": "utf-8"})) as file:
+    file.write(data)
 
 
 def read_table(path: str, columns: tuple[str, ...], parse_row: Callable[[list[str]], Row], what: str) -> list[Row]:

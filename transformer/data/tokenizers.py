@@ -25,6 +25,7 @@ from typing import Callable, Iterable, Sequence
 import numpy as np
 import sentencepiece as spm
 
+from transformer.data import files
 from transformer.errors import ConfigError, InputFileError
 
 PAD_ID, BOS_ID, EOS_ID, UNK_ID = 0, 1, 2, 3
@@ -87,7 +88,7 @@ class SentencePieceTokenizer:
   def fingerprint(self) -> str:
     """SHA-256 (first 12 hex digits) of the serialised model: two tokenizers with one fingerprint encode alike.
     The cache key cannot promise that: the same options and text trained on another host can give another model."""
-    return hashlib.sha256(self._model_proto).hexdigest()[:12]
+    return files.fingerprint(self._model_proto)
 
   def encode(self, text: str, *, add_eos: bool = True) -> np.ndarray:
     """int32 ``[length]`` ids of ``text``, ending with EOS when ``add_eos``."""

@@ -251,23 +251,35 @@ def load_bert(model_dir: str | os.PathLike,
       :func:`convert_bert_weights`).
   """
   folder = check_model_dir(model_dir)
-  config = bert_model_config(read_json(folder / CONFIG_FILE), source=os.fspath(folder / CONFIG_FILE))
+  config, tokenizer = load_bert_text(folder / CONFIG_FILE, folder / TOKENIZER_FILE, max_length)
   weights_path = folder / WEIGHTS_FILE
   try:
     tensors = safetensors.numpy.load_file(weights_path)
   except Exception as error:  # safetensors raises its own SafetensorError (and others) on a damaged file
     raise InputFileError(f"{weights_path}: cannot be read as safetensors ({error}).") from error
-  params = convert_bert_weights(tensors, config, source=os.fspath(weights_path))
-  max_length = default_max_length(folder, config) if max_length is None else max_length
+  return config, convert_bert_weights(tensors, config, source=os.fspath(weights_path)), tokenizer
+
+
+def load_bert_text(config_path: str | os.PathLike, tokenizer_path: str | os.PathLike,
+                   max_length: int | None = None) -> tuple[ModelConfig, PretrainedTokenizer]:
+  """``(model_config, tokenizer)`` of a BERT checkpoint from its ``config.json`` and ``tokenizer.json`` alone
+  (in the model's folder, or the copies a run keeps of them): what reading text needs, without the weights.
+  ``max_length`` as :func:`load_bert`'s (its default reads ``config_path``'s folder).
+
+  Raises:
+    ConfigError, InputFileError: as :func:`load_bert`.
+  """
+  config = bert_model_config(read_json(pathlib.Path(config_path)), source=os.fspath(config_path))
+  if max_length is None:
+    max_length = default_max_length(pathlib.Path(config_path).parent, config)
   if not 2 < max_length <= config.max_length:
     raise ConfigError(f"max_length={max_length} must be in [3, {config.max_length}] (the model's position "
                      f"table has {config.max_length} rows).")
   try:
-    tokenizer = PretrainedTokenizer.from_file(folder / TOKENIZER_FILE, max_length, pad_id=config.pad_id)
+    tokenizer = PretrainedTokenizer.from_file(tokenizer_path, max_length, pad_id=config.pad_id)
   except Exception as error:  # the tokenizers library raises a bare Exception on a malformed file
-    raise InputFileError(f"{folder / TOKENIZER_FILE}: cannot be read by the tokenizers library "
-                         f"({error}).") from error
+    raise InputFileError(f"{tokenizer_path}: cannot be read by the tokenizers library ({error}).") from error
   if tokenizer.vocab_size > config.vocab_size:
-    raise InputFileError(f"{folder / TOKENIZER_FILE}: {tokenizer.vocab_size} tokens, but {CONFIG_FILE} has "
+    raise InputFileError(f"{tokenizer_path}: {tokenizer.vocab_size} tokens, but {config_path} has "
                          f"vocab_size={config.vocab_size}; the tokenizer does not belong to these weights.")
-  return config, params, tokenizer
+  return config, tokenizer

@@ -89,8 +89,10 @@ class Task(abc.ABC):
 
   def trained_tokenizers(self) -> dict:
     """name -> tokenizer (with ``fingerprint``, ``model_proto``, ``path``) that this task trains from its data,
-    e.g. ``{"source": ..., "target": ...}``; none by default. Another host can train another model from the
-    same text and options, so a run records these and refuses to resume or load with different ones."""
+    e.g. ``{"source": ..., "target": ...}``, or the files of a pretrained model that it reads text with
+    (``data.files.KeptFile``); none by default. Another host can train another model from the same text and
+    options, and a folder can change, so a run records these and refuses to resume or load with different
+    ones."""
     return {}
 
   def placeholder_inputs(self) -> tuple:
@@ -183,8 +185,9 @@ class WritesPredictions(Protocol):
 
 @runtime_checkable
 class UsesRecordedTokenizers(Protocol):
-  """A task that trains its tokenizers on its data (``trained_tokenizers``) and can take a run's recorded copies
-  instead (``transformer.load``), so that a trained model reads and writes text without its prepared data."""
+  """A task that trains its tokenizers on its data, or reads a pretrained model's (``trained_tokenizers``), and can
+  take a run's recorded copies instead (``transformer.load``), so that a trained model reads and writes text
+  without its prepared data or the pretrained folder."""
 
   def use_recorded_tokenizers(self, paths: dict[str, str]) -> None:
     """``paths``: name (of ``trained_tokenizers``) -> the run's model file; the data, read later if at all, must

@@ -1,7 +1,9 @@
 """Text classification (Kaggle's Disaster Tweets) with an ``EncoderClassifier``: from scratch or from BERT.
 
 Texts are tokenised by a pretrained model's own WordPiece tokenizer (``tokenizer.json`` of
-``config.task.pretrained_dir``), for every variant, so the models differ only in what they learn.
+``config.task.pretrained_dir``), for every variant, so the models differ only in what they learn. A run keeps
+copies of that ``tokenizer.json`` and of the model's ``config.json`` (``WORKDIR/tokenizers/``), so that
+``transformer.load`` classifies with no pretrained folder at hand.
 ``config.task.pretrained_init`` says what starts from the checkpoint:
 
 - ``"none"``: nothing; ``config.model`` is the whole model (its ``vocab_size`` and ``pad_id`` are the
@@ -32,7 +34,7 @@ import numpy as np
 
 from transformer import ops
 from transformer.data.classification import ShuffledBatches, fixed_batches
-from transformer.data.files import replacing, write_atomically
+from transformer.data.files import KeptFile, replacing, write_atomically
 from transformer.errors import ConfigError, MissingDataError
 from transformer.nn import ClassifierConfig, EncoderClassifier
 from transformer.tasks.base import Task
@@ -46,6 +48,9 @@ HUGGING_FACE_IDS = {"all-MiniLM-L6-v2": "sentence-transformers/all-MiniLM-L6-v2"
 # config.model fields a pretrained encoder takes from the config (the rest are the checkpoint's).
 HEAD_FIELDS = ("num_classes", "pooling", "dropout_rate", "attention_dropout_rate", "feed_forward_dropout_rate",
                "dtype", "attention_implementation", "attention_chunk_size", "float32_attention_logits", "remat")
+# The pretrained folder's files that reading text needs (name -> file): kept in the run's record, a run's own copies
+# let a loaded run classify without the folder (``ClassificationTask.use_recorded_tokenizers``).
+TEXT_FILES = {"config": "config.json", "tokenizer": "tokenizer.json"}
 SUBMISSION_FILE = "submission.csv"
 PROBABILITIES_FILE = "{split}_predictions.csv"  # what --mode=eval writes per split: see write_probabilities
 LENGTH_MULTIPLE = 8  # texts classified outside the data sets are padded to a multiple of this (fewer shapes)
@@ -110,18 +115,42 @@ class ClassificationTask(Task):
       raise ConfigError(f"config.model_name={settings.model_name!r}: the classification task trains "
                         f"{MODEL_NAME!r}.")
 
+  _kept: dict = {}  # name (of TEXT_FILES) -> the run's copy of the file, set by use_recorded_tokenizers
+
+  def use_recorded_tokenizers(self, paths: dict[str, str]) -> None:
+    """Read text with the run's own copies of the pretrained folder's ``config.json`` and ``tokenizer.json``
+    (``WORKDIR/tokenizers/``, ``trained_tokenizers``): a loaded run then needs no pretrained folder. A run that
+    kept none (trained before they were kept) reads the folder."""
+    if set(TEXT_FILES) <= set(paths):
+      self._kept = {name: paths[name] for name in TEXT_FILES}
+      self.__dict__.pop("text_side", None)
+
+  def _text_paths(self) -> dict[str, str]:
+    """name (of ``TEXT_FILES``) -> the file read: the run's copy, else the pretrained folder's."""
+    if self._kept:
+      return self._kept
+    from transformer.pretrained.bert import check_model_dir  # imports safetensors
+    folder = check_model_dir(model_dir(self.task_config))
+    return {name: os.path.join(folder, file) for name, file in TEXT_FILES.items()}
+
+  def trained_tokenizers(self) -> dict:
+    """The pretrained folder's ``config.json`` and ``tokenizer.json`` (``TEXT_FILES``), which every variant reads
+    text with: a run keeps copies of them and refuses to resume or load with different ones."""
+    return {name: KeptFile.read(path) for name, path in self._text_paths().items()}
+
   @functools.cached_property
-  def pretrained(self):
-    """``(encoder ModelConfig, encoder params, tokenizer)`` of the pretrained folder (``load_bert``)."""
-    from transformer.pretrained import load_bert  # imports safetensors and tokenizers
-    return load_bert(model_dir(self.task_config), max_length=self.task_config.max_length)
+  def text_side(self):
+    """``(encoder ModelConfig, tokenizer)`` of the pretrained model (``load_bert_text``): no weights read."""
+    from transformer.pretrained import load_bert_text  # imports tokenizers
+    paths = self._text_paths()
+    return load_bert_text(paths["config"], paths["tokenizer"], max_length=self.task_config.max_length)
 
   @property
   def tokenizer(self):
-    return self.pretrained[2]
+    return self.text_side[1]
 
   def model_config(self) -> ClassifierConfig:
-    encoder_config, _, tokenizer = self.pretrained
+    encoder_config, tokenizer = self.text_side
     model, init = self.settings.model, self.task_config.pretrained_init
     if init == "encoder":
       return ClassifierConfig.from_encoder(encoder_config, **{name: getattr(model, name) for name in HEAD_FIELDS})
@@ -139,12 +168,14 @@ class ClassificationTask(Task):
 
   def pretrained_params(self) -> dict:
     """What ``pretrained_init`` takes from the checkpoint (the loop puts it in place of fresh parameters)."""
-    init, encoder_params = self.task_config.pretrained_init, self.pretrained[1]
+    init = self.task_config.pretrained_init
+    if init == "none":
+      return {}
+    from transformer.pretrained import load_bert  # imports safetensors and tokenizers
+    encoder_params = load_bert(model_dir(self.task_config), max_length=self.task_config.max_length)[1]
     if init == "encoder":
       return {"encoder": encoder_params}
-    if init == "embedding":
-      return {"encoder": {"embedding": encoder_params["embedding"]}}
-    return {}
+    return {"encoder": {"embedding": encoder_params["embedding"]}}  # "embedding"
 
   # ----- data
 

@@ -204,13 +204,21 @@ class TranslationTask(RecordedTokenizers, Seq2SeqTask):
     ids = super().encode_sources if name == "source" else super().encode_targets
     return [encoded[index] if index in encoded else ids([item])[0] for index, item in enumerate(items)]
 
-  def choose_length_penalty(self, model_config, params, known: dict | None = None) -> tuple[float, dict, list | None]:
+  def choose_length_penalty(self, model_config, params,
+                            known: dict | None = None) -> tuple[float | None, dict, list | None]:
     """``(alpha, metrics, hypotheses)``: the candidate of ``task.length_penalty_candidates`` with the highest BLEU
     on the eval split (its first ``num_eval_sentences``), never on a test split; ``metrics`` has that BLEU and the
     BLEU of every candidate; ``hypotheses`` are the chosen candidate's (None when it was not decoded here).
     ``known``: alpha -> BLEU already measured there (not decoded again). Without candidates:
-    ``(config.decode.length_penalty, {}, None)``."""
+    ``(config.decode.length_penalty, {}, None)``. Decoding other than beam search (``config.decode.method``) ranks
+    no beams, so no length penalty applies: ``(None, {}, None)``, the candidates unused (said in a warning)."""
     task = self.task_config  # its candidates are >= 0 (TranslationConfig checks them)
+    if self.decode_settings().method != "beam":
+      if task.length_penalty_candidates:
+        log.warning("config.task.length_penalty_candidates=%s unused: the length penalty ranks beams, and "
+                    "config.decode.method=%r searches none", task.length_penalty_candidates,
+                    self.decode_settings().method)
+      return None, {}, None
     if not task.length_penalty_candidates:
       return self.decode_settings().length_penalty, {}, None
     known, by_candidate, decoded = {float(alpha): bleu for alpha, bleu in (known or {}).items()}, {}, {}
@@ -232,7 +240,7 @@ class TranslationTask(RecordedTokenizers, Seq2SeqTask):
     (its first ``num_eval_sentences``), with their BLEU, as ``<eval split>.eval.hyp.<language>`` (``--mode=predict``
     writes the whole split by ``config.decode`` as ``<eval split>.hyp.<language>``).
     ``eval_metrics["eval/bleu"]``, decoded by ``evaluate`` with ``config.decode``, is not decoded again to choose
-    the length penalty."""
+    the length penalty. Only beam search has one: other decodings report none (``choose_length_penalty``)."""
     task = self.task_config
     default_alpha = self.decode_settings().length_penalty
     known = {default_alpha: eval_metrics["eval/bleu"]} if "eval/bleu" in eval_metrics else {}
@@ -244,7 +252,7 @@ class TranslationTask(RecordedTokenizers, Seq2SeqTask):
     for split in task.test_splits:
       metrics, hypotheses = self.bleu(model_config, params, split, length_penalty=length_penalty)
       self._write_hypotheses(output_dir, split, hypotheses)
-      results[split] = {**metrics, "length_penalty": length_penalty}
+      results[split] = {**metrics, **({} if length_penalty is None else {"length_penalty": length_penalty})}
     return results
 
   def _write_hypotheses(self, output_dir: str, name: str, hypotheses: list[str]) -> None:

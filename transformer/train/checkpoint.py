@@ -17,7 +17,8 @@ non-finite value is never saved, and an evaluation whose ``best_metric`` is not 
 
 A full disk is one ``WorkdirError`` naming the workdir and the space a checkpoint takes: checked before each
 save (against the size of the last checkpoint written), and, when a save still runs out of space, its
-half-written temporary directories are removed so that only intact checkpoints remain.
+half-written temporary directories are removed so that only intact checkpoints remain. A file past the process's
+file-size limit (``ulimit -f``, ``EFBIG``) is handled the same way, its line naming the limit.
 
 Checksums of what a checkpoint holds: every array of the state, and the JSON ``extra`` item (data position,
 metrics window), so that flipped bits or an edited position are caught on restore instead of resumed silently.
@@ -56,7 +57,7 @@ import orbax.checkpoint as ocp
 from orbax.checkpoint.checkpoint_managers import preservation_policy as preservation
 from jax.experimental import multihost_utils
 
-from transformer.data.files import format_bytes, is_disk_full
+from transformer.data.files import file_too_large_error, format_bytes, is_file_too_large, is_write_refused
 from transformer.errors import CheckpointRestoreError, ConfigError, MissingDataError, TrainingDiverged, WorkdirError
 
 log = logging.getLogger(__name__)
@@ -202,9 +203,10 @@ class Checkpointer:
                          force=True)
       return
     except Exception as error:  # an asynchronous save reports a full disk here, at the next save, or in wait()
-      if not is_disk_full(error):
+      if not is_write_refused(error):
         raise
-    raise self._out_of_space(step)  # outside the except block: see collect_orbax_leftovers
+      too_large = is_file_too_large(error)
+    raise self._out_of_space(step, too_large)  # outside the except block: see collect_orbax_leftovers
 
   def _checkpoint_size(self) -> int:
     """Bytes on disk of the newest complete checkpoint, or of the state's arrays before the first one."""
@@ -244,9 +246,27 @@ class Checkpointer:
     self._manager.reload()
     return removed
 
-  def _out_of_space(self, step: int | None) -> WorkdirError:
-    """After a save found the disk full: wait out the save in flight, remove every half-written checkpoint and
-    return the one-line error (the workdir, the space needed and free, the step to resume)."""
+  def _remove_unfinished_for_good(self, quiet: float = 1.0, timeout: float = 10.0) -> list[int]:
+    """``_remove_unfinished`` until no temporary directory has come back for ``quiet`` seconds (``timeout`` at
+    most): the other writes of a failed save go on in tensorstore's own threads, which no Python handle reaches,
+    and each recreates the folders it writes into (seen under load: a ``<step>.orbax-checkpoint-tmp`` back
+    within 3 s of its removal)."""
+    removed = self._remove_unfinished()
+    if jax.process_index() != 0:
+      return removed
+    deadline, last_seen = time.monotonic() + timeout, time.monotonic()
+    while time.monotonic() < deadline and time.monotonic() - last_seen < quiet:
+      time.sleep(0.1)
+      again = self._remove_unfinished()
+      if again:
+        removed += again
+        last_seen = time.monotonic()
+    return sorted(set(removed))
+
+  def _out_of_space(self, step: int | None, too_large: bool = False) -> WorkdirError:
+    """After a save found the disk full (or, ``too_large``, a file past the process's file-size limit, ``ulimit
+    -f``): wait out the save in flight, remove every half-written checkpoint and return the one-line error (the
+    workdir, the space needed and free or the limit, the step to resume)."""
     self._failed = True
     try:
       self._manager.wait_until_finished()
@@ -254,7 +274,7 @@ class Checkpointer:
       pass
     join_orbax_workers()
     collect_orbax_leftovers()
-    removed = self._remove_unfinished()
+    removed = self._remove_unfinished_for_good()
     failed = sorted(set(removed) | ({step} if step is not None else set()))
     needed = self._checkpoint_size()
     try:
@@ -268,6 +288,9 @@ class Checkpointer:
              else f"it needs more than the {format_bytes(free)} that are free")
     then = (f"rerun the same command to resume from the latest intact checkpoint, step {latest}" if latest is not None
             else "rerun with --config.restart=True to start again (no checkpoint was saved)")
+    if too_large:
+      error = file_too_large_error(str(self._manager.directory), what, then)
+      return WorkdirError(f"{error} Nothing half-written was kept.")
     return WorkdirError(
         f"no space left on the disk of {self.directory} to save {what}: {space}; nothing half-written was kept. "
         f"Free space there (or move the workdir to a larger disk), then {then}.")
@@ -425,9 +448,10 @@ class Checkpointer:
       self._manager.wait_until_finished()
       return
     except Exception as error:
-      if not is_disk_full(error):
+      if not is_write_refused(error):
         raise
-    raise self._out_of_space(None)
+      too_large = is_file_too_large(error)
+    raise self._out_of_space(None, too_large)
 
   def close(self) -> None:
     """Wait for the saves in flight (raising as ``wait``) and release orbax's threads."""
@@ -558,9 +582,9 @@ class _OrbaxAftermathFilter(logging.Filter):
       message = str(record.msg)
       first_line = message.split("\n", 1)[0]
       leftover = first_line.endswith(("exception was never retrieved", "was destroyed but it is pending!"))
-      return not (leftover and ("orbax" in message or (record.exc_info and is_disk_full(record.exc_info[1]))))
+      return not (leftover and ("orbax" in message or (record.exc_info and is_write_refused(record.exc_info[1]))))
     from_orbax = f"{os.sep}orbax{os.sep}checkpoint{os.sep}" in (record.pathname or "")
-    return not (from_orbax and record.exc_info and is_disk_full(record.exc_info[1]))
+    return not (from_orbax and record.exc_info and is_write_refused(record.exc_info[1]))
 
 
 _aftermath_filter = _OrbaxAftermathFilter()

@@ -12,7 +12,7 @@ A run on disk: the one place that names the files of a workdir and reads them ba
       config_history.jsonl   changes accepted since: a JSON line each (step, field, old, new)
       model_config.json      the model's hyper-parameters, data-decided ones included
       data_fingerprint.json  the source files the data was prepared from
-      tokenizers/            the tokenizers the run trained
+      tokenizers/            the tokenizers the run reads text with: those it trained, a pretrained model's files
       metrics.jsonl          a JSON line per logging step and per evaluation
       launches.jsonl         a JSON line per training launch: start step, processes, devices, parallelism
       goodput.json           where the run's time went (``loop.Goodput``)
@@ -67,7 +67,7 @@ import jax
 import ml_collections
 import numpy as np
 
-from transformer.data.files import disk_full_error, is_disk_full, write_atomically
+from transformer.data.files import is_write_refused, write_atomically, write_refused_error
 from transformer.effects import Effect, effect_of
 from transformer.errors import ConfigError, UserError, WorkdirError
 from transformer.train.checkpoint import CHECKPOINTS, Checkpointer
@@ -416,9 +416,9 @@ def lock_workdir(workdir: str, mode: str = "train") -> WorkdirLock | None:
   except OSError as error:
     os.close(descriptor)  # nothing was taken: the empty file is removed with the lock it would have been
     os.remove(path)
-    if not is_disk_full(error):
+    if not is_write_refused(error):
       raise
-    raise disk_full_error(path, len(holder), "the training lock") from None
+    raise write_refused_error(error, path, len(holder), "the training lock") from None
   _held[workdir] = descriptor
   return WorkdirLock(workdir, descriptor)
 
@@ -494,8 +494,10 @@ def check_tokenizers(workdir: str, tokenizers: dict, has_checkpoints: bool, writ
 
   A task that trains its tokenizers (``Task.trained_tokenizers``) finds them in a cache keyed by the training
   options, but another host can train a different model from the same options and text, which would silently
-  resume, evaluate or load the run with other pieces. The run's own models are kept in
-  ``WORKDIR/tokenizers/`` (``<name>.<fingerprint>.model``), so the error names the file to copy.
+  resume, evaluate or load the run with other pieces; a task that reads a pretrained model's tokenizer has it
+  from a folder that can change. The run's own copies are kept in ``WORKDIR/tokenizers/``
+  (``<name>.<fingerprint>.model``, whatever the file's format), so the error names the file to copy, and
+  ``transformer.load`` reads them instead of the data's or the folder's.
 
   Args:
     tokenizers: name -> tokenizer with ``fingerprint``, ``model_proto``, ``path``.
@@ -511,9 +513,10 @@ def check_tokenizers(workdir: str, tokenizers: dict, has_checkpoints: bool, writ
         raise WorkdirError(
             f"--workdir={workdir} was trained with another {name} tokenizer (fingerprint {fingerprint}) than this "
             f"host's {tokenizer.path or 'tokenizer'} ({tokenizer.fingerprint}): SentencePiece can train a different "
-            f"model from the same text and options on another host, and the checkpoints' token ids would mean "
-            f"other pieces. Copy the run's own model over this one: cp {folder}/{name}.{fingerprint}.model "
-            f"{tokenizer.path or 'TOKENIZER_PATH'} (or train from scratch in a new --workdir).")
+            f"model from the same text and options on another host (and a pretrained folder can hold another "
+            f"model), and the checkpoints' token ids would mean other pieces. Copy the run's own copy over this "
+            f"one: cp {folder}/{name}.{fingerprint}.model {tokenizer.path or 'TOKENIZER_PATH'} (or train from "
+            f"scratch in a new --workdir).")
   if write and tokenizers:
     os.makedirs(folder, exist_ok=True)
     for name, tokenizer in tokenizers.items():

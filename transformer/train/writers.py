@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from transformer.data.files import disk_full_error, is_disk_full, write_atomically
+from transformer.data.files import is_write_refused, write_atomically, write_refused_error
 from transformer.ops.flops import transformer_flops
 from transformer.train.workdir import METRICS, TENSORBOARD, read_records
 
@@ -52,9 +52,9 @@ class MetricWriter:
       with open(self.path, "a") as f:
         f.write(line)
     except OSError as error:  # a half-written line is dropped on resume (see read_records)
-      if not is_disk_full(error):
+      if not is_write_refused(error):
         raise
-      raise disk_full_error(self.path, len(line), f"the metrics of step {step}") from None
+      raise write_refused_error(error, self.path, len(line), f"the metrics of step {step}") from None
     if self._tensorboard is not None:
       for name, value in metrics.items():
         if math.isfinite(float(value)):
