@@ -13,7 +13,7 @@ import safetensors.numpy
 
 from tests.pretrained.tiny_bert import numpy_bert, write_tiny_bert
 from transformer.errors import ConfigError, InputFileError, MissingDataError
-from transformer.nn import ClassifierConfig, Encoder, EncoderClassifier
+from transformer.nn import ClassifierConfig, Encoder, EncoderClassifier, unboxed
 from transformer.pretrained import bert, load_bert
 
 INPUT_IDS = np.array([[2, 7, 8, 9, 10, 3, 0, 0], [2, 12, 18, 13, 5, 14, 21, 3]])
@@ -57,7 +57,7 @@ def test_params_drop_into_an_encoder_classifier(tmp_path):
   write_tiny_bert(tmp_path / "model")
   config, params, _ = load_bert(tmp_path / "model")
   classifier = EncoderClassifier(ClassifierConfig.from_encoder(config, num_classes=2, deterministic=True))
-  initial = classifier.init(jax.random.key(0), jnp.asarray(INPUT_IDS))["params"]
+  initial = unboxed(classifier.init(jax.random.key(0), jnp.asarray(INPUT_IDS))["params"])
   loaded = {**initial, "encoder": params}
   assert jax.tree.structure(loaded) == jax.tree.structure(initial)
   assert jax.tree.map(np.shape, loaded) == jax.tree.map(np.shape, initial)

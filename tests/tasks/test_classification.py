@@ -19,7 +19,7 @@ from tests.pretrained.tiny_bert import write_tiny_bert
 from transformer import load
 from transformer.data.classification import fixed_batches
 from transformer.errors import MissingDataError
-from transformer.nn import EncoderClassifier
+from transformer.nn import EncoderClassifier, unboxed
 from transformer.train.config import build_task
 from transformer.tasks.classification import read_probabilities
 from transformer.tasks.metrics import binary_metrics, confusion_counts
@@ -73,7 +73,7 @@ def test_summed_batch_metrics_are_the_metrics_of_the_split(tiny):
   model_config = task.model_config()
   model = EncoderClassifier(model_config.replace(deterministic=True))
   data = task.splits["train"]
-  params = model.init(jax.random.PRNGKey(3), data.tokens[:2])["params"]
+  params = unboxed(model.init(jax.random.PRNGKey(3), data.tokens[:2])["params"])
   # A bias between the two middle margins splits the predictions between the classes, so no ratio below is
   # empty, and leaves no example on the boundary, where batching's rounding could flip its prediction.
   logits = np.asarray(model.apply({"params": params}, data.tokens))
@@ -110,7 +110,7 @@ def test_classify_names_each_label_and_still_unpacks_as_a_pair(tiny):
   config.num_seeds = 1
   task = build_task(config)
   model_config = task.model_config()
-  params = EncoderClassifier(model_config).init(jax.random.key(0), np.ones((1, 8), np.int32))["params"]
+  params = unboxed(EncoderClassifier(model_config).init(jax.random.key(0), np.ones((1, 8), np.int32))["params"])
   params["classifier"]["bias"] = np.array([0.0, 50.0], np.float32)  # every text a disaster
   classified = task.classify_texts(model_config, params, ["forest fire near the town", "a calm day"])
   labels, probabilities = classified
