@@ -79,6 +79,9 @@ def resume_command() -> str:
 class PeerWatch:
   """A daemon thread: marks this process alive every ``timeout / 10`` seconds and checks the others' marks.
 
+  Each beat is two requests to the coordination service, one write and one directory read of every mark: N
+  processes send 2N per interval (O(N)), not a read of each peer's key by each process (O(N^2)).
+
   ``lost(process, why)`` is called once, from the thread, when a peer is lost or failed; by default it prints
   one line and ends this process with ``PEER_LOST_EXIT_STATUS``.
   """
@@ -100,6 +103,10 @@ class PeerWatch:
   def _mark(self, value: str) -> None:
     self._client.key_value_set(f"{_PREFIX}{self.me}", value, allow_overwrite=True)
 
+  def _marks(self) -> dict[int, str]:
+    """Every process's latest mark, ``process -> mark``, in one read (processes that have not marked: absent)."""
+    return {int(key.rsplit("/", 1)[-1]): value for key, value in self._client.key_value_dir_get(_PREFIX.rstrip("/"))}
+
   def finish(self, failed: bool = False) -> None:
     """Stop watching; tell the peers this process left on purpose (``failed``: with an error of its own)."""
     self._stop.set()
@@ -119,12 +126,11 @@ class PeerWatch:
     if not pending:
       return
     while pending and time.monotonic() < deadline:
-      for peer in list(pending):
-        try:
-          if self._client.key_value_try_get(f"{_PREFIX}{peer}") in (_DONE, _FAILED, _LEFT):
-            pending.discard(peer)
-        except Exception:  # no mark yet
-          pass
+      try:
+        marks = self._marks()
+      except Exception:  # the service is going: nothing more to wait for
+        break
+      pending -= {peer for peer, mark in marks.items() if mark in (_DONE, _FAILED, _LEFT)}
       time.sleep(0.05)
     time.sleep(0.5)
 
@@ -135,14 +141,15 @@ class PeerWatch:
       beat += 1
       try:
         self._mark(str(beat))
-        marks = {peer: self._client.key_value_try_get(f"{_PREFIX}{peer}") for peer in seen}
+        marks = self._marks()
       except Exception as error:  # the coordination service lives in process 0
         if self._stop.is_set():
           return
         self._report(0, f"the coordinator (process 0) does not answer ({type(error).__name__})")
         return
       now = time.monotonic()
-      for peer, mark in marks.items():
+      for peer in list(seen):
+        mark = marks.get(peer)
         if mark == _DONE:
           seen.pop(peer)
         elif mark == _FAILED:
