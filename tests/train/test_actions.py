@@ -11,6 +11,7 @@ from tests.tasks.test_classification import tiny  # noqa: F401  # pylint: disabl
 from tests.train.conftest import load_experiment_config, tiny_config
 from transformer.errors import ConfigError
 from transformer.train import run
+from transformer.train import actions
 from transformer.train.actions import PREEMPT, Every, Profile, Tick, due_actions
 from transformer.train.loop import LOOP_PHASES
 from transformer.train.workdir import RunDirectory
@@ -25,6 +26,32 @@ def test_every_is_due_on_its_period_at_the_end_on_stop_and_after_the_actions_it_
   assert not save.due(Tick(5, last=False), {PREEMPT: None, "eval": None})
   never = Every("stop", 0, lambda tick, outputs: None, at_last=False, on_stop=True)
   assert not any(never.due(Tick(step, last=step == 8), {}) for step in range(1, 9))
+
+
+def test_a_wall_clock_makes_a_save_due_at_the_first_log_step_past_its_seconds_then_counts_from_that_save(monkeypatch):
+  now = [100.0]
+  monkeypatch.setattr(actions.time, "monotonic", lambda: now[0])
+  save = Every("checkpoint", 1000, lambda tick, outputs: None, clock=actions.WallClock(30, every_steps=5))
+  due = []
+  for step in range(1, 41):
+    now[0] += 4.0  # 4 s a step
+    if save.due(Tick(step, last=False), {}):
+      due.append(step)
+  assert due == [10, 20, 30, 40]  # 30 s pass at step 8; the next log step is 10; then 40 s between log steps 10 and 20
+  assert not any(Every("checkpoint", 1000, lambda tick, outputs: None, clock=actions.WallClock(0, 5)).due(
+      Tick(step, last=False), {}) for step in range(1, 20))  # 0: off
+
+
+def test_a_save_for_any_reason_restarts_the_clock(monkeypatch):
+  now = [0.0]
+  monkeypatch.setattr(actions.time, "monotonic", lambda: now[0])
+  save = Every("checkpoint", 10, lambda tick, outputs: None, clock=actions.WallClock(30, every_steps=1))
+  due = []
+  for step in range(1, 31):
+    now[0] += 2.5
+    if save.due(Tick(step, last=False), {}):
+      due.append(step)
+  assert due == [10, 20, 30]  # every periodic save comes before 30 s have passed since the one before
 
 
 def test_actions_run_in_order_each_reading_what_those_before_it_returned():

@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import time
 from typing import Any, Callable, Protocol
 
 import jax
+import numpy as np
+from jax.experimental import multihost_utils
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,11 +35,33 @@ class Action(Protocol):
   def run(self, tick: Tick, outputs: dict[str, Any]) -> Any: ...
 
 
+class WallClock:
+  """Due once ``seconds`` have passed since ``reset`` (0: never), asked only at steps that are multiples of
+  ``every_steps`` (the log steps, where the host waits for the device anyway). On several processes process 0's
+  clock decides for all (``broadcast_one_to_all``), so every process acts at the same step."""
+
+  def __init__(self, seconds: float, every_steps: int):
+    self.seconds, self.every_steps = float(seconds), every_steps
+    self.reset()
+
+  def reset(self) -> None:
+    self.since = time.monotonic()
+
+  def due(self, step: int) -> bool:
+    if not self.seconds or step % self.every_steps:
+      return False
+    passed = time.monotonic() - self.since >= self.seconds
+    if jax.process_count() > 1:
+      passed = bool(multihost_utils.broadcast_one_to_all(np.asarray(passed)))
+    return passed
+
+
 @dataclasses.dataclass(frozen=True)
 class Every:
-  """``run(tick, outputs)`` every ``period`` steps (0: never by period), at the last step (``at_last``), when
-  the preemption check asked to stop (``on_stop``), and after any action named in ``after`` returned a result
-  in the same tick. ``run`` is the trainer's own method, which the loop calls itself (no wrapper between)."""
+  """``run(tick, outputs)`` every ``period`` steps (0: never by period), when its ``clock`` is due, at the last
+  step (``at_last``), when the preemption check asked to stop (``on_stop``), and after any action named in
+  ``after`` returned a result in the same tick. ``run`` is the trainer's own method, which the loop calls itself
+  (no wrapper between)."""
   name: str
   period: int
   run: Callable[[Tick, dict], Any]
@@ -44,10 +69,15 @@ class Every:
   at_last: bool = True
   on_stop: bool = False
   after: tuple[str, ...] = ()
+  clock: WallClock | None = None
 
   def due(self, tick: Tick, outputs: dict[str, Any]) -> bool:
-    return bool((self.period and tick.step % self.period == 0) or (self.at_last and tick.last)
-                or (self.on_stop and outputs.get(PREEMPT)) or any(outputs.get(name) for name in self.after))
+    timed = self.clock is not None and self.clock.due(tick.step)  # asked at every tick: a collective
+    due = bool(timed or (self.period and tick.step % self.period == 0) or (self.at_last and tick.last)
+               or (self.on_stop and outputs.get(PREEMPT)) or any(outputs.get(name) for name in self.after))
+    if due and self.clock is not None:
+      self.clock.reset()  # the seconds count from the last run, whatever made it due
+    return due
 
 
 PREEMPT = "preempt"  # the preemption check's result: the signal that asked to stop ("SIGTERM"), else None

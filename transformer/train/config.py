@@ -277,6 +277,10 @@ class RunConfig:
   # loss metrics of the test split as test/<name> every 2,000 steps (and at the end), beside eval_every's.
   evaluators: str = setting("", Effect.EVALUATION)
   checkpoint_every: int = setting(200, Effect.BOOKKEEPING)  # steps between checkpoints (and at the end, and on SIGTERM)
+  # Also save once this many seconds have passed since the last save (0: off), checked at each log step (where
+  # the loop waits for the device anyway; process 0's clock decides for all): a slow step costs at most this much
+  # work, whatever the step time.
+  checkpoint_every_seconds: float = setting(0.0, Effect.BOOKKEEPING)
   # profile_steps > 0: a jax.profiler trace of the steps after profile_start (WORKDIR/profile: TensorBoard's
   # profile tab or Perfetto); profile_start leaves compilation and the first steps out.
   profile_start: int = setting(10, Effect.BOOKKEEPING)
@@ -367,6 +371,10 @@ class RunConfig:
       value = getattr(self, name)
       _require(isinstance(value, int) and not isinstance(value, bool) and value >= 1,
                f"config.{name} must be a positive integer, got {value!r}.")
+    _require(isinstance(self.checkpoint_every_seconds, (int, float)) and not isinstance(
+        self.checkpoint_every_seconds, bool) and self.checkpoint_every_seconds >= 0,
+             f"config.checkpoint_every_seconds must be a number of seconds >= 0 (0: off), got "
+             f"{self.checkpoint_every_seconds!r}.")
     _require(isinstance(self.average_checkpoints, int) and self.average_checkpoints >= 0,
              "config.average_checkpoints must be an integer >= 0 (0 = use the best checkpoint), got "
              f"{self.average_checkpoints!r}.")

@@ -64,7 +64,7 @@ from transformer.data.hosts import HostShard
 from transformer.data.prefetch import BatchGroups, prefetch_to_device, stack_batches
 from transformer.errors import ConfigError, TrainingDiverged
 from transformer.tasks.progress import log_line, progress_bar
-from transformer.train.actions import PREEMPT, Every, PreemptionCheck, Profile, Tick, due_actions
+from transformer.train.actions import PREEMPT, Every, PreemptionCheck, Profile, Tick, WallClock, due_actions
 from transformer.train.config import RunConfig
 from transformer.train.multihost import Preemption
 from transformer.train.state import initial_state, run_optimizer, run_schedules, state_factory
@@ -263,7 +263,7 @@ class Trainer:
                 for split, every in run_config.extra_evaluators]
     return actions + [
         Every("checkpoint", run_config.checkpoint_every, self.checkpoint, phase="checkpoint", on_stop=True,
-              after=("eval",)),
+              after=("eval",), clock=WallClock(run_config.checkpoint_every_seconds, run_config.log_every)),
         Profile(session.directory.path(PROFILE), run_config.profile_start, run_config.profile_steps,
                 ready=lambda: self.state),
         Every("stop", 0, self.stop, phase="checkpoint", at_last=False, on_stop=True)]
