@@ -65,6 +65,7 @@ from transformer.data.prefetch import BatchGroups, prefetch_to_device, stack_bat
 from transformer.errors import ConfigError, TrainingDiverged
 from transformer.tasks.progress import log_line, progress_bar
 from transformer.train.actions import PREEMPT, Every, PreemptionCheck, Profile, Tick, WallClock, due_actions
+from transformer.train.checkpoint import state_fingerprints
 from transformer.train.config import RunConfig
 from transformer.train.multihost import Preemption
 from transformer.train.state import initial_state, run_optimizer, run_schedules, state_factory
@@ -396,7 +397,7 @@ class Trainer:
     session = self.session
     if session.process_count > 1:  # lock-step check across hosts: every process prints a digest of its parameters
       print(f"params checksum (process {session.process_index} of {session.process_count}): "
-            f"{_local_digest(self.strategy.host_params(self.state))}", flush=True)
+            f"{_params_digest(self.strategy.to_canonical(self.state).params)}", flush=True)
     with self.goodput.timed("checkpoint"):
       self.checkpointer.wait()
     self.writer.close()
@@ -445,12 +446,10 @@ def _unmeasured_as_nan(sums: dict, steps: int) -> dict:
           for name, pair in sums.items()}
 
 
-def _local_digest(tree) -> str:
-  """SHA-1 of this process's copy of every leaf of ``tree`` (replicated: ``Strategy.host_params``)."""
-  digest = hashlib.sha1()
-  for leaf in jax.tree.leaves(tree):
-    digest.update(np.ascontiguousarray(np.asarray(leaf.addressable_data(0))).tobytes())
-  return digest.hexdigest()
+def _params_digest(params) -> str:
+  """SHA-1 over the fingerprint of every parameter (``checkpoint.state_fingerprints``: each computed where its
+  shards live, so nothing gathers the whole model onto a device; every process calls it, like a save)."""
+  return hashlib.sha1(json.dumps(state_fingerprints(params)[0], sort_keys=True).encode()).hexdigest()
 
 
 def _tensorboard_command(folder: str) -> str:
