@@ -2,6 +2,7 @@
 
     python -m experiments.verify                 # the committed README and pages; data from $TRANSFORMER_DATA_DIR
     python -m experiments.verify --root=DIR      # copies of the pages in DIR (the repository's layout)
+    python -m experiments.verify --partial       # without the raw data: the rest, the last line says "partial"
 
 What it recomputes, from the committed files only (nothing is trained or decoded):
 - every results page, written again from its ``records.json`` (and PM2.5's ``*.npz``) by its own script
@@ -18,8 +19,9 @@ What it recomputes, from the committed files only (nothing is trained or decoded
   losses from its run's log (``logs/<run>.jsonl``);
 - BLEU of every committed test output (``*.hyp.*``) against the raw reference, with the tokenisation of the row's
   sacreBLEU signature, cased and lowercased, and BLEU by reference length; the validation BLEU that chose a
-  row's checkpoint from its ``validation.hyp.*`` (needs the data folder; without it these are listed as not
-  verified); each row's checkpoint against the validation BLEU its training logged (``curves`` of its record);
+  row's checkpoint from its ``validation.hyp.*`` (needs the data folder; without it the check fails naming each
+  number it could not check, unless ``--partial`` asks for the rest alone); each row's checkpoint against the
+  validation BLEU its training logged (``curves`` of its record);
 - the ratios of ``benchmarks/RESULTS.md`` from the timings in the same table, to the timings' printed rounding,
   and the worst ratio each section's target line quotes;
 - every result in the README's results table and in ``benchmarks/README.md``'s target table against the page it
@@ -111,6 +113,9 @@ class Tally:
   verified: dict = dataclasses.field(default_factory=lambda: collections.defaultdict(collections.Counter))
   differences: list = dataclasses.field(default_factory=list)
   not_verified: list = dataclasses.field(default_factory=list)
+  # Numbers that have their evidence committed but could not be checked here, the raw data (a reference) absent:
+  # the check is then incomplete, and fails unless a partial check was asked for (--partial).
+  not_checked: list = dataclasses.field(default_factory=list)
 
   def check(self, page: str, kind: str, where: str, printed: str, recomputed: str) -> None:
     """One number: counted when ``printed`` equals ``recomputed``, else a difference naming it."""
@@ -125,6 +130,10 @@ class Tally:
 
   def unverified(self, page: str, what: str, why: str) -> None:
     self.not_verified.append(f"{page}: {what}: {why}")
+
+  def unchecked(self, page: str, what: str, missing: str) -> None:
+    """A number whose committed evidence could not be checked because ``missing`` (a raw file) is not there."""
+    self.not_checked.append(f"{page}: {what}: {missing} is not there")
 
 
 # ------------------------------------------------------------------------------ reading pages
@@ -357,8 +366,7 @@ def check_bleu(tally: Tally, root: str, experiment: str, data: str) -> None:
       raw_name = VALIDATION_FILES[experiment] if split == "validation" else split
       reference = os.path.join(data, experiment, REFERENCE_FILES[experiment].format(split=raw_name))
       if not os.path.exists(reference):
-        tally.unverified(page, f"{name}: {split} BLEU", f"the reference {reference} is not there (give "
-                         "TRANSFORMER_DATA_DIR, the folder of the raw data)")
+        tally.unchecked(page, f"{name}: {split} BLEU", f"the reference {reference}")
         continue
       with open(os.path.join(folder, path), encoding="utf-8") as f:
         hypotheses = f.read().split("\n")[:-1]  # one line per reference, newline-terminated
@@ -638,16 +646,30 @@ def script_not_committed(page: str) -> list[tuple[str, str]]:
   return module.not_committed(folder) if hasattr(module, "not_committed") else []
 
 
-def summary(tally: Tally) -> str:
+def summary(tally: Tally, partial: bool = False) -> str:
+  """What the check found; its last line the verdict: the differences, or what could not be checked for want of
+  the raw data (a failure, unless ``partial``: then the line says "partial")."""
   lines = ["Verified, per page:"]
   for page, kinds in tally.verified.items():
     lines.append(f"- {page}: " + "; ".join(f"{count} {kind}" for kind, count in kinds.items()))
   lines += ["", "Not verified (nothing committed behind them):", *(f"- {line}" for line in tally.not_verified)]
+  if tally.not_checked:
+    lines += ["", f"Not checked: {len(tally.not_checked)} numbers whose outputs are committed, for want of the raw "
+              "data they are scored against:", *(f"- {line}" for line in tally.not_checked)]
   if tally.differences:
     lines += ["", f"{len(tally.differences)} numbers differ from what the committed files give, or files they "
               "rest on are missing or damaged:",
               *(f"- {line}" for line in tally.differences)]
-  else:
+  if tally.not_checked:
+    pages = sorted({line.split(":", 1)[0] for line in tally.not_checked})
+    what = f"{len(tally.not_checked)} numbers of {', '.join(pages)} not checked (the raw data is not there)"
+    if partial:
+      verdict = "some checked numbers differ" if tally.differences else "every checked number is as given"
+      lines += ["", f"partial: {verdict}; {what}."]
+    else:
+      lines += ["", f"Failed: {what}: give the raw data folder (--data_dir or TRANSFORMER_DATA_DIR), or --partial "
+                "to accept a partial check."]
+  elif not tally.differences:
     lines += ["", "Every checked number is as the committed files give it."]
   return "\n".join(lines)
 
@@ -660,6 +682,9 @@ def main(argv: list[str] | None = None) -> int:
                       f"e.g. {README}); repeat for several.")
   parser.add_argument("--data_dir", default="", help="The raw data folder, for BLEU (default: "
                       "$TRANSFORMER_DATA_DIR, else ../shared/data beside the repository).")
+  parser.add_argument("--partial", action="store_true", help="Without the raw data: check what the committed files "
+                      "allow and exit 0 if that agrees (the last line says \"partial\"); without this flag a number "
+                      "left unchecked for want of its data fails the check.")
   args = parser.parse_args(argv)
   root, known = os.path.abspath(args.root), (*PAGES, README, BENCHMARKS_README, BENCHMARKS_RESULTS, BENCHMARKS_FINDINGS)
   for page in args.page:
@@ -671,8 +696,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.error(f"--root={args.root} lacks {', '.join(missing)}: give the repository's root (or a copy of it "
                  "with the pages in their places)")
   tally = verify(root, tuple(args.page), args.data_dir or None)
-  print(summary(tally))
-  return 1 if tally.differences else 0
+  print(summary(tally, args.partial))
+  return 1 if tally.differences or (tally.not_checked and not args.partial) else 0
 
 
 if __name__ == "__main__":

@@ -161,6 +161,23 @@ def test_a_deleted_training_log_fails_naming_the_file(tmp_path, monkeypatch):
   assert verify.main([f"--page={page}"]) == 1
 
 
+def test_without_the_raw_data_the_check_fails_naming_what_it_could_not_check_unless_partial(tmp_path, capsys):
+  """Was: success and exit 0 with every BLEU unchecked (only listed among "not verified"), so that a changed
+  hypotheses file passed. Now each number left unchecked is named with the file it lacks, and the exit status is
+  1; ``--partial`` accepts the rest alone, exit 0, its last line saying "partial"."""
+  empty = tmp_path / "no_data"
+  empty.mkdir()
+  assert verify.main([f"--page={IWSLT}", f"--data_dir={empty}"]) == 1
+  output = capsys.readouterr().out.strip().splitlines()
+  assert f"- {IWSLT}: transformer_small_bpe_rotary: tst2013 BLEU: the reference {empty}/iwslt15_en_vi/tst2013.vi " \
+         "is not there" in output
+  assert output[-1].startswith("Failed: ") and f"of {IWSLT} not checked (the raw data is not there)" in output[-1]
+  assert verify.main([f"--page={IWSLT}", f"--data_dir={empty}", "--partial"]) == 0
+  output = capsys.readouterr().out.strip().splitlines()
+  assert output[-1].startswith("partial: every checked number is as given; ")
+  assert verify.main([f"--page={PM25}", f"--data_dir={empty}"]) == 0  # a page that needs no raw data
+
+
 def test_a_count_of_attention_sizes_in_the_readme_is_counted_in_the_section_its_row_names(tmp_path):
   root = copy_pages(tmp_path)
   tally = verify.Tally()
