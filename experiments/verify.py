@@ -24,8 +24,9 @@ What it recomputes, from the committed files only (nothing is trained or decoded
   validation BLEU its training logged (``curves`` of its record);
 - the ratios of ``benchmarks/RESULTS.md`` from the timings in the same table, to the timings' printed rounding,
   and the worst ratio each section's target line quotes;
-- every result in the README's results table and in ``benchmarks/README.md``'s target table against the page it
-  links (the number as printed there).
+- the README's results table, as text, against the table ``experiments.readme_results`` writes again from the
+  pages it links (every word: numbers, counts, horizons, "met" / "not met"); every result in
+  ``benchmarks/README.md``'s target table against the page it links (the number as printed there).
 
 What has nothing committed behind it (a score whose outputs were not kept, a timing) is listed, with why
 (``NOT_COMMITTED``, and a results script's ``not_committed(folder)`` for its page's rows); it does not fail the check.
@@ -548,33 +549,37 @@ def check_links(tally: Tally, root: str, page: str, table: dict, result_column: 
                   value if found_on(value, target_text) else f"not on {target}")
 
 
-def readme_targets(root: str):
-  """For a row of the README's results table: the page its last cell links, and its text (the sections named in
-  the row, for benchmarks/RESULTS.md)."""
-  def targets(row):
-    link = re.search(r"\]\(([^)#]+)", row[-1])
-    if link is None:
-      return None, ""
-    page = os.path.normpath(link.group(1))
-    text = read(root, page)
-    named = re.findall(r"benchmarks\.[\w.]+", " ".join(row))
-    if page == BENCHMARKS_RESULTS and named:
-      text = "\n".join(sections(text).get(name, "") for name in named)
-    return page, text
-  return targets
-
-
 def check_readme(tally: Tally, root: str) -> None:
-  """The README's results table against the pages it links, and the claims it derives from a table."""
-  text = read(root, README)
-  table = next(t for t in tables(text) if t["header"][:2] == ["experiment", "result"])
-  check_links(tally, root, README, table, 1, readme_targets(root))
-  for row in table["rows"]:
-    attention = [name for name in re.findall(r"benchmarks\.[\w.]+", row[-1]) if name.startswith("benchmarks.attention")]
-    for found in re.finditer(r"at (\d+) of (\d+) sizes", row[1]):
-      tally.check(README, "counted from its page", f"row {row[0]!r}: sizes within the target",
-                  f"{found.group(1)} of {found.group(2)}",
-                  attention_sizes_met(read(root, BENCHMARKS_RESULTS), attention[0]) if attention else "no section")
+  """The README's results table as text against the table written again from the pages it links
+  (``experiments.readme_results``): every word of a row, its numbers, counts, horizons and verdicts ("met", "not
+  met", "diverged") included; a changed word fails naming the row and the words."""
+  from experiments import readme_results
+  printed = readme_results.printed_rows(read(root, README))
+  written = readme_results.rows(root)
+  kind = "words written again from its pages"
+  if not printed:
+    tally.fail(README, "the results table", f"not found between {readme_results.BEGIN} and {readme_results.END}")
+    return
+  for index in range(max(len(printed), len(written))):
+    mine = printed[index] if index < len(printed) else None
+    theirs = written[index] if index < len(written) else None
+    name = mine[0] if mine else theirs[0] if isinstance(theirs, list) else f"{index + 1}"
+    if isinstance(theirs, readme_results.NotOnPage):
+      tally.fail(README, f"row {name!r}", str(theirs))
+      continue
+    if mine is None or theirs is None:
+      tally.check(README, kind, f"row {index + 1} ({name!r})", "nothing" if mine is None else "a row",
+                  "nothing" if theirs is None else "a row")
+      continue
+    ours, pages = " | ".join(mine).split(), " | ".join(theirs).split()
+    matcher = difflib.SequenceMatcher(None, ours, pages, autojunk=False)
+    changed = [opcode for opcode in matcher.get_opcodes() if opcode[0] != "equal"]
+    if not changed:
+      tally.verified[README][kind] += len(ours)
+    for _, start, end, other_start, other_end in changed:  # each changed span, with a word either side
+      context = (max(start - 1, 0), min(end + 1, len(ours)), max(other_start - 1, 0), min(other_end + 1, len(pages)))
+      tally.check(README, kind, f"row {name!r}", repr(" ".join(ours[context[0]:context[1]])),
+                  repr(" ".join(pages[context[2]:context[3]])))
 
 
 def attention_sizes_met(text: str, section: str = "benchmarks.attention") -> str:
