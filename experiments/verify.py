@@ -23,7 +23,9 @@ What it recomputes, from the committed files only (nothing is trained or decoded
   number it could not check, unless ``--partial`` asks for the rest alone); each row's checkpoint against the
   validation BLEU its training logged (``curves`` of its record);
 - the ratios of ``benchmarks/RESULTS.md`` from the timings in the same table, to the timings' printed rounding,
-  and the worst ratio each section's target line quotes;
+  and the worst ratio each section's target line quotes; where a table gives a step time beside tokens/s and
+  MFU, both from the step time (tokens per step from the section's text, MFU against the peak it names), and the
+  MFU a target line says a ratio needs;
 - the README's results table, as text, against the table ``experiments.readme_results`` writes again from the
   pages it links (every word: numbers, counts, horizons, "met" / "not met"); every result in
   ``benchmarks/README.md``'s target table against the page it links (the number as printed there).
@@ -100,7 +102,7 @@ NOT_COMMITTED = {
     "experiments/ablations/multi30k/RESULTS.md": [("each seed's validation outputs", "not committed: a seed's final "
                                                    "validation BLEU stands in its run's training log only")],
     BENCHMARKS_RESULTS: [("every timing, memory figure and MFU", "a measurement: what is checked is that each ratio "
-                          "agrees with the timings printed beside it")],
+                          "agrees with the timings printed beside it, and each rate and MFU with its step time")],
     BENCHMARKS_FINDINGS: [("every figure (earlier runs, A/B measurements, profiles)", "copied by hand from the output "
                            "of runs whose RESULTS.md sections later runs replaced, or that wrote none")],
     README: [("the quick start's and the test suite's wall times and test counts", "measured by hand, no record")],
@@ -506,6 +508,102 @@ def check_ratio(tally: Tally, marker: str, table: dict, row: list[str], ratio: s
               text if agrees else f"{possible[0]:.3f} to {possible[1]:.3f}")
 
 
+# A rate column of a timing table and the timing it is a rate of: (rate column, time column in ms, work per call:
+# "tokens" for batch x (source + target) tokens of the section's text, or a column to multiply by the batch).
+RATES = [("src+tgt tokens/s", "step ms", "tokens"), ("cached tokens/s", "cached ms", "output tokens"),
+         ("no-cache tokens/s", "no-cache ms", "output tokens")]
+
+
+def interval(low: float, high: float, printed: tuple[float, float]) -> bool:
+  """Whether the values ``low``..``high`` a computation allows meet the interval a printed number stands for."""
+  return low <= printed[1] and printed[0] <= high
+
+
+def exact(text: str) -> float | None:
+  """A whole number as printed (a batch, a count of tokens): exact, not rounded; None if not one."""
+  return float(text.replace(",", "")) if re.fullmatch(r"\d[\d,]*", text) else None
+
+
+def matmul_peaks(body: str) -> dict[str, tuple[float, float]]:
+  """The matmul peaks (GFLOP/s, as intervals of their printed rounding) a train-step section's MFU columns
+  divide by: ``measured`` (the higher of before and after the timed steps, or the one measured) and
+  ``theoretical``."""
+  peaks = {}
+  found = re.search(r"before the timed steps ([\d,.]+) TFLOP/s, after ([\d,.]+), MFU uses the higher", body)
+  if found:
+    low, high = max((bounds(value) for value in found.groups()), key=lambda pair: pair[0])
+    peaks["measured"] = (low * 1e3, high * 1e3)
+  found = re.search(r"peak = \w+ \d+x\d+ matmul measured in this run: ([\d,.]+) GFLOP/s", body)
+  if found:
+    peaks["measured"] = bounds(found.group(1))
+  found = re.search(r"theoretical ([\d,.]+) TFLOP/s", body)
+  if found:
+    low, high = bounds(found.group(1))
+    peaks["theoretical"] = (low * 1e3, high * 1e3)
+  return peaks
+
+
+def check_step_rates(tally: Tally, text: str) -> None:
+  """Where a table of ``benchmarks/RESULTS.md`` gives a step time beside a rate and an MFU, they must agree to
+  their printed rounding: tokens/s = tokens per call / time, MFU = model FLOPs / step time / the matmul peak the
+  section names; and the target line's "Nx needs ours at M% MFU" = N x the MFU column of the reference's row."""
+  kind = "rate or MFU from the step time beside it"
+  for marker, body in sections(text).items():
+    per_call = re.search(r"(\d+) x (\d+) source \+ (\d+) target tokens", body)
+    peaks = matmul_peaks(body)
+    for table in tables(body):
+      header = table["header"]
+      for row in table["rows"]:
+        where = f"section {marker}, row {' / '.join(row[:3])!r}"
+        for rate, time, work in RATES:
+          if rate not in header or time not in header:
+            continue
+          printed, milliseconds = bounds(row[header.index(rate)]), bounds(row[header.index(time)])
+          batch = exact(row[header.index("batch")]) if "batch" in header else None
+          if printed is None or milliseconds is None or batch is None:
+            continue
+          if work == "tokens":
+            if per_call is None:
+              continue
+            amount = batch * (int(per_call.group(2)) + int(per_call.group(3)))
+          else:
+            amount = batch * (exact(row[header.index(work)]) or 0)
+          low, high = amount / (milliseconds[1] / 1e3), amount / (milliseconds[0] / 1e3)
+          text_value = row[header.index(rate)]
+          tally.check(BENCHMARKS_RESULTS, kind, f"{where}, column {rate!r} from {time!r}", text_value,
+                      text_value if interval(low, high, printed) else f"{low:,.2f} to {high:,.2f}")
+        for column in header:
+          peak = peaks.get("theoretical" if "theoretical" in column else "measured")
+          if not column.startswith("MFU %") or peak is None or "step ms" not in header:
+            continue
+          printed = bounds(row[header.index(column)])
+          flops, milliseconds = bounds(row[header.index("model GFLOP/step")]), bounds(row[header.index("step ms")])
+          if printed is None or flops is None or milliseconds is None:
+            continue
+          low = 100 * flops[0] / (milliseconds[1] / 1e3) / peak[1]
+          high = 100 * flops[1] / (milliseconds[0] / 1e3) / peak[0]
+          text_value = row[header.index(column)]
+          tally.check(BENCHMARKS_RESULTS, kind, f"{where}, column {column!r} from 'step ms'", text_value,
+                      text_value if interval(low, high, printed) else f"{low:.2f} to {high:.2f}")
+    mfu_table = next((table for table in tables(body) if "implementation" in table["header"]
+                      and any(column.startswith("MFU %") for column in table["header"])), None)
+    for found in re.finditer(r"ours / ([\w-]+) [\d.]+x at batch (\d+) \((?:met|not met); ([\d.]+)x needs ours at "
+                             r"(\d+)% MFU\)", body):
+      if mfu_table is None:
+        continue
+      header = mfu_table["header"]
+      column = next(column for column in header if column.startswith("MFU %"))
+      row = next((row for row in mfu_table["rows"] if row[header.index("implementation")] == found.group(1)
+                  and row[header.index("batch")] == found.group(2)), None)
+      if row is None or bounds(row[header.index(column)]) is None:
+        continue
+      low, high = (float(found.group(3)) * value for value in bounds(row[header.index(column)]))
+      needed = bounds(found.group(4))
+      tally.check(BENCHMARKS_RESULTS, kind, f"section {marker}, the target line's MFU that {found.group(3)}x "
+                  f"{found.group(1)} needs", f"{found.group(4)}%",
+                  f"{found.group(4)}%" if interval(low, high, needed) else f"{low:.1f}% to {high:.1f}%")
+
+
 def check_worst(tally: Tally, marker: str, body: str, table: dict) -> None:
   """``worst ratio X`` (attention) or ``smallest speed-up at 256 tokens X`` (decoding) against the column."""
   quoted = re.search(r"worst ratio ([\d.]+) with the default", body)
@@ -631,6 +729,7 @@ def verify(root: str = record_store.REPO, pages: tuple[str, ...] = (), data: str
       check_choices(tally, experiment)
   if BENCHMARKS_RESULTS in chosen:
     check_ratios(tally, read(root, BENCHMARKS_RESULTS))
+    check_step_rates(tally, read(root, BENCHMARKS_RESULTS))
   if README in chosen:
     check_readme(tally, root)
   if BENCHMARKS_README in chosen:

@@ -59,6 +59,39 @@ def test_a_ratio_is_checked_to_the_rounding_of_its_timings():
     assert bool(tally.differences) != agrees
 
 
+# A step time changed while the tokens/s and MFU beside it were not (issue 71: passed before), and each other
+# figure of the kind: (the row as committed, as changed, what the difference names).
+STEP_CHANGES = [
+    ("| ours | 60,522,496 | 1,336.98 | 1,531.81 |", "| ours | 60,522,496 | 1,436.98 | 1,531.81 |",
+     "section benchmarks.train_step, row 'transformer_base / 16 / ours', column 'src+tgt tokens/s' from 'step ms'"),
+    ("| 378.49 | 381.74 | 57.64 |", "| 378.49 | 381.74 | 57.94 |",
+     "section benchmarks.train_step, row 'transformer_base / 16 / ours', column 'MFU % (measured peak)'"),
+    ("| 26.93 | 19.68 |", "| 26.93 | 19.98 |",
+     "section benchmarks.train_step.gpu, row 'transformer_base / 256 / ours', column 'MFU % (theoretical peak)'"),
+    ("| 38.95 | 59.69 | 6,572.94 |", "| 38.95 | 59.69 | 6,672.94 |",
+     "section benchmarks.decoding.gpu, row 'greedy / 1 / 256', column 'cached tokens/s'"),
+    ("1.2x needs ours at 58% MFU", "1.2x needs ours at 62% MFU",  # what the page said, against the other peak
+     "section benchmarks.train_step, the target line's MFU that 1.2x flax-stock needs: printed 62%"),
+]
+
+
+@pytest.mark.parametrize("old, new, difference", STEP_CHANGES, ids=[change[1] for change in STEP_CHANGES])
+def test_a_step_time_disagreeing_with_its_tokens_per_second_or_mfu_fails_naming_it(old, new, difference):
+  text = open(os.path.join(record_store.REPO, verify.BENCHMARKS_RESULTS), encoding="utf-8").read()
+  tally = verify.Tally()
+  verify.check_step_rates(tally, text)
+  assert tally.differences == [] and tally.verified[verify.BENCHMARKS_RESULTS][
+      "rate or MFU from the step time beside it"] >= 50
+  assert text.count(old) == 1
+  tally = verify.Tally()
+  verify.check_step_rates(tally, text.replace(old, new))
+  if "step ms" in difference:  # the step time: its MFU disagrees too
+    assert len(tally.differences) == 2 and "column 'MFU % (measured peak)'" in tally.differences[1]
+  else:
+    assert len(tally.differences) == 1, tally.differences
+  assert tally.differences[0].startswith(f"{verify.BENCHMARKS_RESULTS}: {difference}")
+
+
 def test_a_quoted_result_is_found_as_its_page_prints_it():
   assert verify.found_on("2", "ours >= 2.0x pytorch")
   assert verify.found_on("100", "| copy | 1.0000 |")
