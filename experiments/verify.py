@@ -32,6 +32,9 @@ What it recomputes, from the committed files only (nothing is trained or decoded
 
 What has nothing committed behind it (a score whose outputs were not kept, a timing) is listed, with why
 (``NOT_COMMITTED``, and a results script's ``not_committed(folder)`` for its page's rows); it does not fail the check.
+What has only the record its page was written from behind it (``RECORD_ONLY``, and the earlier values under a
+page's Reruns) is listed as record only: a page and its ``records.json`` edited together pass there. The summary
+counts the checks against committed evidence apart from those of a page against its own records.
 """
 from __future__ import annotations
 
@@ -107,6 +110,33 @@ NOT_COMMITTED = {
                            "of runs whose RESULTS.md sections later runs replaced, or that wrote none")],
     README: [("the quick start's and the test suite's wall times and test counts", "measured by hand, no record")],
 }
+# Numbers whose only evidence is the record the page was written from (``records.json``): the check that the page
+# prints them as recorded passes a page and its records edited together. Per page: (what, why); a test edits each
+# page and its records together and expects no difference (tests/experiments/test_verify.py, RECORD_ONLY_EDITS).
+RECORD_ONLY = {
+    "experiments/language_model/RESULTS.md": [
+        ("the pieces per word on train", "counted from the tokenized training split when the row was recorded; the "
+         "prepared data is not committed")],
+    "experiments/multi30k/RESULTS.md": [
+        ("each row's validation BLEU at each evaluation of its training and its last validation NLL (every run's "
+         "table)", "logged by training; translation runs' training logs are not committed, only these values in "
+         "records.json")],
+    "experiments/iwslt15_en_vi/RESULTS.md": [
+        ("each row's validation BLEU at the alphas not chosen (the decoding column's \"on validation\" list)",
+         "only the chosen alpha's validation outputs are committed"),
+        ("each row's validation BLEU at each evaluation of its training and its last validation NLL (every run's "
+         "table)", "logged by training; translation runs' training logs are not committed, only these values in "
+         "records.json")],
+    "experiments/ablations/RESULTS.md": [
+        ("the attention entropy tables", "measured on the trained parameters when the cell was recorded; the "
+         "checkpoints are not committed")],
+    "experiments/ablations/multi30k/RESULTS.md": [
+        ("the attention entropy tables", "measured on the trained parameters when the cell was recorded; the "
+         "checkpoints are not committed")],
+    BENCHMARKS_RESULTS: [
+        ("the BLEU scores of benchmarks.time_to_bleu.gpu (validation, test, test lowercased)", "its hypotheses were "
+         "not kept: copied from the run's output")],
+}
 
 
 @dataclasses.dataclass
@@ -119,6 +149,8 @@ class Tally:
   # Numbers that have their evidence committed but could not be checked here, the raw data (a reference) absent:
   # the check is then incomplete, and fails unless a partial check was asked for (--partial).
   not_checked: list = dataclasses.field(default_factory=list)
+  # Numbers with only their record behind them (``RECORD_ONLY``, the earlier values under Reruns).
+  record_only: list = dataclasses.field(default_factory=list)
 
   def check(self, page: str, kind: str, where: str, printed: str, recomputed: str) -> None:
     """One number: counted when ``printed`` equals ``recomputed``, else a difference naming it."""
@@ -133,6 +165,9 @@ class Tally:
 
   def unverified(self, page: str, what: str, why: str) -> None:
     self.not_verified.append(f"{page}: {what}: {why}")
+
+  def recorded_only(self, page: str, what: str, why: str) -> None:
+    self.record_only.append(f"{page}: {what}: {why}")
 
   def unchecked(self, page: str, what: str, missing: str) -> None:
     """A number whose committed evidence could not be checked because ``missing`` (a raw file) is not there."""
@@ -217,6 +252,14 @@ def compare_page(tally: Tally, page: str, printed: str, recomputed: str) -> None
   if hand_written < len(ours):
     tally.unverified(page, f"the {len(numbers(' '.join(ours[hand_written:])))} numbers under Runs not kept",
                      "hand-written in runs_not_kept.md from the training output of runs whose workdirs are gone")
+  reruns = next((index for index, line in enumerate(ours) if line.startswith("## Reruns")), None)
+  if reruns is not None:
+    section = "\n".join(ours[reruns + 1:next((index for index in range(reruns + 1, len(ours))
+                                               if ours[index].startswith("## ")), len(ours))])
+    earlier = re.findall(r"\bwas (\d[\d,.]*)", section)
+    if earlier:
+      tally.recorded_only(page, f"the {len(earlier)} earlier values under Reruns (\"was X\")", "the replaced "
+                          "rows' values, kept in records.json; their outputs and logs were replaced by the rerun's")
   matcher = difflib.SequenceMatcher(None, ours, theirs, autojunk=False)
   for tag, start, end, other_start, other_end in matcher.get_opcodes():
     for offset, index in enumerate(range(start, min(end, hand_written))):
@@ -327,7 +370,7 @@ def check_ablation_logs(tally: Tally, page: str) -> None:
       tally.check(page, "from committed training logs", f"cell {name!r}, {key}",
                   json.dumps(recorded.get(key), sort_keys=True), json.dumps(value, sort_keys=True))
   if missing:
-    tally.unverified(page, "each seed's final metrics, divergence and training loss of " + (
+    tally.unverified(page, "each seed's final metrics, divergence and training loss, and the wall time, of " + (
         f"all {len(missing)} cells" if len(missing) == len(store) else ", ".join(missing)),
         f"their runs' training logs are not committed ({output_pages.LOGS}/RUN.jsonl: recorded before logs were "
         "kept; the means, spreads, comparisons and Welch's t are recomputed from the per-seed values in "
@@ -737,6 +780,8 @@ def verify(root: str = record_store.REPO, pages: tuple[str, ...] = (), data: str
   for page in chosen:
     for what, why in NOT_COMMITTED.get(page, []) + script_not_committed(page):
       tally.unverified(page, what, why)
+    for what, why in RECORD_ONLY.get(page, []):
+      tally.recorded_only(page, what, why)
   return tally
 
 
@@ -757,6 +802,17 @@ def summary(tally: Tally, partial: bool = False) -> str:
   for page, kinds in tally.verified.items():
     lines.append(f"- {page}: " + "; ".join(f"{count} {kind}" for kind, count in kinds.items()))
   lines += ["", "Not verified (nothing committed behind them):", *(f"- {line}" for line in tally.not_verified)]
+  lines += ["", "Record only (checked against the records.json the page was written from, nothing else: a page and "
+            "its records edited together pass):", *(f"- {line}" for line in tally.record_only)]
+  totals = collections.Counter()
+  for kinds in tally.verified.values():
+    totals.update(kinds)
+  from_records = totals.pop("written again from records.json", 0)
+  from_pages = totals.pop("words written again from its pages", 0) + totals.pop("quoted from its page", 0)
+  lines += ["", f"Checks: {sum(totals.values())} against committed evidence ("
+            + ", ".join(f"{count} {kind}" for kind, count in sorted(totals.items(), key=lambda item: -item[1]))
+            + f"); {from_records} of a page against its own records.json; {from_pages} of the READMEs against the "
+            "pages they link."]
   if tally.not_checked:
     lines += ["", f"Not checked: {len(tally.not_checked)} numbers whose outputs are committed, for want of the raw "
               "data they are scored against:", *(f"- {line}" for line in tally.not_checked)]

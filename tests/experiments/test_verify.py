@@ -211,6 +211,54 @@ def test_without_the_raw_data_the_check_fails_naming_what_it_could_not_check_unl
   assert verify.main([f"--page={PM25}", f"--data_dir={empty}"]) == 0  # a page that needs no raw data
 
 
+LANGUAGE_MODEL = "experiments/language_model/RESULTS.md"
+
+
+def edit_page_and_records(tmp_path, monkeypatch, page, folder, edit_records, old, new) -> str:
+  """A copy of the committed ``folder`` (records and outputs) with its records edited by ``edit_records``, and a
+  copy of the pages with ``old`` replaced by ``new`` on ``page``: the pages' root."""
+  shutil.copytree(os.path.join(record_store.COMMITTED, folder), tmp_path / "committed" / folder)
+  monkeypatch.setattr(record_store, "COMMITTED", str(tmp_path / "committed"))
+  path = tmp_path / "committed" / folder / "records.json"
+  records = json.loads(path.read_text())
+  edit_records(records)
+  path.write_text(json.dumps(records))
+  root = copy_pages(tmp_path / "pages")
+  change_digit(root, page, old, new)
+  return root
+
+
+def test_a_number_with_only_its_record_behind_it_is_listed_as_such_and_passes_edited_with_its_record(
+    tmp_path, monkeypatch):
+  """The list is honest: a number it names does pass when the page and its records.json are edited together
+  (so it must be named), while a number with outputs behind it fails so edited (the next test)."""
+  def edit(records):
+    records["small"]["values"]["pieces_per_word"] = 1.234
+  root = edit_page_and_records(tmp_path, monkeypatch, LANGUAGE_MODEL, "language_model", edit,
+                               "(1.224 pieces per word on train)", "(1.234 pieces per word on train)")
+  tally = verify.verify(root, (LANGUAGE_MODEL,))
+  assert tally.differences == []
+  assert [line for line in tally.record_only if line.startswith(f"{LANGUAGE_MODEL}: the pieces per word on train")]
+
+
+def test_a_perplexity_edited_with_its_record_fails_against_the_committed_log_probabilities(tmp_path, monkeypatch):
+  def edit(records):
+    records["small"]["values"]["best_perplexity"] -= 0.1
+  root = edit_page_and_records(tmp_path, monkeypatch, LANGUAGE_MODEL, "language_model", edit,
+                               "| small | 1200 | 25.57 |", "| small | 1200 | 25.47 |")
+  tally = verify.verify(root, (LANGUAGE_MODEL,))
+  assert tally.differences == [f"{LANGUAGE_MODEL}: row 'small', column 'best validation perplexity (per piece)': "
+                               "printed 25.47, recomputed 25.57"]
+
+
+def test_the_earlier_values_under_reruns_are_listed_as_record_only():
+  tally = verify.Tally()
+  verify.compare_page(tally, "page.md", "## Reruns\n\n- `a`: F1 was 0.716, now 0.717; recall was 0.5, now 0.6\n",
+                      "## Reruns\n\n- `a`: F1 was 0.716, now 0.717; recall was 0.5, now 0.6\n")
+  assert tally.record_only == ["page.md: the 2 earlier values under Reruns (\"was X\"): the replaced rows' values, "
+                               "kept in records.json; their outputs and logs were replaced by the rerun's"]
+
+
 def test_a_count_of_attention_sizes_in_the_readme_is_counted_in_the_section_its_row_names(tmp_path):
   root = copy_pages(tmp_path)
   tally = verify.Tally()
