@@ -10,6 +10,7 @@ word by word: a changed token fails, naming the row and the words that differ.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import re
 import sys
@@ -124,10 +125,13 @@ def ablations(page: Page) -> tuple[str, str]:
     return mean(page.cell(run, metric, "run"))
 
   diverged = page.cell("norm_position/post_no_warmup", "diverged", "run")
+  nll = mean(page.cell("norm_position/post_no_warmup", "NLL (nats/token)", "run"))
+  # "Diverged" on this page is a final loss above its line; at ln 11 (10 symbols and EOS) a seed learned nothing.
+  at_chance = f" (NLL {nll} nats: chance is ln 11 = {math.log(11):.3f})" if abs(float(nll) - math.log(11)) < 0.05 else ""
   experiment = (f"Ablations ({_ablation_sections(page)}, {' or '.join(seeds)} seeds each), synthetic reversal, "
                 f"{steps[0]}-{steps[-1]} steps" if len(steps) > 1 else f"{steps[0]} steps")
   return experiment, (f"{metric}: scaled {value('scaling/scaled')} vs unscaled {value('scaling/unscaled')}; post-LN "
-                      f"without warmup {diverged} diverged; no positions {value('positions/none')} vs sinusoidal "
+                      f"without warmup {diverged} diverged{at_chance}; no positions {value('positions/none')} vs sinusoidal "
                       f"{value('positions/sinusoidal')}")
 
 
