@@ -163,6 +163,8 @@ def page_notes(task: str, results: dict[str, list[CellResult]], unfinished: tupl
   else:
     not_run = [name for name in ABLATIONS if name not in results]
     notes = [TEMPLATE["not_run_on_multi30k"].substitute(ablations=", ".join(not_run))] if not_run else []
+    if task in common.NOT_REPRODUCED:
+      notes.append(TEMPLATE["not_reproduced"].substitute(code=common.NOT_REPRODUCED[task]))
   if unfinished:
     notes.append(TEMPLATE["unfinished"].substitute(cells=", ".join(unfinished)))
   return "".join(f"{note}\n\n" for note in ("\n\n".join(notes), tokenizer_summary(results)) if note)
