@@ -293,6 +293,16 @@ def test_a_changed_word_or_whole_number_in_the_readme_table_fails_naming_the_row
   assert tally.differences[0].startswith(f"{verify.README}: row '{row}") and tally.differences[0].endswith(words)
 
 
+def test_a_page_lacking_what_a_readme_row_reads_fails_naming_the_row_and_what(tmp_path):
+  root = copy_pages(tmp_path)
+  change_digit(root, PM25, "does not beat the best recurrent model", "matches the best recurrent model")
+  tally = verify.Tally()
+  verify.check_readme(tally, root)
+  assert tally.differences == [f"{verify.README}: row 'Beijing PM2.5, test MAE on 2014 (µg/m³), 3 seeds': {PM25} does "
+                               "not say its verdict on the best Transformer-family model against the best recurrent "
+                               "model"]
+
+
 def test_the_readme_table_is_the_one_its_script_writes_from_the_committed_pages():
   from experiments import readme_results
   rows = readme_results.printed_rows(open(os.path.join(record_store.REPO, verify.README), encoding="utf-8").read())
