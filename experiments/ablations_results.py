@@ -160,6 +160,8 @@ def page_notes(task: str, results: dict[str, list[CellResult]], unfinished: tupl
     page = os.path.exists(os.path.join(record_store.COMMITTED, "ablations", "multi30k", "RESULTS.md"))
     notes = [TEMPLATE["multi30k_page"].substitute(steps=base.num_train_steps, seeds=base.num_seeds, link=(
         "[multi30k/RESULTS.md](multi30k/RESULTS.md)." if page else "not run yet."))]
+    if task in common.RERUN_ON:
+      notes.append(TEMPLATE["rerun"].substitute(date=common.RERUN_ON[task]))
   else:
     not_run = [name for name in ABLATIONS if name not in results]
     notes = [TEMPLATE["not_run_on_multi30k"].substitute(ablations=", ".join(not_run))] if not_run else []

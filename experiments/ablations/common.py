@@ -29,6 +29,8 @@ DIVERGED_LOSS = {"synthetic": 2.0, "multi30k": 5.0}
 # The code each task's committed cells were recorded with (the commits that added them), where it is older than
 # the latest change of the numerics (tests/test_numerics_pinned.py pins them since): such cells are not reproduced
 # at today's code, and their page and experiments.verify say so.
+# The day each task's grid was last rerun whole, its runs' logs kept (its page says so).
+RERUN_ON = {"synthetic": "2026-12-06"}
 NOT_REPRODUCED = {"multi30k": "the commits b955f2c to 4562ee7 (2026-11-26 to 2026-11-27)"}
 # What the line means, in the page's words.
 DIVERGED_MEANING = {
