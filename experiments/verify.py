@@ -818,7 +818,7 @@ def summary(tally: Tally, partial: bool = False) -> str:
             + f"); {from_records} of a page against its own records.json; {from_pages} of the READMEs against the "
             "pages they link."]
   if tally.not_checked:
-    lines += ["", f"Not checked: {len(tally.not_checked)} numbers whose outputs are committed, for want of the raw "
+    lines += ["", f"Not checked: {len(tally.not_checked)} scores whose outputs are committed, for want of the raw "
               "data they are scored against:", *(f"- {line}" for line in tally.not_checked)]
   if tally.differences:
     lines += ["", f"{len(tally.differences)} numbers differ from what the committed files give, or files they "
@@ -826,7 +826,7 @@ def summary(tally: Tally, partial: bool = False) -> str:
               *(f"- {line}" for line in tally.differences)]
   if tally.not_checked:
     pages = sorted({line.split(":", 1)[0] for line in tally.not_checked})
-    what = f"{len(tally.not_checked)} numbers of {', '.join(pages)} not checked (the raw data is not there)"
+    what = f"{len(tally.not_checked)} scores of {', '.join(pages)} not checked (the raw data is not there)"
     if partial:
       verdict = "some checked numbers differ" if tally.differences else "every checked number is as given"
       lines += ["", f"partial: {verdict}; {what}."]
