@@ -123,7 +123,13 @@ def divergence_note(cells: list[CellResult], task: str) -> str:
         [f"{other} with a non-finite or skipped step"] if other > 0 else [])
     notes.append(f"{result.cell.variant}: {' and '.join(why)} (final training losses of its seeds: "
                  + ", ".join(f"{loss:.3f}" for loss in losses[-1]) + ")")
-  return TEMPLATE["diverged"].substitute(loss=common.DIVERGED_LOSS[task], seeds="; ".join(notes)) if notes else ""
+  line = common.DIVERGED_LOSS[task]
+  near = sorted({f"{loss:.3f}" for result in cells if result.diverged
+                 for loss in np.array([loss for _, loss in result.train_loss], np.float64)[-1]
+                 if line < loss <= line + common.NEAR_THE_LINE})
+  near_note = (f" Near the line (within {common.NEAR_THE_LINE} nats above it): {', '.join(near)}; such a count hangs "
+               "on where the line is drawn." if near else "")
+  return TEMPLATE["diverged"].substitute(loss=line, seeds="; ".join(notes), near=near_note) if notes else ""
 
 
 def ablation_section(name: str, cells: list[CellResult], results: dict[str, list[CellResult]], task: str,
@@ -154,9 +160,13 @@ def page_notes(task: str, results: dict[str, list[CellResult]], unfinished: tupl
     page = os.path.exists(os.path.join(record_store.COMMITTED, "ablations", "multi30k", "RESULTS.md"))
     notes = [TEMPLATE["multi30k_page"].substitute(steps=base.num_train_steps, seeds=base.num_seeds, link=(
         "[multi30k/RESULTS.md](multi30k/RESULTS.md)." if page else "not run yet."))]
+    if task in common.RERUN_ON:
+      notes.append(TEMPLATE["rerun"].substitute(date=common.RERUN_ON[task]))
   else:
     not_run = [name for name in ABLATIONS if name not in results]
     notes = [TEMPLATE["not_run_on_multi30k"].substitute(ablations=", ".join(not_run))] if not_run else []
+    if task in common.NOT_REPRODUCED:
+      notes.append(TEMPLATE["not_reproduced"].substitute(code=common.NOT_REPRODUCED[task]))
   if unfinished:
     notes.append(TEMPLATE["unfinished"].substitute(cells=", ".join(unfinished)))
   return "".join(f"{note}\n\n" for note in ("\n\n".join(notes), tokenizer_summary(results)) if note)
@@ -167,7 +177,7 @@ def render_page(output: str, results: dict[str, list[CellResult]], invocation: s
   """The page's text (``results``: ablation -> its cells' results, reference first); draws the plots in ``output``."""
   return TEMPLATE["page"].substitute(
       invocation=invocation, machine=record_store.machine_description(), setting=task_setting(task),
-      diverged_loss=common.DIVERGED_LOSS[task], notes=page_notes(task, results, unfinished),
+      diverged_loss=common.DIVERGED_LOSS[task], diverged_meaning=common.DIVERGED_MEANING[task], notes=page_notes(task, results, unfinished),
       sections="\n".join(ablation_section(name, cells, results, task, output) for name, cells in results.items()))
 
 

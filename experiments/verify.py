@@ -2,6 +2,7 @@
 
     python -m experiments.verify                 # the committed README and pages; data from $TRANSFORMER_DATA_DIR
     python -m experiments.verify --root=DIR      # copies of the pages in DIR (the repository's layout)
+    python -m experiments.verify --partial       # without the raw data: the rest, the last line says "partial"
 
 What it recomputes, from the committed files only (nothing is trained or decoded):
 - every results page, written again from its ``records.json`` (and PM2.5's ``*.npz``) by its own script
@@ -18,15 +19,22 @@ What it recomputes, from the committed files only (nothing is trained or decoded
   losses from its run's log (``logs/<run>.jsonl``);
 - BLEU of every committed test output (``*.hyp.*``) against the raw reference, with the tokenisation of the row's
   sacreBLEU signature, cased and lowercased, and BLEU by reference length; the validation BLEU that chose a
-  row's checkpoint from its ``validation.hyp.*`` (needs the data folder; without it these are listed as not
-  verified); each row's checkpoint against the validation BLEU its training logged (``curves`` of its record);
+  row's checkpoint from its ``validation.hyp.*`` (needs the data folder; without it the check fails naming each
+  number it could not check, unless ``--partial`` asks for the rest alone); each row's checkpoint against the
+  validation BLEU its training logged (``curves`` of its record);
 - the ratios of ``benchmarks/RESULTS.md`` from the timings in the same table, to the timings' printed rounding,
-  and the worst ratio each section's target line quotes;
-- every result in the README's results table and in ``benchmarks/README.md``'s target table against the page it
-  links (the number as printed there).
+  and the worst ratio each section's target line quotes; where a table gives a step time beside tokens/s and
+  MFU, both from the step time (tokens per step from the section's text, MFU against the peak it names), and the
+  MFU a target line says a ratio needs;
+- the README's results table, as text, against the table ``experiments.readme_results`` writes again from the
+  pages it links (every word: numbers, counts, horizons, "met" / "not met"); every result in
+  ``benchmarks/README.md``'s target table against the page it links (the number as printed there).
 
 What has nothing committed behind it (a score whose outputs were not kept, a timing) is listed, with why
 (``NOT_COMMITTED``, and a results script's ``not_committed(folder)`` for its page's rows); it does not fail the check.
+What has only the record its page was written from behind it (``RECORD_ONLY``, and the earlier values under a
+page's Reruns) is listed as record only: a page and its ``records.json`` edited together pass there. The summary
+counts the checks against committed evidence apart from those of a page against its own records.
 """
 from __future__ import annotations
 
@@ -97,10 +105,37 @@ NOT_COMMITTED = {
     "experiments/ablations/multi30k/RESULTS.md": [("each seed's validation outputs", "not committed: a seed's final "
                                                    "validation BLEU stands in its run's training log only")],
     BENCHMARKS_RESULTS: [("every timing, memory figure and MFU", "a measurement: what is checked is that each ratio "
-                          "agrees with the timings printed beside it")],
+                          "agrees with the timings printed beside it, and each rate and MFU with its step time")],
     BENCHMARKS_FINDINGS: [("every figure (earlier runs, A/B measurements, profiles)", "copied by hand from the output "
                            "of runs whose RESULTS.md sections later runs replaced, or that wrote none")],
     README: [("the quick start's and the test suite's wall times and test counts", "measured by hand, no record")],
+}
+# Numbers whose only evidence is the record the page was written from (``records.json``): the check that the page
+# prints them as recorded passes a page and its records edited together. Per page: (what, why); a test edits each
+# page and its records together and expects no difference (tests/experiments/test_verify.py, RECORD_ONLY_EDITS).
+RECORD_ONLY = {
+    "experiments/language_model/RESULTS.md": [
+        ("the pieces per word on train", "counted from the tokenized training split when the row was recorded; the "
+         "prepared data is not committed")],
+    "experiments/multi30k/RESULTS.md": [
+        ("each row's validation BLEU at each evaluation of its training and its last validation NLL (every run's "
+         "table)", "logged by training; translation runs' training logs are not committed, only these values in "
+         "records.json")],
+    "experiments/iwslt15_en_vi/RESULTS.md": [
+        ("each row's validation BLEU at the alphas not chosen (the decoding column's \"on validation\" list)",
+         "only the chosen alpha's validation outputs are committed"),
+        ("each row's validation BLEU at each evaluation of its training and its last validation NLL (every run's "
+         "table)", "logged by training; translation runs' training logs are not committed, only these values in "
+         "records.json")],
+    "experiments/ablations/RESULTS.md": [
+        ("the attention entropy tables", "measured on the trained parameters when the cell was recorded; the "
+         "checkpoints are not committed")],
+    "experiments/ablations/multi30k/RESULTS.md": [
+        ("the attention entropy tables", "measured on the trained parameters when the cell was recorded; the "
+         "checkpoints are not committed")],
+    BENCHMARKS_RESULTS: [
+        ("the BLEU scores of benchmarks.time_to_bleu.gpu (validation, test, test lowercased)", "its hypotheses were "
+         "not kept: copied from the run's output")],
 }
 
 
@@ -111,6 +146,11 @@ class Tally:
   verified: dict = dataclasses.field(default_factory=lambda: collections.defaultdict(collections.Counter))
   differences: list = dataclasses.field(default_factory=list)
   not_verified: list = dataclasses.field(default_factory=list)
+  # Numbers that have their evidence committed but could not be checked here, the raw data (a reference) absent:
+  # the check is then incomplete, and fails unless a partial check was asked for (--partial).
+  not_checked: list = dataclasses.field(default_factory=list)
+  # Numbers with only their record behind them (``RECORD_ONLY``, the earlier values under Reruns).
+  record_only: list = dataclasses.field(default_factory=list)
 
   def check(self, page: str, kind: str, where: str, printed: str, recomputed: str) -> None:
     """One number: counted when ``printed`` equals ``recomputed``, else a difference naming it."""
@@ -125,6 +165,13 @@ class Tally:
 
   def unverified(self, page: str, what: str, why: str) -> None:
     self.not_verified.append(f"{page}: {what}: {why}")
+
+  def recorded_only(self, page: str, what: str, why: str) -> None:
+    self.record_only.append(f"{page}: {what}: {why}")
+
+  def unchecked(self, page: str, what: str, missing: str) -> None:
+    """A number whose committed evidence could not be checked because ``missing`` (a raw file) is not there."""
+    self.not_checked.append(f"{page}: {what}: {missing} is not there")
 
 
 # ------------------------------------------------------------------------------ reading pages
@@ -205,6 +252,14 @@ def compare_page(tally: Tally, page: str, printed: str, recomputed: str) -> None
   if hand_written < len(ours):
     tally.unverified(page, f"the {len(numbers(' '.join(ours[hand_written:])))} numbers under Runs not kept",
                      "hand-written in runs_not_kept.md from the training output of runs whose workdirs are gone")
+  reruns = next((index for index, line in enumerate(ours) if line.startswith("## Reruns")), None)
+  if reruns is not None:
+    section = "\n".join(ours[reruns + 1:next((index for index in range(reruns + 1, len(ours))
+                                               if ours[index].startswith("## ")), len(ours))])
+    earlier = re.findall(r"\bwas (\d[\d,.]*)", section)
+    if earlier:
+      tally.recorded_only(page, f"the {len(earlier)} earlier values under Reruns (\"was X\")", "the replaced "
+                          "rows' values, kept in records.json; their outputs and logs were replaced by the rerun's")
   matcher = difflib.SequenceMatcher(None, ours, theirs, autojunk=False)
   for tag, start, end, other_start, other_end in matcher.get_opcodes():
     for offset, index in enumerate(range(start, min(end, hand_written))):
@@ -315,7 +370,7 @@ def check_ablation_logs(tally: Tally, page: str) -> None:
       tally.check(page, "from committed training logs", f"cell {name!r}, {key}",
                   json.dumps(recorded.get(key), sort_keys=True), json.dumps(value, sort_keys=True))
   if missing:
-    tally.unverified(page, "each seed's final metrics, divergence and training loss of " + (
+    tally.unverified(page, "each seed's final metrics, divergence and training loss, and the wall time, of " + (
         f"all {len(missing)} cells" if len(missing) == len(store) else ", ".join(missing)),
         f"their runs' training logs are not committed ({output_pages.LOGS}/RUN.jsonl: recorded before logs were "
         "kept; the means, spreads, comparisons and Welch's t are recomputed from the per-seed values in "
@@ -357,8 +412,7 @@ def check_bleu(tally: Tally, root: str, experiment: str, data: str) -> None:
       raw_name = VALIDATION_FILES[experiment] if split == "validation" else split
       reference = os.path.join(data, experiment, REFERENCE_FILES[experiment].format(split=raw_name))
       if not os.path.exists(reference):
-        tally.unverified(page, f"{name}: {split} BLEU", f"the reference {reference} is not there (give "
-                         "TRANSFORMER_DATA_DIR, the folder of the raw data)")
+        tally.unchecked(page, f"{name}: {split} BLEU", f"the reference {reference}")
         continue
       with open(os.path.join(folder, path), encoding="utf-8") as f:
         hypotheses = f.read().split("\n")[:-1]  # one line per reference, newline-terminated
@@ -497,6 +551,102 @@ def check_ratio(tally: Tally, marker: str, table: dict, row: list[str], ratio: s
               text if agrees else f"{possible[0]:.3f} to {possible[1]:.3f}")
 
 
+# A rate column of a timing table and the timing it is a rate of: (rate column, time column in ms, work per call:
+# "tokens" for batch x (source + target) tokens of the section's text, or a column to multiply by the batch).
+RATES = [("src+tgt tokens/s", "step ms", "tokens"), ("cached tokens/s", "cached ms", "output tokens"),
+         ("no-cache tokens/s", "no-cache ms", "output tokens")]
+
+
+def interval(low: float, high: float, printed: tuple[float, float]) -> bool:
+  """Whether the values ``low``..``high`` a computation allows meet the interval a printed number stands for."""
+  return low <= printed[1] and printed[0] <= high
+
+
+def exact(text: str) -> float | None:
+  """A whole number as printed (a batch, a count of tokens): exact, not rounded; None if not one."""
+  return float(text.replace(",", "")) if re.fullmatch(r"\d[\d,]*", text) else None
+
+
+def matmul_peaks(body: str) -> dict[str, tuple[float, float]]:
+  """The matmul peaks (GFLOP/s, as intervals of their printed rounding) a train-step section's MFU columns
+  divide by: ``measured`` (the higher of before and after the timed steps, or the one measured) and
+  ``theoretical``."""
+  peaks = {}
+  found = re.search(r"before the timed steps ([\d,.]+) TFLOP/s, after ([\d,.]+), MFU uses the higher", body)
+  if found:
+    low, high = max((bounds(value) for value in found.groups()), key=lambda pair: pair[0])
+    peaks["measured"] = (low * 1e3, high * 1e3)
+  found = re.search(r"peak = \w+ \d+x\d+ matmul measured in this run: ([\d,.]+) GFLOP/s", body)
+  if found:
+    peaks["measured"] = bounds(found.group(1))
+  found = re.search(r"theoretical ([\d,.]+) TFLOP/s", body)
+  if found:
+    low, high = bounds(found.group(1))
+    peaks["theoretical"] = (low * 1e3, high * 1e3)
+  return peaks
+
+
+def check_step_rates(tally: Tally, text: str) -> None:
+  """Where a table of ``benchmarks/RESULTS.md`` gives a step time beside a rate and an MFU, they must agree to
+  their printed rounding: tokens/s = tokens per call / time, MFU = model FLOPs / step time / the matmul peak the
+  section names; and the target line's "Nx needs ours at M% MFU" = N x the MFU column of the reference's row."""
+  kind = "rate or MFU from the step time beside it"
+  for marker, body in sections(text).items():
+    per_call = re.search(r"(\d+) x (\d+) source \+ (\d+) target tokens", body)
+    peaks = matmul_peaks(body)
+    for table in tables(body):
+      header = table["header"]
+      for row in table["rows"]:
+        where = f"section {marker}, row {' / '.join(row[:3])!r}"
+        for rate, time, work in RATES:
+          if rate not in header or time not in header:
+            continue
+          printed, milliseconds = bounds(row[header.index(rate)]), bounds(row[header.index(time)])
+          batch = exact(row[header.index("batch")]) if "batch" in header else None
+          if printed is None or milliseconds is None or batch is None:
+            continue
+          if work == "tokens":
+            if per_call is None:
+              continue
+            amount = batch * (int(per_call.group(2)) + int(per_call.group(3)))
+          else:
+            amount = batch * (exact(row[header.index(work)]) or 0)
+          low, high = amount / (milliseconds[1] / 1e3), amount / (milliseconds[0] / 1e3)
+          text_value = row[header.index(rate)]
+          tally.check(BENCHMARKS_RESULTS, kind, f"{where}, column {rate!r} from {time!r}", text_value,
+                      text_value if interval(low, high, printed) else f"{low:,.2f} to {high:,.2f}")
+        for column in header:
+          peak = peaks.get("theoretical" if "theoretical" in column else "measured")
+          if not column.startswith("MFU %") or peak is None or "step ms" not in header:
+            continue
+          printed = bounds(row[header.index(column)])
+          flops, milliseconds = bounds(row[header.index("model GFLOP/step")]), bounds(row[header.index("step ms")])
+          if printed is None or flops is None or milliseconds is None:
+            continue
+          low = 100 * flops[0] / (milliseconds[1] / 1e3) / peak[1]
+          high = 100 * flops[1] / (milliseconds[0] / 1e3) / peak[0]
+          text_value = row[header.index(column)]
+          tally.check(BENCHMARKS_RESULTS, kind, f"{where}, column {column!r} from 'step ms'", text_value,
+                      text_value if interval(low, high, printed) else f"{low:.2f} to {high:.2f}")
+    mfu_table = next((table for table in tables(body) if "implementation" in table["header"]
+                      and any(column.startswith("MFU %") for column in table["header"])), None)
+    for found in re.finditer(r"ours / ([\w-]+) [\d.]+x at batch (\d+) \((?:met|not met); ([\d.]+)x needs ours at "
+                             r"(\d+)% MFU\)", body):
+      if mfu_table is None:
+        continue
+      header = mfu_table["header"]
+      column = next(column for column in header if column.startswith("MFU %"))
+      row = next((row for row in mfu_table["rows"] if row[header.index("implementation")] == found.group(1)
+                  and row[header.index("batch")] == found.group(2)), None)
+      if row is None or bounds(row[header.index(column)]) is None:
+        continue
+      low, high = (float(found.group(3)) * value for value in bounds(row[header.index(column)]))
+      needed = bounds(found.group(4))
+      tally.check(BENCHMARKS_RESULTS, kind, f"section {marker}, the target line's MFU that {found.group(3)}x "
+                  f"{found.group(1)} needs", f"{found.group(4)}%",
+                  f"{found.group(4)}%" if interval(low, high, needed) else f"{low:.1f}% to {high:.1f}%")
+
+
 def check_worst(tally: Tally, marker: str, body: str, table: dict) -> None:
   """``worst ratio X`` (attention) or ``smallest speed-up at 256 tokens X`` (decoding) against the column."""
   quoted = re.search(r"worst ratio ([\d.]+) with the default", body)
@@ -540,33 +690,37 @@ def check_links(tally: Tally, root: str, page: str, table: dict, result_column: 
                   value if found_on(value, target_text) else f"not on {target}")
 
 
-def readme_targets(root: str):
-  """For a row of the README's results table: the page its last cell links, and its text (the sections named in
-  the row, for benchmarks/RESULTS.md)."""
-  def targets(row):
-    link = re.search(r"\]\(([^)#]+)", row[-1])
-    if link is None:
-      return None, ""
-    page = os.path.normpath(link.group(1))
-    text = read(root, page)
-    named = re.findall(r"benchmarks\.[\w.]+", " ".join(row))
-    if page == BENCHMARKS_RESULTS and named:
-      text = "\n".join(sections(text).get(name, "") for name in named)
-    return page, text
-  return targets
-
-
 def check_readme(tally: Tally, root: str) -> None:
-  """The README's results table against the pages it links, and the claims it derives from a table."""
-  text = read(root, README)
-  table = next(t for t in tables(text) if t["header"][:2] == ["experiment", "result"])
-  check_links(tally, root, README, table, 1, readme_targets(root))
-  for row in table["rows"]:
-    attention = [name for name in re.findall(r"benchmarks\.[\w.]+", row[-1]) if name.startswith("benchmarks.attention")]
-    for found in re.finditer(r"at (\d+) of (\d+) sizes", row[1]):
-      tally.check(README, "counted from its page", f"row {row[0]!r}: sizes within the target",
-                  f"{found.group(1)} of {found.group(2)}",
-                  attention_sizes_met(read(root, BENCHMARKS_RESULTS), attention[0]) if attention else "no section")
+  """The README's results table as text against the table written again from the pages it links
+  (``experiments.readme_results``): every word of a row, its numbers, counts, horizons and verdicts ("met", "not
+  met", "diverged") included; a changed word fails naming the row and the words."""
+  from experiments import readme_results
+  printed = readme_results.printed_rows(read(root, README))
+  written = readme_results.rows(root)
+  kind = "words written again from its pages"
+  if not printed:
+    tally.fail(README, "the results table", f"not found between {readme_results.BEGIN} and {readme_results.END}")
+    return
+  for index in range(max(len(printed), len(written))):
+    mine = printed[index] if index < len(printed) else None
+    theirs = written[index] if index < len(written) else None
+    name = mine[0] if mine else theirs[0] if isinstance(theirs, list) else f"{index + 1}"
+    if isinstance(theirs, readme_results.NotOnPage):
+      tally.fail(README, f"row {name!r}", str(theirs))
+      continue
+    if mine is None or theirs is None:
+      tally.check(README, kind, f"row {index + 1} ({name!r})", "nothing" if mine is None else "a row",
+                  "nothing" if theirs is None else "a row")
+      continue
+    ours, pages = " | ".join(mine).split(), " | ".join(theirs).split()
+    matcher = difflib.SequenceMatcher(None, ours, pages, autojunk=False)
+    changed = [opcode for opcode in matcher.get_opcodes() if opcode[0] != "equal"]
+    if not changed:
+      tally.verified[README][kind] += len(ours)
+    for _, start, end, other_start, other_end in changed:  # each changed span, with a word either side
+      context = (max(start - 1, 0), min(end + 1, len(ours)), max(other_start - 1, 0), min(other_end + 1, len(pages)))
+      tally.check(README, kind, f"row {name!r}", repr(" ".join(ours[context[0]:context[1]])),
+                  repr(" ".join(pages[context[2]:context[3]])))
 
 
 def attention_sizes_met(text: str, section: str = "benchmarks.attention") -> str:
@@ -612,12 +766,17 @@ def verify(root: str = record_store.REPO, pages: tuple[str, ...] = (), data: str
       check_logs(tally, page)
     if page in ABLATION_PAGES:
       check_ablation_logs(tally, page)
+      from experiments.ablations import common
+      if ABLATION_PAGES[page] in common.NOT_REPRODUCED:
+        tally.unverified(page, "every cell: not reproduced at today's code", f"recorded with "
+                         f"{common.NOT_REPRODUCED[ABLATION_PAGES[page]]}, before the code's numerics changed")
   for experiment in ("multi30k", "iwslt15_en_vi"):
     if f"experiments/{experiment}/RESULTS.md" in chosen:
       check_bleu(tally, root, experiment, data)
       check_choices(tally, experiment)
   if BENCHMARKS_RESULTS in chosen:
     check_ratios(tally, read(root, BENCHMARKS_RESULTS))
+    check_step_rates(tally, read(root, BENCHMARKS_RESULTS))
   if README in chosen:
     check_readme(tally, root)
   if BENCHMARKS_README in chosen:
@@ -625,6 +784,8 @@ def verify(root: str = record_store.REPO, pages: tuple[str, ...] = (), data: str
   for page in chosen:
     for what, why in NOT_COMMITTED.get(page, []) + script_not_committed(page):
       tally.unverified(page, what, why)
+    for what, why in RECORD_ONLY.get(page, []):
+      tally.recorded_only(page, what, why)
   return tally
 
 
@@ -638,16 +799,41 @@ def script_not_committed(page: str) -> list[tuple[str, str]]:
   return module.not_committed(folder) if hasattr(module, "not_committed") else []
 
 
-def summary(tally: Tally) -> str:
+def summary(tally: Tally, partial: bool = False) -> str:
+  """What the check found; its last line the verdict: the differences, or what could not be checked for want of
+  the raw data (a failure, unless ``partial``: then the line says "partial")."""
   lines = ["Verified, per page:"]
   for page, kinds in tally.verified.items():
     lines.append(f"- {page}: " + "; ".join(f"{count} {kind}" for kind, count in kinds.items()))
   lines += ["", "Not verified (nothing committed behind them):", *(f"- {line}" for line in tally.not_verified)]
+  lines += ["", "Record only (checked against the records.json the page was written from, nothing else: a page and "
+            "its records edited together pass):", *(f"- {line}" for line in tally.record_only)]
+  totals = collections.Counter()
+  for kinds in tally.verified.values():
+    totals.update(kinds)
+  from_records = totals.pop("written again from records.json", 0)
+  from_pages = totals.pop("words written again from its pages", 0) + totals.pop("quoted from its page", 0)
+  lines += ["", f"Checks: {sum(totals.values())} against committed evidence ("
+            + ", ".join(f"{count} {kind}" for kind, count in sorted(totals.items(), key=lambda item: -item[1]))
+            + f"); {from_records} of a page against its own records.json; {from_pages} of the READMEs against the "
+            "pages they link."]
+  if tally.not_checked:
+    lines += ["", f"Not checked: {len(tally.not_checked)} scores whose outputs are committed, for want of the raw "
+              "data they are scored against:", *(f"- {line}" for line in tally.not_checked)]
   if tally.differences:
     lines += ["", f"{len(tally.differences)} numbers differ from what the committed files give, or files they "
               "rest on are missing or damaged:",
               *(f"- {line}" for line in tally.differences)]
-  else:
+  if tally.not_checked:
+    pages = sorted({line.split(":", 1)[0] for line in tally.not_checked})
+    what = f"{len(tally.not_checked)} scores of {', '.join(pages)} not checked (the raw data is not there)"
+    if partial:
+      verdict = "some checked numbers differ" if tally.differences else "every checked number is as given"
+      lines += ["", f"partial: {verdict}; {what}."]
+    else:
+      lines += ["", f"Failed: {what}: give the raw data folder (--data_dir or TRANSFORMER_DATA_DIR), or --partial "
+                "to accept a partial check."]
+  elif not tally.differences:
     lines += ["", "Every checked number is as the committed files give it."]
   return "\n".join(lines)
 
@@ -660,6 +846,9 @@ def main(argv: list[str] | None = None) -> int:
                       f"e.g. {README}); repeat for several.")
   parser.add_argument("--data_dir", default="", help="The raw data folder, for BLEU (default: "
                       "$TRANSFORMER_DATA_DIR, else ../shared/data beside the repository).")
+  parser.add_argument("--partial", action="store_true", help="Without the raw data: check what the committed files "
+                      "allow and exit 0 if that agrees (the last line says \"partial\"); without this flag a number "
+                      "left unchecked for want of its data fails the check.")
   args = parser.parse_args(argv)
   root, known = os.path.abspath(args.root), (*PAGES, README, BENCHMARKS_README, BENCHMARKS_RESULTS, BENCHMARKS_FINDINGS)
   for page in args.page:
@@ -671,8 +860,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.error(f"--root={args.root} lacks {', '.join(missing)}: give the repository's root (or a copy of it "
                  "with the pages in their places)")
   tally = verify(root, tuple(args.page), args.data_dir or None)
-  print(summary(tally))
-  return 1 if tally.differences else 0
+  print(summary(tally, args.partial))
+  return 1 if tally.differences or (tally.not_checked and not args.partial) else 0
 
 
 if __name__ == "__main__":

@@ -59,6 +59,39 @@ def test_a_ratio_is_checked_to_the_rounding_of_its_timings():
     assert bool(tally.differences) != agrees
 
 
+# A step time changed while the tokens/s and MFU beside it were not (issue 71: passed before), and each other
+# figure of the kind: (the row as committed, as changed, what the difference names).
+STEP_CHANGES = [
+    ("| ours | 60,522,496 | 1,336.98 | 1,531.81 |", "| ours | 60,522,496 | 1,436.98 | 1,531.81 |",
+     "section benchmarks.train_step, row 'transformer_base / 16 / ours', column 'src+tgt tokens/s' from 'step ms'"),
+    ("| 378.49 | 381.74 | 57.64 |", "| 378.49 | 381.74 | 57.94 |",
+     "section benchmarks.train_step, row 'transformer_base / 16 / ours', column 'MFU % (measured peak)'"),
+    ("| 26.93 | 19.68 |", "| 26.93 | 19.98 |",
+     "section benchmarks.train_step.gpu, row 'transformer_base / 256 / ours', column 'MFU % (theoretical peak)'"),
+    ("| 38.95 | 59.69 | 6,572.94 |", "| 38.95 | 59.69 | 6,672.94 |",
+     "section benchmarks.decoding.gpu, row 'greedy / 1 / 256', column 'cached tokens/s'"),
+    ("1.2x needs ours at 58% MFU", "1.2x needs ours at 62% MFU",  # what the page said, against the other peak
+     "section benchmarks.train_step, the target line's MFU that 1.2x flax-stock needs: printed 62%"),
+]
+
+
+@pytest.mark.parametrize("old, new, difference", STEP_CHANGES, ids=[change[1] for change in STEP_CHANGES])
+def test_a_step_time_disagreeing_with_its_tokens_per_second_or_mfu_fails_naming_it(old, new, difference):
+  text = open(os.path.join(record_store.REPO, verify.BENCHMARKS_RESULTS), encoding="utf-8").read()
+  tally = verify.Tally()
+  verify.check_step_rates(tally, text)
+  assert tally.differences == [] and tally.verified[verify.BENCHMARKS_RESULTS][
+      "rate or MFU from the step time beside it"] >= 50
+  assert text.count(old) == 1
+  tally = verify.Tally()
+  verify.check_step_rates(tally, text.replace(old, new))
+  if "step ms" in difference:  # the step time: its MFU disagrees too
+    assert len(tally.differences) == 2 and "column 'MFU % (measured peak)'" in tally.differences[1]
+  else:
+    assert len(tally.differences) == 1, tally.differences
+  assert tally.differences[0].startswith(f"{verify.BENCHMARKS_RESULTS}: {difference}")
+
+
 def test_a_quoted_result_is_found_as_its_page_prints_it():
   assert verify.found_on("2", "ours >= 2.0x pytorch")
   assert verify.found_on("100", "| copy | 1.0000 |")
@@ -161,15 +194,119 @@ def test_a_deleted_training_log_fails_naming_the_file(tmp_path, monkeypatch):
   assert verify.main([f"--page={page}"]) == 1
 
 
+def test_without_the_raw_data_the_check_fails_naming_what_it_could_not_check_unless_partial(tmp_path, capsys):
+  """Was: success and exit 0 with every BLEU unchecked (only listed among "not verified"), so that a changed
+  hypotheses file passed. Now each number left unchecked is named with the file it lacks, and the exit status is
+  1; ``--partial`` accepts the rest alone, exit 0, its last line saying "partial"."""
+  empty = tmp_path / "no_data"
+  empty.mkdir()
+  assert verify.main([f"--page={IWSLT}", f"--data_dir={empty}"]) == 1
+  output = capsys.readouterr().out.strip().splitlines()
+  assert f"- {IWSLT}: transformer_small_bpe_rotary: tst2013 BLEU: the reference {empty}/iwslt15_en_vi/tst2013.vi " \
+         "is not there" in output
+  assert output[-1].startswith("Failed: ") and f"of {IWSLT} not checked (the raw data is not there)" in output[-1]
+  assert verify.main([f"--page={IWSLT}", f"--data_dir={empty}", "--partial"]) == 0
+  output = capsys.readouterr().out.strip().splitlines()
+  assert output[-1].startswith("partial: every checked number is as given; ")
+  assert verify.main([f"--page={PM25}", f"--data_dir={empty}"]) == 0  # a page that needs no raw data
+
+
+LANGUAGE_MODEL = "experiments/language_model/RESULTS.md"
+
+
+def edit_page_and_records(tmp_path, monkeypatch, page, folder, edit_records, old, new) -> str:
+  """A copy of the committed ``folder`` (records and outputs) with its records edited by ``edit_records``, and a
+  copy of the pages with ``old`` replaced by ``new`` on ``page``: the pages' root."""
+  shutil.copytree(os.path.join(record_store.COMMITTED, folder), tmp_path / "committed" / folder)
+  monkeypatch.setattr(record_store, "COMMITTED", str(tmp_path / "committed"))
+  path = tmp_path / "committed" / folder / "records.json"
+  records = json.loads(path.read_text())
+  edit_records(records)
+  path.write_text(json.dumps(records))
+  root = copy_pages(tmp_path / "pages")
+  change_digit(root, page, old, new)
+  return root
+
+
+def test_a_number_with_only_its_record_behind_it_is_listed_as_such_and_passes_edited_with_its_record(
+    tmp_path, monkeypatch):
+  """The list is honest: a number it names does pass when the page and its records.json are edited together
+  (so it must be named), while a number with outputs behind it fails so edited (the next test)."""
+  def edit(records):
+    records["small"]["values"]["pieces_per_word"] = 1.234
+  root = edit_page_and_records(tmp_path, monkeypatch, LANGUAGE_MODEL, "language_model", edit,
+                               "(1.224 pieces per word on train)", "(1.234 pieces per word on train)")
+  tally = verify.verify(root, (LANGUAGE_MODEL,))
+  assert tally.differences == []
+  assert [line for line in tally.record_only if line.startswith(f"{LANGUAGE_MODEL}: the pieces per word on train")]
+
+
+def test_a_perplexity_edited_with_its_record_fails_against_the_committed_log_probabilities(tmp_path, monkeypatch):
+  def edit(records):
+    records["small"]["values"]["best_perplexity"] -= 0.1
+  root = edit_page_and_records(tmp_path, monkeypatch, LANGUAGE_MODEL, "language_model", edit,
+                               "| small | 1200 | 25.57 |", "| small | 1200 | 25.47 |")
+  tally = verify.verify(root, (LANGUAGE_MODEL,))
+  assert tally.differences == [f"{LANGUAGE_MODEL}: row 'small', column 'best validation perplexity (per piece)': "
+                               "printed 25.47, recomputed 25.57"]
+
+
+def test_the_earlier_values_under_reruns_are_listed_as_record_only():
+  tally = verify.Tally()
+  verify.compare_page(tally, "page.md", "## Reruns\n\n- `a`: F1 was 0.716, now 0.717; recall was 0.5, now 0.6\n",
+                      "## Reruns\n\n- `a`: F1 was 0.716, now 0.717; recall was 0.5, now 0.6\n")
+  assert tally.record_only == ["page.md: the 2 earlier values under Reruns (\"was X\"): the replaced rows' values, "
+                               "kept in records.json; their outputs and logs were replaced by the rerun's"]
+
+
 def test_a_count_of_attention_sizes_in_the_readme_is_counted_in_the_section_its_row_names(tmp_path):
   root = copy_pages(tmp_path)
   tally = verify.Tally()
   verify.check_readme(tally, root)
-  assert tally.differences == [] and tally.verified[verify.README]["counted from its page"] == 2
+  assert tally.differences == [] and tally.verified[verify.README]["words written again from its pages"] > 400
   change_digit(root, verify.README, "within 1.1x at 15 of 24 sizes", "within 1.1x at 23 of 24 sizes")  # the CPU's
   tally = verify.Tally()
   verify.check_readme(tally, root)
-  assert len(tally.differences) == 1 and "printed 23 of 24, recomputed 15 of 24" in tally.differences[0]
+  assert tally.differences == [f"{verify.README}: row 'benchmarks, one H200': printed 'at 23 of', recomputed 'at 15 of'"]
+
+
+# Single changes to the README's results table that passed when a number was looked for anywhere on the linked
+# page and words and whole numbers were not checked (issue 71): each now fails naming its row and the words.
+README_CHANGES = [
+    ("3 of 3 diverged", "2 of 3 diverged", "Ablations (7, 3 seeds each)", "'warmup 2 of', recomputed 'warmup 3 of'"),
+    ("68.0 vs 66.3", "68.0 vs 65.3", "Beijing PM2.5", "'vs 65.3 at', recomputed 'vs 66.3 at'"),  # 65.3 is on the page
+    ("fine-tuned 0.792", "fine-tuned 0.797", "Disaster Tweets", "'fine-tuned 0.797 ±', recomputed 'fine-tuned 0.792 ±'"),
+    ("61.4 vs 57.2 at 24 h", "61.4 vs 57.2 at 12 h", "Beijing PM2.5", "'at 12 h,', recomputed 'at 24 h,'"),
+    ("(0.83 not met)", "(0.83 met)", "Disaster Tweets", "'(0.83 met);', recomputed '(0.83 not met);'"),
+    ("1,200 steps", "1,300 steps", "Multi30k English captions", "'word), 1,300 steps', recomputed 'word), 1,200 steps'"),
+    ("does **not** beat", "does beat", "Beijing PM2.5", "'does beat', recomputed 'does **not** beat'"),
+]
+
+
+@pytest.mark.parametrize("old, new, row, words", README_CHANGES, ids=[change[1] for change in README_CHANGES])
+def test_a_changed_word_or_whole_number_in_the_readme_table_fails_naming_the_row(tmp_path, old, new, row, words):
+  root = copy_pages(tmp_path)
+  change_digit(root, verify.README, old, new)
+  tally = verify.Tally()
+  verify.check_readme(tally, root)
+  assert len(tally.differences) == 1, tally.differences
+  assert tally.differences[0].startswith(f"{verify.README}: row '{row}") and tally.differences[0].endswith(words)
+
+
+def test_a_page_lacking_what_a_readme_row_reads_fails_naming_the_row_and_what(tmp_path):
+  root = copy_pages(tmp_path)
+  change_digit(root, PM25, "does not beat the best recurrent model", "matches the best recurrent model")
+  tally = verify.Tally()
+  verify.check_readme(tally, root)
+  assert tally.differences == [f"{verify.README}: row 'Beijing PM2.5, test MAE on 2014 (µg/m³), 3 seeds': {PM25} does "
+                               "not say its verdict on the best Transformer-family model against the best recurrent "
+                               "model"]
+
+
+def test_the_readme_table_is_the_one_its_script_writes_from_the_committed_pages():
+  from experiments import readme_results
+  rows = readme_results.printed_rows(open(os.path.join(record_store.REPO, verify.README), encoding="utf-8").read())
+  assert readme_results.table().splitlines()[2:] == ["| " + " | ".join(row) + " |" for row in rows]
 
 
 def test_a_best_step_other_than_the_logged_best_validation_bleu_fails(tmp_path, monkeypatch):
@@ -197,7 +334,7 @@ def test_one_digit_changed_in_the_readme_or_a_benchmark_ratio_fails_naming_it(tm
   tally = verify.verify(root, (verify.README, verify.BENCHMARKS_RESULTS))
   readme, ratio = sorted(tally.differences, key=lambda line: not line.startswith(verify.README))
   assert len(tally.differences) == 2
-  assert "57.8" in readme and "not on experiments/beijing_pm25/RESULTS.md" in readme
+  assert "row 'Beijing PM2.5" in readme and "printed 'vs 57.8 at', recomputed 'vs 57.2 at'" in readme
   assert "column 'cache speed-up': printed 3.62" in ratio
 
 
