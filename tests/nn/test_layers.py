@@ -172,8 +172,9 @@ def test_dense_is_flax_dense_in_parameters_values_and_gradients(use_bias, dtype)
   import flax.linen as nn
   from transformer.nn.layers import Dense
   x = jnp.asarray(np.random.default_rng(0).normal(size=(3, 4, 6)), jnp.float32)  # [batch, length, features]
-  ours, flax_dense = Dense(5, use_bias=use_bias, dtype=dtype), nn.Dense(5, use_bias=use_bias, dtype=dtype)
-  params = ours.init(jax.random.key(1), x)
+  ours = Dense(5, ("embed", "mlp"), use_bias=use_bias, dtype=dtype)
+  flax_dense = nn.Dense(5, use_bias=use_bias, dtype=dtype)
+  params = unboxed(ours.init(jax.random.key(1), x))  # without the logical axis names flax's layer lacks
   flax_params = flax_dense.init(jax.random.key(1), x)
   assert jax.tree.structure(params) == jax.tree.structure(flax_params)
   for ours_leaf, flax_leaf in zip(jax.tree.leaves(params), jax.tree.leaves(flax_params)):

@@ -139,13 +139,13 @@ def test_language_model_and_decoder_are_causal():
   future = np.triu(np.ones((5, 5), bool), k=1)
 
   lm = TransformerLM(config)
-  params = lm.init(jax.random.key(0), tokens)["params"]
+  params = unboxed(lm.init(jax.random.key(0), tokens)["params"])
   influence = _influence_of_positions(lambda p: lm.apply({"params": p}, tokens), params, tokens)
   assert (influence[:, future] == 0).all() and (influence[:, ~future] > 0).all()
 
   translation = EncoderDecoder(config)
   source = _tokens(6, 4, padding_from=2)
-  params = translation.init(jax.random.key(0), source, tokens)["params"]
+  params = unboxed(translation.init(jax.random.key(0), source, tokens)["params"])
   influence = _influence_of_positions(lambda p: translation.apply({"params": p}, source, tokens), params, tokens)
   assert (influence[:, future] == 0).all() and (influence[:, ~future] > 0).all()
 
@@ -212,7 +212,7 @@ def test_encoder_classifier_shape_and_mean_pooling_ignores_padding():
   config = ClassifierConfig(**{**dataclasses.asdict(CONFIG), "num_classes": 3})
   tokens = _tokens(9, 6, padding_from=2)
   classifier = EncoderClassifier(config)
-  params = classifier.init(jax.random.key(0), tokens)["params"]
+  params = unboxed(classifier.init(jax.random.key(0), tokens)["params"])
   apply = jax.jit(classifier.apply)
   logits = apply({"params": params}, tokens)
   assert logits.shape == (BATCH, 3) and logits.dtype == jnp.float32
