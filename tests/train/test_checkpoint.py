@@ -254,3 +254,17 @@ def test_damaged_checkpoints_print_one_warning_line_each(tmp_path):
   assert len(about_step_20) == 1, output
   assert all("cannot restore checkpoint step 20 in" in line for line in about_step_20), about_step_20
   assert "resumed from step 10" in output
+
+
+def test_prepare_compiles_the_save_path_so_the_first_save_compiles_nothing(tmp_path):
+  """A preemption's save must fit the scheduler's grace window: the fingerprint program is compiled at start
+  (``Checkpointer.prepare``), not at the first save."""
+  from transformer.train import checkpoint
+  state = {"w": jnp.ones((3, 5)), "b": jnp.zeros(7, jnp.int32)}  # shapes no other test fingerprints
+  checkpointer = Checkpointer(str(tmp_path), asynchronous=False)
+  compiled = checkpoint._fingerprint_leaves._cache_size()
+  checkpointer.prepare(state)
+  assert checkpoint._fingerprint_leaves._cache_size() == compiled + 1
+  checkpointer.save(1, state, {}, None)
+  assert checkpoint._fingerprint_leaves._cache_size() == compiled + 1
+  checkpointer.close()

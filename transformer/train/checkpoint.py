@@ -165,6 +165,11 @@ class Checkpointer:
     """Whether any checkpoint is kept."""
     return bool(self.steps())
 
+  def prepare(self, state) -> None:
+    """Compile the save's fingerprint program for ``state``'s shapes and shardings now, at start, so that the
+    first save (perhaps a preemption's, inside its grace window) does not compile it. Every process calls it."""
+    state_fingerprints(state)
+
   def save(self, step: int, state, extra: dict, metrics: dict | None = None) -> None:
     """Save step ``step``; ``metrics`` (containing ``best_metric``) make it a candidate for the best, unless that
     metric is not finite (a NaN evaluation is never the best). Orbax's preservation policy then removes what

@@ -150,6 +150,7 @@ class Trainer:
       self.step, canonical, extra = restored
       self.state = self.strategy.from_canonical(canonical)
       self.iterator.set_state(extra["iterator"])
+    self.checkpointer.prepare(self.strategy.to_canonical(self.state))
     self.start_step, self.position = self.step, self.iterator.get_state()
     record_launch(session, self.step)
     self.wall_seconds_before = extra.get("wall_seconds", 0.0)  # of earlier (interrupted) sessions of this run
