@@ -14,6 +14,8 @@ their metrics are logged per seed (``.../seed_i`` in ``metrics.jsonl``).
 from __future__ import annotations
 
 import dataclasses
+import json
+import pathlib
 
 from transformer.errors import ConfigError
 from transformer.train import base_config
@@ -26,12 +28,12 @@ SMOKE = "tiny"
 # among the 8,000 pieces is 9.0 nats, and the base model is at 5.3 by step 100 of its 600, so a seed still
 # above 5.0 at the end of its budget did not train.
 DIVERGED_LOSS = {"synthetic": 2.0, "multi30k": 5.0}
-# The code each task's committed cells were recorded with (the commits that added them), where it is older than
-# the latest change of the numerics (tests/test_numerics_pinned.py pins them since): such cells are not reproduced
-# at today's code, and their page and experiments.verify say so.
-# The day each task's grid was last rerun whole, its runs' logs kept (its page says so).
-RERUN_ON = {"synthetic": "2026-12-06"}
-NOT_REPRODUCED = {"multi30k": "the commits b955f2c to 4562ee7 (2026-11-26 to 2026-11-27)"}
+# Each task's grid history, a results file beside the pages (provenance.json), not code: "rerun_on", the day the
+# grid was last rerun whole with its runs' logs kept; "not_reproduced", the code its cells were recorded with where
+# older than the numerics pinned since (tests/test_numerics_pinned.py). The pages and experiments.verify say both.
+PROVENANCE = json.loads((pathlib.Path(__file__).parent / "provenance.json").read_text())
+RERUN_ON = {task: entry["rerun_on"] for task, entry in PROVENANCE.items() if "rerun_on" in entry}
+NOT_REPRODUCED = {task: entry["not_reproduced"] for task, entry in PROVENANCE.items() if "not_reproduced" in entry}
 # What the line means, in the page's words.
 DIVERGED_MEANING = {
     "synthetic": "guessing among the 10 symbols and EOS is ln 11 = 2.40 nats",
