@@ -265,13 +265,22 @@ class ParallelTextBuilder(LocalSourceBuilder, tfds.core.GeneratorBasedBuilder, s
 
   def _generate_examples(self, paths: Mapping[str, epath.Path]) -> Iterator[tuple[int, dict]]:
     lines = {lang: read_lines(path) for lang, path in paths.items()}
-    counts = {lang: len(lang_lines) for lang, lang_lines in lines.items()}
-    if len(set(counts.values())) != 1:
-      described = ", ".join(f"{paths[lang]}: {count}" for lang, count in counts.items())
-      raise InputFileError(f"{self.name}: the files of one split must have the same number of lines "
-                           f"(line i of each is one translation pair); got {described}.")
-    for index, texts in enumerate(zip(*lines.values())):
-      yield index, dict(zip(lines.keys(), texts))
+    yield from enumerate(aligned_pairs(self.name, lines, paths))
+
+
+def aligned_pairs(dataset: str, lines: Mapping[str, list], paths: Mapping[str, epath.Path]) -> Iterator[dict]:
+  """``{language: text}`` of each translation pair: item i of every language's ``lines`` (read from ``paths``).
+
+  Raises:
+    InputFileError: the languages hold different numbers of texts (naming each file and its count).
+  """
+  counts = {lang: len(texts) for lang, texts in lines.items()}
+  if len(set(counts.values())) != 1:
+    described = ", ".join(f"{paths[lang]}: {count}" for lang, count in counts.items())
+    raise InputFileError(f"{dataset}: the files of one split must have the same number of lines or segments "
+                         f"(item i of each is one translation pair); got {described}.")
+  for texts in zip(*lines.values()):
+    yield dict(zip(lines.keys(), texts))
 
 
 def read_lines(path: epath.PathLike) -> list[str]:

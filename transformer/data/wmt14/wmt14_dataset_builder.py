@@ -179,15 +179,10 @@ class Builder(parallel_text.LocalSourceBuilder, tfds.core.GeneratorBasedBuilder)
   def _generate_examples(self, corpora: list[Mapping[str, epath.Path]]) -> Iterator[tuple[str, dict]]:
     for paths in corpora:
       lines = {language: read_segments(path) for language, path in paths.items()}
-      counts = {language: len(texts) for language, texts in lines.items()}
-      if len(set(counts.values())) != 1:
-        described = ", ".join(f"{paths[language]}: {count}" for language, count in counts.items())
-        raise InputFileError(f"{self.name}: the files of one corpus must hold as many sentences (line or segment "
-                             f"i of each is one translation pair); got {described}.")
       stem = paths[self.languages[0]].name
-      for index, texts in enumerate(zip(*lines.values())):
-        if all(texts):
-          yield f"{stem}/{index}", dict(zip(lines.keys(), texts))
+      for index, pair in enumerate(parallel_text.aligned_pairs(self.name, lines, paths)):
+        if all(pair.values()):
+          yield f"{stem}/{index}", pair
 
 
 def read_segments(path: epath.PathLike) -> list[str]:
