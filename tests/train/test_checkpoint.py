@@ -71,11 +71,19 @@ def test_sigkill_then_rerun_is_bit_identical(tmp_path, uninterrupted):
   wait_for_checkpoint(workdir, 100, process)
   process.send_signal(signal.SIGKILL)
   process.wait()
+  killed = time.time()
   steps = sorted(int(s) for s in os.listdir(os.path.join(workdir, "checkpoints")) if s.isdigit())
   assert steps and steps[-1] < 400, "the run was not interrupted mid-training"
   output = launch(workdir)
   assert "resumed from step" in output
   assert_identical_runs(workdir, uninterrupted)
+  # The job's goodput counts from the first launch's process start, the gap until the rerun included.
+  first, second = RunDirectory(workdir).launches()
+  goodput = RunDirectory(workdir).read_json("goodput.json")
+  assert goodput["job_started"] == pytest.approx(first["process_started"], abs=0.01)
+  assert goodput["seconds"]["launch"] > 0 and goodput["seconds"]["redone"] > 0
+  assert goodput["seconds"]["between_launches"] >= second["process_started"] - killed - 0.05
+  assert goodput["total_seconds"] <= time.time() - first["process_started"]
 
 
 @pytest.mark.slow

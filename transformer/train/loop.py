@@ -28,6 +28,7 @@ Goodput: the share of a run's time spent on steps that count, the rest split by 
 MaxText measures goodput from a cluster's event log (``ml-goodput-measurement``, which reads Google Cloud
 Logging); here the loop times its own phases, so the figure needs no cloud service:
 
+- ``launch``: from the process's start to the session's (imports, the ``jax.distributed`` join, the config);
 - ``startup``: from the session's start to the first step (restore, data, the first placements);
 - ``compile``: calls of the train step that traced a new program (their time is almost all compilation);
 - ``data``: the loop waiting for its next batches (drawn and placed on the device ahead of their step);
@@ -36,9 +37,13 @@ Logging); here the loop times its own phases, so the figure needs no cloud servi
 - ``step``: the rest of the loop, the productive part;
 - ``redone``: steps trained again after a kill, an estimate: the steps logged past the checkpoint a run
   resumed from, at the run's mean step time (that session's time after its last checkpoint was never saved,
-  so it is added here, not taken from ``step``).
+  so it is added here, not taken from ``step``);
+- ``between_launches``: the rest of the job's wall time since its first launch's process started: a killed
+  launch's time past its last checkpoint (beyond ``redone``), and the wait until the next launch (queue, requeue,
+  restart). The wait after a run that finished, before it was extended, is idle, not the job's.
 
-Sums carry over resumes in the checkpoint (``saved``); ``goodput.json`` in the workdir holds the latest.
+Sums carry over resumes in the checkpoint (``saved``); ``goodput.json`` in the workdir holds the latest, and the
+goodput share is ``step`` over the whole job's time.
 """
 from __future__ import annotations
 
@@ -67,7 +72,7 @@ from transformer.tasks.progress import log_line, progress_bar
 from transformer.train.actions import PREEMPT, Every, PreemptionCheck, Profile, Tick, WallClock, due_actions
 from transformer.train.checkpoint import state_fingerprints
 from transformer.train.config import RunConfig
-from transformer.train.multihost import Preemption
+from transformer.train.multihost import Preemption, launched_at
 from transformer.train.state import initial_state, run_optimizer, run_schedules, state_factory
 from transformer.train.step import all_finite, make_evaluator, make_train_step, means, replica_means
 from transformer.train.workdir import (CHECKPOINTS, CONFIG, GOODPUT, METRICS, PROFILE, TENSORBOARD, RunDirectory, Session,
@@ -152,10 +157,15 @@ class Trainer:
       self.iterator.set_state(extra["iterator"])
     self.checkpointer.prepare(self.strategy.to_canonical(self.state))
     self.start_step, self.position = self.step, self.iterator.get_state()
-    record_launch(session, self.step)
+    session_started = time.time() - (time.perf_counter() - session.started)
+    process_started = launched_at() or session_started  # a run started in a Python session counts no launch
+    record_launch(session, self.step, process_started)
     self.wall_seconds_before = extra.get("wall_seconds", 0.0)  # of earlier (interrupted) sessions of this run
     self.window = MetricsWindow(self.strategy.fetch, extra)
     self.goodput = Goodput(extra.get("goodput"))
+    finished_at = (session.directory.read_json(GOODPUT).get("finished_at")
+                   if restored is not None and session.directory.has(GOODPUT) else None)
+    self.goodput.start_launch(process_started, session_started, finished_at)
     if restored is not None:  # before the writer drops the lines past this step: the steps to train again
       self.goodput.redone(session.directory.metrics().last_step - self.step)
     self.results = {}
@@ -404,7 +414,8 @@ class Trainer:
     self.writer.close()
     record, line = self.goodput.summary(self.step - self.start_step)
     if session.is_main:
-      write_goodput(session.workdir, record)
+      finished = not interrupted and self.step >= self.run_config.num_train_steps
+      write_goodput(session.workdir, {**record, **({"finished_at": time.time()} if finished else {})})
     if not interrupted:
       _print_summary(session, self.step, self.results, line)
     self.checkpointer.close()
@@ -577,17 +588,23 @@ class MetricsWindow:
         "--config.skip_nonfinite_steps=True to skip such steps.")
 
 
-PHASES = ("step", "compile", "data", "startup", "evaluate", "checkpoint", "profile", "redone")
+PHASES = ("step", "compile", "data", "launch", "startup", "evaluate", "checkpoint", "profile", "redone",
+          "between_launches")
 LOOP_PHASES = ("step", "compile", "data", "evaluate", "checkpoint")  # logged per window as time/<phase>
 
 
 class Goodput:
-  """Seconds per phase, summed over the run's sessions, and the steps they trained."""
+  """Seconds per phase, summed over the run's sessions, the steps they trained, and the job's wall clock: when
+  its first launch's process started (``job_started``, epoch seconds) and the idle time since then that is not
+  the job's (``idle_seconds``: waits after the run had finished)."""
 
-  def __init__(self, saved: dict | None = None):
+  def __init__(self, saved: dict | None = None, clock: Callable[[], float] = time.time):
     saved = saved or {}
     self.seconds = {phase: float(saved.get("seconds", {}).get(phase, 0.0)) for phase in PHASES}
     self.steps = int(saved.get("steps", 0))
+    self.job_started = saved.get("job_started")
+    self.idle_seconds = float(saved.get("idle_seconds", 0.0))
+    self._clock = clock
     self._loop_start = None
     self._timed = 0.0  # seconds of this session's loop spent in the other phases
     self._window_start = {}  # the sums at the last logging step
@@ -604,6 +621,16 @@ class Goodput:
       yield
     finally:
       self.add(phase, time.perf_counter() - start)
+
+  def start_launch(self, process_started: float, session_started: float, finished_before: float | None) -> None:
+    """This launch's process started at ``process_started`` and its session at ``session_started`` (epoch
+    seconds): the time between is ``launch``. ``finished_before``: when the run's previous launch ended having
+    trained every step (``goodput.json``'s ``finished_at``), so the wait since then is idle."""
+    self.add("launch", max(session_started - process_started, 0.0))
+    if self.job_started is None:
+      self.job_started = process_started
+    elif finished_before is not None:
+      self.idle_seconds += max(process_started - finished_before, 0.0)
 
   def start_loop(self, session_start: float) -> None:
     """The first step is about to run: the time since ``session_start`` (``perf_counter``) was start-up."""
@@ -629,17 +656,27 @@ class Goodput:
     seconds = dict(self.seconds)
     if self._loop_start is not None:
       seconds["step"] += time.perf_counter() - self._loop_start - self._timed
-    return {"seconds": seconds, "steps": self.steps + steps_trained}
+    return {"seconds": seconds, "steps": self.steps + steps_trained, "job_started": self.job_started,
+            "idle_seconds": self.idle_seconds}
 
   def summary(self, steps_trained: int) -> tuple[dict, str]:
-    """``(record, line)``: the phases, their total and the goodput share; one line for the end of a run."""
+    """``(record, line)``: the phases, ``between_launches`` (the job's wall time since its first launch started,
+    less idle waits, that no phase holds), their total and the goodput share; one line for the end of a run."""
     record = self.saved(steps_trained)
-    total = sum(record["seconds"].values())
-    record.update(total_seconds=total, goodput=record["seconds"]["step"] / total if total > 0 else 0.0)
-    parts = ", ".join(f"{'productive steps' if phase == 'step' else phase} {record['seconds'][phase]:.1f} s"
-                      for phase in PHASES if record["seconds"][phase])
+    seconds = record["seconds"]
+    if self.job_started is not None:
+      job = self._clock() - self.job_started - self.idle_seconds
+      seconds["between_launches"] = max(job - sum(v for k, v in seconds.items() if k != "between_launches"), 0.0)
+    total = sum(seconds.values())
+    record.update(total_seconds=total, goodput=seconds["step"] / total if total > 0 else 0.0)
+    parts = ", ".join(f"{PHASE_NAMES.get(phase, phase)} {seconds[phase]:.1f} s" for phase in PHASES if seconds[phase])
     return record, f"goodput: {100 * record['goodput']:.1f}% of {total:.1f} s ({parts})"
 
 
+PHASE_NAMES = {"step": "productive steps", "between_launches": "between launches"}
+
+
 def write_goodput(workdir: str, record: dict) -> None:
+  """``goodput.json``: ``record`` (``Goodput.summary``'s) and when this launch ended (``finished_at``, epoch
+  seconds, only when it trained every step: a later launch extending the run does not count the wait)."""
   write_atomically(RunDirectory(workdir).path(GOODPUT), json.dumps(record, indent=2, sort_keys=True))

@@ -291,7 +291,8 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
     ConfigError: a setting is malformed, or a coordinator address comes without the process count and index.
     ClusterError: SLURM tasks not started by ``srun``, or the processes did not all join in time.
   """
-  global _peer_timeout
+  global _peer_timeout, _launched_at
+  _launched_at = process_started_at()
   coordinator_address = _setting(coordinator_address, "coordinator_address", _address)
   num_processes = _setting(num_processes, "num_processes", _integer(minimum=1))
   process_id = _setting(process_id, "process_id", _integer(minimum=0))
@@ -312,6 +313,28 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
   log.info("process %d of %d, %d local / %d global devices", jax.process_index(), jax.process_count(),
            jax.local_device_count(), jax.device_count())
   return True
+
+
+_launched_at = None  # when a process that ``initialize`` ran in started: a launch of launch.py
+
+
+def launched_at() -> float | None:
+  """When this launch's process started (epoch seconds): the start of its goodput ``launch`` phase (imports,
+  the ``jax.distributed`` join); None for a run started inside a Python session, where no launch is counted."""
+  return _launched_at
+
+
+def process_started_at() -> float | None:
+  """When this process started (epoch seconds, to 10 ms): its start in clock ticks since boot (``/proc``) and
+  the machine's uptime; None where there is no ``/proc``."""
+  try:
+    with open("/proc/self/stat") as f:
+      start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])  # field 22, starttime; fields after the name
+    with open("/proc/uptime") as f:
+      uptime = float(f.read().split()[0])
+    return time.time() - (uptime - start_ticks / os.sysconf("SC_CLK_TCK"))
+  except (OSError, ValueError, IndexError):
+    return None
 
 
 def _setting(value, name: str, parse: Callable, default=None):

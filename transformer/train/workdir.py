@@ -820,12 +820,14 @@ def _hold_to_data(session: Session, resuming: bool, write_history: bool) -> None
       write_atomically(path, json.dumps(current, indent=2, sort_keys=True))
 
 
-def record_launch(session: Session, step: int) -> None:
-  """Append this training launch to the run's ``LAUNCHES``; a launch on other process or device counts than the
-  one before says so in one line (the global batch and its order do not depend on them)."""
+def record_launch(session: Session, step: int, process_started: float) -> None:
+  """Append this training launch to the run's ``LAUNCHES``, with when its process started (``process_started``,
+  epoch seconds; the first line's is the job's start); a launch on other process or device counts than the one
+  before says so in one line (the global batch and its order do not depend on them)."""
   launch = {"step": step, "processes": session.process_count, "devices": jax.device_count(),
             "platform": jax.devices()[0].platform, "parallelism": session.strategy.name,
-            "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+            "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "process_started": round(process_started, 3)}
   launches = session.directory.launches()
   previous = launches[-1] if launches else None
   counts = ("processes", "devices")
