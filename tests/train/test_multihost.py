@@ -224,7 +224,8 @@ def test_a_killed_coordinator_stops_the_other_at_once_and_the_rerun_resumes(tmp_
 
 def test_the_global_batches_do_not_depend_on_the_process_count(tmp_path):
   """2 processes train to step 10, 1 process (as many devices) resumes to 20, and the other way round: the
-  losses are those of one uninterrupted process, up to the order of the sums."""
+  losses are those of one uninterrupted process, up to the order of the sums. The 2 processes of the second run
+  lay the state out on a hybrid mesh (FSDP within each process's 2 devices, data parallel across the processes)."""
   steps = ["--config.num_train_steps=20", "--config.log_every=5"]
   reference = Cluster(tmp_path, tmp_path / "one", *steps, count=1, devices=4, name="one")
   assert reference.finish() == [0]
@@ -235,10 +236,12 @@ def test_the_global_batches_do_not_depend_on_the_process_count(tmp_path):
   two = Cluster(tmp_path, tmp_path / "one_then_two", *steps, name="one_then_two")
   # 2 -> 1: 2 processes to step 10, then 1 process.
   assert two.finish() == [0, 0] and "elastic restore: " in two.output(0), two.output(0)
+  hybrid = ["--config.fsdp=True", "--config.hybrid_mesh=True"]
   for count, num_train_steps in ((2, 10), (1, 20)):
     run = Cluster(tmp_path, tmp_path / "two_then_one", *steps[1:], f"--config.num_train_steps={num_train_steps}",
-                  count=count, devices=4 // count, name=f"two_then_one_{count}")
+                  *(hybrid if count == 2 else []), count=count, devices=4 // count, name=f"two_then_one_{count}")
     assert run.finish() == [0] * count, run.output(0)
+    assert count == 1 or "parallelism: mesh (hosts 2 x data 2 x model 1)" in run.output(0), run.output(0)
   assert "elastic restore: " in run.output(0)
   for name in ("one_then_two", "two_then_one"):
     losses = train_losses(tmp_path / name)

@@ -45,13 +45,32 @@ def one_device():
 @pytest.mark.parametrize("data,model", [(2, 2), (1, 4), (4, 2)], ids=["2x2", "1x4", "4x2"])
 def test_a_model_axis_trains_as_one_device_does(one_device, data, model):
   strategy = MeshStrategy(jax.devices()[:data * model], tensor_parallelism=model)
-  assert dict(strategy.mesh.shape) == {"data": data, "model": model} and strategy.num_devices == data
+  assert dict(strategy.mesh.shape) == {"hosts": 1, "data": data, "model": model} and strategy.num_devices == data
   losses, state = _train(strategy)
   reference_losses, reference_state = one_device
   np.testing.assert_allclose(losses, reference_losses, rtol=2e-5)
   query = state.params["encoder"]["layer_0"]["self_attention"]["query_kernel"]
   assert query.sharding.spec[1] == MODEL_AXIS  # split by heads, not replicated
   assert_params_close(state.params, reference_state.params, rtol=1e-3, atol=1e-5)  # as the data-parallel modes
+
+
+def test_a_hybrid_mesh_splits_parameters_within_a_host_copies_them_across_hosts_and_trains_as_one_device(one_device):
+  """FSDP within each of 2 groups of 4 devices (hosts; across processes in tests/train/test_multihost.py), data
+  parallel between them: each device holds a quarter of a weight matrix, the same quarter as its peer in the other
+  group, and the batch is split over all 8."""
+  strategy = MeshStrategy(jax.devices()[:8], rules=logical_axis_rules(fsdp=True), hosts=2)
+  assert dict(strategy.mesh.shape) == {"hosts": 2, "data": 4, "model": 1} and strategy.num_devices == 8
+  losses, state = _train(strategy)
+  np.testing.assert_allclose(losses, one_device[0], rtol=2e-5)
+  assert_params_close(state.params, one_device[1].params, rtol=1e-3, atol=1e-5)
+  kernel = state.params["encoder"]["layer_0"]["feed_forward"]["kernel_in"]
+  assert tuple(kernel.sharding.spec) == (DATA_AXIS, MODEL_AXIS)
+  holders = {}
+  for device, index in kernel.sharding.devices_indices_map(kernel.shape).items():
+    holders.setdefault(str(index), []).append(device)
+  assert len(holders) == 4 and all(len(devices) == 2 for devices in holders.values())
+  groups = [set(group.flat) for group in strategy.mesh.devices]
+  assert all(sum(device in group for device in devices) == 1 for devices in holders.values() for group in groups)
 
 
 def _tiny_state_shapes(**changes):

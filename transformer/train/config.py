@@ -180,7 +180,7 @@ class OptimizerConfig(ValidatedConfig):
 
 MAX_SEED = 2 ** 62  # seeds below it fit numpy's and JAX's seeding with room for every replica's offset
 PARALLELISMS = ("jit", "pmap", "mesh")  # built by transformer.train.mesh.make_strategy
-DATA_AXIS, MODEL_AXIS = "data", "model"  # the axes of every run's mesh (transformer.train.mesh)
+HOSTS_AXIS, DATA_AXIS, MODEL_AXIS = "hosts", "data", "model"  # the axes of every run's mesh (transformer.train.mesh)
 # The rule table: each parameter's logical axis names (transformer.nn.LOGICAL_AXES) -> the mesh axis that splits
 # that axis (None: kept whole). The model axis (config.tensor_parallelism devices; 1 by default, which splits
 # nothing) takes the heads, the feed-forward width and the vocabulary, as Megatron-LM's tensor parallelism does.
@@ -264,6 +264,9 @@ class RunConfig:
   # With parallelism=mesh: devices along the mesh's model axis, which splits attention heads, feed-forward
   # width and vocabulary (AXIS_RULES); the batch is split over the rest.
   tensor_parallelism: int = setting(1, Effect.LAYOUT)
+  # With parallelism=mesh: a hybrid mesh, FSDP and tensor parallelism within each process's devices and data
+  # parallelism across processes (the hosts axis), so parameters are gathered over a host's own links only.
+  hybrid_mesh: bool = setting(False, Effect.LAYOUT)
   # Changes to the rule table (AXIS_RULES, FSDP_RULES), "NAME=AXIS[,NAME=AXIS]", e.g. "vocab=none" keeps the
   # vocabulary whole on every device of the model axis.
   axis_rules: str = setting("", Effect.LAYOUT)
@@ -390,6 +393,8 @@ class RunConfig:
              f"config.parallelism={self.parallelism!r} is not supported; choose one of {list(PARALLELISMS)}.")
     _require(not self.fsdp or self.parallelism == "mesh",
              "config.fsdp=True shards parameters over a mesh's data axis: set --config.parallelism=mesh (or fsdp=False).")
+    _require(not self.hybrid_mesh or self.parallelism == "mesh",
+             "config.hybrid_mesh=True lays a mesh out over hosts: set --config.parallelism=mesh (or hybrid_mesh=False).")
     _require(self.tensor_parallelism == 1 or self.parallelism == "mesh",
              f"config.tensor_parallelism={self.tensor_parallelism} splits layers over a mesh's model axis: set "
              "--config.parallelism=mesh (or tensor_parallelism=1).")

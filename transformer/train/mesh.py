@@ -1,7 +1,10 @@
-"""Parallelism: one ``(data, model)`` mesh for every run, and ``pmap`` as classic data parallelism.
+"""Parallelism: one ``(hosts, data, model)`` mesh for every run, and ``pmap`` as classic data parallelism.
 
-- ``mesh`` (and ``jit``, the same on one device: a mesh of 1 x 1): ``jax.jit`` over a ``Mesh`` with
-  ``NamedSharding``. The batch is split over the ``data`` axis. Each parameter is laid out by its logical axis
+- ``mesh`` (and ``jit``, the same on one device: a mesh of 1 x 1 x 1): ``jax.jit`` over a ``Mesh`` with
+  ``NamedSharding``. The batch is split over the ``hosts`` and ``data`` axes. ``hosts`` is 1 but in a hybrid mesh
+  (``config.hybrid_mesh``): one entry per process, so that what the rules send to ``data`` (FSDP) is split over
+  each process's own devices (their fast links) and replicated across processes, which are data parallel (as
+  MaxText's ICI and DCN axes). Each parameter is laid out by its logical axis
   names (``transformer.nn.axes``, flax's logical partitioning) through the run's rule table
   (``RunConfig.axis_rules``): ``tensor_parallelism`` > 1 gives the ``model`` axis that many devices, which split
   what the rules send there (heads, feed-forward width, vocabulary); FSDP sends the model width to ``data``.
@@ -28,7 +31,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from transformer.errors import ConfigError
 from transformer.nn.axes import unboxed
-from transformer.train.config import DATA_AXIS, MODEL_AXIS, PARALLELISMS, logical_axis_rules
+from transformer.train.config import DATA_AXIS, HOSTS_AXIS, MODEL_AXIS, PARALLELISMS, logical_axis_rules
 
 
 class Strategy:
@@ -58,8 +61,9 @@ class Strategy:
 
 
 class MeshStrategy(Strategy):
-  """``jax.jit`` over a ``(data, model)`` mesh of ``devices`` (default: all), parameters laid out by ``rules``
-  (logical axis -> mesh axis or None; default ``logical_axis_rules()``: tensor parallelism's, no FSDP).
+  """``jax.jit`` over a ``(hosts, data, model)`` mesh of ``devices`` (default: all), parameters laid out by
+  ``rules`` (logical axis -> mesh axis or None; default ``logical_axis_rules()``: tensor parallelism's, no FSDP).
+  ``hosts`` > 1: the devices in that many groups (by process, then id), data parallel between the groups.
 
   ``num_replicas`` > 1 adds a leading replica axis trained with ``vmap``; ``settings``: swept values,
   ``name -> one number per replica`` (``RunConfig.replicas.settings``), which the train and eval steps get as
@@ -67,12 +71,14 @@ class MeshStrategy(Strategy):
   """
 
   def __init__(self, devices=None, tensor_parallelism: int = 1, rules=None, num_replicas: int = 1,
-               settings: dict | None = None, name: str = "mesh"):
+               settings: dict | None = None, name: str = "mesh", hosts: int = 1):
     super().__init__()
     devices = list(jax.devices() if devices is None else devices)
-    if tensor_parallelism < 1 or len(devices) % tensor_parallelism:
-      raise ConfigError(f"config.tensor_parallelism={tensor_parallelism} must divide the {len(devices)} devices; "
-                        f"choose one of {[n for n in range(1, len(devices) + 1) if len(devices) % n == 0]}.")
+    if tensor_parallelism < 1 or len(devices) % (tensor_parallelism * hosts):
+      per_host = len(devices) // hosts
+      raise ConfigError(f"config.tensor_parallelism={tensor_parallelism} must divide the {per_host} devices"
+                        f"{' of each process' if hosts > 1 else ''}; choose one of "
+                        f"{[n for n in range(1, per_host + 1) if per_host % n == 0]}.")
     self.name = name
     self.rules = tuple(logical_axis_rules() if rules is None else rules)
     self.num_replicas = num_replicas
@@ -80,17 +86,17 @@ class MeshStrategy(Strategy):
     if any(len(values) != num_replicas for values in self.settings.values()):
       raise ValueError(f"settings need one value per replica ({num_replicas}): "
                        f"{ {name: len(values) for name, values in self.settings.items()} }")
-    self.mesh = jax.make_mesh((len(devices) // tensor_parallelism, tensor_parallelism), (DATA_AXIS, MODEL_AXIS),
-                              axis_types=(jax.sharding.AxisType.Auto,) * 2, devices=devices)
-    self.batch_sharding = NamedSharding(self.mesh, PartitionSpec(DATA_AXIS))
-    self.stacked_batch_sharding = NamedSharding(self.mesh, PartitionSpec(None, DATA_AXIS))  # [steps, batch, ...]
+    self.mesh = _mesh(devices, hosts, tensor_parallelism)
+    batch_axes = (HOSTS_AXIS, DATA_AXIS)
+    self.batch_sharding = NamedSharding(self.mesh, PartitionSpec(batch_axes))
+    self.stacked_batch_sharding = NamedSharding(self.mesh, PartitionSpec(None, batch_axes))  # [steps, batch, ...]
     self.replicated = NamedSharding(self.mesh, PartitionSpec())
     self._state_sharding = None
 
   @property
   def num_devices(self):
-    """Devices the batch is split over: the ``data`` axis."""
-    return self.mesh.shape[DATA_AXIS]
+    """Devices the batch is split over: the ``hosts`` and ``data`` axes."""
+    return self.mesh.shape[HOSTS_AXIS] * self.mesh.shape[DATA_AXIS]
 
   def state_sharding(self, state_shapes):
     """The ``NamedSharding`` of each leaf of ``state_shapes`` (a train state's shapes, its parameters boxed with
@@ -288,15 +294,33 @@ def scanned(step, steps_per_call: int):
   return steps
 
 
+def _mesh(devices: list, hosts: int, tensor_parallelism: int) -> jax.sharding.Mesh:
+  """The ``(hosts, data, model)`` mesh of ``devices``: JAX's device order on one host; with several, the devices
+  grouped by process (each group one process's, so that the ``data`` axis stays inside a host)."""
+  axes, axis_types = (HOSTS_AXIS, DATA_AXIS, MODEL_AXIS), (jax.sharding.AxisType.Auto,) * 3
+  shape = (hosts, len(devices) // hosts // tensor_parallelism, tensor_parallelism)
+  if hosts == 1:
+    return jax.make_mesh(shape, axes, axis_types=axis_types, devices=devices)
+  grouped = np.array(sorted(devices, key=lambda device: (device.process_index, device.id))).reshape(shape)
+  processes = [{device.process_index for device in group.flat} for group in grouped]
+  if jax.process_count() > 1 and any(len(group) > 1 for group in processes):
+    raise ConfigError(f"config.hybrid_mesh=True needs the same number of devices on each of the {hosts} processes; "
+                      f"their devices are {sorted(device.process_index for device in devices)} by process. Give "
+                      "each process as many devices (--local_device_ids), or set hybrid_mesh=False.")
+  return jax.sharding.Mesh(grouped, axes, axis_types=axis_types)
+
+
 def make_strategy(parallelism: str, num_replicas: int = 1, settings: dict | None = None,
-                  tensor_parallelism: int = 1, rules=None) -> Strategy:
-  """The strategy of ``parallelism``: ``jit``, a mesh of this process's first device; ``mesh``, of every device;
-  ``pmap``. ``RunConfig`` checks the combination of fields, naming them."""
+                  tensor_parallelism: int = 1, rules=None, hybrid: bool = False) -> Strategy:
+  """The strategy of ``parallelism``: ``jit``, a mesh of this process's first device; ``mesh``, of every device
+  (``hybrid``: a ``hosts`` axis of one entry per process); ``pmap``. ``RunConfig`` checks the combination of
+  fields, naming them."""
   if parallelism == "pmap":
     return PmapStrategy()
   if parallelism in ("jit", "mesh"):
     devices = jax.local_devices()[:1] if parallelism == "jit" else None
-    return MeshStrategy(devices, tensor_parallelism, rules, num_replicas, settings, name=parallelism)
+    return MeshStrategy(devices, tensor_parallelism, rules, num_replicas, settings, name=parallelism,
+                        hosts=jax.process_count() if hybrid else 1)
   raise ValueError(f"config.parallelism={parallelism!r} is not supported; choose one of {list(PARALLELISMS)}.")
 
 

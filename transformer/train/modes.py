@@ -74,7 +74,7 @@ def _build_session(run_config: RunConfig, workdir: str, mode: str, lock, started
   _check_task_supports(run_config, task, mode)
   model_config = task.model_config()
   strategy = make_strategy(run_config.parallelism, run_config.replicas.count, run_config.replicas.settings(),
-                           run_config.tensor_parallelism, run_config.logical_axis_rules)
+                           run_config.tensor_parallelism, run_config.logical_axis_rules, run_config.hybrid_mesh)
   _check_batch_divides(run_config, strategy.num_devices, jax.process_count())
   # A fresh run is identified by the record it is about to write; one that exists, by the record it wrote.
   run_identity = RunDirectory(workdir).run_identity() or (record_identity(run_config.record) if mode == "train"
@@ -89,8 +89,10 @@ def _build_session(run_config: RunConfig, workdir: str, mode: str, lock, started
   check_tokenizers(workdir, task.trained_tokenizers(), has_checkpoints, write=session.is_main and mode == "train")
   if mode != "train":  # training holds a run to its record once it knows whether it resumes (hold_to_record)
     hold_to_record(session, resuming=True)
+  mesh = getattr(strategy, "mesh", None)  # a multi-device mesh's axes: how the layout came out
+  layout = f" ({' x '.join(f'{axis} {size}' for axis, size in mesh.shape.items())})" if mesh and mesh.size > 1 else ""
   session.say(f"devices: {jax.device_count()} x {jax.devices()[0].platform}, processes: {session.process_count}, "
-              f"parallelism: {strategy.name}")
+              f"parallelism: {strategy.name}{layout}")
   return session
 
 
