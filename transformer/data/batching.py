@@ -31,13 +31,15 @@ to a multiple of ``max_length`` (so over-long examples add few extra shapes).
 """
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import math
+import threading
 from typing import Any, Iterator, Sequence
 
 import numpy as np
 
-from transformer.data import packing
+from transformer.data import hosts, packing
 from transformer.errors import ConfigError
 
 PAD_ID = 0  # == tokenizers.PAD_ID; not imported so that batching needs numpy only
@@ -104,6 +106,23 @@ class TokenizedExamples:
     """A new :class:`TokenizedExamples` holding ``indices``, in that order."""
     return TokenizedExamples.from_sequences([self.source(i) for i in indices],
                                             [self.target(i) for i in indices])
+
+
+def padded_rows(tokens: np.ndarray, offsets: np.ndarray, indices: np.ndarray, rows: int,
+                length: int) -> np.ndarray:
+  """int32 ``[rows, length]``: row ``r`` holds sequence ``indices[r]`` of the flat ``tokens`` / ``offsets``
+  (``TokenizedExamples``' layout) from its first position, then ``PAD_ID``; the rows past ``len(indices)`` are
+  all padding. One gather for the whole batch, no loop over rows."""
+  batch = np.full([rows, length], PAD_ID, np.int32)
+  indices = np.asarray(indices, np.int64)
+  starts = offsets[indices]
+  lengths = offsets[indices + 1] - starts
+  if lengths.size and lengths.max() > length:
+    raise ValueError(f"a sequence of {lengths.max()} tokens does not fit a row of {length}.")
+  firsts = np.cumsum(lengths) - lengths  # where each sequence starts among the batch's tokens
+  positions = np.arange(int(lengths.sum())) - np.repeat(firsts, lengths)  # each token's column
+  batch[np.repeat(np.arange(len(indices)), lengths), positions] = tokens[np.repeat(starts, lengths) + positions]
+  return batch
 
 
 def make_bucket_boundaries(max_length: int, min_length: int = 8, growth: float = 1.2,
@@ -198,7 +217,9 @@ class TokenBatcher:
     if self.train and self.num_dropped == len(examples):
       raise ValueError(f"No training example is at most max_length={self.max_length} tokens long "
                        f"({len(examples)} examples, longest {self.lengths.max(initial=0)}).")
-    self._plan_cache: tuple[int, list[np.ndarray]] | None = None
+    # epoch -> its plan (a Future: computed here, or ahead on a thread by ``plan_ahead``); the latest two kept.
+    self._plans: dict[int, concurrent.futures.Future] = {}
+    self._plans_lock = threading.Lock()
 
   @property
   def batch_shapes(self) -> list[tuple[int, int]]:
@@ -210,12 +231,39 @@ class TokenBatcher:
     return [(bucket.batch_size, bucket.length) for bucket in self.buckets]
 
   def epoch_batches(self, epoch: int) -> list[np.ndarray]:
-    """The example indices of each batch of ``epoch``, in order (a pure function of seed, epoch)."""
-    if self._plan_cache is not None and self._plan_cache[0] == epoch:
-      return self._plan_cache[1]
-    if self.pack:
-      self._plan_cache = (epoch, self._packed_batches(epoch))
-      return self._plan_cache[1]
+    """The example indices of each batch of ``epoch``, in order (a pure function of seed, epoch), planned once
+    per epoch (here, or ahead by ``plan_ahead``)."""
+    future, mine = self._plan_future(epoch)
+    if mine:
+      self._compute_plan(epoch, future)
+    return future.result()
+
+  def plan_ahead(self, epoch: int) -> None:
+    """Starts planning ``epoch`` on a background thread, unless it is planned or being planned: so that the
+    step after an epoch's last batch does not wait for the next epoch's plan."""
+    future, mine = self._plan_future(epoch)
+    if mine:
+      threading.Thread(target=self._compute_plan, args=(epoch, future), daemon=True,
+                       name=f"TokenBatcher plan of epoch {epoch}").start()
+
+  def _plan_future(self, epoch: int) -> tuple[concurrent.futures.Future, bool]:
+    """``(the Future of epoch's plan, whether the caller must compute it)``; forgets plans before ``epoch - 1``."""
+    with self._plans_lock:
+      future = self._plans.get(epoch)
+      if future is not None:
+        return future, False
+      for old in [e for e in self._plans if e < epoch - 1]:
+        del self._plans[old]
+      future = self._plans[epoch] = concurrent.futures.Future()
+      return future, True
+
+  def _compute_plan(self, epoch: int, future: concurrent.futures.Future) -> None:
+    try:
+      future.set_result(self._packed_batches(epoch) if self.pack else self._bucketed_batches(epoch))
+    except BaseException as error:  # pylint: disable=broad-except
+      future.set_exception(error)  # raised where the plan is used
+
+  def _bucketed_batches(self, epoch: int) -> list[np.ndarray]:
     batches = []
     if self.train:
       rng = np.random.default_rng([self.seed, epoch])
@@ -231,7 +279,6 @@ class TokenBatcher:
       batches = [batches[i] for i in rng.permutation(len(batches))]
     else:
       batches.extend(order[bucket_of_order < 0, None])  # over-long: one example per batch
-    self._plan_cache = (epoch, batches)
     return batches
 
   def _packed_batches(self, epoch: int) -> list:
@@ -246,12 +293,16 @@ class TokenBatcher:
   def num_batches(self, epoch: int = 0) -> int:
     return len(self.epoch_batches(epoch))
 
-  def make_batch(self, indices: np.ndarray) -> dict[str, np.ndarray]:
+  def make_batch(self, indices: np.ndarray, process_index: int = 0, process_count: int = 1) -> dict[str, np.ndarray]:
     """Pads the examples ``indices`` into a batch (see the module docstring); with ``pack``, ``indices`` are the
-    batch's rows (``epoch_batches``)."""
+    batch's rows (``epoch_batches``).
+
+    With ``process_count`` > 1, only rows ``hosts.host_range`` of that batch, equal to ``hosts.host_rows`` of the
+    whole one: only their examples are read and padded. ValueError if the rows do not split evenly."""
     if self.pack:
       rows = self.buckets[0].batch_size if self.fill_partial_batches else len(indices)
-      return packing.make_packed_batch(indices, self.examples, rows, *self.row_lengths)
+      start, stop = hosts.host_range(rows, process_index, process_count)
+      return packing.make_packed_batch(indices[start:stop], self.examples, stop - start, *self.row_lengths)
     bucket_id = self.bucket_ids[indices[0]]
     if bucket_id >= 0:
       bucket = self.buckets[bucket_id]
@@ -260,15 +311,14 @@ class TokenBatcher:
     else:  # an over-long evaluation example, alone in its batch
       length = -(-int(self.lengths[indices[0]]) // self.max_length) * self.max_length
       rows = 1
-    batch = {"source": np.full([rows, length], PAD_ID, np.int32),
-             "target": np.full([rows, length], PAD_ID, np.int32)}
-    for row, index in enumerate(indices):
-      source, target = self.examples[index]
-      batch["source"][row, :len(source)] = source
-      batch["target"][row, :len(target)] = target
+    start, stop = hosts.host_range(rows, process_index, process_count)
+    mine = np.asarray(indices[start:stop], np.int64)
+    examples = self.examples
+    batch = {"source": padded_rows(examples.source_tokens, examples.source_offsets, mine, stop - start, length),
+             "target": padded_rows(examples.target_tokens, examples.target_offsets, mine, stop - start, length)}
     if self.include_index:
-      batch["index"] = np.full([rows], -1, np.int32)
-      batch["index"][:len(indices)] = indices
+      batch["index"] = np.full([stop - start], -1, np.int32)
+      batch["index"][:len(mine)] = mine
     return batch
 
   def padding_fraction(self, epoch: int = 0) -> float:
@@ -306,6 +356,10 @@ class BatchIterator:
   ``get_state()`` is ``{"epoch": e, "batch": i, "seed": s, "num_examples": n}``: the next batch
   is batch ``i`` of epoch ``e``. A fresh iterator over the same examples and settings, given
   that state with ``set_state``, yields exactly the batches that would have followed.
+
+  While it walks epoch ``e``, the plan of ``e + 1`` is made on a background thread (``TokenBatcher.plan_ahead``).
+  After ``build_host_rows(i, n)`` (``hosts.HostShard`` calls it) each batch is only process ``i``'s rows of the
+  global batch (``hosts.host_rows`` of it), and only those examples are read and padded.
   """
 
   def __init__(self, batcher: TokenBatcher, num_epochs: int | None = None):
@@ -313,6 +367,12 @@ class BatchIterator:
     self.num_epochs = num_epochs
     self._epoch = 0
     self._batch = 0
+    self.process_index, self.process_count = 0, 1
+
+  def build_host_rows(self, process_index: int, process_count: int) -> bool:
+    hosts.host_range(process_count, process_index, process_count)  # checks the pair
+    self.process_index, self.process_count = int(process_index), int(process_count)
+    return True
 
   def __iter__(self) -> Iterator[dict[str, np.ndarray]]:
     return self
@@ -321,7 +381,9 @@ class BatchIterator:
     while self.num_epochs is None or self._epoch < self.num_epochs:
       plan = self.batcher.epoch_batches(self._epoch)
       if self._batch < len(plan):
-        batch = self.batcher.make_batch(plan[self._batch])
+        if self.num_epochs is None or self._epoch + 1 < self.num_epochs:
+          self.batcher.plan_ahead(self._epoch + 1)
+        batch = self.batcher.make_batch(plan[self._batch], self.process_index, self.process_count)
         self._batch += 1
         return batch
       if not plan:

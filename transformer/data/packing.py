@@ -61,16 +61,26 @@ def pack_rows(order: np.ndarray, source_lengths: np.ndarray, target_lengths: np.
 def make_packed_batch(rows: Sequence[np.ndarray], examples, num_rows: int, source_length: int,
                       target_length: int) -> dict[str, np.ndarray]:
   """The batch of ``rows`` (example indices of ``examples``, a ``batching.TokenizedExamples``), filled to
-  ``num_rows`` with all-padding rows."""
-  batch = {name: np.full([num_rows, length], PAD_ID, np.int32)
-           for name, length in (("source", source_length), ("target", target_length),
-                                ("source_segments", source_length), ("target_segments", target_length))}
-  for row, indices in enumerate(rows):
-    starts = {"source": 0, "target": 0}
-    for segment, index in enumerate(indices, start=1):
-      for side, tokens in zip(("source", "target"), examples[index]):
-        start, stop = starts[side], starts[side] + len(tokens)
-        batch[side][row, start:stop] = tokens
-        batch[f"{side}_segments"][row, start:stop] = segment
-        starts[side] = stop
-  return batch
+  ``num_rows`` with all-padding rows. One gather per array, no loop over rows or examples."""
+  counts = np.array([len(row) for row in rows], np.int64)
+  flat = np.concatenate(rows).astype(np.int64) if len(rows) else np.zeros([0], np.int64)
+  row_of = np.repeat(np.arange(len(counts)), counts)  # each example's row
+  first_of_row = np.repeat(np.cumsum(counts) - counts, counts)  # the position in ``flat`` of its row's first
+  segments = np.arange(len(flat)) - first_of_row + 1
+  batch = {}
+  for side, length in (("source", source_length), ("target", target_length)):
+    tokens, offsets = getattr(examples, f"{side}_tokens"), getattr(examples, f"{side}_offsets")
+    starts = offsets[flat]
+    lengths = offsets[flat + 1] - starts
+    ends = np.cumsum(lengths)
+    firsts = ends - lengths  # where each example starts among the batch's tokens of this side
+    columns = firsts - firsts[first_of_row] if len(flat) else firsts  # where it starts in its row
+    within = np.arange(int(lengths.sum())) - np.repeat(firsts, lengths)  # each token's place in its example
+    token_rows, token_columns = np.repeat(row_of, lengths), np.repeat(columns, lengths) + within
+    if len(flat) and (columns + lengths).max() > length:
+      raise ValueError(f"packed examples of {(columns + lengths).max()} {side} tokens overflow a row of {length}.")
+    batch[side] = np.full([num_rows, length], PAD_ID, np.int32)
+    batch[side][token_rows, token_columns] = tokens[np.repeat(starts, lengths) + within]
+    batch[f"{side}_segments"] = np.full([num_rows, length], PAD_ID, np.int32)
+    batch[f"{side}_segments"][token_rows, token_columns] = np.repeat(segments, lengths)
+  return {name: batch[name] for name in ("source", "target", "source_segments", "target_segments")}

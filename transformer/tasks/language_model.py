@@ -39,8 +39,8 @@ class SentenceBatcher(batching.TokenBatcher):
   """``TokenBatcher`` over sentences held as targets (``monolingual.sentences_as_targets``): batches
   ``{"tokens": int32 [batch, length]}``, plus ``"segments"`` (the same shape) when packed."""
 
-  def make_batch(self, indices):
-    batch = super().make_batch(indices)
+  def make_batch(self, indices, process_index=0, process_count=1):
+    batch = super().make_batch(indices, process_index, process_count)
     return {"tokens": batch["target"], **({"segments": batch["target_segments"]} if self.pack else {})}
 
 
