@@ -129,6 +129,10 @@ class LanguageModelConfig(SentencePieceTextConfig):
   vocab_size: int = 4000
   max_tokens: int = 2048
   max_length: int = 64  # also the longest continuation by default
+  # True: a training sentence longer than max_length is cut into pieces of max_length tokens (every token kept;
+  # a piece after the first starts without its sentence's context); False: it is dropped, as runs recorded
+  # before this field were trained (see experiments/language_model.py).
+  chunk_long_sentences: bool = False
   # continuations shown at each evaluation, of the first eval sentences (0: none)
   num_eval_prompts: int = setting(3, Effect.EVALUATION)
   prompt_words: int = setting(4, Effect.EVALUATION)  # the words of each such sentence that prompt its continuation
