@@ -109,3 +109,21 @@ def test_pack_rows_gives_the_rows_of_the_numpy_implementation(open_rows):
   want = _old_pack_rows(order, source_lengths, target_lengths, 48, 64, open_rows)
   assert [row.tolist() for row in got] == [row.tolist() for row in want]
   assert all(row.dtype == np.int64 for row in got)
+
+
+def test_epochs_planned_by_worker_processes_are_the_ones_planned_here():
+  examples = random_examples(400, 40, seed=4)
+  options = dict(max_tokens=256, max_length=32, seed=5, pack=True, batch_size_multiple=4)
+  here = batching.TokenBatcher(examples, **options)
+  expected = [[[row.tolist() for row in batch] for batch in here.epoch_batches(epoch)] for epoch in range(4)]
+  workers = batching.TokenBatcher(examples, plan_workers=2, **options)
+  try:
+    iterator = workers.iterator()
+    for _ in range(3 * workers.num_batches(0) + 1):  # into epoch 3: epochs 1-4 planned by the workers
+      next(iterator)
+    assert workers._plan_pool is not None
+    got = [[[row.tolist() for row in batch] for batch in workers.epoch_batches(epoch)] for epoch in range(2, 4)]
+    assert got == expected[2:]
+  finally:
+    workers.close()
+  assert workers._plan_pool is None

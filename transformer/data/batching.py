@@ -34,6 +34,7 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import math
+import multiprocessing
 import threading
 from typing import Any, Iterator, Sequence
 
@@ -125,6 +126,15 @@ def padded_rows(tokens: np.ndarray, offsets: np.ndarray, indices: np.ndarray, ro
   return batch
 
 
+def packed_epoch(seed: int, epoch: int, kept: np.ndarray, source_lengths: np.ndarray, target_lengths: np.ndarray,
+                 row_lengths: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
+  """``packing.pack_rows_flat`` of ``epoch``: the ``kept`` examples (bool ``[num_examples]``) in the epoch's
+  shuffled order (as bucketing shuffles), packed first fit into rows in the order they were started. A pure
+  function of its arguments, so that a worker process can make it (``TokenBatcher.plan_workers``)."""
+  order = np.random.default_rng([seed, epoch]).permutation(len(kept))
+  return packing.pack_rows_flat(order[kept[order]], source_lengths, target_lengths, *row_lengths)
+
+
 def make_bucket_boundaries(max_length: int, min_length: int = 8, growth: float = 1.2,
                            multiple: int = 8) -> list[int]:
   """Geometric bucket boundaries, multiples of ``multiple``, ending exactly at ``max_length``.
@@ -165,12 +175,15 @@ class TokenBatcher:
     include_index: add ``"index"`` (int32 ``[batch_size]``, -1 on filler rows) to each batch.
     pack: training only: pack examples into rows of ``packing.row_lengths`` positions (``max_length`` on the
       side with more tokens), ``max_tokens // max_length`` rows a batch (see ``packing.py``).
+    plan_workers: with ``pack``, processes that plan the next ``plan_workers`` epochs at once (``plan_ahead``),
+      for when one thread's first-fit packing is slower than the steps consume an epoch; 0: one thread.
   """
 
   def __init__(self, examples, *, max_tokens: int, max_length: int = 256,
                bucket_boundaries: Sequence[int] | None = None, train: bool = True, seed: int = 0,
                fixed_shape: bool = False, batch_size_multiple: int = 1,
-               fill_partial_batches: bool = True, include_index: bool = False, pack: bool = False):
+               fill_partial_batches: bool = True, include_index: bool = False, pack: bool = False,
+               plan_workers: int = 0):
     if not isinstance(examples, TokenizedExamples):
       examples = TokenizedExamples.from_pairs(examples)
     self.examples = examples
@@ -181,6 +194,10 @@ class TokenBatcher:
     self.fill_partial_batches = bool(fill_partial_batches)
     self.include_index = bool(include_index)
     self.pack = bool(pack)
+    self.plan_workers = int(plan_workers)
+    self._plan_pool: concurrent.futures.ProcessPoolExecutor | None = None
+    if self.plan_workers < 0:
+      raise ValueError(f"plan_workers must be >= 0, got {plan_workers}.")
     if self.pack and (include_index or not self.train):
       raise ValueError("pack=True is for training batches: evaluation and prediction keep one example per row "
                        "(with include_index); leave pack off there.")
@@ -240,19 +257,48 @@ class TokenBatcher:
 
   def plan_ahead(self, epoch: int) -> None:
     """Starts planning ``epoch`` on a background thread, unless it is planned or being planned: so that the
-    step after an epoch's last batch does not wait for the next epoch's plan."""
+    step after an epoch's last batch does not wait for the next epoch's plan. With ``plan_workers`` (packing),
+    epochs ``epoch`` to ``epoch + plan_workers - 1`` are planned at once, each in a worker process."""
+    if self.pack and self.plan_workers:
+      for ahead in range(epoch, epoch + self.plan_workers):
+        future, mine = self._plan_future(ahead, keep_from=epoch - 1)
+        if mine:
+          self._plan_in_worker(ahead, future)
+      return
     future, mine = self._plan_future(epoch)
     if mine:
       threading.Thread(target=self._compute_plan, args=(epoch, future), daemon=True,
                        name=f"TokenBatcher plan of epoch {epoch}").start()
 
-  def _plan_future(self, epoch: int) -> tuple[concurrent.futures.Future, bool]:
-    """``(the Future of epoch's plan, whether the caller must compute it)``; forgets plans before ``epoch - 1``."""
+  def _plan_in_worker(self, epoch: int, future: concurrent.futures.Future) -> None:
+    if self._plan_pool is None:  # spawned, not forked: the parent may hold JAX's threads
+      self._plan_pool = concurrent.futures.ProcessPoolExecutor(self.plan_workers,
+                                                               mp_context=multiprocessing.get_context("spawn"))
+    submitted = self._plan_pool.submit(packed_epoch, self.seed, epoch, self.bucket_ids >= 0,
+                                       self.examples.source_lengths, self.examples.target_lengths, self.row_lengths)
+
+    def done(submitted):
+      try:
+        future.set_result(self._packed_plan(*submitted.result()))
+      except BaseException as error:  # pylint: disable=broad-except
+        future.set_exception(error)
+    submitted.add_done_callback(done)
+
+  def close(self) -> None:
+    """Stops the worker processes of ``plan_workers``, if any were started (plans already made are kept)."""
+    if self._plan_pool is not None:
+      self._plan_pool.shutdown(wait=False, cancel_futures=True)
+      self._plan_pool = None
+
+  def _plan_future(self, epoch: int, keep_from: int | None = None) -> tuple[concurrent.futures.Future, bool]:
+    """``(the Future of epoch's plan, whether the caller must compute it)``; forgets plans before ``keep_from``
+    (default ``epoch - 1``)."""
     with self._plans_lock:
       future = self._plans.get(epoch)
       if future is not None:
         return future, False
-      for old in [e for e in self._plans if e < epoch - 1]:
+      keep_from = epoch - 1 if keep_from is None else keep_from
+      for old in [e for e in self._plans if e < keep_from]:
         del self._plans[old]
       future = self._plans[epoch] = concurrent.futures.Future()
       return future, True
@@ -282,11 +328,13 @@ class TokenBatcher:
     return batches
 
   def _packed_batches(self, epoch: int) -> list:
-    """``pack``: each batch's rows (example indices per row) in ``epoch``: the kept examples shuffled as in
-    bucketing, packed into rows, the rows cut into batches in the order they were started."""
-    order = np.random.default_rng([self.seed, epoch]).permutation(len(self.examples))
-    order = order[self.bucket_ids[order] >= 0]
-    rows = packing.pack_rows(order, self.examples.source_lengths, self.examples.target_lengths, *self.row_lengths)
+    """``pack``: each batch's rows (example indices per row) in ``epoch`` (``packed_epoch``)."""
+    return self._packed_plan(*packed_epoch(self.seed, epoch, self.bucket_ids >= 0, self.examples.source_lengths,
+                                           self.examples.target_lengths, self.row_lengths))
+
+  def _packed_plan(self, examples: np.ndarray, sizes: np.ndarray) -> list:
+    """The rows of ``packing.pack_rows_flat``'s two arrays cut into batches of ``batch_size`` rows."""
+    rows = np.split(examples, np.cumsum(sizes)[:-1]) if len(sizes) else []
     rows_per_batch = self.buckets[0].batch_size
     return [rows[start:start + rows_per_batch] for start in range(0, len(rows), rows_per_batch)]
 
@@ -395,6 +443,10 @@ class BatchIterator:
   def batch_shapes(self) -> list[tuple[int, int]]:
     """The batcher's :attr:`TokenBatcher.batch_shapes`: the shapes a train step will be compiled for."""
     return self.batcher.batch_shapes
+
+  def close(self) -> None:
+    """Stops the batcher's planning processes, if any (``TokenBatcher.close``)."""
+    self.batcher.close()
 
   def get_state(self) -> dict[str, Any]:
     return {"epoch": self._epoch, "batch": self._batch, "seed": self.batcher.seed,

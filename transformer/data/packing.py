@@ -12,6 +12,7 @@ Rows are filled first-fit: each example, in the epoch's shuffled order, goes to 
 """
 from __future__ import annotations
 
+import itertools
 from typing import Sequence
 
 import numpy as np
@@ -40,8 +41,22 @@ def pack_rows(order: np.ndarray, source_lengths: np.ndarray, target_lengths: np.
 
   ``order``: the examples to pack, in order; each must fit a row on both sides (callers drop the others).
   Plain Python lists, not numpy: with at most ``open_rows`` rows to scan per example, a numpy call's overhead
-  costs more than the scan (about 4x the time, benchmarks/RESULTS.md).
+  costs more than the scan itself.
   """
+  return [np.asarray(row, np.int64) for row in _first_fit(order, source_lengths, target_lengths, source_length,
+                                                          target_length, open_rows)]
+
+
+def pack_rows_flat(order: np.ndarray, source_lengths: np.ndarray, target_lengths: np.ndarray, source_length: int,
+                   target_length: int, open_rows: int = OPEN_ROWS) -> tuple[np.ndarray, np.ndarray]:
+  """:func:`pack_rows` as two arrays, cheap to send between processes: ``(examples int64 [kept], sizes int64
+  [rows])``, the rows' examples one row after another and how many each row holds."""
+  rows = _first_fit(order, source_lengths, target_lengths, source_length, target_length, open_rows)
+  sizes = np.fromiter(map(len, rows), np.int64, len(rows))
+  return np.fromiter(itertools.chain.from_iterable(rows), np.int64, int(sizes.sum())), sizes
+
+
+def _first_fit(order, source_lengths, target_lengths, source_length, target_length, open_rows) -> list[list[int]]:
   rows: list[list[int]] = []
   open_slots: list[list] = []  # the open rows, oldest first: [source room, target room, the row's examples]
   source_needs, target_needs = np.asarray(source_lengths).tolist(), np.asarray(target_lengths).tolist()
@@ -58,7 +73,7 @@ def pack_rows(order: np.ndarray, source_lengths: np.ndarray, target_lengths: np.
       open_slots.append([source_length - source_need, target_length - target_need, rows[-1]])
       if len(open_slots) > open_rows:
         del open_slots[0]
-  return [np.asarray(row, np.int64) for row in rows]
+  return rows
 
 
 def make_packed_batch(rows: Sequence[np.ndarray], examples, num_rows: int, source_length: int,

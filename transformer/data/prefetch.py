@@ -178,6 +178,9 @@ class PrefetchIterator:
 
   def close(self) -> None:
     self._shutdown()
+    close = getattr(self._iterator, "close", None)
+    if close is not None:
+      close()
 
   def __enter__(self) -> PrefetchIterator:
     return self

@@ -89,10 +89,14 @@ class SentencePieceTextConfig(TaskConfig):
   # True: training examples packed whole into rows of max_length positions (data/packing.py): one compiled
   # shape and almost no padding; attention and positions stay within each example. Evaluation is unpacked.
   pack: bool = False
+  # With pack: processes that plan (pack) the next epochs at once, each in a worker, for when one thread packs an
+  # epoch slower than the steps consume it (many hosts: benchmarks/host_data.py); 0: one background thread.
+  plan_workers: int = setting(0, Effect.LAYOUT)
   eval_split: str = setting("validation", Effect.EVALUATION)  # evaluated during training (checkpoint selection)
 
   def __post_init__(self):
     self.check_choice("tokenizer_type", TOKENIZER_TYPES)
+    self.check_non_negative_int("plan_workers")
     for name in ("vocab_size", "max_tokens", "max_length", "batch_size_multiple"):
       self.check_positive_int(name)
 

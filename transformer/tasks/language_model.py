@@ -78,7 +78,8 @@ class LanguageModelTask(RecordedTokenizers, Task):
     task = self.task_config
     return SentenceBatcher(examples, max_tokens=task.max_tokens, max_length=task.max_length, train=train,
                            seed=seed, batch_size_multiple=task.batch_size_multiple,
-                           fixed_shape=task.fixed_batch_shape, pack=task.pack and train)
+                           fixed_shape=task.fixed_batch_shape,
+                           pack=task.pack and train, plan_workers=task.plan_workers if task.pack and train else 0)
 
   def training_sentences(self):
     """The training sentences as the batcher gets them: those longer than ``max_length`` cut into pieces if
