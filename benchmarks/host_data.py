@@ -1,7 +1,7 @@
 """Data per host: can one host's thread build its rows of each global batch, and the epoch's plan, as fast as 8 GPUs
 at 26 ms per step consume them, at 1, 2, 4 and 8 processes?
 
-    python -m benchmarks.host_data                  # 1M generated pairs of WMT'14-like lengths: about 2 minutes
+    python -m benchmarks.host_data                  # 1M generated pairs of WMT'14-like lengths: about 4 minutes
     python -m benchmarks.host_data --smoke          # 20k pairs (tests)
 
 Weak scaling, as a run on more hosts grows its global batch: each of ``n`` simulated processes feeds 8 GPUs of
@@ -22,6 +22,7 @@ per step is its time over the epoch's steps, and it keeps up while that is below
 """
 from __future__ import annotations
 
+import os
 import sys
 import time
 
@@ -46,6 +47,8 @@ def add_arguments(parser):
                       help="tokens (each side, padding included) per GPU per step")
   parser.add_argument("--batches", type=common.positive_int, default=None,
                       help="batches timed per row (default 12; --smoke 2)")
+  parser.add_argument("--plan_workers", type=common.positive_int, default=2,
+                      help="worker processes of the packed plan's last measurement")
 
 
 def whole_batch_by_rows_loop(batcher: batching.TokenBatcher, plan) -> dict[str, np.ndarray]:
@@ -72,11 +75,20 @@ def whole_batch_by_rows_loop(batcher: batching.TokenBatcher, plan) -> dict[str, 
   return batch
 
 
-def mean_seconds(build, plans) -> float:
-  start = time.perf_counter()
-  for plan in plans:
-    build(plan)
-  return (time.perf_counter() - start) / len(plans)
+def seconds_per_batch(builds: dict, plans, repeats: int, warmup: int) -> dict[str, float]:
+  """name -> the median over ``repeats`` of the mean seconds ``builds[name]`` takes per plan of ``plans``; the
+  builds take turns within each repeat, so that other work on the host weighs on them alike."""
+  for build in builds.values():
+    for plan in plans[:warmup]:
+      build(plan)
+  times = {name: [] for name in builds}
+  for _ in range(repeats):
+    for name, build in builds.items():
+      start = time.perf_counter()
+      for plan in plans:
+        build(plan)
+      times[name].append((time.perf_counter() - start) / len(plans))
+  return {name: float(np.median(values)) for name, values in times.items()}
 
 
 def main(argv=None) -> common.Report:
@@ -109,10 +121,11 @@ def main(argv=None) -> common.Report:
       plan_seconds.setdefault(name, planned)  # the same work for every count: the first measurement is kept
       plans = epoch[:timed_batches]
       host = process_count - 1  # the last process: its rows are the global batch's last, filler rows included
-      loop = mean_seconds(lambda plan: hosts.host_rows(whole_batch_by_rows_loop(batcher, plan), host,
-                                                       process_count), plans)
-      gather = mean_seconds(lambda plan: hosts.host_rows(batcher.make_batch(plan), host, process_count), plans)
-      own = mean_seconds(lambda plan: batcher.make_batch(plan, host, process_count), plans)
+      timed = seconds_per_batch(
+          {"loop": lambda plan: hosts.host_rows(whole_batch_by_rows_loop(batcher, plan), host, process_count),
+           "gather": lambda plan: hosts.host_rows(batcher.make_batch(plan), host, process_count),
+           "own": lambda plan: batcher.make_batch(plan, host, process_count)}, plans, args.repeats, args.warmup)
+      loop, gather, own = timed["loop"], timed["gather"], timed["own"]
       steps_at_one.setdefault(name, len(epoch))
       rate = host_tokens / own
       report.rows.append([name, process_count, process_count * host_tokens, 1e3 * loop, 1e3 * gather, 1e3 * own,
@@ -121,14 +134,34 @@ def main(argv=None) -> common.Report:
       print(f"{name}, {process_count} process(es): own rows {1e3 * own:.2f} ms, whole batch {1e3 * loop:.2f} ms "
             f"(loop) {1e3 * gather:.2f} ms (gather); plan {planned:.2f} s for {len(epoch)} steps", flush=True)
   tokens = int(examples.source_lengths.sum() + examples.target_lengths.sum())
+  if "packed rows" in plan_seconds and not common.out_of_time(args):
+    workers = args.plan_workers
+    batcher = batching.TokenBatcher(examples, max_tokens=host_tokens, max_length=MAX_LENGTH, seed=0,
+                                    batch_size_multiple=GPUS_PER_HOST, pack=True, plan_workers=workers)
+    batcher.plan_ahead(1)  # epochs 1 to workers: the processes start (not timed)
+    for epoch in range(1, workers + 1):
+      batcher.epoch_batches(epoch)
+    start = time.perf_counter()
+    batcher.plan_ahead(workers + 1)  # the next ones, one per worker process, at once
+    for epoch in range(workers + 1, 2 * workers + 1):
+      batcher.epoch_batches(epoch)
+    per_epoch = (time.perf_counter() - start) / workers
+    batcher.close()
+    report.ratios[f"packed plan: one thread / {workers} worker processes, seconds per epoch"] = (
+        plan_seconds["packed rows"] / per_epoch)
+    report.notes.append(
+        f"Packed plans by {workers} worker processes (config.task.plan_workers={workers}, epochs planned at once): "
+        f"{per_epoch:.2f} s per epoch (started processes, arrays sent and plans returned included) against "
+        f"{plan_seconds['packed rows']:.2f} s on one thread, on this {os.cpu_count()}-core host.")
   report.notes += [
       f"{num_pairs:,} generated pairs, {tokens:,} tokens (both sides), log-normal lengths of means "
       f"{WMT_MEAN_LENGTHS[0]:g} / {WMT_MEAN_LENGTHS[1]:g} (WMT'14 en-de's, 32k SentencePiece), max_length "
       f"{MAX_LENGTH}; {args.tokens_per_gpu:,} tokens per GPU per step (each side, padding included), "
       f"{GPUS_PER_HOST} GPUs per process: a host builds {host_tokens:,} tokens a step, and 8 GPUs at "
       f"{1e3 * STEP_SECONDS:g} ms a step need {needed_rate:,.0f} tokens/s from it.",
-      f"Times: the mean over an epoch's first {timed_batches} batches, one thread, for the last process (a bucket's "
-      "filler rows are its); the global batch grows with the processes (weak scaling), so the plan's cost per "
+      f"Times: the mean over an epoch's first {timed_batches} batches (the median of {args.repeats} such means after "
+      f"{args.warmup} batch(es) of warm-up, the three ways taking turns), one thread, for the last process (a "
+      "bucket's filler rows are its); the global batch grows with the processes (weak scaling), so the plan's cost per "
       "step does too: the plan is the same work on every host whatever their number.",
       "The plan of epoch e + 1 is made on a background thread while epoch e is walked (TokenBatcher.plan_ahead): "
       "it keeps up while its ms per step stay under the step's; beyond, the next epoch's first step waits.",
@@ -138,6 +171,9 @@ def main(argv=None) -> common.Report:
     report.notes.append(f"{name}: at 64 processes an epoch of this corpus would be about {steps_64:,.1f} steps "
                         f"(1 process's over 64), its plan {1e3 * seconds / steps_64:,.0f} ms per step (estimate: the "
                         "plan's time does not depend on the process count).")
+  report.notes.append(f"Host load: 1-minute load average {os.getloadavg()[0]:.1f} at the end on {os.cpu_count()} "
+                      "cores (at the start: the machine line); above the core count, other jobs shared the cores "
+                      "and every time here is longer than on an idle host.")
   if left_out:
     report.notes.append(f"Left out (--time_budget_s spent): {', '.join(left_out)}.")
   return common.finish(report, args, argv, machine)

@@ -341,7 +341,8 @@ class TokenBatcher:
   def num_batches(self, epoch: int = 0) -> int:
     return len(self.epoch_batches(epoch))
 
-  def make_batch(self, indices: np.ndarray, process_index: int = 0, process_count: int = 1) -> dict[str, np.ndarray]:
+  def make_batch(self, indices: np.ndarray, process_index: int = 0,
+                 process_count: int = 1) -> dict[str, np.ndarray]:
     """Pads the examples ``indices`` into a batch (see the module docstring); with ``pack``, ``indices`` are the
     batch's rows (``epoch_batches``).
 
