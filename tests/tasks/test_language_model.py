@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from tests.data.data_fixtures import write_multi30k
+from transformer.data.hosts import HostShard
 from transformer.tasks.language_model import LOG_PROBS_FILE, log_probs_metrics, read_log_probs
 from tests.train.conftest import load_experiment_config
 from transformer import load
@@ -206,3 +207,19 @@ def test_long_training_sentences_are_dropped_or_cut_into_pieces_and_the_log_says
     counts[chunk] = tokens
   assert counts[True] == train.target_tokens.size  # cut into pieces, every token is trained on once an epoch
   assert counts[False] == int(train.target_lengths[train.target_lengths <= 8].sum())
+
+
+def test_each_process_builds_only_its_rows_of_the_tasks_global_batches(raw_dir, data_dir):
+  """The task's training iterator is asked by ``HostShard`` to build one process's rows, and the rows of 2
+  processes joined are the global batches of one process, past the first epoch's end."""
+  task = build_task(tiny_config(raw_dir, data_dir))
+  reference = task.train_iterator(0, seed=3)
+  count = reference._iterator.batcher.num_batches(0) + 2
+  expected = [next(reference) for _ in range(count)]
+  shards = [HostShard(task.train_iterator(0, seed=3), process, 2) for process in range(2)]
+  assert all(shard.builds_rows for shard in shards)
+  for want in expected:
+    rows = [next(shard) for shard in shards]
+    np.testing.assert_array_equal(np.concatenate([row["tokens"] for row in rows]), want["tokens"])
+  for iterator in (reference, *shards):
+    iterator.close()
