@@ -65,7 +65,10 @@ def _text_task(task) -> None:
   task.vocab_size = 4000  # SentencePiece pieces, 4 specials included
   task.tokenizer_type = "unigram"
   task.max_tokens = 2048  # per batch, padding included
-  task.max_length = 64  # training filter (longer sentences are dropped) and the longest continuation
+  task.max_length = 64  # training filter (see chunk_long_sentences) and the longest continuation
+  # False: training sentences longer than max_length are dropped, as the recorded runs were trained (the log says
+  # how many); True cuts them into pieces of max_length instead, which changes those runs' data.
+  task.chunk_long_sentences = False
   task.batch_size_multiple = 8
   task.fixed_batch_shape = False  # True: one batch shape (one compilation) instead of one per length bucket
   task.pack = False  # True: sentences packed whole into rows of max_length: one shape, almost no padding

@@ -183,3 +183,93 @@ def test_pad_rows_appends_zero_rows_with_index_minus_one_and_leaves_divisible_ba
     pad_rows(batch, 0)
   # The use: an evaluation batch split over processes x devices.
   _assert_batches_equal(_joined([[host_rows(padded, i, 2)] for i in range(2)]), [padded])
+
+
+def _old_make_batch(batcher, indices):
+  """``TokenBatcher.make_batch`` as it was before each process built only its rows: a loop over rows."""
+  if batcher.pack:
+    rows = batcher.buckets[0].batch_size if batcher.fill_partial_batches else len(indices)
+    source_length, target_length = batcher.row_lengths
+    batch = {name: np.zeros([rows, length], np.int32)
+             for name, length in (("source", source_length), ("target", target_length),
+                                  ("source_segments", source_length), ("target_segments", target_length))}
+    for row, members in enumerate(indices):
+      starts = {"source": 0, "target": 0}
+      for segment, index in enumerate(members, start=1):
+        for side, tokens in zip(("source", "target"), batcher.examples[index]):
+          start, stop = starts[side], starts[side] + len(tokens)
+          batch[side][row, start:stop] = tokens
+          batch[f"{side}_segments"][row, start:stop] = segment
+          starts[side] = stop
+    return batch
+  bucket = batcher.buckets[batcher.bucket_ids[indices[0]]]
+  rows = bucket.batch_size if batcher.fill_partial_batches else len(indices)
+  batch = {"source": np.zeros([rows, bucket.length], np.int32), "target": np.zeros([rows, bucket.length], np.int32)}
+  for row, index in enumerate(indices):
+    source, target = batcher.examples[index]
+    batch["source"][row, :len(source)] = source
+    batch["target"][row, :len(target)] = target
+  if batcher.include_index:
+    batch["index"] = np.full([rows], -1, np.int32)
+    batch["index"][:len(indices)] = indices
+  return batch
+
+
+def _eight_way_batcher(**options):
+  # Buckets of 16 / 8 / 8 rows (packed: 8 rows): every batch splits over 1, 2, 4 and 8 processes.
+  return batching.TokenBatcher(_token_examples(150, 24, seed=7), max_tokens=192, max_length=24, seed=2,
+                               batch_size_multiple=8, **options)
+
+
+@pytest.mark.parametrize("options", [{"include_index": True}, {"pack": True}, {"fixed_shape": True}], ids=str)
+def test_each_process_builds_its_rows_of_the_old_global_batches_for_1_2_4_8_processes(options):
+  """The processes' own rows, put together, are the batches the loop over rows built whole, for any count."""
+  reference = _eight_way_batcher(**options)
+  per_epoch = reference.num_batches(0)
+  expected = [_old_make_batch(reference, reference.epoch_batches(epoch)[batch])
+              for epoch in range(2) for batch in range(per_epoch if epoch == 0 else reference.num_batches(1))]
+  for process_count in (1, 2, 4, 8):
+    shards = []
+    for process in range(process_count):
+      shard = HostShard(prefetch.PrefetchIterator(_eight_way_batcher(**options).iterator()), process, process_count)
+      assert shard.builds_rows == (process_count > 1)
+      shards.append(_take(shard, len(expected)))
+      _close(shard)
+    _assert_batches_equal(_joined(shards), expected)
+
+
+def test_a_process_reads_only_the_examples_of_its_rows():
+  batcher = _eight_way_batcher(include_index=True)
+  indices = batcher.epoch_batches(0)[0]
+  rows = batcher.buckets[batcher.bucket_ids[indices[0]]].batch_size
+  for process in range(4):
+    read = []
+    original = batching.padded_rows
+    def spy(tokens, offsets, chosen, *args):
+      read.append(np.asarray(chosen).tolist())
+      return original(tokens, offsets, chosen, *args)
+    batching.padded_rows = spy
+    try:
+      batcher.make_batch(indices, process, 4)
+    finally:
+      batching.padded_rows = original
+    mine = indices[process * rows // 4:(process + 1) * rows // 4].tolist()
+    assert read == [mine, mine]  # source and target: this process's examples, no other
+
+
+def test_the_global_plan_is_the_same_for_any_process_count_and_made_once_per_epoch_ahead_of_it():
+  plans = {}
+  for process_count in (1, 2, 4, 8):
+    batcher = _eight_way_batcher(pack=True)
+    made = []
+    original = batcher._packed_batches
+    batcher._packed_batches = lambda epoch: made.append(epoch) or original(epoch)
+    iterator = batcher.iterator()
+    iterator.build_host_rows(process_count - 1, process_count)
+    first = batcher.num_batches(0)
+    _take(iterator, first + 2)
+    batcher._plans[1].result()
+    batcher._plans[2].result(timeout=10)  # planned while epoch 1 is walked, before its first batch is needed
+    assert sorted(made) == [0, 1, 2]  # once per epoch, however many batches were drawn
+    plans[process_count] = [[np.asarray(row).tolist() for row in batch] for batch in batcher.epoch_batches(1)]
+  assert all(plan == plans[1] for plan in plans.values())

@@ -82,3 +82,48 @@ def test_a_packed_position_resumes_to_the_same_batches():
 def test_packing_is_for_training_only():
   with pytest.raises(ValueError, match="pack=True is for training"):
     batching.TokenBatcher(random_examples(10, 8), max_tokens=64, max_length=8, pack=True, train=False)
+
+
+def _old_pack_rows(order, source_lengths, target_lengths, source_length, target_length, open_rows=packing.OPEN_ROWS):
+  """``packing.pack_rows`` as it was (numpy arrays of the open rows' room), the reference the faster one keeps."""
+  rows, open_index, room = [], np.zeros([0], np.int64), np.zeros([0, 2], np.int64)
+  for example in order:
+    needs = (source_lengths[example], target_lengths[example])
+    fits = np.flatnonzero((room[:, 0] >= needs[0]) & (room[:, 1] >= needs[1]))
+    if len(fits):
+      rows[open_index[fits[0]]].append(int(example))
+      room[fits[0]] -= needs
+      continue
+    rows.append([int(example)])
+    open_index = np.append(open_index, len(rows) - 1)[-open_rows:]
+    room = np.concatenate([room, [[source_length - needs[0], target_length - needs[1]]]])[-open_rows:]
+  return [np.asarray(row, np.int64) for row in rows]
+
+
+@pytest.mark.parametrize("open_rows", [1, 4, packing.OPEN_ROWS])
+def test_pack_rows_gives_the_rows_of_the_numpy_implementation(open_rows):
+  rng = np.random.default_rng(open_rows)
+  source_lengths, target_lengths = rng.integers(1, 40, 3000), rng.integers(0, 60, 3000)
+  order = rng.permutation(3000)[:2500]
+  got = packing.pack_rows(order, source_lengths, target_lengths, 48, 64, open_rows)
+  want = _old_pack_rows(order, source_lengths, target_lengths, 48, 64, open_rows)
+  assert [row.tolist() for row in got] == [row.tolist() for row in want]
+  assert all(row.dtype == np.int64 for row in got)
+
+
+def test_epochs_planned_by_worker_processes_are_the_ones_planned_here():
+  examples = random_examples(400, 40, seed=4)
+  options = dict(max_tokens=256, max_length=32, seed=5, pack=True, batch_size_multiple=4)
+  here = batching.TokenBatcher(examples, **options)
+  expected = [[[row.tolist() for row in batch] for batch in here.epoch_batches(epoch)] for epoch in range(4)]
+  workers = batching.TokenBatcher(examples, plan_workers=2, **options)
+  try:
+    iterator = workers.iterator()
+    for _ in range(3 * workers.num_batches(0) + 1):  # into epoch 3: epochs 1-4 planned by the workers
+      next(iterator)
+    assert workers._plan_pool is not None
+    got = [[[row.tolist() for row in batch] for batch in workers.epoch_batches(epoch)] for epoch in range(2, 4)]
+    assert got == expected[2:]
+  finally:
+    workers.close()
+  assert workers._plan_pool is None

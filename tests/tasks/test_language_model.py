@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from tests.data.data_fixtures import write_multi30k
+from transformer.data.hosts import HostShard
 from transformer.tasks.language_model import LOG_PROBS_FILE, log_probs_metrics, read_log_probs
 from tests.train.conftest import load_experiment_config
 from transformer import load
@@ -183,3 +184,42 @@ def test_a_trained_run_continues_prompts_without_its_data(tmp_path, monkeypatch)
   shutil.rmtree(tmp_path / "tfds")
   monkeypatch.setenv("TRANSFORMER_DATA_DIR", str(tmp_path / "nowhere"))
   assert load(workdir).continue_texts(["a dog", ""], max_new_tokens=4) == expected
+
+
+def test_long_training_sentences_are_dropped_or_cut_into_pieces_and_the_log_says_how_many(raw_dir, data_dir, caplog):
+  config = tiny_config(raw_dir, data_dir)
+  config.task.max_length = 8  # the fixture's sentences run to 47 pieces: many are longer
+  counts = {}
+  for chunk in (False, True):
+    config.task.chunk_long_sentences = chunk
+    task = build_task(config)
+    train = task.data.train
+    long = int(np.sum(train.target_lengths > 8))
+    assert long > 0
+    with caplog.at_level("INFO", logger="transformer.tasks.language_model"):
+      caplog.clear()
+      iterator = task.train_iterator(0, seed=0)
+      per_epoch = iterator._iterator.batcher.num_batches(0)
+      tokens = sum(int(np.count_nonzero(next(iterator)["tokens"])) for _ in range(per_epoch))
+      iterator.close()
+    fate = "cut into pieces" if chunk else "dropped"
+    assert f"{long} of {len(train)} sentences longer than max_length=8 {fate}" in caplog.text
+    counts[chunk] = tokens
+  assert counts[True] == train.target_tokens.size  # cut into pieces, every token is trained on once an epoch
+  assert counts[False] == int(train.target_lengths[train.target_lengths <= 8].sum())
+
+
+def test_each_process_builds_only_its_rows_of_the_tasks_global_batches(raw_dir, data_dir):
+  """The task's training iterator is asked by ``HostShard`` to build one process's rows, and the rows of 2
+  processes joined are the global batches of one process, past the first epoch's end."""
+  task = build_task(tiny_config(raw_dir, data_dir))
+  reference = task.train_iterator(0, seed=3)
+  count = reference._iterator.batcher.num_batches(0) + 2
+  expected = [next(reference) for _ in range(count)]
+  shards = [HostShard(task.train_iterator(0, seed=3), process, 2) for process in range(2)]
+  assert all(shard.builds_rows for shard in shards)
+  for want in expected:
+    rows = [next(shard) for shard in shards]
+    np.testing.assert_array_equal(np.concatenate([row["tokens"] for row in rows]), want["tokens"])
+  for iterator in (reference, *shards):
+    iterator.close()

@@ -31,13 +31,16 @@ to a multiple of ``max_length`` (so over-long examples add few extra shapes).
 """
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import math
+import multiprocessing
+import threading
 from typing import Any, Iterator, Sequence
 
 import numpy as np
 
-from transformer.data import packing
+from transformer.data import hosts, packing
 from transformer.errors import ConfigError
 
 PAD_ID = 0  # == tokenizers.PAD_ID; not imported so that batching needs numpy only
@@ -106,6 +109,32 @@ class TokenizedExamples:
                                             [self.target(i) for i in indices])
 
 
+def padded_rows(tokens: np.ndarray, offsets: np.ndarray, indices: np.ndarray, rows: int,
+                length: int) -> np.ndarray:
+  """int32 ``[rows, length]``: row ``r`` holds sequence ``indices[r]`` of the flat ``tokens`` / ``offsets``
+  (``TokenizedExamples``' layout) from its first position, then ``PAD_ID``; the rows past ``len(indices)`` are
+  all padding. One gather for the whole batch, no loop over rows."""
+  batch = np.full([rows, length], PAD_ID, np.int32)
+  indices = np.asarray(indices, np.int64)
+  starts = offsets[indices]
+  lengths = offsets[indices + 1] - starts
+  if lengths.size and lengths.max() > length:
+    raise ValueError(f"a sequence of {lengths.max()} tokens does not fit a row of {length}.")
+  firsts = np.cumsum(lengths) - lengths  # where each sequence starts among the batch's tokens
+  positions = np.arange(int(lengths.sum())) - np.repeat(firsts, lengths)  # each token's column
+  batch[np.repeat(np.arange(len(indices)), lengths), positions] = tokens[np.repeat(starts, lengths) + positions]
+  return batch
+
+
+def packed_epoch(seed: int, epoch: int, kept: np.ndarray, source_lengths: np.ndarray, target_lengths: np.ndarray,
+                 row_lengths: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
+  """``packing.pack_rows_flat`` of ``epoch``: the ``kept`` examples (bool ``[num_examples]``) in the epoch's
+  shuffled order (as bucketing shuffles), packed first fit into rows in the order they were started. A pure
+  function of its arguments, so that a worker process can make it (``TokenBatcher.plan_workers``)."""
+  order = np.random.default_rng([seed, epoch]).permutation(len(kept))
+  return packing.pack_rows_flat(order[kept[order]], source_lengths, target_lengths, *row_lengths)
+
+
 def make_bucket_boundaries(max_length: int, min_length: int = 8, growth: float = 1.2,
                            multiple: int = 8) -> list[int]:
   """Geometric bucket boundaries, multiples of ``multiple``, ending exactly at ``max_length``.
@@ -146,12 +175,15 @@ class TokenBatcher:
     include_index: add ``"index"`` (int32 ``[batch_size]``, -1 on filler rows) to each batch.
     pack: training only: pack examples into rows of ``packing.row_lengths`` positions (``max_length`` on the
       side with more tokens), ``max_tokens // max_length`` rows a batch (see ``packing.py``).
+    plan_workers: with ``pack``, processes that plan the next ``plan_workers`` epochs at once (``plan_ahead``),
+      for when one thread's first-fit packing is slower than the steps consume an epoch; 0: one thread.
   """
 
   def __init__(self, examples, *, max_tokens: int, max_length: int = 256,
                bucket_boundaries: Sequence[int] | None = None, train: bool = True, seed: int = 0,
                fixed_shape: bool = False, batch_size_multiple: int = 1,
-               fill_partial_batches: bool = True, include_index: bool = False, pack: bool = False):
+               fill_partial_batches: bool = True, include_index: bool = False, pack: bool = False,
+               plan_workers: int = 0):
     if not isinstance(examples, TokenizedExamples):
       examples = TokenizedExamples.from_pairs(examples)
     self.examples = examples
@@ -162,6 +194,10 @@ class TokenBatcher:
     self.fill_partial_batches = bool(fill_partial_batches)
     self.include_index = bool(include_index)
     self.pack = bool(pack)
+    self.plan_workers = int(plan_workers)
+    self._plan_pool: concurrent.futures.ProcessPoolExecutor | None = None
+    if self.plan_workers < 0:
+      raise ValueError(f"plan_workers must be >= 0, got {plan_workers}.")
     if self.pack and (include_index or not self.train):
       raise ValueError("pack=True is for training batches: evaluation and prediction keep one example per row "
                        "(with include_index); leave pack off there.")
@@ -198,7 +234,9 @@ class TokenBatcher:
     if self.train and self.num_dropped == len(examples):
       raise ValueError(f"No training example is at most max_length={self.max_length} tokens long "
                        f"({len(examples)} examples, longest {self.lengths.max(initial=0)}).")
-    self._plan_cache: tuple[int, list[np.ndarray]] | None = None
+    # epoch -> its plan (a Future: computed here, or ahead on a thread by ``plan_ahead``); the latest two kept.
+    self._plans: dict[int, concurrent.futures.Future] = {}
+    self._plans_lock = threading.Lock()
 
   @property
   def batch_shapes(self) -> list[tuple[int, int]]:
@@ -210,12 +248,68 @@ class TokenBatcher:
     return [(bucket.batch_size, bucket.length) for bucket in self.buckets]
 
   def epoch_batches(self, epoch: int) -> list[np.ndarray]:
-    """The example indices of each batch of ``epoch``, in order (a pure function of seed, epoch)."""
-    if self._plan_cache is not None and self._plan_cache[0] == epoch:
-      return self._plan_cache[1]
-    if self.pack:
-      self._plan_cache = (epoch, self._packed_batches(epoch))
-      return self._plan_cache[1]
+    """The example indices of each batch of ``epoch``, in order (a pure function of seed, epoch), planned once
+    per epoch (here, or ahead by ``plan_ahead``)."""
+    future, mine = self._plan_future(epoch)
+    if mine:
+      self._compute_plan(epoch, future)
+    return future.result()
+
+  def plan_ahead(self, epoch: int) -> None:
+    """Starts planning ``epoch`` on a background thread, unless it is planned or being planned: so that the
+    step after an epoch's last batch does not wait for the next epoch's plan. With ``plan_workers`` (packing),
+    epochs ``epoch`` to ``epoch + plan_workers - 1`` are planned at once, each in a worker process."""
+    if self.pack and self.plan_workers:
+      for ahead in range(epoch, epoch + self.plan_workers):
+        future, mine = self._plan_future(ahead, keep_from=epoch - 1)
+        if mine:
+          self._plan_in_worker(ahead, future)
+      return
+    future, mine = self._plan_future(epoch)
+    if mine:
+      threading.Thread(target=self._compute_plan, args=(epoch, future), daemon=True,
+                       name=f"TokenBatcher plan of epoch {epoch}").start()
+
+  def _plan_in_worker(self, epoch: int, future: concurrent.futures.Future) -> None:
+    if self._plan_pool is None:  # spawned, not forked: the parent may hold JAX's threads
+      self._plan_pool = concurrent.futures.ProcessPoolExecutor(self.plan_workers,
+                                                               mp_context=multiprocessing.get_context("spawn"))
+    submitted = self._plan_pool.submit(packed_epoch, self.seed, epoch, self.bucket_ids >= 0,
+                                       self.examples.source_lengths, self.examples.target_lengths, self.row_lengths)
+
+    def done(submitted):
+      try:
+        future.set_result(self._packed_plan(*submitted.result()))
+      except BaseException as error:  # pylint: disable=broad-except
+        future.set_exception(error)
+    submitted.add_done_callback(done)
+
+  def close(self) -> None:
+    """Stops the worker processes of ``plan_workers``, if any were started (plans already made are kept)."""
+    if self._plan_pool is not None:
+      self._plan_pool.shutdown(wait=False, cancel_futures=True)
+      self._plan_pool = None
+
+  def _plan_future(self, epoch: int, keep_from: int | None = None) -> tuple[concurrent.futures.Future, bool]:
+    """``(the Future of epoch's plan, whether the caller must compute it)``; forgets plans before ``keep_from``
+    (default ``epoch - 1``)."""
+    with self._plans_lock:
+      future = self._plans.get(epoch)
+      if future is not None:
+        return future, False
+      keep_from = epoch - 1 if keep_from is None else keep_from
+      for old in [e for e in self._plans if e < keep_from]:
+        del self._plans[old]
+      future = self._plans[epoch] = concurrent.futures.Future()
+      return future, True
+
+  def _compute_plan(self, epoch: int, future: concurrent.futures.Future) -> None:
+    try:
+      future.set_result(self._packed_batches(epoch) if self.pack else self._bucketed_batches(epoch))
+    except BaseException as error:  # pylint: disable=broad-except
+      future.set_exception(error)  # raised where the plan is used
+
+  def _bucketed_batches(self, epoch: int) -> list[np.ndarray]:
     batches = []
     if self.train:
       rng = np.random.default_rng([self.seed, epoch])
@@ -231,27 +325,33 @@ class TokenBatcher:
       batches = [batches[i] for i in rng.permutation(len(batches))]
     else:
       batches.extend(order[bucket_of_order < 0, None])  # over-long: one example per batch
-    self._plan_cache = (epoch, batches)
     return batches
 
   def _packed_batches(self, epoch: int) -> list:
-    """``pack``: each batch's rows (example indices per row) in ``epoch``: the kept examples shuffled as in
-    bucketing, packed into rows, the rows cut into batches in the order they were started."""
-    order = np.random.default_rng([self.seed, epoch]).permutation(len(self.examples))
-    order = order[self.bucket_ids[order] >= 0]
-    rows = packing.pack_rows(order, self.examples.source_lengths, self.examples.target_lengths, *self.row_lengths)
+    """``pack``: each batch's rows (example indices per row) in ``epoch`` (``packed_epoch``)."""
+    return self._packed_plan(*packed_epoch(self.seed, epoch, self.bucket_ids >= 0, self.examples.source_lengths,
+                                           self.examples.target_lengths, self.row_lengths))
+
+  def _packed_plan(self, examples: np.ndarray, sizes: np.ndarray) -> list:
+    """The rows of ``packing.pack_rows_flat``'s two arrays cut into batches of ``batch_size`` rows."""
+    rows = np.split(examples, np.cumsum(sizes)[:-1]) if len(sizes) else []
     rows_per_batch = self.buckets[0].batch_size
     return [rows[start:start + rows_per_batch] for start in range(0, len(rows), rows_per_batch)]
 
   def num_batches(self, epoch: int = 0) -> int:
     return len(self.epoch_batches(epoch))
 
-  def make_batch(self, indices: np.ndarray) -> dict[str, np.ndarray]:
+  def make_batch(self, indices: np.ndarray, process_index: int = 0,
+                 process_count: int = 1) -> dict[str, np.ndarray]:
     """Pads the examples ``indices`` into a batch (see the module docstring); with ``pack``, ``indices`` are the
-    batch's rows (``epoch_batches``)."""
+    batch's rows (``epoch_batches``).
+
+    With ``process_count`` > 1, only rows ``hosts.host_range`` of that batch, equal to ``hosts.host_rows`` of the
+    whole one: only their examples are read and padded. ValueError if the rows do not split evenly."""
     if self.pack:
       rows = self.buckets[0].batch_size if self.fill_partial_batches else len(indices)
-      return packing.make_packed_batch(indices, self.examples, rows, *self.row_lengths)
+      start, stop = hosts.host_range(rows, process_index, process_count)
+      return packing.make_packed_batch(indices[start:stop], self.examples, stop - start, *self.row_lengths)
     bucket_id = self.bucket_ids[indices[0]]
     if bucket_id >= 0:
       bucket = self.buckets[bucket_id]
@@ -260,15 +360,14 @@ class TokenBatcher:
     else:  # an over-long evaluation example, alone in its batch
       length = -(-int(self.lengths[indices[0]]) // self.max_length) * self.max_length
       rows = 1
-    batch = {"source": np.full([rows, length], PAD_ID, np.int32),
-             "target": np.full([rows, length], PAD_ID, np.int32)}
-    for row, index in enumerate(indices):
-      source, target = self.examples[index]
-      batch["source"][row, :len(source)] = source
-      batch["target"][row, :len(target)] = target
+    start, stop = hosts.host_range(rows, process_index, process_count)
+    mine = np.asarray(indices[start:stop], np.int64)
+    examples = self.examples
+    batch = {"source": padded_rows(examples.source_tokens, examples.source_offsets, mine, stop - start, length),
+             "target": padded_rows(examples.target_tokens, examples.target_offsets, mine, stop - start, length)}
     if self.include_index:
-      batch["index"] = np.full([rows], -1, np.int32)
-      batch["index"][:len(indices)] = indices
+      batch["index"] = np.full([stop - start], -1, np.int32)
+      batch["index"][:len(mine)] = mine
     return batch
 
   def padding_fraction(self, epoch: int = 0) -> float:
@@ -306,6 +405,10 @@ class BatchIterator:
   ``get_state()`` is ``{"epoch": e, "batch": i, "seed": s, "num_examples": n}``: the next batch
   is batch ``i`` of epoch ``e``. A fresh iterator over the same examples and settings, given
   that state with ``set_state``, yields exactly the batches that would have followed.
+
+  While it walks epoch ``e``, the plan of ``e + 1`` is made on a background thread (``TokenBatcher.plan_ahead``).
+  After ``build_host_rows(i, n)`` (``hosts.HostShard`` calls it) each batch is only process ``i``'s rows of the
+  global batch (``hosts.host_rows`` of it), and only those examples are read and padded.
   """
 
   def __init__(self, batcher: TokenBatcher, num_epochs: int | None = None):
@@ -313,6 +416,12 @@ class BatchIterator:
     self.num_epochs = num_epochs
     self._epoch = 0
     self._batch = 0
+    self.process_index, self.process_count = 0, 1
+
+  def build_host_rows(self, process_index: int, process_count: int) -> bool:
+    hosts.host_range(process_count, process_index, process_count)  # checks the pair
+    self.process_index, self.process_count = int(process_index), int(process_count)
+    return True
 
   def __iter__(self) -> Iterator[dict[str, np.ndarray]]:
     return self
@@ -321,7 +430,9 @@ class BatchIterator:
     while self.num_epochs is None or self._epoch < self.num_epochs:
       plan = self.batcher.epoch_batches(self._epoch)
       if self._batch < len(plan):
-        batch = self.batcher.make_batch(plan[self._batch])
+        if self.num_epochs is None or self._epoch + 1 < self.num_epochs:
+          self.batcher.plan_ahead(self._epoch + 1)
+        batch = self.batcher.make_batch(plan[self._batch], self.process_index, self.process_count)
         self._batch += 1
         return batch
       if not plan:
@@ -333,6 +444,10 @@ class BatchIterator:
   def batch_shapes(self) -> list[tuple[int, int]]:
     """The batcher's :attr:`TokenBatcher.batch_shapes`: the shapes a train step will be compiled for."""
     return self.batcher.batch_shapes
+
+  def close(self) -> None:
+    """Stops the batcher's planning processes, if any (``TokenBatcher.close``)."""
+    self.batcher.close()
 
   def get_state(self) -> dict[str, Any]:
     return {"epoch": self._epoch, "batch": self._batch, "seed": self.batcher.seed,

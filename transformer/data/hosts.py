@@ -1,4 +1,4 @@
-"""Data on many hosts: every process walks the same global batches and takes its own contiguous rows of each.
+"""Data on many hosts: every process walks the same global plan of batches and gets its own contiguous rows of each.
 
 The sequence of global batches is the same on every process and independent of the process count, so the data
 position is global: one saved position resumes every host exactly, also on another number of processes, every
@@ -7,12 +7,15 @@ host feeds the same shapes at each step, and no host's epoch ends before another
 A batch is ``{name: array [rows, ...]}``, every array sharing the leading row axis.
 
 * :func:`host_rows`: process ``i`` of ``n`` takes rows ``[i * rows / n, (i + 1) * rows / n)`` of a batch.
-* :class:`HostShard`: a resumable iterator of global batches -> this process's rows of each.
+* :class:`HostShard`: a resumable iterator of global batches -> this process's rows of each. An iterator that
+  can build only some rows (:class:`BuildsHostRows`: ``batching.BatchIterator``, and ``prefetch.PrefetchIterator``
+  around one) is told which once, and then reads and pads only those (1/n of the work); any other is built whole
+  and sliced.
 * :func:`pad_rows`: zero filler rows so that an evaluation batch splits over processes and devices.
 """
 from __future__ import annotations
 
-from typing import Any, Iterator
+from typing import Any, Iterator, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -42,6 +45,25 @@ def _check_process(process_index: int, process_count: int) -> None:
                      f"process_index={process_index}, process_count={process_count}.")
 
 
+def host_range(rows: int, process_index: int, process_count: int) -> tuple[int, int]:
+  """``(start, stop)``: the rows of a global batch of ``rows`` rows that process ``process_index`` of
+  ``process_count`` holds (:func:`host_rows`); ValueError if ``rows`` does not split evenly."""
+  _check_process(process_index, process_count)
+  check_divisible(rows, process_count)
+  size = rows // process_count
+  return process_index * size, (process_index + 1) * size
+
+
+@runtime_checkable
+class BuildsHostRows(Protocol):
+  """An iterator of global batches that can build only one process's rows of each, from the same global plan."""
+
+  def build_host_rows(self, process_index: int, process_count: int) -> bool:
+    """From now on, yield only rows :func:`host_range` of each global batch (the rest is never read or padded)
+    and return True; or change nothing and return False (a wrapper around an iterator that cannot). The position
+    (``get_state``) stays the global one."""
+
+
 def host_rows(batch: dict[str, Any], process_index: int, process_count: int) -> dict[str, Any]:
   """Process ``process_index``'s contiguous share of a global batch.
 
@@ -56,13 +78,10 @@ def host_rows(batch: dict[str, Any], process_index: int, process_count: int) -> 
   Raises:
     ValueError: ``rows`` is not a multiple of ``process_count`` (the message names both).
   """
-  _check_process(process_index, process_count)
-  rows = row_count(batch)
-  check_divisible(rows, process_count)
+  start, stop = host_range(row_count(batch), process_index, process_count)
   if process_count == 1:
     return batch
-  size = rows // process_count
-  return {name: value[process_index * size:(process_index + 1) * size] for name, value in batch.items()}
+  return {name: value[start:stop] for name, value in batch.items()}
 
 
 class HostShard:
@@ -71,7 +90,9 @@ class HostShard:
   ``get_state`` / ``set_state`` are the inner iterator's unchanged: the position is global, the same on every
   process, so a state saved by any process resumes all of them, on any process count. ``batch_shapes`` (when
   the inner iterator has it) is the inner one's with the row count divided by ``process_count``. With
-  ``process_count`` 1 the batches are the inner iterator's own.
+  ``process_count`` 1 the batches are the inner iterator's own. An inner iterator that is :class:`BuildsHostRows`
+  builds only this process's rows (the same arrays ``host_rows`` would cut from the global batch); ``builds_rows``
+  says so.
   """
 
   def __init__(self, iterator, process_index: int, process_count: int):
@@ -79,11 +100,15 @@ class HostShard:
     self.iterator = iterator
     self.process_index = int(process_index)
     self.process_count = int(process_count)
+    self.builds_rows = (process_count > 1 and isinstance(iterator, BuildsHostRows)
+                        and iterator.build_host_rows(self.process_index, self.process_count))
 
   def __iter__(self) -> Iterator[dict[str, Any]]:
     return self
 
   def __next__(self) -> dict[str, Any]:
+    if self.builds_rows:
+      return next(self.iterator)
     return host_rows(next(self.iterator), self.process_index, self.process_count)
 
   @property

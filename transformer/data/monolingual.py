@@ -47,6 +47,33 @@ def sentences_as_targets(ids: Sequence[np.ndarray]) -> batching.TokenizedExample
   return batching.TokenizedExamples.from_sequences([np.zeros([0], np.int32)] * len(ids), ids)
 
 
+def chunk_long_sequences(examples: batching.TokenizedExamples,
+                         max_length: int) -> tuple[batching.TokenizedExamples, int]:
+  """``(examples with each target longer than max_length cut into consecutive pieces, how many were cut)``.
+
+  The pieces of a target are ``max_length`` tokens each, the last one the rest (its EOS included), in order,
+  where the target was: the flat tokens are unchanged, only the offsets gain the cuts. Sources (empty for
+  sentences as targets) stay empty. Without a long target, ``examples`` itself.
+  """
+  lengths = examples.target_lengths
+  long = lengths > max_length
+  if not long.any():
+    return examples, 0
+  pieces = -(-lengths // max_length)  # [num_examples] ceil; 0 for an empty target, which stays one example
+  pieces = np.maximum(pieces, 1)
+  # Each piece's length: max_length, except the last piece of a target, which holds the rest.
+  piece_lengths = np.full(int(pieces.sum()), max_length, np.int64)
+  last = np.cumsum(pieces) - 1
+  piece_lengths[last] = lengths - (pieces - 1) * max_length
+  offsets = np.concatenate([[0], np.cumsum(piece_lengths)])
+  sources = np.repeat(examples.source_lengths, pieces)
+  if sources.any():
+    raise ValueError("chunk_long_sequences cuts targets of examples without sources (sentences as targets).")
+  chunked = batching.TokenizedExamples(examples.source_tokens, np.zeros(len(piece_lengths) + 1, np.int64),
+                                       examples.target_tokens, offsets)
+  return chunked, int(long.sum())
+
+
 def load_monolingual_data(name: str, pair: str, language: str, *, data_dir: epath.PathLike | None = None,
                           source_dir: epath.PathLike | None = None, vocab_size: int = 8000,
                           eval_splits: Sequence[str] = ("validation",),

@@ -153,6 +153,20 @@ class PrefetchIterator:
   def batch_shapes(self) -> list[tuple[int, int]]:
     return self._iterator.batch_shapes
 
+  def build_host_rows(self, process_index: int, process_count: int) -> bool:
+    """``hosts.BuildsHostRows``: passed on to the inner iterator if it can (batches already built ahead, whole,
+    are dropped and built again as this process's rows); False if it cannot."""
+    build = getattr(self._iterator, "build_host_rows", None)
+    if build is None:
+      return False
+    state = self.get_state()
+    self._shutdown()
+    built = build(process_index, process_count)
+    self._iterator.set_state(state)
+    self._state = self._iterator.get_state()
+    self._start()
+    return built
+
   def get_state(self) -> dict[str, Any]:
     return dict(self._state)
 
@@ -164,6 +178,9 @@ class PrefetchIterator:
 
   def close(self) -> None:
     self._shutdown()
+    close = getattr(self._iterator, "close", None)
+    if close is not None:
+      close()
 
   def __enter__(self) -> PrefetchIterator:
     return self

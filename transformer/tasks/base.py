@@ -76,7 +76,8 @@ class Task(abc.ABC):
   def train_iterator(self, batch_size: int, seed: int) -> ResumableIterator:
     """Endless GLOBAL training batches (``batch_size`` is the global batch), the same on every process; the
     training loop takes each process's rows (``data.hosts.HostShard``). Its state is thus the same on every
-    process and resumes on any process count."""
+    process and resumes on any process count. An iterator that is ``data.hosts.BuildsHostRows`` (token batches:
+    ``PrefetchIterator(BatchIterator(...))``) is asked to build only those rows; any other is built whole."""
 
   @abc.abstractmethod
   def eval_batches(self, batch_size: int) -> list[Batch]:

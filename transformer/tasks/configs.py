@@ -89,10 +89,14 @@ class SentencePieceTextConfig(TaskConfig):
   # True: training examples packed whole into rows of max_length positions (data/packing.py): one compiled
   # shape and almost no padding; attention and positions stay within each example. Evaluation is unpacked.
   pack: bool = False
+  # With pack: processes that plan (pack) the next epochs at once, each in a worker, for when one thread packs an
+  # epoch slower than the steps consume it (many hosts: benchmarks/host_data.py); 0: one background thread.
+  plan_workers: int = setting(0, Effect.LAYOUT)
   eval_split: str = setting("validation", Effect.EVALUATION)  # evaluated during training (checkpoint selection)
 
   def __post_init__(self):
     self.check_choice("tokenizer_type", TOKENIZER_TYPES)
+    self.check_non_negative_int("plan_workers")
     for name in ("vocab_size", "max_tokens", "max_length", "batch_size_multiple"):
       self.check_positive_int(name)
 
@@ -129,6 +133,10 @@ class LanguageModelConfig(SentencePieceTextConfig):
   vocab_size: int = 4000
   max_tokens: int = 2048
   max_length: int = 64  # also the longest continuation by default
+  # True: a training sentence longer than max_length is cut into pieces of max_length tokens (every token kept;
+  # a piece after the first starts without its sentence's context); False: it is dropped, as runs recorded
+  # before this field were trained (see experiments/language_model.py).
+  chunk_long_sentences: bool = False
   # continuations shown at each evaluation, of the first eval sentences (0: none)
   num_eval_prompts: int = setting(3, Effect.EVALUATION)
   prompt_words: int = setting(4, Effect.EVALUATION)  # the words of each such sentence that prompt its continuation

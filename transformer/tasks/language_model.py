@@ -10,6 +10,7 @@ predicts every token from the ones before it (BOS first), and padding weighs 0.
 from __future__ import annotations
 
 import functools
+import logging
 import math
 import os
 
@@ -19,7 +20,7 @@ import numpy as np
 
 from transformer.data import batching, prefetch, tokenizers
 from transformer.data.files import read_table, write_atomically
-from transformer.data.monolingual import load_monolingual_data
+from transformer.data.monolingual import chunk_long_sequences, load_monolingual_data
 from transformer.decode import DecodeSettings, check_max_length
 from transformer.errors import ConfigError
 from transformer.nn import ModelConfig, TransformerLM
@@ -31,6 +32,8 @@ from transformer.tasks.seq2seq import token_loss_and_metrics
 from transformer.tasks.tokenized import RecordedTokenizers
 from transformer.tasks.translation import sentencepiece_options
 
+log = logging.getLogger(__name__)
+
 LOG_PROBS_FILE = "{split}_log_probs.tsv"  # what --mode=eval writes: see LanguageModelTask.write_log_probs
 LOG_PROBS_COLUMNS = ("sentence", "pieces", "words", "log_prob")
 
@@ -39,8 +42,8 @@ class SentenceBatcher(batching.TokenBatcher):
   """``TokenBatcher`` over sentences held as targets (``monolingual.sentences_as_targets``): batches
   ``{"tokens": int32 [batch, length]}``, plus ``"segments"`` (the same shape) when packed."""
 
-  def make_batch(self, indices):
-    batch = super().make_batch(indices)
+  def make_batch(self, indices, process_index=0, process_count=1):
+    batch = super().make_batch(indices, process_index, process_count)
     return {"tokens": batch["target"], **({"segments": batch["target_segments"]} if self.pack else {})}
 
 
@@ -75,11 +78,26 @@ class LanguageModelTask(RecordedTokenizers, Task):
     task = self.task_config
     return SentenceBatcher(examples, max_tokens=task.max_tokens, max_length=task.max_length, train=train,
                            seed=seed, batch_size_multiple=task.batch_size_multiple,
-                           fixed_shape=task.fixed_batch_shape, pack=task.pack and train)
+                           fixed_shape=task.fixed_batch_shape,
+                           pack=task.pack and train, plan_workers=task.plan_workers if task.pack and train else 0)
+
+  def training_sentences(self):
+    """The training sentences as the batcher gets them: those longer than ``max_length`` cut into pieces if
+    ``config.task.chunk_long_sentences`` (else the batcher drops them); a log line says how many either way."""
+    task, train = self.task_config, self.data.train
+    if task.chunk_long_sentences:
+      chunked, count = chunk_long_sequences(train, task.max_length)
+      log.info("training: %d of %d sentences longer than max_length=%d cut into pieces (%d examples now)", count,
+               len(train), task.max_length, len(chunked))
+      return chunked
+    count = int(np.sum(train.target_lengths > task.max_length))
+    log.info("training: %d of %d sentences longer than max_length=%d dropped (config.task.chunk_long_sentences=True "
+             "cuts them into pieces instead)", count, len(train), task.max_length)
+    return train
 
   def train_iterator(self, batch_size, seed):
     del batch_size  # global batches are sized by config.task.max_tokens; .batch_shapes lists their shapes
-    return prefetch.PrefetchIterator(self._batcher(self.data.train, train=True, seed=seed).iterator())
+    return prefetch.PrefetchIterator(self._batcher(self.training_sentences(), train=True, seed=seed).iterator())
 
   def eval_batches(self, batch_size):
     del batch_size
