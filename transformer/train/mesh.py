@@ -190,12 +190,16 @@ class MeshStrategy(Strategy):
     return jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh), unboxed(state_shapes),
                         self._state_sharding)
 
-  def host_params(self, state):
-    """The parameters replicated on every device: with FSDP over several processes, no process holds a whole
-    parameter until it is gathered (``device_get`` of a sharded array spanning other hosts fails)."""
-    if all(sharding.is_fully_replicated for sharding in jax.tree.leaves(self._state_sharding.params)):
-      return state.params
-    return jax.jit(lambda params: params, out_shardings=self.replicated)(state.params)
+  def evaluation_params(self, state):
+    """The parameters that evaluation, decoding and predictions run with. One process: as trained, laid out over
+    the mesh, so a jitted decoder computes with them there and no device holds more of them than in training.
+    Several processes: this process's own whole copy on the host, gathered, since each decodes its own share of
+    the work, which no program over every process's devices can (a sharded array spanning other hosts cannot be
+    read, and a collective needs every process in it)."""
+    if jax.process_count() == 1 or all(sharding.is_fully_replicated
+                                       for sharding in jax.tree.leaves(self._state_sharding.params)):
+      return state.params if jax.process_count() == 1 else jax.device_get(state.params)
+    return jax.device_get(jax.jit(lambda params: params, out_shardings=self.replicated)(state.params))
 
 
 class PmapStrategy(Strategy):
@@ -246,7 +250,8 @@ class PmapStrategy(Strategy):
     sharding = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
     return jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sharding), unboxed(state_shapes))
 
-  def host_params(self, state):
+  def evaluation_params(self, state):
+    """The first device's copy of the parameters."""
     return jax.tree.map(_first_replica, state.params)
 
   def fetch(self, tree):

@@ -208,7 +208,7 @@ def run_eval(run_config: RunConfig, workdir: str) -> RunOutput:
   evaluate = make_evaluator(session, session.task.build_model(session.model_config.replace(deterministic=True)))
   results = evaluate(restored.state)
   if isinstance(session.task, WritesTestOutputs):
-    params = jax.device_get(session.strategy.host_params(restored.state))
+    params = session.strategy.evaluation_params(restored.state)
     tests = session.task.write_test_outputs(session.model_config, params, restored.output_dir, results)
     results.update({f"{split}/{k}": v for split, metrics in tests.items() for k, v in metrics.items()})
   if session.is_main:
@@ -248,7 +248,7 @@ def run_predict(run_config: RunConfig, workdir: str) -> RunOutput:
   session = prepare(run_config, workdir, "predict")
   restored = restore_for_inference(session)
   if session.is_main:
-    params = jax.device_get(session.strategy.host_params(restored.state))
+    params = session.strategy.evaluation_params(restored.state)
     path = session.task.write_predictions(session.model_config, params, restored.output_dir)
     write_atomically(os.path.join(restored.output_dir, PREDICT_RESULTS),
                      json.dumps({"step": restored.step, **restored.averaged, "predictions": path}, indent=2))
@@ -266,7 +266,7 @@ def run_translate(run_config: RunConfig, workdir: str, lines: list[str] | None =
                       "lines=[...]), or launch.py with --config.translate_input=FILE or standard input.")
   session = prepare(run_config, workdir, "translate")
   restored = restore_for_inference(session)
-  params = jax.device_get(session.strategy.host_params(restored.state))
+  params = session.strategy.evaluation_params(restored.state)
   translations = session.task.translate_lines(session.model_config, params, lines)
   session.say(f"translated {len(lines)} lines with the checkpoint of step {restored.step}")
   session.checkpointer.close()

@@ -202,7 +202,7 @@ def make_evaluator(session, eval_model, write=print, split: str | None = None):
     results.update(task.derived_metrics(results))
     if split is not None:
       return results
-    params = jax.device_get(strategy.host_params(state))
+    params = strategy.evaluation_params(state)
     per_replica = []  # each replica's own evaluation (e.g. decoding): seeds are compared on it, not on a mean
     for replica in range(session.num_replicas):
       replica_params = params if session.num_replicas == 1 else jax.tree.map(lambda x, i=replica: x[i], params)
