@@ -142,6 +142,8 @@ RULES = [
                 r"MAE on 2013|- (9e091c6ce993|not recorded))"),
     exempt("decoding settings", "beam size, length penalty and sentences scored during training: chosen",
            pages=TRANSLATION, before=r"(beam|alpha|first) "),
+    exempt("the length penalties tried", "the alphas of the decoding column's \"on validation\" list: chosen",
+           pages=TRANSLATION, column=r"^decoding \(length penalty", after=r":"),
     exempt("published figures", "cited from a paper or a leaderboard, with the source named in the row",
            table=r"^published result"),
     exempt("the current values under Reruns", "\"now X\" repeats the row's cell of the table above, checked there",
@@ -169,7 +171,7 @@ RULES = [
                 "values in records.json", pages=TRANSLATION, column=r"^validation (BLEU at each|NLL at the last)"),
     record_only("each row's validation BLEU at the alphas not chosen (the decoding column's \"on validation\" list)",
                 "only the chosen alpha's validation outputs are committed", pages=TRANSLATION,
-                column=r"^decoding \(length penalty"),
+                column=r"^decoding \(length penalty", before=r": "),
     record_only("each row's training wall time, steps trained and checkpoint steps", "logged by training; "
                 "translation runs' training logs are not committed", pages=TRANSLATION,
                 column=r"^(training wall time|checkpoint \(chosen on validation\) of steps trained|steps trained)$"),
