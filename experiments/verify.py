@@ -708,14 +708,16 @@ def found_on(value: str, page_text: str) -> bool:
 def check_links(tally: Tally, root: str, page: str, table: dict, result_column: int, targets) -> None:
   """Each result quoted in ``table``'s rows must be printed on the page the row links (``targets(row)``: the
   page's path and text); a row linking nothing is reported."""
-  for row in table["rows"]:
+  for offset, row in enumerate(table["rows"]):
     target, target_text = targets(row)
     if target is None:
       tally.check(page, "quoted from its page", f"row {row[0]!r}", "a result", "no page linked")
       continue
-    for value in results_in(row[result_column]):
+    for printed in RESULT.findall(row[result_column]):
+      value = printed.replace(",", "")
       tally.check(page, "quoted from its page", f"row {row[0]!r}: {value} (from {target})", value,
-                  value if found_on(value, target_text) else f"not on {target}")
+                  value if found_on(value, target_text) else f"not on {target}",
+                  (table["line"] + 2 + offset, printed), "quoted from its page")
 
 
 def check_readme(tally: Tally, root: str) -> None:
@@ -826,8 +828,11 @@ def verify(root: str = record_store.REPO, pages: tuple[str, ...] = (), data: str
 
 
 def accounted_lines(page: str, text: str) -> range | None:
-  """The lines of ``page`` whose numbers are accounted for: the README's results table alone (the rest of it is
-  prose and setup), every line of the other pages."""
+  """The lines of ``page`` whose numbers are accounted for: the README's results table and the benchmarks
+  README's target table alone (the rest of them is prose and setup), every line of the other pages."""
+  if page == BENCHMARKS_README:
+    table = next(t for t in tables(text) if t["header"][:2] == ["question", "target"])
+    return range(table["line"] + 2, table["line"] + 2 + len(table["rows"]))
   if page != README:
     return None
   from experiments import readme_results
@@ -841,7 +846,7 @@ def account_numbers(tally: Tally, root: str, chosen) -> None:
   """Every number of the chosen pages given a class (``verify_rules``): one that no check, list or rule
   accounts for is a difference, and so is a rule that matches nothing."""
   from experiments import verify_rules
-  accounted = [page for page in chosen if page in (*PAGES, README, BENCHMARKS_RESULTS)]
+  accounted = [page for page in chosen if page in (*PAGES, README, BENCHMARKS_RESULTS, BENCHMARKS_README)]
   # A page with a number that differs is failed already, naming it: its lines left unconfirmed are not named again.
   differing = {line.split(": ", 1)[0] for line in tally.differences}
   result = verify_rules.Account()

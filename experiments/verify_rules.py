@@ -148,6 +148,11 @@ RULES = [
            table=r"^published result"),
     exempt("the current values under Reruns", "\"now X\" repeats the row's cell of the table above, checked there",
            pages=RESULT_PAGES, section=r"^Reruns", before=NOW),
+    exempt("the benchmarks' questions and targets", "a question's number and the target set for it, not a result",
+           pages=(BENCHMARKS_README,), column=r"^(question|target)$"),
+    exempt("the case a benchmark result names", "whole numbers beside a quoted result name its case (tokens, "
+           "batch, steps, cores, steps per call); the results (decimals, % and x) are checked against the page",
+           pages=(BENCHMARKS_README,), column=r"^(CPU|GPU)", number=r"^\d[\d,]*,?$"),
     # -------------------------------------------------------------- computed from committed outputs by the page's script
     Rule("from outputs", "PM2.5's test tables, intervals, t-tests and verdicts", "the page's script computes them "
          "from the committed test forecasts (and validation errors) when verify writes the page again",
