@@ -122,7 +122,7 @@ RULES = [
     exempt("commands and code spans", "a command's flags, paths and settings, not a result", code=True),
     exempt("headings and table headings", "names of sections and columns (\"24 h\", \"95% interval\")",
            line=r"^#"),
-    exempt("dates", "when a page or a run was written", number=r"^(19|20)\d\d$", line=r"(19|20)\d\d-\d\d"),
+    exempt("dates", "when a page or a run was written", number=r"^(19|20)\d\d$", after=r"-\d\d"),
     exempt("the month and day of a date", "part of a date", before=r"(19|20)\d\d-(\d\d-)?"),
     exempt("commit hashes", "name a commit, not a quantity", before=r"\b[0-9a-f]*[a-f][0-9a-f]*"),
     exempt("commit hashes", "name a commit, not a quantity", before=r"(?<![\w.])", after=r"[0-9a-f]*[a-f][0-9a-f]*\b"),
