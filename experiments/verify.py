@@ -847,8 +847,9 @@ def account_numbers(tally: Tally, root: str, chosen) -> None:
   accounts for is a difference, and so is a rule that matches nothing."""
   from experiments import verify_rules
   accounted = [page for page in chosen if page in (*PAGES, README, BENCHMARKS_RESULTS, BENCHMARKS_README)]
-  # A page with a number that differs is failed already, naming it: its lines left unconfirmed are not named again.
-  differing = {line.split(": ", 1)[0] for line in tally.differences}
+  # A page with a number that differs is failed already, naming it, and one whose raw data is absent is failed or
+  # partial, naming what was not checked: their numbers left unconfirmed are not named again.
+  differing = {line.split(": ", 1)[0] for line in tally.differences + tally.not_checked}
   result = verify_rules.Account()
   for page in accounted:
     text = read(root, page)
