@@ -32,9 +32,12 @@ What it recomputes, from the committed files only (nothing is trained or decoded
 
 What has nothing committed behind it (a score whose outputs were not kept, a timing) is listed, with why
 (``NOT_COMMITTED``, and a results script's ``not_committed(folder)`` for its page's rows); it does not fail the check.
-What has only the record its page was written from behind it (``RECORD_ONLY``, and the earlier values under a
-page's Reruns) is listed as record only: a page and its ``records.json`` edited together pass there. The summary
-counts the checks against committed evidence apart from those of a page against its own records.
+What has only the record its page was written from behind it is listed as record only: a page and its
+``records.json`` edited together pass there. Every number of the pages is accounted for (``verify_rules``): checked
+against outputs, logs or the figures beside it (or quoted from a page checked so), on the record-only or
+not-committed list, or exempt by a named rule; a number none of these holds fails the check, naming page, line and
+number. The summary counts the checks against committed evidence apart from those of a page against its own
+records, and the numbers of the pages by class.
 """
 from __future__ import annotations
 
@@ -95,6 +98,22 @@ LOGGED = {
     "experiments/disaster_tweets/RESULTS.md": "experiments.disaster_tweets_scores",
     "experiments/beijing_pm25/RESULTS.md": "experiments.beijing_pm25_scores",
 }
+# Per logged page: the heading of its rows' table, and which columns print each value ``log_values`` gives (the
+# cells a check against the log confirms, for the accounting of every number: ``verify_rules``).
+LOG_COLUMNS = {
+    "experiments/synthetic/RESULTS.md": ("task", {
+        "steps": ("steps",), "reached": ("first >= 99% exact match",), "wall_seconds": ("total wall time",),
+        "steps_per_second": ("steps/s (median)",), "tokens_per_second": ("tokens/s (median)",)}),
+    "experiments/language_model/RESULTS.md": ("variant", {
+        "steps": ("steps",), "best_step": ("at step",), "wall_seconds": ("total wall time",),
+        "tokens_per_second": ("tokens/s (median)",)}),
+    "experiments/disaster_tweets/RESULTS.md": ("variant", {
+        "steps": ("chosen step",), "chosen_step": ("chosen step",), "wall_seconds": ("training wall time",),
+        "validation_f1": ("validation F1 (chosen step)",)}),
+    "experiments/beijing_pm25/RESULTS.md": ("run", {
+        "steps": ("steps done",), "best_step": ("best step (validation MAE)",), "wall_seconds": ("wall time",),
+        "steps_per_second": ("steps/s (median)",)}),
+}
 # The ablation pages (each keeps its runs' training logs, ``logs/<run>.jsonl``): their task.
 ABLATION_PAGES = {"experiments/ablations/RESULTS.md": "synthetic",
                   "experiments/ablations/multi30k/RESULTS.md": "multi30k"}
@@ -104,39 +123,12 @@ NOT_COMMITTED = {
                                                "in records.json as decoded; the checkpoint is not committed")],
     "experiments/ablations/multi30k/RESULTS.md": [("each seed's validation outputs", "not committed: a seed's final "
                                                    "validation BLEU stands in its run's training log only")],
-    BENCHMARKS_RESULTS: [("every timing, memory figure and MFU", "a measurement: what is checked is that each ratio "
-                          "agrees with the timings printed beside it, and each rate and MFU with its step time")],
     BENCHMARKS_FINDINGS: [("every figure (earlier runs, A/B measurements, profiles)", "copied by hand from the output "
                            "of runs whose RESULTS.md sections later runs replaced, or that wrote none")],
     README: [("the quick start's and the test suite's wall times and test counts", "measured by hand, no record")],
 }
-# Numbers whose only evidence is the record the page was written from (``records.json``): the check that the page
-# prints them as recorded passes a page and its records edited together. Per page: (what, why); a test edits each
-# page and its records together and expects no difference (tests/experiments/test_verify.py, RECORD_ONLY_EDITS).
-RECORD_ONLY = {
-    "experiments/language_model/RESULTS.md": [
-        ("the pieces per word on train", "counted from the tokenized training split when the row was recorded; the "
-         "prepared data is not committed")],
-    "experiments/multi30k/RESULTS.md": [
-        ("each row's validation BLEU at each evaluation of its training and its last validation NLL (every run's "
-         "table)", "logged by training; translation runs' training logs are not committed, only these values in "
-         "records.json")],
-    "experiments/iwslt15_en_vi/RESULTS.md": [
-        ("each row's validation BLEU at the alphas not chosen (the decoding column's \"on validation\" list)",
-         "only the chosen alpha's validation outputs are committed"),
-        ("each row's validation BLEU at each evaluation of its training and its last validation NLL (every run's "
-         "table)", "logged by training; translation runs' training logs are not committed, only these values in "
-         "records.json")],
-    "experiments/ablations/RESULTS.md": [
-        ("the attention entropy tables", "measured on the trained parameters when the cell was recorded; the "
-         "checkpoints are not committed")],
-    "experiments/ablations/multi30k/RESULTS.md": [
-        ("the attention entropy tables", "measured on the trained parameters when the cell was recorded; the "
-         "checkpoints are not committed")],
-    BENCHMARKS_RESULTS: [
-        ("the BLEU scores of benchmarks.time_to_bleu.gpu (validation, test, test lowercased)", "its hypotheses were "
-         "not kept: copied from the run's output")],
-}
+# Numbers whose only evidence is the record the page was written from are selected by the ``record only`` rules of
+# ``experiments/verify_rules.py`` (with every exempt and not-committed number): the list is made from them.
 
 
 @dataclasses.dataclass
@@ -149,15 +141,25 @@ class Tally:
   # Numbers that have their evidence committed but could not be checked here, the raw data (a reference) absent:
   # the check is then incomplete, and fails unless a partial check was asked for (--partial).
   not_checked: list = dataclasses.field(default_factory=list)
-  # Numbers with only their record behind them (``RECORD_ONLY``, the earlier values under Reruns).
+  # Numbers with only their record behind them (the ``record only`` rules of ``verify_rules``).
   record_only: list = dataclasses.field(default_factory=list)
+  # Per page: (line, column index or None for the whole line) -> the evidence a check confirmed there
+  # (``verify_rules.EVIDENCE``); the lines compared with the page written again from its records.
+  marks: dict = dataclasses.field(default_factory=lambda: collections.defaultdict(dict))
+  compared: dict = dataclasses.field(default_factory=lambda: collections.defaultdict(set))
+  account: object = None  # verify_rules.Account: every number of the pages by class
 
-  def check(self, page: str, kind: str, where: str, printed: str, recomputed: str) -> None:
-    """One number: counted when ``printed`` equals ``recomputed``, else a difference naming it."""
+  def check(self, page: str, kind: str, where: str, printed: str, recomputed: str,
+            at: tuple | None = None, evidence: str | None = None) -> bool:
+    """One number: counted when ``printed`` equals ``recomputed``, else a difference naming it. Where it agrees,
+    the cell or line ``at`` (``(line, column index or None)``) is marked as confirmed by ``evidence``."""
     if printed == recomputed:
       self.verified[page][kind] += 1
-    else:
-      self.differences.append(f"{page}: {where}: printed {printed}, recomputed {recomputed}")
+      if at is not None and evidence is not None:
+        self.marks[page].setdefault(at, evidence)
+      return True
+    self.differences.append(f"{page}: {where}: printed {printed}, recomputed {recomputed}")
+    return False
 
   def fail(self, page: str, where: str, problem: str) -> None:
     """A file a number rests on that is missing or damaged: a difference (the check fails), naming the file."""
@@ -219,13 +221,24 @@ def tables(text: str) -> list[dict]:
 def cell(text: str, column: str, row_name: str, header_starts: str = "model") -> str | None:
   """The cell in column ``column`` of the row named ``row_name`` (first cell) of the first table of ``text``
   whose first heading is ``header_starts`` and that has that column; None where there is none."""
+  return (find_cell(text, column, row_name, header_starts) or (None,))[0]
+
+
+def find_cell(text: str, column: str, row_name: str, header_starts: str = "model") -> tuple | None:
+  """``(cell, (line, column index))`` of ``cell``'s cell (the line 1-based), or None."""
   for table in tables(text):
     if table["header"][0] == header_starts and column in table["header"]:
       index = table["header"].index(column)
-      for row in table["rows"]:
+      for offset, row in enumerate(table["rows"]):
         if row[0] == row_name:
-          return row[index]
+          return row[index], (table["line"] + 2 + offset, index)
   return None
+
+
+def section_lines(text: str) -> dict[str, int]:
+  """The line (1-based) of each section's marker in a benchmarks RESULTS.md: its body's line k is this plus k."""
+  return {found.group(1): text[:found.start()].count("\n") + 1
+          for found in re.finditer(r"<!-- (benchmarks[\w.]*) -->\n", text)}
 
 
 def sections(text: str) -> dict[str, str]:
@@ -249,17 +262,6 @@ def compare_page(tally: Tally, page: str, printed: str, recomputed: str) -> None
   a table row names its row and column. The hand-written notes (Runs not kept) are counted as not verified."""
   ours, theirs = printed.splitlines(), recomputed.splitlines()
   hand_written = next((index for index, line in enumerate(ours) if line.startswith("## Runs not kept")), len(ours))
-  if hand_written < len(ours):
-    tally.unverified(page, f"the {len(numbers(' '.join(ours[hand_written:])))} numbers under Runs not kept",
-                     "hand-written in runs_not_kept.md from the training output of runs whose workdirs are gone")
-  reruns = next((index for index, line in enumerate(ours) if line.startswith("## Reruns")), None)
-  if reruns is not None:
-    section = "\n".join(ours[reruns + 1:next((index for index in range(reruns + 1, len(ours))
-                                               if ours[index].startswith("## ")), len(ours))])
-    earlier = re.findall(r"\bwas (\d[\d,.]*)", section)
-    if earlier:
-      tally.recorded_only(page, f"the {len(earlier)} earlier values under Reruns (\"was X\")", "the replaced "
-                          "rows' values, kept in records.json; their outputs and logs were replaced by the rerun's")
   matcher = difflib.SequenceMatcher(None, ours, theirs, autojunk=False)
   for tag, start, end, other_start, other_end in matcher.get_opcodes():
     for offset, index in enumerate(range(start, min(end, hand_written))):
@@ -267,6 +269,8 @@ def compare_page(tally: Tally, page: str, printed: str, recomputed: str) -> None
       if line.startswith(STAMPS):
         continue
       other = theirs[other_start + offset] if other_start + offset < other_end else ""
+      if numbers(line) == numbers(other):  # every number of the line as its script writes it again
+        tally.compared[page].add(index + 1)
       compare_line(tally, page, index + 1, line, other, header_for(ours, index))
 
 
@@ -318,19 +322,19 @@ def check_outputs(tally: Tally, root: str, page: str) -> None:
       continue
     cells = module.row(name, {**record, "values": {**record["values"], **values}})
     for column in module.RECOMPUTED_COLUMNS:
-      printed = cell(text, column, name, module.HEADER[0])
-      tally.check(page, kind, f"row {name!r}, column {column!r}", "nothing" if printed is None else printed,
-                  str(cells[module.HEADER.index(column)]))
+      printed, at = find_cell(text, column, name, module.HEADER[0]) or ("nothing", None)
+      tally.check(page, kind, f"row {name!r}, column {column!r}", printed, str(cells[module.HEADER.index(column)]),
+                  at, "from outputs")
 
 
-def check_logs(tally: Tally, page: str) -> None:
+def check_logs(tally: Tally, page: str, root: str = record_store.REPO) -> None:
   """Each row of ``page`` whose training log is committed: the values its record holds that the log gives
   (``log_values`` of the page's module), recomputed from the log; a row without its log is listed as not
   verified."""
   from experiments import output_pages
   module = importlib.import_module(LOGGED[page])
   folder = os.path.join(record_store.COMMITTED, os.path.relpath(os.path.dirname(page), "experiments"))
-  store = record_store.RecordStore(folder)
+  store, text = record_store.RecordStore(folder), read(root, page)
   for name in store:
     log = output_pages.read_log(folder, name)
     if log is None and output_pages.log_expected(store[name]):
@@ -344,20 +348,26 @@ def check_logs(tally: Tally, page: str) -> None:
                        f"before logs were kept, on {output_pages.recorded_on(store[name]) or 'an undated stamp'})")
       continue
     recorded = {**store[name]["values"], "steps": store[name]["steps"]}
+    header, columns = LOG_COLUMNS.get(page, ("", {}))
     for key, value in module.log_values(log).items():
-      tally.check(page, "from committed training logs", f"row {name!r}, {key}", repr(recorded.get(key)), repr(value))
+      if tally.check(page, "from committed training logs", f"row {name!r}, {key}", repr(recorded.get(key)),
+                     repr(value)):
+        for column in columns.get(key, ()):
+          found = find_cell(text, column, name, header)
+          if found:
+            tally.marks[page].setdefault(found[1], "from logs")
 
 
-def check_ablation_logs(tally: Tally, page: str) -> None:
+def check_ablation_logs(tally: Tally, page: str, root: str = record_store.REPO) -> None:
   """Each cell of an ablation page whose run's training log is committed: its record's per-seed final metrics,
   divergence, wall time, steps and training losses, recomputed from the log (``ablations_scores.log_values``);
   the cells without their log are listed as not verified."""
   from experiments import ablations_scores, launching, output_pages
   folder = os.path.join(record_store.COMMITTED, os.path.relpath(os.path.dirname(page), "experiments"))
-  store = record_store.RecordStore(folder)
-  with tempfile.TemporaryDirectory() as root:  # where the cells would train: only their configs are read
+  store, text = record_store.RecordStore(folder), read(root, page)
+  with tempfile.TemporaryDirectory() as scratch:  # where the cells would train: only their configs are read
     grid = {cell.name: cell for cell in launching.expand_grid(
-        list(launching.ABLATIONS), ABLATION_PAGES[page], root, ablations=launching.ABLATIONS)}
+        list(launching.ABLATIONS), ABLATION_PAGES[page], scratch, ablations=launching.ABLATIONS)}
   missing = []
   for name in store:
     record = store[name]
@@ -366,9 +376,20 @@ def check_ablation_logs(tally: Tally, page: str) -> None:
       missing.append(name)
       continue
     recorded = {**record["values"], "steps": record["steps"]}
-    for key, value in ablations_scores.log_values(log, grid[name]).items():
-      tally.check(page, "from committed training logs", f"cell {name!r}, {key}",
-                  json.dumps(recorded.get(key), sort_keys=True), json.dumps(value, sort_keys=True))
+    agree = [tally.check(page, "from committed training logs", f"cell {name!r}, {key}",
+                         json.dumps(recorded.get(key), sort_keys=True), json.dumps(value, sort_keys=True))
+             for key, value in ablations_scores.log_values(log, grid[name]).items()]
+    if all(agree):  # the row's means, spreads, divergence, steps and wall time rest on the values checked
+      for table in tables(text):
+        if table["header"][0] == "run" and "diverged" in table["header"]:
+          for offset, row in enumerate(table["rows"]):
+            for index, column in enumerate(table["header"]):
+              if row[0] == name and column not in ("run", "seeds", "hardware", "command"):
+                tally.marks[page].setdefault((table["line"] + 2 + offset, index), "from logs")
+  if not missing and store:  # every cell's per-seed values from its log: so the comparisons and Welch's t
+    for number, line in enumerate(text.splitlines(), 1):
+      if re.match(r"- [\w.-]+: .* against |Diverged, by the criterion above", line):
+        tally.marks[page].setdefault((number, None), "from logs")
   if missing:
     tally.unverified(page, "each seed's final metrics, divergence and training loss, and the wall time, of " + (
         f"all {len(missing)} cells" if len(missing) == len(store) else ", ".join(missing)),
@@ -464,17 +485,18 @@ def check_split(tally: Tally, page: str, text: str, name: str, split: str, is_te
   lowercased, _ = corpus_bleu(hypotheses, references, tokenize, lowercase=True)
   columns = [(f"{split} BLEU", cased)] + ([(f"{split} BLEU lowercased", lowercased)] if split != "validation" else [])
   for column, value in columns:
-    tally.check(page, kind, f"row {name!r}, column {column!r}", cell(text, column, name) or "nothing",
-                f"{value:.2f}")
+    printed, at = find_cell(text, column, name) or ("nothing", None)
+    tally.check(page, kind, f"row {name!r}, column {column!r}", printed, f"{value:.2f}", at, "from outputs")
   if not is_test:
     return
-  tally.check(page, kind, f"row {name!r}, sacreBLEU signature", signature, recomputed_signature)
+  tally.check(page, kind, f"row {name!r}, sacreBLEU signature", signature, recomputed_signature,
+              (find_cell(text, "sacreBLEU signature", name) or (None, None))[1], "from outputs")
   for group, values in bleu_by_reference_length(hypotheses, references, tokenize).items():
     heading = f"{group} words ({values['sentences']} sentences)"
-    printed = cell(text, heading, name)
-    if printed is not None:  # rows scored before the page had the table have no row there
-      tally.check(page, kind, f"BLEU by length, row {name!r}, column {heading!r}", printed,
-                  f"{values['bleu']:.2f} (length ratio {values['length_ratio']:.2f})")
+    found = find_cell(text, heading, name)
+    if found is not None:  # rows scored before the page had the table have no row there
+      tally.check(page, kind, f"BLEU by length, row {name!r}, column {heading!r}", found[0],
+                  f"{values['bleu']:.2f} (length ratio {values['length_ratio']:.2f})", found[1], "from outputs")
 
 
 # ------------------------------------------------------------------------------ benchmark ratios
@@ -524,19 +546,21 @@ def column_value(table: dict, row: list[str], column: str) -> tuple[float, float
 def check_ratios(tally: Tally, text: str) -> None:
   """Every ratio column of ``benchmarks/RESULTS.md`` against the timings of its row, to their printed rounding,
   and each attention and decoding section's quoted worst ratio against its column."""
+  starts = section_lines(text)
   for marker, body in sections(text).items():
     specs = RATIOS.get(re.sub(r"\.(gpu|1core)$", "", marker), [])
     for table in tables(body):
       for ratio, numerator, denominators in specs:
         if ratio not in table["header"]:
           continue
-        for row in table["rows"]:
-          check_ratio(tally, marker, table, row, ratio, numerator, denominators)
-      check_worst(tally, marker, body, table)
+        for offset, row in enumerate(table["rows"]):
+          check_ratio(tally, marker, table, row, ratio, numerator, denominators,
+                      (starts[marker] + table["line"] + 2 + offset, table["header"].index(ratio)))
+      check_worst(tally, marker, body, table, starts[marker])
 
 
 def check_ratio(tally: Tally, marker: str, table: dict, row: list[str], ratio: str, numerator: str,
-                denominators: tuple[str, ...]) -> None:
+                denominators: tuple[str, ...], at: tuple | None = None) -> None:
   printed = bounds(row[table["header"].index(ratio)])
   top = column_value(table, row, numerator)
   bottoms = [value for value in (column_value(table, row, column) for column in denominators) if value]
@@ -548,7 +572,7 @@ def check_ratio(tally: Tally, marker: str, table: dict, row: list[str], ratio: s
   where = f"section {marker}, row {' / '.join(row[:4])!r}, column {ratio!r}"
   text = row[table["header"].index(ratio)]
   tally.check(BENCHMARKS_RESULTS, "ratio from the timings beside it", where, text,
-              text if agrees else f"{possible[0]:.3f} to {possible[1]:.3f}")
+              text if agrees else f"{possible[0]:.3f} to {possible[1]:.3f}", at, "from the figures beside it")
 
 
 # A rate column of a timing table and the timing it is a rate of: (rate column, time column in ms, work per call:
@@ -590,14 +614,14 @@ def check_step_rates(tally: Tally, text: str) -> None:
   """Where a table of ``benchmarks/RESULTS.md`` gives a step time beside a rate and an MFU, they must agree to
   their printed rounding: tokens/s = tokens per call / time, MFU = model FLOPs / step time / the matmul peak the
   section names; and the target line's "Nx needs ours at M% MFU" = N x the MFU column of the reference's row."""
-  kind = "rate or MFU from the step time beside it"
+  kind, starts, beside = "rate or MFU from the step time beside it", section_lines(text), "from the figures beside it"
   for marker, body in sections(text).items():
     per_call = re.search(r"(\d+) x (\d+) source \+ (\d+) target tokens", body)
     peaks = matmul_peaks(body)
     for table in tables(body):
       header = table["header"]
-      for row in table["rows"]:
-        where = f"section {marker}, row {' / '.join(row[:3])!r}"
+      for offset, row in enumerate(table["rows"]):
+        where, line = f"section {marker}, row {' / '.join(row[:3])!r}", starts[marker] + table["line"] + 2 + offset
         for rate, time, work in RATES:
           if rate not in header or time not in header:
             continue
@@ -614,7 +638,8 @@ def check_step_rates(tally: Tally, text: str) -> None:
           low, high = amount / (milliseconds[1] / 1e3), amount / (milliseconds[0] / 1e3)
           text_value = row[header.index(rate)]
           tally.check(BENCHMARKS_RESULTS, kind, f"{where}, column {rate!r} from {time!r}", text_value,
-                      text_value if interval(low, high, printed) else f"{low:,.2f} to {high:,.2f}")
+                      text_value if interval(low, high, printed) else f"{low:,.2f} to {high:,.2f}",
+                      (line, header.index(rate)), beside)
         for column in header:
           peak = peaks.get("theoretical" if "theoretical" in column else "measured")
           if not column.startswith("MFU %") or peak is None or "step ms" not in header:
@@ -627,7 +652,8 @@ def check_step_rates(tally: Tally, text: str) -> None:
           high = 100 * flops[1] / (milliseconds[0] / 1e3) / peak[0]
           text_value = row[header.index(column)]
           tally.check(BENCHMARKS_RESULTS, kind, f"{where}, column {column!r} from 'step ms'", text_value,
-                      text_value if interval(low, high, printed) else f"{low:.2f} to {high:.2f}")
+                      text_value if interval(low, high, printed) else f"{low:.2f} to {high:.2f}",
+                      (line, header.index(column)), beside)
     mfu_table = next((table for table in tables(body) if "implementation" in table["header"]
                       and any(column.startswith("MFU %") for column in table["header"])), None)
     for found in re.finditer(r"ours / ([\w-]+) [\d.]+x at batch (\d+) \((?:met|not met); ([\d.]+)x needs ours at "
@@ -644,10 +670,11 @@ def check_step_rates(tally: Tally, text: str) -> None:
       needed = bounds(found.group(4))
       tally.check(BENCHMARKS_RESULTS, kind, f"section {marker}, the target line's MFU that {found.group(3)}x "
                   f"{found.group(1)} needs", f"{found.group(4)}%",
-                  f"{found.group(4)}%" if interval(low, high, needed) else f"{low:.1f}% to {high:.1f}%")
+                  f"{found.group(4)}%" if interval(low, high, needed) else f"{low:.1f}% to {high:.1f}%",
+                  (starts[marker] + body[:found.start(4)].count("\n") + 1, found.group(4)), beside)
 
 
-def check_worst(tally: Tally, marker: str, body: str, table: dict) -> None:
+def check_worst(tally: Tally, marker: str, body: str, table: dict, start: int = 0) -> None:
   """``worst ratio X`` (attention) or ``smallest speed-up at 256 tokens X`` (decoding) against the column."""
   quoted = re.search(r"worst ratio ([\d.]+) with the default", body)
   column = "ours / fastest reference"
@@ -660,7 +687,8 @@ def check_worst(tally: Tally, marker: str, body: str, table: dict) -> None:
             and (column != "cache speed-up" or row[table["header"].index("output tokens")] == "256")]
   pick = max if column.startswith("ours") else min
   tally.check(BENCHMARKS_RESULTS, "ratio from the timings beside it", f"section {marker}, the target line's "
-              f"{'worst' if pick is max else 'smallest'} ratio", quoted.group(1), pick(values, key=float))
+              f"{'worst' if pick is max else 'smallest'} ratio", quoted.group(1), pick(values, key=float),
+              (start + body[:quoted.start(1)].count("\n") + 1, quoted.group(1)), "from the figures beside it")
 
 
 # ------------------------------------------------------------------------------ the READMEs against their pages
@@ -680,14 +708,16 @@ def found_on(value: str, page_text: str) -> bool:
 def check_links(tally: Tally, root: str, page: str, table: dict, result_column: int, targets) -> None:
   """Each result quoted in ``table``'s rows must be printed on the page the row links (``targets(row)``: the
   page's path and text); a row linking nothing is reported."""
-  for row in table["rows"]:
+  for offset, row in enumerate(table["rows"]):
     target, target_text = targets(row)
     if target is None:
       tally.check(page, "quoted from its page", f"row {row[0]!r}", "a result", "no page linked")
       continue
-    for value in results_in(row[result_column]):
+    for printed in RESULT.findall(row[result_column]):
+      value = printed.replace(",", "")
       tally.check(page, "quoted from its page", f"row {row[0]!r}: {value} (from {target})", value,
-                  value if found_on(value, target_text) else f"not on {target}")
+                  value if found_on(value, target_text) else f"not on {target}",
+                  (table["line"] + 2 + offset, printed), "quoted from its page")
 
 
 def check_readme(tally: Tally, root: str) -> None:
@@ -695,6 +725,7 @@ def check_readme(tally: Tally, root: str) -> None:
   (``experiments.readme_results``): every word of a row, its numbers, counts, horizons and verdicts ("met", "not
   met", "diverged") included; a changed word fails naming the row and the words."""
   from experiments import readme_results
+  lines = read(root, README).splitlines()
   printed = readme_results.printed_rows(read(root, README))
   written = readme_results.rows(root)
   kind = "words written again from its pages"
@@ -717,6 +748,9 @@ def check_readme(tally: Tally, root: str) -> None:
     changed = [opcode for opcode in matcher.get_opcodes() if opcode[0] != "equal"]
     if not changed:
       tally.verified[README][kind] += len(ours)
+      line = next((number for number, text in enumerate(lines, 1) if cells(text) == mine), None)
+      if line is not None:
+        tally.marks[README].setdefault((line, None), "quoted from its page")
     for _, start, end, other_start, other_end in changed:  # each changed span, with a word either side
       context = (max(start - 1, 0), min(end + 1, len(ours)), max(other_start - 1, 0), min(other_end + 1, len(pages)))
       tally.check(README, kind, f"row {name!r}", repr(" ".join(ours[context[0]:context[1]])),
@@ -763,9 +797,9 @@ def verify(root: str = record_store.REPO, pages: tuple[str, ...] = (), data: str
     if page in RECOMPUTED:
       check_outputs(tally, root, page)
     if page in LOGGED:
-      check_logs(tally, page)
+      check_logs(tally, page, root)
     if page in ABLATION_PAGES:
-      check_ablation_logs(tally, page)
+      check_ablation_logs(tally, page, root)
       from experiments.ablations import common
       if ABLATION_PAGES[page] in common.NOT_REPRODUCED:
         tally.unverified(page, "every cell: not reproduced at today's code", f"recorded with "
@@ -781,12 +815,51 @@ def verify(root: str = record_store.REPO, pages: tuple[str, ...] = (), data: str
     check_readme(tally, root)
   if BENCHMARKS_README in chosen:
     check_benchmarks_readme(tally, root)
+  account_numbers(tally, root, chosen)
   for page in chosen:
     for what, why in NOT_COMMITTED.get(page, []) + script_not_committed(page):
       tally.unverified(page, what, why)
-    for what, why in RECORD_ONLY.get(page, []):
-      tally.recorded_only(page, what, why)
+    for (where, rule), count in tally.account.by_rule.items() if tally.account else ():
+      if where == page and rule.kind == "record only":
+        tally.recorded_only(page, f"{rule.what} ({count} numbers)", rule.why)
+      elif where == page and rule.kind == "not committed":
+        tally.unverified(page, f"{rule.what} ({count} numbers)", rule.why)
   return tally
+
+
+def accounted_lines(page: str, text: str) -> range | None:
+  """The lines of ``page`` whose numbers are accounted for: the README's results table and the benchmarks
+  README's target table alone (the rest of them is prose and setup), every line of the other pages."""
+  if page == BENCHMARKS_README:
+    table = next(t for t in tables(text) if t["header"][:2] == ["question", "target"])
+    return range(table["line"] + 2, table["line"] + 2 + len(table["rows"]))
+  if page != README:
+    return None
+  from experiments import readme_results
+  lines = text.splitlines()
+  begin = next((i for i, line in enumerate(lines, 1) if line.startswith(readme_results.BEGIN)), 0)
+  end = next((i for i, line in enumerate(lines, 1) if line.startswith(readme_results.END)), 0)
+  return range(begin + 1, end)
+
+
+def account_numbers(tally: Tally, root: str, chosen) -> None:
+  """Every number of the chosen pages given a class (``verify_rules``): one that no check, list or rule
+  accounts for is a difference, and so is a rule that matches nothing."""
+  from experiments import verify_rules
+  accounted = [page for page in chosen if page in (*PAGES, README, BENCHMARKS_RESULTS, BENCHMARKS_README)]
+  # A page with a number that differs is failed already, naming it, and one whose raw data is absent is failed or
+  # partial, naming what was not checked: their numbers left unconfirmed are not named again.
+  differing = {line.split(": ", 1)[0] for line in tally.differences + tally.not_checked}
+  result = verify_rules.Account()
+  for page in accounted:
+    text = read(root, page)
+    found = len(result.unaccounted)
+    verify_rules.account(result, page, text, tally.marks[page], tally.compared[page], accounted_lines(page, text))
+    if page in differing:
+      del result.unaccounted[found:]
+  verify_rules.check_stale(result, accounted)
+  tally.account = result
+  tally.differences.extend(result.unaccounted + result.stale)
 
 
 def script_not_committed(page: str) -> list[tuple[str, str]]:
@@ -817,6 +890,14 @@ def summary(tally: Tally, partial: bool = False) -> str:
             + ", ".join(f"{count} {kind}" for kind, count in sorted(totals.items(), key=lambda item: -item[1]))
             + f"); {from_records} of a page against its own records.json; {from_pages} of the READMEs against the "
             "pages they link."]
+  if tally.account is not None:
+    from experiments import verify_rules
+    classes = collections.Counter()
+    for counts in tally.account.counts.values():
+      classes.update(counts)
+    lines += [f"Numbers on the pages: {sum(classes.values())}, each accounted for: " + ", ".join(
+        f"{classes[kind]} {kind}" for kind in verify_rules.CLASSES) + f"; {len(tally.account.unaccounted)} "
+        "unaccounted for."]
   if tally.not_checked:
     lines += ["", f"Not checked: {len(tally.not_checked)} scores whose outputs are committed, for want of the raw "
               "data they are scored against:", *(f"- {line}" for line in tally.not_checked)]
