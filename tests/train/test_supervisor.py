@@ -2,10 +2,13 @@
 lost coordinator becomes one line and status 75, and everything else (output, exit statuses, signals) passes
 through as without it. A fake child stands for launch.py here; the real kill of process 0 is in
 test_multihost.py."""
+import fcntl
 import os
+import pty
 import signal
 import subprocess
 import sys
+import termios
 import time
 
 import pytest
@@ -35,6 +38,15 @@ elif part.startswith("exit-"):
   sys.exit(int(part[5:]))
 elif part.startswith("signal-"):
   os.kill(os.getpid(), int(part[7:]))
+elif part == "count-sigint":
+  received = []
+  signal.signal(signal.SIGINT, lambda *_: received.append(1))
+  open(sys.argv[2] + "/child.pid", "w").write(str(os.getpid()))
+  deadline = time.monotonic() + 60
+  while not received and time.monotonic() < deadline:
+    time.sleep(0.05)
+  time.sleep(2)  # a forwarded copy would come within milliseconds
+  print(f"child got {{len(received)}} SIGINT", flush=True)
 elif part == "wait":
   signal.signal(signal.SIGTERM, lambda *_: (print("child got SIGTERM", flush=True), sys.exit(0)))
   signal.signal(signal.SIGINT, lambda *_: (print("child got SIGINT", flush=True), sys.exit(0)))
@@ -95,6 +107,30 @@ def test_a_signal_to_the_parent_reaches_the_child(tmp_path, signum):
   process.send_signal(signum)
   out, _ = process.communicate(timeout=60)
   assert process.returncode == 0 and f"child got {signal.Signals(signum).name}" in out
+
+
+def test_a_ctrl_c_at_the_terminal_reaches_the_child_once(tmp_path):
+  """The terminal signals its whole foreground process group, parent and child: the parent passes on only the
+  signals sent to it alone, so the child sees one Ctrl-C, not the two that stop a run without its save."""
+  master, terminal = pty.openpty()
+
+  def control_terminal():  # the new session's terminal: its foreground group is the parent's and the child's
+    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+  script = tmp_path / "script.py"
+  script.write_text(SCRIPT)
+  env = {k: v for k, v in os.environ.items() if k != "TRANSFORMER_SUPERVISED"}
+  process = subprocess.Popen([sys.executable, str(script), "count-sigint", str(tmp_path)], env=env, stdin=terminal,
+                             stdout=subprocess.PIPE, stderr=terminal, text=True, start_new_session=True,
+                             preexec_fn=control_terminal)
+  os.close(terminal)
+  try:
+    _wait_for(tmp_path / "child.pid")
+    os.write(master, b"\x03")  # Ctrl-C
+    out, _ = process.communicate(timeout=60)
+  finally:
+    os.close(master)
+  assert process.returncode == 0 and "child got 1 SIGINT" in out, out
 
 
 def test_kill_9_of_the_parent_kills_the_child(tmp_path):
