@@ -542,9 +542,12 @@ def _coordinator_lost_line(held: bytes, workdir: str | None, process_id, num_pro
     path = f"not kept: {error.strerror}"
   status = re.search(rb"absl::Status: ([^\n]*)", held)
   status = status.group(1).decode(errors="replace") if status else ""
-  if not status or "coordination service" in status:  # its RPCs fail: the service, in process 0, is gone
-    lost = "process 0" + (f" of {num_processes}" if num_processes else "") + " (the coordinator: it hosts JAX's " \
-           "coordination service) is gone, killed or its host lost"
+  of = f" of {num_processes}" if num_processes else ""
+  task = re.search(r"/task:(\d+)", status)  # the service names a process it lost as a task
+  if str(process_id) != "0" and (not status or "coordination service" in status):  # the service itself is gone
+    lost = f"process 0{of} (the coordinator: it hosts JAX's coordination service) is gone, killed or its host lost"
+  elif task:
+    lost = f"process {task.group(1)}{of} is gone (JAX's distributed service: {status.split('. ')[0][:160]})"
   else:
     lost = f"JAX's distributed service reported a fatal error ({status.split('. ')[0][:160]})"
   return (f"\nerror: {lost}; {who} stops too (JAX's own report: {path}). The last checkpoint is kept: restart "
