@@ -18,6 +18,10 @@ Every setting comes from its flag (``--coordinator_address``, ``--num_processes`
 ``TRANSFORMER_<FLAG NAME IN CAPITALS>``, else from its default. Without a coordinator address, a cluster that JAX
 detects itself (SLURM with more than one task, a multi-host TPU VM) is joined.
 
+Process 0 killed: its coordination service goes with it, and JAX aborts every other process from a C++ thread
+within a second, before any Python code can speak. So each process of a multi-process run is watched by a parent
+(``supervise``: launch.py runs itself again as its child) that turns that abort into one line and status 75.
+
 JAX does not raise when the other processes fail to join in time: it aborts the process from C++ with a stack.
 A watchdog thread stops this process first, with one ``error: ...`` line and exit status 1.
 
