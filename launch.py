@@ -134,6 +134,10 @@ def main(argv):
     return
   show_own_lines(quiet=_CONFIG.value.get("quiet", False))
   from transformer.train import multihost, run, validate_config  # after flag parsing: imports JAX
+  if multihost.needs_supervisor(_COORDINATOR.value):  # one of several processes: a parent watches it
+    status = multihost.supervise(_WORKDIR.value, _PROCESS_ID.value, _NUM_PROCESSES.value)
+    sys.stdout.flush()
+    os._exit(status)  # nothing of the parent's to tear down: unloading JAX and the config's imports took seconds
   exit_on_user_error(multihost.initialize, _COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value,
                      local_device_ids=_LOCAL_DEVICE_IDS.value, initialization_timeout=_INITIALIZATION_TIMEOUT.value,
                      peer_timeout=_PEER_TIMEOUT.value)

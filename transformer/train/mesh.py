@@ -87,6 +87,16 @@ class MeshStrategy(Strategy):
       raise ValueError(f"settings need one value per replica ({num_replicas}): "
                        f"{ {name: len(values) for name, values in self.settings.items()} }")
     self.mesh = _mesh(devices, hosts, tensor_parallelism)
+    if any(len({device.process_index for device in group}) > 1
+           for group in self.mesh.devices.reshape(-1, tensor_parallelism)):
+      # Each process feeds its own rows of the batch: a model group across processes would get other rows on each.
+      local = len(devices) // len({device.process_index for device in devices})
+      raise ConfigError(
+          f"config.tensor_parallelism={tensor_parallelism} spans processes: its model axis would join devices of "
+          f"several processes, which feed it different rows of the batch (and splitting a layer across hosts sends "
+          f"its partial sums over the network at every layer). Choose a tensor_parallelism that divides the {local} "
+          f"devices of each process ({', '.join(str(n) for n in range(1, local + 1) if local % n == 0)}), with data "
+          "parallelism (config.fsdp=True to shard the parameters too) across processes.")
     batch_axes = (HOSTS_AXIS, DATA_AXIS)
     self.batch_sharding = NamedSharding(self.mesh, PartitionSpec(batch_axes))
     self.stacked_batch_sharding = NamedSharding(self.mesh, PartitionSpec(None, batch_axes))  # [steps, batch, ...]

@@ -18,6 +18,10 @@ Every setting comes from its flag (``--coordinator_address``, ``--num_processes`
 ``TRANSFORMER_<FLAG NAME IN CAPITALS>``, else from its default. Without a coordinator address, a cluster that JAX
 detects itself (SLURM with more than one task, a multi-host TPU VM) is joined.
 
+Process 0 killed: its coordination service goes with it, and JAX aborts every other process from a C++ thread
+within a second, before any Python code can speak. So each process of a multi-process run is watched by a parent
+(``supervise``: launch.py runs itself again as its child) that turns that abort into one line and status 75.
+
 JAX does not raise when the other processes fail to join in time: it aborts the process from C++ with a stack.
 A watchdog thread stops this process first, with one ``error: ...`` line and exit status 1.
 
@@ -41,13 +45,18 @@ in the items' order, as one process alone would have computed them.
 from __future__ import annotations
 
 import atexit
+import faulthandler
 import json
 import logging
 import os
 import pickle
+import re
+import select
 import shlex
 import signal
+import subprocess
 import sys
+import tempfile
 import threading
 import time
 from typing import Any, Callable, Sequence
@@ -445,6 +454,131 @@ def _exit_with(error: ClusterError) -> None:
   sys.stderr.write(f"error: {error}\n")
   sys.stderr.flush()
   os._exit(1)  # pylint: disable=protected-access
+
+
+SUPERVISED = "TRANSFORMER_SUPERVISED"  # set in the child that a supervising launch.py runs
+# Signals a supervisor passes to its child; the terminal's (Ctrl-C) already reach both, being one process group.
+_FORWARDED = {signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2,
+              signal.SIGABRT}
+_SI_KERNEL = 0x80  # siginfo's si_code of a signal the kernel sent (a terminal's Ctrl-C), not a kill() of a process
+# JAX's C++ log lines about its distributed service (the first of them starts what is held back): W/E/F, MMDD.
+_SERVICE_LINE = re.compile(rb"^[WEF]\d{4} [^\n]*(?:coordination service|distributed service)", re.MULTILINE)
+_HOLD_SECONDS = 5  # JAX aborts within milliseconds of its first such line; a child alive after this goes on
+
+
+def needs_supervisor(coordinator_address: str | None) -> bool:
+  """Whether this launch.py is one of several processes (``initialize`` would join a run) and not yet the child
+  of a supervisor: see :func:`supervise`."""
+  if os.environ.get(SUPERVISED):
+    return False
+  return bool(coordinator_address or os.environ.get("TRANSFORMER_COORDINATOR_ADDRESS") or _in_detected_cluster())
+
+
+def supervise(workdir: str | None, process_id: int | None = None, num_processes: int | None = None) -> int:
+  """Run this command again as a child and watch it; returns its exit status (or dies by its signal).
+
+  When process 0 is killed, its coordination service goes with it and JAX aborts every other process from a C++
+  thread within a second (``Terminating process because the JAX distributed service detected fatal errors``, a
+  stack, SIGABRT), before any Python code of theirs can speak; the callback jaxlib offers instead aborts with
+  ``std::bad_cast`` (jaxlib 0.10.2). So a parent does it: the child's stdout is its own, signals sent to the
+  parent reach the child, and the child's stderr passes through, except that from JAX's first line about its
+  distributed service on it is held back. If the child then dies by SIGABRT, the parent prints one line naming
+  the lost coordinator and the command that resumes, keeps the held text in a file the line names, and returns
+  ``PEER_LOST_EXIT_STATUS``; otherwise (or if the child lives on for ``_HOLD_SECONDS``) the held text is passed
+  on as it was.
+  """
+  signal.pthread_sigmask(signal.SIG_BLOCK, _FORWARDED)  # taken with sigtimedwait below, with who sent them
+  parent, prctl = os.getpid(), _die_with_parent_call()
+
+  def in_child():
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _FORWARDED)
+    prctl()
+    if os.getppid() != parent:  # the parent died before prctl took effect
+      os._exit(1)
+
+  child = subprocess.Popen([sys.executable, *sys.orig_argv[1:]], env={**os.environ, SUPERVISED: "1"},
+                           stderr=subprocess.PIPE, preexec_fn=in_child)
+  pipe = child.stderr.fileno()
+  held, held_since = b"", 0.0
+  while True:
+    while (received := signal.sigtimedwait(_FORWARDED, 0)) is not None:
+      if received.si_code != _SI_KERNEL:
+        child.send_signal(received.si_signo)
+    if select.select([pipe], [], [], 0.1)[0]:
+      chunk = os.read(pipe, 1 << 16)
+      if not chunk:
+        break
+      start = None if held else _SERVICE_LINE.search(chunk)
+      if start:
+        held_since = time.monotonic()
+      split = start.start() if start else (0 if held else len(chunk))
+      _write_stderr(chunk[:split])
+      held += chunk[split:]
+    elif child.poll() is not None:  # exited, and nothing left to read (a grandchild may keep the pipe open)
+      break
+    if held and child.poll() is None and time.monotonic() - held_since > _HOLD_SECONDS:
+      _write_stderr(held)
+      held = b""
+  status = child.wait()
+  if held and status in (-signal.SIGABRT, 128 + signal.SIGABRT):
+    _write_stderr(_coordinator_lost_line(held, workdir, process_id, num_processes).encode())
+    return PEER_LOST_EXIT_STATUS
+  _write_stderr(held)
+  if status < 0:  # killed by a signal: so is this process, as a shell or a scheduler would have seen it
+    faulthandler.disable()
+    if -status != signal.SIGKILL:  # the one signal whose action cannot be set, nor needs to be
+      signal.signal(-status, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {-status})
+    os.kill(os.getpid(), -status)
+    return 128 - status
+  return status
+
+
+def _die_with_parent_call() -> Callable[[], None]:
+  """A call for the child (before exec) that kills it when its parent dies: ``kill -9`` of the process a user
+  or a scheduler started must stop the run (process 0's coordination service with it), as without a parent."""
+  if not sys.platform.startswith("linux"):
+    return lambda: None
+  import ctypes  # pylint: disable=import-outside-toplevel
+  libc = ctypes.CDLL(None, use_errno=True)
+  return lambda: libc.prctl(1, signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
+
+
+def _write_stderr(data: bytes) -> None:
+  while data:
+    try:
+      data = data[os.write(2, data):]
+    except OSError:  # stderr's reader is gone: the child's output is read on, and dropped, so that it never blocks
+      return
+
+
+def _coordinator_lost_line(held: bytes, workdir: str | None, process_id, num_processes) -> str:
+  """The one line for a child JAX aborted over its distributed service, naming the file that keeps ``held``."""
+  if process_id is None:  # for the line only: the child checks and reports malformed values
+    process_id = os.environ.get("TRANSFORMER_PROCESS_ID") or os.environ.get("SLURM_PROCID")
+  num_processes = num_processes or os.environ.get("TRANSFORMER_NUM_PROCESSES") or os.environ.get("SLURM_NTASKS")
+  who = f"process {process_id}" if process_id is not None else "this process"
+  name = f"jax_abort_process_{process_id if process_id is not None else os.getpid()}.log"
+  from transformer.train.workdir import RUN_MARKERS  # pylint: disable=import-outside-toplevel
+  in_run = workdir and any(os.path.exists(os.path.join(workdir, marker)) for marker in RUN_MARKERS)
+  path = os.path.join(workdir if in_run else tempfile.gettempdir(), name)  # not one to make a folder no run's
+  try:
+    with open(path, "wb") as f:
+      f.write(held)
+  except OSError as error:
+    path = f"not kept: {error.strerror}"
+  status = re.search(rb"absl::Status: ([^\n]*)", held)
+  status = status.group(1).decode(errors="replace") if status else ""
+  of = f" of {num_processes}" if num_processes else ""
+  task = re.search(r"/task:(\d+)", status)  # the service names a process it lost as a task
+  if str(process_id) != "0" and (not status or "coordination service" in status):  # the service itself is gone
+    lost = f"process 0{of} (the coordinator: it hosts JAX's coordination service) is gone, killed or its host lost"
+  elif task:
+    lost = f"process {task.group(1)}{of} is gone (JAX's distributed service: {status.split('. ')[0][:160]})"
+  else:
+    lost = f"JAX's distributed service reported a fatal error ({status.split('. ')[0][:160]})"
+  return (f"\nerror: {lost}; {who} stops too (JAX's own report: {path}). The last checkpoint is kept: restart "
+          f"every process with the same command to resume: {resume_command()}\n")
 
 
 INTERRUPTED_EXIT_STATUS = 130  # what a shell reports for a process stopped by SIGINT (128 + 2)
