@@ -301,7 +301,7 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
     ClusterError: SLURM tasks not started by ``srun``, or the processes did not all join in time.
   """
   global _peer_timeout, _launched_at
-  _launched_at = process_started_at()
+  _launched_at = float(os.environ.get(LAUNCHED_AT) or 0) or process_started_at()  # a supervisor's start if any
   coordinator_address = _setting(coordinator_address, "coordinator_address", _address)
   num_processes = _setting(num_processes, "num_processes", _integer(minimum=1))
   process_id = _setting(process_id, "process_id", _integer(minimum=0))
@@ -457,6 +457,7 @@ def _exit_with(error: ClusterError) -> None:
 
 
 SUPERVISED = "TRANSFORMER_SUPERVISED"  # set in the child that a supervising launch.py runs
+LAUNCHED_AT = "TRANSFORMER_LAUNCHED_AT"  # and when the supervisor started (epoch seconds): the launch began there
 # Signals a supervisor passes to its child; the terminal's (Ctrl-C) already reach both, being one process group.
 _FORWARDED = {signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2,
               signal.SIGABRT}
@@ -496,7 +497,8 @@ def supervise(workdir: str | None, process_id: int | None = None, num_processes:
     if os.getppid() != parent:  # the parent died before prctl took effect
       os._exit(1)
 
-  child = subprocess.Popen([sys.executable, *sys.orig_argv[1:]], env={**os.environ, SUPERVISED: "1"},
+  launched = {LAUNCHED_AT: str(process_started_at())} if process_started_at() else {}  # goodput's launch phase
+  child = subprocess.Popen([sys.executable, *sys.orig_argv[1:]], env={**os.environ, SUPERVISED: "1", **launched},
                            stderr=subprocess.PIPE, preexec_fn=in_child)
   pipe = child.stderr.fileno()
   held, held_since = b"", 0.0
