@@ -1,0 +1,57 @@
+"""Checkpoints hold parameters per layer whatever config.model.scan_layers says: a state saved with the layers
+unrolled restores onto a scanned model and the reverse, optimizer moments included, each array placed by the
+target's sharding (FSDP and tensor parallelism on the 8 test devices)."""
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import orbax.checkpoint as ocp
+import pytest
+
+from transformer.nn import ModelConfig, TransformerLM, stack_layers, unstack_layers
+from transformer.train.checkpoint import Checkpointer
+from transformer.train.config import logical_axis_rules
+from transformer.train.mesh import MeshStrategy
+from transformer.train.state import create_train_state
+
+CONFIG = ModelConfig(vocab_size=18, d_model=16, num_heads=2, d_ff=32, num_encoder_layers=0, num_decoder_layers=3,
+                     dropout_rate=0.0, attention_dropout_rate=0.0, max_length=16)
+TOKENS = jnp.asarray(np.random.default_rng(0).integers(3, CONFIG.vocab_size, (8, 6)), jnp.int32)
+
+
+def _state_and_target(scan_layers: bool):
+  """A trained-once state of the 3-layer language model under FSDP x tensor parallelism, and its restore target."""
+  model, optimizer = TransformerLM(CONFIG.replace(scan_layers=scan_layers)), optax.adam(1e-2)
+  strategy = MeshStrategy(tensor_parallelism=2, rules=logical_axis_rules(fsdp=True))
+
+  def create(key):
+    return create_train_state(model, optimizer, (TOKENS,), key)
+  target = strategy.abstract_canonical(jax.eval_shape(create, jax.random.key(0)))
+  state = strategy.create_state(create, jax.random.key(0))
+  gradients = jax.tree.map(jnp.ones_like, state.params)  # non-zero moments, so that a mix-up shows
+  updates, opt_state = optimizer.update(gradients, state.opt_state, state.params)
+  return state.replace(params=optax.apply_updates(state.params, updates), opt_state=opt_state), target
+
+
+@pytest.mark.parametrize("saved_scanned", [False, True], ids=["unrolled-to-scanned", "scanned-to-unrolled"])
+def test_a_state_saved_in_one_layout_restores_in_the_other(tmp_path, saved_scanned):
+  saved, _ = _state_and_target(saved_scanned)
+  _, target = _state_and_target(not saved_scanned)
+  checkpointer = Checkpointer(str(tmp_path), asynchronous=False)
+  checkpointer.save(1, saved, extra={"position": 0})
+  checkpointer.wait()
+  on_disk = ocp.StandardCheckpointer().restore(os.path.join(tmp_path, "checkpoints", "1", "state"))
+  assert sorted(on_disk["params"]["decoder"])[:3] == ["embedder", "embedding", "layer_0"]  # per layer on disk
+  assert "layers" not in on_disk["params"]["decoder"] and "layer_2" in on_disk["opt_state"][0]["mu"]["decoder"]
+
+  step, restored, extra = Checkpointer(str(tmp_path), asynchronous=False).restore(target)
+  assert step == 1 and extra["position"] == 0
+  expected = stack_layers(unstack_layers(saved), target)  # the saved values in the target's layout
+  assert jax.tree.structure(restored) == jax.tree.structure(target)
+  jax.tree.map(np.testing.assert_array_equal, restored, expected)
+  for leaf, like in zip(jax.tree.leaves(restored), jax.tree.leaves(target)):
+    assert leaf.sharding.is_equivalent_to(like.sharding, leaf.ndim), (leaf.sharding, like.sharding)
+  layers = ("layers" if not saved_scanned else "layer_1")
+  assert layers in restored.params["decoder"]
