@@ -119,10 +119,19 @@ def unstack_layers(tree, axis: int = 0):
     return tree
   counts = {keys: jax.tree.leaves(stack)[0].shape[axis] for keys, stack in stacks.items() if jax.tree.leaves(stack)}
 
+  def shared_suffix(a, b):
+    length = 0
+    while length < min(len(a), len(b)) and a[-1 - length] == b[-1 - length]:
+      length += 1
+    return length
+
   def count_of(keys):
-    # An optimizer state's stack of frozen parameters (optax's masked nodes) has no leaves: the parameters' count.
-    return counts.get(keys) or max(((len(k), n) for k, n in counts.items() if keys[len(keys) - len(k):] == k),
-                                   default=(0, 0))[1]
+    # An optimizer state's stack of frozen parameters (optax's masked nodes) has no leaves: the count of the
+    # stack whose path ends most like its own (the parameters' "encoder" for the moments' "encoder").
+    if keys in counts:
+      return counts[keys]
+    shared, count = max(((shared_suffix(keys, k), n) for k, n in counts.items()), default=(0, 0))
+    return count if shared else 0
 
   def convert(node, keys):
     out = {}
