@@ -14,7 +14,8 @@ from transformer.nn import ModelConfig, TransformerLM, stack_layers, unstack_lay
 from transformer.train.checkpoint import Checkpointer, SavedParams
 from transformer.train.config import logical_axis_rules
 from transformer.train.mesh import MeshStrategy
-from transformer.train.state import create_train_state
+from transformer.train import run
+from transformer.train.state import create_train_state, load_params
 
 CONFIG = ModelConfig(vocab_size=18, d_model=16, num_heads=2, d_ff=32, num_encoder_layers=0, num_decoder_layers=3,
                      dropout_rate=0.0, attention_dropout_rate=0.0, max_length=16)
@@ -59,3 +60,32 @@ def test_a_state_saved_in_one_layout_restores_in_the_other(tmp_path, saved_scann
   # The parameters alone, as transformer.load reads them (the optimizer state stays on disk).
   _, params_only, _ = Checkpointer(str(tmp_path), asynchronous=False).restore(SavedParams(target.params))
   jax.tree.map(np.testing.assert_array_equal, params_only.params, expected.params)
+
+
+@pytest.mark.slow
+def test_a_run_trained_unrolled_resumes_scanned_and_loads_either_way(make_config, tmp_path):
+  """Two steps unrolled, then two more scanned in the same workdir, equal a run of four unrolled steps (dropout
+  off: the scanned stack draws its dropout keys per layer otherwise); its parameters load in either layout."""
+  def config(steps, scan_layers):
+    return make_config(num_train_steps=steps, checkpoint_every=2, eval_every=2, log_every=2,
+                       model__num_encoder_layers=2, model__num_decoder_layers=2, model__dropout_rate=0.0,
+                       model__attention_dropout_rate=0.0, model__scan_layers=scan_layers)
+  reference = run(config(4, False), str(tmp_path / "reference"))
+  run(config(2, False), str(tmp_path / "switched"))
+  switched = run(config(4, True), str(tmp_path / "switched"))
+  assert switched.step == 4 and "layers" in switched.state.params["decoder"]
+  np.testing.assert_allclose(switched.metrics["eval/loss"], reference.metrics["eval/loss"], rtol=1e-5)
+  _assert_close(unstack_layers(switched.state.params), reference.state.params)
+  loaded = load_params(str(tmp_path / "switched"), config=config(4, False))  # as an unrolled model
+  assert "layer_1" in loaded.params["encoder"]
+  _assert_close(loaded.params, reference.state.params)
+  loaded = load_params(str(tmp_path / "switched"), config=config(4, True))  # as a scanned one
+  _assert_close(unstack_layers(loaded.params), reference.state.params)
+
+
+def _assert_close(actual, expected):
+  # Adam turns float rounding in a near-zero gradient into steps of up to the learning rate: atol covers a few;
+  # a layout mix-up moves parameters by their own scale (~0.1).
+  assert jax.tree.structure(actual) == jax.tree.structure(expected)
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=5e-5),
+               actual, expected)
