@@ -151,3 +151,16 @@ def test_restore_targets_lose_the_layer_axis_and_its_sharding_entry():
   assert sorted(per_layer) == ["layer_0", "layer_1", "layer_2"]
   kernel = per_layer["layer_2"]["kernel"]
   assert kernel.shape == (4, 8) and kernel.sharding.spec == jax.sharding.PartitionSpec(None, "model")
+
+
+def test_attention_weights_of_a_scanned_model_are_read_per_layer():
+  """The scanned stack sows its weights stacked ``[layers, ...]``; the plots' reader names each layer as unrolled."""
+  from transformer.tasks.seq2seq import attention_weights
+  unrolled = _params(EncoderDecoder, CONFIG, (SOURCE, TARGET))
+  stacked = stack_layers(unrolled, _params(EncoderDecoder, SCANNED, (SOURCE, TARGET)))
+  sources, targets = [np.asarray(SOURCE[0])], [np.asarray(TARGET[0, :4])]
+  expected = attention_weights(CONFIG, unrolled, sources, targets)[0]
+  actual = attention_weights(SCANNED, stacked, sources, targets)[0]
+  assert sorted(actual) == sorted(expected) and ("cross", 2) in actual and ("encoder_self", 1) in actual
+  for key, weights in expected.items():
+    np.testing.assert_allclose(actual[key], weights, rtol=1e-5, atol=1e-6)
