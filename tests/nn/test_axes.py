@@ -23,6 +23,11 @@ MODELS = {
     "untied_encoder_decoder": lambda: (EncoderDecoder(TRANSFORMER.replace(share_embeddings=False,
                                                                           tie_output_embedding=False)), TOKENS, TOKENS),
     "lm": lambda: (TransformerLM(TRANSFORMER), TOKENS),
+    # Scanned stacks: each parameter gains a leading "layers" axis, which must carry its name too.
+    "scanned_encoder_decoder": lambda: (EncoderDecoder(TRANSFORMER.replace(scan_layers=True, num_decoder_layers=2)),
+                                        TOKENS, TOKENS),
+    "scanned_lm": lambda: (TransformerLM(TRANSFORMER.replace(scan_layers=True, remat="dots",
+                                                             deterministic=False)), TOKENS),
     "bert_classifier": lambda: (EncoderClassifier(ClassifierConfig.from_encoder(
         TRANSFORMER, num_token_types=2, embedding_norm=True, num_classes=3)), TOKENS),
     **{f"rnn_{cell}_{attention}": (lambda cell=cell, attention=attention: (
@@ -45,6 +50,7 @@ def test_every_parameter_names_each_of_its_axes(name):
     assert len(leaf.names) == len(leaf.value.shape), f"{where}: names {leaf.names} for shape {leaf.value.shape}"
     assert set(leaf.names) <= set(LOGICAL_AXES), f"{where}: {leaf.names}"
     assert len(set(leaf.names)) == len(leaf.names), f"{where}: a name twice, {leaf.names}"
+    assert (leaf.names[0] == "layers") == ("['layers']" in where), f"{where}: {leaf.names}"  # stacked: layers first
 
 
 def test_the_names_do_not_change_the_values_and_apply_takes_either_form():

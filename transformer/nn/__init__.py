@@ -23,7 +23,8 @@ __getattr__, __dir__, _EXPORTED = lazy_exports(__name__, {
     "config": ("ClassifierConfig", "ModelConfig"),
     "forecasters": ("ForecasterConfig", "RecurrentForecaster", "TransformerForecaster", "make_forecaster"),
     "layers": ("DecoderLayer", "EncoderLayer", "FeedForward", "Norm", "PositionalEncoding"),
-    "models": ("Decoder", "Encoder", "EncoderClassifier", "EncoderDecoder", "TransformerLM", "cross_attention_cache"),
+    "models": ("Decoder", "Encoder", "EncoderClassifier", "EncoderDecoder", "TransformerLM", "cross_attention_cache",
+               "stack_layers", "unstack_layers"),
     "rnn": ("RNNConfig", "RNNEncoderDecoder"),
 })
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import flax.linen as nn
 
 LOGICAL_AXES = {
+    "layers": "a scanned stack's layers (config.scan_layers): the leading axis of its stacked parameters",
     "vocab": "the vocabulary: embedding rows, output-layer columns",
     "embed": "the model width d_model (and an RNN's embedding width): what flows between layers",
     "heads": "the query heads' features, heads * head_dim: query projection out, output projection in",

@@ -155,6 +155,9 @@ class ModelConfig(ModelSettings):
   dtype: str = "float32"  # compute dtype; parameters stay float32
   # per-layer rematerialisation when training, one of REMAT_POLICIES: memory for compute
   remat: str = setting("none", Effect.LAYOUT)
+  # True: each stack of layers is one nn.scan over stacked parameters (leading "layers" axis), compiled once
+  # instead of once per layer; checkpoints keep the per-layer layout, so a run saved either way loads either way
+  scan_layers: bool = setting(False, Effect.LAYOUT)
   # "auto": backend-tuned ops for the platform (transformer/ops/kernels.py); "reference": the formulas
   kernels: str = "auto"
   pad_id: int = 0

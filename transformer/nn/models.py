@@ -4,6 +4,7 @@ from __future__ import annotations
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from transformer import ops
 from transformer.nn.attention import CROSS_CACHE
@@ -19,14 +20,149 @@ def make_embedding(config: ModelConfig, vocab_size: int, name: str) -> nn.Embed:
                   name=name)
 
 
-def training_layer(layer: type[nn.Module], config: ModelConfig) -> type[nn.Module]:
+def training_layer(layer: type[nn.Module], config: ModelConfig, **remat_options) -> type[nn.Module]:
   """``layer`` (``EncoderLayer`` or ``DecoderLayer``) rematerialised as ``config.remat`` asks: in the backward
   pass it recomputes what the policy does not keep. Only when training: evaluation and decoding have no backward
   pass. The parameters' names and values are the same under every policy."""
   if config.remat == "none" or config.deterministic or config.decode:
     return layer
   policy = None if config.remat == "full" else jax.checkpoint_policies.dots_with_no_batch_dims_saveable
-  return nn.remat(layer, policy=policy)
+  return nn.remat(layer, policy=policy, **remat_options)
+
+
+# The scanned stack's module name, and the logical name of its parameters' leading axis (config.scan_layers).
+LAYERS = "layers"
+
+
+def _carrying(layer: type[nn.Module]) -> type[nn.Module]:
+  """``layer`` returning ``(x, None)``: the ``(carry, output)`` of a scan body."""
+  class Carrying(layer):
+    def __call__(self, x, *args):
+      return super().__call__(x, *args), None
+  Carrying.__name__ = layer.__name__  # the same module names in traces and tabulate
+  return Carrying
+
+
+def apply_layers(layer: type[nn.Module], config: ModelConfig, num_layers: int, x, *args):
+  """``x`` ``[batch, length, d_model]`` through ``num_layers`` of ``layer(config)``, each called as
+  ``layer(x, *args)`` (the same ``args`` for every layer: masks, segments, the encoder output).
+
+  Unrolled (``config.scan_layers`` False): submodules ``layer_0`` ... ``layer_{n-1}``, each traced and compiled on
+  its own. Scanned: one ``nn.scan`` named ``layers`` whose parameters are stacked ``[num_layers, ...]`` (logical
+  axis ``"layers"``), traced once; the decode caches stack on axis 1, so their leading axis stays the batch that
+  ``transformer.decode`` reorders; sown intermediates stack on axis 0. ``unstack_layers`` and ``stack_layers``
+  convert between the two parameter layouts.
+  """
+  if not config.scan_layers:
+    for index in range(num_layers):
+      x = training_layer(layer, config)(config, name=f"layer_{index}")(x, *args)
+    return x
+  if num_layers == 0:
+    return x
+  body = training_layer(_carrying(layer), config, prevent_cse=False)  # scan already keeps the layers apart
+  stack = nn.scan(body, variable_axes={"params": 0, "cache": 1, CROSS_CACHE: 1, "intermediates": 0},
+                  split_rngs={"params": True, "dropout": True}, in_axes=(nn.broadcast,) * len(args),
+                  length=num_layers, metadata_params={nn.PARTITION_NAME: LAYERS})
+  x, _ = stack(config, name=LAYERS)(x, *args)
+  return x
+
+
+def _dict_keys(path) -> tuple[str, ...]:
+  return tuple(str(key.key) for key in path if isinstance(key, jax.tree_util.DictKey))
+
+
+def _map_dicts(on_dict, node, keys: tuple[str, ...] = ()):
+  """``node`` with each outermost dict ``d`` below it (itself included) replaced by ``on_dict(d, keys)``, ``keys``
+  the dict keys down to ``d`` (other pytree nodes, such as a train state's fields, add none)."""
+  if isinstance(node, dict):
+    return on_dict(node, keys)
+  return jax.tree_util.tree_map_with_path(
+      lambda path, child: on_dict(child, keys + _dict_keys(path)) if isinstance(child, dict) else child, node,
+      is_leaf=lambda child: isinstance(child, dict))
+
+
+def _stacks(tree) -> dict[tuple[str, ...], dict]:
+  """``{keys down to a dict holding a stack: the stack}`` of every ``LAYERS`` subtree of ``tree``."""
+  found = {}
+
+  def visit(node, keys):
+    for key, value in node.items():
+      if key == LAYERS and isinstance(value, dict):
+        found[keys] = value
+      else:
+        _map_dicts(visit, value, keys + (str(key),))
+    return node
+  _map_dicts(visit, tree)
+  return found
+
+
+def _layer_of(leaf, index: int, axis: int):
+  """Layer ``index`` of a stacked leaf: an array, or a ``jax.ShapeDtypeStruct`` (a restore target) whose
+  ``NamedSharding`` loses the axis too."""
+  if isinstance(leaf, jax.ShapeDtypeStruct):
+    sharding = leaf.sharding
+    if isinstance(sharding, jax.sharding.NamedSharding):
+      spec = tuple(sharding.spec) + (None,) * (len(leaf.shape) - len(sharding.spec))
+      sharding = jax.sharding.NamedSharding(sharding.mesh, jax.sharding.PartitionSpec(*spec[:axis], *spec[axis + 1:]))
+    return jax.ShapeDtypeStruct(leaf.shape[:axis] + leaf.shape[axis + 1:], leaf.dtype, sharding=sharding)
+  return leaf[(slice(None),) * axis + (index,)]
+
+
+def unstack_layers(tree, axis: int = 0):
+  """``tree`` (parameters, or any pytree holding parameter-shaped dicts: a train state with its optimizer
+  moments, restore targets of ``jax.ShapeDtypeStruct``) with each scanned stack ``{"layers": {... [num_layers,
+  ...]}}`` replaced by the unrolled layout ``{"layer_0": {...}, ..., "layer_{n-1}": {...}}``; ``axis``: the layer
+  axis of the stacked leaves (1 under a leading replica axis). A tree without stacks comes back unchanged. Pure;
+  ``stack_layers`` undoes it."""
+  stacks = _stacks(tree)
+  if not stacks:
+    return tree
+  counts = {keys: jax.tree.leaves(stack)[0].shape[axis] for keys, stack in stacks.items() if jax.tree.leaves(stack)}
+
+  def shared_suffix(a, b):
+    length = 0
+    while length < min(len(a), len(b)) and a[-1 - length] == b[-1 - length]:
+      length += 1
+    return length
+
+  def count_of(keys):
+    # An optimizer state's stack of frozen parameters (optax's masked nodes) has no leaves: the count of the
+    # stack whose path ends most like its own (the parameters' "encoder" for the moments' "encoder").
+    if keys in counts:
+      return counts[keys]
+    shared, count = max(((shared_suffix(keys, k), n) for k, n in counts.items()), default=(0, 0))
+    return count if shared else 0
+
+  def convert(node, keys):
+    out = {}
+    for key, value in node.items():
+      if key == LAYERS and isinstance(value, dict):
+        for index in range(count_of(keys)):
+          out[f"layer_{index}"] = jax.tree.map(lambda leaf, i=index: _layer_of(leaf, i, axis), value)
+      else:
+        out[key] = _map_dicts(convert, value, keys + (str(key),))
+    return out
+  return _map_dicts(convert, tree)
+
+
+def stack_layers(tree, like, axis: int = 0):
+  """``unstack_layers`` undone: ``tree`` in the unrolled layout, its ``layer_0`` ... ``layer_{n-1}`` stacked
+  along ``axis`` into ``"layers"`` wherever ``like`` (the same kind of tree in the wanted layout: the model's
+  parameters, a train state, their shapes) holds a stack. Where ``like`` holds none, ``tree`` is unchanged."""
+  stacks = set(_stacks(like))
+  if not stacks:
+    return tree
+
+  def convert(node, keys):
+    names = [key for key in node if key.startswith("layer_") and key[len("layer_"):].isdigit()]
+    out = {key: _map_dicts(convert, value, keys + (str(key),)) for key, value in node.items()
+           if not (keys in stacks and key in names)}
+    if keys in stacks and names:
+      layers = [node[f"layer_{index}"] for index in range(len(names))]
+      out[LAYERS] = jax.tree.map(
+          lambda *leaves: (np.stack if isinstance(leaves[0], np.ndarray) else jnp.stack)(leaves, axis=axis), *layers)
+    return out
+  return _map_dicts(convert, tree)
 
 
 class Embedder(nn.Module):
@@ -89,9 +225,7 @@ class Encoder(nn.Module):
     if valid is None:
       valid = tokens != config.pad_id
     x = Embedder(config, embedding, name="embedder")(tokens, token_types, segments=segments)
-    layer = training_layer(EncoderLayer, config)
-    for index in range(config.num_encoder_layers):
-      x = layer(config, name=f"layer_{index}")(x, valid, segments)
+    x = apply_layers(EncoderLayer, config, config.num_encoder_layers, x, valid, segments)
     if config.norm_position == "pre":
       x = Norm(config, name="final_norm")(x, valid)
     return x
@@ -130,9 +264,8 @@ class Decoder(nn.Module):
     if target_valid is None:
       target_valid = jnp.ones(decoder_inputs.shape, bool)
     x = Embedder(config, embedding, name="embedder")(decoder_inputs, valid=target_valid, segments=segments)
-    layer = training_layer(DecoderLayer, config)
-    for index in range(config.num_decoder_layers):
-      x = layer(config, name=f"layer_{index}")(x, target_valid, encoded, encoded_valid, segments, encoded_segments)
+    x = apply_layers(DecoderLayer, config, config.num_decoder_layers, x, target_valid, encoded, encoded_valid,
+                     segments, encoded_segments)
     if config.norm_position == "pre":
       x = Norm(config, name="final_norm")(x, target_valid)
     if logits_index is not None:

@@ -16,7 +16,7 @@ from transformer import ops
 from transformer.data.files import replacing
 from transformer.decode import DecodeSettings, check_max_length
 from transformer.errors import ConfigError
-from transformer.nn import EncoderDecoder, ModelConfig, model_spec
+from transformer.nn import EncoderDecoder, ModelConfig, model_spec, unstack_layers
 from transformer.tasks.base import Task
 from transformer.decode import override_decode
 from transformer.tasks.decoding import SEQ2SEQ_MODELS, model_class, search_decode
@@ -279,7 +279,8 @@ def attention_weights(model_config: ModelConfig, params, sources: list[np.ndarra
   _, variables = _sown_intermediates(model_config, params, pad_sequences(sources, model_config.pad_id),
                                      pad_sequences(targets, model_config.pad_id))
   collected = [{} for _ in sources]
-  for path, sown in traverse_util.flatten_dict(variables["intermediates"]).items():
+  sown_per_layer = unstack_layers(variables["intermediates"])  # a scanned stack sows [layers, ...]
+  for path, sown in traverse_util.flatten_dict(sown_per_layer).items():
     if path[-1] != "attention_weights":
       continue
     kind, layer = _attention_kind_and_layer(path)

@@ -20,6 +20,11 @@ save (against the size of the last checkpoint written), and, when a save still r
 half-written temporary directories are removed so that only intact checkpoints remain. A file past the process's
 file-size limit (``ulimit -f``, ``EFBIG``) is handled the same way, its line naming the limit.
 
+Parameters are saved per layer (``layer_0``, ``layer_1``, ...) whatever ``config.model.scan_layers`` says: a
+scanned stack's ``[layers, ...]`` arrays (and their optimizer moments) are unstacked on save and stacked again on
+restore (``transformer.nn.unstack_layers`` / ``stack_layers``), so a run saved with either setting resumes, is
+evaluated and loads with the other.
+
 Checksums of what a checkpoint holds: every array of the state, and the JSON ``extra`` item (data position,
 metrics window), so that flipped bits or an edited position are caught on restore instead of resumed silently.
 
@@ -59,6 +64,7 @@ from jax.experimental import multihost_utils
 
 from transformer.data.files import file_too_large_error, format_bytes, is_file_too_large, is_write_refused
 from transformer.errors import CheckpointRestoreError, ConfigError, MissingDataError, TrainingDiverged, WorkdirError
+from transformer.nn import stack_layers, unstack_layers
 
 log = logging.getLogger(__name__)
 
@@ -121,13 +127,15 @@ class Checkpointer:
   ``discard_unrestorable`` (with ``repair``; ``config.restart``): when no checkpoint restores, move them all
   aside and report none instead of raising. ``run``: the identity of the run (``workdir.record_identity``), which
   every save records and every restore compares: a checkpoint of another run is refused (None: not checked).
+  ``layer_axis``: the axis of a scanned stack's layers in the state's arrays (1 under a leading replica axis).
   """
 
   def __init__(self, directory: str, keep: int = 3, asynchronous: bool = True, best_metric: str | None = None,
                best_mode: str = "min", repair: bool = False, discard_unrestorable: bool = False,
-               run: str | None = None):
+               run: str | None = None, layer_axis: int = 0):
     directory = os.path.abspath(directory)
     self.directory = directory
+    self.layer_axis = layer_axis
     self.run = run
     self.keep = keep
     self.best_metric = best_metric
@@ -168,7 +176,7 @@ class Checkpointer:
   def prepare(self, state) -> None:
     """Compile the save's fingerprint program for ``state``'s shapes and shardings now, at start, so that the
     first save (perhaps a preemption's, inside its grace window) does not compile it. Every process calls it."""
-    state_fingerprints(state)
+    state_fingerprints(unstack_layers(state, self.layer_axis))
 
   def save(self, step: int, state, extra: dict, metrics: dict | None = None) -> None:
     """Save step ``step``; ``metrics`` (containing ``best_metric``) make it a candidate for the best, unless that
@@ -182,6 +190,7 @@ class Checkpointer:
       WorkdirError: the disk is full; the message names the workdir and the space a checkpoint needs. No
         half-written checkpoint is left and the earlier ones are kept.
     """
+    state = unstack_layers(state, self.layer_axis)
     fingerprints, non_finite = state_fingerprints(state)
     if non_finite:
       self.wait()
@@ -302,7 +311,9 @@ class Checkpointer:
 
   def _restore_verified(self, step: int, abstract_state) -> tuple[Any, dict]:
     """Restore ``step`` (only the parameters for a ``SavedParams`` target) and check each restored array
-    against the checksum recorded when it was saved."""
+    against the checksum recorded when it was saved; scanned stacks of the target are read per layer and
+    stacked."""
+    target, abstract_state = abstract_state, unstack_layers(abstract_state, self.layer_axis)
     if isinstance(abstract_state, SavedParams):
       state_args = ocp.args.PyTreeRestore(item=abstract_state, partial_restore=True,
                                           restore_args=ocp.checkpoint_utils.construct_restore_args(abstract_state))
@@ -333,6 +344,9 @@ class Checkpointer:
     if changed:
       raise ValueError(f"checksum mismatch: the data of {len(changed)} array(s) changed since they were "
                        f"saved ({', '.join(changed[:3])}{', ...' if len(changed) > 3 else ''})")
+    if target is not abstract_state:  # stacked where the target is, placed as the target says
+      state = jax.tree.map(lambda leaf, like: jax.device_put(leaf, like.sharding) if like.sharding else leaf,
+                           stack_layers(state, target, self.layer_axis), target)
     return state, extra
 
   def _move_aside(self, step: int) -> str:

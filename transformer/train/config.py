@@ -184,6 +184,7 @@ HOSTS_AXIS, DATA_AXIS, MODEL_AXIS = "hosts", "data", "model"  # the axes of ever
 # The rule table: each parameter's logical axis names (transformer.nn.LOGICAL_AXES) -> the mesh axis that splits
 # that axis (None: kept whole). The model axis (config.tensor_parallelism devices; 1 by default, which splits
 # nothing) takes the heads, the feed-forward width and the vocabulary, as Megatron-LM's tensor parallelism does.
+# A scanned stack's "layers" axis stays whole, as MaxText's: every device steps through every layer.
 AXIS_RULES = {"vocab": MODEL_AXIS, "heads": MODEL_AXIS, "kv_heads": MODEL_AXIS, "mlp": MODEL_AXIS,
               **{name: None for name in LOGICAL_AXES if name not in ("vocab", "heads", "kv_heads", "mlp")}}
 # config.fsdp=True: these also split over the data axis, so each device holds 1/devices of every weight matrix

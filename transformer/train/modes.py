@@ -81,7 +81,8 @@ def _build_session(run_config: RunConfig, workdir: str, mode: str, lock, started
                                                          else None)
   checkpointer = Checkpointer(workdir, keep=run_config.keep_checkpoints, asynchronous=run_config.async_checkpointing,
                               best_metric=run_config.best_metric or None, best_mode=run_config.best_mode,
-                              repair=lock is not None, discard_unrestorable=run_config.restart, run=run_identity)
+                              repair=lock is not None, discard_unrestorable=run_config.restart, run=run_identity,
+                              layer_axis=int(run_config.replicas.count > 1))
   session = Session(run_config, workdir, mode, task, model_config, strategy, checkpointer, jax.process_index(),
                     jax.process_count(), sys.stderr if mode == "translate" else sys.stdout, lock, started)
   has_checkpoints = checkpointer.has_checkpoints()

@@ -31,7 +31,7 @@ import numpy as np
 import optax
 
 from transformer.errors import ConfigError
-from transformer.nn.axes import unboxed
+from transformer.nn import stack_layers, unboxed, unstack_layers
 from transformer.tasks import StartsFromPretrained, Task, UsesRecordedTokenizers
 from transformer.train.checkpoint import Checkpointer, CheckpointRestoreError, SavedParams
 from transformer.train.config import SCHEDULES, RunConfig, build_task
@@ -299,7 +299,8 @@ def load_params(workdir: str, checkpoint: str | int = "best", average_last: int 
   # The best checkpoint is the run's own, by the metric it was saved with, whatever ``config`` says.
   recorded = read_run_config(workdir) if RunDirectory(workdir).has(CONFIG) else run_config
   checkpointer = Checkpointer(workdir, asynchronous=False, best_metric=recorded.best_metric or None,
-                              best_mode=recorded.best_mode, run=RunDirectory(workdir).run_identity())
+                              best_mode=recorded.best_mode, run=RunDirectory(workdir).run_identity(),
+                              layer_axis=int(run_config.replicas.count > 1))
   try:
     steps, params = _restored_params(checkpointer, abstract_state, checkpoint, average_last, run_config, workdir)
   except CheckpointRestoreError as error:
@@ -321,8 +322,11 @@ def state_factory(session, model, optimizer, init_inputs):
 
 
 def with_params(session, state, params):
-  """``state`` with ``params`` (a canonical tree of the same shapes) in place of its parameters."""
-  return session.strategy.from_canonical(session.strategy.to_canonical(state).replace(params=params))
+  """``state`` with ``params`` (a canonical tree of the same shapes) in place of its parameters, each placed
+  as the one it replaces."""
+  canonical = session.strategy.to_canonical(state)
+  params = jax.tree.map(lambda new, old: jax.device_put(new, old.sharding), params, canonical.params)
+  return session.strategy.from_canonical(canonical.replace(params=params))
 
 
 def initial_state(session, create):
@@ -350,15 +354,16 @@ def _initialise_from(session, state, source_workdir: str):
   ones; the optimizer state, step and data order start anew."""
   source = load_params(source_workdir, checkpoint="latest")
   canonical = session.strategy.to_canonical(state).params
+  source_params = stack_layers(unstack_layers(source.params), canonical)  # either run may scan its layers
   fresh = jax.tree_util.tree_flatten_with_path(canonical)[0]
-  loaded = jax.tree_util.tree_flatten_with_path(source.params)[0]
+  loaded = jax.tree_util.tree_flatten_with_path(source_params)[0]
   expected = [(jax.tree_util.keystr(path), _replica_shape(session, leaf)) for path, leaf in fresh]
   found = [(jax.tree_util.keystr(path), np.shape(leaf)) for path, leaf in loaded]
   if expected != found:
     differences = [f"{e} != {f}" for e, f in zip(expected, found) if e != f] or ["a different number of tensors"]
     raise ConfigError(f"config.restore_from={source_workdir!r} holds parameters of another model shape "
                       f"({'; '.join(differences[:3])}); set config.model as that run had it.")
-  params = jax.tree.map(lambda new, old: _broadcast(session, new, old), source.params, canonical)
+  params = jax.tree.map(lambda new, old: _broadcast(session, new, old), source_params, canonical)
   session.say(f"initialised parameters from {source_workdir} step {source.step}")
   return with_params(session, state, params)
 
@@ -366,7 +371,10 @@ def _initialise_from(session, state, source_workdir: str):
 def _initialise_pretrained(session, state):
   """``StartsFromPretrained`` tasks: the task's pretrained weights in place of those fresh parameters (every
   replica of a run of several gets the same; the others keep each seed's initialisation)."""
-  canonical = flax.traverse_util.flatten_dict(session.strategy.to_canonical(state).params)
+  # Pretrained weights name their layers one by one: matched against the model's parameters per layer.
+  layer_axis = int(session.num_replicas > 1)
+  model_params = session.strategy.to_canonical(state).params
+  canonical = flax.traverse_util.flatten_dict(unstack_layers(model_params, layer_axis))
   pretrained = flax.traverse_util.flatten_dict(session.task.pretrained_params())
   if not pretrained:
     return state
@@ -379,4 +387,5 @@ def _initialise_pretrained(session, state):
                         "pretrained model.")
     canonical[path] = _broadcast(session, value, fresh)
   session.say(f"initialised {len(pretrained)} parameter tensors from pretrained weights")
-  return with_params(session, state, flax.traverse_util.unflatten_dict(canonical))
+  return with_params(session, state,
+                     stack_layers(flax.traverse_util.unflatten_dict(canonical), model_params, layer_axis))
