@@ -333,3 +333,19 @@ def test_a_trained_run_loads_and_translates_without_its_data(tmp_path, monkeypat
   assert model.score(["a dog runs"], ["ein hund"]).shape == (1,)
   with pytest.raises(MissingDataError):
     model.task.bleu(model.model_config, model.params, "validation")  # scoring needs the references: the data
+
+
+def test_prepare_data_writes_the_prepared_set_and_tokenizers_and_keeps_nothing(raw_dir, tmp_path):
+  """What a multi-process run's process 0 does before the others read (they raced on TFDS's renames when each
+  prepared on first use): the data set and its tokenizers are on disk, and ``data`` is read afresh later, so it is
+  checked against the run's tokenizers known by then."""
+  from transformer.train.config import RunConfig, build_task
+
+  data_dir = tmp_path / "tfds"
+  task = build_task(RunConfig.from_config(tiny_translation_config(raw_dir, data_dir)))
+  assert not data_dir.exists()  # a task reads its data on first use
+  task.prepare_data()
+  assert "data" not in vars(task)
+  prepared = sorted(str(path.relative_to(data_dir)) for path in data_dir.rglob("*") if path.is_file())
+  assert any(name.endswith(".model") for name in prepared) and any("array_record" in name for name in prepared)
+  assert task.data.source_tokenizer.vocab_size == 64

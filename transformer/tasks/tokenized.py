@@ -28,6 +28,12 @@ class RecordedTokenizers:
     """The tokenizer ``name``: the recorded one, else that of the data (which is then read)."""
     return self._recorded[name] if name in self._recorded else self.data_tokenizers(self.data)[name]
 
+  def prepare_data(self) -> None:
+    """The data set prepared and its tokenizers trained on disk, without keeping them: ``data``, read again on
+    first use, is checked then against the run's tokenizers (which may not be known yet)."""
+    self.data  # pylint: disable=pointless-statement
+    del self.__dict__["data"]
+
   def trained_tokenizers(self) -> dict:
     return {name: self.tokenizer(name) for name in self.tokenizer_names}
 

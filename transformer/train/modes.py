@@ -132,6 +132,7 @@ def _build_task_once(run_config: RunConfig):
   if jax.process_index() == 0:
     try:
       task = build_task(run_config)
+      task.prepare_data()  # a task reads its data on first use: the others would prepare it at the same time
     finally:  # on an error too: the others must not wait for data that will never come
       prepared = multihost_utils.broadcast_one_to_all(np.int32(task is not None))
   else:
