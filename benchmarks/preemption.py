@@ -8,7 +8,8 @@ For each configuration, ``--processes`` launch.py processes (``jax.distributed``
 FSDP over the mesh, asynchronous saves: the documented multi-host recipe) train a long run; once process 0 has
 logged step ``--after_step``, every process gets SIGTERM at once, as a scheduler's preemption notice does. The
 table gives the seconds from the signal to the last process's exit (every process agrees on one step through the
-coordination service, saves it, waits for the write and exits), the step saved and the state's size on disk.
+coordination service, saves it, waits for the write and exits), split at the moment process 0 reached the agreed
+step (its log line), the step saved and the state's size on disk.
 Schedulers allow a fixed grace window between SIGTERM and SIGKILL (SLURM's ``KillWait`` and GKE's
 ``terminationGracePeriodSeconds`` default to 30 s); the run's own need is about the smallest state's exit time plus
 the extra seconds per GB of state, which the notes give from the two sizes measured.
@@ -19,6 +20,7 @@ out with a note.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import socket
@@ -108,7 +110,7 @@ def preempt(config: str, overrides, processes: int, after_step: int, workdir: st
     if time.monotonic() > deadline:
       fail(f"no step {after_step} within {start_timeout:.0f} s")
     time.sleep(0.05)
-  signalled = time.monotonic()
+  signalled, signalled_at = time.monotonic(), time.time()
   for process in running:
     process.send_signal(signal.SIGTERM)
   exited = [None] * processes
@@ -123,8 +125,24 @@ def preempt(config: str, overrides, processes: int, after_step: int, workdir: st
     fail(f"exit statuses {[process.returncode for process in running]}")
   saved = [name for name in os.listdir(os.path.join(workdir, "checkpoints")) if name.isdigit()]
   step = max(map(int, saved))
-  return {"exit_seconds": exited, "step": step,
+  synced = _sync_point_at(output(0))
+  return {"exit_seconds": exited, "step": step, "sync_seconds": None if synced is None else synced - signalled_at,
           "state_bytes": _directory_bytes(os.path.join(workdir, "checkpoints", str(step)))}
+
+
+# absl's line as JAX logs reaching the agreed step: "W1207 02:22:11.507296 ... Reached preemption sync point".
+_SYNC_LINE = re.compile(r"^[IWE]\d{4} (\d\d):(\d\d):(\d\d\.\d+) .*Reached preemption sync point", re.MULTILINE)
+
+
+def _sync_point_at(output: str) -> float | None:
+  """When process 0 reached the agreed step (epoch seconds, from its log line's local time of day today); None
+  for one process, which agrees with nobody (its loop stops at the step it is in)."""
+  line = _SYNC_LINE.search(output)
+  if line is None:
+    return None
+  hours, minutes, seconds = line.groups()
+  midnight = time.mktime(time.localtime()[:3] + (0, 0, 0, 0, 0, -1))
+  return midnight + int(hours) * 3600 + int(minutes) * 60 + float(seconds)
 
 
 def main(argv=None) -> common.Report:
@@ -134,7 +152,7 @@ def main(argv=None) -> common.Report:
   after_step = args.after_step or (3 if args.smoke else 20)
   report = common.Report("preemption", "SIGTERM to every process: seconds until each has saved and exited",
                          ["model", "processes", "state on disk (MB)", "step saved", "SIGTERM -> last exit (s)",
-                          "SIGTERM -> first exit (s)"])
+                          "SIGTERM -> agreed step reached (s)", "agreed step -> last exit (s)"])
   measured = []
   for label, config, overrides in CONFIGS[:1] if args.smoke else CONFIGS:
     if common.out_of_time(args):
@@ -149,21 +167,23 @@ def main(argv=None) -> common.Report:
     finally:
       shutil.rmtree(folder, ignore_errors=True)
     megabytes = result["state_bytes"] / 2 ** 20
-    report.rows.append([label, processes, megabytes, result["step"], max(result["exit_seconds"]),
-                        min(result["exit_seconds"])])
-    measured.append((megabytes, max(result["exit_seconds"])))
+    last_exit, sync = max(result["exit_seconds"]), result["sync_seconds"]
+    after_sync = None if sync is None else last_exit - sync
+    report.rows.append([label, processes, megabytes, result["step"], last_exit, sync, after_sync])
+    measured.append((megabytes, last_exit if after_sync is None else after_sync))
     print(f"{label}: {megabytes:.1f} MB saved at step {result['step']}, exits "
           f"{', '.join(f'{s:.2f}' for s in result['exit_seconds'])} s after SIGTERM", flush=True)
   if len(measured) >= 2:
     (small_mb, small_s), (large_mb, large_s) = measured[0], measured[-1]
     per_gb = (large_s - small_s) / max((large_mb - small_mb) / 1024, 1e-9)
-    report.ratios["SIGTERM -> exit, largest state / smallest"] = large_s / small_s
+    report.ratios["agreed step -> exit, largest state / smallest"] = large_s / small_s
     report.notes.append(
-        f"Grace window: about {small_s:.1f} s for a state of no size plus {per_gb:.0f} s per GB of state (the two "
-        f"rows' difference over their sizes' difference: the fingerprints, orbax's copy to the host and the write "
-        f"on this disk). Scale the per-GB figure by your storage's write speed against this one's.")
+        f"Grace window: the step in progress at the signal (a batch shape met for the first time compiles then), "
+        f"plus about {small_s:.1f} s from the agreed step to the exit for a state of no size, plus {per_gb:.0f} s "
+        f"per GB of state (the two rows' difference over their sizes': the fingerprints, orbax's copy to the host "
+        f"and the write to this disk). Scale the per-GB figure by your storage's write speed against this one's.")
   elif measured:
-    report.ratios["SIGTERM -> last exit / first exit"] = report.rows[0][4] / max(report.rows[0][5], 1e-9)
+    report.ratios["SIGTERM -> exit, the part after the agreed step"] = measured[0][1] / max(report.rows[0][4], 1e-9)
   report.notes += [
       f"Each run: {' '.join(LONG_RUN)}; one CPU device per process; the signal once process 0 logged step "
       f"{after_step}, to every process at once.",
