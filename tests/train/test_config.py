@@ -94,7 +94,7 @@ def test_bad_decode_settings_are_config_errors(field, value, message):
     ({"fsdp": True}, "config.fsdp=True shards parameters over a mesh's data axis: set --config.parallelism=mesh"),
     ({"axis_rules": "vocab=gpu"}, r"config.axis_rules='vocab=gpu': 'vocab=gpu' is not NAME=AXIS .* one of data, "
                                   "model, none"),
-    ({"axis_rules": "embed=data,hidden=model"}, r"'hidden=model' is not NAME=AXIS with NAME a logical axis \(vocab"),
+    ({"axis_rules": "embed=data,hidden=model"}, r"'hidden=model' is not NAME=AXIS with NAME a logical axis \(layers, vocab"),
     ({"optimizer.b1": 1.5}, r"config.optimizer.b1=1.5 is outside \[0, 1\)"),
     ({"optimizer.b2": -0.1}, r"config.optimizer.b2=-0.1 is outside \[0, 1\)"),
     ({"optimizer.eps": 0.0}, "config.optimizer.eps must be > 0"),
