@@ -160,7 +160,7 @@ def plot_forecasts(data: dict, names: list[str], path: str) -> None:
   first = horizons.index(EXAMPLE_HORIZONS[0])
   span = min(EXAMPLE_DAYS * 24, len(measured))
   start = max(np.arange(0, len(measured) - span + 1, span), key=lambda s: np.nanstd(measured[s:s + span, first]))
-  period = target_time[start, first], target_time[start, first] + span
+  period = target_time[start, first], target_time[start, first] + np.timedelta64(span, "h")
   with plot.figure(path, len(EXAMPLE_HORIZONS), 1, (12, 3.8 * len(EXAMPLE_HORIZONS))) as (drawing, axes):
     for axis, horizon in zip(axes[:, 0], EXAMPLE_HORIZONS):
       index = horizons.index(horizon)

@@ -84,7 +84,7 @@ def cyclical_time_features(times: np.ndarray) -> np.ndarray:
   weekday = (days.astype(np.int64) + 3) % 7  # 1970-01-01 was a Thursday
   year_start = times.astype("datetime64[Y]")
   day_of_year = (days - year_start.astype("datetime64[D]")).astype(np.int64)  # from 0
-  days_in_year = ((year_start + 1).astype("datetime64[D]")
+  days_in_year = ((year_start + np.timedelta64(1, "Y")).astype("datetime64[D]")
                   - year_start.astype("datetime64[D]")).astype(np.int64)
   angles = 2 * np.pi * np.stack([hour / 24, weekday / 7, day_of_year / days_in_year], axis=-1)
   return np.stack([np.sin(angles), np.cos(angles)], axis=-1).reshape(len(times), 6).astype(

@@ -257,7 +257,7 @@ class PmapStrategy(Strategy):
     return jax.tree.map(lambda x: jax.device_put(jnp.broadcast_to(x, (count,) + x.shape), sharding), state)
 
   def abstract_canonical(self, state_shapes):
-    sharding = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+    sharding = jax.sharding.make_single_device_sharding(jax.local_devices()[0])
     return jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sharding), unboxed(state_shapes))
 
   def evaluation_params(self, state):

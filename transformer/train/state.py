@@ -191,7 +191,7 @@ def abstract_params(model, init_inputs: tuple, run_config: RunConfig) -> SavedPa
     return unboxed(model.init({"params": key, "dropout": key}, *init_inputs)["params"])
 
   shapes = jax.eval_shape(jax.vmap(init) if run_config.replicas.count > 1 else init, seed_keys(run_config))
-  device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+  device = jax.sharding.make_single_device_sharding(jax.local_devices()[0])
   return SavedParams(jax.tree.map(lambda leaf: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=device),
                                   shapes))
 
