@@ -85,6 +85,33 @@ def train_losses(workdir) -> dict:
     return {record["step"]: record["train/loss"] for record in map(json.loads, f) if "train/loss" in record}
 
 
+LONG_RUN = ["--config.num_train_steps=100000", "--config.eval_every=100000"]  # stopped by the test
+SAVING_RUN = [*LONG_RUN, "--config.checkpoint_every=10"]
+
+
+def kill_mid_run(tmp_path, workdir, process: int):
+  """``kill -9`` of ``process`` of a 2-process run saving every 10 steps, once it logged step 15: ``(cluster,
+  exit statuses, seconds from the kill to the last exit)``."""
+  cluster = Cluster(tmp_path, workdir, *SAVING_RUN, "--peer_timeout=30")
+  cluster.wait_for("step 15/")
+  killed = time.monotonic()
+  cluster.processes[process].kill()
+  statuses = cluster.finish(timeout=120)
+  return cluster, statuses, time.monotonic() - killed
+
+
+def assert_rerun_resumes(tmp_path, workdir, saved: int, *flags):
+  """The same command on every process (5 more steps) resumes from checkpoint ``saved`` and finishes."""
+  rerun = Cluster(tmp_path, workdir, *flags, f"--config.num_train_steps={saved + 5}",
+                  "--config.accept_changes=num_train_steps", name="rerun")
+  assert rerun.finish() == [0, 0], rerun.output(0) + rerun.output(1)
+  assert f"resumed from step {saved}" in rerun.output(0)
+
+
+def last_checkpoint(workdir) -> int:
+  return max(int(step) for step in os.listdir(workdir / "checkpoints") if step.isdigit())
+
+
 def test_jit_and_pmap_are_refused_across_processes(tmp_path):
   cluster = Cluster(tmp_path, tmp_path / "run", "--config.parallelism=jit")
   assert cluster.finish() == [1, 1]
@@ -141,8 +168,7 @@ def test_a_signal_stops_every_process_at_one_step(tmp_path, apart):
   """SIGTERM to both processes ``apart`` seconds apart (None: to process 1 only): both save the same step and
   exit 0, and the rerun resumes from it."""
   workdir = tmp_path / "run"
-  long_run = ["--config.num_train_steps=100000", "--config.checkpoint_every=100000", "--config.eval_every=100000"]
-  cluster = Cluster(tmp_path, workdir, *long_run)
+  cluster = Cluster(tmp_path, workdir, *LONG_RUN, "--config.checkpoint_every=100000")
   cluster.wait_for("step 10/")
   first = cluster.processes[1 if apart is None else 0]
   first.send_signal(signal.SIGTERM)
@@ -156,31 +182,20 @@ def test_a_signal_stops_every_process_at_one_step(tmp_path, apart):
   assert len(checksums(cluster)) == 1
   if apart != 3:  # one rerun shows the saved step resumes: each launch costs seconds of compilation
     return
-  rerun = Cluster(tmp_path, workdir, *long_run[1:], f"--config.num_train_steps={int(saved[0]) + 5}",
-                  "--config.accept_changes=num_train_steps", name="rerun")
-  assert rerun.finish() == [0, 0], rerun.output(0) + rerun.output(1)
-  assert f"resumed from step {saved[0]}" in rerun.output(0)
+  assert_rerun_resumes(tmp_path, workdir, int(saved[0]), "--config.checkpoint_every=100000",
+                       "--config.eval_every=100000")
 
 
 def test_a_dead_peer_stops_the_others_in_one_line_and_the_rerun_resumes(tmp_path):
   workdir = tmp_path / "run"
-  flags = ["--config.num_train_steps=100000", "--config.checkpoint_every=10", "--config.eval_every=100000"]
-  cluster = Cluster(tmp_path, workdir, *flags, "--peer_timeout=30")
-  cluster.wait_for("step 15/")
-  killed = time.monotonic()
-  cluster.processes[1].kill()
-  statuses = cluster.finish(timeout=120)
-  assert time.monotonic() - killed < 30  # within --peer_timeout, before JAX's own abort
+  cluster, statuses, seconds = kill_mid_run(tmp_path, workdir, process=1)
+  assert seconds < 30  # within --peer_timeout, before JAX's own abort
   output = cluster.output(0)
   assert statuses[0] == 75, output
   lines = [line for line in output.splitlines() if line.startswith("error: process 1 of 2")]
   assert len(lines) == 1 and "launch.py" in lines[0], output
   assert "Check failure" not in output.split(lines[0])[0]  # the line comes before any abort of JAX's
-  saved = max(int(step) for step in os.listdir(workdir / "checkpoints"))
-  rerun = Cluster(tmp_path, workdir, *flags[1:], f"--config.num_train_steps={saved + 5}",
-                  "--config.accept_changes=num_train_steps", name="rerun")
-  assert rerun.finish() == [0, 0], rerun.output(0) + rerun.output(1)
-  assert f"resumed from step {saved}" in rerun.output(0)
+  assert_rerun_resumes(tmp_path, workdir, last_checkpoint(workdir), *SAVING_RUN[1:])
 
 
 def test_a_peer_killed_during_a_save_stops_the_other_in_one_line(tmp_path):
@@ -206,14 +221,9 @@ def test_a_killed_coordinator_stops_the_other_in_one_line_and_the_rerun_resumes(
   and status 134, before any Python code of its own could speak). Its supervising parent (``multihost.supervise``)
   turns that abort into one line naming the coordinator and the rerun, status 75, and JAX's report in a file."""
   workdir = tmp_path / "run"
-  flags = ["--config.num_train_steps=100000", "--config.checkpoint_every=10", "--config.eval_every=100000"]
-  cluster = Cluster(tmp_path, workdir, *flags, "--peer_timeout=30")
-  cluster.wait_for("step 15/")
-  killed = time.monotonic()
-  cluster.processes[0].kill()
-  statuses = cluster.finish(timeout=120)
+  cluster, statuses, seconds = kill_mid_run(tmp_path, workdir, process=0)
   output = cluster.output(1)
-  assert time.monotonic() - killed < 15 and statuses[1] == 75, output
+  assert seconds < 15 and statuses[1] == 75, output
   lines = [line for line in output.splitlines() if line.startswith("error: ")]
   assert len(lines) == 1 and lines[0].startswith("error: process 0 of 2 (the coordinator"), output
   assert "process 1 stops too" in lines[0] and "restart every process with the same command to resume: " \
@@ -221,11 +231,7 @@ def test_a_killed_coordinator_stops_the_other_in_one_line_and_the_rerun_resumes(
   assert "Check failure" not in output and "Terminating process" not in output, output  # no C++ stack shown
   report = workdir / "jax_abort_process_1.log"
   assert str(report) in lines[0] and "Terminating process because the JAX distributed service" in report.read_text()
-  saved = max(int(step) for step in os.listdir(workdir / "checkpoints") if step.isdigit())
-  rerun = Cluster(tmp_path, workdir, *flags[1:], f"--config.num_train_steps={saved + 5}",
-                  "--config.accept_changes=num_train_steps", name="rerun")
-  assert rerun.finish() == [0, 0], rerun.output(0) + rerun.output(1)
-  assert f"resumed from step {saved}" in rerun.output(0)
+  assert_rerun_resumes(tmp_path, workdir, last_checkpoint(workdir), *SAVING_RUN[1:])
 
 
 def test_the_global_batches_do_not_depend_on_the_process_count(tmp_path):
