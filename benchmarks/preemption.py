@@ -126,6 +126,8 @@ def preempt(config: str, overrides, processes: int, after_step: int, workdir: st
   saved = [name for name in os.listdir(os.path.join(workdir, "checkpoints")) if name.isdigit()]
   step = max(map(int, saved))
   synced = _sync_point_at(output(0))
+  if synced is not None and synced < signalled_at - 12 * 3600:  # the log's time of day is past midnight
+    synced += 24 * 3600
   return {"exit_seconds": exited, "step": step, "sync_seconds": None if synced is None else synced - signalled_at,
           "state_bytes": _directory_bytes(os.path.join(workdir, "checkpoints", str(step)))}
 
