@@ -155,10 +155,11 @@ def test_each_stream_is_the_first_fit_of_its_own_examples_in_its_own_rows_until_
     fewest = [max(-(-int(examples.source_lengths[s].sum()) // batcher.row_lengths[0]),
                   -(-int(examples.target_lengths[s].sum()) // batcher.row_lengths[1])) for s in streams]
     assert all(len(rows) >= least for rows, least in zip(packed, fewest))
-    assert len(plan) == min(fewest) // 4
-    for stream in range(4):  # rows 4s to 4s + 3 of every batch: the stream's rows in the order they were started
-      assert [row for batch in plan for row in batch[4 * stream:4 * stream + 4]] == packed[stream][:4 * len(plan)]
-    assert sum(len(rows) for rows in packed) - 16 * len(plan) < 0.2 * 16 * len(plan)  # dropped: a few rows
+    assert len(plan) == -(-min(fewest) // 4)  # the batch where the first stream could run out is the last
+    for stream in range(4):  # rows 4s to 4s + 3 of every batch: the stream's rows in the order they were started,
+      kept = packed[stream][:4 * len(plan)]  # then padding rows if it ran out in the last batch
+      assert [row for batch in plan for row in batch[4 * stream:4 * stream + 4]] == kept + [[]] * (4 * len(plan) -
+                                                                                                   len(kept))
 
 
 def test_one_stream_is_the_plan_of_every_row_together():
@@ -181,3 +182,22 @@ def test_streams_refuse_batches_they_do_not_divide_and_need_pack():
     batching.TokenBatcher(examples, max_tokens=8 * 16, max_length=16, pack=True, pack_streams=3)
   with pytest.raises(ValueError, match="above 1 only with pack=True"):
     batching.TokenBatcher(examples, max_tokens=8 * 16, max_length=16, pack_streams=2)
+
+
+def test_an_epoch_of_streams_ends_in_the_batch_where_the_first_could_run_out_padding_or_dropping_the_rest():
+  full = np.full(7, 8)  # every example fills a row: stream 0 (examples 0, 2, 4, 6) 4 rows, stream 1 3 rows
+  streams = packing.Streams(count=2, rows=2, first=0, stop=2)
+  np.testing.assert_array_equal(packing.fewest_rows(np.arange(7), full, full, (8, 8), 2), [4, 3])
+  examples, sizes = packing.pack_streams_flat(np.arange(7), full, full, (8, 8), streams)
+  # Batch 0: stream 0's rows [0] [2], stream 1's [1] [3]; batch 1: [4] [6], then [5] and a padding row.
+  assert examples.tolist() == [0, 2, 1, 3, 4, 6, 5] and sizes.tolist() == [1, 1, 1, 1, 1, 1, 1, 0]
+  tokens = batching.TokenizedExamples.from_sequences([[i + 4] * 8 for i in range(7)], [[i + 4] * 8 for i in range(7)])
+  last = packing.make_packed_batch(np.split(examples, np.cumsum(sizes)[:-1])[4:], tokens, 4, 8, 8)
+  assert last["target"][:, 0].tolist() == [8, 10, 9, 0] and not last["target_segments"][3].any()  # all padding
+  lengths = np.array([5, 8, 5, 8, 5])  # stream 0: three 5s, one per row, but 15 tokens could fill 2 rows of 8
+  examples, sizes = packing.pack_streams_flat(np.arange(5), lengths, lengths, (8, 8),
+                                              packing.Streams(count=2, rows=1, first=0, stop=2))
+  assert examples.tolist() == [0, 1, 2, 3] and sizes.tolist() == [1, 1, 1, 1]  # stream 0's third row dropped
+  examples, sizes = packing.pack_streams_flat(np.arange(5), lengths, lengths, (8, 8),
+                                              packing.Streams(count=2, rows=1, first=1, stop=2))
+  assert examples.tolist() == [1, 3] and sizes.tolist() == [1, 1]  # process 1 of 2: its stream alone

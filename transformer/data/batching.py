@@ -185,8 +185,9 @@ class TokenBatcher:
       for when one thread's first-fit packing is slower than the steps consume an epoch; 0: one thread.
     pack_streams: with ``pack``, streams packed apart (``packing.Streams``), each into its own ``rows /
       pack_streams`` rows of every batch, so that process ``i`` of ``n`` plans only its own (``plan_rows_of``):
-      planning per process falls as 1/n. An epoch ends where the first stream might run out, and each stream's
-      rows past it are dropped (``packing.pack_streams_flat``). 1: one stream, every row planned together.
+      planning per process falls as 1/n. An epoch ends in the batch where the first stream could run out, and
+      each stream's rows past it are dropped (``packing.pack_streams_flat``). 1: one stream, every row planned
+      together.
   """
 
   def __init__(self, examples, *, max_tokens: int, max_length: int = 256,

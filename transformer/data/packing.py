@@ -98,16 +98,20 @@ def pack_streams_flat(order: np.ndarray, source_lengths: np.ndarray, target_leng
                       open_rows: int = OPEN_ROWS) -> tuple[np.ndarray, np.ndarray]:
   """The rows of streams ``[streams.first, streams.stop)`` of ``order``, each stream packed first fit on its own
   (:func:`pack_rows`), in the order the global batches hold them: batch 0's rows of the first stream, of the next,
-  ..., then batch 1's. As :func:`pack_rows_flat`: ``(examples int64 [kept], sizes int64 [batches * planned_rows])``.
+  ..., then batch 1's. As :func:`pack_rows_flat`: ``(examples int64 [kept], sizes int64 [batches * planned_rows])``,
+  a padding row of size 0.
 
-  An epoch has ``batches = min(fewest_rows) // streams.rows`` global batches, so no stream runs out before it
-  ends; a stream's rows past ``batches * streams.rows`` are dropped (their examples are not seen this epoch), as a
-  stream can only know its own length.
+  The epoch ends in the batch where the first stream could run out (``batches = ceil(min(fewest_rows) /
+  streams.rows)``; a stream knows only its own length): a stream that ran out fills its rows of that last batch
+  with padding rows, as the single-stream plan fills its last batch, and a stream's rows past ``batches *
+  streams.rows`` are dropped (their examples are not seen this epoch).
   """
-  batches = int(fewest_rows(order, source_lengths, target_lengths, row_lengths, streams.count).min()) // streams.rows
+  fewest = int(fewest_rows(order, source_lengths, target_lengths, row_lengths, streams.count).min())
+  rows_kept = -(-fewest // streams.rows) * streams.rows
   packed = [_first_fit(order[stream::streams.count], source_lengths, target_lengths, *row_lengths, open_rows)
             for stream in range(streams.first, streams.stop)]
-  return _flat([row for start in range(0, batches * streams.rows, streams.rows)
+  packed = [rows[:rows_kept] + [[]] * (rows_kept - len(rows)) for rows in packed]
+  return _flat([row for start in range(0, rows_kept, streams.rows)
                 for rows in packed for row in rows[start:start + streams.rows]])
 
 
