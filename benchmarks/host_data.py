@@ -1,5 +1,5 @@
 """Data per host: can one host's thread build its rows of each global batch, and the epoch's plan, as fast as 8 GPUs
-at 26 ms per step consume them, at 1, 2, 4 and 8 processes?
+at 26 ms per step consume them, at 1, 2, 4 and 8 processes (and 64, for the plan of packed streams)?
 
     python -m benchmarks.host_data                  # 1M generated pairs of WMT'14-like lengths: about 4 minutes
     python -m benchmarks.host_data --smoke          # 20k pairs (tests)
@@ -19,6 +19,12 @@ Its tokens per second are the host's share (8 x 8,192 per step) over that time; 
 8 x 8,192 / 26 ms. The epoch's plan (``epoch_batches``: shuffled length buckets, or first-fit packing) is made once
 per epoch on every host, the same for any ``n``, on a thread of its own while the epoch before is walked; its cost
 per step is its time over the epoch's steps, and it keeps up while that is below 26 ms.
+
+*Packed streams* (``pack_streams = n``, one stream per process): the epoch dealt into ``n`` streams, each packed
+alone into its own rows, so that a process plans only its own stream (``TokenBatcher.plan_rows_of``): its plan
+falls as 1/n. Timed for the last process (its stream's plan and its rows), also at 64 simulated processes; no
+process builds the whole batch there. An epoch ends where the first stream could run out and the streams' rows
+past it are dropped: the share of the kept examples an epoch trains on says what that costs.
 """
 from __future__ import annotations
 
@@ -38,6 +44,9 @@ STEP_SECONDS = 0.026  # a transformer-big-sized step on an H100-class GPU (issue
 MAX_LENGTH = 256
 WMT_MEAN_LENGTHS = (27.0, 28.0)  # SentencePiece pieces per side of WMT'14 en-de, EOS included (32k vocabulary)
 PROCESS_COUNTS = (1, 2, 4, 8)
+# batching -> (TokenBatcher options, process counts); packed streams: pack_streams = the process count
+BATCHINGS = {"length buckets": ({}, PROCESS_COUNTS), "packed rows": ({"pack": True}, PROCESS_COUNTS),
+             "packed streams (S = processes)": ({"pack": True, "streams": True}, PROCESS_COUNTS + (64,))}
 
 
 def add_arguments(parser):
@@ -75,6 +84,15 @@ def whole_batch_by_rows_loop(batcher: batching.TokenBatcher, plan) -> dict[str, 
   return batch
 
 
+def kept_share(batcher: batching.TokenBatcher, plan) -> float:
+  """The fraction of the kept examples dealt to the plan's streams (all, without streams) that its epoch holds."""
+  kept = int(np.sum(batcher.bucket_ids >= 0))
+  streams = batcher.streams
+  dealt = kept if streams is None else sum(len(range(s, kept, streams.count)) for s in range(streams.first,
+                                                                                               streams.stop))
+  return sum(sum(map(len, batch)) if batcher.pack else len(batch) for batch in plan) / dealt
+
+
 def seconds_per_batch(builds: dict, plans, repeats: int, warmup: int) -> dict[str, float]:
   """name -> the median over ``repeats`` of the mean seconds ``builds[name]`` takes per plan of ``plans``; the
   builds take turns within each repeat, so that other work on the host weighs on them alike."""
@@ -104,35 +122,47 @@ def main(argv=None) -> common.Report:
       "(benchmarks/host_data.py)",
       ["batching", "processes", "global batch tokens", "whole, loop ms", "whole, gather ms",
        "own rows ms", "own rows tokens/s per host", "x what 8 GPUs need", "plan s / epoch", "steps / epoch",
-       "plan ms / step"])
-  plan_seconds, steps_at_one = {}, {}
-  left_out = []
-  for pack in (False, True):
-    name = "packed rows" if pack else "length buckets"
-    for process_count in PROCESS_COUNTS:
+       "plan ms / step", "% of kept examples per epoch"])
+  plan_seconds, steps_at_one, streamed_rows = {}, {}, {}
+  left_out, no_batch = [], []
+  for name, (options, process_counts) in BATCHINGS.items():
+    options = dict(options)
+    streamed = options.pop("streams", False)
+    for process_count in process_counts:
       if common.out_of_time(args):
         left_out.append(f"{name} at {process_count}")
         continue
       batcher = batching.TokenBatcher(examples, max_tokens=process_count * host_tokens, max_length=MAX_LENGTH,
-                                      seed=0, batch_size_multiple=process_count * GPUS_PER_HOST, pack=pack)
+                                      seed=0, batch_size_multiple=process_count * GPUS_PER_HOST,
+                                      pack_streams=process_count if streamed else 1, **options)
+      host = process_count - 1  # the last process: its rows are the global batch's last, filler rows included
+      batcher.plan_rows_of(host, process_count)  # streams: this process's only; else the whole plan, as before
       start = time.perf_counter()
       epoch = batcher.epoch_batches(0)
       planned = time.perf_counter() - start
-      plan_seconds.setdefault(name, planned)  # the same work for every count: the first measurement is kept
-      plans = epoch[:timed_batches]
-      host = process_count - 1  # the last process: its rows are the global batch's last, filler rows included
-      timed = seconds_per_batch(
-          {"loop": lambda plan: hosts.host_rows(whole_batch_by_rows_loop(batcher, plan), host, process_count),
-           "gather": lambda plan: hosts.host_rows(batcher.make_batch(plan), host, process_count),
-           "own": lambda plan: batcher.make_batch(plan, host, process_count)}, plans, args.repeats, args.warmup)
-      loop, gather, own = timed["loop"], timed["gather"], timed["own"]
-      steps_at_one.setdefault(name, len(epoch))
+      if not epoch:  # packed streams of too few pairs: no stream fills one batch's rows
+        no_batch.append(f"{name} at {process_count}")
+        continue
+      if not streamed:
+        plan_seconds.setdefault(name, planned)  # the same work for every count: the first measurement is kept
+        steps_at_one.setdefault(name, len(epoch))
+      builds = {"own": lambda plan: batcher.make_batch(plan, host, process_count)}
+      if not streamed:  # a process of packed streams never has the whole batch's plan
+        builds["loop"] = lambda plan: hosts.host_rows(whole_batch_by_rows_loop(batcher, plan), host, process_count)
+        builds["gather"] = lambda plan: hosts.host_rows(batcher.make_batch(plan), host, process_count)
+      timed = seconds_per_batch(builds, epoch[:timed_batches], args.repeats, args.warmup)
+      own, share = timed["own"], 100 * kept_share(batcher, epoch)
+      whole = [1e3 * timed[way] if way in timed else "-" for way in ("loop", "gather")]
       rate = host_tokens / own
-      report.rows.append([name, process_count, process_count * host_tokens, 1e3 * loop, 1e3 * gather, 1e3 * own,
-                          rate, rate / needed_rate, planned, len(epoch), 1e3 * planned / len(epoch)])
-      report.ratios[f"{name}, {process_count} processes: own rows / whole loop speed-up"] = loop / own
-      print(f"{name}, {process_count} process(es): own rows {1e3 * own:.2f} ms, whole batch {1e3 * loop:.2f} ms "
-            f"(loop) {1e3 * gather:.2f} ms (gather); plan {planned:.2f} s for {len(epoch)} steps", flush=True)
+      report.rows.append([name, process_count, process_count * host_tokens, *whole, 1e3 * own, rate,
+                          rate / needed_rate, planned, len(epoch), 1e3 * planned / len(epoch), share])
+      if streamed:
+        streamed_rows[process_count] = report.rows[-1]
+      else:
+        report.ratios[f"{name}, {process_count} processes: own rows / whole loop speed-up"] = timed["loop"] / own
+      print(f"{name}, {process_count} process(es): own rows {1e3 * own:.2f} ms, whole batch (loop, gather) "
+            f"{' / '.join(f'{ms:.2f}' if ms != '-' else ms for ms in whole)} ms; plan {planned:.2f} s for "
+            f"{len(epoch)} steps, {share:.1f}% of kept examples", flush=True)
   tokens = int(examples.source_lengths.sum() + examples.target_lengths.sum())
   if "packed rows" in plan_seconds and not common.out_of_time(args):
     workers = args.plan_workers
@@ -160,9 +190,10 @@ def main(argv=None) -> common.Report:
       f"{GPUS_PER_HOST} GPUs per process: a host builds {host_tokens:,} tokens a step, and 8 GPUs at "
       f"{1e3 * STEP_SECONDS:g} ms a step need {needed_rate:,.0f} tokens/s from it.",
       f"Times: the mean over an epoch's first {timed_batches} batches (the median of {args.repeats} such means after "
-      f"{args.warmup} batch(es) of warm-up, the three ways taking turns), one thread, for the last process (a "
-      "bucket's filler rows are its); the global batch grows with the processes (weak scaling), so the plan's cost per "
-      "step does too: the plan is the same work on every host whatever their number.",
+      f"{args.warmup} batch(es) of warm-up, the three ways taking turns; packed streams: own rows only), one thread, "
+      "for the last process (a bucket's filler rows are its); the global batch grows with the processes (weak "
+      "scaling), so the plan's cost per step does too: the plan is the same work on every host whatever their "
+      "number, except packed streams', 1/n of it.",
       "The plan of epoch e + 1 is made on a background thread while epoch e is walked (TokenBatcher.plan_ahead): "
       "it keeps up while its ms per step stay under the step's; beyond, the next epoch's first step waits.",
   ]
@@ -171,9 +202,19 @@ def main(argv=None) -> common.Report:
     report.notes.append(f"{name}: at 64 processes an epoch of this corpus would be about {steps_64:,.1f} steps "
                         f"(1 process's over 64), its plan {1e3 * seconds / steps_64:,.0f} ms per step (estimate: the "
                         "plan's time does not depend on the process count).")
+  if 64 in streamed_rows:
+    row = streamed_rows[64]
+    report.notes.append(
+        f"packed streams at 64 processes (pack_streams=64), measured: the last process plans its one stream in "
+        f"{row[8]:.2f} s for an epoch of {row[9]} steps, {row[10]:,.0f} ms per step (the single-stream plan's estimate "
+        f"above: every host plans the whole epoch); the epoch trains on {row[11]:.1f}% of the kept examples (each "
+        "stream's rows past where the first stream could run out are dropped).")
   report.notes.append(f"Host load: 1-minute load average {os.getloadavg()[0]:.1f} at the end on {os.cpu_count()} "
                       "cores (at the start: the machine line); above the core count, other jobs shared the cores "
                       "and every time here is longer than on an idle host.")
+  if no_batch:
+    report.notes.append(f"Left out (an epoch of no batch: too few pairs for every stream to fill its rows): "
+                        f"{', '.join(no_batch)}.")
   if left_out:
     report.notes.append(f"Left out (--time_budget_s spent): {', '.join(left_out)}.")
   return common.finish(report, args, argv, machine)

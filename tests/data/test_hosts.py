@@ -1,6 +1,7 @@
 """Data on many hosts: the processes' rows of each global batch put back together are the global batch, past
-epoch ends, for every kind of training iterator; a position saved on one process count resumes on another;
-``host_rows`` refuses what does not split; ``pad_rows`` fills with rows that name no example."""
+epoch ends, for every kind of training iterator (packed streams too, each process packing only its own); a position
+saved on one process count resumes on another; ``host_rows`` refuses what does not split; ``pad_rows`` fills with
+rows that name no example."""
 from __future__ import annotations
 
 import json
@@ -9,10 +10,11 @@ import ml_collections
 import numpy as np
 import pytest
 
-from transformer.data import batching, prefetch, timeseries
+from transformer.data import batching, packing, prefetch, timeseries
 from transformer.data.classification import ShuffledBatches
 from transformer.data.hosts import HostShard, host_rows, pad_rows
 from transformer.data.synthetic import SyntheticBatches
+from transformer.errors import ConfigError
 from transformer.tasks.language_model import SentenceBatcher
 
 
@@ -45,6 +47,11 @@ def _sentences():
   return prefetch.PrefetchIterator(batcher.iterator()), batcher.num_batches()
 
 
+def _packed_streams():
+  batcher = _eight_way_batcher(pack=True, pack_streams=4)  # 2 rows of each batch per stream
+  return prefetch.PrefetchIterator(batcher.iterator()), batcher.num_batches()
+
+
 def _windows():
   hours = 80
   features = np.arange(hours, dtype=np.float32)[:, None] * np.array([1, -1], np.float32)
@@ -65,7 +72,7 @@ def _classification():
 
 
 ITERATORS = {"synthetic": _synthetic, "token_batches": _token_batches, "language_model": _sentences,
-             "windows": _windows, "classification": _classification}
+             "windows": _windows, "classification": _classification, "packed_streams": _packed_streams}
 
 
 def _take(iterator, count: int) -> list[dict]:
@@ -273,3 +280,48 @@ def test_the_global_plan_is_the_same_for_any_process_count_and_made_once_per_epo
     assert sorted(made) == [0, 1, 2]  # once per epoch, however many batches were drawn
     plans[process_count] = [[np.asarray(row).tolist() for row in batch] for batch in batcher.epoch_batches(1)]
   assert all(plan == plans[1] for plan in plans.values())
+
+
+@pytest.mark.parametrize("restored_on", [1, 4])
+def test_packed_streams_saved_on_two_processes_resume_on_one_and_on_four(restored_on):
+  reference, per_epoch = _packed_streams()
+  skip, count = per_epoch + 1, per_epoch + 2  # saved in the second epoch, resumed into the third
+  expected = _take(reference, skip + count)[skip:]
+  savers = [HostShard(_packed_streams()[0], process, 2) for process in range(2)]
+  for saver in savers:
+    _take(saver, skip)
+  state = json.loads(json.dumps(savers[1].get_state()))
+  assert state == savers[0].get_state()  # the position is global: either process's resumes both
+  restored = []
+  for process in range(restored_on):
+    shard = HostShard(_packed_streams()[0], process, restored_on)
+    shard.set_state(state)
+    restored.append(_take(shard, count))
+    _close(shard)
+  _assert_batches_equal(_joined(restored), expected)
+  _close(reference, *savers)
+
+
+def test_a_process_packs_only_the_streams_of_its_rows():
+  packed = []
+  original = packing._first_fit
+  def spy(order, *args):
+    packed.append(len(order))
+    return original(order, *args)
+  packing._first_fit = spy
+  try:
+    for process_count in (1, 2, 4):
+      del packed[:]
+      batcher = _eight_way_batcher(pack=True, pack_streams=4)
+      batcher.plan_rows_of(process_count - 1, process_count)
+      plan = batcher.epoch_batches(0)
+      assert len(packed) == 4 // process_count and all(len(rows) == 8 // process_count for rows in plan)
+  finally:
+    packing._first_fit = original
+
+
+def test_streams_that_do_not_split_over_the_processes_are_refused_in_one_line_naming_the_fix():
+  iterator = _eight_way_batcher(pack=True, pack_streams=4).iterator()
+  with pytest.raises(ConfigError, match=r"^pack_streams=4 does not split over 8 processes: set pack_streams to a "
+                                        r"multiple of 8\.$"):
+    HostShard(iterator, 0, 8)

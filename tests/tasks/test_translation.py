@@ -207,6 +207,31 @@ def test_packed_training_batches_and_their_loss_with_the_transformer_only(raw_di
 
 
 @pytest.mark.slow
+def test_pack_streams_reach_the_training_batches_and_must_split_over_the_processes(raw_dir, tmp_path):
+  """``task.pack_streams``: the packed training batches of 2 processes, each planning its own stream, join to the
+  batches of 1; 3 processes are refused in one line naming the fix."""
+  import numpy as np
+
+  from transformer.data.hosts import HostShard
+  from transformer.errors import ConfigError
+  from transformer.train.config import build_task
+
+  task = build_task(tiny_translation_config(raw_dir, tmp_path / "tfds", **{"task.pack": True,
+                                                                           "task.pack_streams": 2}))
+  with task.train_iterator(batch_size=0, seed=0) as iterator:
+    whole = next(iterator)
+  rows = []
+  for process in range(2):
+    with HostShard(task.train_iterator(batch_size=0, seed=0), process, 2) as shard:
+      rows.append(next(shard))
+  for name, value in whole.items():
+    np.testing.assert_array_equal(np.concatenate([part[name] for part in rows]), value)
+  with pytest.raises(ConfigError, match="pack_streams=2 does not split over 3 processes: set pack_streams to a "
+                                        "multiple of 3"):
+    HostShard(task.train_iterator(batch_size=0, seed=0), 0, 3)
+
+
+@pytest.mark.slow
 def test_word_dropout_changes_the_inputs_and_keeps_the_labels(raw_dir, tmp_path):
   """``config.source_token_dropout`` / ``target_token_dropout``: the loss of a training batch is the model's
   loss on inputs with tokens replaced by <unk>, against the batch's own (whole) targets; eval is untouched."""

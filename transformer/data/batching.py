@@ -20,7 +20,8 @@ target. With ``fill_partial_batches`` (default) the last, partial batch of a buc
 with all-padding rows, so every batch of a bucket has the same shape and the set of shapes a
 jitted step sees is :attr:`TokenBatcher.batch_shapes`, one per bucket. ``fixed_shape=True``
 uses a single bucket, ``[max_tokens // max_length, max_length]`` for every batch. ``pack=True`` (training)
-packs whole examples into rows instead (``packing.py``): one shape, segment ids, almost no padding.
+packs whole examples into rows instead (``packing.py``): one shape, segment ids, almost no padding; with
+``pack_streams`` in streams of their own rows, so that each process plans only its own.
 
 Training (``train=True``) drops examples longer than ``max_length`` and shuffles: in epoch
 ``e`` the examples are permuted with ``numpy.random.default_rng([seed, e])``, cut into batches
@@ -127,12 +128,17 @@ def padded_rows(tokens: np.ndarray, offsets: np.ndarray, indices: np.ndarray, ro
 
 
 def packed_epoch(seed: int, epoch: int, kept: np.ndarray, source_lengths: np.ndarray, target_lengths: np.ndarray,
-                 row_lengths: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
+                 row_lengths: tuple[int, int],
+                 streams: packing.Streams | None = None) -> tuple[np.ndarray, np.ndarray]:
   """``packing.pack_rows_flat`` of ``epoch``: the ``kept`` examples (bool ``[num_examples]``) in the epoch's
-  shuffled order (as bucketing shuffles), packed first fit into rows in the order they were started. A pure
+  shuffled order (as bucketing shuffles), packed first fit into rows in the order they were started; with
+  ``streams``, ``packing.pack_streams_flat`` of that order (the planned streams' rows, in batch order). A pure
   function of its arguments, so that a worker process can make it (``TokenBatcher.plan_workers``)."""
   order = np.random.default_rng([seed, epoch]).permutation(len(kept))
-  return packing.pack_rows_flat(order[kept[order]], source_lengths, target_lengths, *row_lengths)
+  order = order[kept[order]]
+  if streams is None:
+    return packing.pack_rows_flat(order, source_lengths, target_lengths, *row_lengths)
+  return packing.pack_streams_flat(order, source_lengths, target_lengths, row_lengths, streams)
 
 
 def make_bucket_boundaries(max_length: int, min_length: int = 8, growth: float = 1.2,
@@ -177,13 +183,18 @@ class TokenBatcher:
       side with more tokens), ``max_tokens // max_length`` rows a batch (see ``packing.py``).
     plan_workers: with ``pack``, processes that plan the next ``plan_workers`` epochs at once (``plan_ahead``),
       for when one thread's first-fit packing is slower than the steps consume an epoch; 0: one thread.
+    pack_streams: with ``pack``, streams packed apart (``packing.Streams``), each into its own ``rows /
+      pack_streams`` rows of every batch, so that process ``i`` of ``n`` plans only its own (``plan_rows_of``):
+      planning per process falls as 1/n. An epoch ends in the batch where the first stream could run out, and
+      each stream's rows past it are dropped (``packing.pack_streams_flat``). 1: one stream, every row planned
+      together.
   """
 
   def __init__(self, examples, *, max_tokens: int, max_length: int = 256,
                bucket_boundaries: Sequence[int] | None = None, train: bool = True, seed: int = 0,
                fixed_shape: bool = False, batch_size_multiple: int = 1,
                fill_partial_batches: bool = True, include_index: bool = False, pack: bool = False,
-               plan_workers: int = 0):
+               plan_workers: int = 0, pack_streams: int = 1):
     if not isinstance(examples, TokenizedExamples):
       examples = TokenizedExamples.from_pairs(examples)
     self.examples = examples
@@ -198,6 +209,9 @@ class TokenBatcher:
     self._plan_pool: concurrent.futures.ProcessPoolExecutor | None = None
     if self.plan_workers < 0:
       raise ValueError(f"plan_workers must be >= 0, got {plan_workers}.")
+    if pack_streams < 1 or (pack_streams > 1 and not self.pack):
+      raise ValueError(f"pack_streams must be >= 1, and above 1 only with pack=True; got "
+                       f"pack_streams={pack_streams}, pack={pack}.")
     if self.pack and (include_index or not self.train):
       raise ValueError("pack=True is for training batches: evaluation and prediction keep one example per row "
                        "(with include_index); leave pack off there.")
@@ -217,6 +231,7 @@ class TokenBatcher:
     self.buckets = [
         Bucket(boundary, (self.max_tokens // boundary) // batch_size_multiple * batch_size_multiple)
         for boundary in boundaries]
+    self.streams = self._all_streams(int(pack_streams)) if pack_streams > 1 else None
 
     # [num_examples] the length that decides the bucket, and the bucket (-1: over-long).
     self.lengths = np.maximum(examples.source_lengths, examples.target_lengths)
@@ -237,6 +252,29 @@ class TokenBatcher:
     # epoch -> its plan (a Future: computed here, or ahead on a thread by ``plan_ahead``); the latest two kept.
     self._plans: dict[int, concurrent.futures.Future] = {}
     self._plans_lock = threading.Lock()
+
+  def _all_streams(self, count: int) -> packing.Streams:
+    rows = self.buckets[0].batch_size
+    if rows % count:
+      raise ConfigError(  # the config's task.pack_streams and task.batch_size_multiple
+          f"pack_streams={count} does not divide the {rows} rows of a packed batch; set batch_size_multiple to a "
+          f"multiple of {count} (or pack_streams to a divisor of {rows}).")
+    return packing.Streams(count, rows // count, 0, count)
+
+  def plan_rows_of(self, process_index: int, process_count: int) -> None:
+    """From now on, plan only the streams (``pack_streams``) whose rows process ``process_index`` of
+    ``process_count`` holds; a plan of every row (one stream) stays as it is. ConfigError unless the streams split
+    evenly over the processes."""
+    if self.streams is None:
+      return
+    count = self.streams.count
+    if count % process_count:
+      raise ConfigError(f"pack_streams={count} does not split over {process_count} processes: set "  # task.pack_streams
+                        f"pack_streams to a multiple of {process_count}.")
+    first = process_index * count // process_count
+    with self._plans_lock:
+      self.streams = dataclasses.replace(self.streams, first=first, stop=first + count // process_count)
+      self._plans.clear()  # plans of other streams: an epoch planned before is planned again for these
 
   @property
   def batch_shapes(self) -> list[tuple[int, int]]:
@@ -275,7 +313,8 @@ class TokenBatcher:
       self._plan_pool = concurrent.futures.ProcessPoolExecutor(self.plan_workers,
                                                                mp_context=multiprocessing.get_context("spawn"))
     submitted = self._plan_pool.submit(packed_epoch, self.seed, epoch, self.bucket_ids >= 0,
-                                       self.examples.source_lengths, self.examples.target_lengths, self.row_lengths)
+                                       self.examples.source_lengths, self.examples.target_lengths, self.row_lengths,
+                                       self.streams)
 
     def done(submitted):
       try:
@@ -330,13 +369,17 @@ class TokenBatcher:
   def _packed_batches(self, epoch: int) -> list:
     """``pack``: each batch's rows (example indices per row) in ``epoch`` (``packed_epoch``)."""
     return self._packed_plan(*packed_epoch(self.seed, epoch, self.bucket_ids >= 0, self.examples.source_lengths,
-                                           self.examples.target_lengths, self.row_lengths))
+                                           self.examples.target_lengths, self.row_lengths, self.streams))
 
   def _packed_plan(self, examples: np.ndarray, sizes: np.ndarray) -> list:
-    """The rows of ``packing.pack_rows_flat``'s two arrays cut into batches of ``batch_size`` rows."""
+    """The rows of ``packed_epoch``'s two arrays cut into batches of the rows planned here."""
     rows = np.split(examples, np.cumsum(sizes)[:-1]) if len(sizes) else []
-    rows_per_batch = self.buckets[0].batch_size
-    return [rows[start:start + rows_per_batch] for start in range(0, len(rows), rows_per_batch)]
+    return [rows[start:start + self._planned_rows] for start in range(0, len(rows), self._planned_rows)]
+
+  @property
+  def _planned_rows(self) -> int:
+    """Rows of a full packed batch that this batcher plans: all, or those of its streams."""
+    return self.buckets[0].batch_size if self.streams is None else self.streams.planned_rows
 
   def num_batches(self, epoch: int = 0) -> int:
     return len(self.epoch_batches(epoch))
@@ -347,11 +390,18 @@ class TokenBatcher:
     batch's rows (``epoch_batches``).
 
     With ``process_count`` > 1, only rows ``hosts.host_range`` of that batch, equal to ``hosts.host_rows`` of the
-    whole one: only their examples are read and padded. ValueError if the rows do not split evenly."""
+    whole one: only their examples are read and padded. ValueError if the rows do not split evenly, or (streams)
+    if they were not planned here (``plan_rows_of``)."""
     if self.pack:
-      rows = self.buckets[0].batch_size if self.fill_partial_batches else len(indices)
-      start, stop = hosts.host_range(rows, process_index, process_count)
-      return packing.make_packed_batch(indices[start:stop], self.examples, stop - start, *self.row_lengths)
+      full = self.fill_partial_batches or self.streams is not None  # a streamed batch is never partial
+      start, stop = hosts.host_range(self.buckets[0].batch_size if full else len(indices), process_index,
+                                     process_count)
+      first = 0 if self.streams is None else self.streams.first_row  # the global row of indices[0]
+      if self.streams is not None and not first <= start < stop <= first + len(indices):
+        raise ValueError(f"rows [{start}, {stop}) of the batch were not planned here (rows [{first}, "
+                         f"{first + len(indices)})): plan_rows_of({process_index}, {process_count}) first.")
+      return packing.make_packed_batch(indices[start - first:stop - first], self.examples, stop - start,
+                                       *self.row_lengths)
     bucket_id = self.bucket_ids[indices[0]]
     if bucket_id >= 0:
       bucket = self.buckets[bucket_id]
@@ -378,7 +428,7 @@ class TokenBatcher:
     if self.pack:
       for rows in self.epoch_batches(epoch):
         indices = np.concatenate(rows)
-        padded += (self.buckets[0].batch_size if self.fill_partial_batches else len(rows)) * sum(self.row_lengths)
+        padded += (self._planned_rows if self.fill_partial_batches else len(rows)) * sum(self.row_lengths)
         real += int(source_lengths[indices].sum() + target_lengths[indices].sum())
       return 1.0 - real / padded if padded else 0.0
     for indices in self.epoch_batches(epoch):
@@ -408,7 +458,8 @@ class BatchIterator:
 
   While it walks epoch ``e``, the plan of ``e + 1`` is made on a background thread (``TokenBatcher.plan_ahead``).
   After ``build_host_rows(i, n)`` (``hosts.HostShard`` calls it) each batch is only process ``i``'s rows of the
-  global batch (``hosts.host_rows`` of it), and only those examples are read and padded.
+  global batch (``hosts.host_rows`` of it), only those examples are read and padded, and with ``pack_streams`` only
+  their streams are planned (``TokenBatcher.plan_rows_of``).
   """
 
   def __init__(self, batcher: TokenBatcher, num_epochs: int | None = None):
@@ -420,6 +471,7 @@ class BatchIterator:
 
   def build_host_rows(self, process_index: int, process_count: int) -> bool:
     hosts.host_range(process_count, process_index, process_count)  # checks the pair
+    self.batcher.plan_rows_of(process_index, process_count)
     self.process_index, self.process_count = int(process_index), int(process_count)
     return True
 

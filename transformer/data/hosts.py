@@ -9,8 +9,8 @@ A batch is ``{name: array [rows, ...]}``, every array sharing the leading row ax
 * :func:`host_rows`: process ``i`` of ``n`` takes rows ``[i * rows / n, (i + 1) * rows / n)`` of a batch.
 * :class:`HostShard`: a resumable iterator of global batches -> this process's rows of each. An iterator that
   can build only some rows (:class:`BuildsHostRows`: ``batching.BatchIterator``, and ``prefetch.PrefetchIterator``
-  around one) is told which once, and then reads and pads only those (1/n of the work); any other is built whole
-  and sliced.
+  around one) is told which once, and then reads and pads only those (1/n of the work; with packed streams it also
+  plans only those, ``TokenBatcher.plan_rows_of``); any other is built whole and sliced.
 * :func:`pad_rows`: zero filler rows so that an evaluation batch splits over processes and devices.
 """
 from __future__ import annotations

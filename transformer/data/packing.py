@@ -9,9 +9,14 @@ and restarts its positions, so each example is computed as if alone (tests/nn/te
 
 Rows are filled first-fit: each example, in the epoch's shuffled order, goes to the first of the last
 ``OPEN_ROWS`` rows with room on both sides, else starts a new row.
+
+Streams (:class:`Streams`, ``TokenBatcher(pack_streams=S)``): the epoch's order is dealt into ``S`` streams, each
+packed alone by the same first fit into its own block of rows of every global batch, so that a process plans only
+the streams of its rows (1/n of the epoch on each of n processes) and the plan still does not depend on n.
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from typing import Sequence
 
@@ -51,7 +56,67 @@ def pack_rows_flat(order: np.ndarray, source_lengths: np.ndarray, target_lengths
                    target_length: int, open_rows: int = OPEN_ROWS) -> tuple[np.ndarray, np.ndarray]:
   """:func:`pack_rows` as two arrays, cheap to send between processes: ``(examples int64 [kept], sizes int64
   [rows])``, the rows' examples one row after another and how many each row holds."""
-  rows = _first_fit(order, source_lengths, target_lengths, source_length, target_length, open_rows)
+  return _flat(_first_fit(order, source_lengths, target_lengths, source_length, target_length, open_rows))
+
+
+@dataclasses.dataclass(frozen=True)
+class Streams:
+  """The epoch's order dealt into ``count`` streams (position ``p`` of the order to stream ``p % count``); stream
+  ``s`` fills rows ``[s * rows, (s + 1) * rows)`` of every global batch, and this process plans streams
+  ``[first, stop)``."""
+  count: int  # streams of an epoch (config.task.pack_streams)
+  rows: int  # each stream's rows of a global batch
+  first: int  # the first stream planned here
+  stop: int  # one past the last
+
+  @property
+  def first_row(self) -> int:
+    """The global batch row where this process's planned rows start."""
+    return self.first * self.rows
+
+  @property
+  def planned_rows(self) -> int:
+    """Rows of each global batch planned here."""
+    return (self.stop - self.first) * self.rows
+
+
+def fewest_rows(order: np.ndarray, source_lengths: np.ndarray, target_lengths: np.ndarray,
+                row_lengths: tuple[int, int], count: int) -> np.ndarray:
+  """int64 ``[count]``: the fewest rows any packing of each stream of ``order`` can fill (its tokens over a row's,
+  on the side that needs more); known without packing, so that every process agrees where an epoch ends."""
+  stream = np.arange(len(order)) % count
+  fewest = np.zeros([count], np.int64)
+  for lengths, row_length in zip((source_lengths, target_lengths), row_lengths):
+    if row_length:  # a language model's sources are empty
+      tokens = np.bincount(stream, np.asarray(lengths)[order], minlength=count).astype(np.int64)
+      fewest = np.maximum(fewest, -(-tokens // row_length))
+  return fewest
+
+
+def pack_streams_flat(order: np.ndarray, source_lengths: np.ndarray, target_lengths: np.ndarray,
+                      row_lengths: tuple[int, int], streams: Streams,
+                      open_rows: int = OPEN_ROWS) -> tuple[np.ndarray, np.ndarray]:
+  """The rows of streams ``[streams.first, streams.stop)`` of ``order``, each stream packed first fit on its own
+  (:func:`pack_rows`), in the order the global batches hold them: batch 0's rows of the first stream, of the next,
+  ..., then batch 1's. As :func:`pack_rows_flat`: ``(examples int64 [kept], sizes int64 [batches * planned_rows])``,
+  a padding row of size 0.
+
+  The epoch ends in the batch where the first stream could run out (``batches = ceil(min(fewest_rows) /
+  streams.rows)``; a stream knows only its own length): a stream that ran out fills its rows of that last batch
+  with padding rows, as the single-stream plan fills its last batch, and a stream's rows past ``batches *
+  streams.rows`` are dropped (their examples are not seen this epoch).
+  """
+  fewest = int(fewest_rows(order, source_lengths, target_lengths, row_lengths, streams.count).min())
+  rows_kept = -(-fewest // streams.rows) * streams.rows
+  packed = [_first_fit(order[stream::streams.count], source_lengths, target_lengths, *row_lengths, open_rows)
+            for stream in range(streams.first, streams.stop)]
+  packed = [rows[:rows_kept] + [[]] * (rows_kept - len(rows)) for rows in packed]
+  return _flat([row for start in range(0, rows_kept, streams.rows)
+                for rows in packed for row in rows[start:start + streams.rows]])
+
+
+def _flat(rows: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+  """``(examples int64 [kept], sizes int64 [rows])`` of the rows' examples, one row after another."""
   sizes = np.fromiter(map(len, rows), np.int64, len(rows))
   return np.fromiter(itertools.chain.from_iterable(rows), np.int64, int(sizes.sum())), sizes
 
@@ -59,9 +124,10 @@ def pack_rows_flat(order: np.ndarray, source_lengths: np.ndarray, target_lengths
 def _first_fit(order, source_lengths, target_lengths, source_length, target_length, open_rows) -> list[list[int]]:
   rows: list[list[int]] = []
   open_slots: list[list] = []  # the open rows, oldest first: [source room, target room, the row's examples]
-  source_needs, target_needs = np.asarray(source_lengths).tolist(), np.asarray(target_lengths).tolist()
-  for example in np.asarray(order).tolist():
-    source_need, target_need = source_needs[example], target_needs[example]
+  order = np.asarray(order, np.int64)
+  # Only the lengths of ``order``, gathered once: a stream's packing reads 1/count of them.
+  needs = zip(order.tolist(), np.asarray(source_lengths)[order].tolist(), np.asarray(target_lengths)[order].tolist())
+  for example, source_need, target_need in needs:
     for slot in open_slots:
       if slot[0] >= source_need and slot[1] >= target_need:
         slot[2].append(example)

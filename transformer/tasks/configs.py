@@ -92,12 +92,15 @@ class SentencePieceTextConfig(TaskConfig):
   # With pack: processes that plan (pack) the next epochs at once, each in a worker, for when one thread packs an
   # epoch slower than the steps consume it (many hosts: benchmarks/host_data.py); 0: one background thread.
   plan_workers: int = setting(0, Effect.LAYOUT)
+  # With pack: S > 1 deals each epoch into S streams packed apart, each into its own rows of every batch, so that a
+  # process plans only its own streams (1/n of the epoch; a multiple of the process count). Another plan than 1's.
+  pack_streams: int = 1
   eval_split: str = setting("validation", Effect.EVALUATION)  # evaluated during training (checkpoint selection)
 
   def __post_init__(self):
     self.check_choice("tokenizer_type", TOKENIZER_TYPES)
     self.check_non_negative_int("plan_workers")
-    for name in ("vocab_size", "max_tokens", "max_length", "batch_size_multiple"):
+    for name in ("vocab_size", "max_tokens", "max_length", "batch_size_multiple", "pack_streams"):
       self.check_positive_int(name)
 
 

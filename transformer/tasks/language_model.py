@@ -79,7 +79,8 @@ class LanguageModelTask(RecordedTokenizers, Task):
     return SentenceBatcher(examples, max_tokens=task.max_tokens, max_length=task.max_length, train=train,
                            seed=seed, batch_size_multiple=task.batch_size_multiple,
                            fixed_shape=task.fixed_batch_shape,
-                           pack=task.pack and train, plan_workers=task.plan_workers if task.pack and train else 0)
+                           pack=task.pack and train, plan_workers=task.plan_workers if task.pack and train else 0,
+                           pack_streams=task.pack_streams if task.pack and train else 1)
 
   def training_sentences(self):
     """The training sentences as the batcher gets them: those longer than ``max_length`` cut into pieces if

@@ -66,7 +66,8 @@ class TranslationTask(RecordedTokenizers, Seq2SeqTask):
                                  seed=seed, batch_size_multiple=task.batch_size_multiple,
                                  fixed_shape=task.fixed_batch_shape, include_index=not train,
                                  pack=task.pack and train,
-                                 plan_workers=task.plan_workers if task.pack and train else 0)
+                                 plan_workers=task.plan_workers if task.pack and train else 0,
+                                 pack_streams=task.pack_streams if task.pack and train else 1)
 
   def train_iterator(self, batch_size, seed):
     del batch_size  # global batches are sized by config.task.max_tokens; .batch_shapes lists their shapes
