@@ -2,11 +2,12 @@
 from __future__ import annotations
 
 import json
+import time
 
 import numpy as np
 import pytest
 
-from transformer.data import batching
+from transformer.data import batching, hosts
 from transformer.data.prefetch import PrefetchIterator
 from transformer.errors import ConfigError
 
@@ -179,6 +180,29 @@ def test_prefetch_ends_with_the_data_and_reraises_errors():
   with PrefetchIterator(Failing(batcher)) as prefetch:
     with pytest.raises(OSError, match="disk gone"):
       next(prefetch)
+
+
+def test_prefetch_builds_nothing_before_the_first_batch_is_asked_for():
+  """(was: the thread started with the iterator, so a multi-process run built whole global batches, and planned
+  the next epoch whole, before ``build_host_rows`` said which rows were this process's)."""
+  batcher = batching.TokenBatcher(random_examples(200, 30, seed=3), max_tokens=256, max_length=30, seed=4)
+  built = []
+
+  class Counting(batching.BatchIterator):
+    def __next__(self):
+      built.append((self.process_index, self.process_count))
+      return super().__next__()
+  prefetch = PrefetchIterator(Counting(batcher), buffer_size=3)
+  time.sleep(0.2)
+  assert built == []
+  assert prefetch.build_host_rows(1, 2)
+  first = next(prefetch)
+  assert built and set(built) == {(1, 2)}
+  assert np.array_equal(first["source"], hosts.host_rows(batcher.make_batch(batcher.epoch_batches(0)[0]), 1, 2)[
+      "source"])
+  prefetch.close()
+  with pytest.raises(StopIteration):
+    next(prefetch)
 
 
 def test_state_from_other_data_is_refused():

@@ -82,7 +82,8 @@ class PrefetchIterator:
   buffer, so saving it with a checkpoint and restoring it (here or into a fresh
   ``PrefetchIterator(BatchIterator(...))``) continues exactly after the last consumed batch.
   An exception in the thread is re-raised by ``__next__``. Call ``close()`` (or use ``with``)
-  to stop the thread early.
+  to stop the thread early. The thread starts with the first ``__next__``, so that nothing is built before
+  ``build_host_rows`` or ``set_state`` says which rows and where.
   """
 
   def __init__(self, iterator: BatchIterator, buffer_size: int = 2):
@@ -90,7 +91,7 @@ class PrefetchIterator:
     self._buffer_size = buffer_size
     self._state = iterator.get_state()
     self._thread = None
-    self._start()
+    self._finished = self._closed = False
 
   def _start(self) -> None:
     self._queue = queue.Queue(maxsize=self._buffer_size)
@@ -137,6 +138,8 @@ class PrefetchIterator:
     return self
 
   def __next__(self) -> dict[str, np.ndarray]:
+    if self._thread is None and not (self._finished or self._closed):
+      self._start()
     if self._finished or self._thread is None:
       raise StopIteration
     item, state = self._queue.get()
@@ -164,7 +167,7 @@ class PrefetchIterator:
     built = build(process_index, process_count)
     self._iterator.set_state(state)
     self._state = self._iterator.get_state()
-    self._start()
+    self._finished = False
     return built
 
   def get_state(self) -> dict[str, Any]:
@@ -174,9 +177,10 @@ class PrefetchIterator:
     self._shutdown()
     self._iterator.set_state(state)
     self._state = self._iterator.get_state()
-    self._start()
+    self._finished = False
 
   def close(self) -> None:
+    self._closed = True
     self._shutdown()
     close = getattr(self._iterator, "close", None)
     if close is not None:

@@ -72,8 +72,12 @@ class TranslationTask(RecordedTokenizers, Seq2SeqTask):
   def train_iterator(self, batch_size, seed):
     del batch_size  # global batches are sized by config.task.max_tokens; .batch_shapes lists their shapes
     batcher = self._batcher(self.data.train, train=True, seed=seed)
-    log.info("training batches: %d per epoch, padding fraction %.3f, shapes %s", batcher.num_batches(),
-             batcher.padding_fraction(), batcher.batch_shapes)
+    if batcher.streams is None:
+      log.info("training batches: %d per epoch, padding fraction %.3f, shapes %s", batcher.num_batches(),
+               batcher.padding_fraction(), batcher.batch_shapes)
+    else:  # the figures need the whole epoch packed, which each process must not do (it plans its streams only)
+      log.info("training batches: packed in %d streams, each process planning its own, shapes %s",
+               batcher.streams.count, batcher.batch_shapes)
     return prefetch.PrefetchIterator(batcher.iterator())
 
   def eval_batches(self, batch_size, split: str | None = None):
