@@ -2,8 +2,9 @@
 
 Every parameter says what each of its axes is, with ``with_axes`` on its initialiser, and the few activations
 whose layout matters say theirs with ``with_activation_axes``; the run layer maps the names to mesh axes with one
-rule table (``RunConfig.axis_rules``), so a new layer is sharded by what its axes are, never by what it is called. ``model.init`` returns the parameters boxed (``nn.LogicallyPartitioned``);
-``model.apply`` accepts them boxed or plain, and ``unboxed`` strips the names where only the arrays matter.
+rule table (``RunConfig.axis_rules``), so a new layer is sharded by what its axes are, never by what it is called.
+``model.init`` returns the parameters boxed (``nn.LogicallyPartitioned``); ``model.apply`` accepts them boxed or
+plain, and ``unboxed`` strips the names where only the arrays matter.
 """
 from __future__ import annotations
 

@@ -280,8 +280,8 @@ class RunConfig:
   # With parallelism=mesh: a hybrid mesh, FSDP and tensor parallelism within each process's devices and data
   # parallelism across processes (the hosts axis), so parameters are gathered over a host's own links only.
   hybrid_mesh: bool = setting(False, Effect.LAYOUT)
-  # Changes to the rule table (AXIS_RULES, FSDP_RULES), "NAME=AXIS[,NAME=AXIS]", e.g. "vocab=none" keeps the
-  # vocabulary whole on every device of the model axis.
+  # Changes to the rule table (AXIS_RULES, FSDP_RULES, ACTIVATION_RULES), "NAME=AXIS[,NAME=AXIS]", e.g. "vocab=none"
+  # keeps the vocabulary (and the logits' vocabulary) whole on every device of the model axis.
   axis_rules: str = setting("", Effect.LAYOUT)
   # Steps per compiled call (a lax.scan; same results); log_every, eval_every, checkpoint_every are multiples of it
   steps_per_call: int = setting(1, Effect.BOOKKEEPING)
