@@ -140,8 +140,9 @@ def test_a_hybrid_mesh_splits_parameters_within_a_host_copies_them_across_hosts_
 
 def test_decoding_under_fsdp_keeps_the_parameters_split_and_gives_one_devices_output():
   """Evaluation decodes with the parameters as training laid them out (``evaluation_params``), not gathered onto
-  every device: on an FSDP mesh of 8 the compiled greedy search takes about 1/8 of their bytes per device, and
-  finds what one device finds."""
+  every device, and its activations laid out by the rules (``evaluation_layout``): on an FSDP mesh of 8 the
+  compiled greedy search takes about 1/8 of their bytes per device, and finds what one device finds, also for 3
+  rows, which the data axis does not divide."""
   run = RunConfig.from_config(tiny_config(model__num_heads=8, model__d_ff=128, task__num_symbols=13))
   task = build_task(run)
   model = task.build_model(task.model_config())
@@ -154,13 +155,18 @@ def test_decoding_under_fsdp_keeps_the_parameters_split_and_gives_one_devices_ou
     state = strategy.create_state(lambda key: create_train_state(model, optimizer, task.init_inputs(batch), key),
                                   jax.random.PRNGKey(0))
     params = strategy.evaluation_params(state)
-    compiled = search_decode.lower(model_config, params, source, 6, DecodeSettings("greedy")).compile()
+    with strategy.evaluation_layout():
+      lowered = search_decode.lower(model_config, params, source, 6, DecodeSettings("greedy"))
+      outputs.append(jax.device_get(search_decode(model_config, params, source[:3], 6, DecodeSettings("greedy"))))
+    assert _constraints(lowered.as_text())  # traced in the layout (trivial on the mesh of one device)
+    compiled = lowered.compile()
     argument_bytes.append(compiled.memory_analysis().argument_size_in_bytes)
     outputs.append(jax.device_get(compiled(params, source)))
   total = sum(leaf.nbytes for leaf in jax.tree.leaves(params))
   assert argument_bytes[0] > total and argument_bytes[1] < 0.2 * total  # 1/8 of the matrices, whole vectors
-  np.testing.assert_array_equal(outputs[1][0], outputs[0][0])
-  np.testing.assert_allclose(outputs[1][1], outputs[0][1], rtol=1e-5)
+  for one, mesh in ((outputs[0], outputs[2]), (outputs[1], outputs[3])):  # 3 rows, then all
+    np.testing.assert_array_equal(mesh[0], one[0])
+    np.testing.assert_allclose(mesh[1], one[1], rtol=1e-5)
 
 
 def _tiny_state_shapes(**changes):
