@@ -220,6 +220,8 @@ def logical_axis_rules(fsdp: bool = False, overrides: str = "") -> Rules:
     rules[name] = None if axis == "none" else axis
   activations = {**ACTIVATION_RULES, **{name: rules[follows] for name, follows in ACTIVATION_FOLLOWS.items()}}
   return tuple({**rules, **{name: axis for name, axis in activations.items() if name not in rules}}.items())
+
+
 SECTIONS = ("model", "task", "optimizer", "decode")  # the ConfigDict's sections, each its own dataclass
 # What a section's fields change when they declare nothing (transformer.effects): decoding only evaluates.
 SECTION_EFFECTS = {"decode": Effect.EVALUATION}

@@ -157,7 +157,9 @@ class MeshStrategy(Strategy):
   def activation_layout(self):
     """Activation constraints take this mesh's layout by ``rules``: the mesh's shape (its abstract mesh, which
     may be entered inside ``jax.jit``, where ``jax.set_mesh`` may not) and the rule table, for what is traced in
-    the context. ``jit``'s cache keys on the abstract mesh, so a function traced here is traced anew outside."""
+    the context. ``jit``'s cache keys on the abstract mesh, so a function traced here is traced anew outside; not
+    on the rules, so a module-level jitted decoder traced under one table keeps its layout under another on a mesh
+    of the same shape (the values are the same, only the layout differs)."""
     with jax.sharding.use_abstract_mesh(self.mesh.abstract_mesh), nn.logical_axis_rules(self.rules):
       yield
 
