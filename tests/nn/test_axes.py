@@ -6,8 +6,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from transformer.nn import (LOGICAL_AXES, ClassifierConfig, EncoderClassifier, EncoderDecoder, ModelConfig,
-                            RNNConfig, RNNEncoderDecoder, TransformerLM, make_forecaster, unboxed, with_axes)
+from transformer.nn import (ACTIVATION_AXES, LOGICAL_AXES, ClassifierConfig, EncoderClassifier, EncoderDecoder,
+                            ModelConfig, RNNConfig, RNNEncoderDecoder, TransformerLM, make_forecaster, unboxed,
+                            with_activation_axes, with_axes)
 from transformer.nn.forecasters import ARCHITECTURES, ForecasterConfig
 
 TRANSFORMER = ModelConfig(vocab_size=13, d_model=16, num_heads=4, num_kv_heads=2, d_ff=32, num_encoder_layers=1,
@@ -69,3 +70,46 @@ def test_the_names_do_not_change_the_values_and_apply_takes_either_form():
 def test_an_unknown_logical_name_is_refused_naming_the_known_ones():
   with pytest.raises(ValueError, match=r"unknown logical axis name\(s\) \['hidden'\]; use one of \['embed'"):
     with_axes(nn.initializers.zeros, "embed", "hidden")
+
+
+# The activation rules of a data x model mesh, as the run layer's table has them (transformer.train.config).
+ACTIVATION_RULES = (("activation_batch", "data"), ("activation_heads", "model"), ("activation_kv_heads", "model"),
+                    ("activation_mlp", "model"), ("activation_vocab", "model"))
+
+
+def test_activation_names_are_their_own_and_constrain_nothing_without_rules_and_a_mesh():
+  """A plain ``model.apply`` (no rules, or rules without a mesh) runs as before: the constraints are no-ops."""
+  assert not set(ACTIVATION_AXES) & set(LOGICAL_AXES)
+  model = EncoderDecoder(TRANSFORMER)
+  params = model.init(jax.random.key(0), TOKENS, TOKENS)["params"]
+  plain = model.apply({"params": params}, TOKENS, TOKENS)
+  with nn.logical_axis_rules(ACTIVATION_RULES):
+    np.testing.assert_array_equal(model.apply({"params": params}, TOKENS, TOKENS), plain)
+    assert "sharding_constraint" not in jax.jit(model.apply).lower({"params": params}, TOKENS, TOKENS).as_text()
+
+
+def test_under_a_mesh_and_rules_the_activations_are_constrained_and_the_values_unchanged():
+  model = TransformerLM(TRANSFORMER.replace(d_ff=64))
+  params = unboxed(model.init(jax.random.key(0), TOKENS)["params"])
+  tokens = jnp.tile(TOKENS, (2, 1))  # a batch of 4 over the data axis of 2
+  mesh = jax.make_mesh((2, 2), ("data", "model"), axis_types=(jax.sharding.AxisType.Auto,) * 2,
+                       devices=jax.devices()[:4])
+
+  def apply(params, tokens):
+    with jax.sharding.use_abstract_mesh(mesh.abstract_mesh), nn.logical_axis_rules(ACTIVATION_RULES):
+      return model.apply({"params": params}, tokens)
+  text = jax.jit(apply).lower(params, tokens).as_text()
+  assert '<@mesh, [{"data"}, {}, {"model"}, {}]> : tensor<4x5x4x4xf32>' in text  # queries [batch, length, heads, d]
+  assert '<@mesh, [{"data"}, {}, {"model"}]> : tensor<4x5x64xf32>' in text  # the feed-forward hidden
+  assert '<@mesh, [{"data"}, {}, {}]> : tensor<4x5x16xf32>' in text  # the residual stream
+  # Split over the model axis, the output projection sums its heads in another order: equal to float rounding.
+  np.testing.assert_allclose(jax.jit(apply)(params, tokens), model.apply({"params": params}, tokens), rtol=1e-5,
+                             atol=1e-6)
+
+
+def test_an_activation_needs_a_known_name_or_none_for_each_axis():
+  with pytest.raises(ValueError, match=r"one per axis, each None or one of \['activation_batch'"):
+    with_activation_axes(jnp.ones((2, 3)), "activation_batch", "embed")
+  with pytest.raises(ValueError, match="for shape \\(2, 3\\)"):
+    with_activation_axes(jnp.ones((2, 3)), "activation_batch")
+  assert with_activation_axes(jnp.ones((2, 3)), "activation_batch", None).shape == (2, 3)

@@ -108,10 +108,14 @@ def test_vmap_over_seeds_equals_separate_runs(make_config, tmp_path):
 
 
 @pytest.mark.slow
-def test_vmapped_seeds_inside_an_fsdp_mesh_of_8_devices_equal_those_on_one_device(make_config, tmp_path):
-  """The replicas' axis lives inside the mesh: each seed's parameters split over the data axis as one run's."""
+@pytest.mark.parametrize("tensor_parallelism", [1, 2])
+def test_vmapped_seeds_inside_an_fsdp_mesh_of_8_devices_equal_those_on_one_device(make_config, tmp_path,
+                                                                                  tensor_parallelism):
+  """The replicas' axis lives inside the mesh: each seed's parameters split over the data axis as one run's (and
+  with a model axis, each seed's activations laid out by the rules under vmap; the vocabulary of 13 kept whole)."""
   one = run(make_config(num_seeds=2), str(tmp_path / "one"))
-  mesh = run(make_config(num_seeds=2, parallelism="mesh", fsdp=True), str(tmp_path / "mesh"))
+  mesh = run(make_config(num_seeds=2, parallelism="mesh", fsdp=True, tensor_parallelism=tensor_parallelism,
+                         axis_rules="vocab=none" if tensor_parallelism > 1 else ""), str(tmp_path / "mesh"))
   kernel = mesh.state.params["encoder"]["layer_0"]["feed_forward"]["kernel_in"]  # [seeds, d_model, d_ff]
   assert tuple(kernel.sharding.spec)[:2] == (None, "data")
   for replica in range(2):

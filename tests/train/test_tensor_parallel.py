@@ -1,5 +1,8 @@
 """Tensor parallelism (``config.tensor_parallelism``): a ``model`` mesh axis splits heads, feed-forward width and
 vocabulary; the train step computes what one device computes, and each device holds less of the parameters."""
+import contextlib
+import re
+
 import jax
 import numpy as np
 import pytest
@@ -19,23 +22,37 @@ from transformer.tasks.decoding import search_decode
 STEPS = 3
 
 
-def _train(strategy):
-  """Losses of ``STEPS`` steps of the tiny synthetic model (wider: 8 heads, d_ff 128) and the final state."""
+class Unconstrained(MeshStrategy):
+  """A mesh whose steps are traced without the rules in context: the activations' constraints are no-ops, as
+  before the model named its activations' axes."""
+
+  def activation_layout(self):
+    return contextlib.nullcontext()
+
+
+def _compiled_step(strategy):
+  """``(step, state, batches)``: the tiny synthetic model's (wider: 8 heads, d_ff 128) train step compiled by
+  ``strategy``, its initial state and an iterator of its batches."""
   run = RunConfig.from_config(tiny_config(model__num_heads=8, model__d_ff=128, task__num_symbols=13))
   task = build_task(run)
   model = task.build_model(task.model_config())
   optimizer = make_optimizer(run.optimizer, run.num_train_steps)
-  batches = iter(task.train_iterator(run.batch_size, seed=0))
-  first = strategy.put_batch(next(batches))
+  batches = map(strategy.put_batch, task.train_iterator(run.batch_size, seed=0))
+  first = next(batches)
   state = strategy.create_state(lambda key: create_train_state(model, optimizer, task.init_inputs(first), key),
                                 jax.random.PRNGKey(0))
-  step = strategy.compile_train_step(make_train_step(task, model, optimizer))
+  return strategy.compile_train_step(make_train_step(task, model, optimizer)), state, batches, first
+
+
+def _train(strategy):
+  """Losses of ``STEPS`` steps of the tiny synthetic model (wider: 8 heads, d_ff 128) and the final state."""
+  step, state, batches, first = _compiled_step(strategy)
   losses, batch = [], first
   for _ in range(STEPS):
     state, metrics = step(state, batch)
     loss_sum, weight = jax.device_get(metrics["loss"])
     losses.append(float(loss_sum) / float(weight))
-    batch = strategy.put_batch(next(batches))
+    batch = next(batches)
   return np.array(losses), state
 
 
@@ -54,6 +71,52 @@ def test_a_model_axis_trains_as_one_device_does(one_device, data, model):
   query = state.params["encoder"]["layer_0"]["self_attention"]["query_kernel"]
   assert query.sharding.spec[1] == MODEL_AXIS  # split by heads, not replicated
   assert_params_close(state.params, reference_state.params, rtol=1e-3, atol=1e-5)  # as the data-parallel modes
+
+
+def _constraints(text: str) -> list[tuple[str, str]]:
+  """The sharding constraints of a lowered program's text (Shardy's): ``(mesh axes per dimension, shape)``,
+  e.g. ``('{"hosts", "data"}, {}, {"model"}, {}', '16x6x8x4xf32')``."""
+  return re.findall(r"sdy.sharding_constraint %\S+ <@mesh, \[(.*?)\]> : tensor<(\S+?)>", text)
+
+
+def test_the_train_step_lays_out_the_activations_by_the_rule_table():
+  """Traced under the mesh, the step carries the activations' constraints (data 2 x model 4): the batch over
+  the hosts and data axes everywhere; the heads, the feed-forward hidden width and the vocabulary over the model
+  axis; the residual stream's width whole. Without the rules in context it carries none."""
+  step, state, _, batch = _compiled_step(MeshStrategy(jax.devices()[:8], tensor_parallelism=4))
+  constraints = _constraints(step.lower(state, batch).as_text())
+  batch_size = batch["source"].shape[0]
+  assert constraints and all(spec.startswith('{"hosts", "data"}') and shape.startswith(f"{batch_size}x")
+                             for spec, shape in constraints)
+  specs = {spec for spec, _ in constraints}
+  split = '{"hosts", "data"}, {}, {"model"}'
+  assert {f"{split}, {{}}", split, '{"hosts", "data"}, {}, {}'} <= specs  # heads; mlp and vocab; residual stream
+  assert any(re.fullmatch(rf"{batch_size}x\d+x8x4xf32", shape) for spec, shape in constraints
+             if spec == f"{split}, {{}}")  # [batch, length, heads, head_dim]
+  assert any(shape.endswith("x128xf32") for spec, shape in constraints if spec == split)  # [batch, length, d_ff]
+  step, state, _, batch = _compiled_step(Unconstrained(jax.devices()[:8], tensor_parallelism=4))
+  assert not _constraints(step.lower(state, batch).as_text())
+
+
+def test_the_activation_constraints_leave_the_losses_as_without_them_and_on_one_device(one_device):
+  """The constraints change where values are computed, never the values: FSDP with tensor parallelism (data 2
+  x model 4) trains as without constraints and as one device, to the suite's tolerance."""
+  rules = logical_axis_rules(fsdp=True)
+  constrained, _ = _train(MeshStrategy(jax.devices()[:8], tensor_parallelism=4, rules=rules))
+  unconstrained, _ = _train(Unconstrained(jax.devices()[:8], tensor_parallelism=4, rules=rules))
+  np.testing.assert_allclose(constrained, unconstrained, rtol=2e-5)
+  np.testing.assert_allclose(constrained, one_device[0], rtol=2e-5)
+
+
+def test_the_activation_rules_follow_the_parameters_unless_named_and_never_take_fsdps_width():
+  rules = dict(logical_axis_rules(fsdp=True))
+  assert rules["activation_batch"] == ("hosts", DATA_AXIS) and rules["activation_embed"] is None
+  assert rules["embed"] == DATA_AXIS  # the parameters' width, not the activations'
+  assert rules["activation_heads"] == rules["activation_mlp"] == rules["activation_vocab"] == MODEL_AXIS
+  kept_whole = dict(logical_axis_rules(overrides="vocab=none"))
+  assert kept_whole["vocab"] is kept_whole["activation_vocab"] is None
+  named = dict(logical_axis_rules(overrides="vocab=none,activation_vocab=model,activation_batch=none"))
+  assert named["activation_vocab"] == MODEL_AXIS and named["vocab"] is None and named["activation_batch"] is None
 
 
 def test_a_hybrid_mesh_splits_parameters_within_a_host_copies_them_across_hosts_and_trains_as_one_device(one_device):
@@ -77,8 +140,9 @@ def test_a_hybrid_mesh_splits_parameters_within_a_host_copies_them_across_hosts_
 
 def test_decoding_under_fsdp_keeps_the_parameters_split_and_gives_one_devices_output():
   """Evaluation decodes with the parameters as training laid them out (``evaluation_params``), not gathered onto
-  every device: on an FSDP mesh of 8 the compiled greedy search takes about 1/8 of their bytes per device, and
-  finds what one device finds."""
+  every device, and its activations laid out by the rules (``evaluation_layout``): on an FSDP mesh of 8 the
+  compiled greedy search takes about 1/8 of their bytes per device, and finds what one device finds, also for 3
+  rows, which the data axis does not divide."""
   run = RunConfig.from_config(tiny_config(model__num_heads=8, model__d_ff=128, task__num_symbols=13))
   task = build_task(run)
   model = task.build_model(task.model_config())
@@ -91,13 +155,18 @@ def test_decoding_under_fsdp_keeps_the_parameters_split_and_gives_one_devices_ou
     state = strategy.create_state(lambda key: create_train_state(model, optimizer, task.init_inputs(batch), key),
                                   jax.random.PRNGKey(0))
     params = strategy.evaluation_params(state)
-    compiled = search_decode.lower(model_config, params, source, 6, DecodeSettings("greedy")).compile()
+    with strategy.evaluation_layout():
+      lowered = search_decode.lower(model_config, params, source, 6, DecodeSettings("greedy"))
+      outputs.append(jax.device_get(search_decode(model_config, params, source[:3], 6, DecodeSettings("greedy"))))
+    assert _constraints(lowered.as_text())  # traced in the layout (trivial on the mesh of one device)
+    compiled = lowered.compile()
     argument_bytes.append(compiled.memory_analysis().argument_size_in_bytes)
     outputs.append(jax.device_get(compiled(params, source)))
   total = sum(leaf.nbytes for leaf in jax.tree.leaves(params))
   assert argument_bytes[0] > total and argument_bytes[1] < 0.2 * total  # 1/8 of the matrices, whole vectors
-  np.testing.assert_array_equal(outputs[1][0], outputs[0][0])
-  np.testing.assert_allclose(outputs[1][1], outputs[0][1], rtol=1e-5)
+  for one, mesh in ((outputs[0], outputs[2]), (outputs[1], outputs[3])):  # 3 rows, then all
+    np.testing.assert_array_equal(mesh[0], one[0])
+    np.testing.assert_allclose(mesh[1], one[1], rtol=1e-5)
 
 
 def _tiny_state_shapes(**changes):

@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 
 from transformer import ops
-from transformer.nn.axes import with_axes
+from transformer.nn.axes import BATCH_LENGTH, with_activation_axes, with_axes
 from transformer.nn.config import ModelConfig
 
 _dense_init = nn.initializers.xavier_uniform()
@@ -17,9 +17,11 @@ _dense_init = nn.initializers.xavier_uniform()
 CROSS_CACHE = "cross_cache"
 
 
-def _split_heads(x, head_dim: int):
-  """``[batch, length, n * head_dim]`` -> ``[batch, length, n, head_dim]``."""
-  return x.reshape(x.shape[0], x.shape[1], x.shape[2] // head_dim, head_dim)
+def _split_heads(x, head_dim: int, heads_axis: str = "activation_heads"):
+  """``[batch, length, n * head_dim]`` -> ``[batch, length, n, head_dim]``, its ``n`` heads laid out as the
+  activation axis ``heads_axis`` (``with_activation_axes``)."""
+  heads = x.reshape(x.shape[0], x.shape[1], x.shape[2] // head_dim, head_dim)
+  return with_activation_axes(heads, *BATCH_LENGTH, heads_axis, None)
 
 
 class MultiHeadAttention(nn.Module):
@@ -93,7 +95,7 @@ class MultiHeadAttention(nn.Module):
       key = ops.apply_rotary_embedding(key, key_positions)
     output = self._attend(query, key, value, query_valid, key_valid, causal, window, cache_mask,
                           query_segments, key_segments)
-    output = output.reshape(batch, q_length, features)
+    output = with_activation_axes(output, *BATCH_LENGTH, "activation_heads", None).reshape(batch, q_length, features)
     return self._projection("output", features, d_model, ("heads", "embed"))(output)
 
   def _keys_and_values(self, inputs_kv):
@@ -106,7 +108,8 @@ class MultiHeadAttention(nn.Module):
     if self.cross_attention and self.has_variable(CROSS_CACHE, "key"):
       # Decoding: the encoder output's keys and values were projected once, before the first step.
       return self.get_variable(CROSS_CACHE, "key"), self.get_variable(CROSS_CACHE, "value")
-    key, value = _split_heads(project_key(inputs_kv), head_dim), _split_heads(project_value(inputs_kv), head_dim)
+    key = _split_heads(project_key(inputs_kv), head_dim, "activation_kv_heads")
+    value = _split_heads(project_value(inputs_kv), head_dim, "activation_kv_heads")
     if self.cross_attention and self.is_mutable_collection(CROSS_CACHE) and not self.is_initializing():
       self.put_variable(CROSS_CACHE, "key", key)
       self.put_variable(CROSS_CACHE, "value", value)

@@ -1,9 +1,10 @@
-"""Logical axis names of parameters (flax's logical partitioning).
+"""Logical axis names of parameters and activations (flax's logical partitioning).
 
-Every parameter says what each of its axes is, with ``with_axes`` on its initialiser; the run layer maps the
-names to mesh axes with one rule table (``RunConfig.axis_rules``), so a new layer is sharded by what its axes
-are, never by what it is called. ``model.init`` returns the parameters boxed (``nn.LogicallyPartitioned``);
-``model.apply`` accepts them boxed or plain, and ``unboxed`` strips the names where only the arrays matter.
+Every parameter says what each of its axes is, with ``with_axes`` on its initialiser, and the few activations
+whose layout matters say theirs with ``with_activation_axes``; the run layer maps the names to mesh axes with one
+rule table (``RunConfig.axis_rules``), so a new layer is sharded by what its axes are, never by what it is called.
+``model.init`` returns the parameters boxed (``nn.LogicallyPartitioned``); ``model.apply`` accepts them boxed or
+plain, and ``unboxed`` strips the names where only the arrays matter.
 """
 from __future__ import annotations
 
@@ -25,6 +26,19 @@ LOGICAL_AXES = {
     "outputs": "a small output head: classes or forecast horizons",
 }
 
+# Activations' names are their own (as MaxText's), so one rule table can send a parameter's model width to the
+# data axis (FSDP) while the activations' batch, not their width, is what the data axis splits.
+ACTIVATION_AXES = {
+    "activation_batch": "the examples of a batch (beams of a search included): split as the batch is",
+    "activation_length": "the positions of a sequence",
+    "activation_embed": "the model width d_model of the residual stream between sublayers",
+    "activation_heads": "the query heads of [batch, length, heads, head_dim] (attention queries and outputs)",
+    "activation_kv_heads": "the key/value heads of [batch, length, kv_heads, head_dim]",
+    "activation_mlp": "the feed-forward hidden width d_ff",
+    "activation_vocab": "the vocabulary of the output logits",
+}
+BATCH_LENGTH = ("activation_batch", "activation_length")  # the leading axes of every sequence activation
+
 
 def with_axes(init, *names: str):
   """``init`` whose parameter carries the logical axis ``names``, one per axis (each in ``LOGICAL_AXES``)."""
@@ -33,6 +47,21 @@ def with_axes(init, *names: str):
     raise ValueError(f"unknown logical axis name(s) {unknown}; use one of {sorted(LOGICAL_AXES)} "
                      "(or add the new one to transformer.nn.axes.LOGICAL_AXES with what it means).")
   return nn.with_logical_partitioning(init, names)
+
+
+def with_activation_axes(x, *names: str | None):
+  """``x`` constrained to the layout that the rule table in context gives the activation axis ``names``, one
+  per axis of ``x`` (each in ``ACTIVATION_AXES``, or None: kept whole), e.g. ``[batch, length, heads, head_dim]``
+  as ``("activation_batch", "activation_length", "activation_heads", None)``.
+
+  The rules and mesh come from the context in which the model is traced (the run layer's ``MeshStrategy``); with
+  neither, as in a plain ``model.apply``, ``x`` comes back unchanged.
+  """
+  unknown = [name for name in names if name is not None and name not in ACTIVATION_AXES]
+  if unknown or len(names) != x.ndim:
+    raise ValueError(f"activation axis names {names} for shape {x.shape}: give one per axis, each None or one of "
+                     f"{sorted(ACTIVATION_AXES)} (or add a new one to transformer.nn.axes.ACTIVATION_AXES).")
+  return nn.with_logical_constraint(x, names)
 
 
 def unboxed(tree):

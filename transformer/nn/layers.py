@@ -10,7 +10,7 @@ import jax.numpy as jnp
 from transformer import ops
 from transformer.errors import ConfigError
 from transformer.nn.attention import MultiHeadAttention
-from transformer.nn.axes import with_axes
+from transformer.nn.axes import BATCH_LENGTH, with_activation_axes, with_axes
 from transformer.nn.config import ModelConfig
 
 
@@ -84,7 +84,8 @@ class FeedForward(nn.Module):
     return ops.feed_forward(
         x.astype(dtype), kernel_in.astype(dtype), bias_in.astype(dtype), kernel_out.astype(dtype),
         bias_out.astype(dtype), activation=config.activation, dropout_rate=rate,
-        dropout_rng=self.make_rng("dropout") if rate > 0.0 else None, kernels=config.resolved_kernels)
+        dropout_rng=self.make_rng("dropout") if rate > 0.0 else None, kernels=config.resolved_kernels,
+        constrain_hidden=lambda hidden: with_activation_axes(hidden, *BATCH_LENGTH, "activation_mlp"))
 
 
 class PositionalEncoding(nn.Module):
@@ -128,13 +129,19 @@ class PositionalEncoding(nn.Module):
     return x + encoding.astype(x.dtype)
 
 
+def residual_stream(x):
+  """``x`` ``[batch, length, d_model]`` laid out as the residual stream between sublayers: split by batch, each
+  position's width whole (``with_activation_axes``)."""
+  return with_activation_axes(x, *BATCH_LENGTH, "activation_embed")
+
+
 def residual(module: nn.Module, x, sublayer: Callable, norm: Norm, valid=None):
   """One residual sublayer: post-LN ``LN(x + Dropout(f(x)))`` (paper) or pre-LN ``x + Dropout(f(LN(x)))``;
   ``valid`` (``[batch, length]`` bool) goes to the norm (BatchNorm's statistics skip padding)."""
   rate = module.config.dropout_rate
   if module.config.norm_position == "pre":
-    return x + module_dropout(module, sublayer(norm(x, valid)), rate)
-  return norm(x + module_dropout(module, sublayer(x), rate), valid)
+    return residual_stream(x + module_dropout(module, sublayer(norm(x, valid)), rate))
+  return residual_stream(norm(x + module_dropout(module, sublayer(x), rate), valid))
 
 
 class EncoderLayer(nn.Module):

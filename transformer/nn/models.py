@@ -8,9 +8,10 @@ import numpy as np
 
 from transformer import ops
 from transformer.nn.attention import CROSS_CACHE
-from transformer.nn.axes import dense_axes, embed_axes
+from transformer.nn.axes import BATCH_LENGTH, dense_axes, embed_axes, with_activation_axes
 from transformer.nn.config import ClassifierConfig, ModelConfig
-from transformer.nn.layers import Dense, DecoderLayer, EncoderLayer, Norm, PositionalEncoding, module_dropout
+from transformer.nn.layers import (Dense, DecoderLayer, EncoderLayer, Norm, PositionalEncoding, module_dropout,
+                                    residual_stream)
 
 
 def make_embedding(config: ModelConfig, vocab_size: int, name: str) -> nn.Embed:
@@ -197,7 +198,7 @@ class Embedder(nn.Module):
                        "number of token types (2 for BERT).")
     if config.embedding_norm:
       x = Norm(config, name="embedding_norm")(x)
-    return module_dropout(self, x, config.dropout_rate)
+    return residual_stream(module_dropout(self, x, config.dropout_rate))
 
 
 class Encoder(nn.Module):
@@ -278,7 +279,7 @@ class Decoder(nn.Module):
       logits = ops.dense(x, table.T, preferred_element_type=jnp.float32)
     else:
       logits = Dense(config.output_vocab_size, ("embed", "vocab"), dtype=config.compute_dtype, name="logits")(x)
-    return logits.astype(jnp.float32)
+    return with_activation_axes(logits.astype(jnp.float32), *BATCH_LENGTH, "activation_vocab")
 
 
 class EncoderDecoder(nn.Module):

@@ -18,7 +18,8 @@ ACTIVATIONS = {
 
 
 def feed_forward(x, kernel_in, bias_in, kernel_out, bias_out, activation: str = "relu",
-                 dropout_rate: float = 0.0, dropout_rng=None, precision=None, kernels: Kernels | None = None):
+                 dropout_rate: float = 0.0, dropout_rng=None, precision=None, kernels: Kernels | None = None,
+                 constrain_hidden=None):
   """``FFN(x) = act(x W_1 + b_1) W_2 + b_2``, applied to each position alike.
 
   Args:
@@ -29,6 +30,8 @@ def feed_forward(x, kernel_in, bias_in, kernel_out, bias_out, activation: str = 
       "gelu_exact").
     dropout_rate, dropout_rng: dropout on the hidden activations.
     kernels: a backend-tuned dropout (``kernels.py``); None for the reference one.
+    constrain_hidden: a function applied to the hidden activations ``[batch, length, d_ff]`` that returns them
+      unchanged in value (a caller's sharding constraint); None: none.
 
   Returns:
     ``[batch, length, d_model]``.
@@ -36,5 +39,7 @@ def feed_forward(x, kernel_in, bias_in, kernel_out, bias_out, activation: str = 
   if activation not in ACTIVATIONS:
     raise ValueError(f"unknown activation {activation!r}; choose one of {sorted(ACTIVATIONS)}")
   hidden = ACTIVATIONS[activation](dense(x, kernel_in, bias_in, precision=precision))
+  if constrain_hidden is not None:
+    hidden = constrain_hidden(hidden)
   hidden = dropout(hidden, dropout_rate, dropout_rng, kernels=kernels)
   return dense(hidden, kernel_out, bias_out, precision=precision)

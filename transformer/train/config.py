@@ -45,7 +45,7 @@ import ml_collections
 from transformer.decode import DecodeSettings
 from transformer.effects import Effect, field_effects, setting
 from transformer.errors import ConfigError, WorkdirError
-from transformer.nn import LOGICAL_AXES, MODELS, ModelConfig, model_spec
+from transformer.nn import ACTIVATION_AXES, LOGICAL_AXES, MODELS, ModelConfig, model_spec
 from transformer.nn.config import ModelSettings, ValidatedConfig, check_field_types
 from transformer.tasks import Task, TaskSettings, make_task
 from transformer.tasks.configs import TaskConfig, task_config
@@ -190,12 +190,23 @@ AXIS_RULES = {"vocab": MODEL_AXIS, "heads": MODEL_AXIS, "kv_heads": MODEL_AXIS, 
 # config.fsdp=True: these also split over the data axis, so each device holds 1/devices of every weight matrix
 # and its optimizer moments (the model width, as MaxText's "embed" -> "fsdp"; an RNN's state and a window).
 FSDP_RULES = {"embed": DATA_AXIS, "rnn_state": DATA_AXIS, "window": DATA_AXIS}
+# Activations (transformer.nn.ACTIVATION_AXES), constrained where the model is traced under the mesh: the batch
+# over hosts and data, as MeshStrategy splits its batches; positions and the model width whole (FSDP's "embed" is
+# the parameters' width, never the activations'). The heads, feed-forward width and vocabulary follow their
+# parameters' rules (ACTIVATION_FOLLOWS), so "vocab=none" keeps the logits whole as well, unless the table names
+# the activation axis itself ("activation_vocab=model").
+ACTIVATION_RULES = {"activation_batch": (HOSTS_AXIS, DATA_AXIS), "activation_length": None, "activation_embed": None}
+ACTIVATION_FOLLOWS = {"activation_heads": "heads", "activation_kv_heads": "kv_heads", "activation_mlp": "mlp",
+                      "activation_vocab": "vocab"}
+
+Rules = tuple[tuple[str, str | tuple[str, ...] | None], ...]  # flax's (logical axis, mesh axes) pairs
 
 
-def logical_axis_rules(fsdp: bool = False, overrides: str = "") -> tuple[tuple[str, str | None], ...]:
+def logical_axis_rules(fsdp: bool = False, overrides: str = "") -> Rules:
   """The rule table of a run: ``AXIS_RULES``, with ``FSDP_RULES`` under ``fsdp``, then ``overrides``
-  (``config.axis_rules``: ``"NAME=AXIS[,NAME=AXIS]"``, AXIS one of data, model, none), as flax's
-  ``logical_axis_rules`` pairs.
+  (``config.axis_rules``: ``"NAME=AXIS[,NAME=AXIS]"``, NAME a parameter's or an activation's logical axis, AXIS
+  one of data, model, none), then the activations' rules (``ACTIVATION_RULES``, ``ACTIVATION_FOLLOWS``) where the
+  overrides do not name them, as flax's ``logical_axis_rules`` pairs.
 
   Raises:
     ConfigError: an unknown logical axis or mesh axis, or a malformed pair.
@@ -203,11 +214,14 @@ def logical_axis_rules(fsdp: bool = False, overrides: str = "") -> tuple[tuple[s
   rules = {**AXIS_RULES, **(FSDP_RULES if fsdp else {})}
   for pair in filter(None, (part.strip() for part in overrides.split(","))):
     name, _, axis = (part.strip() for part in pair.partition("="))
-    _require(name in LOGICAL_AXES and axis in (DATA_AXIS, MODEL_AXIS, "none"),
+    _require((name in LOGICAL_AXES or name in ACTIVATION_AXES) and axis in (DATA_AXIS, MODEL_AXIS, "none"),
              f"config.axis_rules={overrides!r}: {pair!r} is not NAME=AXIS with NAME a logical axis "
-             f"({', '.join(LOGICAL_AXES)}) and AXIS one of {DATA_AXIS}, {MODEL_AXIS}, none.")
+             f"({', '.join((*LOGICAL_AXES, *ACTIVATION_AXES))}) and AXIS one of {DATA_AXIS}, {MODEL_AXIS}, none.")
     rules[name] = None if axis == "none" else axis
-  return tuple(rules.items())
+  activations = {**ACTIVATION_RULES, **{name: rules[follows] for name, follows in ACTIVATION_FOLLOWS.items()}}
+  return tuple({**rules, **{name: axis for name, axis in activations.items() if name not in rules}}.items())
+
+
 SECTIONS = ("model", "task", "optimizer", "decode")  # the ConfigDict's sections, each its own dataclass
 # What a section's fields change when they declare nothing (transformer.effects): decoding only evaluates.
 SECTION_EFFECTS = {"decode": Effect.EVALUATION}
@@ -268,8 +282,8 @@ class RunConfig:
   # With parallelism=mesh: a hybrid mesh, FSDP and tensor parallelism within each process's devices and data
   # parallelism across processes (the hosts axis), so parameters are gathered over a host's own links only.
   hybrid_mesh: bool = setting(False, Effect.LAYOUT)
-  # Changes to the rule table (AXIS_RULES, FSDP_RULES), "NAME=AXIS[,NAME=AXIS]", e.g. "vocab=none" keeps the
-  # vocabulary whole on every device of the model axis.
+  # Changes to the rule table (AXIS_RULES, FSDP_RULES, ACTIVATION_RULES), "NAME=AXIS[,NAME=AXIS]", e.g. "vocab=none"
+  # keeps the vocabulary (and the logits' vocabulary) whole on every device of the model axis.
   axis_rules: str = setting("", Effect.LAYOUT)
   # Steps per compiled call (a lax.scan; same results); log_every, eval_every, checkpoint_every are multiples of it
   steps_per_call: int = setting(1, Effect.BOOKKEEPING)
@@ -419,7 +433,7 @@ class RunConfig:
              "from.")
 
   @functools.cached_property
-  def logical_axis_rules(self) -> tuple[tuple[str, str | None], ...]:
+  def logical_axis_rules(self) -> Rules:
     """The run's rule table (``logical_axis_rules`` of ``fsdp`` and ``axis_rules``)."""
     return logical_axis_rules(self.fsdp, self.axis_rules)
 

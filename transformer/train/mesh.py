@@ -8,7 +8,10 @@
   names (``transformer.nn.axes``, flax's logical partitioning) through the run's rule table
   (``RunConfig.axis_rules``): ``tensor_parallelism`` > 1 gives the ``model`` axis that many devices, which split
   what the rules send there (heads, feed-forward width, vocabulary); FSDP sends the model width to ``data``.
-  The optimizer's moments follow their parameters. XLA's sharding propagation splits the work.
+  The optimizer's moments follow their parameters. The model's activations say their layout where it matters
+  (``transformer.nn.with_activation_axes``: the residual stream, attention heads, feed-forward hidden, logits) by
+  the same table, the batch over ``hosts`` and ``data``: each step is traced under the mesh and the rules
+  (``activation_layout``), so XLA's sharding propagation splits the rest of the work to match, not by guesswork.
 - several replicas: ``jax.vmap`` trains ``num_replicas`` of them in one program, inside the mesh: seeds
   (``config.num_seeds``) and the variants of ``config.sweep``, each replica with its own ``settings``; the replica
   axis is never split.
@@ -22,6 +25,8 @@ hold the canonical (unreplicated, global, unboxed) state, so a run can resume un
 count.
 """
 from __future__ import annotations
+
+import contextlib
 
 import flax.linen as nn
 import jax
@@ -48,6 +53,15 @@ class Strategy:
       self.trace_count += 1
       return fn(*args)
     return traced
+
+  def activation_layout(self):
+    """The context in which a traced model lays out its activations (``transformer.nn.with_activation_axes``):
+    none here, so the constraints are no-ops."""
+    return contextlib.nullcontext()
+
+  def evaluation_layout(self):
+    """The context in which evaluation, decoding and predictions are traced with ``evaluation_params``."""
+    return contextlib.nullcontext()
 
   def to_canonical(self, state):
     """The state as checkpoints store it."""
@@ -139,6 +153,28 @@ class MeshStrategy(Strategy):
                         f"axis whole on every device with --config.axis_rules='{name}=none'.")
     return shardings
 
+  @contextlib.contextmanager
+  def activation_layout(self):
+    """Activation constraints take this mesh's layout by ``rules``: the mesh's shape (its abstract mesh, which
+    may be entered inside ``jax.jit``, where ``jax.set_mesh`` may not) and the rule table, for what is traced in
+    the context. ``jit``'s cache keys on the abstract mesh, so a function traced here is traced anew outside; not
+    on the rules, so a module-level jitted decoder traced under one table keeps its layout under another on a mesh
+    of the same shape (the values are the same, only the layout differs)."""
+    with jax.sharding.use_abstract_mesh(self.mesh.abstract_mesh), nn.logical_axis_rules(self.rules):
+      yield
+
+  def evaluation_layout(self):
+    """``activation_layout`` where ``evaluation_params`` are laid out over the mesh (one process); none where they
+    are each process's own copy on the host, decoded by each process alone."""
+    return self.activation_layout() if jax.process_count() == 1 else contextlib.nullcontext()
+
+  def _laid_out(self, fn):
+    """``fn`` traced in ``activation_layout``."""
+    def traced(*args):
+      with self.activation_layout():
+        return fn(*args)
+    return traced
+
   def _vmapped(self, fn, in_axes):
     return jax.vmap(fn, in_axes=in_axes) if self.num_replicas > 1 else fn
 
@@ -176,12 +212,13 @@ class MeshStrategy(Strategy):
     in_axes = (0, None, 0) if self.settings else (0, None)
     step = self._with_settings(self._vmapped(step_with_rng, in_axes))
     batch_sharding = self.batch_sharding if steps_per_call == 1 else self.stacked_batch_sharding
-    return jax.jit(self._counted(scanned(step, steps_per_call)), in_shardings=(self._state_sharding, batch_sharding),
+    return jax.jit(self._counted(self._laid_out(scanned(step, steps_per_call))),
+                   in_shardings=(self._state_sharding, batch_sharding),
                    out_shardings=(self._state_sharding, self.replicated), donate_argnums=(0,))
 
   def compile_eval_step(self, eval_step):
     in_axes = (0, None, 0) if self.settings else (0, None)
-    return jax.jit(self._with_settings(self._vmapped(eval_step, in_axes)),
+    return jax.jit(self._laid_out(self._with_settings(self._vmapped(eval_step, in_axes))),
                    in_shardings=(self._state_sharding.params, self.batch_sharding), out_shardings=self.replicated)
 
   def put_batch(self, batch):

@@ -211,7 +211,8 @@ def run_eval(run_config: RunConfig, workdir: str) -> RunOutput:
   results = evaluate(restored.state)
   if isinstance(session.task, WritesTestOutputs):
     params = session.strategy.evaluation_params(restored.state)
-    tests = session.task.write_test_outputs(session.model_config, params, restored.output_dir, results)
+    with session.strategy.evaluation_layout():
+      tests = session.task.write_test_outputs(session.model_config, params, restored.output_dir, results)
     results.update({f"{split}/{k}": v for split, metrics in tests.items() for k, v in metrics.items()})
   if session.is_main:
     summary = {"step": restored.step, **restored.averaged, **results}
@@ -251,7 +252,8 @@ def run_predict(run_config: RunConfig, workdir: str) -> RunOutput:
   restored = restore_for_inference(session)
   if session.is_main:
     params = session.strategy.evaluation_params(restored.state)
-    path = session.task.write_predictions(session.model_config, params, restored.output_dir)
+    with session.strategy.evaluation_layout():
+      path = session.task.write_predictions(session.model_config, params, restored.output_dir)
     write_atomically(os.path.join(restored.output_dir, PREDICT_RESULTS),
                      json.dumps({"step": restored.step, **restored.averaged, "predictions": path}, indent=2))
     print(f"predictions of step {restored.step}: {path}", flush=True)
@@ -269,7 +271,8 @@ def run_translate(run_config: RunConfig, workdir: str, lines: list[str] | None =
   session = prepare(run_config, workdir, "translate")
   restored = restore_for_inference(session)
   params = session.strategy.evaluation_params(restored.state)
-  translations = session.task.translate_lines(session.model_config, params, lines)
+  with session.strategy.evaluation_layout():
+    translations = session.task.translate_lines(session.model_config, params, lines)
   session.say(f"translated {len(lines)} lines with the checkpoint of step {restored.step}")
   session.checkpointer.close()
   return RunOutput(restored.step, {}, session.strategy.to_canonical(restored.state), outputs=translations)

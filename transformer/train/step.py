@@ -206,7 +206,8 @@ def make_evaluator(session, eval_model, write=print, split: str | None = None):
     per_replica = []  # each replica's own evaluation (e.g. decoding): seeds are compared on it, not on a mean
     for replica in range(session.num_replicas):
       replica_params = params if session.num_replicas == 1 else jax.tree.map(lambda x, i=replica: x[i], params)
-      task_metrics, examples = task_evaluation(replica_params)
+      with strategy.evaluation_layout():  # the decoders jitted by the task lay out their activations by the rules
+        task_metrics, examples = task_evaluation(replica_params)
       per_replica.append(task_metrics)
       if session.is_main and examples and replica == 0:
         write("examples:\n  " + "\n  ".join(examples))
