@@ -304,3 +304,74 @@ def test_a_model_axis_across_processes_is_refused_in_one_line(tmp_path):
     errors = [line for line in output.splitlines() if line.startswith("error: ")]
     assert errors and errors[0].startswith("error: config.tensor_parallelism=4 spans processes"), output
     assert "divides the 2 devices of each process (1, 2)" in errors[0] and "Traceback" not in output, output
+
+
+# Run by each of 2 processes: the tiny model's FSDP state over the 4 devices of both, decoded in one program.
+SPMD_DECODE = """
+import json, sys
+import jax, numpy as np
+jax.distributed.initialize(sys.argv[1], 2, int(sys.argv[2]))
+from tests.train.conftest import tiny_config
+from transformer.decode import DecodeSettings
+from transformer.tasks.decoding import search_decode
+from transformer.train.config import RunConfig, build_task, logical_axis_rules
+from transformer.train.mesh import MeshStrategy, make_strategy
+from transformer.train.state import create_train_state, make_optimizer
+
+run = RunConfig.from_config(tiny_config(model__num_heads=8, model__d_ff=128, task__num_symbols=13))
+task = build_task(run)
+model, optimizer = task.build_model(task.model_config()), make_optimizer(run.optimizer, run.num_train_steps)
+model_config, source = task.model_config().replace(deterministic=True), task.eval_batches(6)[0]["source"]
+inputs = task.init_inputs(next(iter(task.train_iterator(run.batch_size, seed=0))))
+def state_of(strategy):
+  return strategy.create_state(lambda key: create_train_state(model, optimizer, inputs, key), jax.random.PRNGKey(0))
+local = state_of(make_strategy("jit")).params  # this process's own device, for the reference only
+total = sum(leaf.nbytes for leaf in jax.tree.leaves(local))
+strategy = MeshStrategy(rules=logical_axis_rules(fsdp=True))
+result = {}
+for name, settings in (("greedy", DecodeSettings("greedy")), ("beam", DecodeSettings("beam", beam_size=3))):
+  with strategy.evaluating(state_of(strategy)) as params:
+    compiled = search_decode.lower(model_config, params, source, 6, settings).compile()
+    tokens, scores = (np.asarray(x) for x in compiled(params, source))
+  expected = [np.asarray(x) for x in search_decode(model_config, local, source, 6, settings)]
+  result[name] = {"share": compiled.memory_analysis().argument_size_in_bytes / total,
+                  "tokens": bool((tokens == expected[0]).all()), "scores": float(np.abs(scores - expected[1]).max())}
+print("RESULT " + json.dumps(result), flush=True)
+"""
+
+
+def test_decoding_across_processes_keeps_the_parameters_split_and_finds_what_one_device_finds(tmp_path):
+  """Evaluation and decoding under the training mesh (``strategy.evaluating``): 2 processes x 2 devices run one
+  greedy and one beam search over 6 rows (which 4 devices do not divide), the FSDP parameters as trained, never
+  gathered: each device takes about a quarter of their bytes, and every process reads the tokens and scores one
+  device finds. (Was: each process gathered a whole host copy and decoded its own share of the units.)"""
+  port, env = free_port(), {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+  env.update(XLA_FLAGS=f"--xla_force_host_platform_device_count={DEVICES}", PYTHONPATH=REPO)
+  processes = [subprocess.Popen([sys.executable, "-c", SPMD_DECODE, f"localhost:{port}", str(i)], cwd=REPO, env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for i in range(2)]
+  outputs = [process.communicate(timeout=300)[0] for process in processes]
+  for output in outputs:
+    results = json.loads(next(line for line in output.splitlines() if line.startswith("RESULT "))[7:])
+    for search, result in results.items():
+      assert result["share"] < 0.4, (search, result)  # a quarter of the matrices, whole vectors
+      assert result["tokens"] and result["scores"] < 1e-5, (search, result)
+
+
+def test_eval_and_predict_across_processes_write_what_one_process_writes(tmp_path):
+  """``--mode=eval`` and ``--mode=predict`` of one FSDP checkpoint on 2 processes x 2 devices, each decoding its
+  rows of one program with the parameters as trained, against 1 process x 4: the same decoded outputs and exact
+  match, byte for byte; the loss metrics up to the order of their sums across processes."""
+  fsdp = ["--config.fsdp=True", "--config.eval_every=100000", "--config.num_train_steps=10"]
+  trained = Cluster(tmp_path, tmp_path / "one", *fsdp, count=1, devices=4, name="train")
+  assert trained.finish() == [0], trained.output(0)
+  shutil.copytree(tmp_path / "one", tmp_path / "two")
+  for mode in ("eval", "predict"):
+    runs = [Cluster(tmp_path, tmp_path / name, *fsdp, f"--mode={mode}", count=count, devices=4 // count,
+                    name=f"{mode}_{name}") for name, count in (("one", 1), ("two", 2))]
+    for run in runs:
+      assert set(run.finish()) == {0}, run.output(0) + run.output(len(run.processes) - 1)
+  for name in ("validation_outputs.tsv", "predictions.txt"):
+    assert (tmp_path / "two" / name).read_bytes() == (tmp_path / "one" / name).read_bytes(), name
+  one, two = (json.loads((tmp_path / name / "eval_results.json").read_text()) for name in ("one", "two"))
+  assert sorted(one) == sorted(two) and one["eval/exact_match"] == two["eval/exact_match"]
+  np.testing.assert_allclose([two[k] for k in sorted(one)], [one[k] for k in sorted(one)], rtol=2e-5)

@@ -23,7 +23,7 @@ from transformer.data.files import read_table, write_atomically
 from transformer.data.monolingual import chunk_long_sequences, load_monolingual_data
 from transformer.decode import DecodeSettings, check_max_length
 from transformer.errors import ConfigError
-from transformer.nn import ModelConfig, TransformerLM
+from transformer.nn import ModelConfig, TransformerLM, split_rows
 from transformer.tasks.base import Task
 from transformer.tasks.configs import LanguageModelConfig
 from transformer.decode import override_decode
@@ -213,9 +213,11 @@ class LanguageModelTask(RecordedTokenizers, Task):
 @functools.partial(jax.jit, static_argnums=0)
 def _token_log_probs(model_config: ModelConfig, params, tokens):
   """float32 ``[batch, length]``: ``log P(tokens[:, i] | tokens[:, :i])`` (0 where ``tokens`` is padding)."""
-  logits = TransformerLM(model_config).apply({"params": params}, tokens)
-  log_probs = jnp.take_along_axis(jax.nn.log_softmax(logits.astype(jnp.float32)), tokens[..., None], -1)[..., 0]
-  return jnp.where(tokens != model_config.pad_id, log_probs, 0.0)
+  def log_probs_of(tokens):
+    logits = TransformerLM(model_config).apply({"params": params}, tokens)
+    log_probs = jnp.take_along_axis(jax.nn.log_softmax(logits.astype(jnp.float32)), tokens[..., None], -1)[..., 0]
+    return jnp.where(tokens != model_config.pad_id, log_probs, 0.0)
+  return split_rows(log_probs_of, tokens)
 
 
 def read_log_probs(path: str) -> list[dict]:

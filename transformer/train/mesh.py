@@ -23,6 +23,8 @@ count.
 """
 from __future__ import annotations
 
+import contextlib
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -30,7 +32,7 @@ import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
 from transformer.errors import ConfigError
-from transformer.nn.axes import unboxed
+from transformer.nn.axes import BATCH, unboxed
 from transformer.train.config import DATA_AXIS, HOSTS_AXIS, MODEL_AXIS, PARALLELISMS, logical_axis_rules
 
 
@@ -58,6 +60,18 @@ class Strategy:
 
   def fetch(self, tree):
     return jax.tree.map(lambda x: np.asarray(jax.device_get(x)), tree)
+
+  def evaluation_params(self, state):
+    """The parameters that evaluation, decoding and predictions run with: as trained (a mesh's laid out over it,
+    on one process or several), so a jitted decoder computes with them there and no device holds more of them
+    than in training; nothing gathers a copy."""
+    return state.params
+
+  @contextlib.contextmanager
+  def evaluating(self, state):
+    """``with strategy.evaluating(state) as params:``: ``evaluation_params(state)``, and the placement that
+    evaluation runs under while the block lasts (the mesh's across processes; nothing here)."""
+    yield self.evaluation_params(state)
 
 
 class MeshStrategy(Strategy):
@@ -200,16 +214,17 @@ class MeshStrategy(Strategy):
     return jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh), unboxed(state_shapes),
                         self._state_sharding)
 
-  def evaluation_params(self, state):
-    """The parameters that evaluation, decoding and predictions run with. One process: as trained, laid out over
-    the mesh, so a jitted decoder computes with them there and no device holds more of them than in training.
-    Several processes: this process's own whole copy on the host, gathered, since each decodes its own share of
-    the work, which no program over every process's devices can (a sharded array spanning other hosts cannot be
-    read, and a collective needs every process in it)."""
-    if jax.process_count() == 1 or all(sharding.is_fully_replicated
-                                       for sharding in jax.tree.leaves(self._state_sharding.params)):
-      return state.params if jax.process_count() == 1 else jax.device_get(state.params)
-    return jax.device_get(jax.jit(lambda params: params, out_shardings=self.replicated)(state.params))
+  @contextlib.contextmanager
+  def evaluating(self, state):
+    """Several processes: every process runs the same evaluation (the same units, in order) in this mesh, the
+    logical axis ``BATCH`` bound to the batch axes, so each jitted search or scoring pass (``split_rows``) is one
+    program over every process's devices: each device computes its rows of every batch, and each process gets
+    all outputs back. One process: jit places the work, as it always has."""
+    if jax.process_count() == 1:
+      yield self.evaluation_params(state)
+      return
+    with jax.set_mesh(self.mesh), nn.logical_axis_rules((*self.rules, (BATCH, (HOSTS_AXIS, DATA_AXIS)))):
+      yield self.evaluation_params(state)
 
 
 class PmapStrategy(Strategy):
