@@ -166,7 +166,7 @@ class LanguageModelTask(RecordedTokenizers, Task):
 
   def evaluation_batches(self, batches):
     """One unit: the first words of a few eval sentences, as prompts, which ``continue_texts`` decodes
-    together (so one process does)."""
+    together."""
     task = self.task_config
     sentences = self.data.eval_text[task.eval_split][:task.num_eval_prompts]
     return [[" ".join(sentence.split()[:task.prompt_words]) for sentence in sentences]]

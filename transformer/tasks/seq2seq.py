@@ -157,7 +157,7 @@ class Seq2SeqTask(Task):
     """Exact-match sequence accuracy and the first few examples."""
     matches = sequences = 0.0
     examples = []
-    for output in outputs:  # summed in batch order, as one process decoding every batch would
+    for output in outputs:  # summed in batch order
       matches += output["matches"]
       sequences += output["sequences"]
       examples += output["examples"][:EXAMPLES_SHOWN - len(examples)]
