@@ -65,7 +65,7 @@ BATCH = "batch"  # an activation's rows (examples): not a parameter's axis, so n
 
 
 def split_rows(fn, *rows):
-  """``fn(*rows)`` inside ``jax.jit``, with ``rows`` (arrays ``[batch, ...]``, the same rows each) split over
+  """``fn(*rows)`` inside ``jax.jit``, with ``rows`` (arrays ``[batch, ...]`` of the same batch) split over
   the devices that the rule in effect for ``BATCH`` names, and every output (a tree of arrays) whole on each
   device. Without such a rule (flax's ``nn.logical_axis_rules`` under ``jax.set_mesh``, which the run layer sets
   for an evaluation across processes) this is ``fn(*rows)``, placed as jit chooses.

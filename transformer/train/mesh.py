@@ -16,6 +16,9 @@
   of batches, so the host dispatches once per ``steps_per_call`` steps.
 - ``pmap``: replicated data parallelism over local devices, gradients summed with ``psum``; tested equal to the
   mesh.
+- evaluation and decoding (``evaluating``) run with the parameters as trained, never gathered; across processes
+  every process runs the same passes, each one program whose rows ``transformer.nn.split_rows`` splits as the
+  training batch is split (over ``hosts`` and ``data``).
 
 Both strategies expose the same methods, so the training loop never branches on the mode. Checkpoints always
 hold the canonical (unreplicated, global, unboxed) state, so a run can resume under another strategy or device
