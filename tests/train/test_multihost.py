@@ -13,7 +13,7 @@ import time
 import numpy as np
 import pytest
 
-from tests.train.conftest import REPO, TINY_OVERRIDES
+from tests.train.conftest import REPO, TINY_OVERRIDES, finish
 
 pytestmark = pytest.mark.slow
 
@@ -350,9 +350,9 @@ def test_decoding_across_processes_keeps_the_parameters_split_and_finds_what_one
   env.update(XLA_FLAGS=f"--xla_force_host_platform_device_count={DEVICES}", PYTHONPATH=REPO)
   processes = [subprocess.Popen([sys.executable, "-c", SPMD_DECODE, f"localhost:{port}", str(i)], cwd=REPO, env=env,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for i in range(2)]
-  outputs = [process.communicate(timeout=300)[0] for process in processes]
-  for output in outputs:
-    results = json.loads(next(line for line in output.splitlines() if line.startswith("RESULT "))[7:])
+  for output in finish(*processes, timeout=300):
+    assert "RESULT " in output, output
+    results = json.loads(output.split("RESULT ", 1)[1].splitlines()[0])
     for search, result in results.items():
       assert result["share"] < 0.4, (search, result)  # a quarter of the matrices, whole vectors
       assert result["tokens"] and result["scores"] < 1e-5 and result["distinct"] > 1, (search, result)
