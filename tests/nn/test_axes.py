@@ -113,3 +113,22 @@ def test_an_activation_needs_a_known_name_or_none_for_each_axis():
   with pytest.raises(ValueError, match="for shape \\(2, 3\\)"):
     with_activation_axes(jnp.ones((2, 3)), "activation_batch")
   assert with_activation_axes(jnp.ones((2, 3)), "activation_batch", None).shape == (2, 3)
+
+
+@pytest.mark.parametrize("rows", [8, 6])  # 6: rows the 4 devices do not divide
+def test_split_rows_splits_the_rows_where_a_rule_binds_them_and_returns_every_output_whole(rows):
+  from jax.sharding import Mesh, PartitionSpec
+  from transformer.nn import split_rows
+  mesh = Mesh(np.array(jax.devices()[:4]).reshape(2, 2), ("hosts", "data"))
+  double = jax.jit(lambda x: split_rows(lambda r: {"twice": r * 2, "sums": r.sum(-1)}, x))
+  x = np.arange(rows * 3, dtype=np.float32).reshape(rows, 3)
+  with jax.set_mesh(mesh), nn.logical_axis_rules((("activation_batch", ("hosts", "data")),)):
+    compiled = double.lower(x).compile()
+    out = compiled(x)
+  assert "f32[2,3]" in compiled.as_text()  # each device doubles its own 2 rows, not all of them
+  assert all(leaf.sharding.spec == PartitionSpec() for leaf in jax.tree.leaves(out))
+  np.testing.assert_array_equal(out["twice"], x * 2)
+  np.testing.assert_array_equal(out["sums"], x.sum(-1))
+  alone = double(x)["twice"]  # no mesh bound: fn itself (the bound mesh is part of jit's cache key)
+  assert isinstance(alone.sharding, jax.sharding.SingleDeviceSharding)
+  np.testing.assert_array_equal(alone, x * 2)

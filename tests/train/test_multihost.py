@@ -13,7 +13,7 @@ import time
 import numpy as np
 import pytest
 
-from tests.train.conftest import REPO, TINY_OVERRIDES
+from tests.train.conftest import REPO, TINY_OVERRIDES, finish
 
 pytestmark = pytest.mark.slow
 
@@ -304,3 +304,80 @@ def test_a_model_axis_across_processes_is_refused_in_one_line(tmp_path):
     errors = [line for line in output.splitlines() if line.startswith("error: ")]
     assert errors and errors[0].startswith("error: config.tensor_parallelism=4 spans processes"), output
     assert "divides the 2 devices of each process (1, 2)" in errors[0] and "Traceback" not in output, output
+
+
+# Run by each of 2 processes: the tiny model's FSDP state over the 4 devices of both, decoded in one program.
+SPMD_DECODE = """
+import json, sys
+import jax, numpy as np
+jax.distributed.initialize(sys.argv[1], 2, int(sys.argv[2]))
+from tests.train.conftest import tiny_config
+from transformer.decode import DecodeSettings
+from transformer.tasks.decoding import search_decode
+from transformer.train.config import RunConfig, build_task, logical_axis_rules
+from transformer.train.mesh import MeshStrategy, make_strategy
+from transformer.train.state import create_train_state, make_optimizer
+
+run = RunConfig.from_config(tiny_config(model__num_heads=8, model__d_ff=128, task__num_symbols=13))
+task = build_task(run)
+model, optimizer = task.build_model(task.model_config()), make_optimizer(run.optimizer, run.num_train_steps)
+model_config, source = task.model_config().replace(deterministic=True), task.eval_batches(6)[0]["source"]
+inputs = task.init_inputs(next(iter(task.train_iterator(run.batch_size, seed=0))))
+def state_of(strategy):
+  return strategy.create_state(lambda key: create_train_state(model, optimizer, inputs, key), jax.random.PRNGKey(0))
+local = state_of(make_strategy("jit")).params  # this process's own device, for the reference only
+total = sum(leaf.nbytes for leaf in jax.tree.leaves(local))
+strategy = MeshStrategy(rules=logical_axis_rules(fsdp=True))
+result = {}
+for name, settings in (("greedy", DecodeSettings("greedy")), ("beam", DecodeSettings("beam", beam_size=3))):
+  with strategy.evaluating(state_of(strategy)) as params:
+    compiled = search_decode.lower(model_config, params, source, 6, settings).compile()
+    tokens, scores = (np.asarray(x) for x in compiled(params, source))
+  expected = [np.asarray(x) for x in search_decode(model_config, local, source, 6, settings)]
+  result[name] = {"share": compiled.memory_analysis().argument_size_in_bytes / total,
+                  "tokens": bool((tokens == expected[0]).all()), "scores": float(np.abs(scores - expected[1]).max()),
+                  "distinct": len({row.tobytes() for row in tokens})}
+print("RESULT " + json.dumps(result), flush=True)
+"""
+
+
+def test_decoding_across_processes_keeps_the_parameters_split_and_finds_what_one_device_finds(tmp_path):
+  """Evaluation and decoding under the training mesh (``strategy.evaluating``): 2 processes x 2 devices run one
+  greedy and one beam search over 6 rows (which 4 devices do not divide), the FSDP parameters as trained, never
+  gathered: each device takes about a quarter of their bytes, and every process reads the tokens and scores one
+  device finds. (Was: each process gathered a whole host copy and decoded its own share of the units.)"""
+  port, env = free_port(), {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+  env.update(XLA_FLAGS=f"--xla_force_host_platform_device_count={DEVICES}", PYTHONPATH=REPO)
+  processes = [subprocess.Popen([sys.executable, "-c", SPMD_DECODE, f"localhost:{port}", str(i)], cwd=REPO, env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for i in range(2)]
+  for output in finish(*processes, timeout=300):
+    assert "RESULT " in output, output
+    results = json.loads(output.split("RESULT ", 1)[1].splitlines()[0])
+    for search, result in results.items():
+      assert result["share"] < 0.4, (search, result)  # a quarter of the matrices, whole vectors
+      assert result["tokens"] and result["scores"] < 1e-5 and result["distinct"] > 1, (search, result)
+
+
+def test_eval_and_predict_across_processes_write_what_one_process_writes(tmp_path):
+  """``--mode=eval`` and ``--mode=predict`` of an FSDP checkpoint on 2 processes x 2 devices, each device decoding
+  its rows of one program with the parameters as trained, write the outputs, exact match and predictions that
+  the checkpoint's parameters give on one device here, byte for byte."""
+  from transformer.train import load_params
+  flags = ["--config.fsdp=True", "--config.num_train_steps=60", "--config.eval_every=100000"]
+  trained = Cluster(tmp_path, tmp_path / "run", *flags, count=1, devices=4, name="train")
+  assert trained.finish() == [0], trained.output(0)
+  for mode in ("eval", "predict"):
+    run = Cluster(tmp_path, tmp_path / "run", *flags, f"--mode={mode}", name=mode)
+    assert run.finish() == [0, 0], run.output(0) + run.output(1)
+  loaded, expected = load_params(str(tmp_path / "run"), "latest"), tmp_path / "expected"
+  task, model_config, params = loaded.task, loaded.model_config, loaded.params
+  expected.mkdir()
+  task.write_test_outputs(model_config, params, str(expected))
+  task.write_predictions(model_config, params, str(expected))
+  for name in ("validation_outputs.tsv", "predictions.txt"):
+    assert (tmp_path / "run" / name).read_text() == (expected / name).read_text(), name
+  predictions = [line.split("\t")[1] for line in (expected / "predictions.txt").read_text().splitlines()]
+  assert len(set(predictions)) > 3  # a model that decodes different rows differently
+  exact_match = task.evaluate(model_config, params, task.eval_batches(loaded.run_config.eval_batch_size))[0]
+  assert json.loads((tmp_path / "run" / "eval_results.json").read_text())["eval/exact_match"] == \
+      exact_match["exact_match"]

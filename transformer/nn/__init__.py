@@ -19,7 +19,7 @@ from transformer.lazy import lazy_exports
 # submodule -> the names it exports here, imported on first use
 __getattr__, __dir__, _EXPORTED = lazy_exports(__name__, {
     "attention": ("CROSS_CACHE", "MultiHeadAttention"),
-    "axes": ("ACTIVATION_AXES", "LOGICAL_AXES", "unboxed", "with_activation_axes", "with_axes"),
+    "axes": ("ACTIVATION_AXES", "LOGICAL_AXES", "split_rows", "unboxed", "with_activation_axes", "with_axes"),
     "config": ("ClassifierConfig", "ModelConfig"),
     "forecasters": ("ForecasterConfig", "RecurrentForecaster", "TransformerForecaster", "make_forecaster"),
     "layers": ("DecoderLayer", "EncoderLayer", "FeedForward", "Norm", "PositionalEncoding"),

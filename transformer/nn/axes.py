@@ -9,6 +9,7 @@ plain, and ``unboxed`` strips the names where only the arrays matter.
 from __future__ import annotations
 
 import flax.linen as nn
+import jax
 
 LOGICAL_AXES = {
     "layers": "a scanned stack's layers (config.scan_layers): the leading axis of its stacked parameters",
@@ -87,3 +88,21 @@ def cell_axes(inputs: str) -> dict:
   return {"kernel_init": with_axes(nn.linear.default_kernel_init, inputs, "rnn"),
           "recurrent_kernel_init": with_axes(nn.initializers.orthogonal(), "rnn_state", "rnn"),
           "bias_init": with_axes(nn.initializers.zeros_init(), "rnn")}
+
+
+def split_rows(fn, *rows):
+  """``fn(*rows)`` inside ``jax.jit``, with ``rows`` (arrays ``[batch, ...]`` of the same batch) split over the
+  devices that the rule in effect for ``activation_batch`` names, and every output (a tree of arrays) whole on
+  each device. Without such a rule (flax's ``nn.logical_axis_rules`` under ``jax.set_mesh``, which the run layer sets
+  for evaluation: ``MeshStrategy.evaluating``) this is ``fn(*rows)``, placed as jit chooses.
+
+  With the rule, one program over every process's devices decodes each device's rows with the parameters laid
+  out as trained (no copy gathered), and every process can read all outputs (small: token ids, scores).
+  """
+  def whole(x):
+    return nn.with_logical_constraint(x, (None,) * x.ndim)
+
+  # Whole first, then split: the argument arrives replicated (as every process passes the same rows), and a
+  # number of rows that the devices do not divide is split unevenly inside the program, not refused at its input.
+  split = [nn.with_logical_constraint(whole(x), ("activation_batch",) + (None,) * (x.ndim - 1)) for x in rows]
+  return jax.tree.map(whole, fn(*split))

@@ -132,8 +132,9 @@ class Task(abc.ABC):
     which a sum over batches cannot give; by default none."""
     return {}
 
-  # Host-side evaluation beyond the loss (e.g. decoding) comes in three parts, so that processes can share it:
-  # each evaluates some of the evaluation batches, and the outputs of all are scored together.
+  # Host-side evaluation beyond the loss (e.g. decoding) comes in three parts: the units of work, one output per
+  # unit, the score of all outputs. Across processes every process runs all three on every unit, in lockstep:
+  # the jitted passes inside (``transformer.nn.split_rows``) split each unit's rows over every process's devices.
 
   def evaluation_batches(self, batches: list[Batch]) -> Sequence:
     """What the host-side evaluation goes through, one unit at a time, of the validation set ``batches``
@@ -142,8 +143,7 @@ class Task(abc.ABC):
 
   def evaluate_batches(self, model_config: ModelConfig, params, batches: Sequence) -> list:
     """One output per unit of ``batches`` (some of ``evaluation_batches``), each a function of its unit alone:
-    picklable host values (hypotheses by example index, per-example flags, forecasts) that processes exchange
-    and ``score_outputs`` reads."""
+    host values (hypotheses by example index, per-example flags, forecasts) that ``score_outputs`` reads."""
     return [None for _ in batches]
 
   def score_outputs(self, outputs: list) -> tuple[dict, list[str]]:
@@ -151,8 +151,8 @@ class Task(abc.ABC):
     return {}, []
 
   def evaluate(self, model_config: ModelConfig, params, batches: list[Batch]) -> tuple[dict, list[str]]:
-    """Host-side evaluation beyond the loss: ``(metrics, example lines to print)``, all three parts on this
-    process. A task whose evaluation cannot be shared overrides this instead; every process then runs it whole."""
+    """Host-side evaluation beyond the loss: ``(metrics, example lines to print)``, the three parts in turn. A task
+    may override this instead; with several processes, every process runs it, with the same batches."""
     units = self.evaluation_batches(batches)
     return self.score_outputs(self.evaluate_batches(model_config, params, units))
 

@@ -36,7 +36,7 @@ from transformer import ops
 from transformer.data.classification import ShuffledBatches, fixed_batches
 from transformer.data.files import KeptFile, replacing, write_atomically
 from transformer.errors import ConfigError, MissingDataError
-from transformer.nn import ClassifierConfig, EncoderClassifier
+from transformer.nn import ClassifierConfig, EncoderClassifier, split_rows
 from transformer.tasks.base import Task
 from transformer.tasks.configs import ClassificationConfig
 from transformer.tasks.metrics import POSITIVE_CLASS, binary_metrics, confusion_counts
@@ -358,7 +358,8 @@ def replica_params(params) -> list:
 @functools.lru_cache(maxsize=8)
 def _probability_function(model_config):
   model = EncoderClassifier(model_config)
-  return jax.jit(lambda params, tokens: jax.nn.softmax(model.apply({"params": params}, tokens), axis=-1))
+  return jax.jit(lambda params, tokens: split_rows(
+      lambda rows: jax.nn.softmax(model.apply({"params": params}, rows), axis=-1), tokens))
 
 
 def write_probabilities(path: str, ids, labels, seeds: list[np.ndarray]) -> None:

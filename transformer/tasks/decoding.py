@@ -15,7 +15,8 @@ import jax
 import jax.numpy as jnp
 
 from transformer.decode import DecodeSettings, check_max_length, search
-from transformer.nn import CROSS_CACHE, MODELS, EncoderDecoder, ModelConfig, TransformerLM, cross_attention_cache
+from transformer.nn import (CROSS_CACHE, MODELS, EncoderDecoder, ModelConfig, TransformerLM, cross_attention_cache,
+                            split_rows)
 
 # The config.model_name values (keys of transformer.nn.MODELS) a seq2seq task trains. Both models share the
 # EncoderDecoder interface (encode, decode, teacher-forced __call__, a decode cache), so loss and search code
@@ -103,11 +104,15 @@ def search_decode(model_config: ModelConfig, params, source, max_length: int, se
   """
   check_max_length(max_length)
   prompt_length = 0 if prompt is None else prompt.shape[1]
-  # BOS, the prompt and every generated token but the last are written into the cache.
-  step_fn, prefill_fn, cache = encoder_decoder_decoding(model_class(model_config)(model_config), params, source,
-                                                        prompt_length + max_length, settings.copies)
-  return search(settings, step_fn, cache, source.shape[0], max_length, model_config.bos_id, model_config.eos_id,
-                model_config.pad_id, prompt=prompt, prompt_lengths=prompt_lengths, prefill_fn=prefill_fn)
+
+  def decode(source, prompt=None, prompt_lengths=None):
+    # BOS, the prompt and every generated token but the last are written into the cache.
+    step_fn, prefill_fn, cache = encoder_decoder_decoding(model_class(model_config)(model_config), params, source,
+                                                          prompt_length + max_length, settings.copies)
+    return search(settings, step_fn, cache, source.shape[0], max_length, model_config.bos_id, model_config.eos_id,
+                  model_config.pad_id, prompt=prompt, prompt_lengths=prompt_lengths, prefill_fn=prefill_fn)
+
+  return split_rows(decode, source, *(() if prompt is None else (prompt, prompt_lengths)))
 
 
 def greedy_decode(model_config: ModelConfig, params, source, max_length: int):
@@ -146,8 +151,12 @@ def continue_prompts(model_config: ModelConfig, params, prompt, prompt_lengths, 
     ValueError: ``max_new_tokens`` is not an integer >= 1 (checked before the cache is sized by it).
   """
   check_max_length(max_new_tokens, "max_new_tokens")
-  batch, prompt_length = prompt.shape
-  step_fn, prefill_fn, cache = language_model_decoding(TransformerLM(model_config), params, batch,
-                                                       prompt_length + max_new_tokens)
-  return search(settings, step_fn, cache, batch, max_new_tokens, model_config.bos_id, model_config.eos_id,
-                model_config.pad_id, prompt=prompt, prompt_lengths=prompt_lengths, prefill_fn=prefill_fn)
+
+  def decode(prompt, prompt_lengths):
+    batch, prompt_length = prompt.shape
+    step_fn, prefill_fn, cache = language_model_decoding(TransformerLM(model_config), params, batch,
+                                                         prompt_length + max_new_tokens)
+    return search(settings, step_fn, cache, batch, max_new_tokens, model_config.bos_id, model_config.eos_id,
+                  model_config.pad_id, prompt=prompt, prompt_lengths=prompt_lengths, prefill_fn=prefill_fn)
+
+  return split_rows(decode, prompt, prompt_lengths)

@@ -38,7 +38,7 @@ from transformer.data.beijing_pm25.beijing_pm25_dataset_builder import (WEATHER_
                                                                          check_columns)
 from transformer.data.files import replacing
 from transformer.errors import ConfigError
-from transformer.nn import ForecasterConfig, make_forecaster, unboxed
+from transformer.nn import ForecasterConfig, make_forecaster, split_rows, unboxed
 from transformer.tasks.base import Task
 from transformer.tasks.configs import ForecastingConfig
 from transformer.tasks.metrics import forecast_metrics
@@ -104,7 +104,7 @@ def _compiled_forecaster(model_config: ForecasterConfig):
   """A compiled ``(params, inputs [batch, L, F]) -> the model's outputs [batch, H]``, shared by every task
   (and seed) with this model (deterministic ``model_config``)."""
   model = make_forecaster(model_config)
-  return jax.jit(lambda params, inputs: model.apply({"params": params}, inputs))
+  return jax.jit(lambda params, inputs: split_rows(lambda rows: model.apply({"params": params}, rows), inputs))
 
 
 def forecast_concentration(log_values, xp=np):

@@ -23,7 +23,7 @@ from transformer.data.files import read_table, write_atomically
 from transformer.data.monolingual import chunk_long_sequences, load_monolingual_data
 from transformer.decode import DecodeSettings, check_max_length
 from transformer.errors import ConfigError
-from transformer.nn import ModelConfig, TransformerLM
+from transformer.nn import ModelConfig, TransformerLM, split_rows
 from transformer.tasks.base import Task
 from transformer.tasks.configs import LanguageModelConfig
 from transformer.decode import override_decode
@@ -167,7 +167,7 @@ class LanguageModelTask(RecordedTokenizers, Task):
 
   def evaluation_batches(self, batches):
     """One unit: the first words of a few eval sentences, as prompts, which ``continue_texts`` decodes
-    together (so one process does)."""
+    together."""
     task = self.task_config
     sentences = self.data.eval_text[task.eval_split][:task.num_eval_prompts]
     return [[" ".join(sentence.split()[:task.prompt_words]) for sentence in sentences]]
@@ -214,9 +214,11 @@ class LanguageModelTask(RecordedTokenizers, Task):
 @functools.partial(jax.jit, static_argnums=0)
 def _token_log_probs(model_config: ModelConfig, params, tokens):
   """float32 ``[batch, length]``: ``log P(tokens[:, i] | tokens[:, :i])`` (0 where ``tokens`` is padding)."""
-  logits = TransformerLM(model_config).apply({"params": params}, tokens)
-  log_probs = jnp.take_along_axis(jax.nn.log_softmax(logits.astype(jnp.float32)), tokens[..., None], -1)[..., 0]
-  return jnp.where(tokens != model_config.pad_id, log_probs, 0.0)
+  def log_probs_of(tokens):
+    logits = TransformerLM(model_config).apply({"params": params}, tokens)
+    log_probs = jnp.take_along_axis(jax.nn.log_softmax(logits.astype(jnp.float32)), tokens[..., None], -1)[..., 0]
+    return jnp.where(tokens != model_config.pad_id, log_probs, 0.0)
+  return split_rows(log_probs_of, tokens)
 
 
 def read_log_probs(path: str) -> list[dict]:

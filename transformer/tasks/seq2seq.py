@@ -16,7 +16,7 @@ from transformer import ops
 from transformer.data.files import replacing
 from transformer.decode import DecodeSettings, check_max_length
 from transformer.errors import ConfigError
-from transformer.nn import EncoderDecoder, ModelConfig, model_spec, unstack_layers
+from transformer.nn import EncoderDecoder, ModelConfig, model_spec, split_rows, unstack_layers
 from transformer.tasks.base import Task
 from transformer.decode import override_decode
 from transformer.tasks.decoding import SEQ2SEQ_MODELS, model_class, search_decode
@@ -157,7 +157,7 @@ class Seq2SeqTask(Task):
     """Exact-match sequence accuracy and the first few examples."""
     matches = sequences = 0.0
     examples = []
-    for output in outputs:  # summed in batch order, as one process decoding every batch would
+    for output in outputs:  # summed in batch order
       matches += output["matches"]
       sequences += output["sequences"]
       examples += output["examples"][:EXAMPLES_SHOWN - len(examples)]
@@ -230,9 +230,11 @@ def until_eos(tokens: np.ndarray, eos_id: int) -> np.ndarray:
 def sequence_log_probs(model_config: ModelConfig, params, source, target):
   """``[batch]`` float32 ``sum_i log P(target[:, i] | source, target[:, :i])`` over the non-padding tokens of
   ``target`` ``[batch, target_length]`` (teacher forcing), for ``source`` ``[batch, source_length]``."""
-  logits = model_class(model_config)(model_config).apply({"params": params}, source, target)
-  log_probs = jnp.take_along_axis(jax.nn.log_softmax(logits.astype(jnp.float32)), target[..., None], -1)[..., 0]
-  return jnp.sum(jnp.where(target != model_config.pad_id, log_probs, 0.0), axis=-1)
+  def log_probs_of(source, target):
+    logits = model_class(model_config)(model_config).apply({"params": params}, source, target)
+    log_probs = jnp.take_along_axis(jax.nn.log_softmax(logits.astype(jnp.float32)), target[..., None], -1)[..., 0]
+    return jnp.sum(jnp.where(target != model_config.pad_id, log_probs, 0.0), axis=-1)
+  return split_rows(log_probs_of, source, target)
 
 
 def _attention_kind_and_layer(path: tuple[str, ...]) -> tuple[str, int | None]:

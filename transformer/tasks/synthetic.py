@@ -14,6 +14,7 @@ import numpy as np
 from transformer import ops
 from transformer.data.files import read_table, write_atomically
 from transformer.data.synthetic import BOS_ID, EOS_ID, FIRST_SYMBOL, PAD_ID, SyntheticBatches, make_examples
+from transformer.nn import split_rows
 from transformer.tasks.configs import SyntheticConfig
 from transformer.tasks.decoding import model_class
 from transformer.tasks.seq2seq import Seq2SeqTask
@@ -100,9 +101,11 @@ def _ids(tokens) -> str:
 def _token_counts(model_config, params, source, target):
   """``(correct, tokens)`` float32 ``[batch]``: per example, ``ops.token_accuracy`` of the teacher-forced logits
   (the evaluation's token accuracy, summed over the batch instead)."""
-  logits = model_class(model_config)(model_config).apply({"params": params}, source, target)
-  weights = (target != model_config.pad_id).astype(np.float32)
-  return jax.vmap(ops.token_accuracy)(logits[:, None], target[:, None], weights[:, None])
+  def counts(source, target):
+    logits = model_class(model_config)(model_config).apply({"params": params}, source, target)
+    weights = (target != model_config.pad_id).astype(np.float32)
+    return jax.vmap(ops.token_accuracy)(logits[:, None], target[:, None], weights[:, None])
+  return split_rows(counts, source, target)
 
 
 def read_outputs(path: str) -> list[dict]:

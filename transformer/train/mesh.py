@@ -19,6 +19,9 @@
   of batches, so the host dispatches once per ``steps_per_call`` steps.
 - ``pmap``: replicated data parallelism over local devices, gradients summed with ``psum``; tested equal to the
   mesh.
+- evaluation and decoding (``evaluating``) run with the parameters as trained, never gathered; across processes
+  every process runs the same passes, each one program whose rows ``transformer.nn.split_rows`` splits as the
+  training batch is split (over ``hosts`` and ``data``).
 
 Both strategies expose the same methods, so the training loop never branches on the mode. Checkpoints always
 hold the canonical (unreplicated, global, unboxed) state, so a run can resume under another strategy or device
@@ -59,10 +62,6 @@ class Strategy:
     none here, so the constraints are no-ops."""
     return contextlib.nullcontext()
 
-  def evaluation_layout(self):
-    """The context in which evaluation, decoding and predictions are traced with ``evaluation_params``."""
-    return contextlib.nullcontext()
-
   def to_canonical(self, state):
     """The state as checkpoints store it."""
     return state
@@ -72,6 +71,18 @@ class Strategy:
 
   def fetch(self, tree):
     return jax.tree.map(lambda x: np.asarray(jax.device_get(x)), tree)
+
+  def evaluation_params(self, state):
+    """The parameters that evaluation, decoding and predictions run with: as trained (a mesh's laid out over it,
+    on one process or several), so a jitted decoder computes with them there and no device holds more of them
+    than in training; nothing gathers a copy."""
+    return state.params
+
+  @contextlib.contextmanager
+  def evaluating(self, state):
+    """``with strategy.evaluating(state) as params:``: ``evaluation_params(state)``, and the placement that
+    evaluation runs under while the block lasts (a mesh's and its rules; nothing here)."""
+    yield self.evaluation_params(state)
 
 
 class MeshStrategy(Strategy):
@@ -163,11 +174,6 @@ class MeshStrategy(Strategy):
     with jax.sharding.use_abstract_mesh(self.mesh.abstract_mesh), nn.logical_axis_rules(self.rules):
       yield
 
-  def evaluation_layout(self):
-    """``activation_layout`` where ``evaluation_params`` are laid out over the mesh (one process); none where they
-    are each process's own copy on the host, decoded by each process alone."""
-    return self.activation_layout() if jax.process_count() == 1 else contextlib.nullcontext()
-
   def _laid_out(self, fn):
     """``fn`` traced in ``activation_layout``."""
     def traced(*args):
@@ -237,16 +243,14 @@ class MeshStrategy(Strategy):
     return jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh), unboxed(state_shapes),
                         self._state_sharding)
 
-  def evaluation_params(self, state):
-    """The parameters that evaluation, decoding and predictions run with. One process: as trained, laid out over
-    the mesh, so a jitted decoder computes with them there and no device holds more of them than in training.
-    Several processes: this process's own whole copy on the host, gathered, since each decodes its own share of
-    the work, which no program over every process's devices can (a sharded array spanning other hosts cannot be
-    read, and a collective needs every process in it)."""
-    if jax.process_count() == 1 or all(sharding.is_fully_replicated
-                                       for sharding in jax.tree.leaves(self._state_sharding.params)):
-      return state.params if jax.process_count() == 1 else jax.device_get(state.params)
-    return jax.device_get(jax.jit(lambda params: params, out_shardings=self.replicated)(state.params))
+  @contextlib.contextmanager
+  def evaluating(self, state):
+    """This mesh bound (``jax.set_mesh``) with its rule table while the block lasts: every process runs the same
+    evaluation (the same units, in order), and each jitted search or scoring pass (``split_rows``) is one program
+    over every process's devices, each device computing its rows of every batch (``activation_batch``) with the
+    parameters as trained and its activations laid out by the rules; each process gets all outputs back."""
+    with jax.set_mesh(self.mesh), nn.logical_axis_rules(self.rules):
+      yield self.evaluation_params(state)
 
 
 class PmapStrategy(Strategy):

@@ -10,12 +10,14 @@ to ``WORKDIR/average_last_N``. None of them writes into a workdir that holds no 
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import inspect
 import json
 import os
 import shutil
 import sys
+import tempfile
 import time
 
 import jax
@@ -210,9 +212,8 @@ def run_eval(run_config: RunConfig, workdir: str) -> RunOutput:
   evaluate = make_evaluator(session, session.task.build_model(session.model_config.replace(deterministic=True)))
   results = evaluate(restored.state)
   if isinstance(session.task, WritesTestOutputs):
-    params = session.strategy.evaluation_params(restored.state)
-    with session.strategy.evaluation_layout():
-      tests = session.task.write_test_outputs(session.model_config, params, restored.output_dir, results)
+    with session.strategy.evaluating(restored.state) as params, _written_by(session, restored.output_dir) as folder:
+      tests = session.task.write_test_outputs(session.model_config, params, folder, results)
     results.update({f"{split}/{k}": v for split, metrics in tests.items() for k, v in metrics.items()})
   if session.is_main:
     summary = {"step": restored.step, **restored.averaged, **results}
@@ -250,15 +251,26 @@ def run_predict(run_config: RunConfig, workdir: str) -> RunOutput:
   line or row per example), whose path is printed and recorded in ``<output dir>/predict_results.json``."""
   session = prepare(run_config, workdir, "predict")
   restored = restore_for_inference(session)
+  with session.strategy.evaluating(restored.state) as params, _written_by(session, restored.output_dir) as folder:
+    path = session.task.write_predictions(session.model_config, params, folder)
   if session.is_main:
-    params = session.strategy.evaluation_params(restored.state)
-    with session.strategy.evaluation_layout():
-      path = session.task.write_predictions(session.model_config, params, restored.output_dir)
     write_atomically(os.path.join(restored.output_dir, PREDICT_RESULTS),
                      json.dumps({"step": restored.step, **restored.averaged, "predictions": path}, indent=2))
     print(f"predictions of step {restored.step}: {path}", flush=True)
   session.checkpointer.close()
   return RunOutput(restored.step, {}, session.strategy.to_canonical(restored.state))
+
+
+@contextlib.contextmanager
+def _written_by(session: Session, output_dir: str):
+  """Where this process writes what a task's eval or predict writes: ``output_dir`` in the main process, a
+  temporary folder elsewhere. Every process decodes (its rows of one program) and so writes the same files,
+  and two writers of one path race on its temporary file."""
+  if session.is_main:
+    yield output_dir
+    return
+  with tempfile.TemporaryDirectory() as folder:
+    yield folder
 
 
 def run_translate(run_config: RunConfig, workdir: str, lines: list[str] | None = None) -> RunOutput:
@@ -270,8 +282,7 @@ def run_translate(run_config: RunConfig, workdir: str, lines: list[str] | None =
                       "lines=[...]), or launch.py with --config.translate_input=FILE or standard input.")
   session = prepare(run_config, workdir, "translate")
   restored = restore_for_inference(session)
-  params = session.strategy.evaluation_params(restored.state)
-  with session.strategy.evaluation_layout():
+  with session.strategy.evaluating(restored.state) as params:
     translations = session.task.translate_lines(session.model_config, params, lines)
   session.say(f"translated {len(lines)} lines with the checkpoint of step {restored.step}")
   session.checkpointer.close()

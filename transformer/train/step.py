@@ -17,8 +17,6 @@ import numpy as np
 import optax
 
 from transformer.data.hosts import host_rows, pad_rows
-from transformer.tasks.base import Task
-from transformer.train.multihost import split_over_processes
 from transformer.train.state import TrainState, frozen_labels
 
 
@@ -172,9 +170,9 @@ def make_evaluator(session, eval_model, write=print, split: str | None = None):
   (``num_seeds > 1``, ``config.sweep``) each metric is the mean over replicas, with each replica's value as
   ``eval/<name>/seed_i`` (``i`` the replica: variant ``i // num_seeds``, seed ``config.seed + i % num_seeds``).
 
-  The processes share the task's evaluation: each evaluates every ``process_count``-th unit of
-  ``task.evaluation_batches`` (``gather.split_over_processes``) and all score the outputs of every unit, in
-  order, so every process returns the metrics of one process evaluating everything."""
+  The processes share the task's evaluation as one program (``strategy.evaluating``): each runs every unit of it,
+  each device computes its rows with the parameters as trained, and every process gets every output back, so
+  every process returns the metrics of one process evaluating everything."""
   strategy, task, num_seeds = session.strategy, session.task, session.run_config.num_seeds
   eval_step = strategy.compile_eval_step(make_eval_step(task, eval_model, getattr(strategy, "axis_name", None)))
   eval_batches = (task.eval_batches(session.run_config.eval_batch_size) if split is None
@@ -182,16 +180,6 @@ def make_evaluator(session, eval_model, write=print, split: str | None = None):
   # Each process places its rows of every batch, padded with rows of zero weight to split over the devices.
   host_batches = [host_rows(pad_rows(batch, strategy.num_devices), session.process_index, session.process_count)
                   for batch in eval_batches]
-  shared = type(task).evaluate is Task.evaluate  # else the task evaluates whole on every process
-  units = task.evaluation_batches(eval_batches) if shared else None
-
-  def task_evaluation(params) -> tuple[dict, list[str]]:
-    if not shared:
-      return task.evaluate(session.model_config, params, eval_batches)
-    # Each process decodes its share of the units; every process scores all outputs, in the units' order.
-    outputs = split_over_processes(lambda share: task.evaluate_batches(session.model_config, params, share),
-                                   units, session.process_index, session.process_count)
-    return task.score_outputs(outputs)
 
   def evaluate(state) -> dict:
     sums = None
@@ -202,19 +190,21 @@ def make_evaluator(session, eval_model, write=print, split: str | None = None):
     results.update(task.derived_metrics(results))
     if split is not None:
       return results
-    params = strategy.evaluation_params(state)
-    per_replica = []  # each replica's own evaluation (e.g. decoding): seeds are compared on it, not on a mean
-    for replica in range(session.num_replicas):
-      replica_params = params if session.num_replicas == 1 else jax.tree.map(lambda x, i=replica: x[i], params)
-      with strategy.evaluation_layout():  # the decoders jitted by the task lay out their activations by the rules
-        task_metrics, examples = task_evaluation(replica_params)
-      per_replica.append(task_metrics)
-      if session.is_main and examples and replica == 0:
-        write("examples:\n  " + "\n  ".join(examples))
-        sys.stdout.flush()
-    for name in per_replica[0]:
-      values = [metrics[name] for metrics in per_replica]
+    with strategy.evaluating(state) as params:  # each replica's own (e.g. decoding): seeds are compared on it
+      per_replica = [task.evaluate(session.model_config, replica_params, eval_batches)
+                     for replica_params in _replicas(params, session.num_replicas)]
+    examples = per_replica[0][1]
+    if session.is_main and examples:
+      write("examples:\n  " + "\n  ".join(examples))
+      sys.stdout.flush()
+    for name in per_replica[0][0]:
+      values = [metrics[name] for metrics, _ in per_replica]
       results.update(replica_means(f"eval/{name}", values[0] if session.num_replicas == 1 else values, num_seeds))
     return results
 
   return evaluate
+
+
+def _replicas(params, count: int) -> list:
+  """Each replica's parameters: ``params`` itself for one, else its slices along the leading replica axis."""
+  return [params] if count == 1 else [jax.tree.map(lambda x, i=i: x[i], params) for i in range(count)]
