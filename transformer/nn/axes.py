@@ -66,8 +66,11 @@ def with_activation_axes(x, *names: str | None):
 
 
 def unboxed(tree):
-  """``tree`` with every logically partitioned parameter replaced by its array (a no-op on plain trees)."""
-  return nn.meta.unbox(tree)
+  """``tree`` with every logically partitioned parameter replaced by its array (a no-op on plain trees). Only
+  the names go: flax's own unboxing also constrains each array to its layout, which under a bound mesh and rules
+  (evaluation's) fails on shapes (``jax.eval_shape``) and host arrays."""
+  return jax.tree.map(lambda leaf: leaf.value if isinstance(leaf, nn.Partitioned) else leaf, tree,
+                      is_leaf=lambda leaf: isinstance(leaf, nn.Partitioned))
 
 
 def dense_axes(inputs: str, outputs: str) -> dict:
