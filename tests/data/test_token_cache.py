@@ -107,7 +107,7 @@ def counting_tokenizer(examples):
 def test_a_changed_setting_misses_the_cache(tmp_path):
   examples = small_examples()
   tokenize, calls = counting_tokenizer(examples)
-  for settings in ({"tokenizers": ["aaa"]}, {"tokenizers": ["aaa"]}, {"tokenizers": ["bbb"]}):
+  for settings in ({"tokenizers": ("aaa",)}, {"tokenizers": ("aaa",)}, {"tokenizers": ("bbb",)}):  # tuples: JSON lists
     token_cache.load_or_tokenize(tmp_path, "train.en-de", settings, tokenize)
   assert len(calls) == 2
 

@@ -42,7 +42,7 @@ def load_or_tokenize(folder: str | os.PathLike, name: str, settings: Mapping[str
 
   ``stats``: a small JSON-serialisable dict computed with the examples (it is kept in the record).
   """
-  settings = {**settings, "format": FORMAT_VERSION}
+  settings = json.loads(json.dumps({**settings, "format": FORMAT_VERSION}))  # as the record reads back (tuples: lists)
   stem = os.path.join(folder, f"{name}.{files.fingerprint(json.dumps(settings, sort_keys=True).encode())}")
   if os.path.exists(stem + ".json"):
     try:
