@@ -2,6 +2,7 @@
 no tokenizing on a later read, a new entry for other tokenizers or settings, and a damaged entry written again."""
 from __future__ import annotations
 
+import errno
 import logging
 import mmap
 import os
@@ -156,3 +157,17 @@ def test_memory_mapped_examples_batch_as_those_in_memory(tmp_path, pack):
       assert expected.keys() == found.keys()
       for name in expected:
         np.testing.assert_array_equal(found[name], expected[name])
+
+
+def test_a_data_dir_that_cannot_be_written_gives_the_examples_and_one_warning(tmp_path, caplog, monkeypatch):
+  """A shared, read-only prepared dataset (or a full disk) costs the saving, not the run."""
+  def read_only(*args, **kwargs):
+    raise OSError(errno.EROFS, "Read-only file system")
+  monkeypatch.setattr(np, "save", read_only)
+  caplog.set_level(logging.WARNING, "transformer.data.token_cache")
+  examples = small_examples()
+  found, stats = token_cache.load_or_tokenize(tmp_path, "train.en-de", {}, lambda: (examples, {"en": 1.0}))
+  assert found is examples and stats == {"en": 1.0}
+  [warning] = [record.getMessage() for record in caplog.records]
+  assert "cannot be cached" in warning and "Read-only file system" in warning and "\n" not in warning
+  assert not list(tmp_path.glob("*.json")) and not [path for path in os.listdir(tmp_path) if ".tmp" in path]

@@ -13,7 +13,8 @@ needs the whole split's tokens in memory, nor the text they come from. The first
 ``FORMAT_VERSION``): other settings name other files, so a cache is never reused for them. Later readers
 ``np.load(mmap_mode="r")`` the arrays: lengths come from the offsets, and a batch's gather reads only the pages
 of its rows. An entry that does not match its record (a file cut short or missing, another shape) is named in one
-warning line and written again.
+warning line and written again; a folder that cannot be written (read-only, full) is named in one warning line,
+and each process then tokenizes for itself, as before the cache.
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from transformer.data import batching, files
+from transformer.errors import WorkdirError
 
 logger = logging.getLogger(__name__)
 
@@ -52,9 +54,14 @@ def load_or_tokenize(folder: str | os.PathLike, name: str, settings: Mapping[str
     except ValueError as error:
       logger.warning("%s; tokenizing again", error)
   examples, stats = tokenize()
-  _write(stem, settings, examples, stats)
-  logger.info("%s: tokenized training examples cached in %s.*.npy for the other processes and later runs", name,
-              stem)
+  try:
+    _write(stem, settings, examples, stats)
+  except (OSError, WorkdirError) as error:  # a read-only or full data dir: the cache only saves work
+    logger.warning("%s: the tokenized training examples cannot be cached in %s (%s); every process tokenizes the "
+                   "text itself", name, folder, error)
+  else:
+    logger.info("%s: tokenized training examples cached in %s.*.npy for the other processes and later runs", name,
+                stem)
   return examples, stats
 
 
