@@ -369,8 +369,12 @@ def test_prepare_data_writes_the_prepared_set_and_tokenizers_and_keeps_nothing(r
   data_dir = tmp_path / "tfds"
   task = build_task(RunConfig.from_config(tiny_translation_config(raw_dir, data_dir)))
   assert not data_dir.exists()  # a task reads its data on first use
+  task.prepare_data(training=False)  # evaluating: no training split tokenized
+  assert not list(data_dir.rglob("tokenized/*"))
   task.prepare_data()
   assert "data" not in vars(task)
   prepared = sorted(str(path.relative_to(data_dir)) for path in data_dir.rglob("*") if path.is_file())
   assert any(name.endswith(".model") for name in prepared) and any("array_record" in name for name in prepared)
+  # the training split tokenized once, for the other processes to memory-map instead of tokenizing the text
+  assert any("/tokenized/train.en-de." in name and name.endswith(".json") for name in prepared)
   assert task.data.source_tokenizer.vocab_size == 64

@@ -55,6 +55,9 @@ class TokenizedExamples:
     source_offsets: int64 ``[num_examples + 1]``; source ``i`` is
       ``source_tokens[source_offsets[i]:source_offsets[i + 1]]``.
     target_tokens, target_offsets: the same for the targets.
+
+  The arrays may be read-only memory maps (``token_cache``): everything here only reads them, and a batch gathers
+  just its examples' tokens, so a process touches the pages of its own rows only.
   """
 
   def __init__(self, source_tokens, source_offsets, target_tokens, target_offsets):

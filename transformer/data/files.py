@@ -140,7 +140,8 @@ def _remove(path: str) -> int:
 
 
 @contextlib.contextmanager
-def replacing(path: str, binary: bool = False, size: int | None = None, **open_arguments) -> Iterator[IO]:
+def replacing(path: str, binary: bool = False, size: int | None = None, per_process: bool = False,
+              **open_arguments) -> Iterator[IO]:
   """A file to write the new content of ``path`` into, for content written piece by piece (predictions of
   batch after batch, CSV rows): it is ``path + ".tmp"``, which replaces ``path`` only when the block ends
   without an error. Any error midway (a full disk, an exception while the content is made) leaves the old
@@ -149,11 +150,13 @@ def replacing(path: str, binary: bool = False, size: int | None = None, **open_a
   Args:
     binary: open in ``"wb"`` mode, else ``"w"``; ``open_arguments`` go to ``open`` (``encoding``, ``newline``).
     size: the bytes of the whole content, when known, for the error's message (else: more than those written).
+    per_process: name the temporary file for this process (``<path>.tmp<pid>``), for a file that several
+      processes may write at once with the same content (a shared cache): each replaces ``path`` whole.
 
   Raises:
     WorkdirError: the disk is full, or the file passes the file-size limit (``write_refused_error``).
   """
-  temporary = path + ".tmp"
+  temporary = path + (f".tmp{os.getpid()}" if per_process else ".tmp")
   try:
     with open(temporary, "wb" if binary else "w", **open_arguments) as file:
       yield file

@@ -9,14 +9,15 @@ The sentences sit on the ``target`` side of ``batching.TokenizedExamples`` (sour
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 from etils import epath
 import numpy as np
 
 from transformer.data import batching, tokenizers
-from transformer.data.translation import prepare_dataset, read_split_text
+from transformer.data.translation import prepare_dataset, read_split_text, training_examples
 from transformer.errors import ConfigError
 
 logger = logging.getLogger(__name__)
@@ -29,17 +30,31 @@ class MonolingualData:
   Attributes:
     language: its code, e.g. ``"en"``.
     tokenizer: SentencePiece trained on the language's training sentences.
-    train: the non-empty training sentences, as targets (ids ending with EOS) with empty sources.
+    train: the non-empty training sentences, as targets (ids ending with EOS) with empty sources; made on first
+      use, memory-mapped from the tokenized cache (``translation.training_examples``), else tokenized and cached.
     eval: split name -> every sentence of the split (empty ones too), in file order, as ``train``.
     eval_text: split name -> the raw sentences, aligned with ``eval``.
-    pieces_per_word: SentencePiece pieces per whitespace-separated training word (EOS not counted).
+    pieces_per_word: SentencePiece pieces per whitespace-separated training word (EOS not counted); with ``train``.
+    tokenize_training_sentences: makes or reads ``(train, {language: pieces_per_word})``, once.
   """
   language: str
   tokenizer: tokenizers.SentencePieceTokenizer
-  train: batching.TokenizedExamples
   eval: Mapping[str, batching.TokenizedExamples]
   eval_text: Mapping[str, list[str]]
-  pieces_per_word: float
+  tokenize_training_sentences: Callable[[], tuple[batching.TokenizedExamples, Mapping[str, float]]] = (
+      dataclasses.field(repr=False, compare=False))
+
+  @functools.cached_property
+  def _training(self) -> tuple[batching.TokenizedExamples, Mapping[str, float]]:
+    return self.tokenize_training_sentences()
+
+  @property
+  def train(self) -> batching.TokenizedExamples:
+    return self._training[0]
+
+  @property
+  def pieces_per_word(self) -> float:
+    return self._training[1][self.language]
 
 
 def sentences_as_targets(ids: Sequence[np.ndarray]) -> batching.TokenizedExamples:
@@ -79,7 +94,8 @@ def load_monolingual_data(name: str, pair: str, language: str, *, data_dir: epat
                           eval_splits: Sequence[str] = ("validation",),
                           tokenizer_options: tokenizers.SentencePieceOptions | None = None) -> MonolingualData:
   """Prepares the dataset (as ``translation.prepare_dataset``), trains or loads SentencePiece on the training
-  sentences of ``language`` (a side of ``pair``), and tokenizes the train and ``eval_splits`` sentences.
+  sentences of ``language`` (a side of ``pair``), and tokenizes the ``eval_splits`` sentences (the training ones on
+  first use of ``train``).
 
   The tokenizer is the one a non-shared translation vocabulary of ``language`` uses (same cache entry).
   """
@@ -87,16 +103,30 @@ def load_monolingual_data(name: str, pair: str, language: str, *, data_dir: epat
     raise ConfigError(f"language {language!r} (config.task.language) is not a side of the pair {pair!r}; choose one "
                       f"of {pair.split('-')}.")
   builder, _, _ = prepare_dataset(name, pair, data_dir=data_dir, source_dir=source_dir)
-  train_text = [text for text in read_split_text(builder, "train", [language])[language] if text]
+
+  @functools.cache
+  def train_text() -> list[str]:
+    return [text for text in read_split_text(builder, "train", [language])[language] if text]
+
   options = dataclasses.replace(tokenizer_options or tokenizers.SentencePieceOptions(), vocab_size=vocab_size)
   tokenizer = tokenizers.load_or_train_sentencepiece(epath.Path(builder.data_dir) / "sentencepiece", language,
                                                      train_text, options)
-  train = sentences_as_targets(tokenizer.encode_batch(train_text))
-  words = sum(len(text.split()) for text in train_text)
+  eval_text = {split: read_split_text(builder, split, [language])[language] for split in eval_splits}
+  return MonolingualData(
+      language=language, tokenizer=tokenizer,
+      eval={split: sentences_as_targets(tokenizer.encode_batch(texts)) for split, texts in eval_text.items()},
+      eval_text=eval_text,
+      tokenize_training_sentences=functools.partial(
+          training_examples, builder, [language], [tokenizer], "non-empty sentences",
+          functools.partial(_tokenize_sentences, name, language, tokenizer, train_text)))
+
+
+def _tokenize_sentences(name: str, language: str, tokenizer: tokenizers.SentencePieceTokenizer,
+                        train_text: Callable[[], list[str]]) -> tuple[batching.TokenizedExamples, dict[str, float]]:
+  """``(train, {language: pieces_per_word})`` of ``MonolingualData``: the non-empty training sentences, tokenized."""
+  texts = train_text()
+  train = sentences_as_targets(tokenizer.encode_batch(texts))
+  words = sum(len(text.split()) for text in texts)
   pieces_per_word = (train.target_tokens.size - len(train)) / max(words, 1)
   logger.info("%s/%s: %d training sentences, %.3f pieces per word", name, language, len(train), pieces_per_word)
-  eval_text = {split: read_split_text(builder, split, [language])[language] for split in eval_splits}
-  return MonolingualData(language=language, tokenizer=tokenizer, train=train,
-                         eval={split: sentences_as_targets(tokenizer.encode_batch(texts))
-                               for split, texts in eval_text.items()},
-                         eval_text=eval_text, pieces_per_word=pieces_per_word)
+  return train, {language: pieces_per_word}

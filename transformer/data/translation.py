@@ -21,6 +21,7 @@ from transformer.data import batching
 from transformer.data import iwslt15_en_vi
 from transformer.data import multi30k
 from transformer.data import parallel_text
+from transformer.data import token_cache
 from transformer.data import tokenizers
 from transformer.data import wmt14
 from transformer.errors import ConfigError
@@ -38,8 +39,9 @@ class TranslationData:
   Attributes:
     source_language, target_language: language codes, e.g. ``"en"``, ``"de"``.
     source_tokenizer, target_tokenizer: the same object when the vocabulary is shared.
-    train: training pairs, ids ending with EOS (pairs with an empty side removed); read and tokenized on first
-      use, so that evaluating or translating with cached tokenizers never touches the training split.
+    train: training pairs, ids ending with EOS (pairs with an empty side removed); made on first use, so that
+      evaluating or translating with cached tokenizers never touches the training split: memory-mapped from the
+      tokenized cache beside the tokenizers (``training_examples``), else read, tokenized and cached there.
     eval: split name -> every pair of that split, in file order; ``eval[s][i]`` is
       ``(source int32 [source_length_i], target int32 [target_length_i])``.
     eval_source_text, eval_reference_text: split name -> the raw texts, aligned with ``eval``;
@@ -48,7 +50,7 @@ class TranslationData:
     dataset_dir: the prepared TFDS dataset (its ``sentencepiece/`` holds the tokenizers).
     pieces_per_word: language -> SentencePiece pieces per whitespace-separated word of the training text
       (EOS not counted): how finely the tokenizer cuts; 1.0 keeps every word whole. Computed with ``train``.
-    tokenize_training_pairs: makes ``(train, pieces_per_word)``, called once on first use of either.
+    tokenize_training_pairs: makes or reads ``(train, pieces_per_word)``, called once on first use of either.
   """
   source_language: str
   target_language: str
@@ -165,9 +167,25 @@ def load_translation_data(
       eval_reference_text={split: texts[target_language] for split, texts in eval_text.items()},
       split_sizes=split_sizes,
       dataset_dir=str(builder.data_dir),
-      tokenize_training_pairs=functools.partial(_tokenize_training_pairs, name, train_text,
-                                                split_sizes["train"], tokenize, languages),
+      tokenize_training_pairs=functools.partial(
+          training_examples, builder, languages, (source_tokenizer, target_tokenizer), "pairs with no empty side",
+          functools.partial(_tokenize_training_pairs, name, train_text, split_sizes["train"], tokenize, languages)),
   )
+
+
+def training_examples(builder: tfds.core.DatasetBuilder, languages: Sequence[str],
+                      tokenizers_used: Sequence[tokenizers.SentencePieceTokenizer], kept: str,
+                      tokenize: token_cache.Tokenize) -> tuple[batching.TokenizedExamples, dict[str, float]]:
+  """``tokenize()``'s ``(training examples, pieces_per_word)`` of ``builder``'s train split, or the same read
+  memory-mapped from ``<data_dir>/tokenized/`` (``token_cache``), keyed by all that decides them: the prepared
+  split, the ``languages`` in order and their ``tokenizers_used``, and ``kept`` (which examples are kept)."""
+  split = builder.info.splits["train"]
+  settings = {"dataset": builder.name, "config": builder.builder_config.name, "version": str(builder.version),
+              "split": "train", "split_examples": split.num_examples, "split_bytes": split.num_bytes,
+              "languages": list(languages), "tokenizers": [tokenizer.fingerprint for tokenizer in tokenizers_used],
+              "kept": kept}
+  return token_cache.load_or_tokenize(epath.Path(builder.data_dir) / "tokenized", f"train.{'-'.join(languages)}",
+                                      settings, tokenize)
 
 
 def _checked_eval_splits(name: str, builder: tfds.core.DatasetBuilder, split_sizes: Mapping[str, int],

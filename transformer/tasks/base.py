@@ -112,9 +112,10 @@ class Task(abc.ABC):
     """The label smoothing of the loss: a replica's swept value (``config.sweep``) if given, else the run's."""
     return self.settings.label_smoothing if swept is None else swept
 
-  def prepare_data(self) -> None:
-    """Write now what the task prepares on disk on first use (a TFDS data set, trained tokenizers), for a
-    multi-process run's process 0 to do before the others read it; by default nothing (data made in memory)."""
+  def prepare_data(self, training: bool = True) -> None:
+    """Write now what the task prepares on disk on first use (a TFDS data set, trained tokenizers, with
+    ``training`` the tokenized training split), for a multi-process run's process 0 to do before the others read
+    it; by default nothing (data made in memory)."""
 
   def data_fingerprint(self) -> dict[str, str]:
     """``{"<dataset>/<file>": "size=... sha256=..."}`` of the source files the task's data was prepared from,

@@ -191,7 +191,8 @@ class ClassificationTask(Task):
     builder.download_and_prepare()
     return builder
 
-  def prepare_data(self) -> None:
+  def prepare_data(self, training: bool = True) -> None:
+    del training  # the prepared data set is all there is
     self._prepared_data  # pylint: disable=pointless-statement
 
   def data_fingerprint(self) -> dict[str, str]:

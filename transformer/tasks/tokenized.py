@@ -28,10 +28,14 @@ class RecordedTokenizers:
     """The tokenizer ``name``: the recorded one, else that of the data (which is then read)."""
     return self._recorded[name] if name in self._recorded else self.data_tokenizers(self.data)[name]
 
-  def prepare_data(self) -> None:
-    """The data set prepared and its tokenizers trained on disk, without keeping them: ``data``, read again on
-    first use, is checked then against the run's tokenizers (which may not be known yet)."""
-    self.data  # pylint: disable=pointless-statement
+  def prepare_data(self, training: bool = True) -> None:
+    """The data set prepared and its tokenizers trained on disk, and with ``training`` its training split
+    tokenized into the cache the other processes memory-map (``data.token_cache``), without keeping them:
+    ``data``, read again on first use, is checked then against the run's tokenizers (which may not be known yet)."""
+    if training:
+      self.data.train  # pylint: disable=pointless-statement
+    else:
+      self.data  # pylint: disable=pointless-statement
     del self.__dict__["data"]
 
   def trained_tokenizers(self) -> dict:

@@ -72,7 +72,7 @@ def _remove_if_created(workdir: str, created: bool) -> None:
 
 
 def _build_session(run_config: RunConfig, workdir: str, mode: str, lock, started: float) -> Session:
-  task = _build_task_once(run_config)
+  task = _build_task_once(run_config, training=mode == "train")
   _check_task_supports(run_config, task, mode)
   model_config = task.model_config()
   strategy = make_strategy(run_config.parallelism, run_config.replicas.count, run_config.replicas.settings(),
@@ -125,16 +125,17 @@ def _check_task_supports(run_config: RunConfig, task, mode: str) -> None:
                       f"{type(task).__name__} is not label-smoothed; sweep {others} only.")
 
 
-def _build_task_once(run_config: RunConfig):
+def _build_task_once(run_config: RunConfig, training: bool):
   """``build_task(run)``, its data prepared by process 0 alone before the others read it: processes preparing
-  the same files at once race on TFDS's renames (and tokenizer training)."""
+  the same files at once race on TFDS's renames (and tokenizer training); with ``training`` also the tokenized
+  training split, which the others then memory-map instead of each tokenizing the whole text."""
   if jax.process_count() == 1:
     return build_task(run_config)
   task = None
   if jax.process_index() == 0:
     try:
       task = build_task(run_config)
-      task.prepare_data()  # a task reads its data on first use: the others would prepare it at the same time
+      task.prepare_data(training)  # a task reads its data on first use: the others would prepare it at the same time
     finally:  # on an error too: the others must not wait for data that will never come
       prepared = multihost_utils.broadcast_one_to_all(np.int32(task is not None))
   else:
