@@ -304,3 +304,42 @@ def test_a_model_axis_across_processes_is_refused_in_one_line(tmp_path):
     errors = [line for line in output.splitlines() if line.startswith("error: ")]
     assert errors and errors[0].startswith("error: config.tensor_parallelism=4 spans processes"), output
     assert "divides the 2 devices of each process (1, 2)" in errors[0] and "Traceback" not in output, output
+
+
+COLLECTIVE_FROM_OTHER_LINES = """
+import sys
+import jax
+import numpy as np
+from jax.experimental import multihost_utils
+from transformer.train import multihost
+multihost.initialize(sys.argv[1], 2, int(sys.argv[2]))
+if jax.process_index() == 0:
+  value = multihost_utils.broadcast_one_to_all(np.int32(7))
+else:
+  value = multihost_utils.broadcast_one_to_all(np.int32(0))
+print("received", int(value), flush=True)
+"""
+
+
+def test_collective_from_other_lines_completes(tmp_path):
+  """Two processes joined by ``multihost.initialize`` call one collective from different lines (as process 0
+  and the others do in ``modes._build_task_once``). (was: on jax 0.12 every process waited in it for good: the
+  programs differed in their recorded source lines, and XLA:CPU's gloo collectives did not pair them)."""
+  script = tmp_path / "collective.py"
+  script.write_text(COLLECTIVE_FROM_OTHER_LINES)
+  env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+  env.update(XLA_FLAGS=f"--xla_force_host_platform_device_count={DEVICES}", PYTHONPATH=str(REPO),
+             JAX_ENABLE_COMPILATION_CACHE="false")
+  address = f"localhost:{free_port()}"
+  processes = [subprocess.Popen([sys.executable, str(script), address, str(i)], cwd=tmp_path, env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for i in range(2)]
+  outputs = []
+  for process in processes:
+    try:
+      outputs.append(process.communicate(timeout=120)[0])
+    except subprocess.TimeoutExpired:  # SIGTERM is JAX's preemption notice: it would not stop them
+      for p in processes:
+        p.kill()
+      pytest.fail("still waiting in the collective after 120 s:\n" + "\n".join(p.communicate()[0] for p in processes))
+  assert [p.returncode for p in processes] == [0, 0], "\n".join(outputs)
+  assert all("received 7" in output for output in outputs), "\n".join(outputs)

@@ -22,6 +22,15 @@ Process 0 killed: its coordination service goes with it, and JAX aborts every ot
 within a second, before any Python code can speak. So each process of a multi-process run is watched by a parent
 (``supervise``: launch.py runs itself again as its child) that turns that abort into one line and status 75.
 
+Every process compiles the same programs: source locations are left out of them. With jax 0.12 (XLA:CPU's gloo
+collectives, those of a CPU run), processes whose programs for one collective differ only in the Python stack
+recorded as each operation's location do not meet in it: a ``broadcast_one_to_all`` that process 0 calls from one
+line and the others from another (``modes._build_task_once``) left every process waiting in it for good, where jax
+0.10 and 0.11 went on. A checkout at another path on each host records other file names, the same difference.
+So ``_join`` sets ``jax_traceback_in_locations_limit`` to 0 before anything is compiled (checked by
+``test_multihost.test_collective_from_other_lines_completes``); lost: each operation's Python line in XLA's dumps
+and profiles of a multi-process run.
+
 JAX does not raise when the other processes fail to join in time: it aborts the process from C++ with a stack.
 A watchdog thread stops this process first, with one ``error: ...`` line and exit status 1.
 
@@ -435,6 +444,9 @@ def _join(coordinator_address: str, num_processes: int, process_id: int, local_d
       f"within {wait} s. Check that all {num_processes} were started with the same coordinator address and "
       "--num_processes, that process 0 runs on the coordinator's host, and that its port is open to every host; "
       "a slow start needs a larger --initialization_timeout.")
+  # Before anything is compiled: the programs of all processes then match whatever line each collective is called
+  # from (see the module's docstring; jax 0.12 stalled otherwise).
+  jax.config.update("jax_traceback_in_locations_limit", 0)
   watchdog = threading.Timer(wait, _exit_with, args=(not_joined,))
   watchdog.daemon = True
   watchdog.start()
