@@ -21,6 +21,15 @@ Process 0 killed: its coordination service goes with it, and JAX aborts every ot
 within a second, before any Python code can speak. So each process of a multi-process run is watched by a parent
 (``supervise``: launch.py runs itself again as its child) that turns that abort into one line and status 75.
 
+Every process compiles the same programs: source locations are left out of them. With jax 0.12 (XLA:CPU's gloo
+collectives, those of a CPU run), processes whose programs for one collective differ only in the Python stack
+recorded as each operation's location do not meet in it: a ``broadcast_one_to_all`` that process 0 calls from one
+line and the others from another (``modes._build_task_once``) left every process waiting in it for good, where jax
+0.10 and 0.11 went on. A checkout at another path on each host records other file names, the same difference.
+So ``_join`` sets ``jax_traceback_in_locations_limit`` to 0 before anything is compiled (checked by
+``test_multihost.test_collective_from_other_lines_completes``); lost: each operation's Python line in XLA's dumps
+and profiles of a multi-process run.
+
 JAX does not raise when the other processes fail to join in time: it aborts the process from C++ with a stack.
 A watchdog thread stops this process first, with one ``error: ...`` line and exit status 1.
 
@@ -424,6 +433,9 @@ def _join(coordinator_address: str, num_processes: int, process_id: int, local_d
       f"within {wait} s. Check that all {num_processes} were started with the same coordinator address and "
       "--num_processes, that process 0 runs on the coordinator's host, and that its port is open to every host; "
       "a slow start needs a larger --initialization_timeout.")
+  # Before anything is compiled: the programs of all processes then match whatever line each collective is called
+  # from (see the module's docstring; jax 0.12 stalled otherwise).
+  jax.config.update("jax_traceback_in_locations_limit", 0)
   watchdog = threading.Timer(wait, _exit_with, args=(not_joined,))
   watchdog.daemon = True
   watchdog.start()
@@ -453,6 +465,7 @@ _FORWARDED = {signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, sign
 _SI_KERNEL = 0x80  # siginfo's si_code of a signal the kernel sent (a terminal's Ctrl-C), not a kill() of a process
 # JAX's C++ log lines about its distributed service (the first of them starts what is held back): W/E/F, MMDD.
 _SERVICE_LINE = re.compile(rb"^[WEF]\d{4} [^\n]*(?:coordination service|distributed service)", re.MULTILINE)
+_ERROR_LINE = re.compile(rb"^error: ", re.MULTILINE)  # the one line a run stops with (errors.exit_on_user_error)
 _HOLD_SECONDS = 5  # JAX aborts within milliseconds of its first such line; a child alive after this goes on
 
 
@@ -475,7 +488,8 @@ def supervise(workdir: str | None, process_id: int | None = None, num_processes:
   distributed service on it is held back. If the child then dies by SIGABRT, the parent prints one line naming
   the lost coordinator and the command that resumes, keeps the held text in a file the line names, and returns
   ``PEER_LOST_EXIT_STATUS``; otherwise (or if the child lives on for ``_HOLD_SECONDS``) the held text is passed
-  on as it was.
+  on as it was. A child that said its own ``error:`` line first (a collective with process 0 failed before JAX
+  aborted it) keeps it as the one line: the parent then only keeps the held text in the file.
   """
   signal.pthread_sigmask(signal.SIG_BLOCK, _FORWARDED)  # taken with sigtimedwait below, with who sent them
   parent, prctl = os.getpid(), _die_with_parent_call()
@@ -490,7 +504,7 @@ def supervise(workdir: str | None, process_id: int | None = None, num_processes:
   child = subprocess.Popen([sys.executable, *sys.orig_argv[1:]], env={**os.environ, SUPERVISED: "1", **launched},
                            stderr=subprocess.PIPE, preexec_fn=in_child)
   pipe = child.stderr.fileno()
-  held, held_since = b"", 0.0
+  held, held_since, said = b"", 0.0, False
   while True:
     while (received := signal.sigtimedwait(_FORWARDED, 0)) is not None:
       if received.si_code != _SI_KERNEL:
@@ -505,6 +519,7 @@ def supervise(workdir: str | None, process_id: int | None = None, num_processes:
       split = start.start() if start else (0 if held else len(chunk))
       _write_stderr(chunk[:split])
       held += chunk[split:]
+      said = said or _ERROR_LINE.search(chunk) is not None
     elif child.poll() is not None:  # exited, and nothing left to read (a grandchild may keep the pipe open)
       break
     if held and child.poll() is None and time.monotonic() - held_since > _HOLD_SECONDS:
@@ -512,7 +527,9 @@ def supervise(workdir: str | None, process_id: int | None = None, num_processes:
       held = b""
   status = child.wait()
   if held and status in (-signal.SIGABRT, 128 + signal.SIGABRT):
-    _write_stderr(_coordinator_lost_line(held, workdir, process_id, num_processes).encode())
+    line = _coordinator_lost_line(held, workdir, process_id, num_processes)  # keeps the held text in its file
+    if not said:
+      _write_stderr(line.encode())
     return PEER_LOST_EXIT_STATUS
   _write_stderr(held)
   if status < 0:  # killed by a signal: so is this process, as a shell or a scheduler would have seen it
