@@ -140,7 +140,7 @@ def test_a_hybrid_mesh_splits_parameters_within_a_host_copies_them_across_hosts_
 
 def test_decoding_under_fsdp_keeps_the_parameters_split_and_gives_one_devices_output():
   """Evaluation decodes with the parameters as training laid them out (``evaluation_params``), not gathered onto
-  every device, and its activations laid out by the rules (``evaluation_layout``): on an FSDP mesh of 8 the
+  every device, and its activations laid out by the rules (``strategy.evaluating``): on an FSDP mesh of 8 the
   compiled greedy search takes about 1/8 of their bytes per device, and finds what one device finds, also for 3
   rows, which the data axis does not divide."""
   run = RunConfig.from_config(tiny_config(model__num_heads=8, model__d_ff=128, task__num_symbols=13))
@@ -154,8 +154,7 @@ def test_decoding_under_fsdp_keeps_the_parameters_split_and_gives_one_devices_ou
     strategy = MeshStrategy(jax.devices()[:devices], rules=rules)
     state = strategy.create_state(lambda key: create_train_state(model, optimizer, task.init_inputs(batch), key),
                                   jax.random.PRNGKey(0))
-    params = strategy.evaluation_params(state)
-    with strategy.evaluation_layout():
+    with strategy.evaluating(state) as params:
       lowered = search_decode.lower(model_config, params, source, 6, DecodeSettings("greedy"))
       outputs.append(jax.device_get(search_decode(model_config, params, source[:3], 6, DecodeSettings("greedy"))))
     assert _constraints(lowered.as_text())  # traced in the layout (trivial on the mesh of one device)
