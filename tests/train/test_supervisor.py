@@ -32,6 +32,10 @@ if part == "own-line-then-service-abort":  # its collective with process 0 faile
            b"stops too. The last checkpoint is kept: restart every process with the same command to resume: "
            b"python launch.py\\n")
   part = "service-abort"
+if part == "service-line-then-own-line-then-abort":  # held from the service line on, so the child's line is too
+  os.write(2, b"W1207 01:31:35.063498    8151 preemption_sync_manager.cc:147] no preemption notice from coordination service\\n")
+  os.write(2, b"error: process 0 of 2 is gone: a collective with it failed\\n")
+  part = "service-abort"
 if part == "service-abort":  # as jaxlib 0.10.2 writes it when process 0 is killed
   os.write(2, {b"W1207 01:31:35.063498    8151 preemption_sync_manager.cc:147] Failed to retrieve preemption notice from coordination service: UNAVAILABLE: Socket closed"!r} + b"\\n")
   os.write(2, {b"F1207 01:31:35.063625    8151 client.h:80] Terminating process because the JAX distributed service detected fatal errors. This most likely indicates that another task died. absl::Status: UNAVAILABLE: Failed to send RPC to coordination service. Either the leader task was preempted/died/restarted unexpectedly or this task is experiencing network issues."!r} + b"\\n*** Check failure stack trace: ***\\n    @     0x7f6e1ef040ee  xla::CoordinationServiceAgent::SetError()\\n")
@@ -93,15 +97,18 @@ def test_jax_aborting_over_a_lost_coordinator_is_one_line_and_status_75(tmp_path
     os.remove(report)
 
 
-def test_a_child_that_said_its_own_line_before_jax_aborted_it_keeps_the_one_line(tmp_path):
+@pytest.mark.parametrize("part, shown", [("own-line-then-service-abort", "a collective with it failed"),
+                                         ("service-line-then-own-line-then-abort", "(the coordinator")])
+def test_one_error_line_whether_the_child_said_its_own_before_jax_aborted_it_or_not(tmp_path, part, shown):
   """(was: two error lines, the child's and then the parent's, when a collective noticed the lost coordinator
-  before JAX's service did)."""
+  before JAX's service did; then none, when the child's line came after JAX's first line and was held back with
+  it). The line shown is the child's if it was shown, else the parent's; JAX's report is in the file."""
   (tmp_path / "launches.jsonl").touch()
-  process = supervised(tmp_path, "own-line-then-service-abort")
+  process = supervised(tmp_path, part)
   _, err = process.communicate(timeout=60)
   assert process.returncode == 75, err
   line, = [line for line in err.splitlines() if line.startswith("error: ")]
-  assert "a collective with it failed" in line and "Check failure" not in err, err
+  assert shown in line and "Check failure" not in err, err
   assert "Check failure stack trace" in (tmp_path / "jax_abort_process_1.log").read_text()
 
 

@@ -519,7 +519,7 @@ def supervise(workdir: str | None, process_id: int | None = None, num_processes:
       split = start.start() if start else (0 if held else len(chunk))
       _write_stderr(chunk[:split])
       held += chunk[split:]
-      said = said or _ERROR_LINE.search(chunk) is not None
+      said = said or _ERROR_LINE.search(chunk, 0, split) is not None  # shown, not held: a held one goes to the file
     elif child.poll() is not None:  # exited, and nothing left to read (a grandchild may keep the pipe open)
       break
     if held and child.poll() is None and time.monotonic() - held_since > _HOLD_SECONDS:
