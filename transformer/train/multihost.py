@@ -503,6 +503,21 @@ def supervise(workdir: str | None, process_id: int | None = None, num_processes:
   launched = {LAUNCHED_AT: str(process_started_at())} if process_started_at() else {}  # goodput's launch phase
   child = subprocess.Popen([sys.executable, *sys.orig_argv[1:]], env={**os.environ, SUPERVISED: "1", **launched},
                            stderr=subprocess.PIPE, preexec_fn=in_child)
+  held, said = _relay_stderr(child)
+  status = child.wait()
+  if held and status in (-signal.SIGABRT, 128 + signal.SIGABRT):
+    line = _coordinator_lost_line(held, workdir, process_id, num_processes)  # keeps the held text in its file
+    if not said:
+      _write_stderr(line.encode())
+    return PEER_LOST_EXIT_STATUS
+  _write_stderr(held)
+  return _exit_as(status)
+
+
+def _relay_stderr(child: subprocess.Popen) -> tuple[bytes, bool]:
+  """Pass the child's stderr on, and the signals sent to this process to the child, until it ends. Returns the
+  text held back from JAX's first distributed-service line on (empty when none came, or when the child lived on
+  ``_HOLD_SECONDS`` after it), and whether the child showed an ``error:`` line of its own."""
   pipe = child.stderr.fileno()
   held, held_since, said = b"", 0.0, False
   while True:
@@ -512,7 +527,7 @@ def supervise(workdir: str | None, process_id: int | None = None, num_processes:
     if select.select([pipe], [], [], 0.1)[0]:
       chunk = os.read(pipe, 1 << 16)
       if not chunk:
-        break
+        return held, said
       start = None if held else _SERVICE_LINE.search(chunk)
       if start:
         held_since = time.monotonic()
@@ -521,25 +536,23 @@ def supervise(workdir: str | None, process_id: int | None = None, num_processes:
       held += chunk[split:]
       said = said or _ERROR_LINE.search(chunk, 0, split) is not None  # shown, not held: a held one goes to the file
     elif child.poll() is not None:  # exited, and nothing left to read (a grandchild may keep the pipe open)
-      break
+      return held, said
     if held and child.poll() is None and time.monotonic() - held_since > _HOLD_SECONDS:
       _write_stderr(held)
       held = b""
-  status = child.wait()
-  if held and status in (-signal.SIGABRT, 128 + signal.SIGABRT):
-    line = _coordinator_lost_line(held, workdir, process_id, num_processes)  # keeps the held text in its file
-    if not said:
-      _write_stderr(line.encode())
-    return PEER_LOST_EXIT_STATUS
-  _write_stderr(held)
-  if status < 0:  # killed by a signal: so is this process, as a shell or a scheduler would have seen it
-    faulthandler.disable()
-    if -status != signal.SIGKILL:  # the one signal whose action cannot be set, nor needs to be
-      signal.signal(-status, signal.SIG_DFL)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {-status})
-    os.kill(os.getpid(), -status)
-    return 128 - status
-  return status
+
+
+def _exit_as(status: int) -> int:
+  """The child's exit ``status`` as this process's: the same status, or death by the same signal, as a shell or a
+  scheduler would have seen the child's."""
+  if status >= 0:
+    return status
+  faulthandler.disable()
+  if -status != signal.SIGKILL:  # the one signal whose action cannot be set, nor needs to be
+    signal.signal(-status, signal.SIG_DFL)
+  signal.pthread_sigmask(signal.SIG_UNBLOCK, {-status})
+  os.kill(os.getpid(), -status)
+  return 128 - status
 
 
 def _die_with_parent_call() -> Callable[[], None]:
