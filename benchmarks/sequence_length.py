@@ -25,7 +25,7 @@ from benchmarks import common, measure
 from benchmarks.chunked_attention import MEMORY_FRACTION
 from benchmarks.train_step import compile_step, experiment_config, random_batch
 from experiments.record_store import host_description
-from transformer.ops.flops import transformer_flops
+from transformer.nn.config import transformer_flops
 from transformer.train.config import build_task
 
 
@@ -104,7 +104,7 @@ def build_report(args, results: list[dict], tokens: int, chunk: int) -> common.R
       f"float32, no dropout, chunk {chunk}; median of up to {args.repeats} steps after {args.warmup} warm-up.",
       "At a fixed token count only attention's L x L work per sequence grows with L: 'dense time above "
       "shortest L' is (t(L) - t(L_min)) / t(L), the share of the step that growth costs; 'dense model GFLOP/s' "
-      "is the model FLOPs (transformer.ops.transformer_flops) over the dense time.",
+      "is the model FLOPs (transformer.nn.transformer_flops) over the dense time.",
       f"Chunked is faster or the only one that fits at L = {wins if wins else 'none of the lengths measured'}.",
   ]
   return report

@@ -43,7 +43,7 @@ import jax
 from benchmarks import common, measure
 from benchmarks import train_step
 from experiments.record_store import host_description
-from transformer.ops.flops import transformer_flops
+from transformer.nn.config import transformer_flops
 from transformer.train.config import build_task
 
 # (part, pattern on the lower-cased op_name): the first that matches names the part. Norms before attention

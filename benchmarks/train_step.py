@@ -31,7 +31,7 @@ steps take turns (``measure.time_interleaved``); ``--no_isolate`` (the default a
 this process. The table's "timed in" column says which.
 
 With several ``--batch`` sizes the references run at the first; ours runs at each, for the best MFU.
-Throughput is source + target tokens per second; MFU is model FLOPs (``transformer.ops.transformer_flops``) per
+Throughput is source + target tokens per second; MFU is model FLOPs (``transformer.nn.transformer_flops``) per
 second over the matmul peak in ``--dtype`` measured in the same run (XLA's: the fastest call of several sizes,
 before and after the timed steps, the higher counts; PyTorch's own peak on the same device is reported beside
 it), and over the device's theoretical peak (``measure.theoretical_peak``: the GPU's data sheet, or the CPU's
@@ -66,7 +66,7 @@ from experiments import multi30k
 from experiments.record_store import REPO, host_description, usable_cores
 from transformer import ops
 from transformer.nn import ModelConfig
-from transformer.ops.flops import transformer_flops
+from transformer.nn.config import transformer_flops
 from transformer.train.config import RunConfig, build_task
 from transformer.train.state import make_optimizer
 from transformer.train.mesh import make_strategy
@@ -657,7 +657,7 @@ def method_notes(args, peaks) -> list[str]:
       f"MFU = model FLOPs / step time / matmul peak; {peaks.describe()}. Model FLOPs: 6 x parameters x tokens "
       f"(each weight matrix counted for the tokens it multiplies, tied output projection included, embedding lookups "
       f"excluded) plus attention 12 x layers x q_length x kv_length x d_model per example (causal counted in "
-      f"full); see transformer.ops.transformer_flops. XLA GFLOP is XLA's own count of the compiled step (all ops).",
+      f"full); see transformer.nn.transformer_flops. XLA GFLOP is XLA's own count of the compiled step (all ops).",
   ]
 
 

@@ -1,5 +1,5 @@
 """What the benchmarks measure with (benchmarks/measure.py): timing in turns, the persistent cache switch, the
-matmul peaks and the MFU sanity check (the model-FLOP count behind MFU: tests/ops/test_flops.py)."""
+matmul peaks and the MFU sanity check (the model-FLOP count behind MFU: tests/nn/test_flops.py)."""
 import time
 
 import jax

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from transformer.nn import ModelConfig
-from transformer.ops.flops import transformer_flops
+from transformer.nn.config import transformer_flops
 from transformer.tasks.progress import log_line
 from transformer.train.writers import StepCost, batch_shapes, device_peak
 

@@ -1,18 +1,30 @@
 """Batches ahead of the step that uses them, with the position to resume from: built on a background thread
-(:class:`PrefetchIterator`, around a ``batching.BatchIterator``) and placed on the device
+(:class:`PrefetchIterator`, around any :class:`ResumableIterator`) and placed on the device
 (``prefetch_to_device``); batches grouped and stacked for a compiled call of several steps."""
 from __future__ import annotations
 
 import collections
 import queue
 import threading
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, Protocol
 
 import numpy as np
 
-from transformer.data.batching import BatchIterator
-
 _END = object()  # what the thread puts after the last batch
+
+
+class ResumableIterator(Protocol):
+  """A batch iterator whose position can be saved in a checkpoint and restored exactly (``batching.BatchIterator``,
+  ``synthetic.SyntheticBatches``, ...). Token-bucketed ones also have ``batch_shapes``: ``[(rows, length), ...]``,
+  the shapes of their batches."""
+
+  def __iter__(self) -> Iterator[dict[str, Any]]: ...
+
+  def __next__(self) -> dict[str, Any]: ...
+
+  def get_state(self) -> dict: ...  # JSON-serialisable
+
+  def set_state(self, state: dict) -> None: ...
 
 
 def prefetch_to_device(iterator, put: Callable[[Any], Any], size: int = 2) -> Iterator[tuple[Any, Any, dict]]:
@@ -86,7 +98,7 @@ class PrefetchIterator:
   ``build_host_rows`` or ``set_state`` says which rows and where.
   """
 
-  def __init__(self, iterator: BatchIterator, buffer_size: int = 2):
+  def __init__(self, iterator: ResumableIterator, buffer_size: int = 2):
     self._iterator = iterator
     self._buffer_size = buffer_size
     self._state = iterator.get_state()

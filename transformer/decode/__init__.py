@@ -1,5 +1,5 @@
 """Autoregressive search over a function ``(tokens, cache) -> (logits, cache)``: greedy, sampling, beam."""
-from transformer.lazy import lazy_exports
+from transformer import lazy_exports
 
 # submodule -> the names it exports here, imported on first use
 __getattr__, __dir__, __all__ = lazy_exports(__name__, {

@@ -14,13 +14,13 @@ import importlib
 from typing import NamedTuple
 
 from transformer.errors import ConfigError
-from transformer.lazy import lazy_exports
+from transformer import lazy_exports
 
 # submodule -> the names it exports here, imported on first use
 __getattr__, __dir__, _EXPORTED = lazy_exports(__name__, {
     "attention": ("CROSS_CACHE", "MultiHeadAttention"),
     "axes": ("ACTIVATION_AXES", "LOGICAL_AXES", "split_rows", "unboxed", "with_activation_axes", "with_axes"),
-    "config": ("ClassifierConfig", "ModelConfig"),
+    "config": ("ClassifierConfig", "ModelConfig", "transformer_flops"),
     "forecasters": ("ForecasterConfig", "RecurrentForecaster", "TransformerForecaster", "make_forecaster"),
     "layers": ("DecoderLayer", "EncoderLayer", "FeedForward", "Norm", "PositionalEncoding"),
     "models": ("Decoder", "Encoder", "EncoderClassifier", "EncoderDecoder", "TransformerLM", "cross_attention_cache",

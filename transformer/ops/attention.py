@@ -21,7 +21,6 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from transformer.ops.chunked import chunked_dot_product_attention
 from transformer.ops.dropout import dropout
 from transformer.ops.heads import check_attention_inputs, head_groups, repeat_kv_heads
 from transformer.ops.kernels import REFERENCE, Kernels, fused_attention_blocker
@@ -198,6 +197,7 @@ def attend(query, key, value, *, query_valid=None, key_valid=None, causal: bool 
                        ("key_segments", key_segments)):
     check_per_position(name, values, batch, q_length if name.startswith("query") else kv_length)
   if kernels.attention_chunk_size and not (return_weights or dropout_rate > 0.0 or mask is not None):
+    from transformer.ops.chunked import chunked_dot_product_attention  # loaded by the runs that chunk only
     return chunked_dot_product_attention(
         query, key, value, query_valid, key_valid, causal=causal, window=window, scale=scale,
         query_chunk_size=kernels.attention_chunk_size, key_chunk_size=kernels.attention_chunk_size, kernels=kernels,

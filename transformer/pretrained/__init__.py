@@ -6,7 +6,7 @@
 | ``tokenizer`` | ``PretrainedTokenizer`` (a model's ``tokenizer.json`` through the ``tokenizers`` library), ``pad_batch`` |
 | ``embed`` | ``python -m transformer.pretrained.embed``: mean-pooled, L2-normalised sentence embeddings |
 """
-from transformer.lazy import lazy_exports
+from transformer import lazy_exports
 
 # submodule -> the names it exports here, imported on first use
 __getattr__, __dir__, __all__ = lazy_exports(__name__, {

@@ -12,6 +12,7 @@ from typing import Any, Iterator, Protocol, Sequence, runtime_checkable
 import flax.linen as nn
 import numpy as np
 
+from transformer.data.prefetch import ResumableIterator
 from transformer.decode import DecodeSettings
 from transformer.errors import ConfigError
 from transformer.nn import ModelConfig
@@ -20,19 +21,6 @@ from transformer.tasks.configs import TaskConfig
 
 Batch = dict[str, Any]  # name -> numpy array with a leading batch axis
 Metrics = dict[str, tuple[Any, Any]]  # name -> (sum, weight): summed over batches and devices, divided once
-
-
-class ResumableIterator(Protocol):
-  """A batch iterator whose position can be saved in a checkpoint and restored exactly. Token-bucketed ones
-  also have ``batch_shapes``: ``[(rows, length), ...]``, the shapes of their batches."""
-
-  def __iter__(self) -> Iterator[Batch]: ...
-
-  def __next__(self) -> Batch: ...
-
-  def get_state(self) -> dict: ...  # JSON-serialisable
-
-  def set_state(self, state: dict) -> None: ...
 
 
 @dataclasses.dataclass(frozen=True)

@@ -2,7 +2,7 @@
 report them: corpus BLEU and BLEU by reference length (translation); confusion counts, F1, its bootstrap
 interval and the F1-best threshold (binary classification); MAE and RMSE per horizon (forecasting).
 
-Metrics summed over batches on the device are in ``transformer.ops.metrics``.
+Metrics summed over batches on the device are in ``transformer.ops.losses``.
 """
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 The names below import their module on first use, so importing one module of the package
 (``transformer.train.config``) pulls in neither orbax nor the loop.
 """
-from transformer.lazy import lazy_exports
+from transformer import lazy_exports
 
 # submodule -> the names it exports here, imported on first use
 __getattr__, __dir__, __all__ = lazy_exports(__name__, {

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from transformer.data.files import is_write_refused, write_atomically, write_refused_error
-from transformer.ops.flops import transformer_flops
+from transformer.nn.config import transformer_flops
 from transformer.train.workdir import METRICS, TENSORBOARD, read_records
 
 log = logging.getLogger(__name__)
@@ -183,7 +183,7 @@ def _flops_text(flops: float) -> str:
 @dataclasses.dataclass(frozen=True)
 class StepCost:
   """What a training step costs, for the log: the model's parameters, the model FLOPs of a batch
-  (``transformer.ops.transformer_flops`` at the batch's shape, padding included as the device computes it, times
+  (``transformer.nn.transformer_flops`` at the batch's shape, padding included as the device computes it, times
   the replicas that each train on it) and the peak of the devices this process computes on (``DEVICE_PEAKS``;
   None: unknown, and no MFU is logged)."""
   model_name: str
@@ -216,7 +216,7 @@ class StepCost:
     shape = " + ".join("x".join(map(str, np.shape(value))) for key, value in batch.items()
                        if key in ("source", "target", "tokens"))
     counted = (f"model FLOPs per step {_flops_text(flops)} at the first batch's shape ({shape}; 6 x "
-               f"parameters x tokens + attention, transformer.ops.transformer_flops)" if flops is not None else
+               f"parameters x tokens + attention, transformer.nn.transformer_flops)" if flops is not None else
                f"model FLOPs not counted for model {self.model_name!r}")
     peak = (f"peak {self.peak / 1e12:,.0f} TFLOP/s per device ({self.peak_name}, dense)" if self.peak else
             f"no known peak for {jax.local_devices()[0].device_kind} ({self.peak_name}): MFU not logged")

@@ -1,11 +1,12 @@
-"""transformer/ops/flops.py: the model-FLOP count behind MFU, against a hand count and XLA's count of the model."""
+"""``transformer.nn.transformer_flops``: the model-FLOP count behind MFU, against a hand count and XLA's count of
+the model."""
 import jax
 import numpy as np
 import pytest
 
 from transformer.nn import EncoderDecoder, ModelConfig
+from transformer.nn.config import transformer_flops
 from transformer.nn.models import TransformerLM
-from transformer.ops.flops import transformer_flops
 
 
 def test_a_tiny_encoder_decoder_counted_by_hand():
