@@ -271,3 +271,27 @@ def test_importing_one_module_of_the_run_layer_pulls_in_neither_orbax_nor_the_lo
           "print(sorted(m for m in sys.modules if m.startswith(('orbax', 'transformer.train.'))))")
   result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
   assert result.stdout.strip() == "['transformer.train.config']", result.stdout
+
+
+# What a synthetic copy run uses: 7 package __init__s and 42 modules, each with a function the run calls.
+SYNTHETIC_RUN_MODULES = 49
+
+
+@pytest.mark.slow  # a fresh interpreter that trains
+def test_a_synthetic_run_imports_only_the_modules_it_uses(tmp_path):
+  """Every other task, model family and data path stays unloaded (their imports are lazy or absent), and a new
+  eager import on the run's path shows here as a count above the one written in ``SYNTHETIC_RUN_MODULES``."""
+  from tests.train.conftest import TINY_FLAGS
+  code = ("import runpy, sys\n"
+          f"sys.argv = ['launch.py', '--config=experiments/synthetic.py:copy', '--workdir={tmp_path}', "
+          f"*{TINY_FLAGS!r}, '--config.num_train_steps=2', '--config.quiet=True']\n"
+          "try:\n  runpy.run_path('launch.py', run_name='__main__')\nexcept SystemExit as exit:\n"
+          "  assert not exit.code, exit.code\n"
+          "print(sorted(m for m in sys.modules if m == 'transformer' or m.startswith('transformer.')))")
+  result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+  assert result.returncode == 0, result.stderr[-3000:]
+  loaded = ast.literal_eval(result.stdout.strip().splitlines()[-1])
+  unused = ("forecast", "classification", "pretrained", "rnn", "language_model", "translation", "tokenizers",
+            "batching", "packing", "chunked", "series", "inference", "export")
+  assert not [module for module in loaded if any(word in module for word in unused)], loaded
+  assert len(loaded) <= SYNTHETIC_RUN_MODULES, f"{len(loaded)} modules: {loaded}"
