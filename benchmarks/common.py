@@ -24,8 +24,8 @@ from transformer.errors import UserError
 BENCHMARKS_DIR = os.path.dirname(os.path.abspath(__file__))
 RESULTS_PATH = os.path.join(BENCHMARKS_DIR, "RESULTS.md")  # the committed page (written with --update_committed)
 # Sections of RESULTS.md, in the order of the questions (benchmarks/README.md); the suite's summary first.
-SCRIPTS = ("suite", "attention", "chunked_attention", "train_step", "step_profile", "remat", "packing",
-           "checkpoint_save", "preemption", "decoding", "input_pipeline", "host_data", "token_cache",
+SCRIPTS = ("suite", "attention", "chunked_attention", "train_step", "step_profile", "remat", "activation_layout",
+           "packing", "checkpoint_save", "preemption", "decoding", "input_pipeline", "host_data", "token_cache",
            "sequence_length", "replicas", "time_to_bleu", "loop_overhead", "scan_layers")
 RESULTS_HEADER = ("# Benchmark results\n\nWritten by the scripts in `benchmarks/` (one section each, replaced "
                   "when the script runs again into the same page: `--output_dir`, or `--update_committed` for "
