@@ -312,7 +312,7 @@ def test_the_eta_leaves_compilation_out(make_config, tmp_path, monkeypatch):
 
 
 def test_a_window_of_only_compiled_steps_gives_no_eta():
-  from transformer.tasks.progress import log_line
+  from transformer.train.writers import log_line
   metrics = {"train/loss": 1.0, "train/tokens_per_second": 10.0, "train/steps_per_second": 0.5}
   assert log_line(1, 100, metrics, None) == "step 1/100 (1%): loss 1.0000, 10 tokens/s, 0.50 steps/s"
   assert log_line(40, 100, metrics, 60.0).endswith(", ETA 1h00m")

@@ -8,8 +8,7 @@ import pytest
 
 from transformer.nn import ModelConfig
 from transformer.nn.config import transformer_flops
-from transformer.tasks.progress import log_line
-from transformer.train.writers import StepCost, batch_shapes, device_peak
+from transformer.train.writers import StepCost, batch_shapes, device_peak, log_line
 
 
 @pytest.mark.parametrize("device_kind,dtype,peak,name", [

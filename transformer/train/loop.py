@@ -68,7 +68,6 @@ from transformer.data.files import write_atomically
 from transformer.data.hosts import HostShard
 from transformer.data.prefetch import BatchGroups, prefetch_to_device, stack_batches
 from transformer.errors import ConfigError, TrainingDiverged
-from transformer.tasks.progress import log_line, progress_bar
 from transformer.train.actions import PREEMPT, Every, PreemptionCheck, Profile, Tick, WallClock, due_actions
 from transformer.train.checkpoint import state_fingerprints
 from transformer.train.config import RunConfig
@@ -77,7 +76,8 @@ from transformer.train.state import initial_state, run_optimizer, run_schedules,
 from transformer.train.step import all_finite, make_evaluator, make_train_step, means, replica_means
 from transformer.train.workdir import (CHECKPOINTS, CONFIG, GOODPUT, METRICS, PROFILE, TENSORBOARD, RunDirectory, Session,
                                        check_fresh_start, hold_to_record, record_identity, record_launch)
-from transformer.train.writers import MetricWriter, StepCost, final_lines, shown_metrics, variant_tables
+from transformer.train.writers import (MetricWriter, StepCost, final_lines, log_line, progress_bar, shown_metrics,
+                                       variant_tables)
 
 
 @dataclasses.dataclass

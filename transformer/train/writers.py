@@ -1,4 +1,5 @@
-"""Metric outputs: ``metrics.jsonl`` (one JSON object per logging step) and TensorBoard, and what a step costs
+"""Metric outputs: ``metrics.jsonl`` (one JSON object per logging step) and TensorBoard; on the console the tqdm bar
+(``progress_bar``) or, when stderr is a file, a line per logging step (``log_line``); and what a step costs
 (``StepCost``: parameters, model FLOPs, TFLOP/s per device and MFU against ``DEVICE_PEAKS``).
 """
 from __future__ import annotations
@@ -9,17 +10,43 @@ import logging
 import math
 import os
 import re
+import sys
 from typing import Any, Mapping
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import tqdm
 
 from transformer.data.files import is_write_refused, write_atomically, write_refused_error
 from transformer.nn.config import transformer_flops
 from transformer.train.workdir import METRICS, TENSORBOARD, read_records
 
 log = logging.getLogger(__name__)
+
+
+def progress_bar(total: int, initial: int, quiet: bool):
+  """tqdm bar with step, loss, throughput and ETA; silent when quiet or when stderr is not a terminal."""
+  return tqdm.tqdm(total=total, initial=initial, unit="step", dynamic_ncols=True,
+                   disable=quiet or not sys.stderr.isatty())
+
+
+def log_line(step: int, total: int, metrics: dict, seconds_per_step: float | None, window_steps: int = 0) -> str:
+  """One progress line for logs written to a file (where the tqdm bar is off), e.g.
+  ``step 100/4000 (2%): loss 6.5280, 1135 tokens/s, 0.37 steps/s, 0.0123 TFLOP/s per device, ETA 2h56m`` (and
+  ``MFU 41.2%`` after the TFLOP/s where the device's peak is known); with skipped non-finite
+  steps in the window (``train/skipped_steps`` of its ``window_steps``) ``..., 3 of 50 steps skipped``.
+  ``seconds_per_step``: the pace of steps that did not compile (None, a window that only compiled: no ETA)."""
+  eta = ""
+  if seconds_per_step is not None:
+    hours, minutes = divmod(int(max(total - step, 0) * seconds_per_step // 60), 60)
+    eta = f", ETA {hours}h{minutes:02d}m"
+  skipped = metrics.get("train/skipped_steps", 0)
+  cost = (f", {metrics['train/tflops_per_device']:.3g} TFLOP/s per device" if "train/tflops_per_device" in metrics
+          else "") + (f", MFU {100 * metrics['train/mfu']:.1f}%" if "train/mfu" in metrics else "")
+  return (f"step {step}/{total} ({100 * step / max(total, 1):.0f}%): loss {metrics['train/loss']:.4f}, "
+          f"{metrics['train/tokens_per_second']:.0f} tokens/s, {metrics['train/steps_per_second']:.2f} steps/s"
+          + cost + eta + (f", {skipped:g} of {window_steps} steps skipped" if skipped else ""))
 
 
 class MetricWriter:
