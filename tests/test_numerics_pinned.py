@@ -136,14 +136,10 @@ def test_decoder_only_language_model(multi30k_raw, tmp_path):
 def test_encoder_classifier(tmp_path):
   """experiments/disaster_tweets.py's model with one encoder layer trained from scratch (learned positions,
   dropout, mean pooling) on a hand-made CSV, with a tiny BERT's tokenizer."""
-  from tests.tasks.test_classification import CALM, DISASTER, TEST_TWEETS, write_csv
+  from tests.tasks.test_classification import write_tweets
   source = tmp_path / "raw"
   source.mkdir()
-  rows = [[index + 100, "", "", text, label]
-          for index, (text, label) in enumerate([(t, 1) for t in DISASTER] * 2 + [(t, 0) for t in CALM] * 2)]
-  write_csv(source / "train.csv", ["id", "keyword", "location", "text", "target"], rows)
-  write_csv(source / "test.csv", ["id", "keyword", "location", "text"],
-            [[tweet_id, "", "", text] for tweet_id, text in TEST_TWEETS.items()])
+  write_tweets(source)
   write_tiny_bert(tmp_path / "bert")
   config = load_experiment_config("disaster_tweets", "tiny")
   set_fields(config, task__source_dir=str(source), task__data_dir=str(tmp_path / "tfds"),

@@ -43,17 +43,23 @@ def write_csv(path, header, rows):
     writer.writerows(rows)
 
 
+def write_tweets(source) -> None:
+  """The hand-made Disaster Tweets set in its CSV layout: ``train.csv`` (each tweet twice, labelled) and
+  ``test.csv`` (``TEST_TWEETS``), in the folder ``source``."""
+  rows = [[index + 100, "", "", text, label]
+          for index, (text, label) in enumerate([(t, 1) for t in DISASTER] * 2 + [(t, 0) for t in CALM] * 2)]
+  write_csv(source / "train.csv", ["id", "keyword", "location", "text", "target"], rows)
+  write_csv(source / "test.csv", ["id", "keyword", "location", "text"],
+            [[tweet_id, "", "", text] for tweet_id, text in TEST_TWEETS.items()])
+
+
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
   """``(config, paths)``: the experiment's ``tiny`` variant on a hand-made CSV and a tiny random BERT."""
   root = tmp_path_factory.mktemp("classification")
   source = root / "raw"
   source.mkdir()
-  rows = [[index + 100, "", "", text, label]
-          for index, (text, label) in enumerate([(t, 1) for t in DISASTER] * 2 + [(t, 0) for t in CALM] * 2)]
-  write_csv(source / "train.csv", ["id", "keyword", "location", "text", "target"], rows)
-  write_csv(source / "test.csv", ["id", "keyword", "location", "text"],
-            [[tweet_id, "", "", text] for tweet_id, text in TEST_TWEETS.items()])
+  write_tweets(source)
   _, tensors = write_tiny_bert(root / "bert")
   config = experiment.get_config("tiny")
   config.task.update({"source_dir": str(source), "data_dir": str(root / "tfds"), "pretrained_dir": str(root / "bert"),
