@@ -1,14 +1,19 @@
-"""Questions 3, 6a and 7: train-step throughput, MFU and compile time, ours vs flax's stock layers and PyTorch.
+r"""Questions 3, 6a and 7: train-step throughput, MFU and compile time, ours vs flax's stock layers and PyTorch.
 
     python -m benchmarks.train_step            # small and base translation configs, writes RESULTS.md
     python -m benchmarks.train_step --smoke    # a tiny model, prints only
     # on a GPU (question 7): bfloat16, PyTorch eager and compiled beside ours, ours at larger batches for MFU
     python -m benchmarks.train_step --dtype=bfloat16 --batch 128 256 512 1024 --torch_compile
+    # the anchors of issue 73 on an 80 GB GPU: base and big, references at 512, ours also at 1024 (device filled)
+    python -m benchmarks.train_step --configs transformer_base transformer_big --dtype=bfloat16 --batch 512 1024 \
+        --torch_compile --no_flax_stock --gpu_option_rows=none
 
 One full training step (label-smoothed cross entropy, backward pass, Adam update; dropout as configured)
 on a batch of ``--batch`` x 64 source and 64 target tokens (no padding; default 16, float32) for the
 translation experiment's ``transformer_small`` (vocabulary 8k, as its data) and ``transformer_base``
-(vocabulary 32k) models:
+(vocabulary 32k) models, and with ``--configs transformer_big`` the paper's Transformer (big): base's 6+6
+layers at d_model 1024, 16 heads, d_ff 4096, dropout 0.3, vocabulary 32k (``DERIVED_CONFIGS``; 209M
+parameters):
 
 - ours: the translation task + ``make_train_step`` + ``make_optimizer``, compiled by the ``jit`` strategy,
   exactly as ``transformer.train.run`` builds it;
@@ -30,7 +35,8 @@ slower by about 15% while ours did not change, so one process would bias the rat
 steps take turns (``measure.time_interleaved``); ``--no_isolate`` (the default at ``--smoke`` size) times all in
 this process. The table's "timed in" column says which.
 
-With several ``--batch`` sizes the references run at the first; ours runs at each, for the best MFU.
+With several ``--batch`` sizes the references run at the first; ours runs at each, for the best MFU (a size
+the device runs out of memory at ends its config's sizes with a note; ours must fit the first).
 Throughput is source + target tokens per second; MFU is model FLOPs (``transformer.nn.transformer_flops``) per
 second over the matmul peak in ``--dtype`` measured in the same run (XLA's: the fastest call of several sizes,
 before and after the timed steps, the higher counts; PyTorch's own peak on the same device is reported beside
@@ -73,7 +79,14 @@ from transformer.train.mesh import make_strategy
 from transformer.train.state import create_train_state
 from transformer.train.step import make_train_step
 
-VOCAB_SIZES = {"transformer_small": 8000, "transformer_base": 32000}
+# The --configs: each a translation experiment's variant at a benchmark vocabulary.
+VOCAB_SIZES = {"transformer_small": 8000, "transformer_base": 32000, "transformer_big": 32000}
+# Configs no experiment trains, as the experiment variant they start from and the model fields they change:
+# the paper's "Transformer (big)" (Vaswani et al. 2017, table 3), base's 6+6 layers at d_model 1024, 16 heads,
+# d_ff 4096, and its English-German P_drop 0.3 (attention dropout as base's). Only the model differs from base:
+# base's optimizer and schedule do not change the step's time.
+DERIVED_CONFIGS = {"transformer_big": ("transformer_base", dict(d_model=1024, num_heads=16, d_ff=4096,
+                                                                dropout_rate=0.3))}
 # ours / reference tokens/s, and base MFU, that the issue asks for: on CPU, and on an accelerator (GPU).
 TARGETS = {"cpu": {"flax-stock": 1.2, "pytorch": 1.5}, "accelerator": {"pytorch": 2.0}}
 MFU_TARGETS = {"cpu": 0.60, "accelerator": 0.45}
@@ -102,7 +115,8 @@ GPU_OPTION_ROWS = {"ours, no command buffers": {"xla_gpu_enable_command_buffer":
 
 def add_arguments(parser):
   parser.add_argument("--configs", nargs="+", default=["transformer_small", "transformer_base"],
-                      choices=sorted(VOCAB_SIZES))
+                      choices=sorted(VOCAB_SIZES),
+                      help="the models: multi30k.py's small and base, and the paper's big (DERIVED_CONFIGS)")
   parser.add_argument("--batch", type=common.positive_int, nargs="+", default=[16],
                       help="batch sizes: the references run at the first, ours at each")
   parser.add_argument("--length", type=common.positive_int, default=64, help="source and target tokens per example")
@@ -138,10 +152,11 @@ SMOKE_MODEL = dict(d_model=32, num_heads=2, d_ff=64, num_encoder_layers=1, num_d
 def experiment_config(variant: str, smoke: bool = False, no_dropout: bool = False, experiment=multi30k,
                       vocab_size: int | None = None, **model_changes):
   """``(config, model_config)``: a translation experiment's config and its model at a benchmark vocabulary
-  (default ``VOCAB_SIZES[variant]``). ``smoke`` shrinks the model to a few thousand parameters (same code)."""
-  config = experiment.get_config(variant)
-  if smoke:
-    model_changes = {**SMOKE_MODEL, **model_changes}
+  (default ``VOCAB_SIZES[variant]``); a ``DERIVED_CONFIGS`` name is its experiment variant with its model
+  changes. ``smoke`` shrinks the model to a few thousand parameters (same code)."""
+  experiment_variant, derived_changes = DERIVED_CONFIGS.get(variant, (variant, {}))
+  config = experiment.get_config(experiment_variant)
+  model_changes = {**derived_changes, **(SMOKE_MODEL if smoke else {}), **model_changes}
   if no_dropout:
     model_changes.update(dropout_rate=0.0, attention_dropout_rate=0.0, feed_forward_dropout_rate=0.0)
   for name, value in model_changes.items():
@@ -503,11 +518,25 @@ def measure_in_process(args, groups, option_rows) -> Measurements:
         break
       cell_groups = groups if batch_index == 0 else ["ours"]
       batch = random_batch(batch_size, length, length, model_config.vocab_size)
-      measured = measure_cell(args, cell_groups, option_rows if batch_index == 0 else {}, config, model_config,
-                              ours_model, batch, measurements)
+      try:
+        measured = measure_cell(args, cell_groups, option_rows if batch_index == 0 else {}, config, model_config,
+                                ours_model, batch, measurements)
+      except jax.errors.JaxRuntimeError as error:  # a batch past what the device holds: the smaller ones stand
+        if batch_index == 0 or not out_of_memory(error):
+          raise
+        measurements.notes.append(f"{variant}: batch sizes {batch_sizes[batch_index:]} not run: batch {batch_size} "
+                                  f"ran out of device memory ({str(error).splitlines()[0][:200]}).")
+        print(measurements.notes[-1], flush=True)
+        break
       measurements.rows += [dict(variant=variant, batch=batch_size, implementation=implementation, **result)
                             for implementation, result in measured.items()]
   return measurements
+
+
+def out_of_memory(error: Exception) -> bool:
+  """Whether ``error`` is XLA failing to allocate device memory (at compilation or when the step runs)."""
+  text = str(error)
+  return "RESOURCE_EXHAUSTED" in text or "out of memory" in text.lower()
 
 
 # Flags the parent handles itself, left out of the command of a group's process (those with a value in

@@ -83,3 +83,33 @@ def test_isolated_smoke_run_times_ours_and_flax_stock_in_real_processes(capsys):
   assert "--- ours: in its own process" in printed and "--- flax-stock: in its own process" in printed
   assert [(row[2], row[-1]) for row in report.rows] == [("ours", "own process"), ("flax-stock", "own process")]
   assert all(math.isfinite(value) for value in report.ratios.values())
+
+
+def test_a_batch_past_the_devices_memory_ends_its_configs_sizes_with_a_note(monkeypatch):
+  """Ours at a batch the device cannot hold (XLA's RESOURCE_EXHAUSTED) leaves the rows of the smaller batches and
+  goes on to the next config; at the first batch, or failing otherwise, it is an error."""
+  import argparse
+
+  import jax
+
+  failure = "RESOURCE_EXHAUSTED: Out of memory while trying to allocate 9.00GiB."
+
+  def measure_cell(args, groups, option_rows, config, model_config, ours_model, batch, measurements):
+    if len(batch["source"]) > 4:
+      raise jax.errors.JaxRuntimeError(failure)
+    return {"ours": dict(seconds=0.002, params=1, compile=1.0, xla_flops=1e6)}
+  monkeypatch.setattr(train_step, "measure_cell", measure_cell)
+  args = argparse.Namespace(smoke=False, batch=[4, 8, 16], length=8, configs=["transformer_small", "transformer_big"],
+                            no_dropout=False, dtype="float32", time_budget_s=None)
+  measurements = train_step.measure_in_process(args, ["ours"], {})
+  assert [(row["variant"], row["batch"]) for row in measurements.rows] == [("transformer_small", 4),
+                                                                          ("transformer_big", 4)]
+  assert [note.split(" (")[0] for note in measurements.notes] == [
+      f"{variant}: batch sizes [8, 16] not run: batch 8 ran out of device memory"
+      for variant in ("transformer_small", "transformer_big")]
+  args.batch = [8, 4]
+  with pytest.raises(jax.errors.JaxRuntimeError, match="RESOURCE_EXHAUSTED"):
+    train_step.measure_in_process(args, ["ours"], {})
+  failure, args.batch = "INTERNAL: a kernel failed", [4, 8]
+  with pytest.raises(jax.errors.JaxRuntimeError, match="INTERNAL"):
+    train_step.measure_in_process(args, ["ours"], {})
