@@ -128,6 +128,13 @@ class Report:
   rows: list[list] = dataclasses.field(default_factory=list)
   ratios: dict[str, float] = dataclasses.field(default_factory=dict)
   notes: list[str] = dataclasses.field(default_factory=list)
+  # Its RESULTS.md section's name when a mode of the script answers another question than its default run
+  # (``remat_fit``: remat.py --fit_search), so the two runs keep a section each; default the script's.
+  section: str = ""
+
+  @property
+  def name(self) -> str:
+    return self.section or self.script
 
   def text(self) -> str:
     table = pages.markdown_table(self.header, [[fmt(cell) for cell in row] for row in self.rows])
@@ -168,7 +175,7 @@ def section(report: Report, argv: Sequence[str] | None, machine: str) -> str:
   """The run's section: title (with its ``placement``), command, ``machine`` (``record_store.host_description`` at the
   start of the run), versions, date, table and notes."""
   suffix, title_suffix = placement()
-  name = report.script + suffix
+  name = report.name + suffix
   return (f"<!-- benchmarks.{name} -->\n## {report.title}{title_suffix}\n\n"
           f"- Command: `{command(report.script, argv)}`\n- Machine: {machine}\n- Versions: {record_store.versions()}\n"
           f"- Date: {datetime.date.today().isoformat()}\n\n{report.text()}<!-- /benchmarks.{name} -->\n")
@@ -185,17 +192,22 @@ def read_sections(path: str) -> dict[str, str]:
 
 def write_sections(new_sections: Mapping[str, str], path: str) -> None:
   """Replace (or add) ``new_sections`` in the page at ``path``, keeping the others; sections follow
-  ``SCRIPTS``, each script's accelerator sections after its CPU one."""
+  ``SCRIPTS``, each script's accelerator sections after its CPU one, then its modes' (``Report.section``)."""
   sections = {**read_sections(path), **new_sections}
   rank = {script: index for index, script in enumerate(SCRIPTS)}
-  order = sorted(sections, key=lambda name: (rank.get(name.split(".")[0], len(SCRIPTS)), name))
+
+  def script_rank(name):  # a mode's section (``remat_fit``) follows its script's
+    base = name.split(".")[0]
+    return min((rank[script] for script in SCRIPTS if base == script or base.startswith(script + "_")),
+               default=len(SCRIPTS))
+  order = sorted(sections, key=lambda name: (script_rank(name), name))
   folder, file = os.path.split(path)
   record_store.write_text(folder, RESULTS_HEADER + "".join("\n" + sections[name] for name in order), name=file)
 
 
 def update_results(report: Report, argv: Sequence[str] | None, machine: str, path: str) -> None:
   """Replace (or add) the run's section of the page at ``path`` (``section_name``), keeping the others."""
-  write_sections({section_name(report.script): section(report, argv, machine)}, path)
+  write_sections({section_name(report.name): section(report, argv, machine)}, path)
 
 
 def finish(report: Report, args: argparse.Namespace, argv: Sequence[str] | None, machine: str) -> Report:

@@ -519,6 +519,7 @@ RATIOS = {
     "benchmarks.remat": [("peak / none", "planned peak MiB", ("row:policy=none:planned peak MiB",)),
                          ("time / none (back to back)", "step ms (10 back to back)",
                           ("row:policy=none:step ms (10 back to back)",))],
+    "benchmarks.remat_fit": [("largest / none", "largest batch that fit", ("row:policy=none:largest batch that fit",))],
     "benchmarks.loop_overhead": [("loop / bare", "loop ms", ("bare step ms",))],
 }
 

@@ -34,6 +34,19 @@ def test_update_results_replaces_own_section_and_keeps_others_in_question_order(
   assert "`python -m benchmarks.train_step --b`" in text and text.count("<!-- benchmarks.train_step -->") == 1
 
 
+def test_a_mode_of_a_script_writes_its_own_section_after_the_scripts(tmp_path):
+  """remat.py --fit_search (``Report.section``) keeps remat.py's timings: a section each, the mode's after, both
+  with the script's command."""
+  path = str(tmp_path / "RESULTS.md")
+  mode = common.Report("remat", "fit title", ["name", "value"], rows=[["x", 1.5]], section="remat_fit")
+  common.update_results(mode, ["--fit_search"], "machine", path)
+  for script in ("remat", "activation_layout"):
+    common.update_results(common.Report(script, f"{script} title", ["name"], rows=[["x"]]), [], "machine", path)
+  text = open(path).read()
+  assert list(common.read_sections(path)) == ["remat", "remat_fit", "activation_layout"]
+  assert "`python -m benchmarks.remat --fit_search`" in text
+
+
 def test_a_run_narrowed_to_fewer_cores_writes_its_own_section(tmp_path, monkeypatch):
   path = str(tmp_path / "RESULTS.md")
   report = lambda value: common.Report("train_step", "train_step title", ["name", "value"], rows=[["x", value]])
