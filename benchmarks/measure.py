@@ -300,3 +300,12 @@ def mfu_cell(measured_mfu: float, theoretical_mfu: float | None):
   if mfu_error("", measured_mfu, theoretical_mfu):
     return f"error ({100 * measured_mfu:.0f})"
   return 100 * measured_mfu
+
+
+def is_out_of_memory(error: BaseException) -> bool:
+  """Whether ``error`` is XLA running out of device memory, compiling or running: a ``jax.errors.JaxRuntimeError``
+  (``XlaRuntimeError`` before) whose message says RESOURCE_EXHAUSTED or out of memory. Any other error is a
+  real one."""
+  text = str(error).lower()
+  return isinstance(error, jax.errors.JaxRuntimeError) and any(
+      marker in text for marker in ("resource_exhausted", "resource exhausted", "out of memory"))

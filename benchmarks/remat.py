@@ -200,15 +200,6 @@ class FitSearch:
     return max(0, int((x0 + (self.limit - y0) / slope) // self.resolution) * self.resolution)
 
 
-def is_out_of_memory(error: BaseException) -> bool:
-  """Whether ``error`` is XLA running out of device memory, compiling or running: a ``jax.errors.JaxRuntimeError``
-  (``XlaRuntimeError`` before) whose message says RESOURCE_EXHAUSTED or out of memory. Any other error is a
-  real one."""
-  text = str(error).lower()
-  return isinstance(error, jax.errors.JaxRuntimeError) and any(
-      marker in text for marker in ("resource_exhausted", "resource exhausted", "out of memory"))
-
-
 def probe_batch(args, policy: str, batch_size: int, planned_limit: int | None) -> Probe:
   """Compile the step of ``policy`` at ``batch_size`` and run it once (``planned_limit``: a planned peak above it
   fails, not run); everything it made is freed before it returns. An error other than out-of-memory propagates."""
@@ -222,7 +213,7 @@ def probe_batch(args, policy: str, batch_size: int, planned_limit: int | None) -
       jax.block_until_ready((step(), step.state))
       fits, outcome = True, "ran one step"
   except jax.errors.JaxRuntimeError as error:
-    if not is_out_of_memory(error):
+    if not measure.is_out_of_memory(error):
       raise
     fits, outcome = False, "out of memory " + ("running" if stats else "compiling")
     print(f"batch {batch_size} remat={policy}: {outcome}: {str(error).splitlines()[0]}", flush=True)

@@ -16,7 +16,13 @@ Parts (``PARTS``, in this order; ``--parts`` picks some, ``--skip`` leaves some 
 - ``step_profile``: ``step_profile.py``, the base step at batch 128 under the profiler: matmul efficiency, busy
   fraction, time per model part;
 - ``decoding``: ``decoding.py``, greedy and beam search with and without the key/value cache, batch 1 and 64,
-  256 output tokens.
+  256 output tokens;
+
+and, by name only (``--parts=train_step_big`` or ``--parts=remat_fit``, one to a call: each fills one):
+
+- ``train_step_big``: ``train_step.py``, base and Transformer (big) in bfloat16 against PyTorch eager and
+  ``torch.compile`` at batch 512, ours also at 1,024;
+- ``remat_fit``: ``remat.py --fit_search``, the largest batch of the base model each remat policy runs.
 
 Each part runs as ``python -m benchmarks.<script>`` in a new process with a time limit: its share of
 ``--time_budget_s`` (``Part.share``) plus whatever the parts before it left unused. The script gets most of that
@@ -81,8 +87,20 @@ PARTS = (
     # no-cache one a decoder per prefix bucket), and 8 rows did not finish in 150 s; the target's 256 tokens.
     Part("decoding", "decoding", 0.06, ("--lengths", "256", "--repeats", "3", "--budget_s", "10"),
          ("--smoke", "--searches", "greedy")),
+    # Run by name only (not in DEFAULT_PARTS), each about one call's worth of device time: the big model beside
+    # base against the PyTorch anchors, ours also at the batch that fills an 80 GB device; the largest batch each
+    # remat policy runs.
+    Part("train_step_big", "train_step", 0.5,
+         ("--configs", "transformer_base", "transformer_big", "--dtype", "bfloat16", "--batch", "512", "1024",
+          "--torch_compile", "--no_flax_stock", "--gpu_option_rows=none", "--repeats", "10", "--warmup", "3"),
+         ("--smoke", "--configs", "transformer_big", "--no_flax_stock", "--no_torch")),
+    Part("remat_fit", "remat", 0.5,
+         ("--fit_search", "--config", "transformer_base", "--dtype", "bfloat16", "--length", "64", "--fit_start",
+          "1024", "--fit_resolution", "64"),
+         ("--smoke", "--fit_search")),
 )
 PART_NAMES = tuple(part.name for part in PARTS)
+DEFAULT_PARTS = PART_NAMES[:5]
 
 
 @dataclasses.dataclass
@@ -174,8 +192,9 @@ def run_parts(planned: Sequence[tuple[str, float, Callable[[float], Sequence[str
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-  parser.add_argument("--parts", default=",".join(PART_NAMES),
-                      help=f"comma-separated parts to run, in the suite's order ({','.join(PART_NAMES)})")
+  parser.add_argument("--parts", default=",".join(DEFAULT_PARTS),
+                      help=f"comma-separated parts to run, in the suite's order ({','.join(PART_NAMES)}; "
+                      f"default {','.join(DEFAULT_PARTS)})")
   parser.add_argument("--skip", default="", help="comma-separated parts to leave out")
   parser.add_argument("--data_dir", default="", help="raw Multi30k files for time_to_bleu (see its --data_dir); "
                       "with --smoke, time_to_bleu runs only when this is given")
@@ -192,7 +211,12 @@ def chosen_parts(parts: str, skip: str) -> list[Part]:
   unknown = [name for name in wanted + skipped if name not in PART_NAMES]
   if unknown:
     raise ValueError(f"unknown part(s) {', '.join(unknown)}; choose from {', '.join(PART_NAMES)}")
-  return [part for part in PARTS if part.name in wanted and part.name not in skipped]
+  chosen = [part for part in PARTS if part.name in wanted and part.name not in skipped]
+  for script in {part.script for part in chosen}:
+    same = [part.name for part in chosen if part.script == script]
+    if len(same) > 1:  # each would write the script's one section of the page
+      raise ValueError(f"parts {' and '.join(same)} both run {script}.py; choose one of them per call")
+  return chosen
 
 
 def part_command(part: Part, args: argparse.Namespace, output_dir: str | None, limit_s: float) -> list[str]:

@@ -522,7 +522,7 @@ def measure_in_process(args, groups, option_rows) -> Measurements:
         measured = measure_cell(args, cell_groups, option_rows if batch_index == 0 else {}, config, model_config,
                                 ours_model, batch, measurements)
       except jax.errors.JaxRuntimeError as error:  # a batch past what the device holds: the smaller ones stand
-        if batch_index == 0 or not out_of_memory(error):
+        if batch_index == 0 or not measure.is_out_of_memory(error):
           raise
         measurements.notes.append(f"{variant}: batch sizes {batch_sizes[batch_index:]} not run: batch {batch_size} "
                                   f"ran out of device memory ({str(error).splitlines()[0][:200]}).")
@@ -531,12 +531,6 @@ def measure_in_process(args, groups, option_rows) -> Measurements:
       measurements.rows += [dict(variant=variant, batch=batch_size, implementation=implementation, **result)
                             for implementation, result in measured.items()]
   return measurements
-
-
-def out_of_memory(error: Exception) -> bool:
-  """Whether ``error`` is XLA failing to allocate device memory (at compilation or when the step runs)."""
-  text = str(error)
-  return "RESOURCE_EXHAUSTED" in text or "out of memory" in text.lower()
 
 
 # Flags the parent handles itself, left out of the command of a group's process (those with a value in

@@ -9,7 +9,7 @@ import types
 import jax
 import pytest
 
-from benchmarks import remat
+from benchmarks import measure, remat
 
 OUT_OF_MEMORY = "RESOURCE_EXHAUSTED: Out of memory while trying to allocate 1073741824 bytes."
 
@@ -99,10 +99,10 @@ def test_policies_take_turns_and_a_spent_budget_leaves_each_a_bracket():
 
 
 def test_out_of_memory_is_xla_resource_exhausted_and_nothing_else():
-  assert remat.is_out_of_memory(jax.errors.JaxRuntimeError(OUT_OF_MEMORY))
-  assert remat.is_out_of_memory(jax.errors.JaxRuntimeError("Resource exhausted: Failed to allocate request"))
-  assert not remat.is_out_of_memory(jax.errors.JaxRuntimeError("INTERNAL: ptxas exited with non-zero error"))
-  assert not remat.is_out_of_memory(MemoryError("out of memory"))  # the host's, not XLA's device memory
+  assert measure.is_out_of_memory(jax.errors.JaxRuntimeError(OUT_OF_MEMORY))
+  assert measure.is_out_of_memory(jax.errors.JaxRuntimeError("Resource exhausted: Failed to allocate request"))
+  assert not measure.is_out_of_memory(jax.errors.JaxRuntimeError("INTERNAL: ptxas exited with non-zero error"))
+  assert not measure.is_out_of_memory(MemoryError("out of memory"))  # the host's, not XLA's device memory
 
 
 class FakeStep:

@@ -18,9 +18,18 @@ def _committed_page():
 
 def test_parts_are_chosen_by_name_in_the_suites_order():
   assert [part.name for part in suite.chosen_parts("attention,train_step", "")] == ["train_step", "attention"]
-  assert "decoding" not in [part.name for part in suite.chosen_parts(",".join(suite.PART_NAMES), "decoding")]
+  assert "decoding" not in [part.name for part in suite.chosen_parts(",".join(suite.DEFAULT_PARTS), "decoding")]
   with pytest.raises(ValueError, match="unknown part.*attentoin.*choose from time_to_bleu, train_step, attention"):
     suite.chosen_parts("attentoin", "")
+
+
+def test_the_parts_run_by_name_only_are_not_in_the_default_and_one_script_runs_once_a_call():
+  """``train_step_big`` and ``remat_fit`` each take about one call of device time; two parts of one script would
+  write its one section of the page, so they are refused together."""
+  assert {"train_step_big", "remat_fit"} <= set(suite.PART_NAMES) - set(suite.DEFAULT_PARTS)
+  assert [part.script for part in suite.chosen_parts("remat_fit,train_step_big", "")] == ["train_step", "remat"]
+  with pytest.raises(ValueError, match="parts train_step and train_step_big both run train_step.py"):
+    suite.chosen_parts("train_step,train_step_big", "")
 
 
 def test_a_failing_and_a_timed_out_part_are_reported_and_the_next_parts_run(tmp_path):
