@@ -6,8 +6,8 @@
 The model names the axes of its large activations (``transformer.nn.with_activation_axes``: the residual stream,
 attention's heads, the feed-forward hidden, the logits); a mesh run traces its steps under the rule table
 (``MeshStrategy.activation_layout``: ``ACTIVATION_RULES`` in ``transformer/train/config.py``), so each becomes a
-sharding constraint. ``Unconstrained`` traces the same step outside that context, as
-``tests/train/test_tensor_parallel.py`` does, where the constraints are no-ops and XLA's sharding propagation
+sharding constraint. ``Unconstrained`` traces the same step outside that context (as
+``tests/train/test_tensor_parallel.py``, which uses it, compares them), where the constraints are no-ops and XLA's sharding propagation
 chooses every activation's layout from the parameters' and the batch's alone.
 
 For each layout of ``LAYOUTS`` (the ``(data, model)`` mesh and ``config.fsdp``), the train step as
@@ -45,7 +45,8 @@ COLLECTIVES = ("all-gather", "all-reduce", "all-to-all", "reduce-scatter", "coll
 
 
 class Unconstrained(MeshStrategy):
-  """A mesh whose steps are traced without the rules in context: the activations' constraints are no-ops."""
+  """A mesh whose steps are traced without the rules in context: the activations' constraints are no-ops, as
+  before the model named its activations' axes."""
 
   def activation_layout(self):
     return contextlib.nullcontext()

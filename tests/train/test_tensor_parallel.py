@@ -1,12 +1,12 @@
 """Tensor parallelism (``config.tensor_parallelism``): a ``model`` mesh axis splits heads, feed-forward width and
 vocabulary; the train step computes what one device computes, and each device holds less of the parameters."""
-import contextlib
 import re
 
 import jax
 import numpy as np
 import pytest
 
+from benchmarks.activation_layout import Unconstrained  # a mesh whose steps trace without the rules
 from tests.train.conftest import tiny_config
 from tests.train.test_loop import assert_params_close
 from transformer.errors import ConfigError
@@ -20,14 +20,6 @@ from transformer.decode import DecodeSettings
 from transformer.tasks.decoding import search_decode
 
 STEPS = 3
-
-
-class Unconstrained(MeshStrategy):
-  """A mesh whose steps are traced without the rules in context: the activations' constraints are no-ops, as
-  before the model named its activations' axes."""
-
-  def activation_layout(self):
-    return contextlib.nullcontext()
 
 
 def _compiled_step(strategy):
